@@ -1,0 +1,1 @@
+"""Audit traces: one row per call, written as part of the request."""

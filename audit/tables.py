@@ -1,0 +1,27 @@
+"""The audit trace table. Holds shapes, hashes and ids, never query or item text."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, Column, Index
+from sqlmodel import Field, SQLModel
+
+
+class AuditTrace(SQLModel, table=True):
+    __tablename__ = "audit_trace"
+    __table_args__ = (Index("ix_audit_tenant_created", "tenant", "created_at"),)
+
+    pk: int | None = Field(default=None, primary_key=True)
+    trace_id: str = Field(max_length=64, unique=True)
+    created_at: datetime
+    tenant: str | None = Field(default=None, max_length=200)
+    actor: str | None = Field(default=None, max_length=300)
+    endpoint: str = Field(max_length=100)
+    status_code: int
+    decision: str = Field(max_length=20)
+    policy_engine: str | None = None
+    policy_revision: str | None = None
+    error_code: str | None = None
+    lineage: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))

@@ -1,0 +1,151 @@
+"""The connector contract: one protocol per connector kind, frozen values in and out.
+
+Every connector receives the policy's `Constraints` and must apply them inside its own
+query, before anything is ranked or counted. Caller filters (`RecallQuery.tags`) are ANDed
+with the constraints, never substituted for them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from connectors.instants import rfc3339
+
+SourceStatus = Literal["ok", "empty", "error", "timeout", "skipped"]
+
+
+@dataclass(frozen=True, slots=True)
+class Constraints:
+    """The hard filters of one decision, plus the subjects the request is about."""
+
+    tenant: str
+    principals: tuple[str, ...]
+    sensitivities: tuple[str, ...]
+    valid_at: datetime
+    scopes: tuple[str, ...]
+    kinds: tuple[str, ...]
+    statuses: tuple[str, ...]
+    graph_relations: tuple[str, ...] = ()
+    graph_max_depth: int = 1
+    subjects: tuple[str, ...] = ()
+    policy_result: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def with_subjects(self, subjects: tuple[str, ...]) -> "Constraints":
+        return Constraints(
+            tenant=self.tenant,
+            principals=self.principals,
+            sensitivities=self.sensitivities,
+            valid_at=self.valid_at,
+            scopes=self.scopes,
+            kinds=self.kinds,
+            statuses=self.statuses,
+            graph_relations=self.graph_relations,
+            graph_max_depth=self.graph_max_depth,
+            subjects=subjects,
+            policy_result=self.policy_result,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One stored item with its governance envelope, as a connector read it."""
+
+    id: str
+    kind: str
+    tenant: str
+    text: str
+    acl: tuple[str, ...]
+    sensitivity: str
+    scope: tuple[str, ...]
+    authority: str
+    status: str
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+    recorded_at: datetime | None = None
+    entity: str | None = None
+    section: str | None = None
+    document: str | None = None
+    name: str | None = None
+    slot: str | None = None
+    attached_to: str | None = None
+    source_system: str | None = None
+    source_uri: str | None = None
+    entity_type: str | None = None
+    email: str | None = None
+    domain: str | None = None
+    phone: str | None = None
+    tags: tuple[str, ...] = ()
+
+    def envelope(self) -> dict[str, Any]:
+        """The envelope as the policy reads it (no text)."""
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "tenant": self.tenant,
+            "acl": list(self.acl),
+            "sensitivity": self.sensitivity,
+            "scope": list(self.scope),
+            "authority": self.authority,
+            "status": self.status,
+            "valid_from": rfc3339(self.valid_from),
+            "valid_to": rfc3339(self.valid_to),
+            "slot": self.slot,
+            "attached_to": self.attached_to,
+            "entity": self.entity,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    record: Record
+    connector: str
+    rank: int
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class RecallQuery:
+    text: str | None = None
+    tags: tuple[str, ...] = ()
+    limit: int = 50
+
+
+@dataclass(frozen=True, slots=True)
+class SourceResult:
+    connector: str
+    status: SourceStatus
+    candidates: tuple[Candidate, ...] = ()
+    ms: float = 0.0
+    detail: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Identifier:
+    """A normalised entity identifier: kind is id, email, domain or phone."""
+
+    kind: str
+    value: str
+
+
+@runtime_checkable
+class ExactConnector(Protocol):
+    name: str
+
+    async def lookup(self, constraints: Constraints, identifiers: tuple[Identifier, ...]) -> tuple[Record, ...]:
+        """Entities matching the identifiers, inside the constraints."""
+        ...
+
+    async def search(self, constraints: Constraints, query: RecallQuery) -> SourceResult:
+        """Properties and memories of the constraints' subjects, inside the constraints."""
+        ...
+
+
+@runtime_checkable
+class LexicalConnector(Protocol):
+    name: str
+
+    async def search(self, constraints: Constraints, query: RecallQuery) -> SourceResult:
+        """Full-text matches for query.text, ranked, inside the constraints."""
+        ...

@@ -1,0 +1,87 @@
+"""The policy's constraints as one SQL condition, shared by every SQL connector (Datasette-style)."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from sqlalchemy import ColumnElement, and_, exists, false, or_, select
+
+from connectors.base import Constraints, Record
+from gateway.tables import Item, ItemPrincipal, ItemScope, ItemTag
+
+item = Item.__table__  # type: ignore[attr-defined]
+item_principal = ItemPrincipal.__table__  # type: ignore[attr-defined]
+item_scope = ItemScope.__table__  # type: ignore[attr-defined]
+item_tag = ItemTag.__table__  # type: ignore[attr-defined]
+
+
+def permitted(constraints: Constraints, kinds: Sequence[str] | None = None) -> ColumnElement[bool]:
+    """Rows the constraints admit. `kinds` narrows (never widens) the constraints' kinds."""
+    allowed_kinds = tuple(constraints.kinds if kinds is None else (k for k in kinds if k in constraints.kinds or k == "entity"))
+    if not constraints.principals or not allowed_kinds:
+        return false()
+    return and_(
+        item.c.tenant == constraints.tenant,
+        item.c.kind.in_(allowed_kinds),
+        item.c.sensitivity.in_(constraints.sensitivities),
+        item.c.status.in_(constraints.statuses),
+        or_(item.c.valid_from.is_(None), item.c.valid_from <= constraints.valid_at),
+        or_(item.c.valid_to.is_(None), item.c.valid_to > constraints.valid_at),
+        exists(
+            select(item_principal.c.item_pk).where(
+                item_principal.c.item_pk == item.c.pk,
+                item_principal.c.principal.in_(constraints.principals),
+            )
+        ),
+        or_(
+            item.c.scoped.is_(False),
+            exists(
+                select(item_scope.c.item_pk).where(
+                    item_scope.c.item_pk == item.c.pk,
+                    item_scope.c.scope.in_(constraints.scopes),
+                )
+            ),
+        ),
+        or_(item.c.attached_to.is_(None), item.c.attached_to.in_(constraints.subjects)),
+    )
+
+
+def tagged(tags: Sequence[str]) -> ColumnElement[bool]:
+    """The caller's tag filter: every tag must be present. ANDed with `permitted`, never instead."""
+    return and_(
+        *(
+            exists(select(item_tag.c.item_pk).where(item_tag.c.item_pk == item.c.pk, item_tag.c.tag == tag))
+            for tag in tags
+        )
+    )
+
+
+def record_from_row(row: Any) -> Record:
+    m = row._mapping
+    return Record(
+        id=m["id"],
+        kind=m["kind"],
+        tenant=m["tenant"],
+        text=m["text"] or "",
+        acl=tuple(m["acl"] or ()),
+        sensitivity=m["sensitivity"],
+        scope=tuple(m["scope"] or ()),
+        authority=m["authority"],
+        status=m["status"],
+        valid_from=m["valid_from"],
+        valid_to=m["valid_to"],
+        recorded_at=m["recorded_at"],
+        entity=m["entity"],
+        section=m["section"],
+        document=m["document"],
+        name=m["name"],
+        slot=m["slot"],
+        attached_to=m["attached_to"],
+        source_system=m["source_system"],
+        source_uri=m["source_uri"],
+        entity_type=m["entity_type"],
+        email=m["email"],
+        domain=m["domain"],
+        phone=m["phone"],
+        tags=tuple(m["tags"] or ()),
+    )

@@ -1,0 +1,66 @@
+"""Exact connector: entities by id or normalised identifier, and their properties and memories."""
+
+from __future__ import annotations
+
+import time
+
+import anyio.to_thread
+from sqlalchemy import or_, select
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from connectors.base import Candidate, Constraints, Identifier, Record, RecallQuery, SourceResult
+from connectors.pushdown import item, permitted, record_from_row, tagged
+from gateway.errors import ConnectorError
+
+IDENTIFIER_COLUMNS = {"id": item.c.id, "email": item.c.email, "domain": item.c.domain, "phone": item.c.phone}
+SUBJECT_KINDS = ("property", "memory")
+
+
+class SqlExactConnector:
+    name = "exact"
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    async def lookup(self, constraints: Constraints, identifiers: tuple[Identifier, ...]) -> tuple[Record, ...]:
+        if not identifiers:
+            return ()
+        return await anyio.to_thread.run_sync(self._lookup, constraints, identifiers)
+
+    async def search(self, constraints: Constraints, query: RecallQuery) -> SourceResult:
+        started = time.perf_counter()
+        if not constraints.subjects:
+            return SourceResult(self.name, "skipped", detail="no resolved entity")
+        candidates = await anyio.to_thread.run_sync(self._search, constraints, query)
+        ms = (time.perf_counter() - started) * 1000
+        return SourceResult(self.name, "ok" if candidates else "empty", candidates, ms)
+
+    def _lookup(self, constraints: Constraints, identifiers: tuple[Identifier, ...]) -> tuple[Record, ...]:
+        matches = or_(*(IDENTIFIER_COLUMNS[i.kind] == i.value for i in identifiers if i.kind in IDENTIFIER_COLUMNS))
+        statement = select(item).where(permitted(constraints, kinds=("entity",)), matches).limit(50)
+        try:
+            with self.engine.connect() as conn:
+                return tuple(record_from_row(row) for row in conn.execute(statement))
+        except SQLAlchemyError as exc:
+            raise ConnectorError(f"exact lookup failed: {type(exc).__name__}") from exc
+
+    def _search(self, constraints: Constraints, query: RecallQuery) -> tuple[Candidate, ...]:
+        statement = (
+            select(item)
+            .where(
+                permitted(constraints, kinds=SUBJECT_KINDS),
+                tagged(query.tags),
+                item.c.entity.in_(constraints.subjects),
+            )
+            .order_by(item.c.recorded_at.desc().nulls_last(), item.c.id)
+            .limit(query.limit)
+        )
+        try:
+            with self.engine.connect() as conn:
+                rows = conn.execute(statement).all()
+        except SQLAlchemyError as exc:
+            raise ConnectorError(f"exact search failed: {type(exc).__name__}") from exc
+        return tuple(
+            Candidate(record_from_row(row), self.name, rank, 1.0 / rank) for rank, row in enumerate(rows, start=1)
+        )

@@ -1,0 +1,1 @@
+"""A policy-first governed retrieval gateway."""

@@ -1,0 +1,169 @@
+"""Authenticate: the actor comes from the credential (API key or signed JWT), never the body."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+import jwt
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+from sqlmodel import Session
+
+from connectors.instants import utc_now
+from gateway.errors import BadRequest, StoreUnavailable, Unauthenticated
+from gateway.settings import Settings
+from gateway.tables import SENSITIVITIES, ApiKey
+
+KEY_PATTERN = re.compile(r"^gw_([0-9a-f]{16})_([A-Za-z0-9_-]{20,100})$")
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.@:-]{1,200}$")
+ROLES = ("agent", "ingest", "auditor", "policy_admin")
+
+
+@dataclass(frozen=True, slots=True)
+class Actor:
+    id: str
+    tenant: str
+    roles: tuple[str, ...]
+    groups: tuple[str, ...]
+    clearance: str
+
+    @property
+    def principal(self) -> str:
+        return f"user:{self.id}"
+
+    def as_policy_input(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "tenant": self.tenant,
+            "roles": list(self.roles),
+            "groups": list(self.groups),
+            "clearance": self.clearance,
+        }
+
+
+def _hash_secret(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def _names(field: str, values: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    for value in values:
+        if not NAME_PATTERN.match(value):
+            raise BadRequest(f"{field}: {value!r} is not a valid name (letters, digits, _.@:- only)")
+    return tuple(values)
+
+
+def create_api_key(
+    engine: Engine,
+    *,
+    tenant: str,
+    principal: str,
+    roles: list[str],
+    groups: list[str],
+    clearance: str,
+) -> str:
+    """Store a new key's hash and return the key; it is shown once and never stored in clear."""
+    if not principal.startswith("user:") or not NAME_PATTERN.match(principal.removeprefix("user:")):
+        raise BadRequest("principal: expected user:ID")
+    _names("tenant", [tenant])
+    _names("groups", groups)
+    unknown = [r for r in roles if r not in ROLES]
+    if unknown:
+        raise BadRequest(f"roles: unknown role {unknown[0]!r}; known roles are {', '.join(ROLES)}")
+    if clearance not in SENSITIVITIES:
+        raise BadRequest(f"clearance: expected one of {', '.join(SENSITIVITIES)}")
+    key_id, secret = secrets.token_hex(8), secrets.token_urlsafe(32)
+    row = ApiKey(
+        key_id=key_id,
+        secret_hash=_hash_secret(secret),
+        tenant=tenant,
+        principal=principal,
+        roles=list(roles),
+        groups=list(groups),
+        clearance=clearance,
+        created_at=utc_now(),
+    )
+    with Session(engine) as session:
+        session.add(row)
+        session.commit()
+    return f"gw_{key_id}_{secret}"
+
+
+class Authenticator:
+    """Turns an Authorization header into an Actor, or raises Unauthenticated."""
+
+    def __init__(self, engine: Engine, settings: Settings) -> None:
+        self.engine = engine
+        self.settings = settings
+
+    def authenticate(self, authorization: str | None) -> Actor:
+        if not authorization:
+            raise Unauthenticated("Authorization header missing: send 'Authorization: Bearer <token>'")
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Unauthenticated("Authorization header must be 'Bearer <token>'")
+        token = token.strip()
+        if token.startswith("gw_"):
+            return self._from_api_key(token)
+        if token.count(".") == 2:
+            return self._from_jwt(token)
+        raise Unauthenticated("bearer token is neither an API key nor a JWT")
+
+    def _from_api_key(self, token: str) -> Actor:
+        match = KEY_PATTERN.match(token)
+        if not match:
+            raise Unauthenticated("API key is malformed")
+        key_id, secret = match.groups()
+        try:
+            with Session(self.engine) as session:
+                row = session.get(ApiKey, key_id)
+        except SQLAlchemyError as exc:
+            raise StoreUnavailable("credential store unreachable") from exc
+        if row is None or row.revoked_at is not None or not hmac.compare_digest(row.secret_hash, _hash_secret(secret)):
+            raise Unauthenticated("API key is not valid")
+        return Actor(
+            id=row.principal.removeprefix("user:"),
+            tenant=row.tenant,
+            roles=tuple(row.roles),
+            groups=tuple(row.groups),
+            clearance=row.clearance,
+        )
+
+    def _from_jwt(self, token: str) -> Actor:
+        settings = self.settings
+        if not settings.jwt_enabled:
+            raise Unauthenticated("JWT bearer tokens are not enabled on this gateway")
+        key, algorithm = (settings.jwt_public_key, "RS256") if settings.jwt_public_key else (settings.jwt_secret, "HS256")
+        try:
+            claims = jwt.decode(
+                token,
+                key,
+                algorithms=[algorithm],
+                audience=settings.jwt_audience,
+                issuer=settings.jwt_issuer,
+                options={"require": ["exp", "sub"], "verify_aud": settings.jwt_audience is not None},
+            )
+        except jwt.PyJWTError as exc:
+            raise Unauthenticated(f"JWT rejected: {type(exc).__name__}") from exc
+        return _actor_from_claims(claims)
+
+
+def _actor_from_claims(claims: dict[str, Any]) -> Actor:
+    def strings(name: str) -> tuple[str, ...]:
+        value = claims.get(name, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise Unauthenticated(f"JWT claim {name!r} must be a list of strings")
+        return tuple(value)
+
+    subject, tenant, clearance = claims.get("sub"), claims.get("tenant"), claims.get("clearance", "public")
+    if not isinstance(subject, str) or not NAME_PATTERN.match(subject):
+        raise Unauthenticated("JWT claim 'sub' must be a user id")
+    if not isinstance(tenant, str) or not NAME_PATTERN.match(tenant):
+        raise Unauthenticated("JWT claim 'tenant' is required")
+    if clearance not in SENSITIVITIES:
+        raise Unauthenticated("JWT claim 'clearance' must be a sensitivity level")
+    return Actor(id=subject, tenant=tenant, roles=strings("roles"), groups=strings("groups"), clearance=clearance)

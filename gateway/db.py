@@ -1,0 +1,74 @@
+"""The store: one SQLAlchemy engine for SQLite (default) or PostgreSQL, and its schema."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event, text
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+from sqlmodel import SQLModel, create_engine
+
+import audit.tables  # noqa: F401  (registers the audit table)
+import gateway.tables  # noqa: F401  (registers the item tables)
+from gateway.errors import StoreUnavailable
+
+SQLITE_FTS = [
+    "CREATE VIRTUAL TABLE IF NOT EXISTS item_fts USING fts5(text, content='item', content_rowid='pk', tokenize='porter unicode61')",
+    """CREATE TRIGGER IF NOT EXISTS item_fts_insert AFTER INSERT ON item BEGIN
+         INSERT INTO item_fts(rowid, text) VALUES (new.pk, new.text);
+       END""",
+    """CREATE TRIGGER IF NOT EXISTS item_fts_delete AFTER DELETE ON item BEGIN
+         INSERT INTO item_fts(item_fts, rowid, text) VALUES ('delete', old.pk, old.text);
+       END""",
+    """CREATE TRIGGER IF NOT EXISTS item_fts_update AFTER UPDATE OF text ON item BEGIN
+         INSERT INTO item_fts(item_fts, rowid, text) VALUES ('delete', old.pk, old.text);
+         INSERT INTO item_fts(rowid, text) VALUES (new.pk, new.text);
+       END""",
+]
+
+POSTGRES_FTS = [
+    "ALTER TABLE item ADD COLUMN IF NOT EXISTS tsv tsvector "
+    "GENERATED ALWAYS AS (to_tsvector('english', coalesce(text, ''))) STORED",
+    "CREATE INDEX IF NOT EXISTS ix_item_tsv ON item USING gin (tsv)",
+]
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def open_store(database_url: str) -> Engine:
+    """Create the engine and make sure the schema exists; raises StoreUnavailable if unreachable."""
+    if database_url.startswith("sqlite:///"):
+        Path(database_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(database_url, connect_args={"check_same_thread": False, "timeout": 10})
+        event.listen(engine, "connect", _sqlite_pragmas)
+    elif database_url.startswith("postgresql"):
+        engine = create_engine(database_url, pool_size=10, max_overflow=10, pool_pre_ping=True)
+    else:
+        raise StoreUnavailable("database_url: only sqlite:/// and postgresql:// URLs are supported")
+    try:
+        SQLModel.metadata.create_all(engine)
+        with engine.begin() as conn:
+            for statement in SQLITE_FTS if engine.dialect.name == "sqlite" else POSTGRES_FTS:
+                conn.execute(text(statement))
+    except SQLAlchemyError as exc:
+        engine.dispose()
+        raise StoreUnavailable(f"store unreachable ({engine.dialect.name}): {type(exc).__name__}") from exc
+    return engine
+
+
+def store_reachable(engine: Engine) -> bool:
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        return True
+    except SQLAlchemyError:
+        return False

@@ -1,0 +1,94 @@
+"""The gateway's one error tree.
+
+    GatewayError
+     ├── BadRequest            400  malformed input (names the field)
+     │    └── SchemaError      422  well-formed JSON of the wrong shape
+     ├── Unauthenticated       401  no credential or a bad one
+     ├── Forbidden             403  the credential lacks a role for this endpoint
+     ├── PolicyDenied          403  the policy said no
+     ├── NotFound              404
+     ├── PayloadTooLarge       413
+     ├── PolicyUnavailable     503  no decision: never an allow, never a deny
+     ├── StoreUnavailable      503
+     ├── AuditWriteError       503  no record, no answer
+     ├── ConnectorError            one source failed; the answer degrades
+     │    └── ConnectorTimeout
+     └── ConfigurationError        bad settings or policies at start-up
+
+Messages never carry stored values. routes map these to HTTP in one place (gateway.app).
+"""
+
+from __future__ import annotations
+
+
+class GatewayError(Exception):
+    status = 500
+    code = "internal_error"
+
+    def __init__(self, message: str, *, reasons: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.reasons = reasons or []
+
+
+class BadRequest(GatewayError):
+    status = 400
+    code = "bad_request"
+
+
+class SchemaError(BadRequest):
+    status = 422
+    code = "invalid_request"
+
+
+class Unauthenticated(GatewayError):
+    status = 401
+    code = "unauthenticated"
+
+
+class Forbidden(GatewayError):
+    status = 403
+    code = "forbidden"
+
+
+class PolicyDenied(GatewayError):
+    status = 403
+    code = "policy_denied"
+
+
+class NotFound(GatewayError):
+    status = 404
+    code = "not_found"
+
+
+class PayloadTooLarge(GatewayError):
+    status = 413
+    code = "payload_too_large"
+
+
+class PolicyUnavailable(GatewayError):
+    status = 503
+    code = "policy_unavailable"
+
+
+class StoreUnavailable(GatewayError):
+    status = 503
+    code = "store_unavailable"
+
+
+class AuditWriteError(GatewayError):
+    status = 503
+    code = "audit_unavailable"
+
+
+class ConnectorError(GatewayError):
+    status = 502
+    code = "connector_error"
+
+
+class ConnectorTimeout(ConnectorError):
+    code = "connector_timeout"
+
+
+class ConfigurationError(GatewayError):
+    code = "configuration_error"

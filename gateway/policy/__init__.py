@@ -1,0 +1,5 @@
+"""Policy engines behind one small interface: embedded Rego (regorus) or an OPA server."""
+
+from gateway.policy.base import PolicyEngine, load_engine
+
+__all__ = ["PolicyEngine", "load_engine"]

@@ -1,0 +1,47 @@
+"""Recall: the chosen connectors run concurrently, each under a deadline; one failure never sinks the rest."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Awaitable, Callable
+
+import anyio
+
+from connectors.base import SourceResult
+from gateway.errors import ConnectorError
+
+log = logging.getLogger("gateway.recall")
+
+Search = Callable[[], Awaitable[SourceResult]]
+
+
+async def run_source(name: str, search: Search, deadline_ms: int) -> SourceResult:
+    started = time.perf_counter()
+
+    def elapsed() -> float:
+        return (time.perf_counter() - started) * 1000
+
+    try:
+        with anyio.fail_after(deadline_ms / 1000):
+            return await search()
+    except TimeoutError:
+        return SourceResult(name, "timeout", ms=elapsed(), detail=f"deadline {deadline_ms} ms")
+    except ConnectorError as exc:
+        log.warning("source %s failed: %s", name, exc.message)
+        return SourceResult(name, "error", ms=elapsed(), detail=exc.message)
+    except Exception as exc:  # a connector bug degrades its source, never the whole answer
+        log.exception("source %s crashed", name)
+        return SourceResult(name, "error", ms=elapsed(), detail=f"unexpected {type(exc).__name__}")
+
+
+async def recall(searches: dict[str, Search], deadline_ms: int) -> dict[str, SourceResult]:
+    results: dict[str, SourceResult] = {}
+
+    async def one(name: str, search: Search) -> None:
+        results[name] = await run_source(name, search, deadline_ms)
+
+    async with anyio.create_task_group() as group:
+        for name, search in searches.items():
+            group.start_soon(one, name, search)
+    return {name: results[name] for name in searches}

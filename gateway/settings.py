@@ -1,0 +1,82 @@
+"""Settings, read once at start-up from flags and GATEWAY_ environment variables."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from gateway.errors import ConfigurationError
+
+PROJECT_POLICIES = Path(__file__).resolve().parent.parent / "policies"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    data_dir: Path = Path(".gateway")
+    database_url: str | None = None
+    policies_dir: Path = PROJECT_POLICIES
+    opa_url: str | None = None
+    opa_timeout_ms: int = 500
+    opa_push_policies: bool = True
+    jwt_secret: str | None = None
+    jwt_public_key: str | None = None
+    jwt_audience: str | None = None
+    jwt_issuer: str | None = None
+    max_body_bytes: int = 1024 * 1024
+    connector_deadline_ms: int = 250
+    default_budget_bytes: int = 16_000
+    max_budget_bytes: int = 200_000
+    host: str = "127.0.0.1"
+    port: int = 8080
+
+    @property
+    def effective_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'gateway.db').resolve()}"
+
+    @property
+    def jwt_enabled(self) -> bool:
+        return bool(self.jwt_secret or self.jwt_public_key)
+
+
+def _convert(name: str, raw: str, kind: Any) -> Any:
+    kind = str(kind)
+    try:
+        if "bool" in kind:
+            lowered = raw.strip().lower()
+            if lowered not in {"1", "0", "true", "false", "yes", "no", "on", "off"}:
+                raise ValueError(raw)
+            return lowered in {"1", "true", "yes", "on"}
+        if "int" in kind:
+            value = int(raw)
+            if value <= 0:
+                raise ValueError(raw)
+            return value
+        if "Path" in kind:
+            return Path(raw)
+        return raw
+    except ValueError as exc:
+        raise ConfigurationError(f"GATEWAY_{name.upper()}: expected {kind.split('|')[0].strip()}, got {raw!r}") from exc
+
+
+def load_settings(overrides: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+    """Build settings: defaults, then GATEWAY_* variables, then explicit overrides (flags win)."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for field in fields(Settings):
+        raw = environ.get(f"GATEWAY_{field.name.upper()}")
+        if raw is not None and raw != "":
+            values[field.name] = _convert(field.name, raw, field.type)
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            values[key] = value
+    settings = replace(Settings(), **values)
+    if settings.jwt_public_key and not settings.jwt_public_key.lstrip().startswith("-----BEGIN"):
+        key_path = Path(settings.jwt_public_key)
+        if not key_path.is_file():
+            raise ConfigurationError("GATEWAY_JWT_PUBLIC_KEY: neither a PEM key nor a readable file")
+        settings = replace(settings, jwt_public_key=key_path.read_text())
+    return settings

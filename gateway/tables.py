@@ -1,0 +1,103 @@
+"""SQLModel tables for everything retrievable, plus API keys.
+
+Every retrievable record (entity, property, memory, document section, edge) is a row of
+`item` carrying the governance envelope. Principals and scopes are also kept as rows of
+`item_principal` and `item_scope` so connectors can push the policy's constraints into
+an indexed SQL `WHERE` on SQLite and PostgreSQL alike.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, Column, Index, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+KINDS = ("entity", "property", "memory", "document", "edge")
+SENSITIVITIES = ("public", "internal", "confidential", "restricted")
+AUTHORITIES = ("approved", "reviewed", "unreviewed", "speculative")
+STATUSES = ("active", "superseded", "disputed", "retracted", "pending_deletion")
+
+
+class Item(SQLModel, table=True):
+    __tablename__ = "item"
+    __table_args__ = (
+        UniqueConstraint("tenant", "id", name="uq_item_tenant_id"),
+        Index("ix_item_tenant_entity", "tenant", "entity"),
+        Index("ix_item_tenant_kind", "tenant", "kind"),
+    )
+
+    pk: int | None = Field(default=None, primary_key=True)
+    tenant: str = Field(max_length=200)
+    id: str = Field(max_length=200)
+    kind: str = Field(max_length=20)
+    text: str = ""
+    name: str | None = None
+    value: Any = Field(default=None, sa_column=Column(JSON))
+    entity: str | None = None
+    section: str | None = None
+    document: str | None = None
+    entity_type: str | None = None
+    email: str | None = Field(default=None, index=True)
+    domain: str | None = Field(default=None, index=True)
+    phone: str | None = Field(default=None, index=True)
+    relation: str | None = None
+    edge_from: str | None = None
+    edge_to: str | None = None
+    confidence: float | None = None
+    weight: float | None = None
+    tags: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    acl: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    sensitivity: str = "internal"
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+    scope: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    scoped: bool = False
+    authority: str = "unreviewed"
+    status: str = "active"
+    slot: str | None = None
+    attached_to: str | None = None
+    source_system: str | None = None
+    source_uri: str | None = None
+    recorded_at: datetime | None = None
+    content_hash: str = ""
+    updated_at: datetime | None = None
+
+
+class ItemPrincipal(SQLModel, table=True):
+    __tablename__ = "item_principal"
+    __table_args__ = (Index("ix_item_principal_lookup", "principal", "item_pk"),)
+
+    item_pk: int = Field(foreign_key="item.pk", primary_key=True, ondelete="CASCADE")
+    principal: str = Field(primary_key=True, max_length=300)
+
+
+class ItemScope(SQLModel, table=True):
+    __tablename__ = "item_scope"
+    __table_args__ = (Index("ix_item_scope_lookup", "scope", "item_pk"),)
+
+    item_pk: int = Field(foreign_key="item.pk", primary_key=True, ondelete="CASCADE")
+    scope: str = Field(primary_key=True, max_length=200)
+
+
+class ItemTag(SQLModel, table=True):
+    __tablename__ = "item_tag"
+    __table_args__ = (Index("ix_item_tag_lookup", "tag", "item_pk"),)
+
+    item_pk: int = Field(foreign_key="item.pk", primary_key=True, ondelete="CASCADE")
+    tag: str = Field(primary_key=True, max_length=200)
+
+
+class ApiKey(SQLModel, table=True):
+    __tablename__ = "api_key"
+
+    key_id: str = Field(primary_key=True, max_length=64)
+    secret_hash: str = Field(max_length=128)
+    tenant: str = Field(max_length=200)
+    principal: str = Field(max_length=300)
+    roles: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    groups: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    clearance: str = "internal"
+    created_at: datetime
+    revoked_at: datetime | None = None

@@ -1,0 +1,67 @@
+# METADATA
+# title: Item verification
+# description: |
+#   Entry point data.gateway.items. Input {actor, task, constraints, subjects,
+#   items}; the result is {allowed: [ids], denied: [{id, reason}]}. Every check
+#   is written as "holds", so an item missing a field is denied, never allowed.
+# entrypoint: true
+package gateway.items
+
+import data.gateway.lib
+
+allowed := [item.id | some item in input.items; is_string(item.id); not item.id in failed_ids]
+
+denied := [{"id": id, "reason": first_failure(id)} | some id in failed_ids]
+
+failed_ids := {id | some [id, _] in failures}
+
+# Reasons in the order they are reported; the first failing check names the denial.
+reason_order := ["tenant", "acl", "sensitivity", "validity", "scope", "kind", "status", "attachment"]
+
+first_failure(id) := [r | some r in reason_order; [id, r] in failures][0]
+
+actor_principals := lib.principals(input.actor)
+
+instant_ns := time.parse_rfc3339_ns(input.constraints.valid_at) if is_string(input.constraints.valid_at)
+
+subjects := object.get(input, "subjects", [])
+
+failures contains [item.id, "tenant"] if {
+	some item in input.items
+	not object.get(item, "tenant", null) == input.constraints.tenant
+}
+
+failures contains [item.id, "acl"] if {
+	some item in input.items
+	not lib.acl_matches(object.get(item, "acl", []), actor_principals)
+}
+
+failures contains [item.id, "sensitivity"] if {
+	some item in input.items
+	not object.get(item, "sensitivity", null) in input.constraints.sensitivities
+}
+
+failures contains [item.id, "validity"] if {
+	some item in input.items
+	not lib.valid_at(item, instant_ns)
+}
+
+failures contains [item.id, "scope"] if {
+	some item in input.items
+	not lib.scope_matches(object.get(item, "scope", []), input.constraints.scopes)
+}
+
+failures contains [item.id, "kind"] if {
+	some item in input.items
+	not lib.kind_allowed(object.get(item, "kind", null), input.constraints.kinds)
+}
+
+failures contains [item.id, "status"] if {
+	some item in input.items
+	not object.get(item, "status", null) in input.constraints.statuses
+}
+
+failures contains [item.id, "attachment"] if {
+	some item in input.items
+	not lib.attachment_matches(object.get(item, "attached_to", null), subjects)
+}

@@ -1,0 +1,92 @@
+# METADATA
+# title: Request decision
+# description: |
+#   Entry point data.gateway.request. Input {actor, task, request, now}; the
+#   result is {allow, reasons, constraints}. Constraints are the hard filters
+#   every connector pushes down into its own query.
+# entrypoint: true
+package gateway.request
+
+import data.gateway.config
+import data.gateway.lib
+
+default allow := false
+
+allow if {
+	count(reasons) == 0
+	candidate_constraints
+}
+
+# Fail closed: a request the policy cannot turn into complete constraints is never allowed.
+reasons := refusals if count(refusals) > 0
+else := {"incomplete_constraints"} if not candidate_constraints
+else := set()
+
+task_config := config.task_types[input.task.type]
+
+refusals contains "actor_without_tenant" if not is_tenant(object.get(input.actor, "tenant", null))
+
+refusals contains "actor_without_id" if not is_tenant(object.get(input.actor, "id", null))
+
+refusals contains "missing_retrieve_role" if {
+	roles := {r | some r in lib.names(input.actor, "roles")}
+	count(roles & {r | some r in config.retrieve_roles}) == 0
+}
+
+refusals contains "unknown_task_type" if not task_config
+
+refusals contains "scope_not_allowed_for_task" if {
+	scope := object.get(input.task, "scope", null)
+	scope != null
+	not scope in object.get(task_config, "scopes", [])
+}
+
+refusals contains "unknown_clearance" if {
+	not lib.sensitivity_rank(config.sensitivity_levels, object.get(input.actor, "clearance", null))
+}
+
+is_tenant(t) if {
+	is_string(t)
+	t != ""
+}
+
+# The sensitivity ceiling is the lower of the actor's clearance and the task's maximum.
+ceiling_rank := min({
+	lib.sensitivity_rank(config.sensitivity_levels, input.actor.clearance),
+	lib.sensitivity_rank(config.sensitivity_levels, task_config.max_sensitivity),
+})
+
+sensitivities := [level | some i, level in config.sensitivity_levels; i <= ceiling_rank]
+
+scopes := [input.task.scope] if {
+	is_string(input.task.scope)
+} else := task_config.scopes
+
+# The caller may narrow the kinds, never widen them.
+kinds := [k | some k in task_config.kinds; k in input.request.kinds] if {
+	is_array(input.request.kinds)
+} else := task_config.kinds
+
+relations := [r | some r in task_config.graph.relations; r in input.request.graph.relations] if {
+	is_array(input.request.graph.relations)
+} else := task_config.graph.relations
+
+max_depth := min({task_config.graph.max_depth, input.request.graph.max_depth}) if {
+	is_number(input.request.graph.max_depth)
+} else := task_config.graph.max_depth
+
+valid_at := input.request.as_of if is_string(input.request.as_of) else := input.now
+
+constraints := candidate_constraints if allow
+
+candidate_constraints := {
+	"tenant": input.actor.tenant,
+	"principals": lib.principals(input.actor),
+	"max_sensitivity": config.sensitivity_levels[ceiling_rank],
+	"sensitivities": sensitivities,
+	"valid_at": valid_at,
+	"scopes": scopes,
+	"kinds": kinds,
+	"statuses": config.readable_statuses,
+	"graph": {"relations": relations, "max_depth": max_depth},
+}

@@ -1,0 +1,196 @@
+package gateway.request_test
+
+import data.gateway.request
+
+# ---------------------------------------------------------------------------
+# Fixtures
+# ---------------------------------------------------------------------------
+
+now := "2024-06-01T12:00:00Z"
+
+base_actor := {
+	"id": "u1",
+	"tenant": "acme",
+	"groups": ["sales-team"],
+	"roles": ["agent"],
+	"clearance": "confidential",
+}
+
+base_input := {
+	"actor": base_actor,
+	"task": {"type": "account_followup"},
+	"request": {},
+	"now": now,
+}
+
+# Base input with some actor fields replaced.
+with_actor(patch) := object.union(base_input, {"actor": object.union(base_actor, patch)})
+
+# Base input with some actor fields removed.
+# (object.union merges recursively, so the actor is dropped from the base first.)
+without_actor_fields(keys) := object.union(object.remove(base_input, ["actor"]), {"actor": object.remove(base_actor, keys)})
+
+with_task(task) := object.union(base_input, {"task": task})
+
+with_request(req) := object.union(base_input, {"request": req})
+
+# ---------------------------------------------------------------------------
+# allow / reasons
+# ---------------------------------------------------------------------------
+
+test_allow_agent_with_known_task if {
+	request.allow with input as base_input
+	count(request.reasons) == 0 with input as base_input
+
+	# any one of the configured retrieve roles is enough
+	every role in ["agent", "policy_admin"] {
+		request.allow with input as with_actor({"roles": ["viewer", role]})
+	}
+}
+
+test_deny_missing_retrieve_role if {
+	every inp in [with_actor({"roles": ["viewer"]}), without_actor_fields(["roles"])] {
+		not request.allow with input as inp
+		request.reasons == {"missing_retrieve_role"} with input as inp
+	}
+}
+
+test_deny_unknown_task_type if {
+	inp := with_task({"type": "world_domination"})
+	not request.allow with input as inp
+	request.reasons == {"unknown_task_type"} with input as inp
+}
+
+test_deny_scope_not_allowed_for_task if {
+	# "legal" exists for compliance_review, but not for account_followup.
+	inp := with_task({"type": "account_followup", "scope": "legal"})
+	not request.allow with input as inp
+	request.reasons == {"scope_not_allowed_for_task"} with input as inp
+}
+
+test_deny_unknown_clearance if {
+	every inp in [with_actor({"clearance": "top_secret"}), without_actor_fields(["clearance"])] {
+		not request.allow with input as inp
+		request.reasons == {"unknown_clearance"} with input as inp
+	}
+}
+
+test_deny_actor_without_tenant if {
+	every inp in [with_actor({"tenant": ""}), with_actor({"tenant": null}), without_actor_fields(["tenant"])] {
+		not request.allow with input as inp
+		request.reasons == {"actor_without_tenant"} with input as inp
+	}
+}
+
+test_reasons_accumulate if {
+	inp := object.union(with_actor({"roles": [], "clearance": "cosmic"}), {"task": {"type": "nope"}})
+	request.reasons == {"missing_retrieve_role", "unknown_clearance", "unknown_task_type"} with input as inp
+}
+
+test_no_constraints_when_denied if {
+	every inp in [with_actor({"roles": ["viewer"]}), with_task({"type": "nope"}), with_actor({"tenant": ""})] {
+		not request.constraints with input as inp
+	}
+}
+
+# ---------------------------------------------------------------------------
+# constraints
+# ---------------------------------------------------------------------------
+
+test_constraints_for_default_request if {
+	c := request.constraints with input as base_input
+	c == {
+		"tenant": "acme",
+		"principals": ["user:u1", "*", "group:sales-team", "role:agent"],
+		"max_sensitivity": "confidential",
+		"sensitivities": ["public", "internal", "confidential"],
+		"valid_at": now,
+		"scopes": ["sales"],
+		"kinds": ["property", "memory", "document", "edge"],
+		"statuses": ["active", "superseded", "disputed"],
+		"graph": {"relations": ["works_at", "reports_to", "owns"], "max_depth": 2},
+	}
+}
+
+test_constraints_tenant_comes_from_actor if {
+	c := request.constraints with input as with_actor({"tenant": "globex"})
+	c.tenant == "globex"
+}
+
+test_principals_cover_user_groups_roles_and_tenant if {
+	inp := with_actor({"id": "u7", "groups": ["g1", "g2"], "roles": ["agent", "auditor"]})
+	c := request.constraints with input as inp
+	{p | some p in c.principals} == {"user:u7", "group:g1", "group:g2", "role:agent", "role:auditor", "*"}
+}
+
+test_sensitivity_ceiling_capped_by_clearance if {
+	# clearance internal < account_followup max (confidential)
+	c := request.constraints with input as with_actor({"clearance": "internal"})
+	c.max_sensitivity == "internal"
+	c.sensitivities == ["public", "internal"]
+}
+
+test_sensitivity_ceiling_capped_by_task if {
+	# clearance restricted > research max (internal)
+	inp := object.union(with_actor({"clearance": "restricted"}), {"task": {"type": "research"}})
+	c := request.constraints with input as inp
+	c.max_sensitivity == "internal"
+	c.sensitivities == ["public", "internal"]
+}
+
+test_sensitivity_ceiling_follows_config_change if {
+	inp := object.union(with_actor({"clearance": "restricted"}), {"task": {"type": "research"}})
+	cfg := object.union(data.gateway.config, {"task_types": {"research": {"max_sensitivity": "confidential"}}})
+	c := request.constraints with input as inp with data.gateway.config as cfg
+	c.max_sensitivity == "confidential"
+	c.sensitivities == ["public", "internal", "confidential"]
+}
+
+test_kinds_default_to_task_kinds if {
+	c := request.constraints with input as with_task({"type": "research"})
+	c.kinds == ["document"]
+}
+
+test_caller_can_narrow_kinds if {
+	c := request.constraints with input as with_request({"kinds": ["memory", "document"]})
+	c.kinds == ["memory", "document"]
+}
+
+test_caller_cannot_widen_kinds if {
+	# support_ticket does not allow "edge"
+	inp := object.union(with_task({"type": "support_ticket"}), {"request": {"kinds": ["memory", "edge"]}})
+	c := request.constraints with input as inp
+	c.kinds == ["memory"]
+	not "edge" in c.kinds
+}
+
+test_caller_can_narrow_graph if {
+	c := request.constraints with input as with_request({"graph": {"relations": ["owns"], "max_depth": 1}})
+	c.graph == {"relations": ["owns"], "max_depth": 1}
+}
+
+test_caller_cannot_widen_graph if {
+	# support_ticket: relations [works_at], max_depth 1
+	inp := object.union(
+		with_task({"type": "support_ticket"}),
+		{"request": {"graph": {"relations": ["works_at", "owns"], "max_depth": 5}}},
+	)
+	c := request.constraints with input as inp
+	c.graph == {"relations": ["works_at"], "max_depth": 1}
+}
+
+test_valid_at_is_as_of_when_given_else_now if {
+	c1 := request.constraints with input as with_request({"as_of": "2023-01-15T00:00:00Z"})
+	c1.valid_at == "2023-01-15T00:00:00Z"
+
+	c2 := request.constraints with input as base_input
+	c2.valid_at == now
+}
+
+test_scopes_are_task_scope_when_given_else_task_type_scopes if {
+	c1 := request.constraints with input as with_task({"type": "compliance_review", "scope": "legal"})
+	c1.scopes == ["legal"]
+
+	c2 := request.constraints with input as with_task({"type": "compliance_review"})
+	c2.scopes == ["sales", "support", "research", "legal"]
+}
