@@ -109,6 +109,7 @@ class Candidate:
 class RecallQuery:
     text: str | None = None
     tags: tuple[str, ...] = ()
+    ids: tuple[str, ...] = ()
     limit: int = 50
 
 
@@ -138,7 +139,7 @@ class ExactConnector(Protocol):
         ...
 
     async def search(self, constraints: Constraints, query: RecallQuery) -> SourceResult:
-        """Properties and memories of the constraints' subjects, inside the constraints."""
+        """Items named by query.ids, else properties and memories of the subjects; inside the constraints."""
         ...
 
 

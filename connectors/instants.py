@@ -1,33 +1,33 @@
-"""Instants are stored as naive UTC and spoken as RFC3339 with a Z."""
+"""Instants are timezone-aware UTC in Python and spoken as RFC3339 with a Z."""
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
 
 
-def to_utc_naive(value: datetime) -> datetime:
-    if value.tzinfo is None:
-        return value
-    return value.astimezone(timezone.utc).replace(tzinfo=None)
+def to_utc(value: datetime) -> datetime:
+    if value.tzinfo is None:  # a store that drops the offset still stored UTC
+        return value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc)
 
 
 def rfc3339(value: datetime | None) -> str | None:
     if value is None:
         return None
-    value = to_utc_naive(value)
+    value = to_utc(value)
     fraction = f".{value.microsecond:06d}" if value.microsecond else ""
     return value.strftime("%Y-%m-%dT%H:%M:%S") + fraction + "Z"
 
 
 def parse_rfc3339(text: str) -> datetime:
     """Parse an RFC3339 instant that names its offset; raises ValueError otherwise."""
-    if not isinstance(text, str) or "T" not in text:
+    if not isinstance(text, str) or "T" not in text.upper():
         raise ValueError("expected an RFC3339 instant such as 2026-11-30T00:00:00Z")
     parsed = datetime.fromisoformat(text.replace("z", "Z").replace("Z", "+00:00"))
     if parsed.tzinfo is None:
         raise ValueError("the instant must carry a time zone offset, e.g. Z")
-    return to_utc_naive(parsed)
+    return to_utc(parsed)
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+    return datetime.now(timezone.utc)

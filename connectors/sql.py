@@ -30,8 +30,8 @@ class SqlExactConnector:
 
     async def search(self, constraints: Constraints, query: RecallQuery) -> SourceResult:
         started = time.perf_counter()
-        if not constraints.subjects:
-            return SourceResult(self.name, "skipped", detail="no resolved entity")
+        if not constraints.subjects and not query.ids:
+            return SourceResult(self.name, "skipped", detail="no resolved entity and no ids to fetch")
         candidates = await anyio.to_thread.run_sync(self._search, constraints, query)
         ms = (time.perf_counter() - started) * 1000
         return SourceResult(self.name, "ok" if candidates else "empty", candidates, ms)
@@ -46,13 +46,13 @@ class SqlExactConnector:
             raise ConnectorError(f"exact lookup failed: {type(exc).__name__}") from exc
 
     def _search(self, constraints: Constraints, query: RecallQuery) -> tuple[Candidate, ...]:
+        if query.ids:
+            wanted = (permitted(constraints), item.c.id.in_(query.ids))
+        else:
+            wanted = (permitted(constraints, kinds=SUBJECT_KINDS), item.c.entity.in_(constraints.subjects))
         statement = (
             select(item)
-            .where(
-                permitted(constraints, kinds=SUBJECT_KINDS),
-                tagged(query.tags),
-                item.c.entity.in_(constraints.subjects),
-            )
+            .where(*wanted, tagged(query.tags))
             .order_by(item.c.recorded_at.desc().nulls_last(), item.c.id)
             .limit(query.limit)
         )

@@ -92,3 +92,11 @@ class ConnectorTimeout(ConnectorError):
 
 class ConfigurationError(GatewayError):
     code = "configuration_error"
+
+
+def error_body(error: GatewayError, trace_id: str | None) -> dict[str, object]:
+    """The wire shape of every error: code, message, trace id (and the policy's reasons on a denial)."""
+    body: dict[str, object] = {"code": error.code, "message": error.message, "trace_id": trace_id}
+    if error.reasons:
+        body["reasons"] = error.reasons
+    return {"error": body}

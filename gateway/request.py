@@ -103,12 +103,12 @@ class RetrieveRequest(Strict):
         return "scout"
 
 
-def describe_validation_error(exc: ValidationError) -> str:
+def describe_validation_error(exc: ValidationError, root: str = "body") -> str:
     """One line per problem, naming the field; never echoes the submitted value."""
     parts = []
     for error in exc.errors(include_input=False, include_url=False)[:10]:
-        location = ".".join(str(p) for p in error["loc"]) or "body"
-        message = error["msg"]
+        location = ".".join(str(p) for p in error["loc"]) or root
+        message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
             message = "unknown field"
         parts.append(f"{location}: {message}")

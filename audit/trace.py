@@ -1,0 +1,67 @@
+"""The lineage of one call, collected layer by layer and frozen when the call ends."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+def new_trace_id() -> str:
+    return "tr_" + secrets.token_hex(12)
+
+
+def fingerprint(text: str) -> dict[str, Any]:
+    """A hash and a length stand in for text the trace must not hold."""
+    return {"sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()[:32], "length": len(text)}
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    trace_id: str
+    created_at: datetime
+    endpoint: str
+    status_code: int
+    decision: str
+    tenant: str | None
+    actor: str | None
+    policy_engine: str | None
+    policy_revision: str | None
+    error_code: str | None
+    lineage: dict[str, Any]
+
+
+@dataclass(slots=True)
+class TraceBuilder:
+    """Mutable only inside one request; `freeze` hands the audit store a frozen Trace."""
+
+    trace_id: str
+    endpoint: str
+    created_at: datetime
+    tenant: str | None = None
+    actor: str | None = None
+    decision: str = "none"
+    policy_engine: str | None = None
+    policy_revision: str | None = None
+    error_code: str | None = None
+    lineage: dict[str, Any] = field(default_factory=dict)
+
+    def record(self, **entries: Any) -> None:
+        self.lineage.update(entries)
+
+    def freeze(self, status_code: int) -> Trace:
+        return Trace(
+            trace_id=self.trace_id,
+            created_at=self.created_at,
+            endpoint=self.endpoint,
+            status_code=status_code,
+            decision=self.decision,
+            tenant=self.tenant,
+            actor=self.actor,
+            policy_engine=self.policy_engine,
+            policy_revision=self.policy_revision,
+            error_code=self.error_code,
+            lineage=dict(self.lineage),
+        )

@@ -1,0 +1,65 @@
+"""The Starlette application: routes, lifespan, and the one place errors become HTTP."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from gateway.context import GatewayContext, build_context
+from gateway.errors import GatewayError, error_body
+from gateway.routes.ingest import items_route
+from gateway.routes.operations import healthz, policy_route, readyz
+from gateway.routes.retrieve import retrieve_route
+from gateway.settings import Settings
+
+log = logging.getLogger("gateway")
+
+
+async def http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HTTPException)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    return JSONResponse({"error": {"code": code, "message": str(exc.detail), "trace_id": None}}, exc.status_code)
+
+
+async def gateway_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, GatewayError)
+    return JSONResponse(error_body(exc, None), exc.status)
+
+
+async def unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+    log.error("unhandled %s", type(exc).__name__)
+    return JSONResponse({"error": {"code": "internal_error", "message": "internal error", "trace_id": None}}, 500)
+
+
+def create_app(settings: Settings, context: GatewayContext | None = None) -> Starlette:
+    """The app; with no context given, the lifespan builds one from settings (store, policy, connectors)."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        own = context is None
+        app.state.context = context or await build_context(settings)
+        try:
+            yield
+        finally:
+            if own:
+                await app.state.context.policy.aclose()
+                app.state.context.store.dispose()
+
+    return Starlette(
+        routes=[
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/readyz", readyz, methods=["GET"]),
+            Route("/v1/retrieve", retrieve_route, methods=["POST"]),
+            Route("/v1/items", items_route, methods=["PUT"]),
+            Route("/v1/policy", policy_route, methods=["GET"]),
+        ],
+        exception_handlers={HTTPException: http_error, GatewayError: gateway_error, Exception: unexpected_error},
+        lifespan=lifespan,
+    )

@@ -1,0 +1,172 @@
+"""The `gateway` command: serve, demo, keys, ingest, policy test."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gateway.errors import GatewayError
+from gateway.settings import Settings, load_settings
+
+
+def store_options(command: Any) -> Any:
+    command = click.option("--data", "data_dir", type=click.Path(path_type=Path), help="Data directory (GATEWAY_DATA_DIR, default ./.gateway).")(command)
+    command = click.option("--database-url", help="SQLAlchemy URL, e.g. PostgreSQL (GATEWAY_DATABASE_URL).")(command)
+    return command
+
+
+def settings_from(**overrides: Any) -> Settings:
+    try:
+        return load_settings(overrides)
+    except GatewayError as exc:
+        raise click.ClickException(exc.message) from exc
+
+
+@click.group()
+def main() -> None:
+    """A policy-first governed retrieval gateway."""
+
+
+@main.command()
+@store_options
+@click.option("--host", help="Bind address (GATEWAY_HOST, default 127.0.0.1).")
+@click.option("--port", type=int, help="Port (GATEWAY_PORT, default 8080).")
+@click.option("--policies", "policies_dir", type=click.Path(path_type=Path), help="Policies directory (GATEWAY_POLICIES_DIR).")
+@click.option("--opa-url", help="Use a running OPA server instead of the embedded engine (GATEWAY_OPA_URL).")
+@click.option("--workers", type=int, default=1, show_default=True, help="Worker processes.")
+def serve(workers: int, **flags: Any) -> None:
+    """Run the HTTP service (embedded default: one SQLite file, in-process Rego)."""
+    import uvicorn
+
+    settings = settings_from(**flags)
+    _export(settings)
+    uvicorn.run(
+        "gateway.server:app",
+        host=settings.host,
+        port=settings.port,
+        workers=workers,
+        log_level="info",
+        access_log=False,
+    )
+
+
+def _export(settings: Settings) -> None:
+    """Hand the resolved settings to the server module (and to worker processes) through the environment."""
+    import os
+
+    os.environ["GATEWAY_DATA_DIR"] = str(settings.data_dir)
+    os.environ["GATEWAY_POLICIES_DIR"] = str(settings.policies_dir)
+    for name in ("database_url", "opa_url"):
+        value = getattr(settings, name)
+        if value:
+            os.environ[f"GATEWAY_{name.upper()}"] = value
+
+
+@main.command()
+@store_options
+def demo(**flags: Any) -> None:
+    """Load the multi-tenant demo data set and print tokens and a sample curl."""
+    from gateway.db import open_store
+    from gateway.demo import load_demo
+
+    settings = settings_from(**flags)
+    engine = open_store(settings.effective_database_url)
+    tokens, report = load_demo(engine)
+    click.echo(f"Demo data loaded into {settings.effective_database_url}: "
+               f"{report.created} created, {report.updated} updated, {report.unchanged} unchanged.")
+    click.echo("\nDemo actors (keys are shown once; run `gateway demo` again for new ones):")
+    for name, (description, token) in tokens.items():
+        click.echo(f"  {name:<14} {description}\n  {'':<14} {token}")
+    alice = tokens["alice@acme"][1]
+    body = json.dumps({"task": {"type": "account_followup", "scope": "sales"}, "query": "pricing discount", "entities": [{"email": "Jane@Globex.example"}]})
+    click.echo(f"\nStart the service with `gateway serve`, then:\n\n  curl -s http://{settings.host}:{settings.port}/v1/retrieve \\\n"
+               f"    -H 'Authorization: Bearer {alice}' \\\n    -H 'Content-Type: application/json' \\\n    -d '{body}'\n")
+
+
+@main.group()
+def keys() -> None:
+    """API keys (only their hashes are stored)."""
+
+
+@keys.command("create")
+@store_options
+@click.option("--tenant", required=True)
+@click.option("--principal", required=True, help="user:ID")
+@click.option("--groups", default="", help="Comma-separated groups.")
+@click.option("--roles", default="agent", show_default=True, help="Comma-separated: agent, ingest, auditor, policy_admin.")
+@click.option("--clearance", default="internal", show_default=True)
+def keys_create(tenant: str, principal: str, groups: str, roles: str, clearance: str, **flags: Any) -> None:
+    """Create an API key and print it once."""
+    from gateway.auth import create_api_key
+    from gateway.db import open_store
+
+    settings = settings_from(**flags)
+    try:
+        key = create_api_key(
+            open_store(settings.effective_database_url),
+            tenant=tenant,
+            principal=principal,
+            roles=[r for r in roles.split(",") if r],
+            groups=[g for g in groups.split(",") if g],
+            clearance=clearance,
+        )
+    except GatewayError as exc:
+        raise click.ClickException(exc.message) from exc
+    click.echo(key)
+
+
+@main.command("ingest")
+@store_options
+@click.option("--tenant", required=True, help="Tenant the items belong to.")
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def ingest_command(tenant: str, files: tuple[Path, ...], **flags: Any) -> None:
+    """Ingest JSON or NDJSON files, with the same rules as PUT /v1/items."""
+    from gateway.db import open_store
+    from gateway.ingest import ingest, parse_items_body
+
+    settings = settings_from(**flags)
+    engine = open_store(settings.effective_database_url)
+    failed = False
+    for path in files:
+        try:
+            entries = parse_items_body(path.read_bytes(), "application/x-ndjson" if path.suffix == ".ndjson" else None)
+        except GatewayError as exc:
+            click.echo(f"{path}: {exc.message}", err=True)
+            failed = True
+            continue
+        with click.progressbar(length=len(entries), label=str(path), file=sys.stderr) as bar:
+            report = ingest(engine, tenant, entries)
+            bar.update(len(entries))
+        click.echo(json.dumps({"file": str(path), **report.as_dict()}))
+        failed = failed or bool(report.rejected)
+    sys.exit(1 if failed else 0)
+
+
+@main.group()
+def policy() -> None:
+    """Policy tools."""
+
+
+@policy.command("test")
+@click.argument("directory", required=False, type=click.Path(path_type=Path))
+@click.option("-v", "--verbose", is_flag=True, help="List passing tests too.")
+def policy_test(directory: Path | None, verbose: bool) -> None:
+    """Run the Rego tests (test_ rules) with the embedded engine; exit 1 on any failure."""
+    from gateway.policy.rego_tests import run_rego_tests
+
+    root = directory or load_settings().policies_dir
+    try:
+        results = run_rego_tests(root)
+    except GatewayError as exc:
+        raise click.ClickException(exc.message) from exc
+    failures = [r for r in results if not r.passed]
+    for result in results:
+        if verbose or not result.passed:
+            status = "PASS" if result.passed else "FAIL"
+            click.echo(f"{status} data.{result.package}.{result.name}" + (f": {result.error}" if result.error else ""))
+    click.echo(f"{len(results) - len(failures)}/{len(results)} Rego tests passed")
+    sys.exit(1 if failures or not results else 0)

@@ -1,0 +1,241 @@
+"""One retrieve call through the pipeline: decide, resolve, recall, verify, fuse, pack, respond."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from audit.trace import TraceBuilder, fingerprint
+from connectors.base import Constraints, ExactConnector, LexicalConnector, RecallQuery, SourceResult
+from connectors.instants import rfc3339, utc_now
+from gateway.auth import Actor
+from gateway.budget import Packed, pack
+from gateway.decide import decide
+from gateway.entities import ResolvedEntity, resolve
+from gateway.errors import BadRequest, PolicyDenied
+from gateway.fuse import Fused, fuse
+from gateway.policy import PolicyEngine
+from gateway.recall import Search, recall
+from gateway.request import RetrieveRequest
+from gateway.settings import Settings
+from gateway.verify import verify
+
+EMPTY_REASON = "no_relevant_permitted_items"
+SOURCES = ("exact", "graph", "lexical", "semantic")
+MODE_SOURCES = {
+    "brief": {"exact", "graph", "lexical", "semantic"},
+    "scout": {"exact", "lexical", "semantic"},
+    "fetch": {"exact"},
+    "filter": {"exact", "lexical"},
+    "expand": set(),
+}
+NOT_DEPLOYED = {
+    "graph": "no graph connector in this deployment yet",
+    "semantic": "no semantic connector in this deployment yet",
+}
+CITATION_PREFIX = {"memory": "M", "document": "D", "property": "P", "edge": "E"}
+STATUS_LABEL = {"active": "current", "superseded": "superseded", "disputed": "disputed"}
+
+
+@dataclass(frozen=True, slots=True)
+class Connectors:
+    exact: ExactConnector
+    lexical: LexicalConnector
+
+
+def chosen_sources(request: RetrieveRequest) -> dict[str, bool]:
+    """Mode defaults, then the caller's explicit switches; an explicit false always wins."""
+    defaults = MODE_SOURCES[request.effective_mode]
+    explicit = request.sources.model_dump()
+    return {name: (explicit[name] if explicit[name] is not None else name in defaults) for name in SOURCES}
+
+
+def request_shape(request: RetrieveRequest) -> dict[str, Any]:
+    """What the trace keeps of the request: its shape, hashes and sizes, never its text."""
+    return {
+        "task": request.task.model_dump(),
+        "mode": request.effective_mode,
+        "mode_requested": request.mode,
+        "kinds": request.kinds,
+        "sources": request.sources.model_dump(),
+        "depth": request.depth,
+        "budget_bytes": request.budget.bytes if request.budget else None,
+        "as_of": request.as_of,
+        "query": fingerprint(request.query) if request.query else None,
+        "entities": [
+            {kind: fingerprint(value) for kind, value in ref.model_dump(exclude_none=True).items()}
+            for ref in request.entities
+        ],
+        "fetch_count": len(request.fetch or ()),
+        "tags": list(request.filters.tags) if request.filters else [],
+        "include_historical": request.include_historical,
+    }
+
+
+async def retrieve(
+    *,
+    settings: Settings,
+    policy: PolicyEngine,
+    connectors: Connectors,
+    actor: Actor,
+    request: RetrieveRequest,
+    trace: TraceBuilder,
+) -> dict[str, Any]:
+    started = time.perf_counter()
+    trace.record(request=request_shape(request))
+    if request.synthesize:
+        raise BadRequest("synthesize: no synthesis endpoint is configured on this gateway")
+    if request.effective_mode == "expand":
+        raise BadRequest("cursor: this gateway does not issue continuation cursors yet, so there is nothing to expand")
+    if request.effective_mode == "fetch" and not request.fetch:
+        raise BadRequest("fetch: mode fetch needs a list of item ids")
+
+    decision = await decide(policy, actor, request, utc_now())
+    trace.decision = "allow" if decision.allow else "deny"
+    trace.record(decision={"allow": decision.allow, "reasons": list(decision.reasons), "ms": round(decision.ms, 3)})
+    if not decision.allow or decision.constraints is None:
+        raise PolicyDenied("the policy denied this request", reasons=list(decision.reasons))
+    constraints = decision.constraints
+    trace.record(constraints=constraints.policy_result)
+
+    resolved = await resolve(connectors.exact, constraints, request.entities) if request.entities else ()
+    entity_verdict = await verify(policy, actor, request.task, constraints, (r.record for r in resolved))
+    resolved = tuple(r for r in resolved if r.record.id in entity_verdict.allowed_ids)
+    constraints = constraints.with_subjects(tuple(r.record.id for r in resolved))
+
+    sources = chosen_sources(request)
+    results = await recall(_searches(connectors, constraints, request, sources), settings.connector_deadline_ms)
+    for name in SOURCES:
+        if name not in results:
+            detail = NOT_DEPLOYED.get(name, "not requested") if sources[name] else "not requested"
+            results[name] = SourceResult(name, "skipped", detail=detail)
+
+    candidates = [c.record for result in results.values() for c in result.candidates]
+    verdict = await verify(policy, actor, request.task, constraints, candidates)
+    trace.record(
+        retrieved={name: [c.record.id for c in r.candidates] for name, r in results.items() if r.candidates},
+        dropped_by_policy=[{"id": i, "reason": reason} for i, reason in verdict.denied + entity_verdict.denied],
+        pushdown_mismatches=len(verdict.denied) + len(entity_verdict.denied),
+    )
+
+    fused = fuse({name: r.candidates for name, r in results.items()}, verdict.allowed_ids)
+    current, historical = _split_history(fused, request.include_historical)
+    limit = request.budget.bytes if request.budget else settings.default_budget_bytes
+    packed = pack(current, limit)
+    trace.record(
+        dropped_as_historical=[f.record.id for f in historical],
+        dropped_for_budget=list(packed.dropped_ids),
+        packed=[f.record.id for f in packed.items],
+    )
+    total_ms = (time.perf_counter() - started) * 1000
+    timings = {
+        "decide_ms": round(decision.ms, 3),
+        "verify_ms": round(entity_verdict.ms + verdict.ms, 3),
+        "total_ms": round(total_ms, 3),
+    }
+    trace.record(sources=_source_report(results, verdict.allowed_ids), timings=timings)
+    return _response(trace.trace_id, request, decision.revision, resolved, packed, results, verdict.allowed_ids, timings)
+
+
+def _searches(
+    connectors: Connectors, constraints: Constraints, request: RetrieveRequest, sources: dict[str, bool]
+) -> dict[str, Search]:
+    tags = tuple(request.filters.tags) if request.filters else ()
+    searches: dict[str, Search] = {}
+    if sources["exact"]:
+        query = RecallQuery(text=None, tags=tags, ids=tuple(request.fetch or ()))
+        searches["exact"] = lambda: connectors.exact.search(constraints, query)
+    if sources["lexical"] and request.query:
+        lexical_query = RecallQuery(text=request.query, tags=tags)
+        searches["lexical"] = lambda: connectors.lexical.search(constraints, lexical_query)
+    return searches
+
+
+def _split_history(fused: list[Fused], include_historical: bool) -> tuple[list[Fused], list[Fused]]:
+    if include_historical:
+        return fused, []
+    current = [f for f in fused if f.record.status != "superseded"]
+    return current, [f for f in fused if f.record.status == "superseded"]
+
+
+def _source_report(results: dict[str, SourceResult], allowed_ids: frozenset[str]) -> dict[str, dict[str, Any]]:
+    """Per source status and timing. `count` holds only candidates the policy confirmed."""
+    report: dict[str, dict[str, Any]] = {}
+    for name, result in results.items():
+        entry: dict[str, Any] = {
+            "status": result.status,
+            "count": sum(1 for c in result.candidates if c.record.id in allowed_ids),
+            "ms": round(result.ms, 3),
+        }
+        if result.detail:
+            entry["detail"] = result.detail
+        report[name] = entry
+    return report
+
+
+def _response(
+    trace_id: str,
+    request: RetrieveRequest,
+    revision: str,
+    resolved: tuple[ResolvedEntity, ...],
+    packed: Packed,
+    results: dict[str, SourceResult],
+    allowed_ids: frozenset[str],
+    timings: dict[str, float],
+) -> dict[str, Any]:
+    counters: dict[str, int] = {}
+    items = []
+    for entry in packed.items:
+        record = entry.record
+        prefix = CITATION_PREFIX.get(record.kind, "X")
+        counters[prefix] = counters.get(prefix, 0) + 1
+        items.append(
+            {
+                "id": record.id,
+                "kind": record.kind,
+                "citation": f"{prefix}{counters[prefix]}",
+                "text": record.text,
+                "entity": record.entity,
+                "section": record.section,
+                "document": record.document,
+                "authority": record.authority,
+                "status": STATUS_LABEL.get(record.status, record.status),
+                "sensitivity": record.sensitivity,
+                "scope": list(record.scope),
+                "valid_from": rfc3339(record.valid_from),
+                "valid_to": rfc3339(record.valid_to),
+                "recorded_at": rfc3339(record.recorded_at),
+                "source": {"system": record.source_system, "uri": record.source_uri},
+                "found_by": list(entry.found_by),
+            }
+        )
+    sources = _source_report(results, allowed_ids)
+    return {
+        "trace_id": trace_id,
+        "mode": request.effective_mode,
+        "decision": {"allow": True, "policy_revision": revision, "reasons": []},
+        "entities": [
+            {
+                "id": r.record.id,
+                "kind": r.record.entity_type or "entity",
+                "status": "live",
+                "resolved_from": {r.resolved_from.kind if r.resolved_from.kind != "domain" else "website": r.resolved_from.value},
+                "aliases": [],
+            }
+            for r in resolved
+        ],
+        "items": items,
+        "sources": sources,
+        "depth": {
+            "requested": request.depth,
+            "effective": "standard",
+            "fallback_reason": None if request.depth == "standard" else "depth_not_available",
+        },
+        "budget": {"limit_bytes": packed.limit_bytes, "used_bytes": packed.used_bytes, "per_source": packed.per_source},
+        "partial": any(s["status"] in ("error", "timeout") for s in sources.values()),
+        "empty_reason": None if items else EMPTY_REASON,
+        "cursor": None,
+        "answer": None,
+        "timings": timings,
+    }

@@ -1,0 +1,1 @@
+"""Thin HTTP handlers; every /v1 call runs through `traced`, which writes its audit trace."""

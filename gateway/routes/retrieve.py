@@ -1,0 +1,31 @@
+"""POST /v1/retrieve."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from gateway.request import parse_retrieve
+from gateway.retrieve import retrieve
+from gateway.routes.traced import Call, traced
+
+
+async def handle(call: Call) -> tuple[int, dict[str, Any]]:
+    actor = call.authenticate()
+    request = parse_retrieve(await call.json())
+    context = call.context
+    body = await retrieve(
+        settings=context.settings,
+        policy=context.policy,
+        connectors=context.connectors,
+        actor=actor,
+        request=request,
+        trace=call.trace,
+    )
+    return 200, body
+
+
+async def retrieve_route(request: Request) -> JSONResponse:
+    return await traced(request, "retrieve", handle)
