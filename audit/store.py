@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import anyio.to_thread
-from sqlalchemy import select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
-from sqlmodel import Session
+from sqlmodel import Session, select
 
 from audit.tables import AuditTrace
 from audit.trace import Trace
@@ -45,8 +44,8 @@ class AuditStore:
 
     def get(self, trace_id: str) -> dict[str, Any] | None:
         with Session(self.engine) as session:
-            row = session.exec(select(AuditTrace).where(AuditTrace.trace_id == trace_id)).first()  # type: ignore[call-overload]
-            return None if row is None else _as_dict(row[0] if isinstance(row, tuple) else row)
+            row = session.exec(select(AuditTrace).where(AuditTrace.trace_id == trace_id)).first()
+            return None if row is None else _as_dict(row)
 
 
 def _as_dict(row: AuditTrace) -> dict[str, Any]:

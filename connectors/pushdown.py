@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from sqlalchemy import ColumnElement, and_, exists, false, or_, select
+from sqlalchemy import ColumnElement, and_, exists, false, or_, select, true
 
 from connectors.base import Constraints, Record
 from gateway.tables import Item, ItemPrincipal, ItemScope, ItemTag
@@ -49,6 +49,7 @@ def permitted(constraints: Constraints, kinds: Sequence[str] | None = None) -> C
 def tagged(tags: Sequence[str]) -> ColumnElement[bool]:
     """The caller's tag filter: every tag must be present. ANDed with `permitted`, never instead."""
     return and_(
+        true(),
         *(
             exists(select(item_tag.c.item_pk).where(item_tag.c.item_pk == item.c.pk, item_tag.c.tag == tag))
             for tag in tags

@@ -1,9 +1,14 @@
-"""The embedded engine: Rego evaluated in-process by regorus, one engine clone per thread."""
+"""The embedded engine: Rego evaluated in-process by regorus, on one thread that owns the engine.
+
+regorus engines are "unsendable": used or even dropped from a second thread they panic. So the
+engine is built, used and dropped on a single dedicated thread, and requests await its answers.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
-import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any
 
@@ -34,27 +39,37 @@ def first_value(raw: str) -> Any:
     return result[0]["expressions"][0]["value"]
 
 
+class _Owner:
+    """Lives only on the engine thread."""
+
+    engine: regorus.Engine | None = None
+
+
 class EmbeddedEngine:
     name = "embedded"
 
     def __init__(self, bundle: PolicyBundle) -> None:
         self.revision = bundle.revision
         self.loaded_at = datetime.now(timezone.utc)
-        self._prototype = build_engine(bundle)
-        self._local = threading.local()
-        self._clone_lock = threading.Lock()
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rego")
+        self._owner = _Owner()
+        try:
+            self._thread.submit(self._load, bundle).result()
+        except BaseException:
+            self._thread.shutdown(wait=True)
+            raise
 
-    def _engine(self) -> regorus.Engine:
-        # regorus panics when one engine object is used from two threads: each thread gets its own.
-        engine = getattr(self._local, "engine", None)
-        if engine is None:
-            with self._clone_lock:
-                engine = self._prototype.clone()
-            self._local.engine = engine
-        return engine
+    def _load(self, bundle: PolicyBundle) -> None:
+        self._owner.engine = build_engine(bundle)
+
+    def _unload(self) -> None:
+        self._owner.engine = None
 
     def evaluate_sync(self, entrypoint: str, policy_input: dict[str, Any]) -> dict[str, Any]:
-        engine = self._engine()
+        """Runs on the engine thread only."""
+        engine = self._owner.engine
+        if engine is None:
+            raise PolicyUnavailable("the embedded policy engine is closed")
         query = "data." + ENTRYPOINTS[entrypoint].replace("/", ".")
         try:
             engine.set_input_json(json.dumps(policy_input))
@@ -68,8 +83,14 @@ class EmbeddedEngine:
         return value
 
     async def evaluate(self, entrypoint: str, policy_input: dict[str, Any]) -> dict[str, Any]:
-        # A small rule evaluates in tens of microseconds, so it runs on the calling (event loop) thread.
-        return self.evaluate_sync(entrypoint, policy_input)
+        try:
+            future = self._thread.submit(self.evaluate_sync, entrypoint, policy_input)
+        except RuntimeError as exc:  # executor shut down
+            raise PolicyUnavailable("the embedded policy engine is closed") from exc
+        return await asyncio.wrap_future(future)
 
     async def aclose(self) -> None:
-        return None
+        try:
+            await asyncio.wrap_future(self._thread.submit(self._unload))
+        finally:
+            self._thread.shutdown(wait=True)

@@ -1,0 +1,148 @@
+"""Shared fixtures: a gateway per test on SQLite, and on PostgreSQL when one is reachable."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import Engine
+from starlette.testclient import TestClient
+
+from gateway.app import create_app
+from gateway.auth import create_api_key
+from gateway.settings import PROJECT_POLICIES, Settings, load_settings
+
+POSTGRES_URL = os.environ.get("GATEWAY_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+BACKENDS = ["sqlite", "postgres"]
+
+
+def postgres_unavailable_reason() -> str | None:
+    try:
+        engine = create_engine(POSTGRES_URL, connect_args={"connect_timeout": 3})
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        engine.dispose()
+        return None
+    except Exception as exc:  # any failure means: skip the PostgreSQL half, and say why
+        return f"PostgreSQL not reachable at {POSTGRES_URL} ({type(exc).__name__}); start it or set GATEWAY_TEST_POSTGRES_URL"
+
+
+_POSTGRES_REASON: list[str | None] = []
+
+
+def require_postgres() -> None:
+    if not _POSTGRES_REASON:
+        _POSTGRES_REASON.append(postgres_unavailable_reason())
+    reason = _POSTGRES_REASON[0]
+    if reason:
+        if os.environ.get("GATEWAY_TEST_REQUIRE_POSTGRES") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
+
+
+@pytest.fixture(params=BACKENDS)
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty store: a SQLite file, or a PostgreSQL schema of its own."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'gateway.db'}"
+        return
+    require_postgres()
+    schema = "gw_test_" + secrets.token_hex(6)
+    admin = create_engine(POSTGRES_URL)
+    with admin.begin() as conn:
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+    yield f"{POSTGRES_URL}?options=-csearch_path%3D{schema}"
+    with admin.begin() as conn:
+        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+    admin.dispose()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'gateway.db'}"
+
+
+@dataclass
+class Gateway:
+    """A running gateway (in-process, through its real HTTP stack) plus ways to set it up."""
+
+    client: TestClient
+    settings: Settings
+    keys: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def store(self) -> Engine:
+        return self.client.app.state.context.store  # type: ignore[attr-defined,no-any-return]
+
+    def key(
+        self,
+        name: str,
+        *,
+        tenant: str = "acme",
+        roles: tuple[str, ...] = ("agent",),
+        groups: tuple[str, ...] = (),
+        clearance: str = "internal",
+    ) -> str:
+        if name not in self.keys:
+            self.keys[name] = create_api_key(
+                self.store, tenant=tenant, principal=f"user:{name}", roles=list(roles), groups=list(groups), clearance=clearance
+            )
+        return self.keys[name]
+
+    def auth(self, key: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {key}"}
+
+    def ingest(self, tenant: str, items: list[dict[str, Any]]) -> dict[str, Any]:
+        writer = self.key(f"writer-{tenant}", tenant=tenant, roles=("ingest",))
+        response = self.client.put("/v1/items", json=items, headers=self.auth(writer))
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        assert body["rejected"] == [], body
+        return body
+
+    def retrieve(self, key: str, body: dict[str, Any]) -> Any:
+        return self.client.post("/v1/retrieve", json=body, headers=self.auth(key))
+
+    def trace(self, trace_id: str) -> dict[str, Any]:
+        row = self.client.app.state.context.audit.get(trace_id)  # type: ignore[attr-defined]
+        assert row is not None, f"no audit row for {trace_id}"
+        return row  # type: ignore[no-any-return]
+
+
+def make_gateway(database_url: str, tmp_path: Path, **overrides: Any) -> Iterator[Gateway]:
+    settings = load_settings({"data_dir": tmp_path / "data", "database_url": database_url, **overrides}, environ={})
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        yield Gateway(client, settings)
+
+
+@pytest.fixture
+def gateway(database_url: str, tmp_path: Path) -> Iterator[Gateway]:
+    """A gateway on each backend (SQLite and PostgreSQL), with the project's policies."""
+    yield from make_gateway(database_url, tmp_path)
+
+
+@pytest.fixture
+def sqlite_gateway(sqlite_url: str, tmp_path: Path) -> Iterator[Gateway]:
+    yield from make_gateway(sqlite_url, tmp_path)
+
+
+@pytest.fixture
+def policy_copy(tmp_path: Path) -> Path:
+    """A private copy of the project's policies that a test may edit."""
+    target = tmp_path / "policies"
+    shutil.copytree(PROJECT_POLICIES, target)
+    return target
+
+
+def edit_json(path: Path, change: Any) -> None:
+    document = json.loads(path.read_text())
+    change(document)
+    path.write_text(json.dumps(document, indent=2))
