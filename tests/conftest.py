@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -121,6 +122,9 @@ def make_gateway(database_url: str, tmp_path: Path, **overrides: Any) -> Iterato
     settings = load_settings({"data_dir": tmp_path / "data", "database_url": database_url, **overrides}, environ={})
     with TestClient(create_app(settings), raise_server_exceptions=False) as client:
         yield Gateway(client, settings)
+
+
+open_gateway = contextlib.contextmanager(make_gateway)
 
 
 @pytest.fixture

@@ -60,7 +60,14 @@ class EmbeddedEngine:
             raise
 
     def _load(self, bundle: PolicyBundle) -> None:
-        self._owner.engine = build_engine(bundle)
+        message = None
+        try:
+            self._owner.engine = build_engine(bundle)
+        except ConfigurationError as exc:
+            message = exc.message
+        # Raised outside the handler so the half-built engine is dropped here, on its own thread.
+        if message is not None:
+            raise ConfigurationError(message)
 
     def _unload(self) -> None:
         self._owner.engine = None

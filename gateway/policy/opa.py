@@ -42,14 +42,24 @@ class OpaServerEngine:
 
     @staticmethod
     async def _push(client: httpx.AsyncClient, bundle: PolicyBundle) -> None:
-        for path, source in bundle.modules:
-            response = await client.put(f"/v1/policies/{path}", content=source.encode(), headers={"Content-Type": "text/plain"})
-            if response.status_code >= 400:
-                raise ConfigurationError(f"OPA rejected {path}: {response.text[:500]}")
+        """PUT data, then modules; OPA compiles each module against those already loaded, so a
+        module whose imports are not there yet is retried after the others."""
         for top, document in bundle.data.items():
             response = await client.put(f"/v1/data/{top}", json=document)
             if response.status_code >= 400:
                 raise ConfigurationError(f"OPA rejected data {top}: {response.text[:500]}")
+        pending = list(bundle.modules)
+        while pending:
+            rejected: list[tuple[str, str, str]] = []
+            for path, source in pending:
+                response = await client.put(
+                    f"/v1/policies/{path}", content=source.encode(), headers={"Content-Type": "text/plain"}
+                )
+                if response.status_code >= 400:
+                    rejected.append((path, source, response.text[:500]))
+            if len(rejected) == len(pending):
+                raise ConfigurationError(f"OPA rejected {rejected[0][0]}: {rejected[0][2]}")
+            pending = [(path, source) for path, source, _ in rejected]
 
     @staticmethod
     async def _bundle_revision(client: httpx.AsyncClient) -> str:

@@ -1,0 +1,522 @@
+"""Retrieve benchmark: load N synthetic items, start the real service, measure POST /v1/retrieve over HTTP.
+
+Run from the project root with the project's venv:
+
+    .venv/bin/python bench/retrieve_bench.py --items 5000 --requests 300   # quick
+    .venv/bin/python bench/retrieve_bench.py                               # 100k items, 2000 requests per phase
+
+See bench/README.md for what each printed figure means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+from sqlalchemy import text
+from sqlalchemy.engine import Engine
+
+from gateway.auth import create_api_key
+from gateway.db import open_store
+from gateway.ingest import ingest
+
+SEED = 20261130
+QUERY_SEED = 7
+LOAD_CHUNK = 5000
+WARMUP_REQUESTS = 30
+READY_TIMEOUT_S = 60
+STOP_TIMEOUT_S = 15
+TENANTS = (("acme", 0.9), ("globex", 0.1))
+AGENT = {"tenant": "acme", "principal": "user:alice", "roles": ["agent"], "groups": ["sales"], "clearance": "confidential"}
+TASK = {"type": "account_followup", "scope": "sales"}
+
+# Head of the vocabulary, most frequent first; a synthetic long tail follows (see vocabulary()).
+HEAD_WORDS = """
+pricing discount billing renewal contract customer invoice account plan seats annual upgrade quote
+payment support ticket license trial onboarding integration meeting call follow escalation usage
+report dashboard feature request migration security review approval budget forecast pipeline deal
+proposal legal terms procurement vendor partner reseller region enterprise team admin login outage
+incident refund credit tier monthly quarterly expansion churn risk champion stakeholder director
+manager engineer product roadmap release bug workaround priority deadline schedule demo workshop
+training adoption health score survey feedback complaint satisfaction invoice_dispute tax currency
+exchange margin cost savings value roi benchmark competitor comparison evaluation shortlist rfp
+signature redline clause liability indemnity privacy gdpr audit compliance retention backup restore
+api webhook sso saml provisioning directory export import sync latency throughput limit quota
+""".split()
+TAIL_SIZE = 4800
+SYLLABLES = "ba be bi bo bu ka ke ki ko ku la le li lo lu ma me mi mo mu na ne ni no nu ra re ri ro ru sa se si so su ta te ti to tu va ve vi vo zu".split()
+ZIPF_OFFSET = 20  # weight of rank r is 1/(r + offset): the top word is in roughly 30% of texts
+
+ACLS = ((["*"], 30), (["group:sales"], 25), (["group:support"], 18), (["group:finance"], 10),
+        (["group:sales", "group:finance"], 10), (["user:alice"], 4), (["user:bob", "group:support"], 3))
+SENSITIVITIES = (("internal", 70), ("public", 10), ("confidential", 15), ("restricted", 5))
+SCOPES = ((["sales"], 40), (["support"], 30), ([], 30))
+AUTHORITIES = (("approved", 25), ("reviewed", 35), ("unreviewed", 35), ("speculative", 5))
+TAGS = ("pricing", "billing", "renewal", "support", "legal")
+EXPIRED_SHARE = 0.10
+ATTACHED_SHARE = 0.15
+ENTITY_COUNT = 2000
+
+POLICY_SHARE_TARGET = 0.20
+P95_TARGET_MS = 50.0
+
+
+# ---------------------------------------------------------------- data generation
+
+
+def vocabulary(rng: random.Random) -> list[str]:
+    """The head words, then a deterministic synthetic long tail of pseudo-words."""
+    words = list(dict.fromkeys(HEAD_WORDS))
+    seen = set(words)
+    while len(words) < len(HEAD_WORDS) + TAIL_SIZE:
+        word = "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 4)))
+        if word not in seen:
+            seen.add(word)
+            words.append(word)
+    return words
+
+
+def zipf_cum_weights(size: int) -> list[float]:
+    total, cumulative = 0.0, []
+    for rank in range(1, size + 1):
+        total += 1.0 / (rank + ZIPF_OFFSET)
+        cumulative.append(total)
+    return cumulative
+
+
+class TextMaker:
+    """Seeded, Zipf-distributed word sampling over the fixed vocabulary."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.words = vocabulary(rng)
+        self.cum_weights = zipf_cum_weights(len(self.words))
+
+    def words_(self, count: int) -> list[str]:
+        return self.rng.choices(self.words, cum_weights=self.cum_weights, k=count)
+
+    def sentence(self, low: int, high: int) -> str:
+        return " ".join(self.words_(self.rng.randint(low, high))).capitalize() + "."
+
+
+def weighted(rng: random.Random, options: tuple[tuple[Any, int], ...]) -> Any:
+    values, weights = zip(*options)
+    return rng.choices(values, weights=weights, k=1)[0]
+
+
+def instant(value: datetime) -> str:
+    return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def make_item(index: int, maker: TextMaker, today: datetime) -> tuple[str, dict[str, Any]]:
+    """One memory or document, with its tenant."""
+    rng = maker.rng
+    tenant = "acme" if rng.random() < TENANTS[0][1] else TENANTS[1][0]
+    kind = "memory" if rng.random() < 0.6 else "document"
+    entity = f"ent_{rng.randrange(ENTITY_COUNT):05d}"
+    item: dict[str, Any] = {
+        "id": f"{kind[:3]}_{index:07d}",
+        "kind": kind,
+        "text": maker.sentence(20, 60),
+        "acl": list(weighted(rng, ACLS)),
+        "sensitivity": weighted(rng, SENSITIVITIES),
+        "scope": list(weighted(rng, SCOPES)),
+        "authority": weighted(rng, AUTHORITIES),
+        "recorded_at": instant(today - timedelta(days=rng.randint(1, 900), seconds=rng.randint(0, 86399))),
+        "tags": sorted(set(rng.sample(TAGS, rng.randint(0, 2)))),
+    }
+    if kind == "memory":
+        item["entity"] = entity
+        item["source"] = {"system": "crm", "uri": f"crm://calls/{index}"}
+    else:
+        item["document"] = f"doc_{rng.randrange(5000):05d}"
+        item["section"] = maker.sentence(2, 4)[:-1]
+        item["source"] = {"system": "wiki", "uri": f"wiki://pages/{index}"}
+    if rng.random() < ATTACHED_SHARE:
+        item["attached_to"] = entity
+    if rng.random() < EXPIRED_SHARE:
+        ended = today - timedelta(days=rng.randint(1, 700))
+        item["valid_from"] = instant(ended - timedelta(days=rng.randint(30, 400)))
+        item["valid_to"] = instant(ended)
+    elif rng.random() < 0.2:
+        item["valid_from"] = instant(today - timedelta(days=rng.randint(1, 700)))
+    return tenant, item
+
+
+def generate(count: int) -> Iterator[list[tuple[str, dict[str, Any]]]]:
+    """Chunks of (tenant, item); the whole stream is fixed by SEED (dates are relative to today)."""
+    maker = TextMaker(random.Random(SEED))
+    today = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    for start in range(0, count, LOAD_CHUNK):
+        yield [make_item(i, maker, today) for i in range(start, min(start + LOAD_CHUNK, count))]
+
+
+def count_items(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(text("SELECT count(*) FROM item")).scalar_one())
+
+
+def load(engine: Engine, count: int) -> dict[str, float]:
+    """Generate and ingest `count` items in chunks, printing progress; returns the timings."""
+    gen_s = ingest_s = 0.0
+    done = 0
+    chunks = generate(count)
+    while True:
+        started = time.perf_counter()
+        chunk = next(chunks, None)
+        gen_s += time.perf_counter() - started
+        if chunk is None:
+            break
+        started = time.perf_counter()
+        for tenant, _ in TENANTS:
+            entries = [item for owner, item in chunk if owner == tenant]
+            report = ingest(engine, tenant, entries)
+            if report.rejected:
+                raise SystemExit(f"ingest rejected {len(report.rejected)} items, first: {report.rejected[0]}")
+        ingest_s += time.perf_counter() - started
+        done += len(chunk)
+        rate = done / (gen_s + ingest_s)
+        print(f"  loaded {done:>7}/{count} items  ({rate:,.0f} items/s)", flush=True)
+    return {"generate_s": gen_s, "ingest_s": ingest_s, "rate": count / (gen_s + ingest_s)}
+
+
+def prepare_store(data_dir: Path, items: int, reuse: bool) -> tuple[str, dict[str, float] | None]:
+    """Load the items (or reuse them) and create the agent's API key."""
+    engine = open_store(f"sqlite:///{(data_dir / 'gateway.db').resolve()}")
+    try:
+        existing = count_items(engine)
+        load_stats = None
+        if reuse and existing == items:
+            print(f"Reusing {existing} items in {data_dir}")
+        elif existing:
+            hint = "" if reuse else "; pass --reuse to benchmark it as is"
+            raise SystemExit(f"{data_dir} already holds {existing} items, not {items}{hint} (or use a fresh --data dir)")
+        else:
+            print(f"Loading {items} items into {data_dir} (chunks of {LOAD_CHUNK})")
+            load_stats = load(engine, items)
+        key = create_api_key(engine, **AGENT)
+    finally:
+        engine.dispose()
+    return key, load_stats
+
+
+# ---------------------------------------------------------------- the server
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Server:
+    """`gateway serve` as a subprocess in its own session; stop() is safe to call more than once."""
+
+    def __init__(self, data_dir: Path, port: int) -> None:
+        self.data_dir = data_dir
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.log_path = data_dir / "bench-server.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        gateway = Path(sys.executable).parent / "gateway"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}  # embedded defaults only
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [str(gateway), "serve", "--data", str(self.data_dir), "--port", str(self.port)],
+                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            )
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise SystemExit(f"server exited with code {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        raise SystemExit(f"server not ready after {READY_TIMEOUT_S}s:\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)  # uvicorn shuts down gracefully on SIGTERM
+        try:
+            self.proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no server log)"
+
+
+# ---------------------------------------------------------------- measuring
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    ms: float
+    status: int
+    body: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    name: str
+    samples: list[Sample]
+    wall_s: float
+
+    @property
+    def latencies(self) -> list[float]:
+        return [s.ms for s in self.samples]
+
+    @property
+    def ok(self) -> list[Sample]:
+        return [s for s in self.samples if s.status == 200 and s.body is not None]
+
+    @property
+    def errors(self) -> Counter[int]:
+        return Counter(s.status for s in self.samples if s.status != 200)
+
+    @property
+    def rps(self) -> float:
+        return len(self.samples) / self.wall_s
+
+
+def retrieve_bodies(count: int, seed: int) -> list[dict[str, Any]]:
+    """Request bodies with 2-4 query words drawn (Zipf-weighted) from the load's vocabulary."""
+    maker = TextMaker(random.Random(SEED))  # same vocabulary as the load
+    maker.rng = random.Random(seed)
+    return [
+        {"task": TASK, "query": " ".join(maker.words_(maker.rng.randint(2, 4))), "sources": {"exact": False}}
+        for _ in range(count)
+    ]
+
+
+async def timed(client: httpx.AsyncClient, method: str, path: str, body: dict[str, Any] | None) -> Sample:
+    started = time.perf_counter()
+    try:
+        response = await client.request(method, path, json=body)
+    except httpx.HTTPError as exc:  # counted as a failure (status 0), never silently skipped
+        print(f"  transport error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return Sample((time.perf_counter() - started) * 1000, 0, None)
+    ms = (time.perf_counter() - started) * 1000
+    parsed = response.json() if response.headers.get("content-type", "").startswith("application/json") else None
+    return Sample(ms, response.status_code, parsed)
+
+
+async def run_phase(
+    client: httpx.AsyncClient, name: str, method: str, path: str, bodies: list[dict[str, Any] | None], concurrency: int
+) -> Phase:
+    """Send every body once, from `concurrency` workers each holding one keep-alive connection."""
+    samples: list[Sample] = []
+    jobs = iter(bodies)
+
+    async def worker() -> None:
+        for body in jobs:
+            samples.append(await timed(client, method, path, body))
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return Phase(name, samples, time.perf_counter() - started)
+
+
+async def measure(url: str, key: str, requests: int, concurrency: int) -> dict[str, Phase]:
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    headers = {"Authorization": f"Bearer {key}"}
+    async with httpx.AsyncClient(base_url=url, headers=headers, limits=limits, timeout=30) as client:
+        await run_phase(client, "warmup", "GET", "/healthz", [None] * WARMUP_REQUESTS, 1)
+        await run_phase(client, "warmup", "POST", "/v1/retrieve", retrieve_bodies(WARMUP_REQUESTS, QUERY_SEED + 99), 1)
+        phases = [
+            await run_phase(client, "healthz_seq", "GET", "/healthz", [None] * requests, 1),
+            await run_phase(client, "retrieve_seq", "POST", "/v1/retrieve", retrieve_bodies(requests, QUERY_SEED), 1),
+            await run_phase(client, "healthz_conc", "GET", "/healthz", [None] * requests, concurrency),
+            await run_phase(
+                client, "retrieve_conc", "POST", "/v1/retrieve", retrieve_bodies(requests, QUERY_SEED + 1), concurrency
+            ),
+        ]
+    return {phase.name: phase for phase in phases}
+
+
+# ---------------------------------------------------------------- reporting
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (q in 0..100)."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def policy_figures(phase: Phase) -> dict[str, float]:
+    """Policy time (decide + verify) against server pipeline time and client-observed time."""
+    ok = phase.ok
+    timings = [s.body["timings"] for s in ok]
+    policy = sum(t["decide_ms"] + t["verify_ms"] for t in timings)
+    server = sum(t["total_ms"] for t in timings)
+    client = sum(s.ms for s in ok)
+    return {
+        "policy_ms": policy / len(ok) if ok else float("nan"),
+        "decide_ms": sum(t["decide_ms"] for t in timings) / len(ok) if ok else float("nan"),
+        "verify_ms": sum(t["verify_ms"] for t in timings) / len(ok) if ok else float("nan"),
+        "server_ms": server / len(ok) if ok else float("nan"),
+        "share_server": policy / server if server else float("nan"),
+        "share_client": policy / client if client else float("nan"),
+        "pipeline_share_client": server / client if client else float("nan"),
+        "lexical_ms": sum(s.body["sources"]["lexical"]["ms"] for s in ok) / len(ok) if ok else float("nan"),
+    }
+
+
+def count_buckets(counts: list[int]) -> str:
+    buckets = (("0", 0, 0), ("1-9", 1, 9), ("10-24", 10, 24), ("25-49", 25, 49), ("50+", 50, 10**9))
+    total = len(counts) or 1
+    return "  ".join(f"{label}:{sum(1 for c in counts if lo <= c <= hi) * 100 / total:.0f}%" for label, lo, hi in buckets)
+
+
+def result_figures(phase: Phase) -> list[str]:
+    ok = phase.ok
+    items = [len(s.body["items"]) for s in ok]
+    lexical = [s.body["sources"]["lexical"] for s in ok]
+    counts = [int(entry.get("count", 0)) for entry in lexical]
+    statuses = Counter(entry["status"] for entry in lexical)
+    partial = sum(1 for s in ok if s.body.get("partial"))
+    lines = [
+        f"  items returned: mean {sum(items) / max(len(items), 1):.1f}; lexical count: mean {sum(counts) / max(len(counts), 1):.1f}, "
+        f"p50 {percentile(counts, 50):.0f}, p90 {percentile(counts, 90):.0f}, max {max(counts, default=0)}",
+        f"  lexical count distribution: {count_buckets(counts)}",
+        f"  lexical status: {dict(statuses)}" + (f"; partial responses: {partial}" if partial else ""),
+    ]
+    if statuses.get("timeout") or statuses.get("error"):
+        lines.append(f"  !!! lexical source timed out or failed in {statuses.get('timeout', 0) + statuses.get('error', 0)} responses (200s with partial results)")
+    return lines
+
+
+def mark(ok: bool) -> str:
+    return "MET" if ok else "MISSED"
+
+
+def latency_line(label: str, phase: Phase, base_p50: float) -> str:
+    p50, p95, p99 = (percentile(phase.latencies, q) for q in (50, 95, 99))
+    return (f"  {label:<26} p50 {p50:7.2f} ms  p95 {p95:7.2f} ms  p99 {p99:7.2f} ms  {phase.rps:7.1f} req/s"
+            f"   p50 = {p50 / base_p50:5.1f}x healthz p50")
+
+
+def report(phases: dict[str, Phase], args: argparse.Namespace, load_stats: dict[str, float] | None) -> bool:
+    """Print the report; returns False when any request failed."""
+    h_seq, r_seq, h_conc, r_conc = (phases[n] for n in ("healthz_seq", "retrieve_seq", "healthz_conc", "retrieve_conc"))
+    base = percentile(h_seq.latencies, 50)
+    seq, conc = policy_figures(r_seq), policy_figures(r_conc)
+    print(f"\n=== retrieve benchmark: {args.items} items, {args.requests} requests/phase, concurrency {args.concurrency}, "
+          f"{os.cpu_count()} CPUs ===")
+    if load_stats:
+        print(f"load: {load_stats['rate']:,.0f} items/s  (generate {load_stats['generate_s']:.1f} s, ingest {load_stats['ingest_s']:.1f} s)")
+    print("latency (client-observed, httpx keep-alive):")
+    print(latency_line("healthz, 1 client", h_seq, base))
+    print(latency_line("retrieve, 1 client", r_seq, base))
+    print(latency_line(f"healthz, {args.concurrency} clients", h_conc, base))
+    print(latency_line(f"retrieve, {args.concurrency} clients", r_conc, base))
+    print(f"  throughput under load: retrieve {r_conc.rps:.1f} req/s = {r_conc.rps / h_conc.rps:.3f}x healthz {h_conc.rps:.0f} req/s")
+    for label, figures in (("1 client", seq), (f"{args.concurrency} clients", conc)):
+        print(f"policy, {label}: decide {figures['decide_ms']:.2f} + verify {figures['verify_ms']:.2f} = {figures['policy_ms']:.2f} ms/request; "
+              f"server pipeline {figures['server_ms']:.2f} ms (lexical {figures['lexical_ms']:.2f} ms)")
+        print(f"  policy share: {figures['share_server'] * 100:.1f}% of server pipeline time, "
+              f"{figures['share_client'] * 100:.1f}% of client-observed time "
+              f"(pipeline = {figures['pipeline_share_client'] * 100:.0f}% of client-observed)")
+    print("results (1 client):")
+    print("\n".join(result_figures(r_seq)))
+    print("targets:")
+    print(f"  policy share < {POLICY_SHARE_TARGET:.0%} of request time: 1 client {seq['share_server']:.1%} server / {seq['share_client']:.1%} client "
+          f"-> {mark(max(seq['share_server'], conc['share_server']) < POLICY_SHARE_TARGET)} "
+          f"({args.concurrency} clients {conc['share_server']:.1%} / {conc['share_client']:.1%})")
+    for label, phase in (("sequential (1 client)", r_seq), (f"under load ({args.concurrency} clients)", r_conc)):
+        p95 = percentile(phase.latencies, 95)
+        print(f"  retrieve p95 < {P95_TARGET_MS:.0f} ms, {label}: {p95:.2f} ms -> {mark(p95 < P95_TARGET_MS)}")
+    return report_errors(phases)
+
+
+def report_errors(phases: dict[str, Phase]) -> bool:
+    failed = {name: phase.errors for name, phase in phases.items() if phase.errors}
+    if not failed:
+        print(f"errors: none (all {sum(len(p.samples) for p in phases.values())} responses were 200)")
+        return True
+    print("\n" + "!" * 78)
+    for name, errors in failed.items():
+        first = next(s for s in phases[name].samples if s.status != 200)
+        detail = (first.body or {}).get("error", {}) if first.body else {}
+        print(f"!!! {name}: {sum(errors.values())} NON-200 RESPONSES {dict(errors)}; first: {detail}")
+    print("!!! THE FIGURES ABOVE INCLUDE FAILED REQUESTS AND ARE NOT VALID")
+    print("!" * 78)
+    return False
+
+
+# ---------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--items", type=int, default=100_000, help="items to load (default 100000)")
+    parser.add_argument("--data", type=Path, help="data directory (default: a fresh temp dir, removed at the end)")
+    parser.add_argument("--requests", type=int, default=2000, help="requests per phase (default 2000)")
+    parser.add_argument("--concurrency", type=int, default=8, help="concurrent clients for the load phases (default 8)")
+    parser.add_argument("--reuse", action="store_true", help="skip loading when --data already holds exactly --items items")
+    args = parser.parse_args(argv)
+    if args.items < 1 or args.requests < 1 or args.concurrency < 1:
+        parser.error("--items, --requests and --concurrency must be positive")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the finally blocks stop the server
+    temporary = args.data is None
+    data_dir = Path(tempfile.mkdtemp(prefix="gateway-bench-")) if temporary else args.data
+    data_dir.mkdir(parents=True, exist_ok=True)
+    server = None
+    try:
+        key, load_stats = prepare_store(data_dir, args.items, args.reuse)
+        server = Server(data_dir, free_port())
+        server.start()
+        server.wait_ready()
+        print(f"Server ready at {server.url} (log: {server.log_path}); measuring...", flush=True)
+        phases = asyncio.run(measure(server.url, key, args.requests, args.concurrency))
+        return 0 if report(phases, args, load_stats) else 1
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+    finally:
+        if server is not None:
+            server.stop()
+        if temporary:
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
