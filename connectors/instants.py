@@ -26,7 +26,10 @@ def parse_rfc3339(text: str) -> datetime:
     parsed = datetime.fromisoformat(text.replace("z", "Z").replace("Z", "+00:00"))
     if parsed.tzinfo is None:
         raise ValueError("the instant must carry a time zone offset, e.g. Z")
-    return to_utc(parsed)
+    try:
+        return to_utc(parsed)
+    except OverflowError as exc:  # e.g. 9999-12-31T23:59:59-01:00 has no UTC instant
+        raise ValueError("the instant is out of range") from exc
 
 
 def utc_now() -> datetime:

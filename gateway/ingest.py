@@ -130,15 +130,19 @@ class IngestReport:
 
 def parse_items_body(raw: bytes, content_type: str | None) -> list[Any]:
     """A JSON array, or NDJSON (one item per line). A line that is not JSON stays in place as a rejection."""
-    text = raw.decode("utf-8", errors="strict") if raw else ""
+    try:
+        text = raw.decode("utf-8", errors="strict") if raw else ""
+    except UnicodeDecodeError as exc:
+        raise BadRequest("body: not valid UTF-8") from exc
     stripped = text.lstrip()
     if not stripped:
         raise BadRequest("body: expected a JSON array of items or NDJSON")
     if stripped.startswith("[") and "ndjson" not in (content_type or ""):
         try:
             body = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise BadRequest(f"body: malformed JSON at line {exc.lineno} column {exc.colno}") from exc
+        except (ValueError, RecursionError) as exc:  # also over-long integers and too-deep nesting
+            where = f" at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
+            raise BadRequest(f"body: malformed JSON{where}") from exc
         if not isinstance(body, list):
             raise BadRequest("body: expected a JSON array of items")
         return body
@@ -148,7 +152,7 @@ def parse_items_body(raw: bytes, content_type: str | None) -> list[Any]:
             continue
         try:
             entries.append(json.loads(line))
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             entries.append(_Unparsable(number))
     return entries
 

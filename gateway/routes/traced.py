@@ -61,7 +61,7 @@ class Call:
             raise BadRequest("body: empty; expected a JSON object")
         try:
             return json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except (ValueError, RecursionError) as exc:  # also bad UTF-8, over-long integers, too-deep nesting
             where = f" at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
             raise BadRequest(f"body: malformed JSON{where}") from exc
 
