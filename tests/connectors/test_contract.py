@@ -1,0 +1,162 @@
+"""The connector contract, run by every backend (SQLite and PostgreSQL) of each connector kind:
+constraints are applied inside the query, so forbidden rows are never returned, never take a
+result slot, and caller filters narrow the constraints without replacing them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine
+from sqlalchemy.engine import Engine
+
+from connectors.base import Constraints, ExactConnector, Identifier, LexicalConnector, RecallQuery, SourceResult
+from connectors.fts import FullTextConnector
+from connectors.sql import SqlExactConnector
+from gateway.db import open_store
+from gateway.errors import ConnectorError
+from gateway.ingest import ingest
+from gateway.recall import run_source
+
+CONSTRAINTS = Constraints(
+    tenant="acme",
+    principals=("user:alice", "*", "group:sales", "role:agent"),
+    sensitivities=("public", "internal", "confidential"),
+    valid_at=datetime(2026, 11, 30, tzinfo=timezone.utc),
+    scopes=("sales",),
+    kinds=("property", "memory", "document"),
+    statuses=("active", "superseded", "disputed"),
+    subjects=("ent_jane",),
+)
+
+
+def note(item_id: str, text: str, **envelope: Any) -> dict[str, Any]:
+    return {"id": item_id, "kind": "memory", "text": text, "acl": ["*"], "entity": "ent_jane", **envelope}
+
+
+FORBIDDEN_VARIANTS = {
+    "acl": {"acl": ["group:finance"]},
+    "sensitivity": {"sensitivity": "restricted"},
+    "expired": {"valid_to": "2026-01-01T00:00:00Z"},
+    "future": {"valid_from": "2027-01-01T00:00:00Z"},
+    "scope": {"scope": ["support"]},
+    "status": {"status": "retracted"},
+    "attachment": {"attached_to": "ent_other"},
+    "kind": {"kind": "edge", "from": "ent_jane", "to": "ent_other", "relation": "knows"},
+}
+
+
+@pytest.fixture
+def store(database_url: str) -> Iterator[Engine]:
+    engine = open_store(database_url)
+    strong = "pricing pricing pricing pricing discount"
+    rows = [note(f"forbidden_{name}_{i}", strong, **variant) for name, variant in FORBIDDEN_VARIANTS.items() for i in range(4)]
+    rows += [note(f"permitted_{i}", f"pricing note {i}", tags=["pricing"] if i % 2 else []) for i in range(12)]
+    rows += [note("permitted_other_entity", "pricing for someone else", entity="ent_other")]
+    rows += [{"id": "ent_jane", "kind": "entity", "entity_type": "contact", "email": "jane@globex.example", "acl": ["*"]},
+             {"id": "ent_hidden", "kind": "entity", "entity_type": "contact", "email": "hidden@globex.example", "acl": ["group:x"]}]
+    report = ingest(engine, "acme", rows)
+    assert report.rejected == []
+    other = ingest(engine, "globex", [note(f"globex_{i}", strong) for i in range(5)])
+    assert other.rejected == []
+    yield engine
+    engine.dispose()
+
+
+def search(connector: ExactConnector | LexicalConnector, constraints: Constraints, query: RecallQuery) -> SourceResult:
+    return asyncio.run(connector.search(constraints, query))
+
+
+class ConnectorContract:
+    """Every connector kind's backends run these."""
+
+    def connector(self, store: Engine) -> Any:
+        raise NotImplementedError
+
+    def query(self, **overrides: Any) -> RecallQuery:
+        raise NotImplementedError
+
+    def test_returns_only_what_the_constraints_admit(self, store: Engine) -> None:
+        result = search(self.connector(store), CONSTRAINTS, self.query(limit=100))
+        ids = [c.record.id for c in result.candidates]
+        assert result.status == "ok" and ids
+        assert all(i.startswith("permitted_") for i in ids), ids
+
+    def test_forbidden_rows_never_take_a_result_slot(self, store: Engine) -> None:
+        result = search(self.connector(store), CONSTRAINTS, self.query(limit=10))
+        assert len(result.candidates) == 10
+        assert all(c.record.id.startswith("permitted_") for c in result.candidates)
+
+    def test_caller_tags_narrow_and_never_replace_the_constraints(self, store: Engine) -> None:
+        result = search(self.connector(store), CONSTRAINTS, self.query(tags=("pricing",), limit=100))
+        ids = {c.record.id for c in result.candidates}
+        assert ids == {f"permitted_{i}" for i in range(12) if i % 2}
+
+    def test_another_tenant_sees_nothing_of_this_one(self, store: Engine) -> None:
+        globex = replace(CONSTRAINTS, tenant="globex", subjects=())
+        result = search(self.connector(store), globex, self.query(limit=100))
+        assert all(c.record.tenant == "globex" for c in result.candidates)
+        assert all(c.record.id.startswith("globex_") for c in result.candidates)
+
+    def test_no_principals_means_nothing(self, store: Engine) -> None:
+        result = search(self.connector(store), replace(CONSTRAINTS, principals=()), self.query(limit=100))
+        assert result.candidates == ()
+        assert result.status in ("empty", "skipped")
+
+    def test_an_unreachable_store_is_an_error_status_not_a_crash(self) -> None:
+        dead = create_engine("postgresql+psycopg://postgres@127.0.0.1:1/none", connect_args={"connect_timeout": 1})
+        connector = self.connector(dead)
+        result = asyncio.run(run_source(connector.name, lambda: connector.search(CONSTRAINTS, self.query()), 5000))
+        assert result.status == "error" and result.candidates == ()
+        with pytest.raises(ConnectorError):
+            search(connector, CONSTRAINTS, self.query())
+
+
+class TestLexicalContract(ConnectorContract):
+    def connector(self, store: Engine) -> FullTextConnector:
+        return FullTextConnector(store)
+
+    def query(self, **overrides: Any) -> RecallQuery:
+        return RecallQuery(text="pricing discount", **overrides)
+
+    def test_query_without_words_runs_no_search(self, store: Engine) -> None:
+        result = search(self.connector(store), CONSTRAINTS, RecallQuery(text="?? 42 --"))
+        assert result.status == "skipped" and result.candidates == ()
+
+    def test_query_syntax_is_never_passed_to_the_engine(self, store: Engine) -> None:
+        hostile = 'pricing" OR * NEAR( ) AND -- \'; DROP TABLE item; :*'
+        result = search(self.connector(store), CONSTRAINTS, RecallQuery(text=hostile, limit=100))
+        assert result.status == "ok"
+        assert all(c.record.id.startswith("permitted_") for c in result.candidates)
+
+    def test_ranks_better_matches_first(self, store: Engine) -> None:
+        result = search(self.connector(store), CONSTRAINTS, RecallQuery(text="note 7", limit=5))
+        assert result.candidates[0].record.id == "permitted_7"
+
+
+class TestExactContract(ConnectorContract):
+    def connector(self, store: Engine) -> SqlExactConnector:
+        return SqlExactConnector(store)
+
+    def query(self, **overrides: Any) -> RecallQuery:
+        return RecallQuery(**overrides)
+
+    def test_only_the_subjects_records(self, store: Engine) -> None:
+        result = search(self.connector(store), CONSTRAINTS, RecallQuery(limit=100))
+        ids = {c.record.id for c in result.candidates}
+        assert "permitted_other_entity" not in ids and "permitted_3" in ids
+
+    def test_fetch_by_id_stays_inside_the_constraints(self, store: Engine) -> None:
+        ids = ("permitted_1", "forbidden_acl_0", "forbidden_scope_1", "globex_1", "unknown")
+        result = search(self.connector(store), CONSTRAINTS, RecallQuery(ids=ids))
+        assert [c.record.id for c in result.candidates] == ["permitted_1"]
+
+    def test_lookup_resolves_only_permitted_entities(self, store: Engine) -> None:
+        connector = self.connector(store)
+        identifiers = (Identifier("email", "jane@globex.example"), Identifier("email", "hidden@globex.example"))
+        found = asyncio.run(connector.lookup(CONSTRAINTS, identifiers))
+        assert [r.id for r in found] == ["ent_jane"]
