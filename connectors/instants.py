@@ -23,7 +23,10 @@ def parse_rfc3339(text: str) -> datetime:
     """Parse an RFC3339 instant that names its offset; raises ValueError otherwise."""
     if not isinstance(text, str) or "T" not in text.upper():
         raise ValueError("expected an RFC3339 instant such as 2026-11-30T00:00:00Z")
-    parsed = datetime.fromisoformat(text.replace("z", "Z").replace("Z", "+00:00"))
+    try:
+        parsed = datetime.fromisoformat(text.replace("z", "Z").replace("Z", "+00:00"))
+    except ValueError as exc:  # its message quotes the input, which error messages must never echo
+        raise ValueError("expected an RFC3339 instant such as 2026-11-30T00:00:00Z") from exc
     if parsed.tzinfo is None:
         raise ValueError("the instant must carry a time zone offset, e.g. Z")
     try:

@@ -27,7 +27,6 @@ class Settings:
     max_body_bytes: int = 1024 * 1024
     connector_deadline_ms: int = 250
     default_budget_bytes: int = 16_000
-    max_budget_bytes: int = 200_000
     host: str = "127.0.0.1"
     port: int = 8080
 
