@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from gateway.context import GatewayContext, build_context
-from gateway.errors import GatewayError, error_body
+from gateway.errors import GatewayError, error_body, where
 from gateway.routes.ingest import items_route
 from gateway.routes.operations import healthz, policy_route, readyz
 from gateway.routes.retrieve import retrieve_route
@@ -34,7 +34,7 @@ async def gateway_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def unexpected_error(request: Request, exc: Exception) -> JSONResponse:
-    log.error("unhandled %s", type(exc).__name__)
+    log.error("unhandled %s", where(exc))
     return JSONResponse({"error": {"code": "internal_error", "message": "internal error", "trace_id": None}}, 500)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -79,8 +80,6 @@ def _texts(value: Any) -> tuple[str, ...]:
 
 
 async def decide(engine: PolicyEngine, actor: Actor, request: RetrieveRequest, now: datetime) -> Decision:
-    import time
-
     started = time.perf_counter()
     result = check_request_result(await engine.evaluate("request", request_input(actor, request, now)))
     reasons = tuple(str(r) for r in result.get("reasons") or ())

@@ -100,3 +100,12 @@ def error_body(error: GatewayError, trace_id: str | None) -> dict[str, object]:
     if error.reasons:
         body["reasons"] = error.reasons
     return {"error": body}
+
+
+def where(error: BaseException) -> str:
+    """An exception's type and innermost file:line, for logs: never its message, which may quote values."""
+    frame = error.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        frame = frame.tb_next
+    place = f" at {frame.tb_frame.f_code.co_filename}:{frame.tb_lineno}" if frame is not None else ""
+    return f"{type(error).__name__}{place}"

@@ -9,7 +9,7 @@ from typing import Awaitable, Callable
 import anyio
 
 from connectors.base import SourceResult
-from gateway.errors import ConnectorError
+from gateway.errors import ConnectorError, where
 
 log = logging.getLogger("gateway.recall")
 
@@ -31,7 +31,8 @@ async def run_source(name: str, search: Search, deadline_ms: int) -> SourceResul
         log.warning("source %s failed: %s", name, exc.message)
         return SourceResult(name, "error", ms=elapsed(), detail=exc.message)
     except Exception as exc:  # a connector bug degrades its source, never the whole answer
-        log.exception("source %s crashed", name)
+        # The type and place only: a driver's message can quote query parameters.
+        log.error("source %s crashed: %s", name, where(exc))
         return SourceResult(name, "error", ms=elapsed(), detail=f"unexpected {type(exc).__name__}")
 
 

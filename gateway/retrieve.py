@@ -134,8 +134,9 @@ async def retrieve(
         "verify_ms": round(entity_verdict.ms + verdict.ms, 3),
         "total_ms": round(total_ms, 3),
     }
-    trace.record(sources=_source_report(results, verdict.allowed_ids), timings=timings)
-    return _response(trace.trace_id, request, decision.revision, resolved, packed, results, verdict.allowed_ids, timings)
+    sources_report = _source_report(results, verdict.allowed_ids)
+    trace.record(sources=sources_report, timings=timings)
+    return _response(trace.trace_id, request, decision.revision, resolved, packed, sources_report, timings)
 
 
 def _searches(
@@ -180,8 +181,7 @@ def _response(
     revision: str,
     resolved: tuple[ResolvedEntity, ...],
     packed: Packed,
-    results: dict[str, SourceResult],
-    allowed_ids: frozenset[str],
+    sources: dict[str, dict[str, Any]],
     timings: dict[str, float],
 ) -> dict[str, Any]:
     counters: dict[str, int] = {}
@@ -210,7 +210,6 @@ def _response(
                 "found_by": list(entry.found_by),
             }
         )
-    sources = _source_report(results, allowed_ids)
     return {
         "trace_id": trace_id,
         "mode": request.effective_mode,

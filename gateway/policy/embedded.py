@@ -20,13 +20,22 @@ from gateway.policy.bundle import PolicyBundle
 
 
 def build_engine(bundle: PolicyBundle, *, with_tests: bool = False) -> regorus.Engine:
-    """Compile the bundle; a syntax error raises ConfigurationError naming file:line."""
+    """Compile the bundle; a syntax error raises ConfigurationError naming file:line.
+
+    The error is raised after the half-built engine is dropped, so no traceback keeps it alive
+    to be freed later on another thread.
+    """
     engine = regorus.Engine()
+    failure = None
     for path, source in bundle.modules + (bundle.tests if with_tests else ()):
         try:
             engine.add_policy(str(bundle.root / path), source)
         except Exception as exc:  # regorus raises plain exceptions carrying file:line
-            raise ConfigurationError(f"policy error: {exc}") from exc
+            failure = f"policy error: {exc}"
+            break
+    if failure is not None:
+        del engine
+        raise ConfigurationError(failure)
     engine.add_data_json(json.dumps(bundle.data))
     return engine
 
@@ -74,20 +83,25 @@ class EmbeddedEngine:
 
     def evaluate_sync(self, entrypoint: str, policy_input: dict[str, Any]) -> dict[str, Any]:
         """Runs on the engine thread only."""
-        engine = self._owner.engine
-        if engine is None:
-            raise PolicyUnavailable("the embedded policy engine is closed")
         query = "data." + ENTRYPOINTS[entrypoint].replace("/", ".")
-        try:
-            engine.set_input_json(json.dumps(policy_input))
-            value = first_value(engine.eval_query_as_json(query))
-        except PolicyUnavailable:
-            raise
-        except Exception as exc:  # any engine failure is "no decision", never allow or deny
-            raise PolicyUnavailable(f"embedded policy evaluation failed: {type(exc).__name__}") from exc
+        failure, raw = self._run(query, json.dumps(policy_input))
+        if failure is not None:  # any engine failure is "no decision", never allow or deny
+            raise PolicyUnavailable(f"embedded policy evaluation failed: {failure}")
+        value = first_value(raw)
         if not isinstance(value, dict):
             raise PolicyUnavailable(f"{query} is not an object")
         return value
+
+    def _run(self, query: str, policy_input: str) -> tuple[str | None, str]:
+        # Returns instead of raising, so no traceback holds the engine past this frame.
+        engine = self._owner.engine
+        if engine is None:
+            return "the engine is closed", ""
+        try:
+            engine.set_input_json(policy_input)
+            return None, engine.eval_query_as_json(query)
+        except Exception as exc:
+            return type(exc).__name__, ""
 
     async def evaluate(self, entrypoint: str, policy_input: dict[str, Any]) -> dict[str, Any]:
         try:

@@ -13,7 +13,7 @@ from audit.trace import TraceBuilder, new_trace_id
 from connectors.instants import utc_now
 from gateway.auth import Actor
 from gateway.context import GatewayContext
-from gateway.errors import AuditWriteError, BadRequest, Forbidden, GatewayError, PayloadTooLarge, error_body
+from gateway.errors import AuditWriteError, BadRequest, Forbidden, GatewayError, PayloadTooLarge, error_body, where
 
 log = logging.getLogger("gateway.http")
 
@@ -80,7 +80,7 @@ async def traced(request: Request, endpoint: str, handler: Handler) -> JSONRespo
             trace.decision = "error" if trace.decision in ("none", "allow") else trace.decision
             log.warning("%s %s: %s", endpoint, exc.code, exc.message)
     except Exception as exc:  # never a stack trace on the wire; the log has the type only
-        log.exception("%s failed unexpectedly", endpoint)
+        log.error("%s failed unexpectedly: %s", endpoint, where(exc))
         status = 500
         body = error_body(GatewayError(f"internal error ({type(exc).__name__})"), trace.trace_id)
         trace.error_code, trace.decision = "internal_error", "error"
