@@ -1,0 +1,114 @@
+"""Health, readiness and the loaded policy, on SQLite and PostgreSQL; readiness really fails when the store
+really goes away."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+
+from sqlalchemy import create_engine
+
+from audit.store import AuditStore
+from connectors.fts import FullTextConnector
+from connectors.sql import SqlExactConnector
+from gateway.auth import Authenticator
+from gateway.retrieve import Connectors
+from tests.conftest import Gateway
+from tests.gateway.fixtures import SALES_TASK
+
+CLOSED_PORT_URL = "postgresql+psycopg://postgres@127.0.0.1:1/x"
+
+
+@contextmanager
+def store_gone(gateway: Gateway) -> Iterator[None]:
+    """Make the store unreachable for real: the SQLite file becomes a directory, or PostgreSQL is a closed port."""
+    engine = gateway.store
+    if engine.dialect.name == "sqlite":
+        database = Path(str(engine.url.database))
+        engine.dispose()  # no pooled connection keeps the old file open
+        for path in database.parent.glob(database.name + "*"):
+            path.unlink()
+        database.mkdir()
+        yield
+        shutil.rmtree(database)
+        return
+    app = gateway.client.app
+    original = app.state.context  # type: ignore[attr-defined]
+    dead = create_engine(CLOSED_PORT_URL, connect_args={"connect_timeout": 2})
+    # Everything that holds the engine gets the dead one, as build_context would wire it.
+    app.state.context = dataclasses.replace(  # type: ignore[attr-defined]
+        original,
+        store=dead,
+        authenticator=Authenticator(dead, original.settings),
+        connectors=Connectors(exact=SqlExactConnector(dead), lexical=FullTextConnector(dead)),
+        audit=AuditStore(dead),
+    )
+    try:
+        yield
+    finally:
+        app.state.context = original  # type: ignore[attr-defined]
+        dead.dispose()
+
+
+def test_healthz(gateway: Gateway) -> None:
+    response = gateway.client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+def test_readyz_when_ready(gateway: Gateway) -> None:
+    response = gateway.client.get("/readyz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ready", "checks": {"policy": "ok", "store": "ok"}}
+
+
+def test_readyz_is_503_naming_the_store_when_it_is_unreachable(gateway: Gateway) -> None:
+    assert gateway.client.get("/readyz").status_code == 200
+    with store_gone(gateway):
+        response = gateway.client.get("/readyz")
+        assert response.status_code == 503
+        body = response.json()
+        assert body["status"] == "not ready"
+        assert body["checks"] == {"policy": "ok", "store": "unreachable"}
+        assert gateway.client.get("/healthz").status_code == 200  # alive, just not ready
+
+
+def test_no_answer_without_a_store(gateway: Gateway) -> None:
+    """No credential check and no audit record are possible, so the call is a 503, never an answer or a 500."""
+    key = gateway.key("alice", groups=("sales",))
+    assert gateway.retrieve(key, {"task": SALES_TASK, "query": "pricing"}).status_code == 200
+    with store_gone(gateway):
+        response = gateway.retrieve(key, {"task": SALES_TASK, "query": "pricing"})
+        assert response.status_code == 503, response.text
+        error = response.json()["error"]
+        assert error["code"] == "audit_unavailable"  # no record, no answer
+        assert error["trace_id"] == response.headers["x-trace-id"]
+        assert "items" not in response.json()
+        assert "Traceback" not in response.text
+
+
+def test_policy_endpoint_reports_the_loaded_policy(gateway: Gateway) -> None:
+    key = gateway.key("alice", groups=("sales",))
+    response = gateway.client.get("/v1/policy", headers=gateway.auth(key))
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["engine"] == "embedded"
+    assert body["revision"].startswith("sha256:") and len(body["revision"]) > len("sha256:")
+    assert datetime.fromisoformat(body["loaded_at"]).tzinfo is not None
+
+    decided = gateway.retrieve(key, {"task": SALES_TASK, "query": "pricing"})
+    assert decided.json()["decision"]["policy_revision"] == body["revision"]
+    row = gateway.trace(response.headers["x-trace-id"])
+    assert (row["endpoint"], row["status_code"], row["actor"]) == ("policy", 200, "user:alice")
+    assert (row["policy_engine"], row["policy_revision"]) == ("embedded", body["revision"])
+
+
+def test_policy_endpoint_is_open_to_any_authenticated_role(gateway: Gateway) -> None:
+    writer = gateway.key("writer", roles=("ingest",))
+    response = gateway.client.get("/v1/policy", headers=gateway.auth(writer))
+    assert response.status_code == 200
+    assert response.json()["engine"] == "embedded"
