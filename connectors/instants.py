@@ -5,6 +5,10 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 
+EARLIEST = datetime(1700, 1, 1, tzinfo=timezone.utc)
+LATEST = datetime(2200, 12, 31, 23, 59, 59, tzinfo=timezone.utc)
+
+
 def to_utc(value: datetime) -> datetime:
     if value.tzinfo is None:  # a store that drops the offset still stored UTC
         return value.replace(tzinfo=timezone.utc)
@@ -30,9 +34,14 @@ def parse_rfc3339(text: str) -> datetime:
     if parsed.tzinfo is None:
         raise ValueError("the instant must carry a time zone offset, e.g. Z")
     try:
-        return to_utc(parsed)
+        instant = to_utc(parsed)
     except OverflowError as exc:  # e.g. 9999-12-31T23:59:59-01:00 has no UTC instant
         raise ValueError("the instant is out of range") from exc
+    if not EARLIEST <= instant <= LATEST:
+        # Rego's time built-ins count nanoseconds in 64 bits (1677 to 2262): leave open-ended
+        # intervals open (null) instead of writing a far-off sentinel such as 9999-12-31.
+        raise ValueError("the instant must lie between 1700 and 2200; leave an open end null")
+    return instant
 
 
 def utc_now() -> datetime:

@@ -19,7 +19,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from connectors.instants import parse_rfc3339, utc_now
 from gateway.entities import normalise_email, normalise_phone, normalise_website
 from gateway.errors import BadRequest
-from gateway.request import describe_validation_error
+from gateway.request import describe_validation_error, has_nul
 from gateway.tables import AUTHORITIES, KINDS, SENSITIVITIES, STATUSES, Item, ItemPrincipal, ItemScope, ItemTag
 
 ID = r"^[A-Za-z0-9_.:@-]{1,200}$"
@@ -146,6 +146,13 @@ def parse_items_body(raw: bytes, content_type: str | None) -> list[Any]:
         if not isinstance(body, list):
             raise BadRequest("body: expected a JSON array of items")
         return body
+    if stripped.startswith("{") and "ndjson" not in (content_type or ""):
+        try:  # one item written as a single (possibly pretty-printed) JSON object
+            single = json.loads(text)
+        except (ValueError, RecursionError):
+            single = None
+        if isinstance(single, dict):
+            return [single]
     entries: list[Any] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -247,6 +254,9 @@ def ingest(engine: Engine, tenant: str, entries: Iterable[Any], *, chunk: int = 
             report.rejected.append({"index": index, "id": None, "errors": ["item: expected a JSON object"]})
             continue
         item_id = entry.get("id") if isinstance(entry.get("id"), str) else None
+        if has_nul(entry):
+            report.rejected.append({"index": index, "id": item_id, "errors": ["item: strings must not contain the NUL character"]})
+            continue
         if "tenant" in entry:
             report.rejected.append(
                 {"index": index, "id": item_id, "errors": ["tenant: set by the writer's credential; omit it"]}

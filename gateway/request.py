@@ -115,9 +115,22 @@ def describe_validation_error(exc: ValidationError, root: str = "body") -> str:
     return "; ".join(parts)
 
 
+def has_nul(value: Any) -> bool:
+    """True when a NUL character hides anywhere in a JSON value (PostgreSQL cannot store or compare it)."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(has_nul(k) or has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(has_nul(v) for v in value)
+    return False
+
+
 def parse_retrieve(body: Any) -> RetrieveRequest:
     if not isinstance(body, dict):
         raise BadRequest("body: expected a JSON object")
+    if has_nul(body):
+        raise BadRequest("body: strings must not contain the NUL character")
     for name in IDENTITY_FIELDS:
         if name in body:
             raise BadRequest(f"{name}: the tenant and actor come from the credential and cannot be set in the body")

@@ -73,6 +73,8 @@ def load_settings(overrides: Mapping[str, Any] | None = None, environ: Mapping[s
         if value is not None:
             values[key] = value
     settings = replace(Settings(), **values)
+    if settings.jwt_secret is not None and len(settings.jwt_secret.encode()) < 32:
+        raise ConfigurationError("GATEWAY_JWT_SECRET: use at least 32 bytes for HS256")
     if settings.jwt_public_key and not settings.jwt_public_key.lstrip().startswith("-----BEGIN"):
         key_path = Path(settings.jwt_public_key)
         if not key_path.is_file():

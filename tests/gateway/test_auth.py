@@ -385,3 +385,11 @@ def test_jwt_is_refused_when_jwt_is_not_configured(gateway: Gateway) -> None:
     message = assert_unauthenticated(gateway, response)
     assert "JWT" in message and "not enabled" in message
     assert "mem_sales_only" not in response.text
+
+
+def test_a_short_hs256_secret_is_refused_at_start() -> None:
+    from gateway.errors import ConfigurationError
+    from gateway.settings import load_settings
+
+    with pytest.raises(ConfigurationError, match="32 bytes"):
+        load_settings({"jwt_secret": "short"}, environ={})

@@ -242,3 +242,44 @@ def test_wrong_method_is_405_json(sqlite_gateway: Gateway, method: str, path: st
     error = response.json()["error"]
     assert error["code"] == "method_not_allowed" and error["message"]
     assert "Traceback" not in response.text
+
+
+def test_far_off_instants_are_refused_where_they_enter(gateway: Gateway) -> None:
+    """Rego's time built-ins end in 2262: a 9999 sentinel is refused at ingest and in as_of, so it
+    can never reach the policy and turn every later answer into a 503."""
+    writer = gateway.key("w", roles=("ingest",))
+    response = gateway.client.put(
+        "/v1/items",
+        json=[
+            {"id": "forever", "kind": "memory", "text": "forever note", "acl": ["*"], "valid_to": "9999-12-31T23:59:59Z"},
+            {"id": "open", "kind": "memory", "text": "open ended note", "acl": ["*"]},
+        ],
+        headers=gateway.auth(writer),
+    )
+    body = response.json()
+    assert body["created"] == 1 and [r["id"] for r in body["rejected"]] == ["forever"]
+    assert "valid_to" in body["rejected"][0]["errors"][0]
+    agent = gateway.key("a")
+    far = gateway.retrieve(agent, {"task": {"type": "research"}, "query": "note", "as_of": "0001-01-01T00:00:00Z"})
+    assert far.status_code == 422 and "as_of" in far.json()["error"]["message"]
+
+
+def test_nul_characters_are_refused_on_every_backend(gateway: Gateway) -> None:
+    agent = gateway.key("a")
+    response = gateway.retrieve(agent, {"task": {"type": "research"}, "entities": [{"email": "a\u0000@b.example"}]})
+    assert response.status_code == 400 and "NUL" in response.json()["error"]["message"]
+    writer = gateway.key("w", roles=("ingest",))
+    written = gateway.client.put(
+        "/v1/items",
+        json=[{"id": "nul", "kind": "memory", "text": "bad\u0000text", "acl": ["*"]},
+              {"id": "fine", "kind": "memory", "text": "fine text", "acl": ["*"]}],
+        headers=gateway.auth(writer),
+    ).json()
+    assert written["created"] == 1 and [r["id"] for r in written["rejected"]] == ["nul"]
+
+
+def test_a_single_pretty_printed_item_is_one_item(sqlite_gateway: Gateway) -> None:
+    writer = sqlite_gateway.key("w", roles=("ingest",))
+    body = '{\n  "id": "one",\n  "kind": "memory",\n  "text": "one note",\n  "acl": ["*"]\n}\n'
+    response = sqlite_gateway.client.put("/v1/items", content=body, headers=sqlite_gateway.auth(writer))
+    assert response.json() == {"created": 1, "updated": 0, "unchanged": 0, "rejected": []}
