@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 import time
+from typing import Any
 
 import anyio.to_thread
 from sqlalchemy import func, literal_column, select, text
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.sql import Select
 
@@ -16,6 +17,7 @@ from connectors.pushdown import item, permitted, record_from_row, tagged
 from gateway.errors import ConnectorError
 
 MAX_TERMS = 32
+FIRST_WINDOW = 250
 TERM = re.compile(r"[^\W_]+", re.UNICODE)
 
 
@@ -25,6 +27,11 @@ def query_terms(text_: str | None) -> list[str]:
     for term in TERM.findall((text_ or "").lower()):
         seen.setdefault(term, None)
     return list(seen)[:MAX_TERMS]
+
+
+def fts_match(terms: list[str]) -> str:
+    """An FTS5 OR-query of quoted terms; the terms hold word characters only, so nothing else is syntax."""
+    return " OR ".join(f'"{term}"' for term in terms)
 
 
 class FullTextConnector:
@@ -43,24 +50,38 @@ class FullTextConnector:
         ms = (time.perf_counter() - started) * 1000
         return SourceResult(self.name, "ok" if candidates else "empty", candidates, ms)
 
-    def _statement(self, constraints: Constraints, query: RecallQuery, terms: list[str]) -> Select:  # type: ignore[type-arg]
-        where = (permitted(constraints), tagged(query.tags))
-        if self.dialect == "sqlite":
-            match = " OR ".join(f'"{term}"' for term in terms)
-            score = func.bm25(literal_column("item_fts"))
-            return (
-                select(item, score.label("score"))
-                .select_from(item.join(text("item_fts"), text("item_fts.rowid = item.pk")))
-                .where(text("item_fts MATCH :match").bindparams(match=match), *where)
-                .order_by(score, item.c.pk)
-                .limit(query.limit)
-            )
+    def _sqlite_statement(self, constraints: Constraints, query: RecallQuery, terms: list[str], window: int) -> Select:  # type: ignore[type-arg]
+        """The best `window` FTS matches by BM25, then the constraints, then the top `limit` of what remains.
+
+        FTS5 scores every match anyway; taking its best window before the join to `item` avoids
+        reading thousands of rows that could never make the top. `_search` widens the window until
+        `limit` permitted rows are found or every match has been seen, so the answer is exactly the
+        BM25 top `limit` of the permitted matches.
+        """
+        match = fts_match(terms)
+        best = (
+            select(literal_column("rowid").label("pk"), func.bm25(literal_column("item_fts")).label("score"))
+            .select_from(text("item_fts"))
+            .where(text("item_fts MATCH :match").bindparams(match=match))
+            .order_by(literal_column("score"))
+            .limit(window)
+            .cte("best")
+        )
+        return (
+            select(item, best.c.score)
+            .select_from(best.join(item, item.c.pk == best.c.pk))
+            .where(permitted(constraints), tagged(query.tags))
+            .order_by(best.c.score, item.c.pk)
+            .limit(query.limit)
+        )
+
+    def _postgres_statement(self, constraints: Constraints, query: RecallQuery, terms: list[str]) -> Select:  # type: ignore[type-arg]
         tsquery = func.websearch_to_tsquery("english", " or ".join(terms))
         tsv = literal_column("item.tsv")
         score = func.ts_rank_cd(tsv, tsquery)
         return (
             select(item, score.label("score"))
-            .where(tsv.op("@@")(tsquery), *where)
+            .where(tsv.op("@@")(tsquery), permitted(constraints), tagged(query.tags))
             .order_by(score.desc(), item.c.pk)
             .limit(query.limit)
         )
@@ -68,10 +89,27 @@ class FullTextConnector:
     def _search(self, constraints: Constraints, query: RecallQuery, terms: list[str]) -> tuple[Candidate, ...]:
         try:
             with self.engine.connect() as conn:
-                rows = conn.execute(self._statement(constraints, query, terms)).all()
+                rows = self._rows(conn, constraints, query, terms)
         except SQLAlchemyError as exc:
             raise ConnectorError(f"lexical search failed: {type(exc).__name__}") from exc
         return tuple(
             Candidate(record_from_row(row), self.name, rank, abs(float(row._mapping["score"])))
             for rank, row in enumerate(rows, start=1)
         )
+
+    def _rows(self, conn: Connection, constraints: Constraints, query: RecallQuery, terms: list[str]) -> list[Row[Any]]:
+        if self.dialect != "sqlite":
+            return list(conn.execute(self._postgres_statement(constraints, query, terms)).all())
+        window = max(FIRST_WINDOW, query.limit * 5)
+        while True:
+            rows = list(conn.execute(self._sqlite_statement(constraints, query, terms, window)).all())
+            if len(rows) >= query.limit or self._match_count(conn, terms, window) < window:
+                return rows
+            window *= 4
+
+    @staticmethod
+    def _match_count(conn: Connection, terms: list[str], cap: int) -> int:
+        """How many rows match, counting no further than `cap`."""
+        match = fts_match(terms)
+        capped = text("SELECT count(*) FROM (SELECT rowid FROM item_fts WHERE item_fts MATCH :match LIMIT :cap)")
+        return int(conn.execute(capped, {"match": match, "cap": cap}).scalar_one())

@@ -160,3 +160,15 @@ class TestExactContract(ConnectorContract):
         identifiers = (Identifier("email", "jane@globex.example"), Identifier("email", "hidden@globex.example"))
         found = asyncio.run(connector.lookup(CONSTRAINTS, identifiers))
         assert [r.id for r in found] == ["ent_jane"]
+
+
+def test_lexical_widens_past_a_window_full_of_forbidden_matches(database_url: str) -> None:
+    """Hundreds of forbidden rows outrank the permitted ones: the permitted ones still come back."""
+    engine = open_store(database_url)
+    strong = "walrus walrus walrus walrus walrus"
+    rows = [note(f"forbidden_{i}", strong, acl=["group:finance"]) for i in range(600)]
+    rows += [note(f"permitted_{i}", f"walrus and {i} other words to dilute the score") for i in range(3)]
+    assert ingest(engine, "acme", rows).rejected == []
+    result = search(FullTextConnector(engine), CONSTRAINTS, RecallQuery(text="walrus", limit=50))
+    assert sorted(c.record.id for c in result.candidates) == ["permitted_0", "permitted_1", "permitted_2"]
+    engine.dispose()
