@@ -230,7 +230,8 @@ def free_port() -> int:
 class Server:
     """`gateway serve` as a subprocess in its own session; stop() is safe to call more than once."""
 
-    def __init__(self, data_dir: Path, port: int) -> None:
+    def __init__(self, data_dir: Path, port: int, workers: int = 1) -> None:
+        self.workers = workers
         self.data_dir = data_dir
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
@@ -242,7 +243,7 @@ class Server:
         env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}  # embedded defaults only
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [str(gateway), "serve", "--data", str(self.data_dir), "--port", str(self.port)],
+                [str(gateway), "serve", "--data", str(self.data_dir), "--port", str(self.port), "--workers", str(self.workers)],
                 stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
             )
 
@@ -498,6 +499,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--data", type=Path, help="data directory (default: a fresh temp dir, removed at the end)")
     parser.add_argument("--requests", type=int, default=2000, help="requests per phase (default 2000)")
     parser.add_argument("--concurrency", type=int, default=8, help="concurrent clients for the load phases (default 8)")
+    parser.add_argument("--workers", type=int, default=1, help="server worker processes (default 1)")
     parser.add_argument("--reuse", action="store_true", help="skip loading when --data already holds exactly --items items")
     args = parser.parse_args(argv)
     if args.items < 1 or args.requests < 1 or args.concurrency < 1:
@@ -514,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
     server = None
     try:
         key, load_stats = prepare_store(data_dir, args.items, args.reuse)
-        server = Server(data_dir, free_port())
+        server = Server(data_dir, free_port(), args.workers)
         server.start()
         server.wait_ready()
         print(f"Server ready at {server.url} (log: {server.log_path}); measuring...", flush=True)

@@ -28,7 +28,11 @@ class GatewayContext:
 
 async def build_context(settings: Settings) -> GatewayContext:
     store = open_store(settings.effective_database_url)
-    policy = await load_engine(settings)
+    try:
+        policy = await load_engine(settings)
+    except BaseException:
+        store.dispose()
+        raise
     return GatewayContext(
         settings=settings,
         store=store,

@@ -22,6 +22,10 @@ class PolicyEngine(Protocol):
         """The document at data.gateway.<entrypoint>; raises PolicyUnavailable on any failure."""
         ...
 
+    async def ready(self) -> bool:
+        """True when the engine can answer now (for /readyz)."""
+        ...
+
     async def aclose(self) -> None: ...
 
 

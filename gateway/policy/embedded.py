@@ -110,6 +110,13 @@ class EmbeddedEngine:
             raise PolicyUnavailable("the embedded policy engine is closed") from exc
         return await asyncio.wrap_future(future)
 
+    async def ready(self) -> bool:
+        try:
+            await self.evaluate("items", {"actor": {}, "task": {}, "constraints": {}, "subjects": [], "items": []})
+        except PolicyUnavailable:
+            return False
+        return True
+
     async def aclose(self) -> None:
         try:
             await asyncio.wrap_future(self._thread.submit(self._unload))

@@ -88,5 +88,12 @@ class OpaServerEngine:
             raise PolicyUnavailable("OPA result is not an object")
         return value
 
+    async def ready(self) -> bool:
+        try:
+            response = await self._client.get("/health")
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200
+
     async def aclose(self) -> None:
         await self._client.aclose()

@@ -19,7 +19,7 @@ async def healthz(request: Request) -> JSONResponse:
 async def readyz(request: Request) -> JSONResponse:
     context = request.app.state.context
     checks = {
-        "policy": "ok" if context.policy.revision else "not loaded",
+        "policy": "ok" if await context.policy.ready() else f"{context.policy.name} engine not answering",
         "store": "ok" if await anyio.to_thread.run_sync(store_reachable, context.store) else "unreachable",
     }
     ready = all(v == "ok" for v in checks.values())

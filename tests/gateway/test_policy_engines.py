@@ -172,3 +172,13 @@ def test_opa_items_denial_midway_fails_closed(sqlite_url: str, tmp_path: Path, o
         response = gateway.retrieve(key, {"task": SALES_TASK, "query": "wombatacl"})
         assert response.status_code == 503
         assert "wombat" not in response.text
+
+
+def test_readyz_names_the_policy_engine_when_opa_goes_away(sqlite_url: str, tmp_path: Path) -> None:
+    double = OpaDouble(mode="ok")
+    with gateway_with(sqlite_url, tmp_path, opa_url=double.url, opa_timeout_ms=300) as gateway:
+        assert gateway.client.get("/readyz").json()["checks"]["policy"] == "ok"
+        double.close()
+        response = gateway.client.get("/readyz")
+        assert response.status_code == 503
+        assert response.json()["checks"] == {"policy": "opa engine not answering", "store": "ok"}
