@@ -7,7 +7,7 @@ with the constraints, never substituted for them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -33,19 +33,7 @@ class Constraints:
     policy_result: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def with_subjects(self, subjects: tuple[str, ...]) -> "Constraints":
-        return Constraints(
-            tenant=self.tenant,
-            principals=self.principals,
-            sensitivities=self.sensitivities,
-            valid_at=self.valid_at,
-            scopes=self.scopes,
-            kinds=self.kinds,
-            statuses=self.statuses,
-            graph_relations=self.graph_relations,
-            graph_max_depth=self.graph_max_depth,
-            subjects=subjects,
-            policy_result=self.policy_result,
-        )
+        return replace(self, subjects=subjects)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 import anyio.to_thread
-from sqlalchemy import func, literal_column, select, text
+from sqlalchemy import ColumnElement, func, literal_column, select, text
 from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.sql import Select
@@ -77,7 +77,7 @@ class FullTextConnector:
 
     def _postgres_statement(self, constraints: Constraints, query: RecallQuery, terms: list[str]) -> Select:  # type: ignore[type-arg]
         tsquery = func.websearch_to_tsquery("english", " or ".join(terms))
-        tsv = literal_column("item.tsv")
+        tsv: ColumnElement[Any] = literal_column("item.tsv")
         score = func.ts_rank_cd(tsv, tsquery)
         return (
             select(item, score.label("score"))

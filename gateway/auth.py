@@ -137,7 +137,7 @@ class Authenticator:
         settings = self.settings
         if not settings.jwt_enabled:
             raise Unauthenticated("JWT bearer tokens are not enabled on this gateway")
-        key, algorithm = (settings.jwt_public_key, "RS256") if settings.jwt_public_key else (settings.jwt_secret, "HS256")
+        key, algorithm = (settings.jwt_public_key, "RS256") if settings.jwt_public_key else (settings.jwt_secret or "", "HS256")
         try:
             claims = jwt.decode(
                 token,
