@@ -99,6 +99,8 @@ class RecallQuery:
     tags: tuple[str, ...] = ()
     ids: tuple[str, ...] = ()
     limit: int = 50
+    vector: tuple[float, ...] | None = None  # the query embedded by the gateway (semantic connectors)
+    model: str | None = None  # id of the model that made `vector`; an index of another model refuses
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +110,8 @@ class SourceResult:
     candidates: tuple[Candidate, ...] = ()
     ms: float = 0.0
     detail: str | None = None
+    lag: int | None = None  # semantic: items not yet embedded
+    embed_ms: float | None = None  # semantic: time spent embedding the query
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,4 +141,18 @@ class LexicalConnector(Protocol):
 
     async def search(self, constraints: Constraints, query: RecallQuery) -> SourceResult:
         """Full-text matches for query.text, ranked, inside the constraints."""
+        ...
+
+
+@runtime_checkable
+class SemanticConnector(Protocol):
+    name: str
+
+    async def search(self, constraints: Constraints, query: RecallQuery) -> SourceResult:
+        """Nearest neighbours of query.vector among the items the constraints admit, best first.
+
+        Candidate.score is the cosine similarity. Every constraint must be applied inside the
+        backend's search; one it cannot apply makes the connector refuse (ConnectorError), never
+        drop the filter.
+        """
         ...

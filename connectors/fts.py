@@ -21,11 +21,22 @@ FIRST_WINDOW = 250
 TERM = re.compile(r"[^\W_]+", re.UNICODE)
 
 
+# Function words match nearly everything, so they would turn any question into a list of
+# unrelated hits: they are not lexical evidence.
+STOPWORDS = frozenset(
+    "a an and are as at be been but by can could did do does for from had has have how i if in into is it its "
+    "me my of on or our shall should so than that the their them then there these they this those to us was we "
+    "were what when where which who whom why will with would you your about any all also just not no more most "
+    "other some such only own same too very s t".split()
+)
+
+
 def query_terms(text_: str | None) -> list[str]:
-    """Word terms of a query, lower-cased and de-duplicated; punctuation never reaches the engine."""
+    """Content words of a query, lower-cased and de-duplicated; punctuation never reaches the engine."""
     seen: dict[str, None] = {}
     for term in TERM.findall((text_ or "").lower()):
-        seen.setdefault(term, None)
+        if term not in STOPWORDS:
+            seen.setdefault(term, None)
     return list(seen)[:MAX_TERMS]
 
 

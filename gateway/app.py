@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+
+import anyio
 from typing import AsyncIterator
 
 from starlette.applications import Starlette
@@ -45,8 +47,13 @@ def create_app(settings: Settings, context: GatewayContext | None = None) -> Sta
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         own = context is None
         app.state.context = context or await build_context(settings)
+        worker = app.state.context.connectors.semantic.worker
         try:
-            yield
+            async with anyio.create_task_group() as background:
+                if worker is not None:
+                    background.start_soon(worker.run)
+                yield
+                background.cancel_scope.cancel()
         finally:
             if own:
                 await app.state.context.policy.aclose()

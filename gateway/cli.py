@@ -146,6 +146,27 @@ def ingest_command(tenant: str, files: tuple[Path, ...], **flags: Any) -> None:
     sys.exit(1 if failed else 0)
 
 
+@main.command()
+@store_options
+@click.option("--batch", type=int, default=64, show_default=True, help="Passages per model call.")
+@click.option("--threads", type=int, default=2, show_default=True, help="Model threads.")
+def embed(batch: int, threads: int, **flags: Any) -> None:
+    """Embed every item still waiting for a vector (the service also does this in the background)."""
+    from gateway.db import open_store
+    from gateway.embeddings import load_embedder
+    from gateway.vectorize import embed_all, lag
+
+    settings = settings_from(**flags)
+    embedder, unavailable = load_embedder(settings, threads=threads)
+    if embedder is None:
+        raise click.ClickException(unavailable or "no embedder")
+    engine = open_store(settings.effective_database_url)
+    waiting = lag(engine, embedder.model_id)
+    with click.progressbar(length=waiting, label=f"embedding with {embedder.model_id}", file=sys.stderr) as bar:
+        done = embed_all(engine, embedder, batch, progress=bar.update)
+    click.echo(f"{done} items embedded; {lag(engine, embedder.model_id)} waiting")
+
+
 @main.group()
 def policy() -> None:
     """Policy tools."""

@@ -9,11 +9,15 @@ from sqlalchemy.engine import Engine
 from audit.store import AuditStore
 from connectors.fts import FullTextConnector
 from connectors.sql import SqlExactConnector
+from connectors.vectors import VectorConnector, VectorIndex
 from gateway.auth import Authenticator
 from gateway.db import open_store
+from gateway.embeddings import load_embedder
 from gateway.policy import PolicyEngine, load_engine
 from gateway.retrieve import Connectors
+from gateway.semantic import Semantic
 from gateway.settings import Settings
+from gateway.vectorize import EmbeddingWorker
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +42,15 @@ async def build_context(settings: Settings) -> GatewayContext:
         store=store,
         policy=policy,
         authenticator=Authenticator(store, settings),
-        connectors=Connectors(exact=SqlExactConnector(store), lexical=FullTextConnector(store)),
+        connectors=Connectors(exact=SqlExactConnector(store), lexical=FullTextConnector(store), semantic=build_semantic(settings, store)),
         audit=AuditStore(store),
     )
+
+
+def build_semantic(settings: Settings, store: Engine) -> Semantic:
+    """The embedded vector index and its embedding worker, or the reason semantic search is off."""
+    embedder, unavailable = load_embedder(settings)
+    if embedder is None:
+        return Semantic(None, None, None, unavailable)
+    index = VectorIndex(store, embedder.model_id, embedder.dims)
+    return Semantic(embedder, VectorConnector(index), EmbeddingWorker(store, embedder))

@@ -17,8 +17,11 @@ from gateway.errors import BadRequest, PolicyDenied
 from gateway.fuse import Fused, fuse
 from gateway.policy import PolicyEngine
 from gateway.recall import Search, recall
+from gateway.relevance import above_floor
 from gateway.request import RetrieveRequest
+from gateway.semantic import Semantic, semantic_search
 from gateway.settings import Settings
+from gateway.understand import depth_report, has_letters, rephrase
 from gateway.verify import verify
 
 EMPTY_REASON = "no_relevant_permitted_items"
@@ -30,10 +33,7 @@ MODE_SOURCES = {
     "filter": {"exact", "lexical"},
     "expand": set(),
 }
-NOT_DEPLOYED = {
-    "graph": "no graph connector in this deployment yet",
-    "semantic": "no semantic connector in this deployment yet",
-}
+NOT_DEPLOYED = {"graph": "no graph connector in this deployment yet"}
 CITATION_PREFIX = {"memory": "M", "document": "D", "property": "P", "edge": "E"}
 STATUS_LABEL = {"active": "current", "superseded": "superseded", "disputed": "disputed"}
 
@@ -42,6 +42,7 @@ STATUS_LABEL = {"active": "current", "superseded": "superseded", "disputed": "di
 class Connectors:
     exact: ExactConnector
     lexical: LexicalConnector
+    semantic: Semantic
 
 
 def chosen_sources(request: RetrieveRequest) -> dict[str, bool]:
@@ -105,10 +106,11 @@ async def retrieve(
     constraints = constraints.with_subjects(tuple(r.record.id for r in resolved))
 
     sources = chosen_sources(request)
-    results = await recall(_searches(connectors, constraints, request, sources), settings.connector_deadline_ms)
+    searches, skipped = _searches(connectors, constraints, request, sources, resolved)
+    results = await recall(searches, settings.connector_deadline_ms)
     for name in SOURCES:
         if name not in results:
-            detail = NOT_DEPLOYED.get(name, "not requested") if sources[name] else "not requested"
+            detail = skipped.get(name) or (NOT_DEPLOYED.get(name, "not requested") if sources[name] else "not requested")
             results[name] = SourceResult(name, "skipped", detail=detail)
 
     candidates = [c.record for result in results.values() for c in result.candidates]
@@ -119,10 +121,14 @@ async def retrieve(
         pushdown_mismatches=len(verdict.denied) + len(entity_verdict.denied),
     )
 
+    fuse_started = time.perf_counter()
     fused = fuse({name: r.candidates for name, r in results.items()}, verdict.allowed_ids)
-    current, historical = _split_history(fused, request.include_historical)
+    relevant, floor_report = above_floor(fused, results["semantic"].candidates, settings.semantic_floor)
+    trace.record(relevance=floor_report)
+    current, historical = _split_history(relevant, request.include_historical)
     limit = request.budget.bytes if request.budget else settings.default_budget_bytes
     packed = pack(current, limit)
+    fuse_ms = (time.perf_counter() - fuse_started) * 1000
     trace.record(
         dropped_as_historical=[f.record.id for f in historical],
         dropped_for_budget=list(packed.dropped_ids),
@@ -132,25 +138,49 @@ async def retrieve(
     timings = {
         "decide_ms": round(decision.ms, 3),
         "verify_ms": round(entity_verdict.ms + verdict.ms, 3),
+        "embed_ms": round(results["semantic"].embed_ms or 0.0, 3),
+        "semantic_ms": round(results["semantic"].ms, 3),
+        "lexical_ms": round(results["lexical"].ms, 3),
+        "fuse_ms": round(fuse_ms, 3),
         "total_ms": round(total_ms, 3),
     }
     sources_report = _source_report(results, verdict.allowed_ids)
-    trace.record(sources=sources_report, timings=timings)
-    return _response(trace.trace_id, request, decision.revision, resolved, packed, sources_report, timings)
+    depth = depth_report(request.depth, results["semantic"], connectors.semantic.unavailable)
+    trace.record(sources=sources_report, timings=timings, depth=depth)
+    return _response(trace.trace_id, request, decision.revision, resolved, packed, sources_report, timings, depth)
 
 
 def _searches(
-    connectors: Connectors, constraints: Constraints, request: RetrieveRequest, sources: dict[str, bool]
-) -> dict[str, Search]:
+    connectors: Connectors,
+    constraints: Constraints,
+    request: RetrieveRequest,
+    sources: dict[str, bool],
+    resolved: tuple[ResolvedEntity, ...],
+) -> tuple[dict[str, Search], dict[str, str]]:
+    """The searches to run, and why any chosen source will not run."""
     tags = tuple(request.filters.tags) if request.filters else ()
     searches: dict[str, Search] = {}
+    skipped: dict[str, str] = {}
     if sources["exact"]:
         query = RecallQuery(text=None, tags=tags, ids=tuple(request.fetch or ()))
         searches["exact"] = lambda: connectors.exact.search(constraints, query)
-    if sources["lexical"] and request.query:
-        lexical_query = RecallQuery(text=request.query, tags=tags)
+    wordy = bool(request.query) and has_letters(request.query or "")
+    text = rephrase(request.query or "", resolved, request.task.type) if request.depth == "deep" else request.query
+    if sources["lexical"] and wordy:
+        lexical_query = RecallQuery(text=text, tags=tags)
         searches["lexical"] = lambda: connectors.lexical.search(constraints, lexical_query)
-    return searches
+    if sources["semantic"]:
+        semantic = connectors.semantic
+        if not wordy:
+            skipped["semantic"] = "query has no words to embed"
+        elif request.depth == "fast":
+            skipped["semantic"] = "depth fast runs no embedding"
+        elif semantic.unavailable or semantic.connector is None:
+            skipped["semantic"] = semantic.unavailable or "no semantic connector"
+        else:
+            semantic_query = RecallQuery(text=text, tags=tags)
+            searches["semantic"] = lambda: semantic_search(semantic, constraints, semantic_query)
+    return searches, skipped
 
 
 def _split_history(fused: list[Fused], include_historical: bool) -> tuple[list[Fused], list[Fused]]:
@@ -171,6 +201,8 @@ def _source_report(results: dict[str, SourceResult], allowed_ids: frozenset[str]
         }
         if result.detail:
             entry["detail"] = result.detail
+        if result.lag is not None:
+            entry["lag"] = result.lag
         report[name] = entry
     return report
 
@@ -183,6 +215,7 @@ def _response(
     packed: Packed,
     sources: dict[str, dict[str, Any]],
     timings: dict[str, float],
+    depth: dict[str, Any],
 ) -> dict[str, Any]:
     counters: dict[str, int] = {}
     items = []
@@ -226,11 +259,7 @@ def _response(
         ],
         "items": items,
         "sources": sources,
-        "depth": {
-            "requested": request.depth,
-            "effective": "standard",
-            "fallback_reason": None if request.depth == "standard" else "depth_not_available",
-        },
+        "depth": depth,
         "budget": {"limit_bytes": packed.limit_bytes, "used_bytes": packed.used_bytes, "per_source": packed.per_source},
         "partial": any(s["status"] in ("error", "timeout") for s in sources.values()),
         "empty_reason": None if items else EMPTY_REASON,

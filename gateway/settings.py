@@ -27,6 +27,13 @@ class Settings:
     max_body_bytes: int = 1024 * 1024
     connector_deadline_ms: int = 250
     default_budget_bytes: int = 16_000
+    embeddings: str = "minilm"
+    embeddings_url: str | None = None
+    embeddings_model: str | None = None
+    embeddings_key: str | None = None
+    embeddings_dims: int | None = None
+    embeddings_timeout_ms: int = 2000
+    semantic_floor: float = 0.30
     host: str = "127.0.0.1"
     port: int = 8080
 

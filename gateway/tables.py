@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Column, Index, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Column, Index, LargeBinary, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 KINDS = ("entity", "property", "memory", "document", "edge")
@@ -87,6 +87,20 @@ class ItemTag(SQLModel, table=True):
 
     item_pk: int = Field(foreign_key="item.pk", primary_key=True, ondelete="CASCADE")
     tag: str = Field(primary_key=True, max_length=200)
+
+
+class ItemVector(SQLModel, table=True):
+    """An item's embedding, with the model that made it and the content it was made from."""
+
+    __tablename__ = "item_vector"
+    __table_args__ = (Index("ix_item_vector_model_seq", "model", "seq"),)
+
+    item_pk: int = Field(foreign_key="item.pk", primary_key=True, ondelete="CASCADE")
+    model: str = Field(max_length=200)
+    dims: int
+    vector: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+    content_hash: str = Field(max_length=64)
+    seq: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
 
 
 class ApiKey(SQLModel, table=True):

@@ -109,8 +109,22 @@ class Gateway:
         assert body["rejected"] == [], body
         return body
 
-    def retrieve(self, key: str, body: dict[str, Any]) -> Any:
+    def retrieve(self, key: str, body: dict[str, Any], *, semantic: bool = False) -> Any:
+        """POST /v1/retrieve. Semantic search is off unless asked for (or the body sets it), so tests
+        about other layers do not depend on when the background worker embeds what they wrote."""
+        sources = dict(body.get("sources") or {})
+        if not semantic:
+            sources.setdefault("semantic", False)
+        body = {**body, "sources": sources} if sources else body
         return self.client.post("/v1/retrieve", json=body, headers=self.auth(key))
+
+    def embed_all(self) -> int:
+        """Embed everything written so far, now (the service's worker would, a little later)."""
+        from gateway.vectorize import embed_all
+
+        semantic = self.client.app.state.context.connectors.semantic  # type: ignore[attr-defined]
+        assert semantic.embedder is not None, semantic.unavailable
+        return embed_all(self.store, semantic.embedder)
 
     def trace(self, trace_id: str) -> dict[str, Any]:
         row = self.client.app.state.context.audit.get(trace_id)  # type: ignore[attr-defined]

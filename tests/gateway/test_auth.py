@@ -60,7 +60,8 @@ def unsigned_token(header: dict[str, Any], payload: dict[str, Any], signature: b
 
 def retrieve_with(gateway: Gateway, authorization: str | None, body: dict[str, Any] | None = None) -> Any:
     headers = {} if authorization is None else {"Authorization": authorization}
-    return gateway.client.post("/v1/retrieve", json=body or {"task": SALES_TASK, "query": "narwhalgroup"}, headers=headers)
+    body = {**(body or {"task": SALES_TASK, "query": "narwhalgroup"}), "sources": {"semantic": False}}
+    return gateway.client.post("/v1/retrieve", json=body, headers=headers)
 
 
 def assert_unauthenticated(gateway: Gateway, response: Any) -> str:

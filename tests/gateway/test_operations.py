@@ -16,6 +16,7 @@ from audit.store import AuditStore
 from connectors.fts import FullTextConnector
 from connectors.sql import SqlExactConnector
 from gateway.auth import Authenticator
+from gateway.context import build_semantic
 from gateway.retrieve import Connectors
 from tests.conftest import Gateway
 from tests.gateway.fixtures import SALES_TASK
@@ -44,7 +45,9 @@ def store_gone(gateway: Gateway) -> Iterator[None]:
         original,
         store=dead,
         authenticator=Authenticator(dead, original.settings),
-        connectors=Connectors(exact=SqlExactConnector(dead), lexical=FullTextConnector(dead)),
+        connectors=Connectors(
+            exact=SqlExactConnector(dead), lexical=FullTextConnector(dead), semantic=build_semantic(original.settings, dead)
+        ),
         audit=AuditStore(dead),
     )
     try:

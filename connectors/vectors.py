@@ -1,0 +1,230 @@
+"""Semantic connector for the embedded default: vectors in the store, searched in-process,
+filtered before ranking.
+
+The stored vectors of one model are mirrored per tenant in memory. Which items may be ranked is
+decided by the same SQL pushdown as every other connector (`permitted`), so the two can never
+disagree. Two strategies, picked by how much of the tenant the constraints admit:
+
+- exact: the permitted pks come from SQL and only their vectors are scored (numpy). Recall is 1.
+- approximate: an HNSW graph (hnswlib) proposes the nearest `window` items, SQL keeps the permitted
+  ones, and the window widens until k permitted items are found; past a cap it falls back to exact.
+  Asking for 10 never returns 2 merely because forbidden items were nearer.
+
+Small tenants always use exact search; the approximate path only serves tenants with at least
+`ann_min_items` vectors.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import anyio.to_thread
+import numpy as np
+import numpy.typing as npt
+from sqlalchemy import and_, select
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from connectors.base import Candidate, Constraints, RecallQuery, SourceResult
+from connectors.pushdown import item, permitted, record_from_row, tagged
+from gateway.errors import ConnectorError
+from gateway.tables import ItemVector
+
+item_vector = ItemVector.__table__  # type: ignore[attr-defined]
+Strategy = Literal["auto", "exact", "approximate"]
+REFRESH_EVERY_S = 0.5
+SEQ_MARGIN_NS = 5_000_000_000  # re-read the last 5 s of writes: concurrent writers may commit out of order
+
+
+@dataclass
+class TenantVectors:
+    """One tenant's vectors: row i of `matrix` belongs to item pk `pks[i]`."""
+
+    dims: int
+    pks: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    matrix: npt.NDArray[np.float32] = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
+    row_of: dict[int, int] = field(default_factory=dict)
+    size: int = 0
+    last_seq: int = 0
+    refreshed: float = 0.0
+    graph: Any = None  # hnswlib.Index over rows, built once the tenant is large enough
+    graph_rows: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.matrix = np.zeros((0, self.dims), dtype=np.float32)
+
+    def upsert(self, pks: list[int], vectors: npt.NDArray[np.float32]) -> None:
+        for pk, vector in zip(pks, vectors):
+            row = self.row_of.get(pk)
+            if row is None:
+                if self.size == len(self.pks):
+                    capacity = max(1024, self.size * 2)
+                    self.pks = np.resize(self.pks, capacity)
+                    grown = np.zeros((capacity, self.dims), dtype=np.float32)
+                    grown[: self.size] = self.matrix[: self.size]
+                    self.matrix = grown
+                row = self.size
+                self.size += 1
+                self.row_of[pk] = row
+                self.pks[row] = pk
+            self.matrix[row] = vector
+        if self.graph is not None:  # hnswlib updates an existing label's vector in place
+            self._extend_graph(pks)
+
+    def _extend_graph(self, pks: list[int]) -> None:
+        rows = np.array([self.row_of[pk] for pk in pks], dtype=np.int64)
+        if self.size > self.graph.get_max_elements():
+            self.graph.resize_index(max(self.size * 2, 1024))
+        self.graph.add_items(self.matrix[rows], rows, replace_deleted=False)
+        self.graph_rows = max(self.graph_rows, int(rows.max()) + 1)
+
+    def build_graph(self) -> None:
+        import hnswlib
+
+        graph = hnswlib.Index(space="ip", dim=self.dims)
+        graph.init_index(max_elements=max(self.size * 2, 1024), ef_construction=100, M=16, random_seed=7)
+        graph.set_num_threads(1)
+        graph.add_items(self.matrix[: self.size], np.arange(self.size, dtype=np.int64))
+        graph.set_ef(128)
+        self.graph, self.graph_rows = graph, self.size
+
+
+class VectorIndex:
+    """The in-memory mirror of `item_vector` for one model, per tenant."""
+
+    def __init__(self, engine: Engine, model: str, dims: int, ann_min_items: int = 20_000) -> None:
+        self.engine = engine
+        self.model = model
+        self.dims = dims
+        self.ann_min_items = ann_min_items
+        self._tenants: dict[str, TenantVectors] = {}
+        self._lock = threading.Lock()
+
+    def tenant(self, conn: Connection, tenant: str) -> TenantVectors:
+        with self._lock:
+            vectors = self._tenants.setdefault(tenant, TenantVectors(self.dims))
+        with vectors.lock:
+            if time.monotonic() - vectors.refreshed >= REFRESH_EVERY_S:
+                self._refresh(conn, tenant, vectors)
+        return vectors
+
+    def _refresh(self, conn: Connection, tenant: str, vectors: TenantVectors) -> None:
+        rows = conn.execute(
+            select(item_vector.c.item_pk, item_vector.c.vector, item_vector.c.seq)
+            .select_from(item_vector.join(item, item.c.pk == item_vector.c.item_pk))
+            .where(
+                item.c.tenant == tenant,
+                item_vector.c.model == self.model,
+                item_vector.c.seq > vectors.last_seq - SEQ_MARGIN_NS,
+            )
+        ).all()
+        if rows:
+            matrix = np.frombuffer(b"".join(r.vector for r in rows), dtype=np.float32).reshape(len(rows), self.dims)
+            vectors.upsert([int(r.item_pk) for r in rows], matrix)
+            vectors.last_seq = max(vectors.last_seq, max(int(r.seq) for r in rows))
+        if vectors.graph is None and vectors.size >= self.ann_min_items:
+            vectors.build_graph()
+        vectors.refreshed = time.monotonic()
+
+    def nearest(
+        self, constraints: Constraints, query: RecallQuery, strategy: Strategy = "auto"
+    ) -> tuple[list[tuple[int, float]], str]:
+        """The best (pk, cosine) pairs among permitted items, best first, and the strategy used."""
+        assert query.vector is not None
+        q = np.asarray(query.vector, dtype=np.float32)
+        with self.engine.connect() as conn:
+            vectors = self.tenant(conn, constraints.tenant)
+            if vectors.size == 0:
+                return [], "exact"
+            use_graph = strategy == "approximate" or (strategy == "auto" and vectors.graph is not None)
+            if use_graph:
+                if vectors.graph is None:
+                    with vectors.lock:
+                        vectors.build_graph()
+                found = self._approximate(conn, vectors, constraints, query, q)
+                if found is not None:
+                    return found, "approximate"
+            return self._exact(conn, vectors, constraints, query, q), "exact"
+
+    def _current(self, constraints: Constraints, query: RecallQuery) -> Any:
+        """Permitted items whose stored vector is of this model and of their current text."""
+        joined = item.join(
+            item_vector,
+            and_(
+                item_vector.c.item_pk == item.c.pk,
+                item_vector.c.model == self.model,
+                item_vector.c.content_hash == item.c.content_hash,
+            ),
+        )
+        return select(item.c.pk).select_from(joined).where(permitted(constraints), tagged(query.tags))
+
+    def _exact(
+        self, conn: Connection, vectors: TenantVectors, constraints: Constraints, query: RecallQuery, q: npt.NDArray[np.float32]
+    ) -> list[tuple[int, float]]:
+        pks = [int(pk) for (pk,) in conn.execute(self._current(constraints, query))]
+        rows = np.array([vectors.row_of[pk] for pk in pks if pk in vectors.row_of], dtype=np.int64)
+        if not len(rows):
+            return []
+        scores = vectors.matrix[rows] @ q
+        k = min(query.limit, len(rows))
+        top = np.argpartition(-scores, k - 1)[:k]
+        top = top[np.argsort(-scores[top], kind="stable")]
+        return [(int(vectors.pks[rows[i]]), float(scores[i])) for i in top]
+
+    def _approximate(
+        self, conn: Connection, vectors: TenantVectors, constraints: Constraints, query: RecallQuery, q: npt.NDArray[np.float32]
+    ) -> list[tuple[int, float]] | None:
+        window = max(query.limit * 4, 64)
+        cap = max(vectors.size // 8, query.limit * 4)
+        while True:
+            with vectors.lock:
+                graph = vectors.graph
+                graph.set_ef(max(window, 128))
+                labels, _ = graph.knn_query(q, k=min(window, vectors.graph_rows))
+            rows = labels[0].astype(np.int64)
+            by_pk = {int(vectors.pks[r]): r for r in rows}
+            admitted = [int(pk) for (pk,) in conn.execute(self._current(constraints, query).where(item.c.pk.in_(list(by_pk))))]
+            if len(admitted) >= query.limit or window >= vectors.graph_rows:
+                scored = sorted(((pk, float(vectors.matrix[by_pk[pk]] @ q)) for pk in admitted), key=lambda p: -p[1])
+                return scored[: query.limit]
+            if window >= cap:
+                return None  # too few permitted items near the query: exact search over them is cheaper
+            window *= 4
+
+
+class VectorConnector:
+    """The semantic connector of the embedded default."""
+
+    name = "semantic"
+
+    def __init__(self, index: VectorIndex) -> None:
+        self.index = index
+
+    async def search(self, constraints: Constraints, query: RecallQuery) -> SourceResult:
+        started = time.perf_counter()
+        if query.vector is None:
+            return SourceResult(self.name, "skipped", detail="no query vector")
+        if query.model != self.index.model or len(query.vector) != self.index.dims:
+            raise ConnectorError("query vector is of another model than the index")
+        candidates, strategy = await anyio.to_thread.run_sync(self._search, constraints, query)
+        ms = (time.perf_counter() - started) * 1000
+        return SourceResult(self.name, "ok" if candidates else "empty", candidates, ms, detail=f"{strategy} search")
+
+    def _search(self, constraints: Constraints, query: RecallQuery) -> tuple[tuple[Candidate, ...], str]:
+        try:
+            best, strategy = self.index.nearest(constraints, query)
+            if not best:
+                return (), strategy
+            with self.index.engine.connect() as conn:
+                rows = conn.execute(
+                    select(item).where(item.c.pk.in_([pk for pk, _ in best]), permitted(constraints), tagged(query.tags))
+                ).all()
+        except SQLAlchemyError as exc:
+            raise ConnectorError(f"semantic search failed: {type(exc).__name__}") from exc
+        records = {int(row._mapping["pk"]): record_from_row(row) for row in rows}
+        ranked = [(records[pk], score) for pk, score in best if pk in records]
+        return tuple(Candidate(record, self.name, rank, score) for rank, (record, score) in enumerate(ranked, start=1)), strategy

@@ -1,0 +1,133 @@
+"""Embedding in the background: ingest never waits for vectors.
+
+Items are searchable lexically the moment they are written; this worker finds items whose vector
+is missing, of another model, or made from older text, embeds them in batches and stores the
+vectors. `lag` says how many items are still waiting.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import anyio
+import anyio.to_thread
+import numpy as np
+from sqlalchemy import and_, delete, func, insert, or_, select
+from sqlalchemy.engine import Engine
+
+from gateway.embeddings import Embedder
+from gateway.errors import where
+from gateway.tables import Item, ItemVector
+
+log = logging.getLogger("gateway.vectorize")
+
+item = Item.__table__  # type: ignore[attr-defined]
+item_vector = ItemVector.__table__  # type: ignore[attr-defined]
+EMBEDDED_KINDS = ("memory", "document", "property")
+LAG_EVERY_S = 2.0
+
+
+def _stale(model: str):  # type: ignore[no-untyped-def]
+    """Items of an embedded kind without a current vector of this model."""
+    joined = item.outerjoin(item_vector, item_vector.c.item_pk == item.c.pk)
+    condition = and_(
+        item.c.kind.in_(EMBEDDED_KINDS),
+        or_(
+            item_vector.c.item_pk.is_(None),
+            item_vector.c.model != model,
+            item_vector.c.content_hash != item.c.content_hash,
+        ),
+    )
+    return joined, condition
+
+
+def lag(engine: Engine, model: str) -> int:
+    joined, condition = _stale(model)
+    with engine.connect() as conn:
+        return int(conn.execute(select(func.count()).select_from(joined).where(condition)).scalar_one())
+
+
+def embed_pending(engine: Engine, embedder: Embedder, batch: int = 32) -> int:
+    """Embed up to `batch` waiting items; returns how many were stored."""
+    joined, condition = _stale(embedder.model_id)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(item.c.pk, item.c.text, item.c.content_hash, item.c.section)
+            .select_from(joined)
+            .where(condition)
+            .order_by(item.c.pk)
+            .limit(batch)
+        ).all()
+    if not rows:
+        return 0
+    vectors = embedder.embed([_passage(r.text, r.section) for r in rows])
+    seq = time.time_ns()
+    with engine.begin() as conn:
+        conn.execute(delete(item_vector).where(item_vector.c.item_pk.in_([r.pk for r in rows])))
+        conn.execute(
+            insert(item_vector),
+            [
+                {
+                    "item_pk": r.pk,
+                    "model": embedder.model_id,
+                    "dims": embedder.dims,
+                    "vector": np.asarray(v, dtype=np.float32).tobytes(),
+                    "content_hash": r.content_hash,
+                    "seq": seq,
+                }
+                for r, v in zip(rows, vectors)
+            ],
+        )
+    return len(rows)
+
+
+def _passage(text: str, section: str | None) -> str:
+    """A section's heading path is part of what it is about."""
+    return f"{section}\n{text}" if section and not text.startswith(section) else text
+
+
+def embed_all(engine: Engine, embedder: Embedder, batch: int = 64, progress: Callable[[int], None] | None = None) -> int:
+    """Embed everything waiting (the CLI's `gateway embed`)."""
+    total = 0
+    while True:
+        done = embed_pending(engine, embedder, batch)
+        if not done:
+            return total
+        total += done
+        if progress:
+            progress(done)
+
+
+class EmbeddingWorker:
+    """Runs in the service's lifespan; `nudge()` after a write wakes it at once."""
+
+    def __init__(self, engine: Engine, embedder: Embedder, batch: int = 32, idle_s: float = 2.0) -> None:
+        self.engine = engine
+        self.embedder = embedder
+        self.batch = batch
+        self.idle_s = idle_s
+        self.lag: int | None = None  # items waiting for a vector, as last counted
+        self._lag_counted = 0.0
+        self._wake = anyio.Event()
+
+    def nudge(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            try:
+                done = await anyio.to_thread.run_sync(embed_pending, self.engine, self.embedder, self.batch)
+                if done:
+                    if time.monotonic() - self._lag_counted > LAG_EVERY_S:
+                        self.lag = await anyio.to_thread.run_sync(lag, self.engine, self.embedder.model_id)
+                        self._lag_counted = time.monotonic()
+                    await anyio.sleep(0)  # let requests run between batches
+                    continue
+                self.lag = 0
+            except Exception as exc:  # a failing batch is retried later; the worker never dies
+                log.warning("embedding batch failed: %s", where(exc))
+            with anyio.move_on_after(self.idle_s):
+                await self._wake.wait()
+            self._wake = anyio.Event()
