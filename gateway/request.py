@@ -75,6 +75,7 @@ class RetrieveRequest(Strict):
     cursor: str | None = None
     depth: Literal["fast", "standard", "deep"] = "standard"
     budget: Budget | None = None
+    limit: int = Field(default=50, ge=1, le=200)
     synthesize: bool = False
     include_historical: bool = False
 

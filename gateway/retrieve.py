@@ -162,12 +162,12 @@ def _searches(
     searches: dict[str, Search] = {}
     skipped: dict[str, str] = {}
     if sources["exact"]:
-        query = RecallQuery(text=None, tags=tags, ids=tuple(request.fetch or ()))
+        query = RecallQuery(text=None, tags=tags, ids=tuple(request.fetch or ()), limit=request.limit)
         searches["exact"] = lambda: connectors.exact.search(constraints, query)
     wordy = bool(request.query) and has_letters(request.query or "")
     text = rephrase(request.query or "", resolved, request.task.type) if request.depth == "deep" else request.query
     if sources["lexical"] and wordy:
-        lexical_query = RecallQuery(text=text, tags=tags)
+        lexical_query = RecallQuery(text=text, tags=tags, limit=request.limit)
         searches["lexical"] = lambda: connectors.lexical.search(constraints, lexical_query)
     if sources["semantic"]:
         semantic = connectors.semantic
@@ -178,7 +178,7 @@ def _searches(
         elif semantic.unavailable or semantic.connector is None:
             skipped["semantic"] = semantic.unavailable or "no semantic connector"
         else:
-            semantic_query = RecallQuery(text=text, tags=tags)
+            semantic_query = RecallQuery(text=text, tags=tags, limit=request.limit)
             searches["semantic"] = lambda: semantic_search(semantic, constraints, semantic_query)
     return searches, skipped
 
