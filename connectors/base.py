@@ -134,6 +134,10 @@ class ExactConnector(Protocol):
         """Items named by query.ids, else properties and memories of the subjects; inside the constraints."""
         ...
 
+    async def sections(self, constraints: Constraints, keys: tuple[tuple[str, str], ...]) -> tuple[Record, ...]:
+        """Every piece of the given (document, section) pairs the constraints admit, in order."""
+        ...
+
 
 @runtime_checkable
 class LexicalConnector(Protocol):

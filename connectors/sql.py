@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import anyio.to_thread
-from sqlalchemy import or_, select
+from sqlalchemy import and_, or_, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -15,6 +15,7 @@ from gateway.errors import ConnectorError
 
 IDENTIFIER_COLUMNS = {"id": item.c.id, "email": item.c.email, "domain": item.c.domain, "phone": item.c.phone}
 SUBJECT_KINDS = ("property", "memory")
+MAX_SECTION_PIECES = 200
 
 
 class SqlExactConnector:
@@ -35,6 +36,26 @@ class SqlExactConnector:
         candidates = await anyio.to_thread.run_sync(self._search, constraints, query)
         ms = (time.perf_counter() - started) * 1000
         return SourceResult(self.name, "ok" if candidates else "empty", candidates, ms)
+
+    async def sections(self, constraints: Constraints, keys: tuple[tuple[str, str], ...]) -> tuple[Record, ...]:
+        """Every permitted piece of the given (document, section) pairs, in document order."""
+        if not keys:
+            return ()
+        return await anyio.to_thread.run_sync(self._sections, constraints, keys)
+
+    def _sections(self, constraints: Constraints, keys: tuple[tuple[str, str], ...]) -> tuple[Record, ...]:
+        wanted = or_(*(and_(item.c.document == document, item.c.section == section) for document, section in keys))
+        statement = (
+            select(item)
+            .where(permitted(constraints, kinds=("document",)), wanted)
+            .order_by(item.c.document, item.c.id)
+            .limit(MAX_SECTION_PIECES)
+        )
+        try:
+            with self.engine.connect() as conn:
+                return tuple(record_from_row(row) for row in conn.execute(statement))
+        except SQLAlchemyError as exc:
+            raise ConnectorError(f"section lookup failed: {type(exc).__name__}") from exc
 
     def _lookup(self, constraints: Constraints, identifiers: tuple[Identifier, ...]) -> tuple[Record, ...]:
         matches = or_(*(IDENTIFIER_COLUMNS[i.kind] == i.value for i in identifiers if i.kind in IDENTIFIER_COLUMNS))

@@ -16,6 +16,7 @@ from starlette.routing import Route
 
 from gateway.context import GatewayContext, build_context
 from gateway.errors import GatewayError, error_body, where
+from gateway.routes.documents import document_route
 from gateway.routes.ingest import items_route
 from gateway.routes.operations import healthz, policy_route, readyz
 from gateway.routes.retrieve import retrieve_route
@@ -65,6 +66,7 @@ def create_app(settings: Settings, context: GatewayContext | None = None) -> Sta
             Route("/readyz", readyz, methods=["GET"]),
             Route("/v1/retrieve", retrieve_route, methods=["POST"]),
             Route("/v1/items", items_route, methods=["PUT"]),
+            Route("/v1/documents/{document_id}", document_route, methods=["PUT"]),
             Route("/v1/policy", policy_route, methods=["GET"]),
         ],
         exception_handlers={HTTPException: http_error, GatewayError: gateway_error, Exception: unexpected_error},

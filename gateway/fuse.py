@@ -14,6 +14,7 @@ class Fused:
     record: Record
     score: float
     found_by: tuple[str, ...]
+    pieces: tuple[str, ...] = ()  # for a document hit: the ids of the pieces its section was read from
 
 
 def fuse(lists: dict[str, tuple[Candidate, ...]], allowed_ids: frozenset[str]) -> list[Fused]:

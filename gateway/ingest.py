@@ -9,7 +9,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal
+from typing import TYPE_CHECKING, Any, Iterable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from sqlalchemy import delete, insert, select, update
@@ -20,7 +20,10 @@ from connectors.instants import parse_rfc3339, utc_now
 from gateway.entities import normalise_email, normalise_phone, normalise_website
 from gateway.errors import BadRequest
 from gateway.request import describe_validation_error, has_nul
-from gateway.tables import AUTHORITIES, KINDS, SENSITIVITIES, STATUSES, Item, ItemPrincipal, ItemScope, ItemTag
+from gateway.tables import Item, ItemPrincipal, ItemScope, ItemTag, SourceDocument
+
+if TYPE_CHECKING:
+    from gateway.documents import Document
 
 ID = r"^[A-Za-z0-9_.:@-]{1,200}$"
 PRINCIPAL = re.compile(r"^(\*|(user|group|role):[A-Za-z0-9_.@:-]{1,200})$")
@@ -30,6 +33,7 @@ item_table = Item.__table__  # type: ignore[attr-defined]
 principal_table = ItemPrincipal.__table__  # type: ignore[attr-defined]
 scope_table = ItemScope.__table__  # type: ignore[attr-defined]
 tag_table = ItemTag.__table__  # type: ignore[attr-defined]
+source_table = SourceDocument.__table__  # type: ignore[attr-defined]
 
 
 class ItemIn(BaseModel):
@@ -285,3 +289,48 @@ def _write_chunk(engine: Engine, rows: list[tuple[int, str, dict[str, Any]]], re
                 report.rejected.append({"index": index, "id": item_id, "errors": [f"store: {type(exc).__name__}"]})
                 continue
             setattr(report, outcome, getattr(report, outcome) + 1)
+
+
+def ingest_document(engine: Engine, tenant: str, document: "Document") -> dict[str, Any]:
+    """Write a parsed Markdown document as section items.
+
+    An unchanged document (same SHA-256) writes nothing and so embeds nothing; a changed one is
+    ingested piece by piece (unchanged pieces stay unchanged and keep their vectors), and pieces
+    beyond the new end are removed.
+    """
+    from gateway.documents import piece_id, section_items
+
+    with engine.connect() as conn:
+        previous = conn.execute(
+            select(source_table.c.sha256, source_table.c.pieces).where(
+                source_table.c.tenant == tenant, source_table.c.id == document.id
+            )
+        ).first()
+    if previous is not None and previous.sha256 == document.sha256:
+        return {"document": document.id, "sha256": document.sha256, "changed": False, "pieces": previous.pieces,
+                "created": 0, "updated": 0, "unchanged": previous.pieces, "removed": 0, "rejected": []}
+    report = ingest(engine, tenant, section_items(document))
+    if report.rejected:
+        return {"document": document.id, "sha256": document.sha256, "changed": False, "pieces": len(document.pieces),
+                **report.as_dict(), "removed": 0}
+    kept = {piece_id(document.id, p.index) for p in document.pieces}
+    with engine.begin() as conn:
+        stale = conn.execute(
+            select(item_table.c.pk, item_table.c.id).where(
+                item_table.c.tenant == tenant, item_table.c.kind == "document", item_table.c.document == document.id
+            )
+        ).all()
+        removed = [row.pk for row in stale if row.id not in kept]
+        if removed:
+            conn.execute(delete(item_table).where(item_table.c.pk.in_(removed)))
+        values = {"sha256": document.sha256, "pieces": len(document.pieces), "updated_at": utc_now()}
+        if previous is None:
+            conn.execute(insert(source_table).values(tenant=tenant, id=document.id, **values))
+        else:
+            conn.execute(
+                update(source_table)
+                .where(source_table.c.tenant == tenant, source_table.c.id == document.id)
+                .values(**values)
+            )
+    return {"document": document.id, "sha256": document.sha256, "changed": True, "pieces": len(document.pieces),
+            **report.as_dict(), "removed": len(removed)}

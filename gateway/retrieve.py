@@ -19,6 +19,7 @@ from gateway.policy import PolicyEngine
 from gateway.recall import Search, recall
 from gateway.relevance import above_floor
 from gateway.request import RetrieveRequest
+from gateway.sections import read_whole, section_keys
 from gateway.semantic import Semantic, semantic_search
 from gateway.settings import Settings
 from gateway.understand import depth_report, has_letters, rephrase
@@ -114,7 +115,8 @@ async def retrieve(
             results[name] = SourceResult(name, "skipped", detail=detail)
 
     candidates = [c.record for result in results.values() for c in result.candidates]
-    verdict = await verify(policy, actor, request.task, constraints, candidates)
+    pieces = await connectors.exact.sections(constraints, section_keys(candidates))
+    verdict = await verify(policy, actor, request.task, constraints, candidates + list(pieces))
     trace.record(
         retrieved={name: [c.record.id for c in r.candidates] for name, r in results.items() if r.candidates},
         dropped_by_policy=[{"id": i, "reason": reason} for i, reason in verdict.denied + entity_verdict.denied],
@@ -124,6 +126,8 @@ async def retrieve(
     fuse_started = time.perf_counter()
     fused = fuse({name: r.candidates for name, r in results.items()}, verdict.allowed_ids)
     relevant, floor_report = above_floor(fused, results["semantic"].candidates, settings.semantic_floor)
+    relevant, merged = read_whole(relevant, pieces, verdict.allowed_ids)
+    trace.record(section_pieces=sorted(p.id for p in pieces if p.id in verdict.allowed_ids), merged_into_sections=merged)
     trace.record(relevance=floor_report)
     current, historical = _split_history(relevant, request.include_historical)
     limit = request.budget.bytes if request.budget else settings.default_budget_bytes
@@ -241,6 +245,7 @@ def _response(
                 "recorded_at": rfc3339(record.recorded_at),
                 "source": {"system": record.source_system, "uri": record.source_uri},
                 "found_by": list(entry.found_by),
+                "pieces": list(entry.pieces),
             }
         )
     return {

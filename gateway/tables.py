@@ -103,6 +103,20 @@ class ItemVector(SQLModel, table=True):
     seq: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
 
 
+class SourceDocument(SQLModel, table=True):
+    """A Markdown document as last pushed: its hash decides whether a re-push changes anything."""
+
+    __tablename__ = "source_document"
+    __table_args__ = (UniqueConstraint("tenant", "id", name="uq_source_document_tenant_id"),)
+
+    pk: int | None = Field(default=None, primary_key=True)
+    tenant: str = Field(max_length=200)
+    id: str = Field(max_length=200)
+    sha256: str = Field(max_length=64)
+    pieces: int
+    updated_at: datetime
+
+
 class ApiKey(SQLModel, table=True):
     __tablename__ = "api_key"
 
