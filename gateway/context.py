@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from sqlalchemy.engine import Engine
@@ -17,7 +18,7 @@ from gateway.policy import PolicyEngine, load_engine
 from gateway.retrieve import Connectors
 from gateway.semantic import Semantic
 from gateway.settings import Settings
-from gateway.vectorize import EmbeddingWorker
+from gateway.vectorize import EmbeddingWorker, publish_to_weaviate
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,5 +53,19 @@ def build_semantic(settings: Settings, store: Engine) -> Semantic:
     embedder, unavailable = load_embedder(settings)
     if embedder is None:
         return Semantic(None, None, None, unavailable)
+    if settings.weaviate_url:
+        from connectors.confirm import StoreConfirmed
+        from connectors.weaviate import WeaviateConnector
+
+        weaviate = WeaviateConnector(
+            settings.weaviate_url,
+            model=embedder.model_id,
+            dims=embedder.dims,
+            collection=settings.weaviate_collection,
+            grpc_port=settings.weaviate_grpc_port,
+            api_key=settings.weaviate_api_key,
+        )
+        publish = functools.partial(publish_to_weaviate, weaviate)
+        return Semantic(embedder, StoreConfirmed(weaviate, store), EmbeddingWorker(store, embedder, publish=publish))
     index = VectorIndex(store, embedder.model_id, embedder.dims)
     return Semantic(embedder, VectorConnector(index), EmbeddingWorker(store, embedder))

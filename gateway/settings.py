@@ -34,6 +34,10 @@ class Settings:
     embeddings_dims: int | None = None
     embeddings_timeout_ms: int = 2000
     semantic_floor: float = 0.30
+    weaviate_url: str | None = None
+    weaviate_grpc_port: int = 50051
+    weaviate_api_key: str | None = None
+    weaviate_collection: str = "GatewayItem"
     host: str = "127.0.0.1"
     port: int = 8080
 

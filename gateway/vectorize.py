@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -17,6 +18,7 @@ import numpy as np
 from sqlalchemy import and_, delete, func, insert, or_, select
 from sqlalchemy.engine import Engine
 
+from connectors.pushdown import record_from_row
 from gateway.embeddings import Embedder
 from gateway.errors import where
 from gateway.tables import Item, ItemVector
@@ -49,8 +51,23 @@ def lag(engine: Engine, model: str) -> int:
         return int(conn.execute(select(func.count()).select_from(joined).where(condition)).scalar_one())
 
 
-def embed_pending(engine: Engine, embedder: Embedder, batch: int = 32) -> int:
-    """Embed up to `batch` waiting items; returns how many were stored."""
+Publish = Callable[[Engine, dict[int, list[float]]], None]
+
+
+def publish_to_weaviate(connector: Any, engine: Engine, vectors: dict[int, list[float]]) -> None:
+    """Copy freshly embedded items, envelope and vector, into Weaviate (one tenant per tenant).
+    Runs before the vectors are stored, so a failed copy leaves the items waiting and is retried."""
+    with engine.connect() as conn:
+        rows = conn.execute(select(item).where(item.c.pk.in_(list(vectors)))).all()
+    by_tenant: dict[str, list[tuple[Any, list[float]]]] = {}
+    for row in rows:
+        by_tenant.setdefault(row._mapping["tenant"], []).append((record_from_row(row), vectors[row._mapping["pk"]]))
+    for tenant, records in by_tenant.items():
+        connector.upsert(tenant, records)
+
+
+def embed_pending(engine: Engine, embedder: Embedder, batch: int = 32, publish: Publish | None = None) -> int:
+    """Embed up to `batch` waiting items; returns how many were stored (and published, if asked)."""
     joined, condition = _stale(embedder.model_id)
     with engine.connect() as conn:
         rows = conn.execute(
@@ -63,6 +80,8 @@ def embed_pending(engine: Engine, embedder: Embedder, batch: int = 32) -> int:
     if not rows:
         return 0
     vectors = embedder.embed([_passage(r.text, r.section) for r in rows])
+    if publish is not None:
+        publish(engine, {r.pk: [float(x) for x in v] for r, v in zip(rows, vectors)})
     seq = time.time_ns()
     with engine.begin() as conn:
         conn.execute(delete(item_vector).where(item_vector.c.item_pk.in_([r.pk for r in rows])))
@@ -103,7 +122,10 @@ def embed_all(engine: Engine, embedder: Embedder, batch: int = 64, progress: Cal
 class EmbeddingWorker:
     """Runs in the service's lifespan; `nudge()` after a write wakes it at once."""
 
-    def __init__(self, engine: Engine, embedder: Embedder, batch: int = 32, idle_s: float = 2.0) -> None:
+    def __init__(
+        self, engine: Engine, embedder: Embedder, batch: int = 32, idle_s: float = 2.0, publish: Publish | None = None
+    ) -> None:
+        self.publish = publish
         self.engine = engine
         self.embedder = embedder
         self.batch = batch
@@ -118,7 +140,7 @@ class EmbeddingWorker:
     async def run(self) -> None:
         while True:
             try:
-                done = await anyio.to_thread.run_sync(embed_pending, self.engine, self.embedder, self.batch)
+                done = await anyio.to_thread.run_sync(embed_pending, self.engine, self.embedder, self.batch, self.publish)
                 if done:
                     if time.monotonic() - self._lag_counted > LAG_EVERY_S:
                         self.lag = await anyio.to_thread.run_sync(lag, self.engine, self.embedder.model_id)

@@ -1,0 +1,49 @@
+"""Re-read an external index's candidates from the store, inside the constraints.
+
+An external vector index (Weaviate) holds copies of envelopes that can lag behind the store: an
+item deleted, retracted or re-scoped a moment ago may still be there. Its candidates are therefore
+read again from SQL with the same `permitted` pushdown, keeping the index's order and scores, so
+what is ranked is always what the store holds now.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import anyio.to_thread
+from sqlalchemy import select
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from connectors.base import Candidate, Constraints, RecallQuery, SemanticConnector, SourceResult
+from connectors.pushdown import item, permitted, record_from_row, tagged
+from gateway.errors import ConnectorError
+
+
+class StoreConfirmed:
+    """A semantic connector whose candidates are confirmed against the store."""
+
+    def __init__(self, inner: SemanticConnector, engine: Engine) -> None:
+        self.inner = inner
+        self.engine = engine
+        self.name = inner.name
+
+    async def search(self, constraints: Constraints, query: RecallQuery) -> SourceResult:
+        result = await self.inner.search(constraints, query)
+        if not result.candidates:
+            return result
+        confirmed = await anyio.to_thread.run_sync(self._confirm, constraints, query, result.candidates)
+        return replace(result, candidates=confirmed, status="ok" if confirmed else "empty")
+
+    def _confirm(self, constraints: Constraints, query: RecallQuery, candidates: tuple[Candidate, ...]) -> tuple[Candidate, ...]:
+        wanted = [c.record.id for c in candidates]
+        statement = select(item).where(item.c.id.in_(wanted), permitted(constraints), tagged(query.tags))
+        try:
+            with self.engine.connect() as conn:
+                current = {row._mapping["id"]: record_from_row(row) for row in conn.execute(statement)}
+        except SQLAlchemyError as exc:
+            raise ConnectorError(f"semantic confirmation failed: {type(exc).__name__}") from exc
+        kept = [c for c in candidates if c.record.id in current]
+        return tuple(
+            replace(c, record=current[c.record.id], rank=rank) for rank, c in enumerate(kept, start=1)
+        )

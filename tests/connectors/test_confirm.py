@@ -1,0 +1,49 @@
+"""An external index's candidates are re-read from the store inside the constraints."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+from sqlalchemy.engine import Engine
+
+from sqlalchemy import select
+
+from connectors.base import Candidate, Constraints, RecallQuery, Record, SourceResult
+from connectors.confirm import StoreConfirmed
+from connectors.pushdown import item, record_from_row
+from gateway.db import open_store
+from gateway.ingest import ingest
+from tests.connectors.test_contract import CONSTRAINTS, note
+
+
+class StaleIndex:
+    """Stands in for Weaviate, which cannot run here: returns whatever envelopes it was given."""
+
+    name = "semantic"
+
+    def __init__(self, candidates: tuple[Candidate, ...]) -> None:
+        self.candidates = candidates
+
+    async def search(self, constraints: Constraints, query: RecallQuery) -> SourceResult:
+        return SourceResult(self.name, "ok", self.candidates)
+
+
+def test_stale_copies_are_dropped_and_fresh_envelopes_used(database_url: str) -> None:
+    engine: Engine = open_store(database_url)
+    ingest(engine, "acme", [note("kept", "kept note"), note("rescoped", "note"), note("gone", "note")])
+    fresh = _records(engine)
+    # Since the index copied them: "rescoped" lost its ACL, "gone" was deleted.
+    ingest(engine, "acme", [note("rescoped", "note", acl=["group:finance"])])
+    with engine.begin() as conn:
+        conn.execute(item.delete().where(item.c.id == "gone"))
+    stale = tuple(Candidate(replace(fresh[i], text="stale text"), "semantic", n, 0.9 - n / 10)
+                  for n, i in enumerate(["gone", "rescoped", "kept"], start=1))
+    result = asyncio.run(StoreConfirmed(StaleIndex(stale), engine).search(CONSTRAINTS, RecallQuery(text="x")))
+    assert [(c.record.id, c.rank, c.record.text) for c in result.candidates] == [("kept", 1, "kept note")]
+    engine.dispose()
+
+
+def _records(engine: Engine) -> dict[str, Record]:
+    with engine.connect() as conn:
+        return {row._mapping["id"]: record_from_row(row) for row in conn.execute(select(item))}
