@@ -501,6 +501,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--queries", type=int, help="use the first N claims with qrels (default: all)")
     parser.add_argument("--floor", type=float, help="GATEWAY_SEMANTIC_FLOOR for the first pass (default: the gateway's default)")
     parser.add_argument("--concurrency", type=int, default=4, help="concurrent clients (default 4)")
+    parser.add_argument("--save", type=Path, help="also write every ranking (per mode, floor and claim) to this JSON file")
     args = parser.parse_args(argv)
     if args.queries is not None and args.queries < 1 or args.concurrency < 1:
         parser.error("--queries and --concurrency must be positive")
@@ -545,6 +546,17 @@ def evaluate(data_dir: Path, key: str, queries: list[tuple[str, str]], floor: fl
         server.stop()
 
 
+def save(path: Path, runs: list[Run]) -> None:
+    """Rankings for offline analysis (e.g. other fusion settings over the lexical and semantic lists)."""
+    path.write_text(json.dumps([
+        {"mode": run.mode, "floor": run.floor,
+         "answers": [{"query": a.query_id, "status": a.status, "ranking": a.ranking, "budget_dropped": a.budget_dropped,
+                      "sources": a.source_status} for a in run.answers]}
+        for run in runs
+    ]))
+    print(f"rankings written to {path}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the finally blocks stop the server
@@ -568,6 +580,8 @@ def main(argv: list[str] | None = None) -> int:
         if first_floor != 0:
             runs += evaluate(data_dir, key, queries, 0.0, {"GATEWAY_SEMANTIC_FLOOR": "0"}, ("semantic", "fused"),
                              args.concurrency, "floor-0")
+        if args.save:
+            save(args.save, runs)
         return 0 if report(runs, data, args, load_stats, embed_stats, first_floor) else 1
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)

@@ -66,6 +66,8 @@ def build_semantic(settings: Settings, store: Engine) -> Semantic:
             api_key=settings.weaviate_api_key,
         )
         publish = functools.partial(publish_to_weaviate, weaviate)
-        return Semantic(embedder, StoreConfirmed(weaviate, store), EmbeddingWorker(store, embedder, publish=publish))
+        worker = EmbeddingWorker(store, embedder, publish=publish) if settings.background_embedding else None
+        return Semantic(embedder, StoreConfirmed(weaviate, store), worker)
     index = VectorIndex(store, embedder.model_id, embedder.dims)
-    return Semantic(embedder, VectorConnector(index), EmbeddingWorker(store, embedder))
+    worker = EmbeddingWorker(store, embedder) if settings.background_embedding else None
+    return Semantic(embedder, VectorConnector(index), worker)

@@ -13,7 +13,7 @@ from gateway.auth import Actor
 from gateway.budget import Packed, pack
 from gateway.decide import decide
 from gateway.entities import ResolvedEntity, resolve
-from gateway.errors import BadRequest, PolicyDenied
+from gateway.errors import BadRequest, ConnectorError, PolicyDenied
 from gateway.fuse import Fused, fuse
 from gateway.policy import PolicyEngine
 from gateway.recall import Search, recall
@@ -101,7 +101,11 @@ async def retrieve(
     constraints = decision.constraints
     trace.record(constraints=constraints.policy_result)
 
-    resolved = await resolve(connectors.exact, constraints, request.entities) if request.entities else ()
+    resolution_error = None
+    try:
+        resolved = await resolve(connectors.exact, constraints, request.entities) if request.entities else ()
+    except ConnectorError as exc:  # the call goes on without the entities, and says so
+        resolved, resolution_error = (), exc.message
     entity_verdict = await verify(policy, actor, request.task, constraints, (r.record for r in resolved))
     resolved = tuple(r for r in resolved if r.record.id in entity_verdict.allowed_ids)
     constraints = constraints.with_subjects(tuple(r.record.id for r in resolved))
@@ -109,13 +113,19 @@ async def retrieve(
     sources = chosen_sources(request)
     searches, skipped = _searches(connectors, constraints, request, sources, resolved)
     results = await recall(searches, settings.connector_deadline_ms)
+    if resolution_error and results.get("exact", SourceResult("exact", "skipped")).status in ("skipped", "empty"):
+        results["exact"] = SourceResult("exact", "error", detail=f"entity resolution failed: {resolution_error}")
     for name in SOURCES:
         if name not in results:
             detail = skipped.get(name) or (NOT_DEPLOYED.get(name, "not requested") if sources[name] else "not requested")
             results[name] = SourceResult(name, "skipped", detail=detail)
 
     candidates = [c.record for result in results.values() for c in result.candidates]
-    pieces = await connectors.exact.sections(constraints, section_keys(candidates))
+    try:
+        pieces = await connectors.exact.sections(constraints, section_keys(candidates))
+    except ConnectorError as exc:  # hits are still returned, as the pieces that were found
+        pieces = ()
+        trace.record(section_lookup_error=exc.message)
     verdict = await verify(policy, actor, request.task, constraints, candidates + list(pieces))
     trace.record(
         retrieved={name: [c.record.id for c in r.candidates] for name, r in results.items() if r.candidates},

@@ -34,6 +34,7 @@ class Settings:
     embeddings_dims: int | None = None
     embeddings_timeout_ms: int = 2000
     semantic_floor: float = 0.30
+    background_embedding: bool = True
     weaviate_url: str | None = None
     weaviate_grpc_port: int = 50051
     weaviate_api_key: str | None = None

@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import numpy as np
-from sqlalchemy import and_, delete, func, insert, or_, select
+from sqlalchemy import and_, func, or_, select
 from sqlalchemy.engine import Engine
 
 from connectors.pushdown import record_from_row
@@ -83,23 +83,31 @@ def embed_pending(engine: Engine, embedder: Embedder, batch: int = 32, publish: 
     if publish is not None:
         publish(engine, {r.pk: [float(x) for x in v] for r, v in zip(rows, vectors)})
     seq = time.time_ns()
+    values = [
+        {
+            "item_pk": r.pk,
+            "model": embedder.model_id,
+            "dims": embedder.dims,
+            "vector": np.asarray(v, dtype=np.float32).tobytes(),
+            "content_hash": r.content_hash,
+            "seq": seq,
+        }
+        for r, v in zip(rows, vectors)
+    ]
     with engine.begin() as conn:
-        conn.execute(delete(item_vector).where(item_vector.c.item_pk.in_([r.pk for r in rows])))
-        conn.execute(
-            insert(item_vector),
-            [
-                {
-                    "item_pk": r.pk,
-                    "model": embedder.model_id,
-                    "dims": embedder.dims,
-                    "vector": np.asarray(v, dtype=np.float32).tobytes(),
-                    "content_hash": r.content_hash,
-                    "seq": seq,
-                }
-                for r, v in zip(rows, vectors)
-            ],
-        )
+        conn.execute(_upsert(engine.dialect.name, values))
     return len(rows)
+
+
+def _upsert(dialect: str, values: list[dict[str, Any]]) -> Any:
+    """Insert or replace: two workers (or replicas) may embed the same item at the same time."""
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    statement = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(item_vector).values(values)
+    columns = ("model", "dims", "vector", "content_hash", "seq")
+    return statement.on_conflict_do_update(
+        index_elements=[item_vector.c.item_pk], set_={c: statement.excluded[c] for c in columns}
+    )
 
 
 def _passage(text: str, section: str | None) -> str:
