@@ -11,6 +11,7 @@ from sqlmodel import Session, select
 
 from audit.tables import AuditTrace
 from audit.trace import Trace
+from gateway.db import writer
 from gateway.errors import AuditWriteError
 
 
@@ -33,7 +34,7 @@ class AuditStore:
             lineage=trace.lineage,
         )
         try:
-            with Session(self.engine) as session:
+            with Session(writer(self.engine)) as session:
                 session.add(row)
                 session.commit()
         except SQLAlchemyError as exc:

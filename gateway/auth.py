@@ -15,6 +15,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
 from connectors.instants import utc_now
+from gateway.db import writer
 from gateway.errors import BadRequest, StoreUnavailable, Unauthenticated
 from gateway.settings import Settings
 from gateway.tables import SENSITIVITIES, ApiKey
@@ -87,7 +88,7 @@ def create_api_key(
         clearance=clearance,
         created_at=utc_now(),
     )
-    with Session(engine) as session:
+    with Session(writer(engine)) as session:
         session.add(row)
         session.commit()
     return f"gw_{key_id}_{secret}"

@@ -51,8 +51,13 @@ def open_store(database_url: str) -> Engine:
     """Create the engine and make sure the schema exists; raises StoreUnavailable if unreachable."""
     if database_url.startswith("sqlite:///"):
         Path(database_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(database_url, connect_args={"check_same_thread": False, "timeout": 10})
+        # The driver's own transaction handling is off (isolation_level=None) so SQLAlchemy's BEGIN,
+        # deferred or IMMEDIATE (see `writer`), is the one that counts.
+        engine = create_engine(
+            database_url, connect_args={"check_same_thread": False, "timeout": 10, "isolation_level": None}
+        )
         event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "begin", _sqlite_begin)
     elif database_url.startswith("postgresql"):
         engine = create_engine(database_url, pool_size=10, max_overflow=10, pool_pre_ping=True)
     else:
@@ -66,6 +71,20 @@ def open_store(database_url: str) -> Engine:
         engine.dispose()
         raise StoreUnavailable(f"store unreachable ({engine.dialect.name}): {type(exc).__name__}") from exc
     return engine
+
+
+def writer(engine: Engine) -> Engine:
+    """The engine to write with (same pool). On SQLite its transactions begin IMMEDIATE: a deferred
+    transaction that read first cannot take the write lock once another writer committed
+    (SQLITE_BUSY_SNAPSHOT, which no busy timeout waits out); taking the lock up front makes
+    concurrent writers queue instead of failing."""
+    if engine.dialect.name != "sqlite":
+        return engine
+    return engine.execution_options(sqlite_immediate=True)
+
+
+def _sqlite_begin(conn: Any) -> None:
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("sqlite_immediate") else "BEGIN")
 
 
 def store_reachable(engine: Engine) -> bool:

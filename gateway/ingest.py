@@ -18,6 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from connectors.instants import parse_rfc3339, utc_now
 from gateway.entities import normalise_email, normalise_phone, normalise_website
+from gateway.db import writer
 from gateway.errors import BadRequest
 from gateway.request import describe_validation_error, has_nul
 from gateway.tables import Item, ItemPrincipal, ItemScope, ItemTag, SourceDocument
@@ -278,7 +279,7 @@ def ingest(engine: Engine, tenant: str, entries: Iterable[Any], *, chunk: int = 
 
 
 def _write_chunk(engine: Engine, rows: list[tuple[int, str, dict[str, Any]]], report: IngestReport) -> None:
-    with engine.begin() as conn:
+    with writer(engine).begin() as conn:
         for index, item_id, row in rows:
             savepoint = conn.begin_nested()
             try:
@@ -314,7 +315,7 @@ def ingest_document(engine: Engine, tenant: str, document: "Document") -> dict[s
         return {"document": document.id, "sha256": document.sha256, "changed": False, "pieces": len(document.pieces),
                 **report.as_dict(), "removed": 0}
     kept = {piece_id(document.id, p.index) for p in document.pieces}
-    with engine.begin() as conn:
+    with writer(engine).begin() as conn:
         stale = conn.execute(
             select(item_table.c.pk, item_table.c.id).where(
                 item_table.c.tenant == tenant, item_table.c.kind == "document", item_table.c.document == document.id

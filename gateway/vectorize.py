@@ -20,6 +20,7 @@ from sqlalchemy.engine import Engine
 
 from connectors.pushdown import record_from_row
 from gateway.embeddings import Embedder
+from gateway.db import writer
 from gateway.errors import where
 from gateway.tables import Item, ItemVector
 
@@ -94,7 +95,7 @@ def embed_pending(engine: Engine, embedder: Embedder, batch: int = 32, publish: 
         }
         for r, v in zip(rows, vectors)
     ]
-    with engine.begin() as conn:
+    with writer(engine).begin() as conn:
         conn.execute(_upsert(engine.dialect.name, values))
     return len(rows)
 
