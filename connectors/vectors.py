@@ -24,7 +24,7 @@ from typing import Any, Literal
 import anyio.to_thread
 import numpy as np
 import numpy.typing as npt
-from sqlalchemy import and_, select
+from sqlalchemy import and_, func, select
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -47,6 +47,7 @@ class TenantVectors:
     pks: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     matrix: npt.NDArray[np.float32] = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
     row_of: dict[int, int] = field(default_factory=dict)
+    seq_of: dict[int, int] = field(default_factory=dict)  # the write stamp of each row's vector
     size: int = 0
     last_seq: int = 0
     refreshed: float = 0.0
@@ -57,8 +58,12 @@ class TenantVectors:
     def __post_init__(self) -> None:
         self.matrix = np.zeros((0, self.dims), dtype=np.float32)
 
-    def upsert(self, pks: list[int], vectors: npt.NDArray[np.float32]) -> None:
-        for pk, vector in zip(pks, vectors):
+    def upsert(self, pks: list[int], seqs: list[int], vectors: npt.NDArray[np.float32]) -> None:
+        """Add or replace vectors; rows re-read with the stamp they already have are left alone."""
+        changed = [i for i, (pk, seq) in enumerate(zip(pks, seqs)) if self.seq_of.get(pk) != seq]
+        pks = [pks[i] for i in changed]
+        for pk, seq, vector in zip(pks, [seqs[i] for i in changed], vectors[changed]):
+            self.seq_of[pk] = seq
             row = self.row_of.get(pk)
             if row is None:
                 if self.size == len(self.pks):
@@ -72,7 +77,7 @@ class TenantVectors:
                 self.row_of[pk] = row
                 self.pks[row] = pk
             self.matrix[row] = vector
-        if self.graph is not None:  # hnswlib updates an existing label's vector in place
+        if self.graph is not None and pks:  # hnswlib updates an existing label's vector in place
             self._extend_graph(pks)
 
     def _extend_graph(self, pks: list[int]) -> None:
@@ -96,7 +101,7 @@ class TenantVectors:
 class VectorIndex:
     """The in-memory mirror of `item_vector` for one model, per tenant."""
 
-    def __init__(self, engine: Engine, model: str, dims: int, ann_min_items: int = 20_000) -> None:
+    def __init__(self, engine: Engine, model: str, dims: int, ann_min_items: int = 2_000) -> None:
         self.engine = engine
         self.model = model
         self.dims = dims
@@ -113,6 +118,10 @@ class VectorIndex:
         return vectors
 
     def _refresh(self, conn: Connection, tenant: str, vectors: TenantVectors) -> None:
+        newest = conn.execute(select(func.max(item_vector.c.seq)).where(item_vector.c.model == self.model)).scalar()
+        if newest is None or (vectors.size and int(newest) <= vectors.last_seq):
+            vectors.refreshed = time.monotonic()  # nothing written since the last look
+            return
         rows = conn.execute(
             select(item_vector.c.item_pk, item_vector.c.vector, item_vector.c.seq)
             .select_from(item_vector.join(item, item.c.pk == item_vector.c.item_pk))
@@ -124,7 +133,7 @@ class VectorIndex:
         ).all()
         if rows:
             matrix = np.frombuffer(b"".join(r.vector for r in rows), dtype=np.float32).reshape(len(rows), self.dims)
-            vectors.upsert([int(r.item_pk) for r in rows], matrix)
+            vectors.upsert([int(r.item_pk) for r in rows], [int(r.seq) for r in rows], matrix)
             vectors.last_seq = max(vectors.last_seq, max(int(r.seq) for r in rows))
         if vectors.graph is None and vectors.size >= self.ann_min_items:
             vectors.build_graph()
@@ -191,9 +200,11 @@ class VectorIndex:
             if len(admitted) >= query.limit or window >= vectors.graph_rows:
                 scored = sorted(((pk, float(vectors.matrix[by_pk[pk]] @ q)) for pk in admitted), key=lambda p: -p[1])
                 return scored[: query.limit]
-            if window >= cap:
+            # The share admitted so far predicts the window that would hold k permitted items.
+            needed = window * query.limit / len(admitted) if admitted else float("inf")
+            if needed > cap:
                 return None  # too few permitted items near the query: exact search over them is cheaper
-            window *= 4
+            window = max(window * 4, int(needed * 1.5))
 
 
 class VectorConnector:
