@@ -17,10 +17,14 @@ from sqlalchemy.engine import Engine
 from connectors.base import Constraints, ExactConnector, Identifier, LexicalConnector, RecallQuery, SourceResult
 from connectors.fts import FullTextConnector
 from connectors.sql import SqlExactConnector
+from connectors.vectors import VectorConnector, VectorIndex
 from gateway.db import open_store
 from gateway.errors import ConnectorError
 from gateway.ingest import ingest
+from gateway.embeddings import load_embedder
 from gateway.recall import run_source
+from gateway.settings import load_settings
+from gateway.vectorize import embed_all
 
 CONSTRAINTS = Constraints(
     tenant="acme",
@@ -172,3 +176,37 @@ def test_lexical_widens_past_a_window_full_of_forbidden_matches(database_url: st
     result = search(FullTextConnector(engine), CONSTRAINTS, RecallQuery(text="walrus", limit=50))
     assert sorted(c.record.id for c in result.candidates) == ["permitted_0", "permitted_1", "permitted_2"]
     engine.dispose()
+
+
+class TestSemanticContract(ConnectorContract):
+    """The embedded vector index; exact search over the permitted subset (the tenant is small)."""
+
+    ann_min_items = 1_000_000
+
+    def connector(self, store: Engine) -> VectorConnector:
+        embedder = minilm()
+        if store.url.port != 1:  # the unreachable-store case has nothing to embed
+            embed_all(store, embedder)
+        return VectorConnector(VectorIndex(store, embedder.model_id, embedder.dims, ann_min_items=self.ann_min_items))
+
+    def query(self, **overrides: Any) -> RecallQuery:
+        embedder = minilm()
+        vector = tuple(float(x) for x in embedder.embed(["pricing discount"])[0])
+        return RecallQuery(text="pricing discount", vector=vector, model=embedder.model_id, **overrides)
+
+    def test_scores_are_cosines_best_first(self, store: Engine) -> None:
+        result = search(self.connector(store), CONSTRAINTS, self.query(limit=5))
+        scores = [c.score for c in result.candidates]
+        assert scores == sorted(scores, reverse=True) and all(-1.0 <= s <= 1.0 for s in scores)
+
+
+class TestSemanticApproximateContract(TestSemanticContract):
+    """The same index forced onto its HNSW path, widening its window past forbidden neighbours."""
+
+    ann_min_items = 1
+
+
+def minilm() -> Any:
+    embedder, reason = load_embedder(load_settings(environ={}))
+    assert embedder is not None, reason
+    return embedder
