@@ -302,6 +302,7 @@ class Answer:
     budget_dropped: int = 0
     source_status: dict[str, str] = field(default_factory=dict)
     lag: int | None = None
+    strategy: str | None = None  # the semantic connector's search: "exact" or "approximate" (HNSW)
     ms: float = 0.0
     error: str | None = None
 
@@ -312,6 +313,7 @@ class Run:
     floor: float
     answers: list[Answer]
     wall_s: float
+    code: str = "unknown"
 
 
 def body_for(claim: str, mode: str) -> dict[str, Any]:
@@ -338,6 +340,7 @@ async def ask(client: httpx.AsyncClient, query_id: str, claim: str, mode: str) -
         budget_dropped=sum(int(stats.get("dropped", 0)) for stats in per_source.values()),
         source_status={name: entry["status"] for name, entry in sources.items() if entry["status"] != "skipped"},
         lag=sources.get("semantic", {}).get("lag"),
+        strategy=next((word for word in ("exact", "approximate") if f"{word} search" in (sources.get("semantic", {}).get("detail") or "")), None),
         ms=ms,
     )
 
@@ -402,6 +405,7 @@ class Scores:
     failed: int  # non-200 answers (scored as empty)
     degraded: Counter[str]  # "source:status" for timeouts and errors
     p50_ms: float
+    strategies: Counter[str]
 
 
 def score(run: Run, qrels: dict[str, dict[str, int]]) -> Scores:
@@ -423,6 +427,7 @@ def score(run: Run, qrels: dict[str, dict[str, int]]) -> Scores:
         failed=sum(1 for a in answers if a.status != 200),
         degraded=degraded,
         p50_ms=latencies[len(latencies) // 2] if latencies else float("nan"),
+        strategies=Counter(a.strategy for a in answers if a.strategy),
     )
 
 
@@ -430,7 +435,10 @@ def score(run: Run, qrels: dict[str, dict[str, int]]) -> Scores:
 
 
 def code_revision() -> str:
-    root = Path(__file__).resolve().parent.parent
+    """The commit of the gateway code this process imports (`+` when it has local changes)."""
+    import gateway
+
+    root = Path(gateway.__file__).resolve().parent.parent
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
         dirty = subprocess.run(["git", "status", "--porcelain", "--", "gateway", "connectors", "audit", "policies"],
@@ -446,7 +454,8 @@ def report(runs: list[Run], data: DataSet, args: argparse.Namespace, load: dict[
     n = len(runs[0].answers)
     scored = [(run, score(run, data.qrels)) for run in runs]
     print(f"\n=== retrieval quality: SciFact train split, {n} claims with qrels, {len(data.corpus):,} abstracts, "
-          f"limit {LIMIT}, budget {BUDGET_BYTES:,} B, {args.concurrency} clients, {os.cpu_count()} CPUs, code {code_revision()} ===")
+          f"limit {LIMIT}, budget {BUDGET_BYTES:,} B, {args.concurrency} clients, {os.cpu_count()} CPUs, "
+          f"code {'/'.join(sorted({run.code for run in runs}))} ===")
     if load:
         print(f"load:  {len(data.corpus):,} items via PUT /v1/items in {load['batches']:.0f} batches, {load['seconds']:.1f} s "
               f"= {load['rate']:,.0f} items/s (created {load.get('created', 0):.0f}, updated {load.get('updated', 0):.0f}, "
@@ -476,6 +485,12 @@ def report(runs: list[Run], data: DataSet, args: argparse.Namespace, load: dict[
             label = "nDCG@10" if metric == "ndcg" else "recall@100"
             print(f"floor {f:.2f}: fused {label} {values['fused']:.4f} vs lexical {values['lexical']:.4f} / semantic "
                   f"{values['semantic']:.4f} -> fused {'BEATS BOTH' if beats else 'does NOT beat both'}")
+    for run, s in scored:
+        if s.strategies:
+            print(f"semantic search, {run.mode} floor {run.floor:.2f}: "
+                  + ", ".join(f"{name} {count}" for name, count in sorted(s.strategies.items())))
+    if len({run.code for run in runs}) > 1:
+        print(f"!!! the gateway code changed between passes: {', '.join(f'{r.mode}@{r.floor:.2f} {r.code}' for r in runs)}")
     ok = True
     for run, s in scored:
         if s.failed or s.degraded:
@@ -540,8 +555,12 @@ def evaluate(data_dir: Path, key: str, queries: list[tuple[str, str]], floor: fl
     server = started_server(data_dir, floor_env, label)
     try:
         print(f"Server ready at {server.url}, semantic floor {floor:.2f} (log: {server.log_path})", flush=True)
+        code = code_revision()  # what this server imported (within seconds)
         wait_for_vectors(server.url, key, queries[0][1])
-        return [asyncio.run(run_mode(server.url, key, queries, mode, floor, concurrency)) for mode in modes]
+        runs = [asyncio.run(run_mode(server.url, key, queries, mode, floor, concurrency)) for mode in modes]
+        for run in runs:
+            run.code = code
+        return runs
     finally:
         server.stop()
 
@@ -551,7 +570,7 @@ def save(path: Path, runs: list[Run]) -> None:
     path.write_text(json.dumps([
         {"mode": run.mode, "floor": run.floor,
          "answers": [{"query": a.query_id, "status": a.status, "ranking": a.ranking, "budget_dropped": a.budget_dropped,
-                      "sources": a.source_status} for a in run.answers]}
+                      "sources": a.source_status, "strategy": a.strategy} for a in run.answers]}
         for run in runs
     ]))
     print(f"rankings written to {path}", flush=True)

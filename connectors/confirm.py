@@ -32,7 +32,7 @@ class StoreConfirmed:
         result = await self.inner.search(constraints, query)
         if not result.candidates:
             return result
-        confirmed = await anyio.to_thread.run_sync(self._confirm, constraints, query, result.candidates)
+        confirmed = await anyio.to_thread.run_sync(self._confirm, constraints, query, result.candidates, abandon_on_cancel=True)
         return replace(result, candidates=confirmed, status="ok" if confirmed else "empty")
 
     def _confirm(self, constraints: Constraints, query: RecallQuery, candidates: tuple[Candidate, ...]) -> tuple[Candidate, ...]:

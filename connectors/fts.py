@@ -57,7 +57,7 @@ class FullTextConnector:
         terms = query_terms(query.text)
         if not any(any(ch.isalpha() for ch in term) for term in terms):
             return SourceResult(self.name, "skipped", detail="query has no words to search")
-        candidates = await anyio.to_thread.run_sync(self._search, constraints, query, terms)
+        candidates = await anyio.to_thread.run_sync(self._search, constraints, query, terms, abandon_on_cancel=True)
         ms = (time.perf_counter() - started) * 1000
         return SourceResult(self.name, "ok" if candidates else "empty", candidates, ms)
 

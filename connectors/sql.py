@@ -27,13 +27,13 @@ class SqlExactConnector:
     async def lookup(self, constraints: Constraints, identifiers: tuple[Identifier, ...]) -> tuple[Record, ...]:
         if not identifiers:
             return ()
-        return await anyio.to_thread.run_sync(self._lookup, constraints, identifiers)
+        return await anyio.to_thread.run_sync(self._lookup, constraints, identifiers, abandon_on_cancel=True)
 
     async def search(self, constraints: Constraints, query: RecallQuery) -> SourceResult:
         started = time.perf_counter()
         if not constraints.subjects and not query.ids:
             return SourceResult(self.name, "skipped", detail="no resolved entity and no ids to fetch")
-        candidates = await anyio.to_thread.run_sync(self._search, constraints, query)
+        candidates = await anyio.to_thread.run_sync(self._search, constraints, query, abandon_on_cancel=True)
         ms = (time.perf_counter() - started) * 1000
         return SourceResult(self.name, "ok" if candidates else "empty", candidates, ms)
 
@@ -41,7 +41,7 @@ class SqlExactConnector:
         """Every permitted piece of the given (document, section) pairs, in document order."""
         if not keys:
             return ()
-        return await anyio.to_thread.run_sync(self._sections, constraints, keys)
+        return await anyio.to_thread.run_sync(self._sections, constraints, keys, abandon_on_cancel=True)
 
     def _sections(self, constraints: Constraints, keys: tuple[tuple[str, str], ...]) -> tuple[Record, ...]:
         wanted = or_(*(and_(item.c.document == document, item.c.section == section) for document, section in keys))

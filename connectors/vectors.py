@@ -35,7 +35,7 @@ from gateway.tables import ItemVector
 
 item_vector = ItemVector.__table__  # type: ignore[attr-defined]
 Strategy = Literal["auto", "exact", "approximate"]
-REFRESH_EVERY_S = 0.5
+REFRESH_EVERY_S = 0.0  # one indexed max(seq) per search: the mirror is never behind the store
 SEQ_MARGIN_NS = 5_000_000_000  # re-read the last 5 s of writes: concurrent writers may commit out of order
 
 
@@ -53,6 +53,8 @@ class TenantVectors:
     refreshed: float = 0.0
     graph: Any = None  # hnswlib.Index over rows, built once the tenant is large enough
     graph_rows: int = 0
+    building: bool = False  # a graph is being built in the background; exact search serves meanwhile
+    dirty_rows: set[int] = field(default_factory=set)  # rows written while it was being built
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -77,6 +79,8 @@ class TenantVectors:
                 self.row_of[pk] = row
                 self.pks[row] = pk
             self.matrix[row] = vector
+            if self.building:
+                self.dirty_rows.add(row)
         if self.graph is not None and pks:  # hnswlib updates an existing label's vector in place
             self._extend_graph(pks)
 
@@ -88,14 +92,33 @@ class TenantVectors:
         self.graph_rows = max(self.graph_rows, int(rows.max()) + 1)
 
     def build_graph(self) -> None:
+        """Build the HNSW graph over a snapshot of the rows, then add what was written meanwhile.
+        Called without the lock held, so searches go on (exactly) while it builds."""
         import hnswlib
 
+        with self.lock:
+            size = self.size
+            snapshot = self.matrix[:size].copy()
+            self.dirty_rows.clear()
         graph = hnswlib.Index(space="ip", dim=self.dims)
-        graph.init_index(max_elements=max(self.size * 2, 1024), ef_construction=100, M=16, random_seed=7)
+        graph.init_index(max_elements=max(size * 2, 1024), ef_construction=100, M=16, random_seed=7)
         graph.set_num_threads(1)
-        graph.add_items(self.matrix[: self.size], np.arange(self.size, dtype=np.int64))
+        graph.add_items(snapshot, np.arange(size, dtype=np.int64))
         graph.set_ef(128)
-        self.graph, self.graph_rows = graph, self.size
+        with self.lock:
+            late = sorted(self.dirty_rows | set(range(size, self.size)))
+            if self.size > graph.get_max_elements():
+                graph.resize_index(self.size * 2)
+            if late:
+                graph.add_items(self.matrix[late], np.array(late, dtype=np.int64))
+            self.graph, self.graph_rows = graph, self.size
+            self.building = False
+            self.dirty_rows.clear()
+
+    def build_in_background(self) -> None:
+        if self.graph is None and not self.building:
+            self.building = True
+            threading.Thread(target=self.build_graph, name="hnsw-build", daemon=True).start()
 
 
 class VectorIndex:
@@ -136,7 +159,7 @@ class VectorIndex:
             vectors.upsert([int(r.item_pk) for r in rows], [int(r.seq) for r in rows], matrix)
             vectors.last_seq = max(vectors.last_seq, max(int(r.seq) for r in rows))
         if vectors.graph is None and vectors.size >= self.ann_min_items:
-            vectors.build_graph()
+            vectors.build_in_background()
         vectors.refreshed = time.monotonic()
 
     def nearest(
@@ -151,13 +174,26 @@ class VectorIndex:
                 return [], "exact"
             use_graph = strategy == "approximate" or (strategy == "auto" and vectors.graph is not None)
             if use_graph:
-                if vectors.graph is None:
-                    with vectors.lock:
-                        vectors.build_graph()
+                if vectors.graph is None:  # asked for explicitly (benchmarks): build it now
+                    vectors.building = True
+                    vectors.build_graph()
                 found = self._approximate(conn, vectors, constraints, query, q)
                 if found is not None:
                     return found, "approximate"
             return self._exact(conn, vectors, constraints, query, q), "exact"
+
+    def warm(self) -> None:
+        """Load every tenant's vectors and start building its graph (at start-up, in the background),
+        so the first query of a tenant does not pay for it."""
+        with self.engine.connect() as conn:
+            tenants = conn.execute(
+                select(item.c.tenant)
+                .select_from(item_vector.join(item, item.c.pk == item_vector.c.item_pk))
+                .where(item_vector.c.model == self.model)
+                .distinct()
+            ).scalars().all()
+            for tenant in tenants:
+                self.tenant(conn, tenant)
 
     def _current(self, constraints: Constraints, query: RecallQuery) -> Any:
         """Permitted items whose stored vector is of this model and of their current text."""
@@ -215,13 +251,16 @@ class VectorConnector:
     def __init__(self, index: VectorIndex) -> None:
         self.index = index
 
+    def warm(self) -> None:
+        self.index.warm()
+
     async def search(self, constraints: Constraints, query: RecallQuery) -> SourceResult:
         started = time.perf_counter()
         if query.vector is None:
             return SourceResult(self.name, "skipped", detail="no query vector")
         if query.model != self.index.model or len(query.vector) != self.index.dims:
             raise ConnectorError("query vector is of another model than the index")
-        candidates, strategy = await anyio.to_thread.run_sync(self._search, constraints, query)
+        candidates, strategy = await anyio.to_thread.run_sync(self._search, constraints, query, abandon_on_cancel=True)
         ms = (time.perf_counter() - started) * 1000
         return SourceResult(self.name, "ok" if candidates else "empty", candidates, ms, detail=f"{strategy} search")
 

@@ -503,7 +503,7 @@ class WeaviateConnector:
             return SourceResult(self.name, "empty", ms=(time.perf_counter() - started) * 1000, detail="the constraints admit nothing")
         where = to_weaviate(tree)
         shard = weaviate_tenant(constraints.tenant)
-        candidates = await anyio.to_thread.run_sync(self._search, constraints.tenant, shard, where, query)
+        candidates = await anyio.to_thread.run_sync(self._search, constraints.tenant, shard, where, query, abandon_on_cancel=True)
         ms = (time.perf_counter() - started) * 1000
         return SourceResult(self.name, "ok" if candidates else "empty", candidates, ms)
 

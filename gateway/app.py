@@ -6,6 +6,7 @@ import contextlib
 import logging
 
 import anyio
+import anyio.to_thread
 from typing import AsyncIterator
 
 from starlette.applications import Starlette
@@ -41,6 +42,17 @@ async def unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"error": {"code": "internal_error", "message": "internal error", "trace_id": None}}, 500)
 
 
+async def warm_vector_index(context: GatewayContext) -> None:
+    """Mirror the stored vectors and build their graphs off the request path."""
+    warm = getattr(context.connectors.semantic.connector, "warm", None)
+    if warm is None:
+        return
+    try:
+        await anyio.to_thread.run_sync(warm)  # bounded: it only loads; graphs build on their own threads
+    except Exception as exc:  # a cold index only makes the first queries slower
+        log.warning("vector index warm-up failed: %s", where(exc))
+
+
 def create_app(settings: Settings, context: GatewayContext | None = None) -> Starlette:
     """The app; with no context given, the lifespan builds one from settings (store, policy, connectors)."""
 
@@ -53,6 +65,7 @@ def create_app(settings: Settings, context: GatewayContext | None = None) -> Sta
             async with anyio.create_task_group() as background:
                 if worker is not None:
                     background.start_soon(worker.run)
+                background.start_soon(warm_vector_index, app.state.context)
                 yield
                 background.cancel_scope.cancel()
         finally:

@@ -17,6 +17,8 @@ Search = Callable[[], Awaitable[SourceResult]]
 
 
 async def run_source(name: str, search: Search, deadline_ms: int) -> SourceResult:
+    """One source under its deadline. Connectors run their blocking work in threads they allow to be
+    abandoned, so a late source is reported as a timeout at once while its thread finishes alone."""
     started = time.perf_counter()
 
     def elapsed() -> float:

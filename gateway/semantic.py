@@ -29,7 +29,7 @@ async def semantic_search(semantic: Semantic, constraints: Constraints, query: R
     assert semantic.embedder is not None and semantic.connector is not None and query.text
     started = time.perf_counter()
     try:
-        vector = await anyio.to_thread.run_sync(functools.partial(semantic.embedder.embed, [query.text]))
+        vector = await anyio.to_thread.run_sync(functools.partial(semantic.embedder.embed, [query.text]), abandon_on_cancel=True)
     except Exception as exc:  # an embedder that fails degrades this source only
         raise ConnectorError(f"query embedding failed: {type(exc).__name__}") from exc
     embed_ms = (time.perf_counter() - started) * 1000

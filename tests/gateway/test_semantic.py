@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import zlib
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -202,7 +203,7 @@ class EmbeddingsDouble:
     def vector(self, text: str) -> np.ndarray:
         v = np.zeros(self.dims)
         for word in text.lower().split():
-            v[hash(word.strip(".,?")) % self.dims] += 1.0
+            v[zlib.crc32(word.strip(".,?").encode()) % self.dims] += 1.0
         return v + 1e-3
 
     def close(self) -> None:
@@ -257,3 +258,19 @@ def test_vectors_of_another_model_are_never_compared(seeded: tuple[Gateway, str]
     constraints_like = None
     with pytest.raises(ConnectorError):
         asyncio.run(connector.search(constraints_like, RecallQuery(text="x", vector=(0.1,) * 384, model="other-model")))
+
+
+def test_a_source_past_its_deadline_is_a_timeout_and_the_answer_comes_back(
+    database_url: str, tmp_path: Path
+) -> None:
+    with open_gateway(database_url, tmp_path, connector_deadline_ms=1) as gateway:
+        gateway.ingest("acme", TOPICS)
+        gateway.embed_all()
+        response = gateway.retrieve(gateway.key("agent"), {"task": RESEARCH, "query": "refund policy for annual plans"},
+                                    semantic=True)
+        body = response.json()
+        assert response.status_code == 200 and body["partial"] is True
+        assert body["sources"]["semantic"]["status"] == "timeout"
+        assert body["sources"]["semantic"]["detail"] == "deadline 1 ms"
+        assert body["depth"]["fallback_reason"] == "standard_timeout"
+        assert body["timings"]["total_ms"] < 1000  # the late thread was left behind, not waited for
