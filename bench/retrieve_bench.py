@@ -218,6 +218,42 @@ def prepare_store(data_dir: Path, items: int, reuse: bool) -> tuple[str, dict[st
     return key, load_stats
 
 
+def embed_store(data_dir: Path) -> None:
+    """Give every item its vector before measuring (the service would, in the background)."""
+    from gateway.embeddings import OnnxMiniLM
+    from gateway.vectorize import embed_pending, lag
+
+    engine = open_store(f"sqlite:///{(data_dir / 'gateway.db').resolve()}")
+    try:
+        embedder = OnnxMiniLM(threads=2)
+        waiting = lag(engine, embedder.model_id)
+        if not waiting:
+            print("All items already embedded")
+            return
+        print(f"Embedding {waiting} items with {embedder.model_id} (2 threads)")
+        started, done = time.perf_counter(), 0
+        while batch := embed_pending(engine, embedder, 64):
+            done += batch
+            if done % 5000 < 64:
+                rate = done / (time.perf_counter() - started)
+                print(f"  embedded {done:>7}/{waiting}  ({rate:,.0f} items/s)", flush=True)
+        print(f"embedding: {done / (time.perf_counter() - started):,.0f} items/s")
+    finally:
+        engine.dispose()
+
+
+def wait_for_graph(url: str, key: str, timeout_s: float = 600) -> None:
+    """The service builds its HNSW graph in the background after start; exact search serves until then."""
+    deadline = time.monotonic() + timeout_s
+    body = {"task": TASK, "query": "pricing discount renewal", "sources": {"exact": False}}
+    while time.monotonic() < deadline:
+        response = httpx.post(f"{url}/v1/retrieve", json=body, headers={"Authorization": f"Bearer {key}"}, timeout=60)
+        if "approximate" in (response.json().get("sources", {}).get("semantic", {}).get("detail") or ""):
+            return
+        time.sleep(1)
+    raise SystemExit("the vector index did not switch to approximate search in time")
+
+
 # ---------------------------------------------------------------- the server
 
 
@@ -311,10 +347,16 @@ class Phase:
         return len(self.samples) / self.wall_s
 
 
+DEPTH = {"value": "fast"}  # set from --depth: fast = lexical only, standard = lexical + semantic
+
+
 def retrieve_bodies(count: int, seed: int) -> list[dict[str, Any]]:
     """Request bodies with 2-4 query words drawn (Zipf-weighted) from the load's vocabulary."""
     maker = TextMaker(seed)
-    return [{"task": TASK, "query": maker.draw(2, 4), "sources": {"exact": False}} for _ in range(count)]
+    return [
+        {"task": TASK, "query": maker.draw(2, 4), "sources": {"exact": False}, "depth": DEPTH["value"]}
+        for _ in range(count)
+    ]
 
 
 async def timed(client: httpx.AsyncClient, method: str, path: str, body: dict[str, Any] | None) -> Sample:
@@ -392,6 +434,26 @@ def policy_figures(phase: Phase) -> dict[str, float]:
         "share_client": policy / client if client else float("nan"),
         "pipeline_share_client": server / client if client else float("nan"),
         "lexical_ms": sum(s.body["sources"]["lexical"]["ms"] for s in ok) / len(ok) if ok else float("nan"),
+        **layer_shares(timings),
+    }
+
+
+LAYERS = (("embed", "embed_ms"), ("vector search", None), ("lexical", "lexical_ms"), ("policy", None), ("fusion+pack", "fuse_ms"))
+
+
+def layer_shares(timings: list[dict[str, float]]) -> dict[str, float]:
+    """Mean ms per layer. The sources run concurrently, so shares of total need not add up to 100%."""
+    if not timings:
+        return {}
+    n = len(timings)
+    mean = {key: sum(t.get(key, 0.0) for t in timings) / n for key in ("embed_ms", "semantic_ms", "lexical_ms", "fuse_ms", "decide_ms", "verify_ms", "total_ms")}
+    return {
+        "layer_embed": mean["embed_ms"],
+        "layer_vector search": max(mean["semantic_ms"] - mean["embed_ms"], 0.0),
+        "layer_lexical": mean["lexical_ms"],
+        "layer_policy": mean["decide_ms"] + mean["verify_ms"],
+        "layer_fusion+pack": mean["fuse_ms"],
+        "layer_total": mean["total_ms"],
     }
 
 
@@ -446,7 +508,7 @@ def report(phases: dict[str, Phase], args: argparse.Namespace, load_stats: dict[
     h_seq, r_seq, h_conc, r_conc = (phases[n] for n in ("healthz_seq", "retrieve_seq", "healthz_conc", "retrieve_conc"))
     base = percentile(h_seq.latencies, 50)
     seq, conc = policy_figures(r_seq), policy_figures(r_conc)
-    print(f"\n=== retrieve benchmark: {args.items} items, {args.requests} requests/phase, concurrency {args.concurrency}, "
+    print(f"\n=== retrieve benchmark, depth {args.depth}: {args.items} items, {args.requests} requests/phase, concurrency {args.concurrency}, "
           f"{os.cpu_count()} CPUs, code {code_revision()} ===")
     if load_stats:
         print(f"load: {load_stats['rate']:,.0f} items/s  (generate {load_stats['generate_s']:.1f} s, ingest {load_stats['ingest_s']:.1f} s)")
@@ -462,6 +524,9 @@ def report(phases: dict[str, Phase], args: argparse.Namespace, load_stats: dict[
         print(f"  policy share: {figures['share_server'] * 100:.1f}% of server pipeline time, "
               f"{figures['share_client'] * 100:.1f}% of client-observed time "
               f"(pipeline = {figures['pipeline_share_client'] * 100:.0f}% of client-observed)")
+        total = figures.get("layer_total") or float("nan")
+        print("  layers (mean ms, share of server time; lexical and semantic run concurrently): " + ", ".join(
+            f"{name} {figures['layer_' + name]:.2f} ({figures['layer_' + name] / total:.0%})" for name, _ in LAYERS))
     for label, phase in (("1 client", r_seq), (f"{args.concurrency} clients", r_conc)):
         print(f"results, {label}:")
         print("\n".join(result_figures(phase)))
@@ -500,6 +565,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--requests", type=int, default=2000, help="requests per phase (default 2000)")
     parser.add_argument("--concurrency", type=int, default=8, help="concurrent clients for the load phases (default 8)")
     parser.add_argument("--workers", type=int, default=1, help="server worker processes (default 1)")
+    parser.add_argument("--depth", choices=("fast", "standard"), default="fast",
+                        help="fast: lexical only (the spine's figure); standard: lexical + semantic, items embedded first")
     parser.add_argument("--reuse", action="store_true", help="skip loading when --data already holds exactly --items items")
     args = parser.parse_args(argv)
     if args.items < 1 or args.requests < 1 or args.concurrency < 1:
@@ -515,10 +582,15 @@ def main(argv: list[str] | None = None) -> int:
     data_dir.mkdir(parents=True, exist_ok=True)
     server = None
     try:
+        DEPTH["value"] = args.depth
         key, load_stats = prepare_store(data_dir, args.items, args.reuse)
+        if args.depth == "standard":
+            embed_store(data_dir)
         server = Server(data_dir, free_port(), args.workers)
         server.start()
         server.wait_ready()
+        if args.depth == "standard":
+            wait_for_graph(server.url, key)
         print(f"Server ready at {server.url} (log: {server.log_path}); measuring...", flush=True)
         phases = asyncio.run(measure(server.url, key, args.requests, args.concurrency))
         return 0 if report(phases, args, load_stats) else 1
