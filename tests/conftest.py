@@ -133,7 +133,10 @@ class Gateway:
 
 
 def make_gateway(database_url: str, tmp_path: Path, **overrides: Any) -> Iterator[Gateway]:
-    settings = load_settings({"data_dir": tmp_path / "data", "database_url": database_url, **overrides}, environ={})
+    # A generous source deadline: on a loaded CI machine a 250 ms deadline would make answers
+    # depend on timing. The deadline itself is tested with its own setting.
+    defaults = {"data_dir": tmp_path / "data", "database_url": database_url, "connector_deadline_ms": 10_000}
+    settings = load_settings({**defaults, **overrides}, environ={})
     with TestClient(create_app(settings), raise_server_exceptions=False) as client:
         yield Gateway(client, settings)
 
