@@ -61,6 +61,11 @@ def _convert(name: str, raw: str, kind: Any) -> Any:
             if lowered not in {"1", "0", "true", "false", "yes", "no", "on", "off"}:
                 raise ValueError(raw)
             return lowered in {"1", "true", "yes", "on"}
+        if "float" in kind:
+            number = float(raw)
+            if not -1.0 <= number <= 1.0:
+                raise ValueError(raw)
+            return number
         if "int" in kind:
             value = int(raw)
             if value <= 0:

@@ -274,3 +274,12 @@ def test_a_source_past_its_deadline_is_a_timeout_and_the_answer_comes_back(
         assert body["sources"]["semantic"]["detail"] == "deadline 1 ms"
         assert body["depth"]["fallback_reason"] == "standard_timeout"
         assert body["timings"]["total_ms"] < 1000  # the late thread was left behind, not waited for
+
+
+def test_the_floor_is_read_from_the_environment_as_a_number() -> None:
+    from gateway.errors import ConfigurationError
+    from gateway.settings import load_settings
+
+    assert load_settings(environ={"GATEWAY_SEMANTIC_FLOOR": "0.42"}).semantic_floor == 0.42
+    with pytest.raises(ConfigurationError, match="GATEWAY_SEMANTIC_FLOOR"):
+        load_settings(environ={"GATEWAY_SEMANTIC_FLOOR": "high"})
