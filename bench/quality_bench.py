@@ -22,7 +22,6 @@ import math
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,10 +32,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from harness import Server, clean_env, code_revision, free_port, gateway_executable
 from sqlalchemy import text
 
 from gateway.db import open_store
-from gateway.settings import Settings, load_settings
+from gateway.settings import Settings
 
 TENANT = "scifact"
 ID_PREFIX = "scifact_"
@@ -47,8 +47,6 @@ BUDGET_BYTES = 200_000
 NDCG_K = 10
 RECALL_K = 100
 RETRIES = 2  # sequential re-asks of an answer whose source timed out under concurrent load
-READY_TIMEOUT_S = 90
-STOP_TIMEOUT_S = 15
 TASK = {"type": "research"}
 MODES = {
     "lexical": {"exact": False, "lexical": True, "semantic": False},
@@ -56,26 +54,6 @@ MODES = {
     "fused": {"exact": False, "lexical": True, "semantic": True},
 }
 BM25_TEST_REFERENCE = 0.665  # BEIR paper, SciFact *test* split, nDCG@10
-
-# `gateway.settings._convert` has no float branch, so GATEWAY_SEMANTIC_FLOOR arrives as a str and every
-# semantic retrieve then fails (float >= str). Until that is fixed the benchmark starts the server through
-# this shim, which only adds the float conversion; `floor_env_is_parsed()` retires it automatically.
-FLOAT_SETTINGS_SHIM = """
-import sys
-import gateway.settings as settings
-_convert = settings._convert
-def _convert_float(name, raw, kind):
-    if str(kind).strip() == "float":
-        try:
-            return float(raw)
-        except ValueError as exc:
-            raise settings.ConfigurationError(f"GATEWAY_{name.upper()}: expected float, got {raw!r}") from exc
-    return _convert(name, raw, kind)
-settings._convert = _convert_float
-from gateway.cli import main
-main()
-"""
-
 
 # ---------------------------------------------------------------- data set
 
@@ -138,17 +116,6 @@ def batches(items: list[dict[str, Any]]) -> list[bytes]:
 # ---------------------------------------------------------------- the gateway as subprocesses
 
 
-def gateway_executable() -> str:
-    return str(Path(sys.executable).parent / "gateway")
-
-
-def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment without any GATEWAY_* variable, plus the ones the benchmark sets."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
-    env.update(extra or {})
-    return env
-
-
 def create_key(data_dir: Path, principal: str, role: str) -> str:
     done = subprocess.run(
         [gateway_executable(), "keys", "create", "--data", str(data_dir), "--tenant", TENANT,
@@ -177,72 +144,8 @@ def embed_cli(data_dir: Path) -> tuple[int, float]:
     return (int(first[0]) if first and first[0].isdigit() else 0), seconds
 
 
-def floor_env_is_parsed() -> bool:
-    """Does the installed gateway turn GATEWAY_SEMANTIC_FLOOR into a float?"""
-    return isinstance(load_settings(environ={"GATEWAY_SEMANTIC_FLOOR": "0.25"}).semantic_floor, float)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class Server:
-    """`gateway serve` as a subprocess in its own session; stop() is safe to call more than once."""
-
-    def __init__(self, data_dir: Path, port: int, env: dict[str, str], label: str) -> None:
-        self.data_dir = data_dir
-        self.port = port
-        self.env = env  # GATEWAY_* set by the benchmark; everything else GATEWAY_* is removed
-        self.url = f"http://127.0.0.1:{port}"
-        self.log_path = data_dir / f"quality-server-{label}.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        args = ["serve", "--data", str(self.data_dir), "--port", str(self.port)]
-        if "GATEWAY_SEMANTIC_FLOOR" in self.env and not floor_env_is_parsed():
-            command = [sys.executable, "-c", FLOAT_SETTINGS_SHIM, *args]
-        else:
-            command = [gateway_executable(), *args]
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, env=clean_env(self.env), start_new_session=True
-            )
-
-    def wait_ready(self) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise SystemExit(f"server exited with code {self.proc.returncode}:\n{self.log_tail()}")
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        raise SystemExit(f"server not ready after {READY_TIMEOUT_S}s:\n{self.log_tail()}")
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)  # uvicorn shuts down gracefully on SIGTERM
-        try:
-            self.proc.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-    def log_tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no server log)"
-
-
 def started_server(data_dir: Path, env: dict[str, str], label: str) -> Server:
-    server = Server(data_dir, free_port(), env, label)
+    server = Server(data_dir, free_port(), env=env, label=f"quality-{label}")
     server.start()
     server.wait_ready()
     return server
@@ -448,20 +351,6 @@ def score(run: Run, qrels: dict[str, dict[str, int]]) -> Scores:
 # ---------------------------------------------------------------- reporting
 
 
-def code_revision() -> str:
-    """The commit of the gateway code this process imports (`+` when it has local changes)."""
-    import gateway
-
-    root = Path(gateway.__file__).resolve().parent.parent
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "gateway", "connectors", "audit", "policies"],
-                               cwd=root, capture_output=True, text=True, check=True)
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return commit.stdout.strip() + ("+" if dirty.stdout.strip() else "")
-
-
 def report(runs: list[Run], data: DataSet, args: argparse.Namespace, load: dict[str, float] | None,
            embed: tuple[int, float] | None, floor: float) -> bool:
     """Print the report; returns False when any request failed or any source timed out / errored."""
@@ -601,10 +490,6 @@ def main(argv: list[str] | None = None) -> int:
     default_floor = Settings().semantic_floor
     first_floor = default_floor if args.floor is None else args.floor
     first_env = {} if args.floor is None else {"GATEWAY_SEMANTIC_FLOOR": repr(args.floor)}
-    if not floor_env_is_parsed():
-        print("note: this gateway does not parse GATEWAY_SEMANTIC_FLOOR as a float (gateway/settings.py `_convert` has no "
-              "float branch), so every semantic retrieve would fail; servers with a floor set are started through a "
-              "shim that adds the conversion (see FLOAT_SETTINGS_SHIM).", flush=True)
     temporary = args.data is None
     data_dir = Path(tempfile.mkdtemp(prefix="gateway-quality-")) if temporary else args.data
     data_dir.mkdir(parents=True, exist_ok=True)

@@ -16,8 +16,6 @@ import os
 import random
 import shutil
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,6 +26,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import httpx
+from harness import Server, code_revision, free_port
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
@@ -39,8 +38,6 @@ SEED = 20261130
 QUERY_SEED = 7
 LOAD_CHUNK = 5000
 WARMUP_REQUESTS = 30
-READY_TIMEOUT_S = 60
-STOP_TIMEOUT_S = 15
 TENANTS = (("acme", 90), ("globex", 10))
 AGENT = {"tenant": "acme", "principal": "user:alice", "roles": ["agent"], "groups": ["sales"], "clearance": "confidential"}
 TASK = {"type": "account_followup", "scope": "sales"}
@@ -257,63 +254,6 @@ def wait_for_graph(url: str, key: str, timeout_s: float = 600) -> None:
 # ---------------------------------------------------------------- the server
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class Server:
-    """`gateway serve` as a subprocess in its own session; stop() is safe to call more than once."""
-
-    def __init__(self, data_dir: Path, port: int, workers: int = 1) -> None:
-        self.workers = workers
-        self.data_dir = data_dir
-        self.port = port
-        self.url = f"http://127.0.0.1:{port}"
-        self.log_path = data_dir / "bench-server.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        gateway = Path(sys.executable).parent / "gateway"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}  # embedded defaults only
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                [str(gateway), "serve", "--data", str(self.data_dir), "--port", str(self.port), "--workers", str(self.workers)],
-                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-            )
-
-    def wait_ready(self) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise SystemExit(f"server exited with code {self.proc.returncode}:\n{self.log_tail()}")
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        raise SystemExit(f"server not ready after {READY_TIMEOUT_S}s:\n{self.log_tail()}")
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)  # uvicorn shuts down gracefully on SIGTERM
-        try:
-            self.proc.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-    def log_tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no server log)"
-
-
 # ---------------------------------------------------------------- measuring
 
 
@@ -491,18 +431,6 @@ def latency_line(label: str, phase: Phase, base_p50: float) -> str:
             f"   p50 = {p50 / base_p50:5.1f}x healthz p50")
 
 
-def code_revision() -> str:
-    """The project's git commit (with a + when the tree has local changes), so figures can be attributed."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "gateway", "connectors", "audit", "policies"],
-                               cwd=root, capture_output=True, text=True, check=True)
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return commit.stdout.strip() + ("+" if dirty.stdout.strip() else "")
-
-
 def report(phases: dict[str, Phase], args: argparse.Namespace, load_stats: dict[str, float] | None) -> bool:
     """Print the report; returns False when any request failed."""
     h_seq, r_seq, h_conc, r_conc = (phases[n] for n in ("healthz_seq", "retrieve_seq", "healthz_conc", "retrieve_conc"))
@@ -586,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
         key, load_stats = prepare_store(data_dir, args.items, args.reuse)
         if args.depth == "standard":
             embed_store(data_dir)
-        server = Server(data_dir, free_port(), args.workers)
+        server = Server(data_dir, free_port(), workers=args.workers)
         server.start()
         server.wait_ready()
         if args.depth == "standard":
