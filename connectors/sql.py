@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import anyio.to_thread
-from sqlalchemy import and_, or_, select
+from sqlalchemy import or_, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -44,18 +44,25 @@ class SqlExactConnector:
         return await anyio.to_thread.run_sync(self._sections, constraints, keys, abandon_on_cancel=True)
 
     def _sections(self, constraints: Constraints, keys: tuple[tuple[str, str], ...]) -> tuple[Record, ...]:
-        wanted = or_(*(and_(item.c.document == document, item.c.section == section) for document, section in keys))
+        # One IN over the indexed (tenant, document, section) columns; the exact pairs are picked
+        # here, since an OR of fifty (document AND section) terms makes SQLite scan the tenant.
+        wanted = set(keys)
         statement = (
             select(item)
-            .where(permitted(constraints, kinds=("document",)), wanted)
+            .where(
+                permitted(constraints, kinds=("document",)),
+                item.c.document.in_(sorted({document for document, _ in keys})),
+                item.c.section.in_(sorted({section for _, section in keys})),
+            )
             .order_by(item.c.document, item.c.id)
-            .limit(MAX_SECTION_PIECES)
+            .limit(MAX_SECTION_PIECES * 4)
         )
         try:
             with self.engine.connect() as conn:
-                return tuple(record_from_row(row) for row in conn.execute(statement))
+                rows = [record_from_row(row) for row in conn.execute(statement)]
         except SQLAlchemyError as exc:
             raise ConnectorError(f"section lookup failed: {type(exc).__name__}") from exc
+        return tuple(r for r in rows if (r.document, r.section) in wanted)[:MAX_SECTION_PIECES]
 
     def _lookup(self, constraints: Constraints, identifiers: tuple[Identifier, ...]) -> tuple[Record, ...]:
         matches = or_(*(IDENTIFIER_COLUMNS[i.kind] == i.value for i in identifiers if i.kind in IDENTIFIER_COLUMNS))

@@ -35,6 +35,12 @@ POSTGRES_FTS = [
 ]
 
 
+# Indexes added after the first release: created on open, so existing stores get them too.
+LATER_INDEXES = [
+    "CREATE INDEX IF NOT EXISTS ix_item_tenant_document_section ON item (tenant, document, section)",
+]
+
+
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
@@ -65,7 +71,7 @@ def open_store(database_url: str) -> Engine:
     try:
         SQLModel.metadata.create_all(engine)
         with engine.begin() as conn:
-            for statement in SQLITE_FTS if engine.dialect.name == "sqlite" else POSTGRES_FTS:
+            for statement in (SQLITE_FTS if engine.dialect.name == "sqlite" else POSTGRES_FTS) + LATER_INDEXES:
                 conn.execute(text(statement))
     except SQLAlchemyError as exc:
         engine.dispose()

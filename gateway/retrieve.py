@@ -112,7 +112,9 @@ async def retrieve(
 
     sources = chosen_sources(request)
     searches, skipped = _searches(connectors, constraints, request, sources, resolved)
+    recall_started = time.perf_counter()
     results = await recall(searches, settings.connector_deadline_ms)
+    recall_ms = (time.perf_counter() - recall_started) * 1000
     if resolution_error and results.get("exact", SourceResult("exact", "skipped")).status in ("skipped", "empty"):
         results["exact"] = SourceResult("exact", "error", detail=f"entity resolution failed: {resolution_error}")
     for name in SOURCES:
@@ -121,11 +123,13 @@ async def retrieve(
             results[name] = SourceResult(name, "skipped", detail=detail)
 
     candidates = [c.record for result in results.values() for c in result.candidates]
+    sections_started = time.perf_counter()
     try:
         pieces = await connectors.exact.sections(constraints, section_keys(candidates))
     except ConnectorError as exc:  # hits are still returned, as the pieces that were found
         pieces = ()
         trace.record(section_lookup_error=exc.message)
+    sections_ms = (time.perf_counter() - sections_started) * 1000
     verdict = await verify(policy, actor, request.task, constraints, candidates + list(pieces))
     trace.record(
         retrieved={name: [c.record.id for c in r.candidates] for name, r in results.items() if r.candidates},
@@ -155,6 +159,8 @@ async def retrieve(
         "embed_ms": round(results["semantic"].embed_ms or 0.0, 3),
         "semantic_ms": round(results["semantic"].ms, 3),
         "lexical_ms": round(results["lexical"].ms, 3),
+        "sections_ms": round(sections_ms, 3),
+        "recall_ms": round(recall_ms, 3),
         "fuse_ms": round(fuse_ms, 3),
         "total_ms": round(total_ms, 3),
     }
