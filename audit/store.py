@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
 import anyio.to_thread
@@ -20,19 +21,8 @@ class AuditStore:
         self.engine = engine
 
     def write_sync(self, trace: Trace) -> None:
-        row = AuditTrace(
-            trace_id=trace.trace_id,
-            created_at=trace.created_at,
-            tenant=trace.tenant,
-            actor=trace.actor,
-            endpoint=trace.endpoint,
-            status_code=trace.status_code,
-            decision=trace.decision,
-            policy_engine=trace.policy_engine,
-            policy_revision=trace.policy_revision,
-            error_code=trace.error_code,
-            lineage=trace.lineage,
-        )
+        # Trace and the table share their field names: the row is the frozen value, stored.
+        row = AuditTrace(**{f.name: getattr(trace, f.name) for f in fields(trace)})
         try:
             with Session(writer(self.engine)) as session:
                 session.add(row)
@@ -50,16 +40,4 @@ class AuditStore:
 
 
 def _as_dict(row: AuditTrace) -> dict[str, Any]:
-    return {
-        "trace_id": row.trace_id,
-        "created_at": row.created_at.isoformat(),
-        "tenant": row.tenant,
-        "actor": row.actor,
-        "endpoint": row.endpoint,
-        "status_code": row.status_code,
-        "decision": row.decision,
-        "policy_engine": row.policy_engine,
-        "policy_revision": row.policy_revision,
-        "error_code": row.error_code,
-        "lineage": row.lineage,
-    }
+    return {**row.model_dump(exclude={"pk"}), "created_at": row.created_at.isoformat()}

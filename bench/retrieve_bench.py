@@ -287,14 +287,11 @@ class Phase:
         return len(self.samples) / self.wall_s
 
 
-DEPTH = {"value": "fast"}  # set from --depth: fast = lexical only, standard = lexical + semantic
-
-
-def retrieve_bodies(count: int, seed: int) -> list[dict[str, Any]]:
+def retrieve_bodies(count: int, seed: int, depth: str) -> list[dict[str, Any]]:
     """Request bodies with 2-4 query words drawn (Zipf-weighted) from the load's vocabulary."""
     maker = TextMaker(seed)
     return [
-        {"task": TASK, "query": maker.draw(2, 4), "sources": {"exact": False}, "depth": DEPTH["value"]}
+        {"task": TASK, "query": maker.draw(2, 4), "sources": {"exact": False}, "depth": depth}
         for _ in range(count)
     ]
 
@@ -327,18 +324,18 @@ async def run_phase(
     return Phase(name, samples, time.perf_counter() - started)
 
 
-async def measure(url: str, key: str, requests: int, concurrency: int) -> dict[str, Phase]:
+async def measure(url: str, key: str, requests: int, concurrency: int, depth: str) -> dict[str, Phase]:
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     headers = {"Authorization": f"Bearer {key}"}
     async with httpx.AsyncClient(base_url=url, headers=headers, limits=limits, timeout=30) as client:
         await run_phase(client, "warmup", "GET", "/healthz", [None] * WARMUP_REQUESTS, 1)
-        await run_phase(client, "warmup", "POST", "/v1/retrieve", retrieve_bodies(WARMUP_REQUESTS, QUERY_SEED + 99), 1)
+        await run_phase(client, "warmup", "POST", "/v1/retrieve", retrieve_bodies(WARMUP_REQUESTS, QUERY_SEED + 99, depth), 1)
         phases = [
             await run_phase(client, "healthz_seq", "GET", "/healthz", [None] * requests, 1),
-            await run_phase(client, "retrieve_seq", "POST", "/v1/retrieve", retrieve_bodies(requests, QUERY_SEED), 1),
+            await run_phase(client, "retrieve_seq", "POST", "/v1/retrieve", retrieve_bodies(requests, QUERY_SEED, depth), 1),
             await run_phase(client, "healthz_conc", "GET", "/healthz", [None] * requests, concurrency),
             await run_phase(
-                client, "retrieve_conc", "POST", "/v1/retrieve", retrieve_bodies(requests, QUERY_SEED + 1), concurrency
+                client, "retrieve_conc", "POST", "/v1/retrieve", retrieve_bodies(requests, QUERY_SEED + 1, depth), concurrency
             ),
         ]
     return {phase.name: phase for phase in phases}
@@ -510,7 +507,6 @@ def main(argv: list[str] | None = None) -> int:
     data_dir.mkdir(parents=True, exist_ok=True)
     server = None
     try:
-        DEPTH["value"] = args.depth
         key, load_stats = prepare_store(data_dir, args.items, args.reuse)
         if args.depth == "standard":
             embed_store(data_dir)
@@ -520,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.depth == "standard":
             wait_for_graph(server.url, key)
         print(f"Server ready at {server.url} (log: {server.log_path}); measuring...", flush=True)
-        phases = asyncio.run(measure(server.url, key, args.requests, args.concurrency))
+        phases = asyncio.run(measure(server.url, key, args.requests, args.concurrency, args.depth))
         return 0 if report(phases, args, load_stats) else 1
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
