@@ -29,6 +29,8 @@ class Constraints:
     statuses: tuple[str, ...]
     graph_relations: tuple[str, ...] = ()
     graph_max_depth: int = 1
+    graph_fanout: int = 10
+    entity_statuses: tuple[str, ...] = ()  # statuses an entity lookup may see (tombstones included)
     subjects: tuple[str, ...] = ()
     policy_result: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
@@ -64,6 +66,13 @@ class Record:
     email: str | None = None
     domain: str | None = None
     phone: str | None = None
+    profile: str | None = None
+    merged_into: str | None = None
+    relation: str | None = None
+    edge_from: str | None = None
+    edge_to: str | None = None
+    confidence: float | None = None
+    weight: float | None = None
     tags: tuple[str, ...] = ()
 
     def envelope(self) -> dict[str, Any]:
@@ -116,7 +125,7 @@ class SourceResult:
 
 @dataclass(frozen=True, slots=True)
 class Identifier:
-    """A normalised entity identifier: kind is id, email, domain or phone."""
+    """A normalised entity identifier: kind is id, email, phone, profile or domain."""
 
     kind: str
     value: str
@@ -130,8 +139,19 @@ class ExactConnector(Protocol):
         """Entities matching the identifiers, inside the constraints."""
         ...
 
+    async def merged_into(self, constraints: Constraints, survivors: tuple[str, ...]) -> tuple[Record, ...]:
+        """Entities merged into any of the survivors, inside the constraints."""
+        ...
+
+    async def sharing_domain(
+        self, constraints: Constraints, domains: tuple[str, ...], exclude: tuple[str, ...], limit: int
+    ) -> tuple[Record, ...]:
+        """Other live, unmerged entities with one of the company domains, inside the constraints."""
+        ...
+
     async def search(self, constraints: Constraints, query: RecallQuery) -> SourceResult:
-        """Items named by query.ids, else properties and memories of the subjects; inside the constraints."""
+        """Items named by query.ids, else properties and memories of the subjects, else items
+        carrying all of query.tags; inside the constraints."""
         ...
 
     async def sections(self, constraints: Constraints, keys: tuple[tuple[str, str], ...]) -> tuple[Record, ...]:
@@ -158,5 +178,20 @@ class SemanticConnector(Protocol):
         Candidate.score is the cosine similarity. Every constraint must be applied inside the
         backend's search; one it cannot apply makes the connector refuse (ConnectorError), never
         drop the filter.
+        """
+        ...
+
+
+@runtime_checkable
+class GraphConnector(Protocol):
+    name: str
+
+    async def search(self, constraints: Constraints, query: RecallQuery) -> SourceResult:
+        """Edges reachable from constraints.subjects, inside the constraints.
+
+        Only active edges of constraints.graph_relations, valid at constraints.valid_at, at most
+        constraints.graph_max_depth hops and constraints.graph_fanout edges out of any one node,
+        and never into or through an entity the constraints do not admit. Best first: confidence,
+        then weight.
         """
         ...

@@ -4,45 +4,54 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from sqlalchemy import ColumnElement, and_, exists, false, or_, select, true
+from sqlalchemy import ColumnElement, FromClause, and_, exists, false, or_, select, true
 
 from connectors.base import Constraints, Record
-from gateway.tables import Item, ItemPrincipal, ItemScope, ItemTag
+from gateway.tables import EntityTombstone, Item, ItemPrincipal, ItemScope, ItemTag
 
 item = Item.__table__  # type: ignore[attr-defined]
 item_principal = ItemPrincipal.__table__  # type: ignore[attr-defined]
 item_scope = ItemScope.__table__  # type: ignore[attr-defined]
 item_tag = ItemTag.__table__  # type: ignore[attr-defined]
+tombstone = EntityTombstone.__table__  # type: ignore[attr-defined]
+
+# Columns naming the entity an item belongs to, hangs off, or links: a tombstone on any of them
+# hides the item from every connector in the same instant.
+ENTITY_LINKS = ("entity", "attached_to", "edge_from", "edge_to")
 
 
-def permitted(constraints: Constraints, kinds: Sequence[str] | None = None) -> ColumnElement[bool]:
-    """Rows the constraints admit. `kinds` narrows (never widens) the constraints' kinds."""
+def permitted(constraints: Constraints, kinds: Sequence[str] | None = None, table: FromClause | None = None) -> ColumnElement[bool]:
+    """Rows the constraints admit. `kinds` narrows (never widens) the constraints' kinds; `table`
+    is an alias of `item` when a query reads it twice (the graph walk)."""
     allowed_kinds = tuple(constraints.kinds if kinds is None else (k for k in kinds if k in constraints.kinds or k == "entity"))
     if not constraints.principals or not allowed_kinds:
         return false()
+    t = item if table is None else table
+    tombstoned = select(tombstone.c.entity_id).where(tombstone.c.tenant == constraints.tenant).scalar_subquery()
     return and_(
-        item.c.tenant == constraints.tenant,
-        item.c.kind.in_(allowed_kinds),
-        item.c.sensitivity.in_(constraints.sensitivities),
-        item.c.status.in_(constraints.statuses),
-        or_(item.c.valid_from.is_(None), item.c.valid_from <= constraints.valid_at),
-        or_(item.c.valid_to.is_(None), item.c.valid_to > constraints.valid_at),
+        t.c.tenant == constraints.tenant,
+        t.c.kind.in_(allowed_kinds),
+        t.c.sensitivity.in_(constraints.sensitivities),
+        t.c.status.in_(constraints.statuses),
+        or_(t.c.valid_from.is_(None), t.c.valid_from <= constraints.valid_at),
+        or_(t.c.valid_to.is_(None), t.c.valid_to > constraints.valid_at),
         exists(
             select(item_principal.c.item_pk).where(
-                item_principal.c.item_pk == item.c.pk,
+                item_principal.c.item_pk == t.c.pk,
                 item_principal.c.principal.in_(constraints.principals),
             )
         ),
         or_(
-            item.c.scoped.is_(False),
+            t.c.scoped.is_(False),
             exists(
                 select(item_scope.c.item_pk).where(
-                    item_scope.c.item_pk == item.c.pk,
+                    item_scope.c.item_pk == t.c.pk,
                     item_scope.c.scope.in_(constraints.scopes),
                 )
             ),
         ),
-        or_(item.c.attached_to.is_(None), item.c.attached_to.in_(constraints.subjects)),
+        or_(t.c.attached_to.is_(None), t.c.attached_to.in_(constraints.subjects)),
+        *(or_(t.c[column].is_(None), t.c[column].not_in(tombstoned)) for column in ENTITY_LINKS),
     )
 
 
@@ -84,5 +93,12 @@ def record_from_row(row: Any) -> Record:
         email=m["email"],
         domain=m["domain"],
         phone=m["phone"],
+        profile=m["profile"],
+        merged_into=m["merged_into"],
+        relation=m["relation"],
+        edge_from=m["edge_from"],
+        edge_to=m["edge_to"],
+        confidence=m["confidence"],
+        weight=m["weight"],
         tags=tuple(m["tags"] or ()),
     )

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import anyio.to_thread
-from sqlalchemy import or_, select
+from sqlalchemy import ColumnElement, and_, or_, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -13,9 +14,18 @@ from connectors.base import Candidate, Constraints, Identifier, Record, RecallQu
 from connectors.pushdown import item, permitted, record_from_row, tagged
 from gateway.errors import ConnectorError
 
-IDENTIFIER_COLUMNS = {"id": item.c.id, "email": item.c.email, "domain": item.c.domain, "phone": item.c.phone}
+IDENTIFIER_COLUMNS = {
+    "id": item.c.id,
+    "email": item.c.email,
+    "domain": item.c.domain,
+    "phone": item.c.phone,
+    "profile": item.c.profile,
+}
+# An email, phone or profile names a contact, a website a company; an id names whatever has it.
+IDENTIFIER_TYPES = {"email": "contact", "phone": "contact", "profile": "contact", "domain": "company"}
 SUBJECT_KINDS = ("property", "memory")
 MAX_SECTION_PIECES = 200
+MAX_ENTITIES = 50
 
 
 class SqlExactConnector:
@@ -31,8 +41,8 @@ class SqlExactConnector:
 
     async def search(self, constraints: Constraints, query: RecallQuery) -> SourceResult:
         started = time.perf_counter()
-        if not constraints.subjects and not query.ids:
-            return SourceResult(self.name, "skipped", detail="no resolved entity and no ids to fetch")
+        if not constraints.subjects and not query.ids and not query.tags:
+            return SourceResult(self.name, "skipped", detail="no resolved entity, no ids to fetch and no tags to filter by")
         candidates = await anyio.to_thread.run_sync(self._search, constraints, query, abandon_on_cancel=True)
         ms = (time.perf_counter() - started) * 1000
         return SourceResult(self.name, "ok" if candidates else "empty", candidates, ms)
@@ -64,20 +74,65 @@ class SqlExactConnector:
             raise ConnectorError(f"section lookup failed: {type(exc).__name__}") from exc
         return tuple(r for r in rows if (r.document, r.section) in wanted)[:MAX_SECTION_PIECES]
 
+    async def merged_into(self, constraints: Constraints, survivors: tuple[str, ...]) -> tuple[Record, ...]:
+        """Entities merged into any of the survivors, inside the constraints."""
+        if not survivors:
+            return ()
+        statement = (
+            select(item)
+            .where(permitted(constraints, kinds=("entity",)), item.c.merged_into.in_(survivors))
+            .order_by(item.c.id)
+            .limit(MAX_ENTITIES)
+        )
+        return await anyio.to_thread.run_sync(self._entities, statement, "merge lookup", abandon_on_cancel=True)
+
+    async def sharing_domain(
+        self, constraints: Constraints, domains: tuple[str, ...], exclude: tuple[str, ...], limit: int
+    ) -> tuple[Record, ...]:
+        """Other live, unmerged entities with one of the company domains, inside the constraints."""
+        if not domains:
+            return ()
+        statement = (
+            select(item)
+            .where(
+                permitted(constraints, kinds=("entity",)),
+                item.c.domain.in_(domains),
+                item.c.id.not_in(exclude),
+                item.c.merged_into.is_(None),
+            )
+            .order_by(item.c.id)
+            .limit(limit)
+        )
+        return await anyio.to_thread.run_sync(self._entities, statement, "alias lookup", abandon_on_cancel=True)
+
     def _lookup(self, constraints: Constraints, identifiers: tuple[Identifier, ...]) -> tuple[Record, ...]:
-        matches = or_(*(IDENTIFIER_COLUMNS[i.kind] == i.value for i in identifiers if i.kind in IDENTIFIER_COLUMNS))
-        statement = select(item).where(permitted(constraints, kinds=("entity",)), matches).limit(50)
+        matches = or_(
+            *(
+                and_(IDENTIFIER_COLUMNS[i.kind] == i.value, item.c.entity_type == IDENTIFIER_TYPES[i.kind])
+                if i.kind in IDENTIFIER_TYPES
+                else IDENTIFIER_COLUMNS[i.kind] == i.value
+                for i in identifiers
+                if i.kind in IDENTIFIER_COLUMNS
+            )
+        )
+        statement = select(item).where(permitted(constraints, kinds=("entity",)), matches).order_by(item.c.id).limit(MAX_ENTITIES)
+        return self._entities(statement, "exact lookup")
+
+    def _entities(self, statement: Any, what: str) -> tuple[Record, ...]:
         try:
             with self.engine.connect() as conn:
                 return tuple(record_from_row(row) for row in conn.execute(statement))
         except SQLAlchemyError as exc:
-            raise ConnectorError(f"exact lookup failed: {type(exc).__name__}") from exc
+            raise ConnectorError(f"{what} failed: {type(exc).__name__}") from exc
 
     def _search(self, constraints: Constraints, query: RecallQuery) -> tuple[Candidate, ...]:
+        wanted: tuple[ColumnElement[bool], ...]
         if query.ids:
             wanted = (permitted(constraints), item.c.id.in_(query.ids))
-        else:
+        elif constraints.subjects:
             wanted = (permitted(constraints, kinds=SUBJECT_KINDS), item.c.entity.in_(constraints.subjects))
+        else:  # filter mode: whatever carries every tag
+            wanted = (permitted(constraints),)
         statement = (
             select(item)
             .where(*wanted, tagged(query.tags))

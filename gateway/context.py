@@ -9,6 +9,7 @@ from sqlalchemy.engine import Engine
 
 from audit.store import AuditStore
 from connectors.fts import FullTextConnector
+from connectors.graph import SqlGraphConnector
 from connectors.sql import SqlExactConnector
 from connectors.vectors import VectorConnector, VectorIndex
 from gateway.auth import Authenticator
@@ -43,7 +44,12 @@ async def build_context(settings: Settings) -> GatewayContext:
         store=store,
         policy=policy,
         authenticator=Authenticator(store, settings),
-        connectors=Connectors(exact=SqlExactConnector(store), lexical=FullTextConnector(store), semantic=build_semantic(settings, store)),
+        connectors=Connectors(
+            exact=SqlExactConnector(store),
+            lexical=FullTextConnector(store),
+            semantic=build_semantic(settings, store),
+            graph=SqlGraphConnector(store),
+        ),
         audit=AuditStore(store),
     )
 

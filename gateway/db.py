@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event, text
+from sqlalchemy import event, inspect, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import SQLModel, create_engine
@@ -38,6 +38,14 @@ POSTGRES_FTS = [
 # Indexes added after the first release: created on open, so existing stores get them too.
 LATER_INDEXES = [
     "CREATE INDEX IF NOT EXISTS ix_item_tenant_document_section ON item (tenant, document, section)",
+    "CREATE INDEX IF NOT EXISTS ix_item_tenant_edge_from ON item (tenant, edge_from)",
+    "CREATE INDEX IF NOT EXISTS ix_item_tenant_merged_into ON item (tenant, merged_into)",
+]
+
+# Columns added after the first release, as (table, column, SQL type): added on open when missing.
+LATER_COLUMNS = [
+    ("item", "profile", "VARCHAR"),
+    ("item", "merged_into", "VARCHAR"),
 ]
 
 
@@ -70,6 +78,7 @@ def open_store(database_url: str) -> Engine:
         raise StoreUnavailable("database_url: only sqlite:/// and postgresql:// URLs are supported")
     try:
         SQLModel.metadata.create_all(engine)
+        _add_later_columns(engine)
         with engine.begin() as conn:
             for statement in (SQLITE_FTS if engine.dialect.name == "sqlite" else POSTGRES_FTS) + LATER_INDEXES:
                 conn.execute(text(statement))
@@ -77,6 +86,14 @@ def open_store(database_url: str) -> Engine:
         engine.dispose()
         raise StoreUnavailable(f"store unreachable ({engine.dialect.name}): {type(exc).__name__}") from exc
     return engine
+
+
+def _add_later_columns(engine: Engine) -> None:
+    present = {(t, c["name"]) for t in {t for t, _, _ in LATER_COLUMNS} for c in inspect(engine).get_columns(t)}
+    with engine.begin() as conn:
+        for table, column, sql_type in LATER_COLUMNS:
+            if (table, column) not in present:
+                conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}"))
 
 
 def writer(engine: Engine) -> Engine:

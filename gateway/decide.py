@@ -60,6 +60,8 @@ def constraints_from(result: dict[str, Any]) -> Constraints:
             statuses=_texts(c["statuses"]),
             graph_relations=_texts(graph.get("relations", [])),
             graph_max_depth=int(graph.get("max_depth", 1)),
+            graph_fanout=int(graph.get("max_fanout", 10)),
+            entity_statuses=_texts(c.get("entity_statuses", c["statuses"])),
             policy_result=c,
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:

@@ -17,11 +17,11 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from connectors.instants import parse_rfc3339, utc_now
-from gateway.entities import normalise_email, normalise_phone, normalise_website
+from gateway import identifiers
 from gateway.db import writer
 from gateway.errors import BadRequest
 from gateway.request import describe_validation_error, has_nul
-from gateway.tables import Item, ItemPrincipal, ItemScope, ItemTag, SourceDocument
+from gateway.tables import EntityTombstone, Item, ItemPrincipal, ItemScope, ItemTag, SourceDocument
 
 if TYPE_CHECKING:
     from gateway.documents import Document
@@ -35,6 +35,7 @@ principal_table = ItemPrincipal.__table__  # type: ignore[attr-defined]
 scope_table = ItemScope.__table__  # type: ignore[attr-defined]
 tag_table = ItemTag.__table__  # type: ignore[attr-defined]
 source_table = SourceDocument.__table__  # type: ignore[attr-defined]
+tombstone_table = EntityTombstone.__table__  # type: ignore[attr-defined]
 
 
 class ItemIn(BaseModel):
@@ -174,6 +175,21 @@ class _Unparsable:
     line: int
 
 
+def _identifier_columns(item: ItemIn) -> dict[str, str | None]:
+    """Normalised identifiers. A contact's company domain comes from its email unless a company
+    website is given; a person-profile URL is kept as the contact's profile."""
+    site = identifiers.website(item.website) if item.website else None
+    domain = site.value if site is not None and site.kind == "domain" else None
+    if domain is None and item.email and item.entity_type == "contact":
+        domain = identifiers.domain_of_email(item.email)
+    return {
+        "email": identifiers.email(item.email) if item.email else None,
+        "domain": domain or None,
+        "phone": identifiers.phone(item.phone) if item.phone else None,
+        "profile": site.value if site is not None and site.kind == "profile" else None,
+    }
+
+
 def row_for(item: ItemIn, tenant: str) -> dict[str, Any]:
     """The item's columns, normalised; content_hash makes re-ingesting the same item a no-op."""
     text = item.text or ""
@@ -181,6 +197,8 @@ def row_for(item: ItemIn, tenant: str) -> dict[str, Any]:
         text = f"{item.name}: {item.value if isinstance(item.value, str) else json.dumps(item.value)}"
     if item.kind == "entity" and not text:
         text = item.name or ""
+    if item.kind == "edge" and not text:
+        text = f"{item.from_} {item.relation} {item.to}"
     row: dict[str, Any] = {
         "tenant": tenant,
         "id": item.id,
@@ -192,9 +210,7 @@ def row_for(item: ItemIn, tenant: str) -> dict[str, Any]:
         "section": item.section,
         "document": item.document,
         "entity_type": item.entity_type,
-        "email": normalise_email(item.email) if item.email else None,
-        "domain": normalise_website(item.website) if item.website else None,
-        "phone": normalise_phone(item.phone) if item.phone else None,
+        **_identifier_columns(item),
         "relation": item.relation,
         "edge_from": item.from_,
         "edge_to": item.to,
@@ -220,7 +236,17 @@ def row_for(item: ItemIn, tenant: str) -> dict[str, Any]:
     return row
 
 
+class PendingDeletion(Exception):
+    """A write to an entity that is pending deletion: refused, so a tombstone is never undone by accident."""
+
+
 def _write_one(conn: Connection, row: dict[str, Any]) -> str:
+    if row["kind"] == "entity" and conn.execute(
+        select(tombstone_table.c.entity_id).where(
+            tombstone_table.c.tenant == row["tenant"], tombstone_table.c.entity_id == row["id"]
+        )
+    ).first():
+        raise PendingDeletion
     existing = conn.execute(
         select(item_table.c.pk, item_table.c.content_hash).where(
             item_table.c.tenant == row["tenant"], item_table.c.id == row["id"]
@@ -285,6 +311,10 @@ def _write_chunk(engine: Engine, rows: list[tuple[int, str, dict[str, Any]]], re
             try:
                 outcome = _write_one(conn, row)
                 savepoint.commit()
+            except PendingDeletion:
+                savepoint.rollback()
+                report.rejected.append({"index": index, "id": item_id, "errors": ["id: this entity is pending deletion"]})
+                continue
             except SQLAlchemyError as exc:
                 savepoint.rollback()
                 report.rejected.append({"index": index, "id": item_id, "errors": [f"store: {type(exc).__name__}"]})

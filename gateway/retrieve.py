@@ -6,15 +6,20 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import anyio.to_thread
+from sqlalchemy.engine import Engine
+
 from audit.trace import TraceBuilder, fingerprint
-from connectors.base import Constraints, ExactConnector, LexicalConnector, RecallQuery, SourceResult
+from connectors.base import Constraints, ExactConnector, GraphConnector, LexicalConnector, RecallQuery, SourceResult
 from connectors.instants import rfc3339, utc_now
 from gateway.auth import Actor
 from gateway.budget import Packed, pack
-from gateway.decide import decide
-from gateway.entities import ResolvedEntity, resolve
+from gateway.cursors import issue
+from gateway.decide import Decision, decide
+from gateway.entities import TOMBSTONE, Resolution, ResolvedEntity, resolve
 from gateway.errors import BadRequest, ConnectorError, PolicyDenied
-from gateway.fuse import Fused, fuse
+from gateway.fuse import fuse
+from gateway.ranking import Ranked, rank
 from gateway.policy import PolicyEngine
 from gateway.recall import Search, recall
 from gateway.relevance import above_floor
@@ -34,9 +39,9 @@ MODE_SOURCES = {
     "filter": {"exact", "lexical"},
     "expand": set(),
 }
-NOT_DEPLOYED = {"graph": "no graph connector in this deployment yet"}
+NOT_DEPLOYED: dict[str, str] = {}
 CITATION_PREFIX = {"memory": "M", "document": "D", "property": "P", "edge": "E"}
-STATUS_LABEL = {"active": "current", "superseded": "superseded", "disputed": "disputed"}
+RESOLVED_FROM = {"domain": "website", "profile": "website"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +49,7 @@ class Connectors:
     exact: ExactConnector
     lexical: LexicalConnector
     semantic: Semantic
+    graph: GraphConnector | None = None
 
 
 def chosen_sources(request: RetrieveRequest) -> dict[str, bool]:
@@ -78,6 +84,7 @@ def request_shape(request: RetrieveRequest) -> dict[str, Any]:
 async def retrieve(
     *,
     settings: Settings,
+    store: Engine,
     policy: PolicyEngine,
     connectors: Connectors,
     actor: Actor,
@@ -85,33 +92,31 @@ async def retrieve(
     trace: TraceBuilder,
 ) -> dict[str, Any]:
     started = time.perf_counter()
-    trace.record(request=request_shape(request))
-    if request.synthesize:
-        raise BadRequest("synthesize: no synthesis endpoint is configured on this gateway")
-    if request.effective_mode == "expand":
-        raise BadRequest("cursor: this gateway does not issue continuation cursors yet, so there is nothing to expand")
+    admit(request, trace)
+    if request.cursor is not None:
+        raise BadRequest("cursor: a cursor is continued with mode expand")
     if request.effective_mode == "fetch" and not request.fetch:
         raise BadRequest("fetch: mode fetch needs a list of item ids")
 
     decision = await decide(policy, actor, request, utc_now())
-    trace.decision = "allow" if decision.allow else "deny"
-    trace.record(decision={"allow": decision.allow, "reasons": list(decision.reasons), "ms": round(decision.ms, 3)})
-    if not decision.allow or decision.constraints is None:
-        raise PolicyDenied("the policy denied this request", reasons=list(decision.reasons))
-    constraints = decision.constraints
-    trace.record(constraints=constraints.policy_result)
+    constraints = decision_constraints(decision, trace)
 
-    resolution_error = None
-    try:
-        resolved = await resolve(connectors.exact, constraints, request.entities) if request.entities else ()
-    except ConnectorError as exc:  # the call goes on without the entities, and says so
-        resolved, resolution_error = (), exc.message
-    entity_verdict = await verify(policy, actor, request.task, constraints, (r.record for r in resolved))
-    resolved = tuple(r for r in resolved if r.record.id in entity_verdict.allowed_ids)
-    constraints = constraints.with_subjects(tuple(r.record.id for r in resolved))
+    resolution, entity_ms, resolution_error = Resolution(), 0.0, None
+    entity_denied: tuple[tuple[str, str], ...] = ()
+    if request.entities:
+        try:
+            resolution, read = await resolve(connectors.exact, constraints, request.entities)
+        except ConnectorError as exc:  # the call goes on without the entities, and says so
+            resolution_error, read = exc.message, []
+        entity_verdict = await verify(policy, actor, request.task, constraints, read)
+        resolution, entity_denied = resolution.keep(entity_verdict.allowed_ids), entity_verdict.denied
+        entity_ms = entity_verdict.ms
+        trace.record(entities={"resolved": len(resolution.live), "tombstones": len(resolution.entities) - len(resolution.live),
+                               "aliases": sum(len(e.aliases) for e in resolution.live), "alias_error": resolution.alias_error})
+    constraints = constraints.with_subjects(resolution.subjects)
 
     sources = chosen_sources(request)
-    searches, skipped = _searches(connectors, constraints, request, sources, resolved)
+    searches, skipped = _searches(connectors, constraints, request, sources, resolution.live)
     recall_started = time.perf_counter()
     results = await recall(searches, settings.connector_deadline_ms)
     recall_ms = (time.perf_counter() - recall_started) * 1000
@@ -133,8 +138,8 @@ async def retrieve(
     verdict = await verify(policy, actor, request.task, constraints, candidates + list(pieces))
     trace.record(
         retrieved={name: [c.record.id for c in r.candidates] for name, r in results.items() if r.candidates},
-        dropped_by_policy=[{"id": i, "reason": reason} for i, reason in verdict.denied + entity_verdict.denied],
-        pushdown_mismatches=len(verdict.denied) + len(entity_verdict.denied),
+        dropped_by_policy=[{"id": i, "reason": reason} for i, reason in verdict.denied + tuple(entity_denied)],
+        pushdown_mismatches=len(verdict.denied) + len(entity_denied),
     )
 
     fuse_started = time.perf_counter()
@@ -143,31 +148,107 @@ async def retrieve(
     relevant, merged = read_whole(relevant, pieces, verdict.allowed_ids)
     trace.record(section_pieces=sorted(p.id for p in pieces if p.id in verdict.allowed_ids), merged_into_sections=merged)
     trace.record(relevance=floor_report)
-    current, historical = _split_history(relevant, request.include_historical)
+    scopes = (request.task.scope,) if request.task.scope else constraints.scopes
+    history = request.include_historical or request.effective_mode == "fetch"
+    ranking = rank(relevant, at=constraints.valid_at, scopes=scopes, include_history=history)
     limit = request.budget.bytes if request.budget else settings.default_budget_bytes
-    packed = pack(current, limit)
+    packed = pack(ranking.shown, limit, settings.budget_shares)
     fuse_ms = (time.perf_counter() - fuse_started) * 1000
+    cursor = None
+    if packed.leftover:
+        cursor = await anyio.to_thread.run_sync(
+            lambda: issue(store, actor, cursor_request(request, constraints), [cursor_entry(r) for r in packed.leftover],
+                          [r.record.id for r in packed.items], settings.cursor_idle_seconds)
+        )
     trace.record(
-        dropped_as_historical=[f.record.id for f in historical],
+        dropped_as_historical=[r.record.id for r in ranking.hidden],
         dropped_for_budget=list(packed.dropped_ids),
-        packed=[f.record.id for f in packed.items],
+        packed=[r.record.id for r in packed.items],
+        cursor_issued=cursor is not None,
     )
     total_ms = (time.perf_counter() - started) * 1000
     timings = {
         "decide_ms": round(decision.ms, 3),
-        "verify_ms": round(entity_verdict.ms + verdict.ms, 3),
+        "verify_ms": round(entity_ms + verdict.ms, 3),
         "embed_ms": round(results["semantic"].embed_ms or 0.0, 3),
         "semantic_ms": round(results["semantic"].ms, 3),
         "lexical_ms": round(results["lexical"].ms, 3),
+        "graph_ms": round(results["graph"].ms, 3),
         "sections_ms": round(sections_ms, 3),
         "recall_ms": round(recall_ms, 3),
         "fuse_ms": round(fuse_ms, 3),
         "total_ms": round(total_ms, 3),
     }
     sources_report = _source_report(results, verdict.allowed_ids)
+    if resolution.alias_error and "exact" in sources_report:
+        sources_report["exact"]["aliases"] = f"skipped: {resolution.alias_error}"
     depth = depth_report(request.depth, results["semantic"], connectors.semantic.unavailable)
     trace.record(sources=sources_report, timings=timings, depth=depth)
-    return _response(trace.trace_id, request, decision.revision, resolved, packed, sources_report, timings, depth)
+    body = respond(trace.trace_id, request.effective_mode, decision.revision, packed, sources_report, timings, depth, cursor)
+    body["entities"] = entities_report(resolution)
+    body["partial"] = body["partial"] or bool(resolution.alias_error)
+    return body
+
+
+def admit(request: RetrieveRequest, trace: TraceBuilder) -> None:
+    """Checks every mode shares, before any decision; the request's shape goes on the trace first."""
+    trace.record(request=request_shape(request))
+    if request.synthesize:
+        raise BadRequest("synthesize: no synthesis endpoint is configured on this gateway")
+
+
+def decision_constraints(decision: Decision, trace: TraceBuilder) -> Constraints:
+    """The constraints of an allow; a denial ends the call with 403 and a trace."""
+    trace.decision = "allow" if decision.allow else "deny"
+    trace.record(decision={"allow": decision.allow, "reasons": list(decision.reasons), "ms": round(decision.ms, 3)})
+    if not decision.allow or decision.constraints is None:
+        raise PolicyDenied("the policy denied this request", reasons=list(decision.reasons))
+    trace.record(constraints=decision.constraints.policy_result)
+    return decision.constraints
+
+
+def cursor_request(request: RetrieveRequest, constraints: Constraints) -> dict[str, Any]:
+    """What an expand needs to decide again: the request's shape and its subjects, never its text."""
+    return {
+        "task": request.task.model_dump(),
+        "kinds": request.kinds,
+        "as_of": request.as_of,
+        "graph": request.graph.model_dump(),
+        "include_historical": request.include_historical,
+        "budget_bytes": request.budget.bytes if request.budget else None,
+        "subjects": list(constraints.subjects),
+    }
+
+
+def cursor_entry(ranked: Ranked) -> dict[str, Any]:
+    return {
+        "id": ranked.record.id,
+        "found_by": list(ranked.entry.found_by),
+        "label": ranked.label,
+        "current": ranked.current,
+        "pieces": list(ranked.entry.pieces),
+    }
+
+
+def entities_report(resolution: Resolution) -> list[dict[str, Any]]:
+    report: list[dict[str, Any]] = []
+    for entity in resolution.entities:
+        record = entity.record
+        if entity.tombstone:  # a bare tombstone: it existed, nothing more
+            report.append({"id": record.id, "kind": record.entity_type or "entity", "status": TOMBSTONE})
+            continue
+        given = entity.resolved_from
+        report.append(
+            {
+                "id": record.id,
+                "kind": record.entity_type or "entity",
+                "status": "live",
+                "resolved_from": {RESOLVED_FROM.get(given.kind, given.kind): given.value},
+                "merged_from": list(entity.merged_from),
+                "aliases": list(entity.aliases),
+            }
+        )
+    return report
 
 
 def _searches(
@@ -184,6 +265,13 @@ def _searches(
     if sources["exact"]:
         query = RecallQuery(text=None, tags=tags, ids=tuple(request.fetch or ()), limit=request.limit)
         searches["exact"] = lambda: connectors.exact.search(constraints, query)
+    if sources["graph"]:
+        graph = connectors.graph
+        if graph is None:
+            skipped["graph"] = "no graph connector in this deployment"
+        else:
+            graph_query = RecallQuery(limit=request.limit)
+            searches["graph"] = lambda: graph.search(constraints, graph_query)
     wordy = bool(request.query) and has_letters(request.query or "")
     text = rephrase(request.query or "", resolved, request.task.type) if request.depth == "deep" else request.query
     if sources["lexical"] and wordy:
@@ -203,13 +291,6 @@ def _searches(
     return searches, skipped
 
 
-def _split_history(fused: list[Fused], include_historical: bool) -> tuple[list[Fused], list[Fused]]:
-    if include_historical:
-        return fused, []
-    current = [f for f in fused if f.record.status != "superseded"]
-    return current, [f for f in fused if f.record.status == "superseded"]
-
-
 def _source_report(results: dict[str, SourceResult], allowed_ids: frozenset[str]) -> dict[str, dict[str, Any]]:
     """Per source status and timing. `count` holds only candidates the policy confirmed."""
     report: dict[str, dict[str, Any]] = {}
@@ -227,64 +308,65 @@ def _source_report(results: dict[str, SourceResult], allowed_ids: frozenset[str]
     return report
 
 
-def _response(
+def respond(
     trace_id: str,
-    request: RetrieveRequest,
+    mode: str,
     revision: str,
-    resolved: tuple[ResolvedEntity, ...],
     packed: Packed,
     sources: dict[str, dict[str, Any]],
     timings: dict[str, float],
     depth: dict[str, Any],
+    cursor: str | None,
 ) -> dict[str, Any]:
     counters: dict[str, int] = {}
     items = []
-    for entry in packed.items:
-        record = entry.record
-        prefix = CITATION_PREFIX.get(record.kind, "X")
+    for ranked in packed.items:
+        prefix = CITATION_PREFIX.get(ranked.record.kind, "X")
         counters[prefix] = counters.get(prefix, 0) + 1
-        items.append(
-            {
-                "id": record.id,
-                "kind": record.kind,
-                "citation": f"{prefix}{counters[prefix]}",
-                "text": record.text,
-                "entity": record.entity,
-                "section": record.section,
-                "document": record.document,
-                "authority": record.authority,
-                "status": STATUS_LABEL.get(record.status, record.status),
-                "sensitivity": record.sensitivity,
-                "scope": list(record.scope),
-                "valid_from": rfc3339(record.valid_from),
-                "valid_to": rfc3339(record.valid_to),
-                "recorded_at": rfc3339(record.recorded_at),
-                "source": {"system": record.source_system, "uri": record.source_uri},
-                "found_by": list(entry.found_by),
-                "pieces": list(entry.pieces),
-            }
-        )
+        items.append(item_body(ranked, f"{prefix}{counters[prefix]}"))
     return {
         "trace_id": trace_id,
-        "mode": request.effective_mode,
+        "mode": mode,
         "decision": {"allow": True, "policy_revision": revision, "reasons": []},
-        "entities": [
-            {
-                "id": r.record.id,
-                "kind": r.record.entity_type or "entity",
-                "status": "live",
-                "resolved_from": {r.resolved_from.kind if r.resolved_from.kind != "domain" else "website": r.resolved_from.value},
-                "aliases": [],
-            }
-            for r in resolved
-        ],
+        "entities": [],
         "items": items,
         "sources": sources,
         "depth": depth,
         "budget": {"limit_bytes": packed.limit_bytes, "used_bytes": packed.used_bytes, "per_source": packed.per_source},
         "partial": any(s["status"] in ("error", "timeout") for s in sources.values()),
         "empty_reason": None if items else EMPTY_REASON,
-        "cursor": None,
+        "cursor": cursor,
         "answer": None,
         "timings": timings,
     }
+
+
+def item_body(ranked: Ranked, citation: str) -> dict[str, Any]:
+    record = ranked.record
+    body: dict[str, Any] = {
+        "id": record.id,
+        "kind": record.kind,
+        "citation": citation,
+        "text": record.text,
+        "entity": record.entity,
+        "section": record.section,
+        "document": record.document,
+        "slot": record.slot,
+        "authority": record.authority,
+        "status": ranked.label,
+        "current": ranked.current,
+        "sensitivity": record.sensitivity,
+        "scope": list(record.scope),
+        "valid_from": rfc3339(record.valid_from),
+        "valid_to": rfc3339(record.valid_to),
+        "recorded_at": rfc3339(record.recorded_at),
+        "source": {"system": record.source_system, "uri": record.source_uri},
+        "found_by": list(ranked.entry.found_by),
+        "pieces": list(ranked.entry.pieces),
+    }
+    if record.kind == "edge":
+        body.update(
+            {"from": record.edge_from, "to": record.edge_to, "relation": record.relation,
+             "confidence": record.confidence, "weight": record.weight}
+        )
+    return body

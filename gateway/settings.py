@@ -27,6 +27,8 @@ class Settings:
     max_body_bytes: int = 1024 * 1024
     connector_deadline_ms: int = 250
     default_budget_bytes: int = 16_000
+    budget_split: str = "memory=35,document=30,external=20,property=10,graph=5"
+    cursor_idle_seconds: int = 3600
     embeddings: str = "minilm"
     embeddings_url: str | None = None
     embeddings_model: str | None = None
@@ -47,6 +49,12 @@ class Settings:
         if self.database_url:
             return self.database_url
         return f"sqlite:///{(self.data_dir / 'gateway.db').resolve()}"
+
+    @property
+    def budget_shares(self) -> dict[str, float]:
+        from gateway.budget import parse_split
+
+        return parse_split(self.budget_split)
 
     @property
     def jwt_enabled(self) -> bool:
@@ -90,6 +98,7 @@ def load_settings(overrides: Mapping[str, Any] | None = None, environ: Mapping[s
         if value is not None:
             values[key] = value
     settings = replace(Settings(), **values)
+    settings.budget_shares  # noqa: B018  (validated once, here: a bad split stops start-up)
     if settings.jwt_secret is not None and len(settings.jwt_secret.encode()) < 32:
         raise ConfigurationError("GATEWAY_JWT_SECRET: use at least 32 bytes for HS256")
     if settings.jwt_public_key and not settings.jwt_public_key.lstrip().startswith("-----BEGIN"):

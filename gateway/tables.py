@@ -42,6 +42,8 @@ class Item(SQLModel, table=True):
     email: str | None = Field(default=None, index=True)
     domain: str | None = Field(default=None, index=True)
     phone: str | None = Field(default=None, index=True)
+    profile: str | None = Field(default=None, index=True)  # a person-profile URL, normalised
+    merged_into: str | None = None  # the surviving entity after a merge
     relation: str | None = None
     edge_from: str | None = None
     edge_to: str | None = None
@@ -115,6 +117,36 @@ class SourceDocument(SQLModel, table=True):
     sha256: str = Field(max_length=64)
     pieces: int
     updated_at: datetime
+
+
+class EntityTombstone(SQLModel, table=True):
+    """An entity pending deletion. Every item that names it (entity, attached_to, edge ends) is
+    hidden by the shared pushdown from the moment this row commits."""
+
+    __tablename__ = "entity_tombstone"
+
+    tenant: str = Field(primary_key=True, max_length=200)
+    entity_id: str = Field(primary_key=True, max_length=200)
+    deleted_at: datetime
+
+
+class RetrieveCursor(SQLModel, table=True):
+    """What an expand call continues: the ranked ids not yet returned, scoped to one actor.
+
+    Only the SHA-256 of the cursor token is stored. `version` makes concurrent expands of one
+    cursor take turns (optimistic update), so no item is ever returned twice."""
+
+    __tablename__ = "retrieve_cursor"
+
+    token_hash: str = Field(primary_key=True, max_length=64)
+    tenant: str = Field(max_length=200)
+    principal: str = Field(max_length=300)
+    request: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    remaining: list[str] = Field(sa_column=Column(JSON, nullable=False))
+    returned: list[str] = Field(sa_column=Column(JSON, nullable=False))
+    version: int = 0
+    created_at: datetime
+    last_used_at: datetime = Field(index=True)
 
 
 class ApiKey(SQLModel, table=True):

@@ -8,6 +8,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from gateway.request import parse_retrieve
+from gateway.expand import expand
 from gateway.retrieve import retrieve
 from gateway.routes.traced import Call, traced
 
@@ -16,8 +17,10 @@ async def handle(call: Call) -> tuple[int, dict[str, Any]]:
     actor = call.authenticate()
     request = parse_retrieve(await call.json())
     context = call.context
-    body = await retrieve(
+    run = expand if request.effective_mode == "expand" else retrieve
+    body = await run(
         settings=context.settings,
+        store=context.store,
         policy=context.policy,
         connectors=context.connectors,
         actor=actor,

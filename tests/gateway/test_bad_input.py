@@ -92,8 +92,9 @@ SHAPE_CASES: list[tuple[str, Any, int, str, str]] = [
     ("as_of_number", with_task(as_of=1767225600), 422, "invalid_request", "as_of"),
     ("as_of_beyond_utc_range", with_task(as_of="9999-12-31T23:59:59-01:00"), 422, "invalid_request", "as_of"),
     ("synthesize", with_task(query="pricing", synthesize=True), 400, "bad_request", "synthes"),
-    ("mode_expand", with_task(mode="expand"), 400, "bad_request", "expand"),
-    ("cursor_implies_expand", with_task(cursor="c_1"), 400, "bad_request", "cursor"),
+    ("mode_expand_without_cursor", with_task(mode="expand"), 400, "bad_request", "cursor"),
+    ("unknown_cursor", with_task(cursor="cur_unknown"), 404, "not_found", "cursor"),
+    ("cursor_with_other_mode", with_task(cursor="cur_x", mode="scout"), 400, "bad_request", "cursor"),
     ("mode_fetch_without_ids", with_task(mode="fetch"), 400, "bad_request", "fetch"),
     ("mode_fetch_with_empty_ids", with_task(mode="fetch", fetch=[]), 400, "bad_request", "fetch"),
 ]

@@ -58,8 +58,13 @@ failures contains [item.id, "kind"] if {
 
 failures contains [item.id, "status"] if {
 	some item in input.items
-	not object.get(item, "status", null) in input.constraints.statuses
+	not object.get(item, "status", null) in readable_statuses(object.get(item, "kind", null))
 }
+
+# An entity pending deletion may still be read as a bare tombstone; nothing else that is.
+readable_statuses(kind) := object.get(input.constraints, "entity_statuses", input.constraints.statuses) if {
+	kind == "entity"
+} else := input.constraints.statuses
 
 failures contains [item.id, "attachment"] if {
 	some item in input.items

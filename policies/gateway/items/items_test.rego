@@ -232,3 +232,18 @@ test_mixed_batch if {
 		{"id": "bad-kind", "reason": "kind"},
 	}
 }
+
+test_tombstoned_entity_readable_as_tombstone_only if {
+	tomb := item_with({"id": "ent_gone", "kind": "entity", "status": "pending_deletion"})
+	note := item_with({"id": "mem_gone", "status": "pending_deletion"})
+	with_entity_statuses := object.union(batch([tomb, note]), {"constraints": object.union(
+		base_constraints,
+		{"entity_statuses": ["active", "superseded", "disputed", "pending_deletion"]},
+	)})
+	items.allowed == ["ent_gone"] with input as with_entity_statuses
+	items.denied == [{"id": "mem_gone", "reason": "status"}] with input as with_entity_statuses
+}
+
+test_tombstoned_entity_denied_without_entity_statuses if {
+	denies(item_with({"kind": "entity", "status": "pending_deletion"}), "status")
+}

@@ -75,6 +75,9 @@ max_depth := min({task_config.graph.max_depth, input.request.graph.max_depth}) i
 	is_number(input.request.graph.max_depth)
 } else := task_config.graph.max_depth
 
+# Edges followed out of any one node: the task's cap, never more than 50.
+max_fanout := min({object.get(task_config.graph, "max_fanout", 10), 50})
+
 valid_at := input.request.as_of if is_string(input.request.as_of) else := input.now
 
 constraints := candidate_constraints if allow
@@ -88,5 +91,6 @@ candidate_constraints := {
 	"scopes": scopes,
 	"kinds": kinds,
 	"statuses": config.readable_statuses,
-	"graph": {"relations": relations, "max_depth": max_depth},
+	"entity_statuses": config.readable_entity_statuses,
+	"graph": {"relations": relations, "max_depth": max_depth, "max_fanout": max_fanout},
 }

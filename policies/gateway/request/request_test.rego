@@ -108,7 +108,8 @@ test_constraints_for_default_request if {
 		"scopes": ["sales"],
 		"kinds": ["property", "memory", "document", "edge"],
 		"statuses": ["active", "superseded", "disputed"],
-		"graph": {"relations": ["works_at", "reports_to", "owns"], "max_depth": 2},
+		"entity_statuses": ["active", "superseded", "disputed", "pending_deletion"],
+		"graph": {"relations": ["works_at", "reports_to", "owns"], "max_depth": 2, "max_fanout": 10},
 	}
 }
 
@@ -166,7 +167,7 @@ test_caller_cannot_widen_kinds if {
 
 test_caller_can_narrow_graph if {
 	c := request.constraints with input as with_request({"graph": {"relations": ["owns"], "max_depth": 1}})
-	c.graph == {"relations": ["owns"], "max_depth": 1}
+	c.graph == {"relations": ["owns"], "max_depth": 1, "max_fanout": 10}
 }
 
 test_caller_cannot_widen_graph if {
@@ -176,7 +177,7 @@ test_caller_cannot_widen_graph if {
 		{"request": {"graph": {"relations": ["works_at", "owns"], "max_depth": 5}}},
 	)
 	c := request.constraints with input as inp
-	c.graph == {"relations": ["works_at"], "max_depth": 1}
+	c.graph == {"relations": ["works_at"], "max_depth": 1, "max_fanout": 5}
 }
 
 test_valid_at_is_as_of_when_given_else_now if {

@@ -1,0 +1,127 @@
+"""Expand: the next page of a result, continued from a cursor stored in the database.
+
+The policy decides again (same task, kinds, instant and subjects as the call that issued the
+cursor), every entry is read again inside the new constraints and verified again, so an item
+forbidden since is never returned; it is dropped from the cursor for good.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+import anyio.to_thread
+from sqlalchemy.engine import Engine
+
+from audit.trace import TraceBuilder
+from connectors.base import RecallQuery, Record, SourceResult
+from connectors.instants import utc_now
+from gateway.auth import Actor
+from gateway.budget import pack
+from gateway.cursors import Cursor, advance, load
+from gateway.decide import decide
+from gateway.documents import join_section
+from gateway.errors import BadRequest, Conflict, ConnectorError
+from gateway.fuse import Fused
+from gateway.policy import PolicyEngine
+from gateway.ranking import Ranked
+from gateway.request import RetrieveRequest
+from gateway.retrieve import SOURCES, Connectors, admit, decision_constraints, respond
+from gateway.settings import Settings
+from gateway.verify import verify
+
+PAGE_ENTRIES = 100  # entries read per expand; what fits the budget is returned
+ATTEMPTS = 3
+
+
+async def expand(
+    *,
+    settings: Settings,
+    store: Engine,
+    policy: PolicyEngine,
+    connectors: Connectors,
+    actor: Actor,
+    request: RetrieveRequest,
+    trace: TraceBuilder,
+) -> dict[str, Any]:
+    admit(request, trace)
+    if not request.cursor:
+        raise BadRequest("cursor: mode expand needs the cursor of an earlier call")
+    token = request.cursor
+    for _ in range(ATTEMPTS):
+        cursor = await anyio.to_thread.run_sync(load, store, actor, token, settings.cursor_idle_seconds)
+        page = await _page(settings, store, policy, connectors, actor, request, cursor, trace)
+        if page is not None:
+            return page
+    raise Conflict("cursor: another expand of this cursor is in progress; try again")
+
+
+async def _page(
+    settings: Settings,
+    store: Engine,
+    policy: PolicyEngine,
+    connectors: Connectors,
+    actor: Actor,
+    request: RetrieveRequest,
+    cursor: Cursor,
+    trace: TraceBuilder,
+) -> dict[str, Any] | None:
+    started = time.perf_counter()
+    stored = cursor.request
+    if request.task.model_dump() != stored["task"]:
+        raise BadRequest("task: an expand continues the task of the call that issued the cursor")
+    original = RetrieveRequest.model_validate(
+        {"task": stored["task"], "kinds": stored["kinds"], "as_of": stored["as_of"], "graph": stored["graph"],
+         "mode": "expand", "cursor": request.cursor}
+    )
+    decision = await decide(policy, actor, original, utc_now())
+    constraints = decision_constraints(decision, trace).with_subjects(tuple(stored["subjects"]))
+
+    entries = cursor.remaining[:PAGE_ENTRIES]
+    wanted = tuple(dict.fromkeys([e["id"] for e in entries] + [p for e in entries for p in e["pieces"]]))
+    try:
+        result = await connectors.exact.search(constraints, RecallQuery(ids=wanted, limit=max(len(wanted), 1)))
+    except ConnectorError as exc:
+        result = SourceResult("exact", "error", detail=exc.message)
+    records = {c.record.id: c.record for c in result.candidates}
+    verdict = await verify(policy, actor, request.task, constraints, records.values())
+    page = [ranked for e in entries if (ranked := _entry(e, records, verdict.allowed_ids)) is not None]
+    limit = request.budget.bytes if request.budget else stored["budget_bytes"] or settings.default_budget_bytes
+    packed = pack(page, limit, settings.budget_shares)
+    packed_ids = [r.record.id for r in packed.items]
+    gone = [e["id"] for e in entries if e["id"] not in {r.record.id for r in page}]
+    remaining = [e for e in cursor.remaining if e["id"] not in set(packed_ids) | set(gone)]
+    if result.status == "error":  # nothing was read: keep every entry for a later page
+        remaining, gone = list(cursor.remaining), []
+    if not await anyio.to_thread.run_sync(advance, store, cursor, packed_ids, remaining):
+        return None
+    trace.record(
+        retrieved={"expand": [e["id"] for e in entries]},
+        dropped_by_policy=[{"id": i, "reason": reason} for i, reason in verdict.denied],
+        dropped_since_issued=gone,
+        dropped_for_budget=list(packed.dropped_ids),
+        packed=packed_ids,
+    )
+    sources = {name: {"status": "skipped", "count": 0, "ms": 0.0, "detail": "expand continues a cursor"} for name in SOURCES}
+    sources["exact"] = {"status": result.status, "count": len(page), "ms": round(result.ms, 3)}
+    if result.detail:
+        sources["exact"]["detail"] = result.detail
+    timings = {"decide_ms": round(decision.ms, 3), "verify_ms": round(verdict.ms, 3),
+               "total_ms": round((time.perf_counter() - started) * 1000, 3)}
+    depth = {"requested": request.depth, "effective": "fast", "fallback_reason": "expand_reads_by_id"}
+    trace.record(sources=sources, timings=timings)
+    return respond(trace.trace_id, "expand", decision.revision, packed, sources, timings, depth,
+                   request.cursor if remaining else None)
+
+
+def _entry(entry: dict[str, Any], records: dict[str, Record], allowed: frozenset[str]) -> Ranked | None:
+    """The entry as it reads now, or None when it is gone or no longer allowed."""
+    record = records.get(entry["id"])
+    if record is None or record.id not in allowed:
+        return None
+    pieces = tuple(p for p in entry["pieces"] if p in records and p in allowed)
+    if pieces:
+        text = join_section([records[p].text for p in sorted(pieces)])
+        record = replace(record, text=text)
+    return Ranked(Fused(record, 0.0, tuple(entry["found_by"]), pieces), entry["label"], entry["current"], 0)
