@@ -175,6 +175,13 @@ class _Unparsable:
     line: int
 
 
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """An entry an endpoint already found wanting: reported with its reasons, never written."""
+
+    errors: tuple[str, ...]
+
+
 def _identifier_columns(item: ItemIn) -> dict[str, str | None]:
     """Normalised identifiers. A contact's company domain comes from its email unless a company
     website is given; a person-profile URL is kept as the contact's profile."""
@@ -280,6 +287,9 @@ def ingest(engine: Engine, tenant: str, entries: Iterable[Any], *, chunk: int = 
     for index, entry in enumerate(entries):
         if isinstance(entry, _Unparsable):
             report.rejected.append({"index": index, "id": None, "errors": [f"line {entry.line}: not valid JSON"]})
+            continue
+        if isinstance(entry, Rejected):
+            report.rejected.append({"index": index, "id": None, "errors": list(entry.errors)})
             continue
         if not isinstance(entry, dict):
             report.rejected.append({"index": index, "id": None, "errors": ["item: expected a JSON object"]})

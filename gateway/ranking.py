@@ -1,8 +1,8 @@
 """Rank current state: inside a tier of comparable relevance, what is true now comes first.
 
 Seed 004: "A recent speculative note shouldn't beat an older approved decision that's still
-active. Use recency to break ties." Fused scores are cut into tiers (a new tier starts where the
-score falls below TIER_RATIO of the tier's best); inside a tier items are ordered by authority
+active. Use recency to break ties." Entries are cut into tiers by evidence strength (gateway.fuse;
+a new tier starts where it falls below TIER_RATIO of the tier's strongest); inside a tier items are ordered by authority
 (approved > reviewed > unreviewed > speculative), then validity (active > disputed > superseded,
 an item whose validity ended before the instant last), then scope match (an item scoped to the
 task's scope before an unscoped one), then recency (recorded_at, else valid_from), newest first.
@@ -80,15 +80,17 @@ def rank(fused: list[Fused], *, at: datetime, scopes: tuple[str, ...], include_h
 
 
 def _tiers(fused: list[Fused]) -> list[int]:
-    """Tier of each entry; `fused` is sorted by score, best first."""
-    tiers: list[int] = []
+    """Tier of each entry: walking down by evidence strength, a new tier starts where the strength
+    falls below TIER_RATIO of the strongest entry of the current tier."""
+    tiers = [0] * len(fused)
     tier, head = 0, None
-    for entry in fused:
+    for i in sorted(range(len(fused)), key=lambda i: (-fused[i].strength, i)):
+        strength = fused[i].strength
         if head is None:
-            head = entry.score
-        elif entry.score < head * TIER_RATIO:
-            tier, head = tier + 1, entry.score
-        tiers.append(tier)
+            head = strength
+        elif strength < head * TIER_RATIO:
+            tier, head = tier + 1, strength
+        tiers[i] = tier
     return tiers
 
 

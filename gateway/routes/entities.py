@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse
 
 from gateway.entity_writes import mark_pending_deletion, merge
 from gateway.errors import BadRequest
-from gateway.ingest import ID, ingest, parse_items_body
+from gateway.ingest import ID, Rejected, ingest, parse_items_body
 from gateway.request import has_nul
 from gateway.routes.traced import Call, traced
 
@@ -68,7 +68,10 @@ def edge_entry(entry: Any) -> Any:
         return entry  # ingest rejects it with its reason
     entry = dict(entry)
     entry.setdefault("kind", "edge")
-    if "id" not in entry and all(isinstance(entry.get(k), str) for k in ("from", "relation", "to")):
+    if "id" not in entry:
+        missing = [k for k in ("from", "relation", "to") if not isinstance(entry.get(k), str)]
+        if missing:
+            return Rejected(tuple(f"{k}: required (a string) unless the edge has an id" for k in missing))
         entry["id"] = f"edge:{entry['from']}:{entry['relation']}:{entry['to']}"[:200]
     return entry
 

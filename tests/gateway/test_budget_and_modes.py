@@ -1,0 +1,202 @@
+"""One byte budget split across sources, the five modes, fetch, and expand cursors, through HTTP."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import update
+
+from connectors.instants import utc_now
+from gateway.budget import parse_split
+from gateway.errors import ConfigurationError
+from gateway.tables import RetrieveCursor
+from tests.conftest import Gateway
+from tests.gateway.fixtures import SALES_TASK, memory
+
+JANE = {"id": "ent_jane", "kind": "entity", "entity_type": "contact", "email": "jane@acme.com", "acl": ["*"]}
+
+
+def alice(gateway: Gateway) -> str:
+    return gateway.key("alice", groups=("sales",), clearance="confidential")
+
+
+def ask(gateway: Gateway, key: str | None = None, **body: Any) -> dict[str, Any]:
+    response = gateway.retrieve(key or alice(gateway), {"task": SALES_TASK, **body})
+    assert response.status_code == 200, response.text
+    result: dict[str, Any] = response.json()
+    return result
+
+
+def doc(item_id: str, text: str) -> dict[str, Any]:
+    return {"id": item_id, "kind": "document", "text": text, "acl": ["*"], "scope": ["sales"]}
+
+
+def test_budget_split_redistributes_empty_shares_and_never_cuts_an_item(gateway: Gateway) -> None:
+    gateway.ingest(
+        "acme",
+        [memory(f"mem_{i}", f"otter pricing memory {i} " + "x" * 180) for i in range(20)]
+        + [doc(f"doc_{i}", f"otter pricing document {i} " + "y" * 180) for i in range(20)],
+    )
+    body = ask(gateway, query="otter pricing", budget={"bytes": 2000}, limit=100)
+    per = body["budget"]["per_source"]
+    # Only memories and documents had anything: their 35:30 shares grow to fill the whole budget.
+    assert per["memory"]["share_bytes"] == 2000 * 35 // 65
+    assert per["document"]["share_bytes"] == 2000 * 30 // 65
+    assert per["graph"]["share_bytes"] == per["external"]["share_bytes"] == per["property"]["share_bytes"] == 0
+    sizes = [len(i["text"].encode()) for i in body["items"]]
+    assert sum(sizes) == body["budget"]["used_bytes"] <= 2000
+    assert all(i["text"].endswith("x" * 180) or i["text"].endswith("y" * 180) for i in body["items"])  # whole items
+    kinds = [i["kind"] for i in body["items"]]
+    assert kinds.count("memory") >= 4 and kinds.count("document") >= 4
+    assert per["memory"]["dropped"] + per["document"]["dropped"] == 40 - len(body["items"])
+    trace = gateway.trace(body["trace_id"])["lineage"]
+    assert len(trace["dropped_for_budget"]) == 40 - len(body["items"])
+    assert not set(trace["dropped_for_budget"]) & set(trace["packed"])
+
+
+def test_split_setting_is_validated() -> None:
+    assert parse_split("memory=1,document=1")["memory"] == 0.5
+    for bad in ("memory=35,memory=10", "memories=35", "memory=x", "memory=0,document=0", "memory=-1,document=2"):
+        with pytest.raises(ConfigurationError):
+            parse_split(bad)
+
+
+def test_an_item_larger_than_the_budget_is_dropped_not_cut(gateway: Gateway) -> None:
+    gateway.ingest("acme", [memory("mem_big", "heron " + "z" * 5000), memory("mem_small", "heron small")])
+    body = ask(gateway, query="heron", budget={"bytes": 1000})
+    assert [i["id"] for i in body["items"]] == ["mem_small"]
+    assert body["budget"]["per_source"]["memory"]["dropped"] == 1
+
+
+def test_modes_choose_sources_and_explicit_false_wins(gateway: Gateway) -> None:
+    gateway.ingest("acme", [JANE, memory("mem_j", "lynx note", entity="ent_jane")])
+    brief = ask(gateway, mode="brief", query="lynx", entities=[{"id": "ent_jane"}])
+    assert brief["mode"] == "brief" and brief["sources"]["graph"]["status"] in ("ok", "empty")
+    scout = ask(gateway, query="lynx", entities=[{"id": "ent_jane"}])
+    assert scout["mode"] == "scout" and scout["sources"]["graph"]["detail"] == "not requested"
+    no_lexical = ask(gateway, mode="brief", query="lynx", sources={"lexical": False, "graph": False})
+    assert no_lexical["sources"]["lexical"]["status"] == no_lexical["sources"]["graph"]["status"] == "skipped"
+    assert ask(gateway, fetch=["mem_j"])["mode"] == "fetch"
+    assert ask(gateway, filters={"tags": ["x"]})["mode"] == "filter"
+
+
+def test_filter_mode_lists_items_carrying_every_tag_inside_the_policy(gateway: Gateway) -> None:
+    gateway.ingest(
+        "acme",
+        [
+            memory("mem_both", "a", tags=["pricing", "emea"]),
+            memory("mem_one", "b", tags=["pricing"]),
+            memory("mem_both_forbidden", "c", tags=["pricing", "emea"], acl=["group:finance"]),
+        ],
+    )
+    body = ask(gateway, filters={"tags": ["pricing", "emea"]})
+    assert [i["id"] for i in body["items"]] == ["mem_both"]
+
+
+def test_caller_narrows_kinds_never_widens(gateway: Gateway) -> None:
+    gateway.ingest("acme", [memory("mem_k", "puffin"), doc("doc_k", "puffin")])
+    only_docs = ask(gateway, query="puffin", kinds=["document"])
+    assert [i["id"] for i in only_docs["items"]] == ["doc_k"]
+    research = gateway.retrieve(alice(gateway), {"task": {"type": "research"}, "query": "puffin", "kinds": ["memory", "document"]})
+    assert {i["kind"] for i in research.json()["items"]} == {"document"}
+
+
+def test_fetch_forbidden_and_unknown_ids_are_indistinguishable(gateway: Gateway) -> None:
+    gateway.ingest("acme", [memory("mem_ok", "fine"), memory("mem_secret", "hidden", acl=["group:finance"])])
+    gateway.ingest("globex", [memory("mem_theirs", "other tenant")])
+    ok = ask(gateway, fetch=["mem_ok", "mem_secret", "mem_theirs", "mem_nope"])
+    assert [i["id"] for i in ok["items"]] == ["mem_ok"]
+    forbidden, unknown = ask(gateway, fetch=["mem_secret"]), ask(gateway, fetch=["mem_nope"])
+    strip = lambda b: {k: v for k, v in b.items() if k not in ("trace_id", "timings")} | {  # noqa: E731
+        "sources": {n: {k: v for k, v in s.items() if k != "ms"} for n, s in b["sources"].items()}}
+    assert strip(forbidden) == strip(unknown)
+    too_many = gateway.retrieve(alice(gateway), {"task": SALES_TASK, "fetch": [f"m{i}" for i in range(21)]})
+    assert too_many.status_code == 422 and "fetch" in too_many.json()["error"]["message"]
+
+
+def seed_pages(gateway: Gateway) -> list[str]:
+    gateway.ingest("acme", [memory(f"mem_{i:02d}", f"walrus pricing note {i:02d} " + "w" * 150) for i in range(12)])
+    return [f"mem_{i:02d}" for i in range(12)]
+
+
+def test_expand_pages_through_without_repeats_then_the_cursor_is_spent(gateway: Gateway) -> None:
+    ids = seed_pages(gateway)
+    first = ask(gateway, query="walrus pricing", budget={"bytes": 700})
+    seen = [i["id"] for i in first["items"]]
+    cursor = first["cursor"]
+    assert cursor and cursor.startswith("cur_") and 0 < len(seen) < 12
+    pages = 0
+    while cursor:
+        page = ask(gateway, cursor=cursor, budget={"bytes": 700})
+        assert page["mode"] == "expand"
+        seen += [i["id"] for i in page["items"]]
+        cursor, pages = page["cursor"], pages + 1
+        assert pages < 12
+    assert sorted(seen) == ids and len(seen) == len(set(seen))
+    spent = gateway.retrieve(alice(gateway), {"task": SALES_TASK, "cursor": first["cursor"]})
+    assert spent.status_code == 404
+
+
+def test_expand_cursor_of_another_actor_or_tenant_gets_nothing(gateway: Gateway) -> None:
+    seed_pages(gateway)
+    cursor = ask(gateway, query="walrus pricing", budget={"bytes": 700})["cursor"]
+    bob = gateway.key("bob", groups=("sales",), clearance="confidential")
+    mallory = gateway.key("mallory", tenant="globex", groups=("sales",), clearance="confidential")
+    for key in (bob, mallory):
+        stolen = gateway.retrieve(key, {"task": SALES_TASK, "cursor": cursor})
+        assert stolen.status_code == 404 and "walrus" not in stolen.text
+        assert stolen.json()["error"]["message"] == "cursor: unknown or expired"
+    # The owner can still use it: a failed theft does not spend it.
+    assert ask(gateway, cursor=cursor, budget={"bytes": 700})["items"]
+
+
+def test_expand_never_returns_an_item_forbidden_since_the_cursor_was_issued(gateway: Gateway) -> None:
+    seed_pages(gateway)
+    first = ask(gateway, query="walrus pricing", budget={"bytes": 700})
+    trace = gateway.trace(first["trace_id"])["lineage"]
+    revoked = trace["dropped_for_budget"][0]
+    gateway.ingest("acme", [memory(revoked, "walrus pricing now finance only", acl=["group:finance"])])
+    cursor, seen = first["cursor"], []
+    while cursor:
+        page = ask(gateway, cursor=cursor, budget={"bytes": 5000})
+        seen += [i["id"] for i in page["items"]]
+        cursor = page["cursor"]
+    assert revoked not in seen and len(seen) == 12 - len(first["items"]) - 1
+
+
+def test_expand_cursor_expires_after_an_idle_hour(gateway: Gateway) -> None:
+    seed_pages(gateway)
+    cursor = ask(gateway, query="walrus pricing", budget={"bytes": 700})["cursor"]
+    table = RetrieveCursor.__table__  # type: ignore[attr-defined]
+    with gateway.store.begin() as conn:
+        conn.execute(update(table).values(last_used_at=utc_now() - timedelta(seconds=3601)))
+    assert gateway.retrieve(alice(gateway), {"task": SALES_TASK, "cursor": cursor}).status_code == 404
+
+
+def test_concurrent_expands_of_one_cursor_never_return_the_same_item(sqlite_gateway: Gateway) -> None:
+    gateway = sqlite_gateway
+    seed_pages(gateway)
+    first = ask(gateway, query="walrus pricing", budget={"bytes": 400})
+    returned: list[list[str]] = []
+
+    def page() -> None:
+        response = gateway.retrieve(alice(gateway), {"task": SALES_TASK, "cursor": first["cursor"], "budget": {"bytes": 400}})
+        returned.append([i["id"] for i in response.json().get("items", [])] if response.status_code == 200 else [])
+
+    threads = [threading.Thread(target=page) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    flat = [i for page_ids in returned for i in page_ids] + [i["id"] for i in first["items"]]
+    assert len(flat) == len(set(flat)) and len(returned) == 6
+
+
+def test_expand_must_continue_the_same_task(gateway: Gateway) -> None:
+    seed_pages(gateway)
+    cursor = ask(gateway, query="walrus pricing", budget={"bytes": 700})["cursor"]
+    other = gateway.retrieve(alice(gateway), {"task": {"type": "support_ticket"}, "cursor": cursor})
+    assert other.status_code == 400 and "task" in other.json()["error"]["message"]
