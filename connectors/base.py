@@ -31,6 +31,7 @@ class Constraints:
     graph_max_depth: int = 1
     graph_fanout: int = 10
     entity_statuses: tuple[str, ...] = ()  # statuses an entity lookup may see (tombstones included)
+    history: bool = False  # also items whose validity ended before valid_at (asked for, and allowed)
     subjects: tuple[str, ...] = ()
     policy_result: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 

@@ -4,19 +4,24 @@ The walk is a single `WITH RECURSIVE` statement, the same on SQLite and PostgreS
 policy's constraints inside it:
 
 - an edge is followed only if the shared pushdown (`permitted`) admits it, it is active, its
-  relation is one the policy allows, and it leaves the node being expanded;
-- the entity it leads to must be one the pushdown admits too, so the walk never enters nor
+  relation is one the policy allows, and it leaves the node being expanded (same tenant);
+- the entity it leads to must be admitted by the pushdown too, so the walk never enters nor
   passes through an entity hidden by ACL, sensitivity, scope, validity, status or tombstone;
-- at most `graph_max_depth` hops (1..3) and at most `graph_fanout` edges (1..50) out of any one
-  node: the best ones by confidence, then weight, then id;
-- no node is visited twice on one path (the path is carried as a string such as '/a/b/').
+- at most `graph_max_depth` hops (1..3) and `graph_fanout` edges (1..50) out of any one node;
+- no node is expanded twice on one path: the path is carried as a string ('/a/b/'); an edge
+  back into a node already on it is returned, but the walk does not continue from there.
 
-Fan-out is a per-node top-k. Window functions are not allowed in SQLite's recursive term, so the
-step keeps an edge only if its primary key is among the k best of the node being expanded:
-`edge.pk IN (SELECT pk ... WHERE edge_from = walk.node ... ORDER BY ... LIMIT k)`. The subquery
-refers to the walk row's column only (the CTE is never in its FROM), which both SQLite and
-PostgreSQL accept in a recursive term. Because the k best are chosen among followable edges into
-visible entities, a hidden edge or target never takes one of a node's slots.
+Fan-out is a per-node top-k: the k best followable edges by confidence, then weight (both
+descending, nulls last), then id. Window functions are not allowed in SQLite's recursive term,
+and a correlated `edge.pk IN (SELECT ... ORDER BY ... LIMIT k)` filter would be re-run for every
+candidate edge (PostgreSQL does not cache a correlated subplan: quadratic in a node's degree).
+Instead, when a node enters the walk, one correlated scalar subquery finds its k-th best
+followable edge (`ORDER BY key LIMIT 1 OFFSET k-1`) and the walk row carries that edge's pk as
+`cutoff`. Expanding the node then keeps the followable edges whose sort key, as a row value,
+is <= the cutoff edge's (NULL cutoff: fewer than k edges, all are kept). The subquery refers to
+the new edge's target column, never to the CTE, which both backends accept in a recursive term.
+Since only followable edges into visible entities compete, a hidden edge or target never takes
+one of a node's slots.
 """
 
 from __future__ import annotations
@@ -25,7 +30,26 @@ import time
 from typing import Any
 
 import anyio.to_thread
-from sqlalchemy import CTE, ColumnElement, FromClause, Integer, Select, Text, cast, func, literal, null, select
+from sqlalchemy import (
+    CTE,
+    ColumnElement,
+    FromClause,
+    Integer,
+    ScalarSelect,
+    Select,
+    String,
+    Text,
+    and_,
+    case,
+    cast,
+    exists,
+    func,
+    literal,
+    null,
+    or_,
+    select,
+    tuple_,
+)
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -52,70 +76,113 @@ def skip_reason(constraints: Constraints) -> str | None:
     return None
 
 
-def best_first(edge: FromClause) -> tuple[Any, ...]:
-    """The order in which a node's edges compete for its fan-out slots."""
-    return (edge.c.confidence.desc().nulls_last(), edge.c.weight.desc().nulls_last(), edge.c.id)
+def into(edge: FromClause, target: FromClause) -> ColumnElement[bool]:
+    """Join condition: `target` is the row the edge points at."""
+    return and_(target.c.tenant == edge.c.tenant, target.c.id == edge.c.edge_to)
 
 
-def followable_edges(constraints: Constraints, node: ColumnElement[Any], fanout: int) -> Select[Any]:
-    """Primary keys of the `fanout` best edges out of `node` that the walk may follow."""
-    edge = item.alias("fan_edge")
-    target = item.alias("fan_target")
+def followable(constraints: Constraints, edge: FromClause, target: FromClause) -> tuple[ColumnElement[bool], ...]:
+    """An edge the walk may follow, into an entity the actor may see."""
+    return (
+        edge.c.tenant == constraints.tenant,
+        edge.c.status == "active",
+        edge.c.relation.in_(constraints.graph_relations),
+        permitted(constraints, kinds=("edge",), table=edge),
+        target.c.kind == "entity",
+        permitted(constraints, kinds=("entity",), table=target),
+    )
+
+
+def rank_key(edge: FromClause) -> tuple[ColumnElement[Any], ...]:
+    """Best first as one ascending row value: confidence desc, weight desc (nulls last), id."""
+    return (
+        case((edge.c.confidence.is_(None), 1), else_=0),
+        func.coalesce(-edge.c.confidence, 0.0),
+        case((edge.c.weight.is_(None), 1), else_=0),
+        func.coalesce(-edge.c.weight, 0.0),
+        edge.c.id,
+    )
+
+
+def last_slot(constraints: Constraints, node: ColumnElement[Any], fanout: int) -> ScalarSelect[Any]:
+    """The pk of `node`'s `fanout`-th best followable edge; NULL when it has fewer."""
+    edge = item.alias("slot_edge")
+    target = item.alias("slot_target")
     return (
         select(edge.c.pk)
         .select_from(edge)
-        .join(target, (target.c.tenant == edge.c.tenant) & (target.c.id == edge.c.edge_to))
-        .where(
-            edge.c.tenant == constraints.tenant,
-            edge.c.edge_from == node,
-            edge.c.status == "active",
-            edge.c.relation.in_(constraints.graph_relations),
-            permitted(constraints, kinds=("edge",), table=edge),
-            target.c.kind == "entity",
-            permitted(constraints, kinds=("entity",), table=target),
-        )
-        .order_by(*best_first(edge))
-        .limit(fanout)
+        .join(target, into(edge, target))
+        .where(edge.c.edge_from == node, *followable(constraints, edge, target))
+        .order_by(*rank_key(edge))
+        .limit(1)
+        .offset(fanout - 1)
+        .scalar_subquery()
     )
 
 
-def not_on_path(path: ColumnElement[Any], node: ColumnElement[Any]) -> ColumnElement[bool]:
-    """`node` is not a segment of `path`. replace() is literal (no LIKE wildcards such as '_')
+def is_followable(constraints: Constraints, edge: FromClause) -> ColumnElement[bool]:
+    """`followable`, as a test of the step's edge by primary key.
+
+    Kept out of the step's own WHERE on purpose: SQLite guesses that a recursive CTE holds a
+    million rows, so if the step's edge alias had the pushdown's (tenant, kind) terms it would
+    scan every edge of the tenant per step and look the walk up from there. With only
+    (tenant, edge_from = walk.node) on it, both backends expand the walk's node through the
+    (tenant, edge_from) index."""
+    edge_row, target = item.alias("follow_edge"), item.alias("follow_target")
+    return exists(
+        select(edge_row.c.pk)
+        .select_from(edge_row)
+        .join(target, into(edge_row, target))
+        .where(edge_row.c.pk == edge.c.pk, *followable(constraints, edge_row, target))
+    )
+
+
+def on_path(path: ColumnElement[Any], node: ColumnElement[Any]) -> ColumnElement[bool]:
+    """`node` is a segment of `path`. replace() is literal (ids may hold '_', a LIKE wildcard)
     and behaves the same on SQLite and PostgreSQL."""
-    return func.replace(path, "/" + node + "/", "") == path
+    return func.replace(path, "/" + node + "/", "") != path
+
+
+def starts(constraints: Constraints, fanout: int) -> Select[Any]:
+    """One walk row per subject, at depth 0. The caller has verified the subjects; their entity
+    rows are read only to have one row per subject, whatever the number of subjects."""
+    start = item.alias("start")
+    return select(
+        cast(start.c.id, String).label("node"),
+        cast(literal(0), Integer).label("depth"),
+        cast("/" + start.c.id + "/", Text).label("path"),
+        cast(null(), Integer).label("edge_pk"),
+        cast(literal(0), Integer).label("closes"),
+        cast(last_slot(constraints, start.c.id, fanout), Integer).label("cutoff"),
+    ).where(start.c.tenant == constraints.tenant, start.c.kind == "entity", start.c.id.in_(constraints.subjects))
 
 
 def walk(constraints: Constraints) -> CTE:
-    """walk(node, depth, path, edge_pk): every node reached, and the edge that reached it."""
+    """walk(node, depth, path, edge_pk, closes, cutoff): each node reached, by which edge,
+    whether that edge closed a cycle, and the node's fan-out cutoff (see the module docstring)."""
     max_depth = clamp(constraints.graph_max_depth, 1, MAX_DEPTH)
     fanout = clamp(constraints.graph_fanout, 1, MAX_FANOUT)
-    start = item.alias("start")
-    # The subjects that have any edge at all; the caller has already verified them.
-    anchor = (
-        select(
-            start.c.edge_from.label("node"),
-            cast(literal(0), Integer).label("depth"),
-            cast("/" + start.c.edge_from + "/", Text).label("path"),
-            cast(null(), Integer).label("edge_pk"),
-        )
-        .where(start.c.tenant == constraints.tenant, start.c.kind == "edge", start.c.edge_from.in_(constraints.subjects))
-        .distinct()
-    )
-    walked = anchor.cte("walk", recursive=True)
-    edge = item.alias("walk_edge")
+    walked = starts(constraints, fanout).cte("walk", recursive=True)
+    edge, cut = item.alias("walk_edge"), item.alias("walk_cut")
+    closes = on_path(walked.c.path, edge.c.edge_to)
+    expandable = and_(walked.c.depth + 1 < max_depth, ~closes)
     step = (
         select(
-            edge.c.edge_to,
+            cast(edge.c.edge_to, String),
             cast(walked.c.depth + 1, Integer),
             cast(walked.c.path + edge.c.edge_to + "/", Text),
             edge.c.pk,
+            cast(case((closes, 1), else_=0), Integer),
+            cast(case((expandable, last_slot(constraints, edge.c.edge_to, fanout)), else_=null()), Integer),
         )
         .select_from(walked)
-        .join(edge, (edge.c.tenant == constraints.tenant) & (edge.c.edge_from == walked.c.node))
+        .join(edge, and_(edge.c.tenant == constraints.tenant, edge.c.edge_from == walked.c.node))
+        .outerjoin(cut, cut.c.pk == walked.c.cutoff)
         .where(
             walked.c.depth < max_depth,
-            edge.c.pk.in_(followable_edges(constraints, walked.c.node, fanout).correlate(walked)),
-            not_on_path(walked.c.path, edge.c.edge_to),
+            walked.c.closes == 0,
+            is_followable(constraints, edge),
+            or_(walked.c.cutoff.is_(None), tuple_(*rank_key(edge)) <= tuple_(*rank_key(cut))),
         )
     )
     return walked.union_all(step)

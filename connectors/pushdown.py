@@ -34,7 +34,7 @@ def permitted(constraints: Constraints, kinds: Sequence[str] | None = None, tabl
         t.c.sensitivity.in_(constraints.sensitivities),
         t.c.status.in_(constraints.statuses),
         or_(t.c.valid_from.is_(None), t.c.valid_from <= constraints.valid_at),
-        or_(t.c.valid_to.is_(None), t.c.valid_to > constraints.valid_at),
+        true() if constraints.history else or_(t.c.valid_to.is_(None), t.c.valid_to > constraints.valid_at),
         exists(
             select(item_principal.c.item_pk).where(
                 item_principal.c.item_pk == t.c.pk,

@@ -85,9 +85,12 @@ NOTHING: Final[Node] = {"nothing": True}
 
 # Constraints fields the translation applies, and those that filter no item (as in pushdown.permitted).
 HANDLED_FIELDS: Final = frozenset(
-    {"tenant", "kinds", "principals", "sensitivities", "statuses", "valid_at", "scopes", "subjects"}
+    {"tenant", "kinds", "principals", "sensitivities", "statuses", "valid_at", "history", "scopes", "subjects"}
 )
-NOT_ITEM_FILTERS: Final = frozenset({"graph_relations", "graph_max_depth", "policy_result"})
+# entity_statuses governs entity lookups only, which never reach Weaviate.
+NOT_ITEM_FILTERS: Final = frozenset(
+    {"graph_relations", "graph_max_depth", "graph_fanout", "entity_statuses", "policy_result"}
+)
 
 # name -> (data type, tokenization); text properties that are filtered use FIELD tokenization.
 SCHEMA: Final[dict[str, tuple[DataType, Tokenization | None]]] = {
@@ -111,6 +114,11 @@ SCHEMA: Final[dict[str, tuple[DataType, Tokenization | None]]] = {
     "source_system": (DataType.TEXT, Tokenization.FIELD),
     "source_uri": (DataType.TEXT, Tokenization.FIELD),
     "recorded_at": (DataType.DATE, None),
+    "relation": (DataType.TEXT, Tokenization.FIELD),
+    "edge_from": (DataType.TEXT, Tokenization.FIELD),
+    "edge_to": (DataType.TEXT, Tokenization.FIELD),
+    "confidence": (DataType.NUMBER, None),
+    "weight": (DataType.NUMBER, None),
 }
 FILTERED: Final = frozenset(
     {"kind", "acl", "sensitivity", "valid_from", "valid_to", "scope", "scoped", "status", "attached_to", "tags"}
@@ -183,7 +191,8 @@ def constraints_filter(constraints: Constraints, tags: Sequence[str] = ()) -> No
         _one_of("sensitivity", constraints.sensitivities),
         _one_of("status", constraints.statuses),
         _any(_leaf("valid_from", "is_none", True), _leaf("valid_from", "less_or_equal", at)),
-        _any(_leaf("valid_to", "is_none", True), _leaf("valid_to", "greater_than", at)),
+        # With history, whatever had started by the instant counts, ended or not.
+        *([] if constraints.history else [_any(_leaf("valid_to", "is_none", True), _leaf("valid_to", "greater_than", at))]),
         _one_of("acl", constraints.principals),
         _any(_leaf("scoped", "equal", False), _one_of("scope", constraints.scopes)),
         _any(_leaf("attached_to", "is_none", True), _one_of("attached_to", constraints.subjects)),
@@ -260,6 +269,11 @@ def properties_of(record: Record) -> dict[str, Any]:
         "source_system": record.source_system,
         "source_uri": record.source_uri,
         "recorded_at": rfc3339(record.recorded_at),
+        "relation": record.relation,
+        "edge_from": record.edge_from,
+        "edge_to": record.edge_to,
+        "confidence": record.confidence,
+        "weight": record.weight,
     }
     return {name: value for name, value in props.items() if value is not None}
 
@@ -299,7 +313,16 @@ def record_of(props: dict[str, Any], tenant: str) -> Record:
         source_system=_text(props.get("source_system")),
         source_uri=_text(props.get("source_uri")),
         tags=tuple(props.get("tags") or ()),
+        relation=_text(props.get("relation")),
+        edge_from=_text(props.get("edge_from")),
+        edge_to=_text(props.get("edge_to")),
+        confidence=_number(props.get("confidence")),
+        weight=_number(props.get("weight")),
     )
+
+
+def _number(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 # ---------------------------------------------------------------- schema

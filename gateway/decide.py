@@ -38,6 +38,7 @@ def request_input(actor: Actor, request: RetrieveRequest, now: datetime) -> dict
             "graph": request.graph.model_dump(),
             "sources": request.sources.model_dump(),
             "depth": request.depth,
+            "include_historical": request.include_historical,
             "entity_count": len(request.entities),
             "has_query": bool(request.query),
         },
@@ -62,6 +63,7 @@ def constraints_from(result: dict[str, Any]) -> Constraints:
             graph_max_depth=int(graph.get("max_depth", 1)),
             graph_fanout=int(graph.get("max_fanout", 10)),
             entity_statuses=_texts(c.get("entity_statuses", c["statuses"])),
+            history=_flag(c.get("history", False)),
             policy_result=c,
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -72,6 +74,12 @@ def constraints_from(result: dict[str, Any]) -> Constraints:
 def _text(value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise ValueError("expected a non-empty string")
+    return value
+
+
+def _flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError("expected true or false")
     return value
 
 

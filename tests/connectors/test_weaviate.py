@@ -258,7 +258,7 @@ def random_constraints(rng: random.Random) -> tuple[Constraints, tuple[str, ...]
     constraints = Constraints(
         tenant="acme", principals=some(PRINCIPAL_POOL), sensitivities=some(SENSITIVITIES), scopes=some(SCOPE_POOL),
         valid_at=parse_rfc3339(rng.choice([*INSTANTS, "2026-03-15T12:30:00Z", "2026-11-29T23:59:59.999999Z"])),
-        kinds=some(KINDS), statuses=some(STATUSES), subjects=some(SUBJECT_POOL),
+        kinds=some(KINDS), statuses=some(STATUSES), subjects=some(SUBJECT_POOL), history=rng.random() < 0.3,
     )
     return constraints, some(TAG_POOL + ["absent"]) if rng.random() < 0.4 else ()
 

@@ -111,7 +111,9 @@ def test_as_of_in_the_past_returns_what_was_true_then(gateway: Gateway) -> None:
     assert [i["id"] for i in then["items"]] == ["plan_2024"]
     assert then["items"][0]["status"] == "current"
     now = ask(gateway, entities=[{"id": "ent_jane"}], include_historical=True)
-    assert [i["id"] for i in now["items"]] == ["plan_2025", "plan_guess"]
+    assert [(i["id"], i["status"]) for i in now["items"]] == [
+        ("plan_2025", "current"), ("plan_2024", "historical"), ("plan_guess", "disputed")]
+    assert [i["id"] for i in ask(gateway, entities=[{"id": "ent_jane"}])["items"]] == ["plan_2025"]
     assert ask(gateway, entities=[{"id": "ent_jane"}], as_of="2023-01-01T00:00:00Z")["items"] == []
 
 

@@ -43,7 +43,7 @@ failures contains [item.id, "sensitivity"] if {
 
 failures contains [item.id, "validity"] if {
 	some item in input.items
-	not lib.valid_at(item, instant_ns)
+	not valid(item)
 }
 
 failures contains [item.id, "scope"] if {
@@ -65,6 +65,14 @@ failures contains [item.id, "status"] if {
 readable_statuses(kind) := object.get(input.constraints, "entity_statuses", input.constraints.statuses) if {
 	kind == "entity"
 } else := input.constraints.statuses
+
+# With history, an item counts if it had started by the instant, whether or not it has ended since.
+valid(item) if lib.valid_at(item, instant_ns)
+
+valid(item) if {
+	input.constraints.history == true
+	lib.starts_before(object.get(item, "valid_from", null), instant_ns)
+}
 
 failures contains [item.id, "attachment"] if {
 	some item in input.items

@@ -247,3 +247,13 @@ test_tombstoned_entity_readable_as_tombstone_only if {
 test_tombstoned_entity_denied_without_entity_statuses if {
 	denies(item_with({"kind": "entity", "status": "pending_deletion"}), "status")
 }
+
+history_batch(item_list) := object.union(batch(item_list), {"constraints": object.union(base_constraints, {"history": true})})
+
+test_history_admits_ended_items_but_not_future_ones if {
+	ended := item_with({"id": "ended", "valid_from": "2023-01-01T00:00:00Z", "valid_to": "2024-01-01T00:00:00Z"})
+	future := item_with({"id": "future", "valid_from": "2025-01-01T00:00:00Z", "valid_to": null})
+	items.allowed == ["ended"] with input as history_batch([ended, future])
+	items.denied == [{"id": "future", "reason": "validity"}] with input as history_batch([ended, future])
+	denies(ended, "validity")
+}

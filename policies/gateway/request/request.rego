@@ -78,6 +78,14 @@ max_depth := min({task_config.graph.max_depth, input.request.graph.max_depth}) i
 # Edges followed out of any one node: the task's cap, never more than 50.
 max_fanout := min({object.get(task_config.graph, "max_fanout", 10), 50})
 
+# History (items whose validity ended before the instant) only when asked for and the task allows it.
+history if {
+	input.request.include_historical == true
+	object.get(task_config, "history", false) == true
+}
+
+default history := false
+
 valid_at := input.request.as_of if is_string(input.request.as_of) else := input.now
 
 constraints := candidate_constraints if allow
@@ -88,6 +96,7 @@ candidate_constraints := {
 	"max_sensitivity": config.sensitivity_levels[ceiling_rank],
 	"sensitivities": sensitivities,
 	"valid_at": valid_at,
+	"history": history,
 	"scopes": scopes,
 	"kinds": kinds,
 	"statuses": config.readable_statuses,

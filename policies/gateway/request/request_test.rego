@@ -109,6 +109,7 @@ test_constraints_for_default_request if {
 		"kinds": ["property", "memory", "document", "edge"],
 		"statuses": ["active", "superseded", "disputed"],
 		"entity_statuses": ["active", "superseded", "disputed", "pending_deletion"],
+		"history": false,
 		"graph": {"relations": ["works_at", "reports_to", "owns"], "max_depth": 2, "max_fanout": 10},
 	}
 }
@@ -194,4 +195,10 @@ test_scopes_are_task_scope_when_given_else_task_type_scopes if {
 
 	c2 := request.constraints with input as with_task({"type": "compliance_review"})
 	c2.scopes == ["sales", "support", "research", "legal"]
+}
+
+test_history_only_when_asked_and_allowed if {
+	request.constraints.history == true with input as with_request({"include_historical": true})
+	request.constraints.history == false with input as with_request({"include_historical": "yes"})
+	request.constraints.history == false with input as with_request({})
 }
