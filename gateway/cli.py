@@ -82,7 +82,8 @@ def demo(**flags: Any) -> None:
     for name, (description, token) in tokens.items():
         click.echo(f"  {name:<14} {description}\n  {'':<14} {token}")
     alice = tokens["alice@acme"][1]
-    body = json.dumps({"task": {"type": "account_followup", "scope": "sales"}, "query": "pricing discount", "entities": [{"email": "Jane@Globex.example"}]})
+    body = json.dumps({"task": {"type": "account_followup", "scope": "sales"}, "mode": "brief", "query": "pricing discount",
+                       "entities": [{"email": "Jane@Globex.example"}]})
     click.echo(f"\nStart the service with `gateway serve`, then:\n\n  curl -s http://{settings.host}:{settings.port}/v1/retrieve \\\n"
                f"    -H 'Authorization: Bearer {alice}' \\\n    -H 'Content-Type: application/json' \\\n    -d '{body}'\n")
 

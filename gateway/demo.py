@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from gateway.auth import create_api_key
+from gateway.entity_writes import merge
 from gateway.ingest import IngestReport, ingest
 
 ACTORS: dict[str, dict[str, Any]] = {
@@ -37,6 +38,19 @@ def _acme_items() -> list[dict[str, Any]]:
         {"id": "prop_jane_plan", "kind": "property", "entity": "ent_jane", "name": "plan", "value": "Business annual",
          "acl": sales, "scope": ["sales"], "authority": "approved", "attached_to": "ent_jane", "slot": "ent_jane#plan",
          "recorded_at": "2026-09-15T09:00:00Z", "source": {"system": "billing", "uri": "billing://accounts/88"}},
+        {"id": "prop_jane_plan_guess", "kind": "property", "entity": "ent_jane", "name": "plan", "value": "Enterprise (guess)",
+         "acl": sales, "scope": ["sales"], "authority": "speculative", "attached_to": "ent_jane", "slot": "ent_jane#plan",
+         "recorded_at": "2026-11-25T09:00:00Z", "source": {"system": "notes", "uri": "notes://jane/7"}},
+        {"id": "ent_jane_old", "kind": "entity", "entity_type": "contact", "name": "J. Roe (duplicate)",
+         "phone": "+1 (555) 010-2000", "acl": everyone, "sensitivity": "internal"},
+        {"id": "mem_jane_old_call", "kind": "memory", "entity": "ent_jane_old", "text": "Called about pricing for the Berlin office.",
+         "acl": sales, "scope": ["sales"], "authority": "reviewed", "recorded_at": "2026-07-01T10:00:00Z", "tags": ["pricing"]},
+        {"id": "ent_pat", "kind": "entity", "entity_type": "contact", "name": "Pat Doe", "email": "pat@globex.example",
+         "acl": everyone, "sensitivity": "internal"},
+        {"id": "edge_jane_globex", "kind": "edge", "from": "ent_jane", "relation": "works_at", "to": "ent_globex",
+         "confidence": 0.95, "weight": 1.0, "acl": everyone},
+        {"id": "edge_jane_pat", "kind": "edge", "from": "ent_jane", "relation": "reports_to", "to": "ent_pat",
+         "confidence": 0.8, "weight": 1.0, "acl": sales, "scope": ["sales"]},
         {"id": "mem_jane_billing", "kind": "memory", "entity": "ent_jane", "text": "Jane asked about annual billing and a pricing discount for 40 seats.",
          "acl": sales, "scope": ["sales"], "authority": "reviewed", "attached_to": "ent_jane", "recorded_at": "2026-09-12T15:02:00Z",
          "source": {"system": "crm", "uri": "crm://calls/991"}, "tags": ["pricing"]},
@@ -79,6 +93,7 @@ def _globex_items() -> list[dict[str, Any]]:
 def load_demo(engine: Engine) -> tuple[dict[str, tuple[str, str]], IngestReport]:
     """Write the demo items (idempotent) and create one fresh key per demo actor."""
     report = ingest(engine, "acme", _acme_items())
+    merge(engine, "acme", "ent_jane_old", "ent_jane")  # a duplicate record, resolved to its survivor
     other = ingest(engine, "globex", _globex_items())
     for name in ("created", "updated", "unchanged"):
         setattr(report, name, getattr(report, name) + getattr(other, name))
