@@ -13,15 +13,28 @@ policy's constraints inside it:
 
 Fan-out is a per-node top-k: the k best followable edges by confidence, then weight (both
 descending, nulls last), then id. Window functions are not allowed in SQLite's recursive term,
-and a correlated `edge.pk IN (SELECT ... ORDER BY ... LIMIT k)` filter would be re-run for every
-candidate edge (PostgreSQL does not cache a correlated subplan: quadratic in a node's degree).
-Instead, when a node enters the walk, one correlated scalar subquery finds its k-th best
-followable edge (`ORDER BY key LIMIT 1 OFFSET k-1`) and the walk row carries that edge's pk as
-`cutoff`. Expanding the node then keeps the followable edges whose sort key, as a row value,
-is <= the cutoff edge's (NULL cutoff: fewer than k edges, all are kept). The subquery refers to
-the new edge's target column, never to the CTE, which both backends accept in a recursive term.
-Since only followable edges into visible entities compete, a hidden edge or target never takes
-one of a node's slots.
+and a correlated `edge.pk IN (SELECT ... ORDER BY ... LIMIT k)` filter is re-run for every
+candidate edge (PostgreSQL does not cache a correlated subplan: quadratic in a node's degree,
+about a minute for a node with 2,000 edges). Instead, when a node enters the walk, one
+correlated scalar subquery finds its k-th best followable edge (`ORDER BY key LIMIT 1 OFFSET
+k-1`) and the walk row carries that edge's pk as `cutoff`. Expanding the node keeps the
+followable edges whose sort key, as a row value, is <= the cutoff edge's (NULL cutoff: fewer
+than k, all are kept). The subquery refers to the new edge's target column, never to the CTE,
+which both backends accept in a recursive term. Only followable edges into visible entities
+compete, so a hidden edge or target never takes one of a node's slots.
+
+Join order: SQLite has no statistics and assumes a CTE holds a million rows. Had the step's
+edge alias the pushdown's (tenant, kind) terms, SQLite would scan the tenant's edges and look
+the walk up for each. So the step joins the edge on (tenant, edge_from = walk.node) only, and
+tests everything else (`followable`) in an EXISTS on the same row by primary key. Left with
+nothing better than a tenant-wide scan for the edge on its own, SQLite keeps the walk row in
+the outer loop and expands each node through (tenant, edge_from).
+PostgreSQL plans this well once the tables have statistics (autovacuum); with none at all it
+takes every table for a single row and may scan a tenant inside the walk's loops.
+tests/connectors/test_graph.py checks SQLite's plan.
+
+Cost: a few index probes per walk row, plus one top-k per expanded node. Paths are not merged,
+so a dense graph at the limits (fan-out 50, depth 3) can carry up to 50 + 50^2 + 50^3 rows.
 """
 
 from __future__ import annotations
@@ -76,20 +89,35 @@ def skip_reason(constraints: Constraints) -> str | None:
     return None
 
 
-def into(edge: FromClause, target: FromClause) -> ColumnElement[bool]:
-    """Join condition: `target` is the row the edge points at."""
-    return and_(target.c.tenant == edge.c.tenant, target.c.id == edge.c.edge_to)
-
-
-def followable(constraints: Constraints, edge: FromClause, target: FromClause) -> tuple[ColumnElement[bool], ...]:
-    """An edge the walk may follow, into an entity the actor may see."""
+def followable_edge(constraints: Constraints, edge: FromClause) -> tuple[ColumnElement[bool], ...]:
+    """An edge the walk may follow (its target is checked by `visible_target`)."""
     return (
         edge.c.tenant == constraints.tenant,
         edge.c.status == "active",
         edge.c.relation.in_(constraints.graph_relations),
         permitted(constraints, kinds=("edge",), table=edge),
+    )
+
+
+def visible_target(constraints: Constraints, edge: FromClause, target: FromClause) -> tuple[ColumnElement[bool], ...]:
+    """`target` is the entity the edge points at, and the actor may see it."""
+    return (
+        target.c.tenant == edge.c.tenant,
+        target.c.id == edge.c.edge_to,
         target.c.kind == "entity",
         permitted(constraints, kinds=("entity",), table=target),
+    )
+
+
+def followable(constraints: Constraints, edge: FromClause) -> ColumnElement[bool]:
+    """The walk may follow `edge` into its target, tested on the same row by primary key (the
+    join-order note in the module docstring says why)."""
+    same, target = item.alias("follow_edge"), item.alias("follow_target")
+    return exists(
+        select(same.c.pk)
+        .select_from(same)
+        .join(target, and_(*visible_target(constraints, same, target)))
+        .where(same.c.pk == edge.c.pk, *followable_edge(constraints, same))
     )
 
 
@@ -106,34 +134,16 @@ def rank_key(edge: FromClause) -> tuple[ColumnElement[Any], ...]:
 
 def last_slot(constraints: Constraints, node: ColumnElement[Any], fanout: int) -> ScalarSelect[Any]:
     """The pk of `node`'s `fanout`-th best followable edge; NULL when it has fewer."""
-    edge = item.alias("slot_edge")
-    target = item.alias("slot_target")
+    edge, target = item.alias("slot_edge"), item.alias("slot_target")
     return (
         select(edge.c.pk)
         .select_from(edge)
-        .join(target, into(edge, target))
-        .where(edge.c.edge_from == node, *followable(constraints, edge, target))
+        .join(target, and_(*visible_target(constraints, edge, target)))
+        .where(edge.c.edge_from == node, *followable_edge(constraints, edge))
         .order_by(*rank_key(edge))
         .limit(1)
         .offset(fanout - 1)
         .scalar_subquery()
-    )
-
-
-def is_followable(constraints: Constraints, edge: FromClause) -> ColumnElement[bool]:
-    """`followable`, as a test of the step's edge by primary key.
-
-    Kept out of the step's own WHERE on purpose: SQLite guesses that a recursive CTE holds a
-    million rows, so if the step's edge alias had the pushdown's (tenant, kind) terms it would
-    scan every edge of the tenant per step and look the walk up from there. With only
-    (tenant, edge_from = walk.node) on it, both backends expand the walk's node through the
-    (tenant, edge_from) index."""
-    edge_row, target = item.alias("follow_edge"), item.alias("follow_target")
-    return exists(
-        select(edge_row.c.pk)
-        .select_from(edge_row)
-        .join(target, into(edge_row, target))
-        .where(edge_row.c.pk == edge.c.pk, *followable(constraints, edge_row, target))
     )
 
 
@@ -143,11 +153,11 @@ def on_path(path: ColumnElement[Any], node: ColumnElement[Any]) -> ColumnElement
     return func.replace(path, "/" + node + "/", "") != path
 
 
-def starts(constraints: Constraints, fanout: int) -> Select[Any]:
-    """One walk row per subject, at depth 0. The caller has verified the subjects; their entity
-    rows are read only to have one row per subject, whatever the number of subjects."""
+def starts(constraints: Constraints, fanout: int) -> CTE:
+    """The walk's anchor: one row per subject, at depth 0. The caller has verified the subjects;
+    their entity rows are read only to have one row per subject, however many there are."""
     start = item.alias("start")
-    return select(
+    anchor = select(
         cast(start.c.id, String).label("node"),
         cast(literal(0), Integer).label("depth"),
         cast("/" + start.c.id + "/", Text).label("path"),
@@ -155,6 +165,7 @@ def starts(constraints: Constraints, fanout: int) -> Select[Any]:
         cast(literal(0), Integer).label("closes"),
         cast(last_slot(constraints, start.c.id, fanout), Integer).label("cutoff"),
     ).where(start.c.tenant == constraints.tenant, start.c.kind == "entity", start.c.id.in_(constraints.subjects))
+    return anchor.cte("walk", recursive=True)
 
 
 def walk(constraints: Constraints) -> CTE:
@@ -162,7 +173,7 @@ def walk(constraints: Constraints) -> CTE:
     whether that edge closed a cycle, and the node's fan-out cutoff (see the module docstring)."""
     max_depth = clamp(constraints.graph_max_depth, 1, MAX_DEPTH)
     fanout = clamp(constraints.graph_fanout, 1, MAX_FANOUT)
-    walked = starts(constraints, fanout).cte("walk", recursive=True)
+    walked = starts(constraints, fanout)
     edge, cut = item.alias("walk_edge"), item.alias("walk_cut")
     closes = on_path(walked.c.path, edge.c.edge_to)
     expandable = and_(walked.c.depth + 1 < max_depth, ~closes)
@@ -179,9 +190,9 @@ def walk(constraints: Constraints) -> CTE:
         .join(edge, and_(edge.c.tenant == constraints.tenant, edge.c.edge_from == walked.c.node))
         .outerjoin(cut, cut.c.pk == walked.c.cutoff)
         .where(
+            followable(constraints, edge),
             walked.c.depth < max_depth,
             walked.c.closes == 0,
-            is_followable(constraints, edge),
             or_(walked.c.cutoff.is_(None), tuple_(*rank_key(edge)) <= tuple_(*rank_key(cut))),
         )
     )
