@@ -39,7 +39,6 @@ MODE_SOURCES = {
     "filter": {"exact", "lexical"},
     "expand": set(),
 }
-NOT_DEPLOYED: dict[str, str] = {}
 CITATION_PREFIX = {"memory": "M", "document": "D", "property": "P", "edge": "E"}
 RESOLVED_FROM = {"domain": "website", "profile": "website"}
 
@@ -124,7 +123,7 @@ async def retrieve(
         results["exact"] = SourceResult("exact", "error", detail=f"entity resolution failed: {resolution_error}")
     for name in SOURCES:
         if name not in results:
-            detail = skipped.get(name) or (NOT_DEPLOYED.get(name, "not requested") if sources[name] else "not requested")
+            detail = skipped.get(name) or "not requested"
             results[name] = SourceResult(name, "skipped", detail=detail)
 
     candidates = [c.record for result in results.values() for c in result.candidates]
