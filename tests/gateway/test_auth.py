@@ -23,6 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from sqlmodel import Session, select
 
 from connectors.instants import utc_now
+from gateway.db import writer
 from gateway.tables import ApiKey
 from tests.conftest import Gateway, make_gateway
 from tests.gateway.fixtures import SALES_TASK, memory
@@ -155,7 +156,7 @@ def test_unknown_key_id_wrong_secret_and_revoked_key_read_the_same(gateway: Gate
     unknown = assert_unauthenticated(gateway, retrieve_with(gateway, f"Bearer gw_{unknown_id}_{secret}"))
     wrong_secret = assert_unauthenticated(gateway, retrieve_with(gateway, f"Bearer gw_{key_id}_{other_secret}"))
 
-    with Session(gateway.store) as session:
+    with Session(writer(gateway.store)) as session:  # read then write: take the write lock up front
         row = session.get(ApiKey, key_id)
         assert row is not None
         row.revoked_at = utc_now()
@@ -175,7 +176,7 @@ def test_revocation_is_per_key(gateway: Gateway) -> None:
     gateway.ingest("acme", [SALES_ONLY])
     alice = gateway.key("alice", groups=("sales",))
     carol = gateway.key("carol", groups=("sales",))
-    with Session(gateway.store) as session:
+    with Session(writer(gateway.store)) as session:  # read then write: take the write lock up front
         row = session.get(ApiKey, alice.split("_", 2)[1])
         assert row is not None
         row.revoked_at = utc_now() - timedelta(seconds=1)

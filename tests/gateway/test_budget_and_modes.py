@@ -13,6 +13,7 @@ from connectors.instants import utc_now
 from gateway.budget import parse_split
 from gateway.errors import ConfigurationError
 from gateway.tables import RetrieveCursor
+from gateway.db import writer
 from tests.conftest import Gateway
 from tests.gateway.fixtures import SALES_TASK, memory
 
@@ -171,7 +172,7 @@ def test_expand_cursor_expires_after_an_idle_hour(gateway: Gateway) -> None:
     seed_pages(gateway)
     cursor = ask(gateway, query="walrus pricing", budget={"bytes": 700})["cursor"]
     table = RetrieveCursor.__table__  # type: ignore[attr-defined]
-    with gateway.store.begin() as conn:
+    with writer(gateway.store).begin() as conn:
         conn.execute(update(table).values(last_used_at=utc_now() - timedelta(seconds=3601)))
     assert gateway.retrieve(alice(gateway), {"task": SALES_TASK, "cursor": cursor}).status_code == 404
 
