@@ -61,11 +61,12 @@ def create_app(settings: Settings, context: GatewayContext | None = None) -> Sta
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         own = context is None
         app.state.context = context or await build_context(settings)
-        worker = app.state.context.connectors.semantic.worker
+        workers = (app.state.context.connectors.semantic.worker, app.state.context.privacy.worker)
         try:
             async with anyio.create_task_group() as background:
-                if worker is not None:
-                    background.start_soon(worker.run)
+                for worker in workers:
+                    if worker is not None:
+                        background.start_soon(worker.run)
                 background.start_soon(warm_vector_index, app.state.context)
                 yield
                 background.cancel_scope.cancel()

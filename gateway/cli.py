@@ -180,6 +180,30 @@ def embed(batch: int, threads: int, **flags: Any) -> None:
 
 
 @main.group()
+def pii() -> None:
+    """Personal-data tools."""
+
+
+@pii.command("analyze")
+@store_options
+@click.option("--batch", type=int, default=64, show_default=True, help="Items per batch.")
+def pii_analyze(batch: int, **flags: Any) -> None:
+    """Analyse every item whose stored spans are missing, older than its text, or from another
+    analyzer configuration (the service also does this in the background)."""
+    from gateway.db import open_store
+    from gateway.pii import Detector
+    from gateway.pii_store import analyze_all, pending
+
+    settings = settings_from(**flags)
+    engine = open_store(settings.effective_database_url)
+    detector = Detector()
+    waiting = pending(engine, detector.version)
+    with click.progressbar(length=waiting, label=f"analysing with {detector.version}", file=sys.stderr) as bar:
+        done = analyze_all(engine, detector, batch, progress=bar.update)
+    click.echo(f"{done} items analysed; {pending(engine, detector.version)} waiting")
+
+
+@main.group()
 def policy() -> None:
     """Policy tools."""
 

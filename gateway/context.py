@@ -15,6 +15,7 @@ from connectors.vectors import VectorConnector, VectorIndex
 from gateway.auth import Authenticator
 from gateway.db import open_store
 from gateway.embeddings import load_embedder
+from gateway.pii_store import Privacy, load_privacy
 from gateway.policy import PolicyEngine, load_engine
 from gateway.retrieve import Connectors
 from gateway.semantic import Semantic
@@ -30,6 +31,13 @@ class GatewayContext:
     authenticator: Authenticator
     connectors: Connectors
     audit: AuditStore
+    privacy: Privacy
+
+    def nudge_workers(self) -> None:
+        """Something was written: embedding and personal-data analysis have work."""
+        for worker in (self.connectors.semantic.worker, self.privacy.worker):
+            if worker is not None:
+                worker.nudge()
 
 
 async def build_context(settings: Settings) -> GatewayContext:
@@ -51,6 +59,7 @@ async def build_context(settings: Settings) -> GatewayContext:
             graph=SqlGraphConnector(store),
         ),
         audit=AuditStore(store),
+        privacy=load_privacy(store, settings.pii, settings.pii_background),
     )
 
 

@@ -11,6 +11,7 @@ from connectors.base import Constraints
 from connectors.instants import parse_rfc3339, rfc3339
 from gateway.auth import Actor
 from gateway.errors import PolicyUnavailable
+from gateway.pii import ENTITY_TYPES
 from gateway.policy import PolicyEngine
 from gateway.policy.base import check_request_result
 from gateway.request import RetrieveRequest
@@ -64,6 +65,8 @@ def constraints_from(result: dict[str, Any]) -> Constraints:
             graph_fanout=int(graph.get("max_fanout", 10)),
             entity_statuses=_texts(c.get("entity_statuses", c["statuses"])),
             history=_flag(c.get("history", False)),
+            pii_mask=_flag((c.get("pii") or {}).get("mask", True)),
+            pii_reveal=tuple(t for t in _texts((c.get("pii") or {}).get("reveal", [])) if t in ENTITY_TYPES),
             policy_result=c,
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:

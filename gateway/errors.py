@@ -12,6 +12,7 @@
      ├── PolicyUnavailable     503  no decision: never an allow, never a deny
      ├── StoreUnavailable      503
      ├── AuditWriteError       503  no record, no answer
+     ├── MaskingUnavailable    503  the policy requires masking and nothing can detect personal data
      ├── ConnectorError            one source failed; the answer degrades
      │    └── ConnectorTimeout
      └── ConfigurationError        bad settings or policies at start-up
@@ -85,6 +86,11 @@ class StoreUnavailable(GatewayError):
 class AuditWriteError(GatewayError):
     status = 503
     code = "audit_unavailable"
+
+
+class MaskingUnavailable(GatewayError):
+    status = 503
+    code = "masking_unavailable"
 
 
 class ConnectorError(GatewayError):

@@ -24,6 +24,8 @@ from gateway.decide import decide
 from gateway.documents import join_section
 from gateway.errors import BadRequest, Conflict, ConnectorError
 from gateway.fuse import Fused
+from gateway.masking import prepare as prepare_masking
+from gateway.pii_store import Privacy
 from gateway.policy import PolicyEngine
 from gateway.ranking import Ranked
 from gateway.request import RetrieveRequest
@@ -41,6 +43,7 @@ async def expand(
     store: Engine,
     policy: PolicyEngine,
     connectors: Connectors,
+    privacy: Privacy,
     actor: Actor,
     request: RetrieveRequest,
     trace: TraceBuilder,
@@ -51,7 +54,7 @@ async def expand(
     token = request.cursor
     for _ in range(ATTEMPTS):
         cursor = await anyio.to_thread.run_sync(load, store, actor, token, settings.cursor_idle_seconds)
-        page = await _page(settings, store, policy, connectors, actor, request, cursor, trace)
+        page = await _page(settings, store, policy, connectors, privacy, actor, request, cursor, trace)
         if page is not None:
             return page
     raise Conflict("cursor: another expand of this cursor is in progress; try again")
@@ -62,6 +65,7 @@ async def _page(
     store: Engine,
     policy: PolicyEngine,
     connectors: Connectors,
+    privacy: Privacy,
     actor: Actor,
     request: RetrieveRequest,
     cursor: Cursor,
@@ -87,6 +91,12 @@ async def _page(
     records = {c.record.id: c.record for c in result.candidates}
     verdict = await verify(policy, actor, request.task, constraints, records.values())
     page = [ranked for e in entries if (ranked := _entry(e, records, verdict.allowed_ids)) is not None]
+    if constraints.pii_mask and page:
+        allowed_pieces = tuple(r for r in records.values() if r.id in verdict.allowed_ids)
+        masking = await prepare_masking(store, privacy, constraints.tenant, [r.entry for r in page], allowed_pieces)
+        masked = masking.apply([r.entry for r in page], frozenset(constraints.pii_reveal))
+        page = [replace(r, entry=entry) for r, entry in zip(page, masked)]
+        trace.record(pii={"masked": masking.masker.counts(), "analysed_at_request": masking.analysed_now})
     limit = request.budget.bytes if request.budget else stored["budget_bytes"] or settings.default_budget_bytes
     packed = pack(page, limit, settings.budget_shares)
     packed_ids = [r.record.id for r in packed.items]

@@ -19,6 +19,8 @@ from gateway.decide import Decision, decide
 from gateway.entities import TOMBSTONE, Resolution, ResolvedEntity, resolve
 from gateway.errors import BadRequest, ConnectorError, PolicyDenied
 from gateway.fuse import fuse
+from gateway.masking import prepare as prepare_masking
+from gateway.pii_store import Privacy
 from gateway.ranking import Ranked, rank
 from gateway.policy import PolicyEngine
 from gateway.recall import Search, recall
@@ -86,6 +88,7 @@ async def retrieve(
     store: Engine,
     policy: PolicyEngine,
     connectors: Connectors,
+    privacy: Privacy,
     actor: Actor,
     request: RetrieveRequest,
     trace: TraceBuilder,
@@ -147,6 +150,12 @@ async def retrieve(
     relevant, merged = read_whole(relevant, pieces, verdict.allowed_ids)
     trace.record(section_pieces=sorted(p.id for p in pieces if p.id in verdict.allowed_ids), merged_into_sections=merged)
     trace.record(relevance=floor_report)
+    mask_started = time.perf_counter()
+    if constraints.pii_mask:
+        masking = await prepare_masking(store, privacy, constraints.tenant, relevant, pieces)
+        relevant = masking.apply(relevant, frozenset(constraints.pii_reveal))
+        trace.record(pii={"masked": masking.masker.counts(), "analysed_at_request": masking.analysed_now})
+    mask_ms = (time.perf_counter() - mask_started) * 1000
     scopes = (request.task.scope,) if request.task.scope else constraints.scopes
     history = request.include_historical or request.effective_mode == "fetch"
     ranking = rank(relevant, at=constraints.valid_at, scopes=scopes, include_history=history)
@@ -176,6 +185,7 @@ async def retrieve(
         "sections_ms": round(sections_ms, 3),
         "recall_ms": round(recall_ms, 3),
         "fuse_ms": round(fuse_ms, 3),
+        "mask_ms": round(mask_ms, 3),
         "total_ms": round(total_ms, 3),
     }
     sources_report = _source_report(results, verdict.allowed_ids)

@@ -36,6 +36,8 @@ class Settings:
     embeddings_dims: int | None = None
     embeddings_timeout_ms: int = 2000
     semantic_floor: float = 0.30
+    pii: str = "presidio"
+    pii_background: bool = True
     background_embedding: bool = True
     weaviate_url: str | None = None
     weaviate_grpc_port: int = 50051
@@ -99,6 +101,8 @@ def load_settings(overrides: Mapping[str, Any] | None = None, environ: Mapping[s
             values[key] = value
     settings = replace(Settings(), **values)
     settings.budget_shares  # noqa: B018  (validated once, here: a bad split stops start-up)
+    if settings.pii not in ("presidio", "none"):
+        raise ConfigurationError("GATEWAY_PII: expected presidio or none")
     if settings.jwt_secret is not None and len(settings.jwt_secret.encode()) < 32:
         raise ConfigurationError("GATEWAY_JWT_SECRET: use at least 32 bytes for HS256")
     if settings.jwt_public_key and not settings.jwt_public_key.lstrip().startswith("-----BEGIN"):

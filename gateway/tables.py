@@ -105,6 +105,18 @@ class ItemVector(SQLModel, table=True):
     seq: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
 
 
+class ItemPii(SQLModel, table=True):
+    """Personal data found in an item's text at ingest: spans `[type, start, end, score]`, with the
+    analyzer configuration and the content they were found in (re-analysed when either changes)."""
+
+    __tablename__ = "item_pii"
+
+    item_pk: int = Field(foreign_key="item.pk", primary_key=True, ondelete="CASCADE")
+    version: str = Field(max_length=100)
+    content_hash: str = Field(max_length=64)
+    spans: list[Any] = Field(sa_column=Column(JSON, nullable=False))
+
+
 class SourceDocument(SQLModel, table=True):
     """A Markdown document as last pushed: its hash decides whether a re-push changes anything."""
 

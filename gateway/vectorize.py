@@ -7,13 +7,10 @@ vectors. `lag` says how many items are still waiting.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
-import anyio
-import anyio.to_thread
 import numpy as np
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.engine import Engine
@@ -21,15 +18,12 @@ from sqlalchemy.engine import Engine
 from connectors.pushdown import record_from_row
 from gateway.embeddings import Embedder
 from gateway.db import writer
-from gateway.errors import where
+from gateway.background import PendingWorker
 from gateway.tables import Item, ItemVector
-
-log = logging.getLogger("gateway.vectorize")
 
 item = Item.__table__  # type: ignore[attr-defined]
 item_vector = ItemVector.__table__  # type: ignore[attr-defined]
 EMBEDDED_KINDS = ("memory", "document", "property")
-LAG_EVERY_S = 2.0
 
 
 def _stale(model: str):  # type: ignore[no-untyped-def]
@@ -128,7 +122,7 @@ def embed_all(engine: Engine, embedder: Embedder, batch: int = 64, progress: Cal
             progress(done)
 
 
-class EmbeddingWorker:
+class EmbeddingWorker(PendingWorker):
     """Runs in the service's lifespan; `nudge()` after a write wakes it at once."""
 
     def __init__(
@@ -138,27 +132,9 @@ class EmbeddingWorker:
         self.engine = engine
         self.embedder = embedder
         self.batch = batch
-        self.idle_s = idle_s
-        self.lag: int | None = None  # items waiting for a vector, as last counted
-        self._lag_counted = 0.0
-        self._wake = anyio.Event()
-
-    def nudge(self) -> None:
-        self._wake.set()
-
-    async def run(self) -> None:
-        while True:
-            try:
-                done = await anyio.to_thread.run_sync(embed_pending, self.engine, self.embedder, self.batch, self.publish)
-                if done:
-                    if time.monotonic() - self._lag_counted > LAG_EVERY_S:
-                        self.lag = await anyio.to_thread.run_sync(lag, self.engine, self.embedder.model_id)
-                        self._lag_counted = time.monotonic()
-                    await anyio.sleep(0)  # let requests run between batches
-                    continue
-                self.lag = 0
-            except Exception as exc:  # a failing batch is retried later; the worker never dies
-                log.warning("embedding batch failed: %s", where(exc))
-            with anyio.move_on_after(self.idle_s):
-                await self._wake.wait()
-            self._wake = anyio.Event()
+        super().__init__(
+            "embedding",
+            lambda: embed_pending(engine, embedder, batch, publish),
+            lambda: lag(engine, embedder.model_id),
+            idle_s,
+        )

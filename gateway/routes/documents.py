@@ -18,9 +18,8 @@ async def handle(call: Call) -> tuple[int, dict[str, Any]]:
     call.trace.decision = "write"
     document = parse_document(call.request.path_params["document_id"], await call.body())
     report = await anyio.to_thread.run_sync(ingest_document, call.context.store, actor.tenant, document)
-    worker = call.context.connectors.semantic.worker
-    if worker is not None and report["changed"]:
-        worker.nudge()
+    if report["changed"]:
+        call.context.nudge_workers()
     call.trace.record(
         document={key: report[key] for key in ("document", "sha256", "changed", "pieces", "created", "updated", "unchanged", "removed")}
     )

@@ -36,6 +36,8 @@ async def put_entity(call: Call) -> tuple[int, dict[str, Any]]:
     if body.get("kind", "entity") != "entity":
         raise BadRequest("kind: this endpoint writes entities")
     report = await anyio.to_thread.run_sync(ingest, call.context.store, actor.tenant, [{**body, "id": entity_id, "kind": "entity"}])
+    if report.created or report.updated:
+        call.context.nudge_workers()
     call.trace.record(entity={"created": report.created, "updated": report.updated, "rejected": len(report.rejected)})
     return (422 if report.rejected else 200), report.as_dict()
 
@@ -84,6 +86,8 @@ async def put_edges(call: Call) -> tuple[int, dict[str, Any]]:
     if wrong_kind:
         raise BadRequest(f"[{wrong_kind[0]}].kind: this endpoint writes edges only")
     report = await anyio.to_thread.run_sync(ingest, call.context.store, actor.tenant, entries)
+    if report.created or report.updated:
+        call.context.nudge_workers()
     call.trace.record(ingest={"received": len(entries), "created": report.created, "updated": report.updated,
                               "unchanged": report.unchanged, "rejected": len(report.rejected)})
     return 200, report.as_dict()

@@ -17,9 +17,8 @@ async def handle(call: Call) -> tuple[int, dict[str, Any]]:
     call.trace.decision = "write"
     entries = parse_items_body(await call.body(), call.request.headers.get("content-type"))
     report = await anyio.to_thread.run_sync(ingest, call.context.store, actor.tenant, entries)
-    worker = call.context.connectors.semantic.worker
-    if worker is not None and (report.created or report.updated):
-        worker.nudge()
+    if report.created or report.updated:
+        call.context.nudge_workers()
     call.trace.record(
         ingest={
             "received": len(entries),

@@ -23,6 +23,7 @@ async def handle(call: Call) -> tuple[int, dict[str, Any]]:
         store=context.store,
         policy=context.policy,
         connectors=context.connectors,
+        privacy=context.privacy,
         actor=actor,
         request=request,
         trace=call.trace,

@@ -86,6 +86,16 @@ history if {
 
 default history := false
 
+# Personal data: whether returned items are masked for this task (masked unless the task says
+# otherwise), and which types this actor may see in clear (granted per principal).
+mask_pii := object.get(task_config, "mask_pii", true) if is_boolean(object.get(task_config, "mask_pii", true)) else := true
+
+pii_reveal := sort({t |
+	some p in lib.principals(input.actor)
+	some t in object.get(object.get(config, "pii_reveal", {}), p, [])
+	t in config.pii_types
+})
+
 valid_at := input.request.as_of if is_string(input.request.as_of) else := input.now
 
 constraints := candidate_constraints if allow
@@ -97,6 +107,7 @@ candidate_constraints := {
 	"sensitivities": sensitivities,
 	"valid_at": valid_at,
 	"history": history,
+	"pii": {"mask": mask_pii, "reveal": pii_reveal},
 	"scopes": scopes,
 	"kinds": kinds,
 	"statuses": config.readable_statuses,

@@ -110,6 +110,7 @@ test_constraints_for_default_request if {
 		"statuses": ["active", "superseded", "disputed"],
 		"entity_statuses": ["active", "superseded", "disputed", "pending_deletion"],
 		"history": false,
+		"pii": {"mask": false, "reveal": []},
 		"graph": {"relations": ["works_at", "reports_to", "owns"], "max_depth": 2, "max_fanout": 10},
 	}
 }
@@ -201,4 +202,11 @@ test_history_only_when_asked_and_allowed if {
 	request.constraints.history == true with input as with_request({"include_historical": true})
 	request.constraints.history == false with input as with_request({"include_historical": "yes"})
 	request.constraints.history == false with input as with_request({})
+}
+
+test_pii_masked_for_research_and_revealed_per_principal if {
+	research := object.union(base_input, {"task": {"type": "research"}})
+	request.constraints.pii == {"mask": true, "reveal": []} with input as research
+	cleared := object.union(research, {"actor": object.union(base_input.actor, {"groups": ["privacy-cleared"]})})
+	request.constraints.pii == {"mask": true, "reveal": ["EMAIL_ADDRESS", "PHONE_NUMBER"]} with input as cleared
 }
