@@ -32,6 +32,8 @@ class Constraints:
     graph_fanout: int = 10
     entity_statuses: tuple[str, ...] = ()  # statuses an entity lookup may see (tombstones included)
     history: bool = False  # also items whose validity ended before valid_at (asked for, and allowed)
+    pii_mask: bool = True  # returned items are masked (filters no item)
+    pii_reveal: tuple[str, ...] = ()  # personal-data types this actor may see in clear
     subjects: tuple[str, ...] = ()
     policy_result: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 

@@ -89,7 +89,7 @@ HANDLED_FIELDS: Final = frozenset(
 )
 # entity_statuses governs entity lookups only, which never reach Weaviate.
 NOT_ITEM_FILTERS: Final = frozenset(
-    {"graph_relations", "graph_max_depth", "graph_fanout", "entity_statuses", "policy_result"}
+    {"graph_relations", "graph_max_depth", "graph_fanout", "entity_statuses", "pii_mask", "pii_reveal", "policy_result"}
 )
 
 # name -> (data type, tokenization); text properties that are filtered use FIELD tokenization.
