@@ -73,6 +73,8 @@ def create_app(settings: Settings, context: GatewayContext | None = None) -> Sta
         finally:
             if own:
                 await app.state.context.policy.aclose()
+                if app.state.context.synthesizer is not None:
+                    await app.state.context.synthesizer.aclose()
                 app.state.context.store.dispose()
 
     return Starlette(

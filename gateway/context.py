@@ -20,6 +20,7 @@ from gateway.policy import PolicyEngine, load_engine
 from gateway.retrieve import Connectors
 from gateway.semantic import Semantic
 from gateway.settings import Settings
+from gateway.synthesis import Synthesizer
 from gateway.vectorize import EmbeddingWorker, publish_to_weaviate
 
 
@@ -32,6 +33,7 @@ class GatewayContext:
     connectors: Connectors
     audit: AuditStore
     privacy: Privacy
+    synthesizer: Synthesizer | None = None
 
     def nudge_workers(self) -> None:
         """Something was written: embedding and personal-data analysis have work."""
@@ -60,6 +62,11 @@ async def build_context(settings: Settings) -> GatewayContext:
         ),
         audit=AuditStore(store),
         privacy=load_privacy(store, settings.pii, settings.pii_background),
+        synthesizer=(
+            Synthesizer(settings.llm_url, settings.llm_model, settings.llm_key, settings.llm_timeout_ms)
+            if settings.llm_url
+            else None
+        ),
     )
 
 

@@ -31,6 +31,7 @@ from gateway.ranking import Ranked
 from gateway.request import RetrieveRequest
 from gateway.retrieve import SOURCES, Connectors, admit, decision_constraints, respond
 from gateway.settings import Settings
+from gateway.synthesis import Synthesizer
 from gateway.verify import verify
 
 PAGE_ENTRIES = 100  # entries read per expand; what fits the budget is returned
@@ -44,11 +45,14 @@ async def expand(
     policy: PolicyEngine,
     connectors: Connectors,
     privacy: Privacy,
+    synthesizer: Synthesizer | None,
     actor: Actor,
     request: RetrieveRequest,
     trace: TraceBuilder,
 ) -> dict[str, Any]:
-    admit(request, trace)
+    admit(request, trace, synthesizer)
+    if request.synthesize:
+        raise BadRequest("synthesize: an expand returns the next page of context; synthesise from the first call")
     if not request.cursor:
         raise BadRequest("cursor: mode expand needs the cursor of an earlier call")
     token = request.cursor

@@ -17,7 +17,8 @@ from gateway.budget import Packed, pack
 from gateway.cursors import issue
 from gateway.decide import Decision, decide
 from gateway.entities import TOMBSTONE, Resolution, ResolvedEntity, resolve
-from gateway.errors import BadRequest, ConnectorError, PolicyDenied
+from gateway.errors import BadRequest, ConnectorError, MaskingUnavailable, PolicyDenied
+from gateway.answer import synthesize
 from gateway.fuse import fuse
 from gateway.masking import prepare as prepare_masking
 from gateway.pii_store import Privacy
@@ -29,6 +30,7 @@ from gateway.request import RetrieveRequest
 from gateway.sections import read_whole, section_keys
 from gateway.semantic import Semantic, semantic_search
 from gateway.settings import Settings
+from gateway.synthesis import Synthesizer
 from gateway.understand import depth_report, has_letters, rephrase
 from gateway.verify import verify
 
@@ -89,12 +91,13 @@ async def retrieve(
     policy: PolicyEngine,
     connectors: Connectors,
     privacy: Privacy,
+    synthesizer: Synthesizer | None,
     actor: Actor,
     request: RetrieveRequest,
     trace: TraceBuilder,
 ) -> dict[str, Any]:
     started = time.perf_counter()
-    admit(request, trace)
+    admit(request, trace, synthesizer)
     if request.cursor is not None:
         raise BadRequest("cursor: a cursor is continued with mode expand")
     if request.effective_mode == "fetch" and not request.fetch:
@@ -151,8 +154,14 @@ async def retrieve(
     trace.record(section_pieces=sorted(p.id for p in pieces if p.id in verdict.allowed_ids), merged_into_sections=merged)
     trace.record(relevance=floor_report)
     mask_started = time.perf_counter()
-    if constraints.pii_mask:
-        masking = await prepare_masking(store, privacy, constraints.tenant, relevant, pieces)
+    masking = None
+    if constraints.pii_mask or (request.synthesize and synthesizer is not None):
+        try:
+            masking = await prepare_masking(store, privacy, constraints.tenant, relevant, pieces)
+        except MaskingUnavailable:
+            if constraints.pii_mask:
+                raise  # items the policy wants masked are never returned unmasked
+    if constraints.pii_mask and masking is not None:
         relevant = masking.apply(relevant, frozenset(constraints.pii_reveal))
         trace.record(pii={"masked": masking.masker.counts(), "analysed_at_request": masking.analysed_now})
     mask_ms = (time.perf_counter() - mask_started) * 1000
@@ -194,16 +203,22 @@ async def retrieve(
     depth = depth_report(request.depth, results["semantic"], connectors.semantic.unavailable)
     trace.record(sources=sources_report, timings=timings, depth=depth)
     body = respond(trace.trace_id, request.effective_mode, decision.revision, packed, sources_report, timings, depth, cursor)
+    if request.synthesize and synthesizer is not None:
+        synthesis_started = time.perf_counter()
+        body["answer"] = await synthesize(synthesizer, privacy, constraints, request.query or "", packed,
+                                          cite(packed.items), masking, trace)
+        timings["synthesis_ms"] = round((time.perf_counter() - synthesis_started) * 1000, 3)
+        timings["total_ms"] = round((time.perf_counter() - started) * 1000, 3)
     body["entities"] = entities_report(resolution)
     body["partial"] = body["partial"] or bool(resolution.alias_error)
     return body
 
 
-def admit(request: RetrieveRequest, trace: TraceBuilder) -> None:
+def admit(request: RetrieveRequest, trace: TraceBuilder, synthesizer: Synthesizer | None) -> None:
     """Checks every mode shares, before any decision; the request's shape goes on the trace first."""
     trace.record(request=request_shape(request))
-    if request.synthesize:
-        raise BadRequest("synthesize: no synthesis endpoint is configured on this gateway")
+    if request.synthesize and synthesizer is None:
+        raise BadRequest("synthesize: no synthesis endpoint is configured on this gateway (GATEWAY_LLM_URL)")
 
 
 def decision_constraints(decision: Decision, trace: TraceBuilder) -> Constraints:
@@ -327,12 +342,7 @@ def respond(
     depth: dict[str, Any],
     cursor: str | None,
 ) -> dict[str, Any]:
-    counters: dict[str, int] = {}
-    items = []
-    for ranked in packed.items:
-        prefix = CITATION_PREFIX.get(ranked.record.kind, "X")
-        counters[prefix] = counters.get(prefix, 0) + 1
-        items.append(item_body(ranked, f"{prefix}{counters[prefix]}"))
+    items = [item_body(ranked, citation) for ranked, citation in zip(packed.items, cite(packed.items))]
     return {
         "trace_id": trace_id,
         "mode": mode,
@@ -348,6 +358,17 @@ def respond(
         "answer": None,
         "timings": timings,
     }
+
+
+def cite(items: tuple[Ranked, ...]) -> list[str]:
+    """Citations in packing order: M1, M2 for memories, D1 for documents, P1 properties, E1 edges."""
+    counters: dict[str, int] = {}
+    citations = []
+    for ranked in items:
+        prefix = CITATION_PREFIX.get(ranked.record.kind, "X")
+        counters[prefix] = counters.get(prefix, 0) + 1
+        citations.append(f"{prefix}{counters[prefix]}")
+    return citations
 
 
 def item_body(ranked: Ranked, citation: str) -> dict[str, Any]:

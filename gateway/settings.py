@@ -37,6 +37,10 @@ class Settings:
     embeddings_timeout_ms: int = 2000
     semantic_floor: float = 0.30
     pii: str = "presidio"
+    llm_url: str | None = None
+    llm_model: str = "gpt-4o-mini"
+    llm_key: str | None = None
+    llm_timeout_ms: int = 20_000
     pii_background: bool = True
     background_embedding: bool = True
     weaviate_url: str | None = None

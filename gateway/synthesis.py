@@ -16,6 +16,9 @@ tenants, actors and scores never leave the gateway.
             `[M1] (memory)` and on the next line the text as one JSON string literal (see `quote`)
     user    "Question: ..." (the masked question)
 
+An empty context is still sent (the block says "(no items)"): the model then says the context
+does not contain the answer, and the answer is not grounded. Whether to call at all is the caller's.
+
 Retrieved text is data, never instructions. Each item text is quoted as a single-line JSON string:
 every `"` and line break in it is escaped, so no text can close its own block, forge the header of
 another item or the end of the context, and decoding the literal gives the text back exactly.

@@ -24,6 +24,7 @@ async def handle(call: Call) -> tuple[int, dict[str, Any]]:
         policy=context.policy,
         connectors=context.connectors,
         privacy=context.privacy,
+        synthesizer=context.synthesizer,
         actor=actor,
         request=request,
         trace=call.trace,
