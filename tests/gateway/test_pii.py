@@ -55,6 +55,17 @@ def test_overlapping_spans_keep_the_best_scored_one_only() -> None:
     assert clean(out_of_range, text) == ()
 
 
+def test_a_name_never_swallows_a_value_found_by_pattern() -> None:
+    text = "Blocked 192.168.22.246 for Jane Roe"
+    spans = [Span("PERSON", 0, 22, 0.85), Span("IP_ADDRESS", 8, 22, 0.6), Span("PERSON", 27, 35, 0.85)]
+    assert clean(spans, text) == (Span("PERSON", 0, 7, 0.85), Span("IP_ADDRESS", 8, 22, 0.6), Span("PERSON", 27, 35, 0.85))
+    masked = Masker().mask(text, clean(spans, text), keep=frozenset({"PERSON"}))
+    assert "192.168.22.246" not in masked and "Jane Roe" in masked
+    digits_only = "mobile +14167583748"
+    assert clean([Span("PERSON", 0, 19, 0.85), Span("PHONE_NUMBER", 7, 19, 0.4)], digits_only) == (
+        Span("PERSON", 0, 6, 0.85), Span("PHONE_NUMBER", 7, 19, 0.4))
+
+
 def test_placeholder_like_text_is_escaped_and_comes_back_as_written(detector: Detector) -> None:
     text = f"Template says <PERSON_1> but the customer is {PLANTED['PERSON']}."
     masker = Masker()
