@@ -7,13 +7,17 @@ from typing import Any
 
 import anyio.to_thread
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlmodel import Session, select
 
+from audit.chain import append
 from audit.tables import AuditTrace
 from audit.trace import Trace
 from gateway.db import writer
 from gateway.errors import AuditWriteError
+
+
+APPEND_ATTEMPTS = 20
 
 
 class AuditStore:
@@ -21,14 +25,20 @@ class AuditStore:
         self.engine = engine
 
     def write_sync(self, trace: Trace) -> None:
+        """Append the trace to its tenant's chain. Two writers racing for one position: the loser's
+        insert fails on the unique (chain, seq) index and it appends again on the new head."""
         # Trace and the table share their field names: the row is the frozen value, stored.
-        row = AuditTrace(**{f.name: getattr(trace, f.name) for f in fields(trace)})
-        try:
-            with Session(writer(self.engine)) as session:
-                session.add(row)
-                session.commit()
-        except SQLAlchemyError as exc:
-            raise AuditWriteError("the audit trace could not be written; the call was not answered") from exc
+        values = {f.name: getattr(trace, f.name) for f in fields(trace)}
+        for attempt in range(APPEND_ATTEMPTS):
+            try:
+                with writer(self.engine).begin() as conn:
+                    append(conn, values)
+                return
+            except IntegrityError as exc:
+                if attempt == APPEND_ATTEMPTS - 1:
+                    raise AuditWriteError("the audit trace could not be written; the call was not answered") from exc
+            except SQLAlchemyError as exc:
+                raise AuditWriteError("the audit trace could not be written; the call was not answered") from exc
 
     async def write(self, trace: Trace) -> None:
         await anyio.to_thread.run_sync(self.write_sync, trace)

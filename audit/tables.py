@@ -11,7 +11,10 @@ from sqlmodel import Field, SQLModel
 
 class AuditTrace(SQLModel, table=True):
     __tablename__ = "audit_trace"
-    __table_args__ = (Index("ix_audit_tenant_created", "tenant", "created_at"),)
+    __table_args__ = (
+        Index("ix_audit_tenant_created", "tenant", "created_at"),
+        Index("ux_audit_chain_seq", "chain", "seq", unique=True),
+    )
 
     pk: int | None = Field(default=None, primary_key=True)
     trace_id: str = Field(max_length=64, unique=True)
@@ -25,3 +28,8 @@ class AuditTrace(SQLModel, table=True):
     policy_revision: str | None = None
     error_code: str | None = None
     lineage: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    # Tamper evidence (audit.chain): position in the tenant's chain, the previous row's hash, this row's.
+    chain: str | None = Field(default=None, max_length=200)
+    seq: int | None = None
+    prev_hash: str | None = Field(default=None, max_length=64)
+    row_hash: str | None = Field(default=None, max_length=64)

@@ -17,6 +17,7 @@ from starlette.routing import Route
 
 from gateway.context import GatewayContext, build_context
 from gateway.errors import GatewayError, error_body, where
+from gateway.routes.audit import verify_route
 from gateway.routes.documents import document_route
 from gateway.routes.entities import edges_route, entity_route, merge_route
 from gateway.routes.ingest import items_route
@@ -88,6 +89,7 @@ def create_app(settings: Settings, context: GatewayContext | None = None) -> Sta
             Route("/v1/entities/{entity_id}/merge", merge_route, methods=["POST"]),
             Route("/v1/edges", edges_route, methods=["PUT"]),
             Route("/v1/policy", policy_route, methods=["GET"]),
+            Route("/v1/audit/verify", verify_route, methods=["GET"]),
         ],
         exception_handlers={HTTPException: http_error, GatewayError: gateway_error, Exception: unexpected_error},
         lifespan=lifespan,

@@ -180,6 +180,25 @@ def embed(batch: int, threads: int, **flags: Any) -> None:
 
 
 @main.group()
+def audit() -> None:
+    """Audit trail tools."""
+
+
+@audit.command("verify")
+@store_options
+@click.option("--tenant", help="Check this tenant's chain only (default: every chain).")
+def audit_verify(tenant: str | None, **flags: Any) -> None:
+    """Recompute the audit hash chains; print where the first one breaks and exit 1 if any does."""
+    from audit.chain import verify
+    from gateway.db import open_store
+
+    settings = settings_from(**flags)
+    report = verify(open_store(settings.effective_database_url), tenant)
+    click.echo(json.dumps(report, indent=2))
+    sys.exit(0 if report["ok"] else 1)
+
+
+@main.group()
 def pii() -> None:
     """Personal-data tools."""
 

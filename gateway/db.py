@@ -40,12 +40,17 @@ LATER_INDEXES = [
     "CREATE INDEX IF NOT EXISTS ix_item_tenant_document_section ON item (tenant, document, section)",
     "CREATE INDEX IF NOT EXISTS ix_item_tenant_edge_from ON item (tenant, edge_from)",
     "CREATE INDEX IF NOT EXISTS ix_item_tenant_merged_into ON item (tenant, merged_into)",
+    "CREATE UNIQUE INDEX IF NOT EXISTS ux_audit_chain_seq ON audit_trace (chain, seq)",
 ]
 
 # Columns added after the first release, as (table, column, SQL type): added on open when missing.
 LATER_COLUMNS = [
     ("item", "profile", "VARCHAR"),
     ("item", "merged_into", "VARCHAR"),
+    ("audit_trace", "chain", "VARCHAR"),
+    ("audit_trace", "seq", "INTEGER"),
+    ("audit_trace", "prev_hash", "VARCHAR"),
+    ("audit_trace", "row_hash", "VARCHAR"),
 ]
 
 

@@ -1,0 +1,124 @@
+"""Tamper evidence: every audit row carries the hash of its canonical content and of the row
+before it, one chain per tenant (rows of calls without a tenant form the chain "-").
+
+A row's position `seq` is unique per chain, so two writers that read the same chain head cannot
+both append after it: one insert fails on the unique index and is retried on the new head. That
+keeps the chain linear with several workers, or several replicas on one PostgreSQL.
+`verify` walks each chain in order, streaming, and reports the first broken link.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import func, insert, select
+from sqlalchemy.engine import Connection, Engine
+
+from audit.tables import AuditTrace
+
+audit_trace = AuditTrace.__table__  # type: ignore[attr-defined]
+GENESIS = "0" * 64
+NO_TENANT = "-"
+HASHED = ("trace_id", "created_at", "tenant", "actor", "endpoint", "status_code", "decision", "policy_engine",
+          "policy_revision", "error_code", "lineage", "chain", "seq", "prev_hash")
+
+
+def chain_of(tenant: str | None) -> str:
+    return tenant if tenant else NO_TENANT
+
+
+def _instant(value: datetime) -> str:
+    if value.tzinfo is None:  # SQLite hands back naive UTC
+        value = value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc).isoformat(timespec="microseconds")
+
+
+def row_hash(row: dict[str, Any]) -> str:
+    """SHA-256 of the row's canonical JSON: the hashed fields, sorted keys, no spaces, UTC instants."""
+    content = {name: (_instant(row[name]) if name == "created_at" else row[name]) for name in HASHED}
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def append(conn: Connection, values: dict[str, Any]) -> None:
+    """Insert one row at the head of its chain (inside the caller's write transaction)."""
+    chain = chain_of(values.get("tenant"))
+    head = conn.execute(
+        select(audit_trace.c.seq, audit_trace.c.row_hash)
+        .where(audit_trace.c.chain == chain, audit_trace.c.seq.is_not(None))
+        .order_by(audit_trace.c.seq.desc())
+        .limit(1)
+    ).first()
+    row = {**values, "chain": chain, "seq": (head.seq + 1) if head else 1, "prev_hash": head.row_hash if head else GENESIS}
+    conn.execute(insert(audit_trace).values(**row, row_hash=row_hash(row)))
+
+
+@dataclass(frozen=True, slots=True)
+class Break:
+    chain: str
+    seq: int | None
+    trace_id: str | None
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"chain": self.chain, "seq": self.seq, "trace_id": self.trace_id, "reason": self.reason}
+
+
+def _rows(conn: Connection, chain: str) -> Generator[Any, None, None]:
+    """The chain in order, streamed (a server-side cursor on PostgreSQL), closed even when the
+    caller stops at a broken link."""
+    statement = select(audit_trace).where(audit_trace.c.chain == chain).order_by(audit_trace.c.seq)
+    result = conn.execution_options(stream_results=True, yield_per=1000).execute(statement)
+    try:
+        yield from result
+    finally:
+        result.close()
+
+
+def verify_chain(conn: Connection, chain: str) -> tuple[int, Break | None]:
+    """Rows checked, and the first broken link of one chain (or None)."""
+    rows = _rows(conn, chain)
+    try:
+        return _walk(rows, chain)
+    finally:
+        rows.close()
+
+
+def _walk(rows: Iterator[Any], chain: str) -> tuple[int, Break | None]:
+    expected_prev, expected_seq, checked = GENESIS, 1, 0
+    for row in rows:
+        m = dict(row._mapping)
+        checked += 1
+        if m["seq"] != expected_seq:
+            what = "a row is missing before this one" if m["seq"] > expected_seq else "rows are out of order"
+            return checked, Break(chain, m["seq"], m["trace_id"], f"expected position {expected_seq}: {what}")
+        if m["prev_hash"] != expected_prev:
+            return checked, Break(chain, m["seq"], m["trace_id"], "does not link to the row before it")
+        if m["row_hash"] != row_hash(m):
+            return checked, Break(chain, m["seq"], m["trace_id"], "content does not match its hash (edited)")
+        expected_prev, expected_seq = m["row_hash"], expected_seq + 1
+    return checked, None
+
+
+def verify(engine: Engine, tenant: str | None = None) -> dict[str, Any]:
+    """Check one tenant's chain, or every chain; `ok` is false at the first broken link of any."""
+    with engine.connect() as conn:
+        if tenant is not None:
+            chains = [tenant]
+        else:
+            chains = [c for (c,) in conn.execute(select(audit_trace.c.chain).where(audit_trace.c.chain.is_not(None)).distinct())]
+        unchained = conn.execute(select(func.count()).select_from(audit_trace).where(audit_trace.c.chain.is_(None))).scalar_one()
+        report: dict[str, Any] = {"ok": True, "chains": {}, "first_broken": None}
+        for chain in sorted(chains):
+            checked, broken = verify_chain(conn, chain)
+            report["chains"][chain] = {"rows": checked, "ok": broken is None}
+            if broken is not None and report["first_broken"] is None:
+                report["ok"], report["first_broken"] = False, broken.as_dict()
+    if tenant is None:
+        report["rows_before_chaining"] = int(unchained)
+    return report

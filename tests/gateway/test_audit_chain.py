@@ -1,0 +1,109 @@
+"""The audit hash chain: every call appends to its tenant's chain; editing, deleting or reordering
+a row makes verify point at it; concurrent writers keep one valid chain on both backends."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner
+from sqlalchemy import delete, select, update
+
+from audit.chain import GENESIS, audit_trace, verify
+from audit.store import AuditStore
+from audit.trace import Trace
+from gateway import db
+from gateway.cli import main
+from tests.conftest import Gateway
+from tests.gateway.fixtures import SALES_TASK
+
+
+def calls(gateway: Gateway, n: int, tenant: str = "acme") -> None:
+    key = gateway.key(f"agent-{tenant}", tenant=tenant, groups=("sales",), clearance="confidential")
+    for i in range(n):
+        gateway.retrieve(key, {"task": SALES_TASK, "query": f"chain check {i}"})
+
+
+def auditor(gateway: Gateway, tenant: str = "acme") -> dict[str, str]:
+    return gateway.auth(gateway.key(f"auditor-{tenant}", tenant=tenant, roles=("auditor",)))
+
+
+def rows(gateway: Gateway, tenant: str = "acme") -> list[dict[str, Any]]:
+    with gateway.store.connect() as conn:
+        return [dict(r._mapping) for r in conn.execute(select(audit_trace).where(audit_trace.c.chain == tenant).order_by(audit_trace.c.seq))]
+
+
+def test_every_call_extends_its_tenants_chain_and_verify_says_ok(gateway: Gateway) -> None:
+    calls(gateway, 5)
+    calls(gateway, 2, tenant="globex")
+    chain = rows(gateway)
+    assert [r["seq"] for r in chain] == list(range(1, len(chain) + 1)) and len(chain) >= 5
+    assert chain[0]["prev_hash"] == GENESIS
+    assert all(b["prev_hash"] == a["row_hash"] for a, b in zip(chain, chain[1:]))
+    response = gateway.client.get("/v1/audit/verify", headers=auditor(gateway))
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["ok"] is True and body["first_broken"] is None
+    assert set(body["chains"]) == {"acme"}  # an auditor checks its own tenant's chain only
+    agent = gateway.key("agent-acme", groups=("sales",), clearance="confidential")
+    assert gateway.client.get("/v1/audit/verify", headers=gateway.auth(agent)).status_code == 403
+
+
+def test_editing_deleting_or_reordering_a_row_is_pointed_at(gateway: Gateway) -> None:
+    calls(gateway, 6)
+    chain = rows(gateway)
+    target = chain[2]
+    with db.writer(gateway.store).begin() as conn:
+        conn.execute(update(audit_trace).where(audit_trace.c.pk == target["pk"]).values(status_code=299))
+    edited = verify(gateway.store, "acme")["first_broken"]
+    assert edited["seq"] == target["seq"] and edited["trace_id"] == target["trace_id"] and "edited" in edited["reason"]
+    with db.writer(gateway.store).begin() as conn:
+        conn.execute(update(audit_trace).where(audit_trace.c.pk == target["pk"]).values(status_code=target["status_code"]))
+    assert verify(gateway.store, "acme")["ok"] is True
+
+    with db.writer(gateway.store).begin() as conn:  # swap two rows' positions
+        a, b = chain[3], chain[4]
+        conn.execute(update(audit_trace).where(audit_trace.c.pk == a["pk"]).values(seq=-1))
+        conn.execute(update(audit_trace).where(audit_trace.c.pk == b["pk"]).values(seq=a["seq"]))
+        conn.execute(update(audit_trace).where(audit_trace.c.pk == a["pk"]).values(seq=b["seq"]))
+    reordered = verify(gateway.store, "acme")["first_broken"]
+    assert reordered["seq"] == a["seq"] and reordered["trace_id"] == b["trace_id"]
+
+    with db.writer(gateway.store).begin() as conn:
+        conn.execute(delete(audit_trace).where(audit_trace.c.pk == a["pk"]))
+    deleted = verify(gateway.store, "acme")["first_broken"]
+    assert deleted["reason"].startswith("expected position") or "link" in deleted["reason"]
+
+
+def test_eight_concurrent_writers_keep_one_valid_chain(gateway: Gateway) -> None:
+    store = AuditStore(gateway.store)
+
+    def write(n: int) -> None:
+        for i in range(10):
+            store.write_sync(Trace(trace_id=f"tr_c{n}_{i}", created_at=datetime.now(timezone.utc), endpoint="test",
+                                   status_code=200, decision="allow", tenant="busy", actor="user:x", policy_engine=None,
+                                   policy_revision=None, error_code=None, lineage={"n": n, "i": i}))
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    chain = rows(gateway, "busy")
+    assert len(chain) == 80 and [r["seq"] for r in chain] == list(range(1, 81))
+    assert verify(gateway.store, "busy") == {"ok": True, "chains": {"busy": {"rows": 80, "ok": True}}, "first_broken": None}
+
+
+def test_the_cli_verifies_every_chain_and_exits_1_when_one_is_broken(sqlite_gateway: Gateway, tmp_path: Path) -> None:
+    gateway = sqlite_gateway
+    calls(gateway, 3)
+    runner = CliRunner()
+    args = ["audit", "verify", "--database-url", gateway.settings.effective_database_url]
+    ok = runner.invoke(main, args)
+    assert ok.exit_code == 0, ok.output
+    with db.writer(gateway.store).begin() as conn:
+        conn.execute(update(audit_trace).where(audit_trace.c.chain == "acme", audit_trace.c.seq == 2).values(decision="deny"))
+    broken = runner.invoke(main, args)
+    assert broken.exit_code == 1 and '"seq": 2' in broken.output
