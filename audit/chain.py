@@ -19,9 +19,10 @@ from typing import Any
 from sqlalchemy import func, insert, select
 from sqlalchemy.engine import Connection, Engine
 
-from audit.tables import AuditTrace
+from audit.tables import AuditItem, AuditTrace
 
 audit_trace = AuditTrace.__table__  # type: ignore[attr-defined]
+audit_item = AuditItem.__table__  # type: ignore[attr-defined]
 GENESIS = "0" * 64
 NO_TENANT = "-"
 HASHED = ("trace_id", "created_at", "tenant", "actor", "endpoint", "status_code", "decision", "policy_engine",
@@ -32,7 +33,7 @@ def chain_of(tenant: str | None) -> str:
     return tenant if tenant else NO_TENANT
 
 
-def _instant(value: datetime) -> str:
+def utc_instant(value: datetime) -> str:
     if value.tzinfo is None:  # SQLite hands back naive UTC
         value = value.replace(tzinfo=timezone.utc)
     return value.astimezone(timezone.utc).isoformat(timespec="microseconds")
@@ -40,7 +41,7 @@ def _instant(value: datetime) -> str:
 
 def row_hash(row: dict[str, Any]) -> str:
     """SHA-256 of the row's canonical JSON: the hashed fields, sorted keys, no spaces, UTC instants."""
-    content = {name: (_instant(row[name]) if name == "created_at" else row[name]) for name in HASHED}
+    content = {name: (utc_instant(row[name]) if name == "created_at" else row[name]) for name in HASHED}
     canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
@@ -55,7 +56,13 @@ def append(conn: Connection, values: dict[str, Any]) -> None:
         .limit(1)
     ).first()
     row = {**values, "chain": chain, "seq": (head.seq + 1) if head else 1, "prev_hash": head.row_hash if head else GENESIS}
-    conn.execute(insert(audit_trace).values(**row, row_hash=row_hash(row)))
+    lineage = values.get("lineage") or {}
+    task = (lineage.get("request") or {}).get("task") or {}
+    derived = {"task_type": task.get("type"), "about": lineage.get("about")}
+    pk = conn.execute(insert(audit_trace).values(**row, **derived, row_hash=row_hash(row)).returning(audit_trace.c.pk)).scalar_one()
+    packed = [i for i in dict.fromkeys(lineage.get("packed") or ()) if isinstance(i, str)]
+    if packed:
+        conn.execute(insert(audit_item), [{"trace_pk": pk, "item_id": i} for i in packed])
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,3 +33,17 @@ class AuditTrace(SQLModel, table=True):
     seq: int | None = None
     prev_hash: str | None = Field(default=None, max_length=64)
     row_hash: str | None = Field(default=None, max_length=64)
+    # For review filters (derived from the hashed lineage): the task type, and the trace a usage or
+    # feedback row is about.
+    task_type: str | None = Field(default=None, max_length=200)
+    about: str | None = Field(default=None, max_length=64, index=True)
+
+
+class AuditItem(SQLModel, table=True):
+    """The ids a call returned (packed), one row each: "which calls ever returned item X?"."""
+
+    __tablename__ = "audit_item"
+    __table_args__ = (Index("ix_audit_item_item", "item_id", "trace_pk"),)
+
+    trace_pk: int = Field(foreign_key="audit_trace.pk", primary_key=True, ondelete="CASCADE")
+    item_id: str = Field(primary_key=True, max_length=200)

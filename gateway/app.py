@@ -17,7 +17,7 @@ from starlette.routing import Route
 
 from gateway.context import GatewayContext, build_context
 from gateway.errors import GatewayError, error_body, where
-from gateway.routes.audit import verify_route
+from gateway.routes.audit import export_route, feedback_route, trace_route, traces_route, usage_route, verify_route
 from gateway.routes.documents import document_route
 from gateway.routes.entities import edges_route, entity_route, merge_route
 from gateway.routes.ingest import items_route
@@ -90,6 +90,11 @@ def create_app(settings: Settings, context: GatewayContext | None = None) -> Sta
             Route("/v1/edges", edges_route, methods=["PUT"]),
             Route("/v1/policy", policy_route, methods=["GET"]),
             Route("/v1/audit/verify", verify_route, methods=["GET"]),
+            Route("/v1/audit/traces", traces_route, methods=["GET"]),
+            Route("/v1/audit/traces/{trace_id}", trace_route, methods=["GET"]),
+            Route("/v1/audit/export", export_route, methods=["GET"]),
+            Route("/v1/traces/{trace_id}/usage", usage_route, methods=["POST"]),
+            Route("/v1/traces/{trace_id}/feedback", feedback_route, methods=["POST"]),
         ],
         exception_handlers={HTTPException: http_error, GatewayError: gateway_error, Exception: unexpected_error},
         lifespan=lifespan,

@@ -41,6 +41,7 @@ LATER_INDEXES = [
     "CREATE INDEX IF NOT EXISTS ix_item_tenant_edge_from ON item (tenant, edge_from)",
     "CREATE INDEX IF NOT EXISTS ix_item_tenant_merged_into ON item (tenant, merged_into)",
     "CREATE UNIQUE INDEX IF NOT EXISTS ux_audit_chain_seq ON audit_trace (chain, seq)",
+    "CREATE INDEX IF NOT EXISTS ix_audit_trace_about ON audit_trace (about)",
 ]
 
 # Columns added after the first release, as (table, column, SQL type): added on open when missing.
@@ -51,6 +52,8 @@ LATER_COLUMNS = [
     ("audit_trace", "seq", "INTEGER"),
     ("audit_trace", "prev_hash", "VARCHAR"),
     ("audit_trace", "row_hash", "VARCHAR"),
+    ("audit_trace", "task_type", "VARCHAR"),
+    ("audit_trace", "about", "VARCHAR"),
 ]
 
 

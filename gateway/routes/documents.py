@@ -6,7 +6,7 @@ from typing import Any
 
 import anyio.to_thread
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import Response
 
 from gateway.documents import parse_document
 from gateway.ingest import ingest_document
@@ -26,5 +26,5 @@ async def handle(call: Call) -> tuple[int, dict[str, Any]]:
     return (200 if not report["rejected"] else 422), report
 
 
-async def document_route(request: Request) -> JSONResponse:
+async def document_route(request: Request) -> Response:
     return await traced(request, "document", handle)

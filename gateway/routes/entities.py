@@ -8,7 +8,7 @@ from typing import Any
 
 import anyio.to_thread
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import Response
 
 from gateway.entity_writes import mark_pending_deletion, merge
 from gateway.errors import BadRequest
@@ -93,14 +93,14 @@ async def put_edges(call: Call) -> tuple[int, dict[str, Any]]:
     return 200, report.as_dict()
 
 
-async def entity_route(request: Request) -> JSONResponse:
+async def entity_route(request: Request) -> Response:
     handler = delete_entity if request.method == "DELETE" else put_entity
     return await traced(request, "entity", handler)
 
 
-async def merge_route(request: Request) -> JSONResponse:
+async def merge_route(request: Request) -> Response:
     return await traced(request, "entity_merge", merge_entity)
 
 
-async def edges_route(request: Request) -> JSONResponse:
+async def edges_route(request: Request) -> Response:
     return await traced(request, "edges", put_edges)

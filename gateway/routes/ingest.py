@@ -6,7 +6,7 @@ from typing import Any
 
 import anyio.to_thread
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import Response
 
 from gateway.ingest import ingest, parse_items_body
 from gateway.routes.traced import Call, traced
@@ -31,5 +31,5 @@ async def handle(call: Call) -> tuple[int, dict[str, Any]]:
     return 200, report.as_dict()
 
 
-async def items_route(request: Request) -> JSONResponse:
+async def items_route(request: Request) -> Response:
     return await traced(request, "ingest", handle)

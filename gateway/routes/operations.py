@@ -6,7 +6,7 @@ from typing import Any
 
 import anyio.to_thread
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 
 from gateway.db import store_reachable
 from gateway.routes.traced import Call, traced
@@ -32,5 +32,5 @@ async def _policy(call: Call) -> tuple[int, dict[str, Any]]:
     return 200, {"engine": policy.name, "revision": policy.revision, "loaded_at": policy.loaded_at.isoformat()}
 
 
-async def policy_route(request: Request) -> JSONResponse:
+async def policy_route(request: Request) -> Response:
     return await traced(request, "policy", _policy)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import Response
 
 from gateway.request import parse_retrieve
 from gateway.expand import expand
@@ -32,5 +32,5 @@ async def handle(call: Call) -> tuple[int, dict[str, Any]]:
     return 200, body
 
 
-async def retrieve_route(request: Request) -> JSONResponse:
+async def retrieve_route(request: Request) -> Response:
     return await traced(request, "retrieve", handle)

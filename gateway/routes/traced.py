@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from audit.trace import TraceBuilder, new_trace_id
 from connectors.instants import utc_now
@@ -17,7 +19,7 @@ from gateway.errors import AuditWriteError, BadRequest, Forbidden, GatewayError,
 
 log = logging.getLogger("gateway.http")
 
-Handler = Callable[["Call"], Awaitable[tuple[int, dict[str, Any]]]]
+Handler = Callable[["Call"], Awaitable[tuple[int, "dict[str, Any] | Stream"]]]
 
 
 class Call:
@@ -66,7 +68,15 @@ class Call:
             raise BadRequest(f"body: malformed JSON{where}") from exc
 
 
-async def traced(request: Request, endpoint: str, handler: Handler) -> JSONResponse:
+@dataclass(frozen=True, slots=True)
+class Stream:
+    """A response body streamed after the audit row is written (exports)."""
+
+    chunks: Iterator[bytes]
+    media_type: str
+
+
+async def traced(request: Request, endpoint: str, handler: Handler) -> Response:
     context: GatewayContext = request.app.state.context
     trace = TraceBuilder(new_trace_id(), endpoint, utc_now())
     trace.policy_engine, trace.policy_revision = context.policy.name, context.policy.revision
@@ -89,4 +99,7 @@ async def traced(request: Request, endpoint: str, handler: Handler) -> JSONRespo
     except AuditWriteError as exc:
         log.error("audit write failed for %s", trace.trace_id)
         status, body = exc.status, error_body(exc, trace.trace_id)
-    return JSONResponse(body, status_code=status, headers={"x-trace-id": trace.trace_id})
+    headers = {"x-trace-id": trace.trace_id}
+    if isinstance(body, Stream):
+        return StreamingResponse(body.chunks, status_code=status, media_type=body.media_type, headers=headers)
+    return JSONResponse(body, status_code=status, headers=headers)

@@ -1,0 +1,131 @@
+"""Reading the audit trail, one tenant at a time: filtered lists with cursors, one trace whole with
+what the agent later reported about it, and streaming export.
+
+Every read is scoped to the reader's tenant chain; a trace of another tenant is indistinguishable
+from one that does not exist.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, exists, select
+from sqlalchemy.engine import Engine
+
+from audit.chain import audit_item, audit_trace, chain_of
+from audit.chain import utc_instant as _instant
+
+MAX_PAGE = 200
+EXPORT_COLUMNS = ("trace_id", "created_at", "tenant", "actor", "endpoint", "status_code", "decision", "task_type",
+                  "policy_engine", "policy_revision", "error_code", "seq", "row_hash", "lineage")
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    actor: str | None = None
+    task: str | None = None
+    decision: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    item: str | None = None
+
+
+def _where(tenant: str, filters: Filters) -> list[ColumnElement[bool]]:
+    conditions: list[ColumnElement[bool]] = [audit_trace.c.chain == chain_of(tenant)]
+    if filters.actor:
+        conditions.append(audit_trace.c.actor == filters.actor)
+    if filters.task:
+        conditions.append(audit_trace.c.task_type == filters.task)
+    if filters.decision:
+        conditions.append(audit_trace.c.decision == filters.decision)
+    if filters.since:
+        conditions.append(audit_trace.c.created_at >= filters.since)
+    if filters.until:
+        conditions.append(audit_trace.c.created_at < filters.until)
+    if filters.item:
+        conditions.append(
+            exists(select(audit_item.c.trace_pk).where(audit_item.c.trace_pk == audit_trace.c.pk, audit_item.c.item_id == filters.item))
+        )
+    return conditions
+
+
+def summary(m: Any) -> dict[str, Any]:
+    return {
+        "trace_id": m["trace_id"],
+        "created_at": _instant(m["created_at"]),
+        "actor": m["actor"],
+        "endpoint": m["endpoint"],
+        "task": m["task_type"],
+        "decision": m["decision"],
+        "status_code": m["status_code"],
+        "error_code": m["error_code"],
+        "policy_revision": m["policy_revision"],
+        "seq": m["seq"],
+    }
+
+
+def list_traces(engine: Engine, tenant: str, filters: Filters, after: int | None, limit: int) -> tuple[list[dict[str, Any]], int | None]:
+    """Newest first; `after` is the position (pk) of the last row of the previous page."""
+    conditions = _where(tenant, filters)
+    if after is not None:
+        conditions.append(audit_trace.c.pk < after)
+    statement = select(audit_trace).where(*conditions).order_by(audit_trace.c.pk.desc()).limit(min(limit, MAX_PAGE) + 1)
+    with engine.connect() as conn:
+        rows = [r._mapping for r in conn.execute(statement)]
+    page = rows[: min(limit, MAX_PAGE)]
+    more = len(rows) > len(page)
+    return [summary(m) for m in page], (page[-1]["pk"] if more and page else None)
+
+
+def get_trace(engine: Engine, tenant: str, trace_id: str) -> dict[str, Any] | None:
+    """One trace whole, with the usage and feedback the agent reported later (their own rows)."""
+    with engine.connect() as conn:
+        row = conn.execute(select(audit_trace).where(audit_trace.c.trace_id == trace_id, audit_trace.c.chain == chain_of(tenant))).first()
+        if row is None:
+            return None
+        notes = conn.execute(
+            select(audit_trace)
+            .where(audit_trace.c.about == trace_id, audit_trace.c.chain == chain_of(tenant), audit_trace.c.status_code == 200)
+            .order_by(audit_trace.c.pk)
+        ).all()
+    m = row._mapping
+    body = {**summary(m), "tenant": m["tenant"], "policy_engine": m["policy_engine"], "lineage": m["lineage"],
+            "prev_hash": m["prev_hash"], "row_hash": m["row_hash"]}
+    body["used"] = sorted({i for n in notes if n._mapping["endpoint"] == "usage" for i in n._mapping["lineage"].get("used", [])})
+    body["feedback"] = [
+        {"trace_id": n._mapping["trace_id"], "created_at": _instant(n._mapping["created_at"]), **n._mapping["lineage"].get("feedback", {})}
+        for n in notes
+        if n._mapping["endpoint"] == "feedback"
+    ]
+    return body
+
+
+def export(engine: Engine, tenant: str, filters: Filters, fmt: str) -> Iterator[bytes]:
+    """Every matching row, oldest first, streamed from a server-side cursor in bounded memory."""
+    statement = select(audit_trace).where(*_where(tenant, filters)).order_by(audit_trace.c.pk)
+    if fmt == "csv":
+        yield _csv_line(EXPORT_COLUMNS)
+    with engine.connect() as conn:
+        result = conn.execution_options(stream_results=True, yield_per=500).execute(statement)
+        try:
+            for row in result:
+                m = row._mapping
+                record = {c: (_instant(m[c]) if c == "created_at" else m[c]) for c in EXPORT_COLUMNS}
+                if fmt == "csv":
+                    yield _csv_line(tuple(json.dumps(v, sort_keys=True) if c == "lineage" else v for c, v in record.items()))
+                else:
+                    yield (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
+        finally:
+            result.close()
+
+
+def _csv_line(values: tuple[Any, ...]) -> bytes:
+    buffer = io.StringIO()
+    csv.writer(buffer).writerow(["" if v is None else v for v in values])
+    return buffer.getvalue().encode()
