@@ -47,8 +47,14 @@ def row_hash(row: dict[str, Any]) -> str:
 
 
 def append(conn: Connection, values: dict[str, Any]) -> None:
-    """Insert one row at the head of its chain (inside the caller's write transaction)."""
+    """Insert one row at the head of its chain (inside the caller's write transaction).
+
+    On PostgreSQL a transaction-scoped advisory lock per chain makes appenders of one chain take
+    turns, across processes and replicas, instead of racing for the head and retrying; on SQLite the
+    write transaction (BEGIN IMMEDIATE) already does. The unique (chain, seq) index stays the guard."""
     chain = chain_of(values.get("tenant"))
+    if conn.dialect.name == "postgresql":
+        conn.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(chain, 0))))
     head = conn.execute(
         select(audit_trace.c.seq, audit_trace.c.row_hash)
         .where(audit_trace.c.chain == chain, audit_trace.c.seq.is_not(None))

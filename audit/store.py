@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import fields
 from typing import Any
 
@@ -21,8 +22,10 @@ APPEND_ATTEMPTS = 20
 
 
 class AuditStore:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, key: bytes | None = None) -> None:
         self.engine = engine
+        # The key of the trace's fingerprints; without one given, a key of this process only.
+        self.key = key or secrets.token_bytes(32)
 
     def write_sync(self, trace: Trace) -> None:
         """Append the trace to its tenant's chain. Two writers racing for one position: the loser's
@@ -51,3 +54,21 @@ class AuditStore:
 
 def _as_dict(row: AuditTrace) -> dict[str, Any]:
     return {**row.model_dump(exclude={"pk"}), "created_at": row.created_at.isoformat()}
+
+
+def load_or_create_key(engine: Engine) -> bytes:
+    """The store's audit key: read it, or create it once (a concurrent creator's key wins the race)."""
+    from audit.tables import AuditSecret
+
+    for _ in range(3):
+        with Session(engine) as session:
+            found = session.get(AuditSecret, "fingerprint")
+            if found is not None:
+                return bytes.fromhex(found.value)
+        try:
+            with Session(writer(engine)) as session:
+                session.add(AuditSecret(name="fingerprint", value=secrets.token_hex(32)))
+                session.commit()
+        except IntegrityError:
+            continue
+    raise AuditWriteError("the audit key could not be read or created")

@@ -47,3 +47,13 @@ class AuditItem(SQLModel, table=True):
 
     trace_pk: int = Field(foreign_key="audit_trace.pk", primary_key=True, ondelete="CASCADE")
     item_id: str = Field(primary_key=True, max_length=200)
+
+
+class AuditSecret(SQLModel, table=True):
+    """The audit key shared by every process and replica on this store, created once (unless
+    GATEWAY_AUDIT_KEY provides one)."""
+
+    __tablename__ = "audit_secret"
+
+    name: str = Field(primary_key=True, max_length=50)
+    value: str = Field(max_length=200)

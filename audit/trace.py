@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import secrets
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -13,9 +14,11 @@ def new_trace_id() -> str:
     return "tr_" + secrets.token_hex(12)
 
 
-def fingerprint(text: str) -> dict[str, Any]:
-    """A hash and a length stand in for text the trace must not hold."""
-    return {"sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()[:32], "length": len(text)}
+def fingerprint(text: str, key: bytes) -> dict[str, Any]:
+    """A keyed hash (HMAC-SHA256) and a length stand in for text the trace must not hold. Keyed, so a
+    short value (an email, a name) cannot be recovered by hashing guesses without the key."""
+    digest = hmac.new(key, text.encode("utf-8"), hashlib.sha256).hexdigest()[:32]
+    return {"hmac": digest, "length": len(text)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +50,12 @@ class TraceBuilder:
     policy_revision: str | None = None
     error_code: str | None = None
     lineage: dict[str, Any] = field(default_factory=dict)
+    key: bytes = field(default=b"", repr=False)  # the audit key, for fingerprints
+
+    def fingerprint(self, text: str) -> dict[str, Any]:
+        if not self.key:
+            raise ValueError("no audit key: fingerprints are always keyed")
+        return fingerprint(text, self.key)
 
     def record(self, **entries: Any) -> None:
         self.lineage.update(entries)

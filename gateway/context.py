@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.engine import Engine
 
-from audit.store import AuditStore
+from audit.store import AuditStore, load_or_create_key
 from connectors.fts import FullTextConnector
 from connectors.graph import SqlGraphConnector
 from connectors.sql import SqlExactConnector
@@ -60,7 +60,7 @@ async def build_context(settings: Settings) -> GatewayContext:
             semantic=build_semantic(settings, store),
             graph=SqlGraphConnector(store),
         ),
-        audit=AuditStore(store),
+        audit=AuditStore(store, settings.audit_key.encode() if settings.audit_key else load_or_create_key(store)),
         privacy=load_privacy(store, settings.pii, settings.pii_background),
         synthesizer=(
             Synthesizer(settings.llm_url, settings.llm_model, settings.llm_key, settings.llm_timeout_ms)

@@ -9,7 +9,7 @@ from typing import Any
 import anyio.to_thread
 from sqlalchemy.engine import Engine
 
-from audit.trace import TraceBuilder, fingerprint
+from audit.trace import TraceBuilder
 from connectors.base import Constraints, ExactConnector, GraphConnector, LexicalConnector, RecallQuery, SourceResult
 from connectors.instants import rfc3339, utc_now
 from gateway.auth import Actor
@@ -62,7 +62,7 @@ def chosen_sources(request: RetrieveRequest) -> dict[str, bool]:
     return {name: (explicit[name] if explicit[name] is not None else name in defaults) for name in SOURCES}
 
 
-def request_shape(request: RetrieveRequest) -> dict[str, Any]:
+def request_shape(request: RetrieveRequest, trace: TraceBuilder) -> dict[str, Any]:
     """What the trace keeps of the request: its shape, hashes and sizes, never its text."""
     return {
         "task": request.task.model_dump(),
@@ -73,9 +73,9 @@ def request_shape(request: RetrieveRequest) -> dict[str, Any]:
         "depth": request.depth,
         "budget_bytes": request.budget.bytes if request.budget else None,
         "as_of": request.as_of,
-        "query": fingerprint(request.query) if request.query else None,
+        "query": trace.fingerprint(request.query) if request.query else None,
         "entities": [
-            {kind: fingerprint(value) for kind, value in ref.model_dump(exclude_none=True).items()}
+            {kind: trace.fingerprint(value) for kind, value in ref.model_dump(exclude_none=True).items()}
             for ref in request.entities
         ],
         "fetch_count": len(request.fetch or ()),
@@ -216,7 +216,7 @@ async def retrieve(
 
 def admit(request: RetrieveRequest, trace: TraceBuilder, synthesizer: Synthesizer | None) -> None:
     """Checks every mode shares, before any decision; the request's shape goes on the trace first."""
-    trace.record(request=request_shape(request))
+    trace.record(request=request_shape(request, trace))
     if request.synthesize and synthesizer is None:
         raise BadRequest("synthesize: no synthesis endpoint is configured on this gateway (GATEWAY_LLM_URL)")
 

@@ -37,6 +37,7 @@ class Settings:
     embeddings_timeout_ms: int = 2000
     semantic_floor: float = 0.30
     pii: str = "presidio"
+    audit_key: str | None = None
     llm_url: str | None = None
     llm_model: str = "gpt-4o-mini"
     llm_key: str | None = None
@@ -105,6 +106,8 @@ def load_settings(overrides: Mapping[str, Any] | None = None, environ: Mapping[s
             values[key] = value
     settings = replace(Settings(), **values)
     settings.budget_shares  # noqa: B018  (validated once, here: a bad split stops start-up)
+    if settings.audit_key is not None and len(settings.audit_key.encode()) < 32:
+        raise ConfigurationError("GATEWAY_AUDIT_KEY: use at least 32 bytes")
     if settings.pii not in ("presidio", "none"):
         raise ConfigurationError("GATEWAY_PII: expected presidio or none")
     if settings.jwt_secret is not None and len(settings.jwt_secret.encode()) < 32:

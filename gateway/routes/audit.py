@@ -12,7 +12,6 @@ from starlette.responses import Response
 
 from audit.chain import verify
 from audit.review import MAX_PAGE, Filters, export, get_trace, list_traces
-from audit.trace import fingerprint
 from connectors.instants import parse_rfc3339
 from gateway.errors import BadRequest, NotFound
 from gateway.routes.traced import Call, Stream, traced
@@ -119,7 +118,7 @@ async def report_feedback(call: Call) -> tuple[int, dict[str, Any]]:
         raise BadRequest("rating: expected a whole number from 1 to 5")
     if comment is not None and (not isinstance(comment, str) or len(comment) > 2000):
         raise BadRequest("comment: expected text of at most 2,000 characters")
-    call.trace.record(feedback={"rating": rating, "comment": fingerprint(comment) if comment else None})
+    call.trace.record(feedback={"rating": rating, "comment": call.trace.fingerprint(comment) if comment else None})
     return 200, {"trace_id": found["trace_id"], "rating": rating}
 
 

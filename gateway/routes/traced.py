@@ -78,7 +78,7 @@ class Stream:
 
 async def traced(request: Request, endpoint: str, handler: Handler) -> Response:
     context: GatewayContext = request.app.state.context
-    trace = TraceBuilder(new_trace_id(), endpoint, utc_now())
+    trace = TraceBuilder(new_trace_id(), endpoint, utc_now(), key=context.audit.key)
     trace.policy_engine, trace.policy_revision = context.policy.name, context.policy.revision
     call = Call(request, context, trace)
     try:

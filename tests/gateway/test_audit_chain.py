@@ -107,3 +107,23 @@ def test_the_cli_verifies_every_chain_and_exits_1_when_one_is_broken(sqlite_gate
         conn.execute(update(audit_trace).where(audit_trace.c.chain == "acme", audit_trace.c.seq == 2).values(decision="deny"))
     broken = runner.invoke(main, args)
     assert broken.exit_code == 1 and '"seq": 2' in broken.output
+
+
+def test_fingerprints_are_keyed_and_the_key_is_shared_through_the_store(sqlite_url: str, tmp_path: Path) -> None:
+    import hashlib
+
+    from tests.conftest import open_gateway
+
+    query = "jane.roe@acme.com"
+    fingerprints = []
+    for run in range(2):  # a restart reads the same key from the store
+        with open_gateway(sqlite_url, tmp_path / str(run)) as gateway:
+            key = gateway.key(f"a{run}", groups=("sales",), clearance="confidential")
+            trace_id = gateway.retrieve(key, {"task": SALES_TASK, "query": query}).json()["trace_id"]
+            fingerprints.append(gateway.trace(trace_id)["lineage"]["request"]["query"])
+    assert fingerprints[0] == fingerprints[1]
+    assert fingerprints[0]["hmac"] != hashlib.sha256(query.encode()).hexdigest()[:32]  # not a bare hash
+    with open_gateway(sqlite_url, tmp_path / "own", audit_key="k" * 40) as gateway:
+        key = gateway.key("a-own", groups=("sales",), clearance="confidential")
+        trace_id = gateway.retrieve(key, {"task": SALES_TASK, "query": query}).json()["trace_id"]
+        assert gateway.trace(trace_id)["lineage"]["request"]["query"] != fingerprints[0]
