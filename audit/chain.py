@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import delete, func, insert, select
 from sqlalchemy.engine import Connection, Engine
 
-from audit.tables import AuditItem, AuditTrace
+from audit.tables import AuditAnchor, AuditItem, AuditTrace
 
 audit_trace = AuditTrace.__table__  # type: ignore[attr-defined]
 audit_item = AuditItem.__table__  # type: ignore[attr-defined]
+audit_anchor = AuditAnchor.__table__  # type: ignore[attr-defined]
 GENESIS = "0" * 64
 NO_TENANT = "-"
 HASHED = ("trace_id", "created_at", "tenant", "actor", "endpoint", "status_code", "decision", "policy_engine",
@@ -94,16 +95,19 @@ def _rows(conn: Connection, chain: str) -> Generator[Any, None, None]:
 
 
 def verify_chain(conn: Connection, chain: str) -> tuple[int, Break | None]:
-    """Rows checked, and the first broken link of one chain (or None)."""
+    """Rows checked, and the first broken link of one chain (or None). A pruned chain is checked
+    from its anchor: the oldest kept position and the hash it must link to."""
+    anchor = conn.execute(select(audit_anchor).where(audit_anchor.c.chain == chain)).first()
+    start = (anchor.prev_hash, anchor.seq) if anchor else (GENESIS, 1)
     rows = _rows(conn, chain)
     try:
-        return _walk(rows, chain)
+        return _walk(rows, chain, *start)
     finally:
         rows.close()
 
 
-def _walk(rows: Iterator[Any], chain: str) -> tuple[int, Break | None]:
-    expected_prev, expected_seq, checked = GENESIS, 1, 0
+def _walk(rows: Iterator[Any], chain: str, expected_prev: str, expected_seq: int) -> tuple[int, Break | None]:
+    checked = 0
     for row in rows:
         m = dict(row._mapping)
         checked += 1
@@ -135,3 +139,39 @@ def verify(engine: Engine, tenant: str | None = None) -> dict[str, Any]:
     if tenant is None:
         report["rows_before_chaining"] = int(unchained)
     return report
+
+
+def prune(engine: Engine, before: datetime) -> dict[str, int]:
+    """Remove rows recorded before `before`, chain by chain, keeping each chain verifiable: the
+    oldest kept row becomes the chain's anchor (its position and the hash it links to). A chain is
+    only cut below a row that stays, so its newest row is never removed."""
+    from gateway.db import writer
+
+    removed: dict[str, int] = {}
+    with writer(engine).begin() as conn:
+        chains = [c for (c,) in conn.execute(select(audit_trace.c.chain).where(audit_trace.c.chain.is_not(None)).distinct())]
+        for chain in chains:
+            keep = conn.execute(
+                select(audit_trace.c.seq, audit_trace.c.prev_hash)
+                .where(audit_trace.c.chain == chain, audit_trace.c.created_at >= before)
+                .order_by(audit_trace.c.seq)
+                .limit(1)
+            ).first()
+            if keep is None:  # everything is old: keep the newest row as the anchor of what comes next
+                keep = conn.execute(
+                    select(audit_trace.c.seq, audit_trace.c.prev_hash)
+                    .where(audit_trace.c.chain == chain)
+                    .order_by(audit_trace.c.seq.desc())
+                    .limit(1)
+                ).first()
+            if keep is None:
+                continue
+            doomed = select(audit_trace.c.pk).where(audit_trace.c.chain == chain, audit_trace.c.seq < keep.seq)
+            conn.execute(delete(audit_item).where(audit_item.c.trace_pk.in_(doomed)))
+            count = conn.execute(delete(audit_trace).where(audit_trace.c.chain == chain, audit_trace.c.seq < keep.seq)).rowcount
+            if count:
+                conn.execute(delete(audit_anchor).where(audit_anchor.c.chain == chain))
+                conn.execute(insert(audit_anchor).values(chain=chain, seq=keep.seq, prev_hash=keep.prev_hash,
+                                                         pruned_at=datetime.now(timezone.utc)))
+                removed[chain] = int(count)
+    return removed

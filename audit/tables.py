@@ -57,3 +57,14 @@ class AuditSecret(SQLModel, table=True):
 
     name: str = Field(primary_key=True, max_length=50)
     value: str = Field(max_length=200)
+
+
+class AuditAnchor(SQLModel, table=True):
+    """Where a pruned chain now starts: its oldest kept position and the hash that row links to."""
+
+    __tablename__ = "audit_anchor"
+
+    chain: str = Field(primary_key=True, max_length=200)
+    seq: int
+    prev_hash: str = Field(max_length=64)
+    pruned_at: datetime

@@ -198,6 +198,26 @@ def audit_verify(tenant: str | None, **flags: Any) -> None:
     sys.exit(0 if report["ok"] else 1)
 
 
+@audit.command("prune")
+@store_options
+@click.option("--days", type=int, help="Keep this many days (default GATEWAY_AUDIT_RETENTION_DAYS).")
+def audit_prune(days: int | None, **flags: Any) -> None:
+    """Remove audit rows older than the retention period; each chain stays verifiable from its
+    oldest kept row."""
+    from datetime import timedelta
+
+    from audit.chain import prune
+    from connectors.instants import utc_now
+    from gateway.db import open_store
+
+    settings = settings_from(**flags)
+    keep_days = days if days is not None else settings.audit_retention_days
+    if keep_days < 1:
+        raise click.ClickException("--days: keep at least one day")
+    removed = prune(open_store(settings.effective_database_url), utc_now() - timedelta(days=keep_days))
+    click.echo(json.dumps({"kept_days": keep_days, "removed": removed}))
+
+
 @main.group()
 def pii() -> None:
     """Personal-data tools."""

@@ -38,6 +38,7 @@ class Settings:
     semantic_floor: float = 0.30
     pii: str = "presidio"
     audit_key: str | None = None
+    audit_retention_days: int = 400
     llm_url: str | None = None
     llm_model: str = "gpt-4o-mini"
     llm_key: str | None = None

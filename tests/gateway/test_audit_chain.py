@@ -127,3 +127,37 @@ def test_fingerprints_are_keyed_and_the_key_is_shared_through_the_store(sqlite_u
         key = gateway.key("a-own", groups=("sales",), clearance="confidential")
         trace_id = gateway.retrieve(key, {"task": SALES_TASK, "query": query}).json()["trace_id"]
         assert gateway.trace(trace_id)["lineage"]["request"]["query"] != fingerprints[0]
+
+
+def test_prune_removes_old_rows_and_the_chain_stays_verifiable_from_its_anchor(gateway: Gateway) -> None:
+    from datetime import timedelta
+
+    from audit.chain import prune
+
+    calls(gateway, 6)
+    chain = rows(gateway)
+    old = chain[:3]
+    with db.writer(gateway.store).begin() as conn:  # make the first three a year old (hashes recomputed)
+        from audit.chain import row_hash
+
+        prev = GENESIS
+        for r in chain:
+            created = r["created_at"] - timedelta(days=365) if r in old else r["created_at"]
+            updated = {**r, "created_at": created, "prev_hash": prev}
+            digest = row_hash(updated)
+            conn.execute(update(audit_trace).where(audit_trace.c.pk == r["pk"]).values(created_at=created, prev_hash=prev, row_hash=digest))
+            prev = digest
+    assert verify(gateway.store, "acme")["ok"] is True
+    removed = prune(gateway.store, datetime.now(timezone.utc) - timedelta(days=30))
+    assert removed == {"acme": 3}
+    kept = rows(gateway)
+    assert [r["seq"] for r in kept][:3] == [4, 5, 6]
+    assert verify(gateway.store, "acme")["ok"] is True
+    calls(gateway, 1)
+    assert verify(gateway.store, "acme")["ok"] is True
+    with db.writer(gateway.store).begin() as conn:  # tampering with the oldest kept row is still caught
+        conn.execute(update(audit_trace).where(audit_trace.c.pk == kept[0]["pk"]).values(decision="deny"))
+    assert verify(gateway.store, "acme")["first_broken"]["seq"] == 4
+    runner = CliRunner()
+    pruned = runner.invoke(main, ["audit", "prune", "--days", "0", "--database-url", gateway.settings.effective_database_url])
+    assert pruned.exit_code != 0 and "at least one day" in pruned.output
