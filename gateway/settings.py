@@ -39,6 +39,7 @@ class Settings:
     pii: str = "presidio"
     audit_key: str | None = None
     audit_retention_days: int = 400
+    decision_log: Path | None = None
     llm_url: str | None = None
     llm_model: str = "gpt-4o-mini"
     llm_key: str | None = None

@@ -73,4 +73,8 @@ async def load_engine(settings: Settings) -> PolicyEngine:
 
         engine = EmbeddedEngine(bundle)
     await self_check(engine)
+    if settings.decision_log:
+        from gateway.policy.decision_log import FileSink, LoggedEngine
+
+        return LoggedEngine(engine, FileSink(settings.decision_log))
     return engine
