@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -102,3 +105,63 @@ def code_revision() -> str:
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return commit.stdout.strip() + ("+" if dirty.stdout.strip() else "")
+
+
+# ---------------------------------------------------------------- keys and loading, as a user would
+
+BATCH_ITEMS = 500
+BATCH_BYTES = 900_000  # stay under GATEWAY_MAX_BODY_BYTES (1 MiB by default)
+
+
+def create_key(data_dir: Path, tenant: str, principal: str, role: str, clearance: str = "internal") -> str:
+    """A fresh API key from `gateway keys create` against the benchmark's store."""
+    done = subprocess.run(
+        [gateway_executable(), "keys", "create", "--data", str(data_dir), "--tenant", tenant,
+         "--principal", principal, "--roles", role, "--clearance", clearance],
+        capture_output=True, text=True, env=clean_env(),
+    )
+    keys = [line.strip() for line in done.stdout.splitlines() if line.strip().startswith("gw_")]
+    if done.returncode != 0 or not keys:
+        raise SystemExit(f"gateway keys create failed ({done.returncode}): {done.stderr.strip()}")
+    return keys[-1]
+
+
+def batches(items: list[dict[str, Any]]) -> list[bytes]:
+    """JSON array bodies of at most BATCH_ITEMS items and BATCH_BYTES bytes."""
+    bodies: list[bytes] = []
+    current: list[bytes] = []
+    size = 2
+    for entry in items:
+        encoded = json.dumps(entry, ensure_ascii=False).encode("utf-8")
+        if current and (len(current) == BATCH_ITEMS or size + len(encoded) + 1 > BATCH_BYTES):
+            bodies.append(b"[" + b",".join(current) + b"]")
+            current, size = [], 2
+        current.append(encoded)
+        size += len(encoded) + 1
+    if current:
+        bodies.append(b"[" + b",".join(current) + b"]")
+    return bodies
+
+
+def load_through_api(url: str, key: str, items: list[dict[str, Any]]) -> dict[str, float]:
+    """PUT /v1/items in batches; every batch must land whole (no rejections)."""
+    bodies = batches(items)
+    print(f"Loading {len(items):,} items through PUT /v1/items in {len(bodies)} batches...", flush=True)
+    totals: Counter[str] = Counter()
+    started = time.perf_counter()
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    with httpx.Client(base_url=url, headers=headers, timeout=120) as client:
+        for number, body in enumerate(bodies, start=1):
+            response = client.put("/v1/items", content=body)
+            if response.status_code != 200:
+                raise SystemExit(f"batch {number}: HTTP {response.status_code}: {response.text[:500]}")
+            report = response.json()
+            if report["rejected"]:
+                raise SystemExit(f"batch {number}: {len(report['rejected'])} items rejected, first: {report['rejected'][0]}")
+            totals.update({k: report[k] for k in ("created", "updated", "unchanged")})
+            done = sum(totals.values())
+            print(f"  batch {number:>2}/{len(bodies)}: {done:>6,} items  ({done / (time.perf_counter() - started):,.0f} items/s)", flush=True)
+    seconds = time.perf_counter() - started
+    if sum(totals.values()) != len(items):
+        raise SystemExit(f"the service accounted for {sum(totals.values())} items, not {len(items)}: {dict(totals)}")
+    return {"seconds": seconds, "rate": len(items) / seconds, "batches": len(bodies), **totals}

@@ -24,7 +24,6 @@ import random
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from harness import Server, clean_env, code_revision, free_port, gateway_executable
+import harness
+from harness import Server, code_revision, free_port, load_through_api
 
 SEED = 20261130
 TENANT = "bench"
@@ -43,7 +43,6 @@ AGENT_PRINCIPAL = "user:bench"
 LOADER_PRINCIPAL = "user:bench-loader"
 TASK = {"type": "account_followup"}
 BUDGET_BYTES = 200_000
-BATCH_ITEMS = 500
 ENTITY_COUNT = 300
 PAST_PER_FACT = 3
 SHOW_MISMATCHES = 5
@@ -376,37 +375,7 @@ def body_for(query: Query, historical: bool) -> dict[str, Any]:
 
 
 def create_key(data_dir: Path, principal: str, role: str, clearance: str) -> str:
-    done = subprocess.run(
-        [gateway_executable(), "keys", "create", "--data", str(data_dir), "--tenant", TENANT,
-         "--principal", principal, "--roles", role, "--clearance", clearance],
-        capture_output=True, text=True, env=clean_env(),
-    )
-    keys = [line.strip() for line in done.stdout.splitlines() if line.strip().startswith("gw_")]
-    if done.returncode != 0 or not keys:
-        raise SystemExit(f"gateway keys create failed ({done.returncode}): {done.stderr.strip()}")
-    return keys[-1]
-
-
-def load_through_api(url: str, key: str, items: list[dict[str, Any]]) -> dict[str, float]:
-    """PUT /v1/items in batches; every item must land (no rejections)."""
-    headers = {"Authorization": f"Bearer {key}"}
-    totals: Counter[str] = Counter()
-    batches = [items[i:i + BATCH_ITEMS] for i in range(0, len(items), BATCH_ITEMS)]
-    print(f"Loading {len(items):,} items through PUT /v1/items in {len(batches)} batches...", flush=True)
-    started = time.perf_counter()
-    with httpx.Client(base_url=url, headers=headers, timeout=120) as client:
-        for number, batch in enumerate(batches, start=1):
-            response = client.put("/v1/items", json=batch)
-            if response.status_code != 200:
-                raise SystemExit(f"batch {number}: HTTP {response.status_code}: {response.text[:500]}")
-            report = response.json()
-            if report["rejected"]:
-                raise SystemExit(f"batch {number}: {len(report['rejected'])} items rejected, first: {report['rejected'][0]}")
-            totals.update({k: report[k] for k in ("created", "updated", "unchanged")})
-    seconds = time.perf_counter() - started
-    if sum(totals.values()) != len(items):
-        raise SystemExit(f"the service accounted for {sum(totals.values())} items, not {len(items)}: {dict(totals)}")
-    return {"seconds": seconds, "rate": len(items) / seconds, "batches": len(batches), **totals}
+    return harness.create_key(data_dir, TENANT, principal, role, clearance)
 
 
 # ---------------------------------------------------------------- asking

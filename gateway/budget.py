@@ -10,6 +10,8 @@ response reports per source its share, the bytes used and how many items did not
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cache
+from types import MappingProxyType
 from typing import Mapping, Sequence
 
 from gateway.errors import ConfigurationError
@@ -20,8 +22,10 @@ DEFAULT_SPLIT = "memory=35,document=30,external=20,property=10,graph=5"
 SOURCE_OF_KIND = {"memory": "memory", "document": "document", "property": "property", "edge": "graph"}
 
 
-def parse_split(text: str) -> dict[str, float]:
-    """`memory=35,document=30,...` as fractions of one; every source named once, shares > 0 in all."""
+@cache
+def parse_split(text: str) -> Mapping[str, float]:
+    """`memory=35,document=30,...` as fractions of one; every source named once, shares > 0 in all.
+    Cached: the setting is parsed once, not on every request that packs."""
     shares: dict[str, float] = {}
     for part in text.split(","):
         name, _, number = part.strip().partition("=")
@@ -36,7 +40,7 @@ def parse_split(text: str) -> dict[str, float]:
     total = sum(shares.values())
     if total <= 0:
         raise ConfigurationError("GATEWAY_BUDGET_SPLIT: the shares add up to nothing")
-    return {name: shares.get(name, 0.0) / total for name in BUDGET_SOURCES}
+    return MappingProxyType({name: shares.get(name, 0.0) / total for name in BUDGET_SOURCES})
 
 
 def source_of(kind: str) -> str:

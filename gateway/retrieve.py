@@ -155,13 +155,8 @@ async def retrieve(
     trace.record(relevance=floor_report)
     mask_started = time.perf_counter()
     masking = None
-    if constraints.pii_mask or (request.synthesize and synthesizer is not None):
-        try:
-            masking = await prepare_masking(store, privacy, constraints.tenant, relevant, pieces)
-        except MaskingUnavailable:
-            if constraints.pii_mask:
-                raise  # items the policy wants masked are never returned unmasked
-    if constraints.pii_mask and masking is not None:
+    if constraints.pii_mask:  # before packing, so the budget counts what is returned
+        masking = await prepare_masking(store, privacy, constraints.tenant, relevant, pieces)
         relevant = masking.apply(relevant, frozenset(constraints.pii_reveal))
         trace.record(pii={"masked": masking.masker.counts(), "analysed_at_request": masking.analysed_now})
     mask_ms = (time.perf_counter() - mask_started) * 1000
@@ -205,6 +200,11 @@ async def retrieve(
     body = respond(trace.trace_id, request.effective_mode, decision.revision, packed, sources_report, timings, depth, cursor)
     if request.synthesize and synthesizer is not None:
         synthesis_started = time.perf_counter()
+        if masking is None:  # only what was packed goes to the model, so only that is masked
+            try:
+                masking = await prepare_masking(store, privacy, constraints.tenant, [r.entry for r in packed.items], pieces)
+            except MaskingUnavailable:
+                pass  # synthesize() reports it; nothing is sent unmasked
         body["answer"] = await synthesize(synthesizer, privacy, constraints, request.query or "", packed,
                                           cite(packed.items), masking, trace)
         timings["synthesis_ms"] = round((time.perf_counter() - synthesis_started) * 1000, 3)

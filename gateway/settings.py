@@ -60,7 +60,7 @@ class Settings:
         return f"sqlite:///{(self.data_dir / 'gateway.db').resolve()}"
 
     @property
-    def budget_shares(self) -> dict[str, float]:
+    def budget_shares(self) -> Mapping[str, float]:
         from gateway.budget import parse_split
 
         return parse_split(self.budget_split)

@@ -294,7 +294,7 @@ def parse_content(content: str) -> tuple[str, list[str], float | None]:
 
 
 class _TooLarge(Exception):
-    pass
+    """The endpoint's answer passed MAX_RESPONSE_BYTES; reading stopped there."""
 
 
 class Synthesizer:
