@@ -73,8 +73,7 @@ async def load_engine(settings: Settings) -> PolicyEngine:
 
         engine = EmbeddedEngine(bundle)
     await self_check(engine)
-    if settings.decision_log:
-        from gateway.policy.decision_log import FileSink, LoggedEngine
+    from gateway.policy.decision_log import LoggedEngine, open_sink
 
-        return LoggedEngine(engine, FileSink(settings.decision_log))
-    return engine
+    sink = open_sink(settings)
+    return LoggedEngine(engine, sink) if sink is not None else engine
