@@ -17,6 +17,7 @@ from starlette.routing import Route
 
 from gateway.context import GatewayContext, build_context
 from gateway.errors import GatewayError, error_body, where
+from gateway.routes import audit_page
 from gateway.routes.audit import export_route, feedback_route, trace_route, traces_route, usage_route, verify_route
 from gateway.routes.documents import document_route
 from gateway.routes.entities import edges_route, entity_route, merge_route
@@ -24,6 +25,7 @@ from gateway.routes.ingest import items_route
 from gateway.routes.operations import healthz, policy_route, readyz
 from gateway.routes.retrieve import retrieve_route
 from gateway.settings import Settings
+from gateway.telemetry import Telemetry
 
 log = logging.getLogger("gateway")
 
@@ -55,13 +57,14 @@ async def warm_vector_index(context: GatewayContext) -> None:
         log.warning("vector index warm-up failed: %s", where(exc))
 
 
-def create_app(settings: Settings, context: GatewayContext | None = None) -> Starlette:
-    """The app; with no context given, the lifespan builds one from settings (store, policy, connectors)."""
+def create_app(settings: Settings, context: GatewayContext | None = None, telemetry: Telemetry | None = None) -> Starlette:
+    """The app; with no context given, the lifespan builds one from settings (store, policy,
+    connectors, telemetry — or the `telemetry` given)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         own = context is None
-        app.state.context = context or await build_context(settings)
+        app.state.context = context or await build_context(settings, telemetry)
         workers = (app.state.context.connectors.semantic.worker, app.state.context.privacy.worker)
         try:
             async with anyio.create_task_group() as background:
@@ -76,6 +79,7 @@ def create_app(settings: Settings, context: GatewayContext | None = None) -> Sta
                 await app.state.context.policy.aclose()
                 if app.state.context.synthesizer is not None:
                     await app.state.context.synthesizer.aclose()
+                await anyio.to_thread.run_sync(app.state.context.telemetry.shutdown)  # flushes the exporters
                 app.state.context.store.dispose()
 
     return Starlette(
@@ -95,6 +99,10 @@ def create_app(settings: Settings, context: GatewayContext | None = None) -> Sta
             Route("/v1/audit/export", export_route, methods=["GET"]),
             Route("/v1/traces/{trace_id}/usage", usage_route, methods=["POST"]),
             Route("/v1/traces/{trace_id}/feedback", feedback_route, methods=["POST"]),
+            Route("/audit", audit_page.list_route, methods=["GET"]),
+            Route("/audit/sign-in", audit_page.sign_in_route, methods=["POST"]),
+            Route("/audit/sign-out", audit_page.sign_out_route, methods=["POST"]),
+            Route("/audit/traces/{trace_id}", audit_page.trace_route, methods=["GET"]),
         ],
         exception_handlers={HTTPException: http_error, GatewayError: gateway_error, Exception: unexpected_error},
         lifespan=lifespan,

@@ -134,6 +134,24 @@ class Authenticator:
             clearance=row.clearance,
         )
 
+    def actor_for_key_id(self, key_id: str) -> Actor:
+        """The actor of a stored key by its id alone, read afresh: a session opened with the whole key
+        (the audit page) asks on every request, so revoking the key ends the session at once."""
+        try:
+            with Session(self.engine) as session:
+                row = session.get(ApiKey, key_id)
+        except SQLAlchemyError as exc:
+            raise StoreUnavailable("credential store unreachable") from exc
+        if row is None or row.revoked_at is not None:
+            raise Unauthenticated("API key is not valid")
+        return Actor(
+            id=row.principal.removeprefix("user:"),
+            tenant=row.tenant,
+            roles=tuple(row.roles),
+            groups=tuple(row.groups),
+            clearance=row.clearance,
+        )
+
     def _from_jwt(self, token: str) -> Actor:
         settings = self.settings
         if not settings.jwt_enabled:

@@ -21,6 +21,7 @@ from gateway.retrieve import Connectors
 from gateway.semantic import Semantic
 from gateway.settings import Settings
 from gateway.synthesis import Synthesizer
+from gateway.telemetry import NOOP, Telemetry, build_telemetry
 from gateway.vectorize import EmbeddingWorker, publish_to_weaviate
 
 
@@ -34,6 +35,7 @@ class GatewayContext:
     audit: AuditStore
     privacy: Privacy
     synthesizer: Synthesizer | None = None
+    telemetry: Telemetry = NOOP
 
     def nudge_workers(self) -> None:
         """Something was written: embedding and personal-data analysis have work."""
@@ -42,7 +44,9 @@ class GatewayContext:
                 worker.nudge()
 
 
-async def build_context(settings: Settings) -> GatewayContext:
+async def build_context(settings: Settings, telemetry: Telemetry | None = None) -> GatewayContext:
+    """Everything the service runs on; `telemetry` replaces the one the settings describe (tests
+    hand in one with in-memory exporters)."""
     store = open_store(settings.effective_database_url)
     try:
         policy = await load_engine(settings)
@@ -67,6 +71,7 @@ async def build_context(settings: Settings) -> GatewayContext:
             if settings.llm_url
             else None
         ),
+        telemetry=telemetry or build_telemetry(settings),
     )
 
 

@@ -33,6 +33,8 @@ from gateway.retrieve import SOURCES, Connectors, admit, decision_constraints, r
 from gateway.settings import Settings
 from gateway.synthesis import Synthesizer
 from gateway.verify import verify
+from gateway.telemetry import current as current_telemetry
+from gateway.telemetry import layer
 
 PAGE_ENTRIES = 100  # entries read per expand; what fits the budget is returned
 ATTEMPTS = 3
@@ -83,26 +85,35 @@ async def _page(
         {"task": stored["task"], "kinds": stored["kinds"], "as_of": stored["as_of"], "graph": stored["graph"],
          "mode": "expand", "cursor": request.cursor}
     )
-    decision = await decide(policy, actor, original, utc_now())
-    constraints = decision_constraints(decision, trace).with_subjects(tuple(stored["subjects"]))
+    with layer("policy.decide") as span:
+        decision = await decide(policy, actor, original, utc_now())
+        span.set_attributes({"gateway.policy.allow": decision.allow, "gateway.policy.revision": decision.revision})
+        constraints = decision_constraints(decision, trace).with_subjects(tuple(stored["subjects"]))
 
     entries = cursor.remaining[:PAGE_ENTRIES]
     wanted = tuple(dict.fromkeys([e["id"] for e in entries] + [p for e in entries for p in e["pieces"]]))
-    try:
-        result = await connectors.exact.search(constraints, RecallQuery(ids=wanted, limit=max(len(wanted), 1)))
-    except ConnectorError as exc:
-        result = SourceResult("exact", "error", detail=exc.message)
+    with layer("retrieval exact", {"gen_ai.operation.name": "retrieval", "gen_ai.data_source.id": "exact"}) as span:
+        try:
+            result = await connectors.exact.search(constraints, RecallQuery(ids=wanted, limit=max(len(wanted), 1)))
+        except ConnectorError as exc:
+            result = SourceResult("exact", "error", detail=exc.message)
+        span.set_attribute("gateway.source.status", result.status)
     records = {c.record.id: c.record for c in result.candidates}
-    verdict = await verify(policy, actor, request.task, constraints, records.values())
+    with layer("policy.verify", {"gateway.policy.checked": len(records)}) as span:
+        verdict = await verify(policy, actor, request.task, constraints, records.values())
+        span.set_attribute("gateway.policy.pushdown_mismatches", len(verdict.denied))
+    current_telemetry().mismatched(len(verdict.denied))
     page = [ranked for e in entries if (ranked := _entry(e, records, verdict.allowed_ids)) is not None]
     if constraints.pii_mask and page:
         allowed_pieces = tuple(r for r in records.values() if r.id in verdict.allowed_ids)
-        masking = await prepare_masking(store, privacy, constraints.tenant, [r.entry for r in page], allowed_pieces)
-        masked = masking.apply([r.entry for r in page], frozenset(constraints.pii_reveal))
+        with layer("pii.mask"):
+            masking = await prepare_masking(store, privacy, constraints.tenant, [r.entry for r in page], allowed_pieces)
+            masked = masking.apply([r.entry for r in page], frozenset(constraints.pii_reveal))
         page = [replace(r, entry=entry) for r, entry in zip(page, masked)]
         trace.record(pii={"masked": masking.masker.counts(), "analysed_at_request": masking.analysed_now})
     limit = request.budget.bytes if request.budget else stored["budget_bytes"] or settings.default_budget_bytes
-    packed = pack(page, limit, settings.budget_shares)
+    with layer("rank_and_pack", {"gateway.budget.limit_bytes": limit}):
+        packed = pack(page, limit, settings.budget_shares)
     packed_ids = [r.record.id for r in packed.items]
     gone = [e["id"] for e in entries if e["id"] not in {r.record.id for r in page}]
     remaining = [e for e in cursor.remaining if e["id"] not in set(packed_ids) | set(gone)]

@@ -19,6 +19,7 @@ placeholder it did not issue (invented or mangled by a model) stays as it is, ne
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import threading
 from dataclasses import dataclass
@@ -69,6 +70,9 @@ def _analyzer() -> Any:
     from presidio_analyzer.nlp_engine import NlpEngineProvider
 
     tldextract.tldextract.TLD_EXTRACTOR = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
+    # Presidio logs the words around each finding at DEBUG: text that must never reach a log, even
+    # with the service's log level turned down to DEBUG.
+    logging.getLogger("presidio-analyzer").setLevel(logging.INFO)
     configuration = {"nlp_engine_name": "spacy", "models": [{"lang_code": "en", "model_name": MODEL}]}
     engine = NlpEngineProvider(nlp_configuration=configuration).create_engine()
     return AnalyzerEngine(nlp_engine=engine, supported_languages=["en"])

@@ -8,8 +8,11 @@ from typing import Awaitable, Callable
 
 import anyio
 
+from opentelemetry.trace import Status, StatusCode
+
 from connectors.base import SourceResult
 from gateway.errors import ConnectorError, where
+from gateway.telemetry import current as current_telemetry
 
 log = logging.getLogger("gateway.recall")
 
@@ -17,8 +20,21 @@ Search = Callable[[], Awaitable[SourceResult]]
 
 
 async def run_source(name: str, search: Search, deadline_ms: int) -> SourceResult:
-    """One source under its deadline. Connectors run their blocking work in threads they allow to be
-    abandoned, so a late source is reported as a timeout at once while its thread finishes alone."""
+    """One source under its deadline, in a retrieval span of its own (status and timing only: the
+    candidates are not yet confirmed by the policy, so their ids stay off the span)."""
+    telemetry = current_telemetry()
+    with telemetry.layer(f"retrieval {name}", {"gen_ai.operation.name": "retrieval", "gen_ai.data_source.id": name}) as span:
+        result = await _search(name, search, deadline_ms)
+        span.set_attribute("gateway.source.status", result.status)
+        if result.status in ("error", "timeout"):
+            span.set_status(Status(StatusCode.ERROR, result.status))
+    telemetry.source_done(name, result.status, result.ms / 1000)
+    return result
+
+
+async def _search(name: str, search: Search, deadline_ms: int) -> SourceResult:
+    """Connectors run their blocking work in threads they allow to be abandoned, so a late source is
+    reported as a timeout at once while its thread finishes alone."""
     started = time.perf_counter()
 
     def elapsed() -> float:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio.to_thread
+from opentelemetry.trace import get_current_span
 from sqlalchemy.engine import Engine
 
 from audit.trace import TraceBuilder
@@ -31,6 +32,8 @@ from gateway.sections import read_whole, section_keys
 from gateway.semantic import Semantic, semantic_search
 from gateway.settings import Settings
 from gateway.synthesis import Synthesizer
+from gateway.telemetry import current as current_telemetry
+from gateway.telemetry import documents, layer
 from gateway.understand import depth_report, has_letters, rephrase
 from gateway.verify import verify
 
@@ -103,19 +106,23 @@ async def retrieve(
     if request.effective_mode == "fetch" and not request.fetch:
         raise BadRequest("fetch: mode fetch needs a list of item ids")
 
-    decision = await decide(policy, actor, request, utc_now())
-    constraints = decision_constraints(decision, trace)
+    with layer("policy.decide") as span:
+        decision = await decide(policy, actor, request, utc_now())
+        span.set_attributes({"gateway.policy.allow": decision.allow, "gateway.policy.revision": decision.revision})
+        constraints = decision_constraints(decision, trace)
 
     resolution, entity_ms, resolution_error = Resolution(), 0.0, None
     entity_denied: tuple[tuple[str, str], ...] = ()
     if request.entities:
-        try:
-            resolution, read = await resolve(connectors.exact, constraints, request.entities)
-        except ConnectorError as exc:  # the call goes on without the entities, and says so
-            resolution_error, read = exc.message, []
-        entity_verdict = await verify(policy, actor, request.task, constraints, read)
-        resolution, entity_denied = resolution.keep(entity_verdict.allowed_ids), entity_verdict.denied
-        entity_ms = entity_verdict.ms
+        with layer("entities.resolve", {"gateway.entities.requested": len(request.entities)}) as span:
+            try:
+                resolution, read = await resolve(connectors.exact, constraints, request.entities)
+            except ConnectorError as exc:  # the call goes on without the entities, and says so
+                resolution_error, read = exc.message, []
+            entity_verdict = await verify(policy, actor, request.task, constraints, read)
+            resolution, entity_denied = resolution.keep(entity_verdict.allowed_ids), entity_verdict.denied
+            entity_ms = entity_verdict.ms
+            span.set_attribute("gateway.entities.resolved", len(resolution.live))
         trace.record(entities={"resolved": len(resolution.live), "tombstones": len(resolution.entities) - len(resolution.live),
                                "aliases": sum(len(e.aliases) for e in resolution.live), "alias_error": resolution.alias_error})
     constraints = constraints.with_subjects(resolution.subjects)
@@ -123,7 +130,8 @@ async def retrieve(
     sources = chosen_sources(request)
     searches, skipped = _searches(connectors, constraints, request, sources, resolution.live)
     recall_started = time.perf_counter()
-    results = await recall(searches, settings.connector_deadline_ms)
+    with layer("recall", {"gateway.sources": sorted(searches)}):
+        results = await recall(searches, settings.connector_deadline_ms)
     recall_ms = (time.perf_counter() - recall_started) * 1000
     if resolution_error and results.get("exact", SourceResult("exact", "skipped")).status in ("skipped", "empty"):
         results["exact"] = SourceResult("exact", "error", detail=f"entity resolution failed: {resolution_error}")
@@ -134,13 +142,17 @@ async def retrieve(
 
     candidates = [c.record for result in results.values() for c in result.candidates]
     sections_started = time.perf_counter()
-    try:
-        pieces = await connectors.exact.sections(constraints, section_keys(candidates))
-    except ConnectorError as exc:  # hits are still returned, as the pieces that were found
-        pieces = ()
-        trace.record(section_lookup_error=exc.message)
+    with layer("sections"):
+        try:
+            pieces = await connectors.exact.sections(constraints, section_keys(candidates))
+        except ConnectorError as exc:  # hits are still returned, as the pieces that were found
+            pieces = ()
+            trace.record(section_lookup_error=exc.message)
     sections_ms = (time.perf_counter() - sections_started) * 1000
-    verdict = await verify(policy, actor, request.task, constraints, candidates + list(pieces))
+    with layer("policy.verify", {"gateway.policy.checked": len(candidates) + len(pieces)}) as span:
+        verdict = await verify(policy, actor, request.task, constraints, candidates + list(pieces))
+        span.set_attribute("gateway.policy.pushdown_mismatches", len(verdict.denied) + len(entity_denied))
+    current_telemetry().mismatched(len(verdict.denied) + len(entity_denied))
     trace.record(
         retrieved={name: [c.record.id for c in r.candidates] for name, r in results.items() if r.candidates},
         dropped_by_policy=[{"id": i, "reason": reason} for i, reason in verdict.denied + tuple(entity_denied)],
@@ -148,30 +160,41 @@ async def retrieve(
     )
 
     fuse_started = time.perf_counter()
-    fused = fuse({name: r.candidates for name, r in results.items()}, verdict.allowed_ids)
-    relevant, floor_report = above_floor(fused, results["semantic"].candidates, settings.semantic_floor)
-    relevant, merged = read_whole(relevant, pieces, verdict.allowed_ids)
+    with layer("fuse"):
+        fused = fuse({name: r.candidates for name, r in results.items()}, verdict.allowed_ids)
+        relevant, floor_report = above_floor(fused, results["semantic"].candidates, settings.semantic_floor)
+        relevant, merged = read_whole(relevant, pieces, verdict.allowed_ids)
     trace.record(section_pieces=sorted(p.id for p in pieces if p.id in verdict.allowed_ids), merged_into_sections=merged)
     trace.record(relevance=floor_report)
     mask_started = time.perf_counter()
     masking = None
     if constraints.pii_mask:  # before packing, so the budget counts what is returned
-        masking = await prepare_masking(store, privacy, constraints.tenant, relevant, pieces)
-        relevant = masking.apply(relevant, frozenset(constraints.pii_reveal))
+        with layer("pii.mask") as span:
+            masking = await prepare_masking(store, privacy, constraints.tenant, relevant, pieces)
+            relevant = masking.apply(relevant, frozenset(constraints.pii_reveal))
+            span.set_attributes({f"gateway.pii.masked.{kind}": n for kind, n in masking.masker.counts().items()})
         trace.record(pii={"masked": masking.masker.counts(), "analysed_at_request": masking.analysed_now})
     mask_ms = (time.perf_counter() - mask_started) * 1000
     scopes = (request.task.scope,) if request.task.scope else constraints.scopes
     history = request.include_historical or request.effective_mode == "fetch"
-    ranking = rank(relevant, at=constraints.valid_at, scopes=scopes, include_history=history)
     limit = request.budget.bytes if request.budget else settings.default_budget_bytes
-    packed = pack(ranking.shown, limit, settings.budget_shares)
+    with layer("rank_and_pack", {"gateway.budget.limit_bytes": limit}) as span:
+        ranking = rank(relevant, at=constraints.valid_at, scopes=scopes, include_history=history)
+        packed = pack(ranking.shown, limit, settings.budget_shares)
+        span.set_attributes({"gateway.budget.used_bytes": packed.used_bytes, "gateway.packed": len(packed.items)})
+    # On the enclosing retrieval span: what the call returned, as ids and scores (never text).
+    get_current_span().set_attributes({
+        "gen_ai.retrieval.documents": documents([(r.record.id, r.entry.score) for r in packed.items]),
+        "gen_ai.retrieval.top_k": request.limit,
+    })
     fuse_ms = (time.perf_counter() - fuse_started) * 1000
     cursor = None
     if packed.leftover:
-        cursor = await anyio.to_thread.run_sync(
-            lambda: issue(store, actor, cursor_request(request, constraints), [cursor_entry(r) for r in packed.leftover],
-                          [r.record.id for r in packed.items], settings.cursor_idle_seconds)
-        )
+        with layer("cursor.issue"):
+            cursor = await anyio.to_thread.run_sync(
+                lambda: issue(store, actor, cursor_request(request, constraints), [cursor_entry(r) for r in packed.leftover],
+                              [r.record.id for r in packed.items], settings.cursor_idle_seconds)
+            )
     trace.record(
         dropped_as_historical=[r.record.id for r in ranking.hidden],
         dropped_for_budget=list(packed.dropped_ids),
@@ -200,13 +223,14 @@ async def retrieve(
     body = respond(trace.trace_id, request.effective_mode, decision.revision, packed, sources_report, timings, depth, cursor)
     if request.synthesize and synthesizer is not None:
         synthesis_started = time.perf_counter()
-        if masking is None:  # only what was packed goes to the model, so only that is masked
-            try:
-                masking = await prepare_masking(store, privacy, constraints.tenant, [r.entry for r in packed.items], pieces)
-            except MaskingUnavailable:
-                pass  # synthesize() reports it; nothing is sent unmasked
-        body["answer"] = await synthesize(synthesizer, privacy, constraints, request.query or "", packed,
-                                          cite(packed.items), masking, trace)
+        with layer("synthesis", {"gen_ai.operation.name": "chat", "gen_ai.request.model": synthesizer.model}):
+            if masking is None:  # only what was packed goes to the model, so only that is masked
+                try:
+                    masking = await prepare_masking(store, privacy, constraints.tenant, [r.entry for r in packed.items], pieces)
+                except MaskingUnavailable:
+                    pass  # synthesize() reports it; nothing is sent unmasked
+            body["answer"] = await synthesize(synthesizer, privacy, constraints, request.query or "", packed,
+                                              cite(packed.items), masking, trace)
         timings["synthesis_ms"] = round((time.perf_counter() - synthesis_started) * 1000, 3)
         timings["total_ms"] = round((time.perf_counter() - started) * 1000, 3)
     body["entities"] = entities_report(resolution)

@@ -40,6 +40,12 @@ class Settings:
     audit_key: str | None = None
     audit_retention_days: int = 400
     decision_log: Path | None = None
+    decision_log_url: str | None = None
+    decision_log_buffer: int = 10_000
+    otel_exporter: str = "none"
+    otel_endpoint: str | None = None
+    otel_service_name: str = "governed-gateway"
+    audit_session_minutes: int = 60
     llm_url: str | None = None
     llm_model: str = "gpt-4o-mini"
     llm_key: str | None = None
@@ -110,6 +116,10 @@ def load_settings(overrides: Mapping[str, Any] | None = None, environ: Mapping[s
     settings.budget_shares  # noqa: B018  (validated once, here: a bad split stops start-up)
     if settings.audit_key is not None and len(settings.audit_key.encode()) < 32:
         raise ConfigurationError("GATEWAY_AUDIT_KEY: use at least 32 bytes")
+    if settings.otel_exporter not in ("none", "otlp"):
+        raise ConfigurationError("GATEWAY_OTEL_EXPORTER: expected none or otlp")
+    if settings.decision_log_url is not None and not settings.decision_log_url.startswith(("http://", "https://")):
+        raise ConfigurationError("GATEWAY_DECISION_LOG_URL: expected an http:// or https:// URL")
     if settings.pii not in ("presidio", "none"):
         raise ConfigurationError("GATEWAY_PII: expected presidio or none")
     if settings.jwt_secret is not None and len(settings.jwt_secret.encode()) < 32:

@@ -301,7 +301,7 @@ class Synthesizer:
     """One OpenAI-compatible chat endpoint, one `httpx.AsyncClient`; close with `aclose`."""
 
     def __init__(self, url: str, model: str, key: str | None, timeout_ms: int) -> None:
-        self._model = model
+        self.model = model
         self._timeout_ms = timeout_ms
         self._client = httpx.AsyncClient(
             base_url=url.rstrip("/"),
@@ -329,7 +329,7 @@ class Synthesizer:
             seen.add(item.citation)
         flagged = tuple(item.citation for item in context if looks_like_instruction(item.text))
         body = {
-            "model": self._model,
+            "model": self.model,
             "messages": build_messages(question, context, set(flagged)),
             "temperature": 0,
             "response_format": {"type": "json_object"},

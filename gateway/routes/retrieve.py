@@ -11,6 +11,7 @@ from gateway.request import parse_retrieve
 from gateway.expand import expand
 from gateway.retrieve import retrieve
 from gateway.routes.traced import Call, traced
+from gateway.telemetry import layer
 
 
 async def handle(call: Call) -> tuple[int, dict[str, Any]]:
@@ -18,17 +19,19 @@ async def handle(call: Call) -> tuple[int, dict[str, Any]]:
     request = parse_retrieve(await call.json())
     context = call.context
     run = expand if request.effective_mode == "expand" else retrieve
-    body = await run(
-        settings=context.settings,
-        store=context.store,
-        policy=context.policy,
-        connectors=context.connectors,
-        privacy=context.privacy,
-        synthesizer=context.synthesizer,
-        actor=actor,
-        request=request,
-        trace=call.trace,
-    )
+    attributes = {"gen_ai.operation.name": "retrieval", "gen_ai.data_source.id": "gateway", "gateway.mode": request.effective_mode}
+    with layer("retrieval", attributes):
+        body = await run(
+            settings=context.settings,
+            store=context.store,
+            policy=context.policy,
+            connectors=context.connectors,
+            privacy=context.privacy,
+            synthesizer=context.synthesizer,
+            actor=actor,
+            request=request,
+            trace=call.trace,
+        )
     return 200, body
 
 
