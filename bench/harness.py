@@ -86,6 +86,30 @@ class Server:
             self.proc.kill()
             self.proc.wait()
 
+    @property
+    def pid(self) -> int:
+        """The serving process itself (`gateway serve` runs uvicorn in-process with one worker)."""
+        if self.proc is None:
+            raise RuntimeError("the server was not started")
+        return self.proc.pid
+
+    def memory_kib(self) -> dict[str, int]:
+        """The server's memory from /proc/<pid>/status in KiB: VmRSS, VmHWM (peak RSS), RssAnon, RssFile, ..."""
+        figures: dict[str, int] = {}
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            name, _, value = line.partition(":")
+            if value.endswith(" kB"):
+                figures[name] = int(value.split()[0])
+        return figures
+
+    def reset_peak_memory(self) -> bool:
+        """Set VmHWM back to the current RSS (5 written to /proc/<pid>/clear_refs, Linux 4.0+); False if refused."""
+        try:
+            Path(f"/proc/{self.pid}/clear_refs").write_text("5")
+        except OSError:
+            return False
+        return True
+
     def log_tail(self, lines: int = 20) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])

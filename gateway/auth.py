@@ -119,24 +119,17 @@ class Authenticator:
         if not match:
             raise Unauthenticated("API key is malformed")
         key_id, secret = match.groups()
-        try:
-            with Session(self.engine) as session:
-                row = session.get(ApiKey, key_id)
-        except SQLAlchemyError as exc:
-            raise StoreUnavailable("credential store unreachable") from exc
-        if row is None or row.revoked_at is not None or not hmac.compare_digest(row.secret_hash, _hash_secret(secret)):
+        row = self._live_key(key_id)
+        if not hmac.compare_digest(row.secret_hash, _hash_secret(secret)):
             raise Unauthenticated("API key is not valid")
-        return Actor(
-            id=row.principal.removeprefix("user:"),
-            tenant=row.tenant,
-            roles=tuple(row.roles),
-            groups=tuple(row.groups),
-            clearance=row.clearance,
-        )
+        return _actor_from_key(row)
 
     def actor_for_key_id(self, key_id: str) -> Actor:
         """The actor of a stored key by its id alone, read afresh: a session opened with the whole key
         (the audit page) asks on every request, so revoking the key ends the session at once."""
+        return _actor_from_key(self._live_key(key_id))
+
+    def _live_key(self, key_id: str) -> ApiKey:
         try:
             with Session(self.engine) as session:
                 row = session.get(ApiKey, key_id)
@@ -144,13 +137,7 @@ class Authenticator:
             raise StoreUnavailable("credential store unreachable") from exc
         if row is None or row.revoked_at is not None:
             raise Unauthenticated("API key is not valid")
-        return Actor(
-            id=row.principal.removeprefix("user:"),
-            tenant=row.tenant,
-            roles=tuple(row.roles),
-            groups=tuple(row.groups),
-            clearance=row.clearance,
-        )
+        return row
 
     def _from_jwt(self, token: str) -> Actor:
         settings = self.settings
@@ -169,6 +156,16 @@ class Authenticator:
         except jwt.PyJWTError as exc:
             raise Unauthenticated(f"JWT rejected: {type(exc).__name__}") from exc
         return _actor_from_claims(claims)
+
+
+def _actor_from_key(row: ApiKey) -> Actor:
+    return Actor(
+        id=row.principal.removeprefix("user:"),
+        tenant=row.tenant,
+        roles=tuple(row.roles),
+        groups=tuple(row.groups),
+        clearance=row.clearance,
+    )
 
 
 def _actor_from_claims(claims: dict[str, Any]) -> Actor:
