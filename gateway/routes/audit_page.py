@@ -16,7 +16,6 @@ import json
 import logging
 import re
 import time
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Awaitable, Callable
@@ -30,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from audit.review import Filters, get_trace, list_traces
+from gateway.lineage_stages import lineage_stages
 from connectors.instants import parse_rfc3339
 from gateway.auth import KEY_PATTERN, Actor
 from gateway.errors import BadRequest, Forbidden, GatewayError, NotFound, Unauthenticated
@@ -120,62 +120,6 @@ def _check_origin(request: Request) -> None:
     origin = request.headers.get("origin")
     if origin is not None and urlsplit(origin).netloc != request.headers.get("host"):
         raise Forbidden("This form can only be sent from the audit page itself.")
-
-
-# --- the lineage, as stages ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    item: str
-    note: str | None = None
-
-    @property
-    def href(self) -> str:
-        return "/audit?" + urlencode({"item": self.item})
-
-
-@dataclass(frozen=True, slots=True)
-class Group:
-    label: str | None
-    entries: tuple[Entry, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Stage:
-    key: str
-    title: str
-    groups: tuple[Group, ...]
-    absent: str = "none"
-
-
-def _entries(ids: Any) -> tuple[Entry, ...]:
-    return tuple(Entry(str(i)) for i in ids or ())
-
-
-def lineage_stages(trace: dict[str, Any]) -> tuple[Stage, ...]:
-    """A call's items in the order they moved through it: what each source found, what was dropped
-    and why, what was returned, what the model saw and cited, and what the agent says it used."""
-    lineage: dict[str, Any] = trace.get("lineage") or {}
-    if "retrieved" not in lineage and "packed" not in lineage:
-        return ()
-    retrieved = lineage.get("retrieved") or {}
-    by_policy = tuple(Entry(str(d.get("id")), str(d.get("reason"))) for d in lineage.get("dropped_by_policy") or ())
-    synthesis = lineage.get("synthesis")
-    no_synthesis = "no synthesis on this call" if synthesis is None else "none"
-    synthesis = synthesis or {}
-    return (
-        Stage("retrieved", "Retrieved", tuple(Group(s, _entries(ids)) for s, ids in sorted(retrieved.items()))),
-        Stage("dropped", "Dropped", tuple(g for g in (
-            Group("by policy", by_policy),
-            Group("as historical", _entries(lineage.get("dropped_as_historical"))),
-            Group("for budget", _entries(lineage.get("dropped_for_budget"))),
-        ) if g.entries)),
-        Stage("packed", "Returned to the agent", (Group(None, _entries(lineage.get("packed"))),)),
-        Stage("sent", "Sent to the model", (Group(None, _entries(synthesis.get("sent"))),), no_synthesis),
-        Stage("cited", "Cited by the model", (Group(None, _entries(synthesis.get("cited"))),), no_synthesis),
-        Stage("used", "Used, as the agent reported", (Group(None, _entries(trace.get("used"))),), "none reported"),
-    )
 
 
 # --- rendering -------------------------------------------------------------------------------------

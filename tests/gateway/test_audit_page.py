@@ -17,7 +17,8 @@ from sqlmodel import Session
 from connectors.instants import utc_now
 from gateway.db import writer
 from gateway.routes import audit_page
-from gateway.routes.audit_page import SESSION_COOKIE, lineage_stages, seal, session_key
+from gateway.lineage_stages import lineage_stages
+from gateway.routes.audit_page import SESSION_COOKIE, seal, session_key
 from gateway.tables import ApiKey
 from tests.conftest import Gateway, open_gateway
 from tests.gateway.fixtures import SALES_TASK, memory

@@ -1,0 +1,62 @@
+"""One call's lineage as the stages its items moved through, for reviewers: retrieved (per source)
+→ dropped (by policy with its reason, as historical, for budget) → returned → sent to the model →
+cited → used, as the agent reported. Every entry links to the calls that returned the item."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    item: str
+    note: str | None = None
+
+    @property
+    def href(self) -> str:
+        return "/audit?" + urlencode({"item": self.item})
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    label: str | None
+    entries: tuple[Entry, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    key: str
+    title: str
+    groups: tuple[Group, ...]
+    absent: str = "none"
+
+
+def _entries(ids: Any) -> tuple[Entry, ...]:
+    return tuple(Entry(str(i)) for i in ids or ())
+
+
+def lineage_stages(trace: dict[str, Any]) -> tuple[Stage, ...]:
+    """A call's items in the order they moved through it: what each source found, what was dropped
+    and why, what was returned, what the model saw and cited, and what the agent says it used."""
+    lineage: dict[str, Any] = trace.get("lineage") or {}
+    if "retrieved" not in lineage and "packed" not in lineage:
+        return ()
+    retrieved = lineage.get("retrieved") or {}
+    by_policy = tuple(Entry(str(d.get("id")), str(d.get("reason"))) for d in lineage.get("dropped_by_policy") or ())
+    synthesis = lineage.get("synthesis")
+    no_synthesis = "no synthesis on this call" if synthesis is None else "none"
+    synthesis = synthesis or {}
+    return (
+        Stage("retrieved", "Retrieved", tuple(Group(s, _entries(ids)) for s, ids in sorted(retrieved.items()))),
+        Stage("dropped", "Dropped", tuple(g for g in (
+            Group("by policy", by_policy),
+            Group("as historical", _entries(lineage.get("dropped_as_historical"))),
+            Group("for budget", _entries(lineage.get("dropped_for_budget"))),
+        ) if g.entries)),
+        Stage("packed", "Returned to the agent", (Group(None, _entries(lineage.get("packed"))),)),
+        Stage("sent", "Sent to the model", (Group(None, _entries(synthesis.get("sent"))),), no_synthesis),
+        Stage("cited", "Cited by the model", (Group(None, _entries(synthesis.get("cited"))),), no_synthesis),
+        Stage("used", "Used, as the agent reported", (Group(None, _entries(trace.get("used"))),), "none reported"),
+    )
