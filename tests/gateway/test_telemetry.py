@@ -3,66 +3,27 @@ the trace id in the audit row and the response header, metrics, and a real OTLP 
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import json
 import threading
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 from starlette.testclient import TestClient
 
 from gateway.app import create_app
 from gateway.settings import load_settings
-from gateway.telemetry import build_telemetry
 from tests.conftest import Gateway
 from tests.gateway.fixtures import SALES_TASK, seed
+from tests.gateway.observed import observed_gateway
+from tests.gateway.test_semantic import EmbeddingsDouble
 
 INBOUND_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
-
-
-class Observed:
-    """A gateway whose spans and metrics land in memory."""
-
-    def __init__(self, gateway: Gateway, spans: InMemorySpanExporter, metrics: InMemoryMetricReader) -> None:
-        self.gateway = gateway
-        self.spans = spans
-        self.metrics = metrics
-
-    def finished(self) -> list[ReadableSpan]:
-        return list(self.spans.get_finished_spans())
-
-    def metric_points(self) -> dict[str, list[Any]]:
-        points: dict[str, list[Any]] = {}
-        data = self.metrics.get_metrics_data()
-        for resource in data.resource_metrics if data else ():
-            for scope in resource.scope_metrics:
-                for metric in scope.metrics:
-                    points.setdefault(metric.name, []).extend(metric.data.data_points)
-        return points
-
-    def metrics_json(self) -> str:
-        data = self.metrics.get_metrics_data()
-        return data.to_json() if data else ""
-
-
-@contextlib.contextmanager
-def observed_gateway(database_url: str, tmp_path: Path, **overrides: Any) -> Iterator[Observed]:
-    spans, metrics = InMemorySpanExporter(), InMemoryMetricReader()
-    defaults = {"data_dir": tmp_path / "data", "database_url": database_url, "connector_deadline_ms": 10_000}
-    settings = load_settings({**defaults, **overrides}, environ={})
-    telemetry = build_telemetry(settings, span_processors=[SimpleSpanProcessor(spans)], metric_readers=[metrics])
-    with TestClient(create_app(settings, telemetry=telemetry), raise_server_exceptions=False) as client:
-        yield Observed(Gateway(client, settings), spans, metrics)
 
 
 def _children(spans: list[ReadableSpan], parent: ReadableSpan) -> list[ReadableSpan]:
@@ -125,20 +86,26 @@ def test_metrics_count_layers_denials_mismatches_and_degraded_sources(
 ) -> None:
     rego = policy_copy / "gateway/items/items.rego"
     rego.write_text(rego.read_text() + '\nfailures contains [item.id, "embargo"] if {\n\tsome item in input.items\n\titem.id == "mem_acl_ok"\n}\n')
-    with observed_gateway(sqlite_url, tmp_path, policies_dir=policy_copy, connector_deadline_ms=1) as seen:
-        key = seed(seen.gateway)
-        assert seen.gateway.retrieve(key, {"task": SALES_TASK, "query": "wombatacl wombatsens"}, semantic=True).status_code == 200
-        assert seen.gateway.retrieve(key, {"task": {"type": "no_such_task"}, "query": "wombatacl"}).status_code == 403
-        points = seen.metric_points()
+    failing = EmbeddingsDouble(fail=True)  # the semantic source fails on every query
+    settings = {"policies_dir": policy_copy, "embeddings_url": failing.url, "embeddings_model": "bow-64",
+                "embeddings_dims": EmbeddingsDouble.dims}
+    try:
+        with observed_gateway(sqlite_url, tmp_path, **settings) as seen:
+            key = seed(seen.gateway)
+            allowed = seen.gateway.retrieve(key, {"task": SALES_TASK, "query": "wombatacl wombatsens"}, semantic=True)
+            assert allowed.status_code == 200 and allowed.json()["sources"]["semantic"]["status"] == "error"
+            assert seen.gateway.retrieve(key, {"task": {"type": "no_such_task"}, "query": "wombatacl"}).status_code == 403
+            points = seen.metric_points()
+    finally:
+        failing.close()
 
     layers = {p.attributes["layer"] for p in points["gateway.layer.duration"]}
     assert {"policy.decide", "recall", "policy.verify", "fuse", "rank_and_pack", "audit.write"} <= layers
     assert all(p.count >= 1 and p.sum >= 0 for p in points["gateway.layer.duration"])
     assert sum(p.value for p in points["gateway.policy.denials"]) == 1
     assert sum(p.value for p in points["gateway.policy.pushdown_mismatches"]) == 1
-    # A 1 ms deadline: the embedding alone takes longer, so the semantic source times out.
     degraded = {p.attributes["gen_ai.data_source.id"]: p.value for p in points["gateway.sources.degraded"]}
-    assert degraded.get("semantic") == 1
+    assert degraded == {"semantic": 1}
     retrieval = {p.attributes["gen_ai.data_source.id"] for p in points["gen_ai.retrieval.duration"]}
     assert {"exact", "lexical", "semantic"} <= retrieval
     answered = {(p.attributes["endpoint"], p.attributes["http.response.status_code"]): p.value for p in points["gateway.requests"]}
