@@ -2,7 +2,8 @@
 
 Each evaluation (allowed, denied or failed) becomes one JSON line with OPA's field names:
 `decision_id`, `path`, `input`, `result`, `bundles` (`{"gateway": {"revision"}}`), `timestamp`,
-`metrics` (`timer_rego_query_eval_ns`), plus `labels` and, on failure, `error`. The input is copied
+`metrics` (`timer_rego_query_eval_ns`), plus `labels`, the call's OpenTelemetry `trace_id` and
+`span_id`, and, on failure, `error`. The input is copied
 with anything that could hold text or personal data erased (item bodies, values, query text, names,
 identifiers, comments), and the erased paths are listed in `erased` as OPA does. The gateway's
 inputs carry envelopes, never bodies; the erasure is a second line of defence.
@@ -27,6 +28,7 @@ from typing import Any, Protocol
 
 import anyio.to_thread
 import httpx
+from opentelemetry.trace import get_current_span
 
 from gateway.errors import PolicyUnavailable
 from gateway.policy.base import ENTRYPOINTS, PolicyEngine
@@ -279,6 +281,9 @@ class LoggedEngine:
             "metrics": {"timer_rego_query_eval_ns": time.perf_counter_ns() - started},
             "labels": {"engine": self.inner.name},
         }
+        span = get_current_span().get_span_context()
+        if span.is_valid:  # as OPA does with distributed tracing on: the call's OpenTelemetry ids
+            entry["trace_id"], entry["span_id"] = format(span.trace_id, "032x"), format(span.span_id, "016x")
         if erased:
             entry["erased"] = sorted(set(erased))
         if error is not None:

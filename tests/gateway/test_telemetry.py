@@ -31,7 +31,8 @@ def _children(spans: list[ReadableSpan], parent: ReadableSpan) -> list[ReadableS
 
 
 def test_a_retrieve_is_one_trace_with_a_span_per_layer_and_its_id_in_the_audit_row(sqlite_url: str, tmp_path: Path) -> None:
-    with observed_gateway(sqlite_url, tmp_path) as seen:
+    decisions = tmp_path / "decisions.jsonl"
+    with observed_gateway(sqlite_url, tmp_path, decision_log=decisions) as seen:
         key = seed(seen.gateway)
         seen.spans.clear()
         response = seen.gateway.retrieve(key, {"task": SALES_TASK, "mode": "brief", "query": "wombatacl wombatsens quokkaacl",
@@ -48,6 +49,10 @@ def test_a_retrieve_is_one_trace_with_a_span_per_layer_and_its_id_in_the_audit_r
     assert {format(s.context.trace_id, "032x") for s in spans} == {trace_hex}
     assert row["lineage"]["otel"] == {"trace_id": trace_hex, "span_id": format(server.context.span_id, "016x")}
     assert response.headers["traceparent"].startswith(f"00-{trace_hex}-{format(server.context.span_id, '016x')}-")
+    logged = [json.loads(line) for line in decisions.read_text().splitlines()]
+    decide_span = format(next(s for s in spans if s.name == "policy.decide").context.span_id, "016x")
+    assert {(e["path"], e["trace_id"]) for e in logged} == {("gateway/request", trace_hex), ("gateway/items", trace_hex)}
+    assert any(e["path"] == "gateway/request" and e["span_id"] == decide_span for e in logged)
 
     assert sorted(s.name for s in _children(spans, server)) == ["audit.write", "retrieval"]
     (pipeline,) = [s for s in spans if s.name == "retrieval"]
