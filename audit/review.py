@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, exists, select
+from sqlalchemy import ColumnElement, select
 from sqlalchemy.engine import Engine
 
 from audit.chain import audit_item, audit_trace, chain_of
 from audit.chain import utc_instant as _instant
 
 MAX_PAGE = 200
+EXPORT_CHUNK_BYTES = 64 * 1024  # one response chunk per ~64 KiB, not per row
 EXPORT_COLUMNS = ("trace_id", "created_at", "tenant", "actor", "endpoint", "status_code", "decision", "task_type",
                   "policy_engine", "policy_revision", "error_code", "seq", "row_hash", "lineage")
 
@@ -49,9 +50,8 @@ def _where(tenant: str, filters: Filters) -> list[ColumnElement[bool]]:
     if filters.until:
         conditions.append(audit_trace.c.created_at < filters.until)
     if filters.item:
-        conditions.append(
-            exists(select(audit_item.c.trace_pk).where(audit_item.c.trace_pk == audit_trace.c.pk, audit_item.c.item_id == filters.item))
-        )
+        # Driven from the item's index: the calls that returned it, not a scan of the chain.
+        conditions.append(audit_trace.c.pk.in_(select(audit_item.c.trace_pk).where(audit_item.c.item_id == filters.item)))
     return conditions
 
 
@@ -71,16 +71,17 @@ def summary(m: Any) -> dict[str, Any]:
 
 
 def list_traces(engine: Engine, tenant: str, filters: Filters, after: int | None, limit: int) -> tuple[list[dict[str, Any]], int | None]:
-    """Newest first; `after` is the position (pk) of the last row of the previous page."""
+    """Newest first; `after` is the chain position (seq) of the last row of the previous page. Paged
+    by seq, the (chain, seq) index serves the order: no page sorts the whole chain."""
     conditions = _where(tenant, filters)
     if after is not None:
-        conditions.append(audit_trace.c.pk < after)
-    statement = select(audit_trace).where(*conditions).order_by(audit_trace.c.pk.desc()).limit(min(limit, MAX_PAGE) + 1)
+        conditions.append(audit_trace.c.seq < after)
+    statement = select(audit_trace).where(*conditions).order_by(audit_trace.c.seq.desc()).limit(min(limit, MAX_PAGE) + 1)
     with engine.connect() as conn:
         rows = [r._mapping for r in conn.execute(statement)]
     page = rows[: min(limit, MAX_PAGE)]
     more = len(rows) > len(page)
-    return [summary(m) for m in page], (page[-1]["pk"] if more and page else None)
+    return [summary(m) for m in page], (page[-1]["seq"] if more and page else None)
 
 
 def get_trace(engine: Engine, tenant: str, trace_id: str) -> dict[str, Any] | None:
@@ -107,10 +108,11 @@ def get_trace(engine: Engine, tenant: str, trace_id: str) -> dict[str, Any] | No
 
 
 def export(engine: Engine, tenant: str, filters: Filters, fmt: str) -> Iterator[bytes]:
-    """Every matching row, oldest first, streamed from a server-side cursor in bounded memory."""
-    statement = select(audit_trace).where(*_where(tenant, filters)).order_by(audit_trace.c.pk)
-    if fmt == "csv":
-        yield _csv_line(EXPORT_COLUMNS)
+    """Every matching row, oldest first (chain order, which the (chain, seq) index serves without a
+    sort), streamed from a server-side cursor in bounded memory, in chunks of about 64 KiB."""
+    statement = select(audit_trace).where(*_where(tenant, filters)).order_by(audit_trace.c.seq)
+    chunk: list[bytes] = [_csv_line(EXPORT_COLUMNS)] if fmt == "csv" else []
+    size = 0
     with engine.connect() as conn:
         result = conn.execution_options(stream_results=True, yield_per=500).execute(statement)
         try:
@@ -118,11 +120,18 @@ def export(engine: Engine, tenant: str, filters: Filters, fmt: str) -> Iterator[
                 m = row._mapping
                 record = {c: (_instant(m[c]) if c == "created_at" else m[c]) for c in EXPORT_COLUMNS}
                 if fmt == "csv":
-                    yield _csv_line(tuple(json.dumps(v, sort_keys=True) if c == "lineage" else v for c, v in record.items()))
+                    line = _csv_line(tuple(json.dumps(v, sort_keys=True) if c == "lineage" else v for c, v in record.items()))
                 else:
-                    yield (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
+                    line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
+                chunk.append(line)
+                size += len(line)
+                if size >= EXPORT_CHUNK_BYTES:
+                    yield b"".join(chunk)
+                    chunk, size = [], 0
         finally:
             result.close()
+    if chunk:
+        yield b"".join(chunk)
 
 
 def _csv_line(values: tuple[Any, ...]) -> bytes:
