@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import secrets
-from dataclasses import fields
+import threading
+from dataclasses import dataclass, fields
 from typing import Any
 
 import anyio.to_thread
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
 from audit.chain import append
@@ -19,29 +20,75 @@ from gateway.errors import AuditWriteError
 
 
 APPEND_ATTEMPTS = 20
+GROUP_LIMIT = 128  # traces committed together at most
+NOT_WRITTEN = "the audit trace could not be written; the call was not answered"
+
+
+@dataclass(slots=True)
+class _Pending:
+    """One trace waiting for its commit; `done` and `error` are set by whichever writer committed it."""
+
+    values: dict[str, Any]
+    done: bool = False
+    error: AuditWriteError | None = None
 
 
 class AuditStore:
+    """Appends traces to their tenant chains, with group commit: writers that arrive while another
+    is committing queue up, and the next one to get the turn commits them all in one transaction
+    (one lock, one sync to disk) instead of each taking its own. Every writer still returns only
+    once its own row is committed, so a call is never answered without its record."""
+
     def __init__(self, engine: Engine, key: bytes | None = None) -> None:
         self.engine = engine
         # The key of the trace's fingerprints; without one given, a key of this process only.
         self.key = key or secrets.token_bytes(32)
+        self._queue: list[_Pending] = []
+        self._queue_lock = threading.Lock()
+        self._turn = threading.Lock()  # one committer at a time
 
     def write_sync(self, trace: Trace) -> None:
-        """Append the trace to its tenant's chain. Two writers racing for one position: the loser's
-        insert fails on the unique (chain, seq) index and it appends again on the new head."""
+        """Append the trace to its tenant's chain; raises AuditWriteError when it could not be."""
         # Trace and the table share their field names: the row is the frozen value, stored.
-        values = {f.name: getattr(trace, f.name) for f in fields(trace)}
+        pending = _Pending({f.name: getattr(trace, f.name) for f in fields(trace)})
+        with self._queue_lock:
+            self._queue.append(pending)
+        with self._turn:
+            while not pending.done:  # nobody committed it while this writer waited: commit the queue
+                with self._queue_lock:
+                    group, self._queue = self._queue[:GROUP_LIMIT], self._queue[GROUP_LIMIT:]
+                self._commit(group)
+        if pending.error is not None:
+            raise pending.error
+
+    def _commit(self, group: list[_Pending]) -> None:
+        """The whole group in one transaction; if that fails for a reason other than a lost race for
+        the head, each trace alone, so one bad trace never takes the others down with it."""
+        try:
+            self._append(group)
+        except AuditWriteError:
+            for pending in group:
+                try:
+                    self._append([pending])
+                except AuditWriteError as exc:
+                    pending.error = exc
+        for pending in group:
+            pending.done = True
+
+    def _append(self, group: list[_Pending]) -> None:
+        """Two writers (processes, replicas) racing for one position: the loser's insert fails on the
+        unique (chain, seq) index and it appends again on the new head."""
         for attempt in range(APPEND_ATTEMPTS):
             try:
                 with writer(self.engine).begin() as conn:
-                    append(conn, values)
+                    for pending in group:
+                        append(conn, pending.values)
                 return
             except IntegrityError as exc:
                 if attempt == APPEND_ATTEMPTS - 1:
-                    raise AuditWriteError("the audit trace could not be written; the call was not answered") from exc
-            except SQLAlchemyError as exc:
-                raise AuditWriteError("the audit trace could not be written; the call was not answered") from exc
+                    raise AuditWriteError(NOT_WRITTEN) from exc
+            except Exception as exc:  # the store, or a row it could not take: either way no record, no answer
+                raise AuditWriteError(NOT_WRITTEN) from exc
 
     async def write(self, trace: Trace) -> None:
         await anyio.to_thread.run_sync(self.write_sync, trace)

@@ -4,10 +4,12 @@ a row makes verify point at it; concurrent writers keep one valid chain on both 
 from __future__ import annotations
 
 import threading
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 from sqlalchemy import delete, select, update
 
@@ -16,6 +18,7 @@ from audit.store import AuditStore
 from audit.trace import Trace
 from gateway import db
 from gateway.cli import main
+from gateway.errors import AuditWriteError
 from tests.conftest import Gateway
 from tests.gateway.fixtures import SALES_TASK
 
@@ -77,14 +80,21 @@ def test_editing_deleting_or_reordering_a_row_is_pointed_at(gateway: Gateway) ->
     assert deleted["reason"].startswith("expected position") or "link" in deleted["reason"]
 
 
-def test_eight_concurrent_writers_keep_one_valid_chain(gateway: Gateway) -> None:
-    store = AuditStore(gateway.store)
+def _trace(trace_id: str, tenant: str, lineage: dict[str, Any]) -> Trace:
+    return Trace(trace_id=trace_id, created_at=datetime.now(timezone.utc), endpoint="test", status_code=200, decision="allow",
+                 tenant=tenant, actor="user:x", policy_engine=None, policy_revision=None, error_code=None, lineage=lineage)
+
+
+@pytest.mark.parametrize("writers", ["one store, grouped commits", "eight replicas"])
+def test_eight_concurrent_writers_keep_one_valid_chain(gateway: Gateway, writers: str) -> None:
+    """Eight threads on one store commit in groups; eight stores on one database (replicas) race
+    for the head and retry. Either way: one chain, no gap, no fork."""
+    shared = AuditStore(gateway.store)
+    stores = [shared] * 8 if writers.startswith("one") else [AuditStore(gateway.store) for _ in range(8)]
 
     def write(n: int) -> None:
         for i in range(10):
-            store.write_sync(Trace(trace_id=f"tr_c{n}_{i}", created_at=datetime.now(timezone.utc), endpoint="test",
-                                   status_code=200, decision="allow", tenant="busy", actor="user:x", policy_engine=None,
-                                   policy_revision=None, error_code=None, lineage={"n": n, "i": i}))
+            stores[n].write_sync(_trace(f"tr_c{n}_{i}", "busy", {"n": n, "i": i}))
 
     threads = [threading.Thread(target=write, args=(n,)) for n in range(8)]
     for thread in threads:
@@ -94,6 +104,34 @@ def test_eight_concurrent_writers_keep_one_valid_chain(gateway: Gateway) -> None
     chain = rows(gateway, "busy")
     assert len(chain) == 80 and [r["seq"] for r in chain] == list(range(1, 81))
     assert verify(gateway.store, "busy") == {"ok": True, "chains": {"busy": {"rows": 80, "ok": True}}, "first_broken": None}
+
+
+def test_one_trace_the_store_cannot_take_fails_alone_in_its_group(sqlite_gateway: Gateway) -> None:
+    store = AuditStore(sqlite_gateway.store)
+    outcomes: dict[str, str] = {}
+
+    def write(trace: Trace) -> None:
+        try:
+            store.write_sync(trace)
+            outcomes[trace.trace_id] = "written"
+        except AuditWriteError:
+            outcomes[trace.trace_id] = "refused"
+
+    traces = [_trace("tr_good_1", "grouped", {"n": 1}), _trace("tr_bad", "grouped", {"unstorable": object()}),
+              _trace("tr_good_2", "grouped", {"n": 2})]
+    with store._turn:  # hold the turn so that all three queue up and are committed as one group
+        threads = [threading.Thread(target=write, args=(t,)) for t in traces]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 10
+        while len(store._queue) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(store._queue) == 3
+    for thread in threads:
+        thread.join()
+    assert outcomes == {"tr_good_1": "written", "tr_bad": "refused", "tr_good_2": "written"}
+    assert [r["trace_id"] for r in rows(sqlite_gateway, "grouped")] == ["tr_good_1", "tr_good_2"]
+    assert verify(sqlite_gateway.store, "grouped")["ok"] is True
 
 
 def test_the_cli_verifies_every_chain_and_exits_1_when_one_is_broken(sqlite_gateway: Gateway, tmp_path: Path) -> None:
