@@ -36,6 +36,7 @@ from gateway.settings import Settings
 Attributes = Mapping[str, str | int | float | bool | Sequence[str]]
 PROPAGATOR = TraceContextTextMapPropagator()
 DOCUMENTS_ON_SPAN = 50  # gen_ai.retrieval.documents keeps the first 50 returned ids
+EXPORT_TIMEOUT_SECONDS = 3
 
 
 class Telemetry:
@@ -176,9 +177,13 @@ def build_telemetry(settings: Settings, span_processors: Sequence[SpanProcessor]
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         base = settings.otel_endpoint.rstrip("/") if settings.otel_endpoint else None
-        span_exporter: SpanExporter = OTLPSpanExporter(endpoint=f"{base}/v1/traces" if base else None)
-        processors.append(BatchSpanProcessor(span_exporter))
-        readers.append(PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=f"{base}/v1/metrics" if base else None)))
+        # Short export deadlines: a collector that is down must not hold up shutdown for long (the
+        # exporters retry within their deadline; what is left is dropped and logged by the SDK).
+        span_exporter: SpanExporter = OTLPSpanExporter(endpoint=f"{base}/v1/traces" if base else None,
+                                                       timeout=EXPORT_TIMEOUT_SECONDS)
+        processors.append(BatchSpanProcessor(span_exporter, export_timeout_millis=EXPORT_TIMEOUT_SECONDS * 1000))
+        metric_exporter = OTLPMetricExporter(endpoint=f"{base}/v1/metrics" if base else None, timeout=EXPORT_TIMEOUT_SECONDS)
+        readers.append(PeriodicExportingMetricReader(metric_exporter, export_timeout_millis=EXPORT_TIMEOUT_SECONDS * 1000))
     tracer_provider = TracerProvider(resource=resource)
     for processor in processors:
         tracer_provider.add_span_processor(processor)
