@@ -103,6 +103,7 @@ def create_app(settings: Settings, context: GatewayContext | None = None, teleme
             Route("/audit/sign-in", audit_page.sign_in_route, methods=["POST"]),
             Route("/audit/sign-out", audit_page.sign_out_route, methods=["POST"]),
             Route("/audit/traces/{trace_id}", audit_page.trace_route, methods=["GET"]),
+            Route("/audit/verify", audit_page.verify_route, methods=["GET"]),
         ],
         exception_handlers={HTTPException: http_error, GatewayError: gateway_error, Exception: unexpected_error},
         lifespan=lifespan,

@@ -28,6 +28,7 @@ from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from audit.chain import verify
 from audit.review import Filters, get_trace, list_traces
 from gateway.lineage_stages import lineage_stages
 from connectors.instants import parse_rfc3339
@@ -238,6 +239,18 @@ async def trace_page(call: Call) -> tuple[int, Response]:
                 lineage_json=json.dumps(lineage, indent=2, sort_keys=True))
 
 
+async def verify_page(call: Call) -> tuple[int, Response]:
+    """GET /audit/verify: recompute the own tenant's hash chain and name its first broken link."""
+    actor = session_actor(call)
+    if actor is None:
+        return sign_in_form(401, "Sign in to check the chain.")
+    call.trace.decision = "read"
+    report = await anyio.to_thread.run_sync(verify, call.context.store, actor.tenant)
+    rows = sum(chain["rows"] for chain in report["chains"].values())
+    call.trace.record(audit_verify={"ok": report["ok"], "rows": rows})
+    return page(200, "verify.html", actor, report=report, rows=rows, tenant=actor.tenant)
+
+
 async def form_fields(call: Call) -> dict[str, str]:
     """A url-encoded form within the body limit; only each field's first value counts."""
     content_type = call.request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -299,6 +312,10 @@ async def list_route(request: Request) -> Response:
 
 async def trace_route(request: Request) -> Response:
     return await traced(request, "audit_page_trace", as_page(trace_page))
+
+
+async def verify_route(request: Request) -> Response:
+    return await traced(request, "audit_page_verify", as_page(verify_page))
 
 
 async def sign_in_route(request: Request) -> Response:

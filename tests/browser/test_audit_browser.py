@@ -190,6 +190,10 @@ def test_a_reviewer_signs_in_filters_opens_a_trace_and_follows_an_item(browser: 
     assert "Calls that returned mem_a" in browser.find_element(By.TAG_NAME, "h1").text
     assert rows(browser) == (calls["alice"] + calls["bob"])[::-1]  # acme's calls only, though globex has a mem_a too
 
+    browser.find_element(By.ID, "verify-link").click()
+    wait_for(browser, "verify-result")
+    assert browser.find_element(By.ID, "verify-result").get_attribute("data-ok") == "true"
+
     browser.find_element(By.ID, "sign-out").click()
     wait_for(browser, "sign-in-form")
     assert browser.get_cookie("gw_audit_session") is None

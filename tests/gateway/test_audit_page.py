@@ -323,3 +323,26 @@ def test_sign_out_clears_the_cookie(sqlite_gateway: Gateway) -> None:
     assert sqlite_gateway.trace(response.headers["x-trace-id"])["actor"] == "user:auditor-acme"
     page = sqlite_gateway.client.get("/audit")
     assert page.status_code == 200 and 'id="sign-in-form"' in page.text
+
+
+def test_the_chain_check_page_says_intact_then_names_the_edited_row(sqlite_gateway: Gateway) -> None:
+    from sqlalchemy import select, update
+
+    from audit.chain import audit_trace
+
+    gateway = sqlite_gateway
+    seed(gateway)
+    signed_in(gateway)
+    intact = gateway.client.get("/audit/verify")
+    assert intact.status_code == 200 and 'data-ok="true"' in intact.text and "tenant <strong>acme</strong>" in intact.text
+    with writer(gateway.store).begin() as conn:
+        target = conn.execute(select(audit_trace).where(audit_trace.c.chain == "acme").order_by(audit_trace.c.seq).limit(1)
+                              .offset(2)).first()
+        assert target is not None
+        conn.execute(update(audit_trace).where(audit_trace.c.pk == target.pk).values(decision="allow" if target.decision != "allow" else "deny"))
+    broken = gateway.client.get("/audit/verify")
+    assert broken.status_code == 200 and 'data-ok="false"' in broken.text
+    assert f'<strong id="broken-seq">{target.seq}</strong>' in broken.text and target.trace_id in broken.text
+    assert "content does not match its hash" in broken.text
+    gateway.client.cookies.clear()
+    assert gateway.client.get("/audit/verify").status_code == 401  # signed out: the sign-in form
