@@ -7,7 +7,6 @@ import time
 from typing import Awaitable, Callable
 
 import anyio
-
 from opentelemetry.trace import Status, StatusCode
 
 from connectors.base import SourceResult
