@@ -4,9 +4,11 @@ only; usage and feedback are reported by the agent that made the call, about tha
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Any
 
 import anyio.to_thread
+from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -18,39 +20,46 @@ from gateway.routes.traced import Call, Stream, traced
 
 UNKNOWN_TRACE = "trace: no such trace"
 CURSOR = re.compile(r"^c_(\d{1,18})$")
+FILTER_NAMES = ("actor", "task", "decision", "since", "until", "item")
 
 
-def _filters(call: Call) -> Filters:
-    params = call.request.query_params
-    unknown = set(params) - {"actor", "task", "decision", "since", "until", "item", "limit", "cursor", "format"}
-    if unknown:
-        raise BadRequest(f"{sorted(unknown)[0]}: unknown query parameter")
-    instants = {}
+def review_query(params: QueryParams, others: frozenset[str], unknown: str) -> tuple[Filters, int | None]:
+    """The filters and cursor of a review request (the JSON API's and the audit page's); `others`
+    are the further parameters the caller reads itself, any other is refused as `<name>: <unknown>`.
+    Blank values (empty form fields) mean no filter."""
+    names = sorted(set(params) - {*FILTER_NAMES, "cursor", *others})
+    if names:
+        raise BadRequest(f"{names[0]}: {unknown}")
+    instants: dict[str, datetime] = {}
     for name in ("since", "until"):
         if params.get(name):
             try:
                 instants[name] = parse_rfc3339(params[name])
             except ValueError as exc:
-                raise BadRequest(f"{name}: expected an RFC3339 instant with an offset") from exc
-    return Filters(actor=params.get("actor") or None, task=params.get("task") or None, decision=params.get("decision") or None,
-                   item=params.get("item") or None, **instants)
+                raise BadRequest(f"{name}: expected an instant with its offset, such as 2026-11-30T00:00:00Z") from exc
+    after = None
+    if params.get("cursor"):
+        match = CURSOR.match(params["cursor"])
+        if not match:
+            raise BadRequest("cursor: not a cursor this page issued")
+        after = int(match.group(1))
+    filters = Filters(actor=params.get("actor") or None, task=params.get("task") or None,
+                      decision=params.get("decision") or None, item=params.get("item") or None, **instants)
+    return filters, after
+
+
+def _api_query(call: Call) -> tuple[Filters, int | None]:
+    return review_query(call.request.query_params, frozenset({"limit", "format"}), "unknown query parameter")
 
 
 async def list_route_handler(call: Call) -> tuple[int, dict[str, Any]]:
     """GET /v1/audit/traces: newest first, filtered, paged by cursor."""
     actor = call.authenticate(required_role="auditor")
     call.trace.decision = "read"
-    filters = _filters(call)
-    params = call.request.query_params
-    limit_text = params.get("limit", "50")
+    filters, after = _api_query(call)
+    limit_text = call.request.query_params.get("limit", "50")
     if not limit_text.isdigit() or not 1 <= int(limit_text) <= MAX_PAGE:
         raise BadRequest(f"limit: expected a whole number from 1 to {MAX_PAGE}")
-    after = None
-    if params.get("cursor"):
-        match = CURSOR.match(params["cursor"])
-        if not match:
-            raise BadRequest("cursor: not a cursor this endpoint issued")
-        after = int(match.group(1))
     rows, last = await anyio.to_thread.run_sync(list_traces, call.context.store, actor.tenant, filters, after, int(limit_text))
     call.trace.record(audit_read={"listed": len(rows)})
     return 200, {"traces": rows, "cursor": f"c_{last}" if last is not None else None}
@@ -71,7 +80,7 @@ async def export_traces(call: Call) -> tuple[int, dict[str, Any] | Stream]:
     """GET /v1/audit/export?format=jsonl|csv: every matching row, streamed."""
     actor = call.authenticate(required_role="auditor")
     call.trace.decision = "read"
-    filters = _filters(call)
+    filters, _ = _api_query(call)
     fmt = call.request.query_params.get("format", "jsonl")
     if fmt not in ("jsonl", "csv"):
         raise BadRequest("format: expected jsonl or csv")

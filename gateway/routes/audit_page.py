@@ -31,18 +31,16 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from audit.chain import verify
 from audit.review import Filters, get_trace, list_traces
 from gateway.lineage_stages import lineage_stages
-from connectors.instants import parse_rfc3339
 from gateway.auth import KEY_PATTERN, Actor
 from gateway.errors import BadRequest, Forbidden, GatewayError, NotFound, Unauthenticated
+from gateway.routes.audit import FILTER_NAMES, review_query
 from gateway.routes.traced import Call, traced
 
 log = logging.getLogger("gateway.http")
 
 ROLE = "auditor"
 PAGE_SIZE = 50
-FILTER_NAMES = ("actor", "task", "decision", "since", "until", "item")
 KNOWN_DECISIONS = ("allow", "deny", "read", "write", "error", "none")
-CURSOR = re.compile(r"^c_([0-9]{1,18})$")
 SESSION_COOKIE = "gw_audit_session"
 SESSION_VALUE = re.compile(r"^([0-9a-f]{16})\.([0-9]{1,12})\.([0-9a-f]{64})$")
 SESSION_PURPOSE = b"audit-page-session"
@@ -172,26 +170,8 @@ def as_page(handler: PageHandler) -> Callable[[Call], Awaitable[tuple[int, Respo
 
 
 def page_query(params: QueryParams) -> tuple[Filters, int | None]:
-    """The list's filters and cursor from the query string; blank form fields mean no filter."""
-    unknown = sorted(set(params) - {*FILTER_NAMES, "cursor"})
-    if unknown:
-        raise BadRequest(f"{unknown[0]}: not a filter of this page")
-    instants: dict[str, datetime] = {}
-    for name in ("since", "until"):
-        if params.get(name):
-            try:
-                instants[name] = parse_rfc3339(params[name])
-            except ValueError as exc:
-                raise BadRequest(f"{name}: expected an instant with its offset, such as 2026-11-30T00:00:00Z") from exc
-    after = None
-    if params.get("cursor"):
-        match = CURSOR.match(params["cursor"])
-        if not match:
-            raise BadRequest("cursor: not a cursor this page issued")
-        after = int(match.group(1))
-    filters = Filters(actor=params.get("actor") or None, task=params.get("task") or None,
-                      decision=params.get("decision") or None, item=params.get("item") or None, **instants)
-    return filters, after
+    """The list's filters and cursor from the query string."""
+    return review_query(params, frozenset(), "not a filter of this page")
 
 
 def filter_values(params: QueryParams) -> dict[str, str]:
