@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from harness import Server, code_revision, free_port
+from harness import Server, code_revision, free_port, send_all
 from retrieve_bench import AGENT, QUERY_SEED, TENANTS, count_items, generate, percentile, retrieve_bodies
 from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.engine import Engine
@@ -206,16 +206,8 @@ async def run_phase(
     client: httpx.AsyncClient, label: str, method: str, path: str, bodies: list[dict[str, Any] | None], concurrency: int
 ) -> Phase:
     """Send every body once, from `concurrency` workers each holding one keep-alive connection."""
-    samples: list[Timed] = []
-    jobs = iter(bodies)
-
-    async def worker() -> None:
-        for body in jobs:
-            samples.append(await timed(client, method, path, body))
-
-    started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return Phase(label, samples, time.perf_counter() - started)
+    samples, seconds = await send_all(bodies, concurrency, lambda body: timed(client, method, path, body))
+    return Phase(label, samples, seconds)
 
 
 def fast_bodies(count: int, seed: int) -> list[dict[str, Any] | None]:

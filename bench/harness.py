@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -10,8 +11,9 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -189,3 +191,22 @@ def load_through_api(url: str, key: str, items: list[dict[str, Any]]) -> dict[st
     if sum(totals.values()) != len(items):
         raise SystemExit(f"the service accounted for {sum(totals.values())} items, not {len(items)}: {dict(totals)}")
     return {"seconds": seconds, "rate": len(items) / seconds, "batches": len(bodies), **totals}
+
+
+Body = TypeVar("Body")
+Sample = TypeVar("Sample")
+
+
+async def send_all(bodies: Sequence[Body], concurrency: int, send: Callable[[Body], Awaitable[Sample]]) -> tuple[list[Sample], float]:
+    """Send every body once, from `concurrency` workers taking the next body as they finish (each
+    holds one keep-alive connection of the caller's client); the samples and the wall time in s."""
+    samples: list[Sample] = []
+    jobs = iter(bodies)
+
+    async def worker() -> None:
+        for body in jobs:
+            samples.append(await send(body))
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return samples, time.perf_counter() - started

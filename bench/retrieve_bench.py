@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import httpx
-from harness import Server, code_revision, free_port
+from harness import Server, code_revision, free_port, send_all
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
@@ -312,16 +312,8 @@ async def run_phase(
     client: httpx.AsyncClient, name: str, method: str, path: str, bodies: list[dict[str, Any] | None], concurrency: int
 ) -> Phase:
     """Send every body once, from `concurrency` workers each holding one keep-alive connection."""
-    samples: list[Sample] = []
-    jobs = iter(bodies)
-
-    async def worker() -> None:
-        for body in jobs:
-            samples.append(await timed(client, method, path, body))
-
-    started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return Phase(name, samples, time.perf_counter() - started)
+    samples, seconds = await send_all(bodies, concurrency, lambda body: timed(client, method, path, body))
+    return Phase(name, samples, seconds)
 
 
 async def measure(url: str, key: str, requests: int, concurrency: int, depth: str) -> dict[str, Phase]:
