@@ -21,6 +21,7 @@ import httpx
 import pytest
 import uvicorn
 from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.expected_conditions import staleness_of
@@ -139,7 +140,9 @@ def filter_by(driver: WebDriver, **values: str) -> None:
         field.send_keys(values.get(name, ""))
     old = driver.find_element(By.ID, "filters")
     driver.find_element(By.ID, "apply-filters").click()
-    WebDriverWait(driver, WAIT_S).until(staleness_of(old))  # the next page has replaced this one
+    # The next page has replaced this one. While it does, Chromium may answer a look at the old form
+    # with "node does not belong to the document" instead of a stale reference: ask again.
+    WebDriverWait(driver, WAIT_S, ignored_exceptions=(WebDriverException,)).until(staleness_of(old))
     wait_for(driver, "filters")
 
 
