@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import delete, func, insert, select
 from sqlalchemy.engine import Connection, Engine
 
-from audit.tables import AuditAnchor, AuditItem, AuditTrace
+from core.audit_tables import AuditAnchor, AuditItem, AuditTrace
 
 audit_trace = AuditTrace.__table__  # type: ignore[attr-defined]
 audit_item = AuditItem.__table__  # type: ignore[attr-defined]
@@ -145,7 +145,7 @@ def prune(engine: Engine, before: datetime) -> dict[str, int]:
     """Remove rows recorded before `before`, chain by chain, keeping each chain verifiable: the
     oldest kept row becomes the chain's anchor (its position and the hash it links to). A chain is
     only cut below a row that stays, so its newest row is never removed."""
-    from gateway.db import writer
+    from core.store import writer
 
     removed: dict[str, int] = {}
     with writer(engine).begin() as conn:

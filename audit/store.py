@@ -13,10 +13,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
 from audit.chain import append
-from audit.tables import AuditTrace
+from core.audit_tables import AuditTrace
 from audit.trace import Trace
-from gateway.db import writer
-from gateway.errors import AuditWriteError
+from core.store import writer
+from core.errors import AuditWriteError
 
 
 APPEND_ATTEMPTS = 20
@@ -105,7 +105,7 @@ def _as_dict(row: AuditTrace) -> dict[str, Any]:
 
 def load_or_create_key(engine: Engine) -> bytes:
     """The store's audit key: read it, or create it once (a concurrent creator's key wins the race)."""
-    from audit.tables import AuditSecret
+    from core.audit_tables import AuditSecret
 
     for _ in range(3):
         with Session(engine) as session:

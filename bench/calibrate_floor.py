@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7, help="sampling seed (default 7)")
     args = parser.parse_args(argv)
 
-    from gateway.embeddings import OnnxMiniLM
+    from gateway.writes.embeddings import OnnxMiniLM
 
     corpus, queries, qrels = read(args.data_set)
     rng = random.Random(args.seed)

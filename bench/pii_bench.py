@@ -1,4 +1,4 @@
-"""PII benchmark: how well and how fast `gateway.pii` finds and masks personal data.
+"""PII benchmark: how well and how fast `gateway.privacy.detect` finds and masks personal data.
 
 Generates a seeded, labelled set of short CRM-style notes (meeting notes, support tickets, e-mails)
 with planted personal data at exact character offsets (names of many origins, e-mail addresses on
@@ -44,7 +44,7 @@ from typing import Any, Callable, Sequence
 import phonenumbers
 from harness import code_revision
 
-from gateway.pii import ENTITY_TYPES, LITERAL, Detector, Masker, Span, _analyzer
+from gateway.privacy.detect import ENTITY_TYPES, LITERAL, Detector, Masker, Span, _analyzer
 
 SEED = 20261201
 NOTES = 600

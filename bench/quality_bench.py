@@ -36,7 +36,7 @@ import harness
 from harness import Server, clean_env, code_revision, free_port, gateway_executable, load_through_api
 from sqlalchemy import text
 
-from gateway.db import open_store
+from core.store import open_store
 from gateway.settings import Settings
 
 TENANT = "scifact"

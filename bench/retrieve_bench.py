@@ -31,8 +31,8 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from gateway.auth import create_api_key
-from gateway.db import open_store
-from gateway.ingest import ingest
+from core.store import open_store
+from gateway.writes.items import ingest
 
 SEED = 20261130
 QUERY_SEED = 7
@@ -217,8 +217,8 @@ def prepare_store(data_dir: Path, items: int, reuse: bool) -> tuple[str, dict[st
 
 def embed_store(data_dir: Path) -> None:
     """Give every item its vector before measuring (the service would, in the background)."""
-    from gateway.embeddings import OnnxMiniLM
-    from gateway.vectorize import embed_pending, lag
+    from gateway.writes.embeddings import OnnxMiniLM
+    from gateway.writes.vectorize import embed_pending, lag
 
     engine = open_store(f"sqlite:///{(data_dir / 'gateway.db').resolve()}")
     try:

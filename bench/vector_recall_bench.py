@@ -21,10 +21,12 @@ from pathlib import Path
 import numpy as np
 from sqlalchemy import insert
 
-from connectors.base import Constraints, RecallQuery
-from connectors.vectors import VectorIndex
-from gateway.db import open_store, writer
-from gateway.tables import Item, ItemPrincipal, ItemVector
+from core.constraints import ItemFilter
+
+from core.records import RecallQuery
+from connectors.sql.vectors import VectorIndex
+from core.store import open_store, writer
+from core.tables import Item, ItemPrincipal, ItemVector
 
 SHARES = {"p100": 1.0, "p50": 0.5, "p5": 0.05, "p05": 0.005}
 DIMS = 384
@@ -62,8 +64,8 @@ def load(engine, n: int, rng: np.random.Generator, centroids: np.ndarray) -> Non
             ])
 
 
-def constraints(group: str) -> Constraints:
-    return Constraints(
+def constraints(group: str) -> ItemFilter:
+    return ItemFilter(
         tenant="t", principals=(f"group:{group}",), sensitivities=("internal",),
         valid_at=datetime(2026, 11, 30, tzinfo=timezone.utc), scopes=("any",), kinds=("document",),
         statuses=("active",),

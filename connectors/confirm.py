@@ -15,9 +15,13 @@ from sqlalchemy import select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from connectors.base import Candidate, Constraints, RecallQuery, SemanticConnector, SourceResult
-from connectors.pushdown import item, permitted, record_from_row, tagged
-from gateway.errors import ConnectorError
+from connectors.base import SemanticConnector
+
+from core.constraints import ItemFilter
+
+from core.records import Candidate, RecallQuery, SourceResult
+from connectors.sql.pushdown import item, permitted, record_from_row, tagged
+from core.errors import ConnectorError
 
 
 class StoreConfirmed:
@@ -28,16 +32,16 @@ class StoreConfirmed:
         self.engine = engine
         self.name = inner.name
 
-    async def search(self, constraints: Constraints, query: RecallQuery) -> SourceResult:
-        result = await self.inner.search(constraints, query)
+    async def search(self, where: ItemFilter, query: RecallQuery) -> SourceResult:
+        result = await self.inner.search(where, query)
         if not result.candidates:
             return result
-        confirmed = await anyio.to_thread.run_sync(self._confirm, constraints, query, result.candidates, abandon_on_cancel=True)
+        confirmed = await anyio.to_thread.run_sync(self._confirm, where, query, result.candidates, abandon_on_cancel=True)
         return replace(result, candidates=confirmed, status="ok" if confirmed else "empty")
 
-    def _confirm(self, constraints: Constraints, query: RecallQuery, candidates: tuple[Candidate, ...]) -> tuple[Candidate, ...]:
+    def _confirm(self, where: ItemFilter, query: RecallQuery, candidates: tuple[Candidate, ...]) -> tuple[Candidate, ...]:
         wanted = [c.record.id for c in candidates]
-        statement = select(item).where(item.c.id.in_(wanted), permitted(constraints), tagged(query.tags))
+        statement = select(item).where(item.c.id.in_(wanted), permitted(where), tagged(query.tags))
         try:
             with self.engine.connect() as conn:
                 current = {row._mapping["id"]: record_from_row(row) for row in conn.execute(statement)}

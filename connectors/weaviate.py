@@ -71,9 +71,11 @@ from weaviate.classes.query import Filter, FilterReturn, MetadataQuery
 from weaviate.exceptions import WeaviateBaseError
 from weaviate.util import generate_uuid5
 
-from connectors.base import Candidate, Constraints, Record, RecallQuery, SourceResult
-from connectors.instants import parse_rfc3339, rfc3339, to_utc
-from gateway.errors import ConnectorError
+from core.constraints import ItemFilter
+
+from core.records import Candidate, Record, RecallQuery, SourceResult
+from core.instants import parse_rfc3339, rfc3339, to_utc
+from core.errors import ConnectorError
 
 COLLECTION: Final = "GatewayItem"
 VECTOR: Final = "default"  # the one named vector of the collection
@@ -88,9 +90,7 @@ HANDLED_FIELDS: Final = frozenset(
     {"tenant", "kinds", "principals", "sensitivities", "statuses", "valid_at", "history", "scopes", "subjects"}
 )
 # entity_statuses governs entity lookups only, which never reach Weaviate.
-NOT_ITEM_FILTERS: Final = frozenset(
-    {"graph_relations", "graph_max_depth", "graph_fanout", "entity_statuses", "pii_mask", "pii_reveal", "policy_result"}
-)
+NOT_ITEM_FILTERS: Final = frozenset({"entity_statuses"})
 
 # name -> (data type, tokenization); text properties that are filtered use FIELD tokenization.
 SCHEMA: Final[dict[str, tuple[DataType, Tokenization | None]]] = {
@@ -141,13 +141,13 @@ def _default(field: dataclasses.Field[Any]) -> object:
     return dataclasses.MISSING  # a required field: any value is "set"
 
 
-def check_fields(constraints: Constraints) -> None:
+def check_fields(where: ItemFilter) -> None:
     """Refuse constraints carrying a field this translation does not know (with a non-default value)."""
-    for field in dataclasses.fields(constraints):
+    for field in dataclasses.fields(where):
         if field.name in HANDLED_FIELDS or field.name in NOT_ITEM_FILTERS:
             continue
         default = _default(field)
-        if default is dataclasses.MISSING or getattr(constraints, field.name) != default:
+        if default is dataclasses.MISSING or getattr(where, field.name) != default:
             raise ConnectorError(
                 f"semantic: constraint {field.name!r} has no Weaviate translation; refusing to search without it"
             )
@@ -180,22 +180,22 @@ def _any(*nodes: Node) -> Node:
     return kept[0] if len(kept) == 1 else {"any": kept}
 
 
-def constraints_filter(constraints: Constraints, tags: Sequence[str] = ()) -> Node:
+def constraints_filter(where: ItemFilter, tags: Sequence[str] = ()) -> Node:
     """`pushdown.permitted(constraints)` AND `pushdown.tagged(tags)` as a filter tree (tenant aside)."""
-    check_fields(constraints)
-    if not constraints.principals or not constraints.kinds:
+    check_fields(where)
+    if not where.principals or not where.kinds:
         return NOTHING
-    at = rfc3339(constraints.valid_at)
+    at = rfc3339(where.valid_at)
     clauses = [
-        _one_of("kind", constraints.kinds),
-        _one_of("sensitivity", constraints.sensitivities),
-        _one_of("status", constraints.statuses),
+        _one_of("kind", where.kinds),
+        _one_of("sensitivity", where.sensitivities),
+        _one_of("status", where.statuses),
         _any(_leaf("valid_from", "is_none", True), _leaf("valid_from", "less_or_equal", at)),
         # With history, whatever had started by the instant counts, ended or not.
-        *([] if constraints.history else [_any(_leaf("valid_to", "is_none", True), _leaf("valid_to", "greater_than", at))]),
-        _one_of("acl", constraints.principals),
-        _any(_leaf("scoped", "equal", False), _one_of("scope", constraints.scopes)),
-        _any(_leaf("attached_to", "is_none", True), _one_of("attached_to", constraints.subjects)),
+        *([] if where.history else [_any(_leaf("valid_to", "is_none", True), _leaf("valid_to", "greater_than", at))]),
+        _one_of("acl", where.principals),
+        _any(_leaf("scoped", "equal", False), _one_of("scope", where.scopes)),
+        _any(_leaf("attached_to", "is_none", True), _one_of("attached_to", where.subjects)),
     ]
     if tags:
         wanted = _exact(tags)
@@ -513,9 +513,9 @@ class WeaviateConnector:
 
     # -- searching
 
-    async def search(self, constraints: Constraints, query: RecallQuery) -> SourceResult:
+    async def search(self, where: ItemFilter, query: RecallQuery) -> SourceResult:
         started = time.perf_counter()
-        tree = constraints_filter(constraints, query.tags)
+        tree = constraints_filter(where, query.tags)
         if query.vector is None:
             return SourceResult(self.name, "skipped", detail="no query vector")
         if query.model != self.model:
@@ -525,8 +525,8 @@ class WeaviateConnector:
         if tree == NOTHING or query.limit < 1:
             return SourceResult(self.name, "empty", ms=(time.perf_counter() - started) * 1000, detail="the constraints admit nothing")
         where = to_weaviate(tree)
-        shard = weaviate_tenant(constraints.tenant)
-        candidates = await anyio.to_thread.run_sync(self._search, constraints.tenant, shard, where, query, abandon_on_cancel=True)
+        shard = weaviate_tenant(where.tenant)
+        candidates = await anyio.to_thread.run_sync(self._search, where.tenant, shard, where, query, abandon_on_cancel=True)
         ms = (time.perf_counter() - started) * 1000
         return SourceResult(self.name, "ok" if candidates else "empty", candidates, ms)
 

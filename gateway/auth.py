@@ -14,37 +14,16 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
-from connectors.instants import utc_now
-from gateway.db import writer
-from gateway.errors import BadRequest, StoreUnavailable, Unauthenticated
+from core.instants import utc_now
+from core.store import writer
+from core.actor import Actor
+from core.errors import BadRequest, StoreUnavailable, Unauthenticated
 from gateway.settings import Settings
-from gateway.tables import SENSITIVITIES, ApiKey
+from core.tables import SENSITIVITIES, ApiKey
 
 KEY_PATTERN = re.compile(r"^gw_([0-9a-f]{16})_([A-Za-z0-9_-]{20,100})$")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.@:-]{1,200}$")
 ROLES = ("agent", "ingest", "auditor", "policy_admin")
-
-
-@dataclass(frozen=True, slots=True)
-class Actor:
-    id: str
-    tenant: str
-    roles: tuple[str, ...]
-    groups: tuple[str, ...]
-    clearance: str
-
-    @property
-    def principal(self) -> str:
-        return f"user:{self.id}"
-
-    def as_policy_input(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "tenant": self.tenant,
-            "roles": list(self.roles),
-            "groups": list(self.groups),
-            "clearance": self.clearance,
-        }
 
 
 def _hash_secret(secret: str) -> str:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import anyio
 import anyio.to_thread
 
-from gateway.errors import where
+from core.errors import where
 
 log = logging.getLogger("gateway.background")
 LAG_EVERY_S = 2.0

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from gateway.errors import GatewayError
+from core.errors import GatewayError
 from gateway.settings import Settings, load_settings
 
 
@@ -45,7 +45,7 @@ def serve(workers: int, **flags: Any) -> None:
     settings = settings_from(**flags)
     _export(settings)
     uvicorn.run(
-        "gateway.server:app",
+        "gateway.http.server:app",
         host=settings.host,
         port=settings.port,
         workers=workers,
@@ -70,7 +70,7 @@ def _export(settings: Settings) -> None:
 @store_options
 def demo(**flags: Any) -> None:
     """Load the multi-tenant demo data set and print tokens and a sample curl."""
-    from gateway.db import open_store
+    from core.store import open_store
     from gateway.demo import load_demo
 
     settings = settings_from(**flags)
@@ -103,7 +103,7 @@ def keys() -> None:
 def keys_create(tenant: str, principal: str, groups: str, roles: str, clearance: str, **flags: Any) -> None:
     """Create an API key and print it once."""
     from gateway.auth import create_api_key
-    from gateway.db import open_store
+    from core.store import open_store
 
     settings = settings_from(**flags)
     try:
@@ -126,9 +126,9 @@ def keys_create(tenant: str, principal: str, groups: str, roles: str, clearance:
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 def ingest_command(tenant: str, files: tuple[Path, ...], **flags: Any) -> None:
     """Ingest JSON, NDJSON or Markdown (.md) files, with the same rules as PUT /v1/items and /v1/documents."""
-    from gateway.db import open_store
-    from gateway.documents import parse_document
-    from gateway.ingest import ingest, ingest_document, parse_items_body
+    from core.store import open_store
+    from gateway.writes.documents import parse_document
+    from gateway.writes.items import ingest, ingest_document, parse_items_body
 
     settings = settings_from(**flags)
     engine = open_store(settings.effective_database_url)
@@ -164,9 +164,9 @@ def ingest_command(tenant: str, files: tuple[Path, ...], **flags: Any) -> None:
 @click.option("--threads", type=int, default=2, show_default=True, help="Model threads.")
 def embed(batch: int, threads: int, **flags: Any) -> None:
     """Embed every item still waiting for a vector (the service also does this in the background)."""
-    from gateway.db import open_store
-    from gateway.embeddings import load_embedder
-    from gateway.vectorize import embed_all, lag
+    from core.store import open_store
+    from gateway.writes.embeddings import load_embedder
+    from gateway.writes.vectorize import embed_all, lag
 
     settings = settings_from(**flags)
     embedder, unavailable = load_embedder(settings, threads=threads)
@@ -190,7 +190,7 @@ def audit() -> None:
 def audit_verify(tenant: str | None, **flags: Any) -> None:
     """Recompute the audit hash chains; print where the first one breaks and exit 1 if any does."""
     from audit.chain import verify
-    from gateway.db import open_store
+    from core.store import open_store
 
     settings = settings_from(**flags)
     report = verify(open_store(settings.effective_database_url), tenant)
@@ -207,8 +207,8 @@ def audit_prune(days: int | None, **flags: Any) -> None:
     from datetime import timedelta
 
     from audit.chain import prune
-    from connectors.instants import utc_now
-    from gateway.db import open_store
+    from core.instants import utc_now
+    from core.store import open_store
 
     settings = settings_from(**flags)
     keep_days = days if days is not None else settings.audit_retention_days
@@ -229,9 +229,9 @@ def pii() -> None:
 def pii_analyze(batch: int, **flags: Any) -> None:
     """Analyse every item whose stored spans are missing, older than its text, or from another
     analyzer configuration (the service also does this in the background)."""
-    from gateway.db import open_store
-    from gateway.pii import Detector
-    from gateway.pii_store import analyze_all, pending
+    from core.store import open_store
+    from gateway.privacy.detect import Detector
+    from gateway.privacy.store import analyze_all, pending
 
     settings = settings_from(**flags)
     engine = open_store(settings.effective_database_url)

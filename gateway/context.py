@@ -8,21 +8,21 @@ from dataclasses import dataclass
 from sqlalchemy.engine import Engine
 
 from audit.store import AuditStore, load_or_create_key
-from connectors.fts import FullTextConnector
-from connectors.graph import SqlGraphConnector
-from connectors.sql import SqlExactConnector
-from connectors.vectors import VectorConnector, VectorIndex
+from connectors.sql.lexical import FullTextConnector
+from connectors.sql.graph import SqlGraphConnector
+from connectors.sql.exact import SqlExactConnector
+from connectors.sql.vectors import VectorConnector, VectorIndex
 from gateway.auth import Authenticator
-from gateway.db import open_store
-from gateway.embeddings import load_embedder
-from gateway.pii_store import Privacy, load_privacy
+from core.store import open_store
+from gateway.writes.embeddings import load_embedder
+from gateway.privacy.store import Privacy, load_privacy
 from gateway.policy import PolicyEngine, load_engine
-from gateway.retrieve import Connectors
-from gateway.semantic import Semantic
+from gateway.pipeline.retrieve import Connectors
+from gateway.pipeline.semantic import Semantic
 from gateway.settings import Settings
-from gateway.synthesis import Synthesizer
+from gateway.synthesis.client import Synthesizer
 from gateway.telemetry import NOOP, Telemetry, build_telemetry
-from gateway.vectorize import EmbeddingWorker, publish_to_weaviate
+from gateway.writes.vectorize import EmbeddingWorker, publish_to_weaviate
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,8 +7,8 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from gateway.auth import create_api_key
-from gateway.entity_writes import merge
-from gateway.ingest import IngestReport, ingest
+from gateway.writes.entities import merge
+from gateway.writes.items import IngestReport, ingest
 
 ACTORS: dict[str, dict[str, Any]] = {
     "alice@acme": {"tenant": "acme", "principal": "user:alice", "roles": ["agent"], "groups": ["sales"], "clearance": "confidential",

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, fields, replace
+from functools import cache
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Mapping
 
-from gateway.errors import ConfigurationError
+from core.errors import ConfigurationError
 
 PROJECT_POLICIES = Path(__file__).resolve().parent.parent / "policies"
+BUDGET_SOURCES = ("memory", "document", "external", "property", "graph")
+DEFAULT_SPLIT = "memory=35,document=30,external=20,property=10,graph=5"
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +31,7 @@ class Settings:
     max_body_bytes: int = 1024 * 1024
     connector_deadline_ms: int = 250
     default_budget_bytes: int = 16_000
-    budget_split: str = "memory=35,document=30,external=20,property=10,graph=5"
+    budget_split: str = DEFAULT_SPLIT
     cursor_idle_seconds: int = 3600
     embeddings: str = "minilm"
     embeddings_url: str | None = None
@@ -67,13 +71,34 @@ class Settings:
 
     @property
     def budget_shares(self) -> Mapping[str, float]:
-        from gateway.budget import parse_split
-
         return parse_split(self.budget_split)
 
     @property
     def jwt_enabled(self) -> bool:
         return bool(self.jwt_secret or self.jwt_public_key)
+
+
+
+
+@cache
+def parse_split(text: str) -> Mapping[str, float]:
+    """`memory=35,document=30,...` as fractions of one; every source named once, shares > 0 in all.
+    Cached: the setting is parsed once, not on every request that packs."""
+    shares: dict[str, float] = {}
+    for part in text.split(","):
+        name, _, number = part.strip().partition("=")
+        if name not in BUDGET_SOURCES or name in shares:
+            raise ConfigurationError(f"GATEWAY_BUDGET_SPLIT: unknown or repeated source {name!r}; use {', '.join(BUDGET_SOURCES)}")
+        try:
+            shares[name] = float(number)
+        except ValueError as exc:
+            raise ConfigurationError(f"GATEWAY_BUDGET_SPLIT: share of {name} is not a number") from exc
+        if shares[name] < 0:
+            raise ConfigurationError(f"GATEWAY_BUDGET_SPLIT: share of {name} is negative")
+    total = sum(shares.values())
+    if total <= 0:
+        raise ConfigurationError("GATEWAY_BUDGET_SPLIT: the shares add up to nothing")
+    return MappingProxyType({name: shares.get(name, 0.0) / total for name in BUDGET_SOURCES})
 
 
 def _convert(name: str, raw: str, kind: Any) -> Any:

@@ -17,7 +17,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine
 from starlette.testclient import TestClient
 
-from gateway.app import create_app
+from gateway.http.app import create_app
 from gateway.auth import create_api_key
 from gateway.settings import PROJECT_POLICIES, Settings, load_settings
 
@@ -120,7 +120,7 @@ class Gateway:
 
     def embed_all(self) -> int:
         """Embed everything written so far, now (the service's worker would, a little later)."""
-        from gateway.vectorize import embed_all
+        from gateway.writes.vectorize import embed_all
 
         semantic = self.client.app.state.context.connectors.semantic  # type: ignore[attr-defined]
         assert semantic.embedder is not None, semantic.unavailable

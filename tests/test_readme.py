@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from gateway.app import create_app
+from gateway.http.app import create_app
 from gateway.cli import main
 from gateway.settings import Settings, load_settings
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Protocol
 
-from gateway.errors import ConfigurationError, PolicyUnavailable
-from gateway.settings import Settings
+from core.errors import ConfigurationError, PolicyUnavailable
 
 ENTRYPOINTS = {"request": "gateway/request", "items": "gateway/items"}
 
@@ -56,24 +55,3 @@ async def self_check(engine: PolicyEngine) -> None:
         )
     except PolicyUnavailable as exc:
         raise ConfigurationError(f"policy self-check failed: {exc.message}") from exc
-
-
-async def load_engine(settings: Settings) -> PolicyEngine:
-    """The OPA engine when an OPA URL is set, else the embedded one; both checked before use."""
-    from gateway.policy.bundle import read_bundle
-
-    bundle = read_bundle(settings.policies_dir)
-    engine: PolicyEngine
-    if settings.opa_url:
-        from gateway.policy.opa import OpaServerEngine
-
-        engine = await OpaServerEngine.connect(settings, bundle)
-    else:
-        from gateway.policy.embedded import EmbeddedEngine
-
-        engine = EmbeddedEngine(bundle)
-    await self_check(engine)
-    from gateway.policy.decision_log import LoggedEngine, open_sink
-
-    sink = open_sink(settings)
-    return LoggedEngine(engine, sink) if sink is not None else engine

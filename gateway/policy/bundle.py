@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway.errors import ConfigurationError
+from core.errors import ConfigurationError
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@ import anyio.to_thread
 import httpx
 from opentelemetry.trace import get_current_span
 
-from gateway.errors import PolicyUnavailable
+from core.errors import PolicyUnavailable
 from gateway.policy.base import ENTRYPOINTS, PolicyEngine
 from gateway.settings import Settings
 

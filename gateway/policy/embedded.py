@@ -14,7 +14,7 @@ from typing import Any
 
 import regorus
 
-from gateway.errors import ConfigurationError, PolicyUnavailable
+from core.errors import ConfigurationError, PolicyUnavailable
 from gateway.policy.base import ENTRYPOINTS
 from gateway.policy.bundle import PolicyBundle
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from gateway.errors import ConfigurationError, PolicyUnavailable
+from core.errors import ConfigurationError, PolicyUnavailable
 from gateway.policy.base import ENTRYPOINTS
 from gateway.policy.bundle import PolicyBundle
 from gateway.settings import Settings

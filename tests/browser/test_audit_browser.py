@@ -27,7 +27,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.ui import WebDriverWait
 
-from gateway.app import create_app
+from gateway.http.app import create_app
 from gateway.auth import create_api_key
 from gateway.settings import load_settings
 from tests.gateway.fixtures import SALES_TASK, memory

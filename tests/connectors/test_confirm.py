@@ -9,11 +9,13 @@ from sqlalchemy.engine import Engine
 
 from sqlalchemy import select
 
-from connectors.base import Candidate, Constraints, RecallQuery, Record, SourceResult
+from core.constraints import ItemFilter
+
+from core.records import Candidate, RecallQuery, Record, SourceResult
 from connectors.confirm import StoreConfirmed
-from connectors.pushdown import item, record_from_row
-from gateway.db import open_store
-from gateway.ingest import ingest
+from connectors.sql.pushdown import item, record_from_row
+from core.store import open_store
+from gateway.writes.items import ingest
 from tests.connectors.test_contract import CONSTRAINTS, note
 
 
@@ -25,7 +27,7 @@ class StaleIndex:
     def __init__(self, candidates: tuple[Candidate, ...]) -> None:
         self.candidates = candidates
 
-    async def search(self, constraints: Constraints, query: RecallQuery) -> SourceResult:
+    async def search(self, constraints: ItemFilter, query: RecallQuery) -> SourceResult:
         return SourceResult(self.name, "ok", self.candidates)
 
 

@@ -14,19 +14,23 @@ import pytest
 from sqlalchemy import create_engine
 from sqlalchemy.engine import Engine
 
-from connectors.base import Constraints, ExactConnector, Identifier, LexicalConnector, RecallQuery, SourceResult
-from connectors.fts import FullTextConnector
-from connectors.sql import SqlExactConnector
-from connectors.vectors import VectorConnector, VectorIndex
-from gateway.db import open_store
-from gateway.errors import ConnectorError
-from gateway.ingest import ingest
-from gateway.embeddings import load_embedder
-from gateway.recall import run_source
-from gateway.settings import load_settings
-from gateway.vectorize import embed_all
+from connectors.base import ExactConnector, LexicalConnector
 
-CONSTRAINTS = Constraints(
+from core.constraints import ItemFilter
+
+from core.records import Identifier, RecallQuery, SourceResult
+from connectors.sql.lexical import FullTextConnector
+from connectors.sql.exact import SqlExactConnector
+from connectors.sql.vectors import VectorConnector, VectorIndex
+from core.store import open_store
+from core.errors import ConnectorError
+from gateway.writes.items import ingest
+from gateway.writes.embeddings import load_embedder
+from gateway.pipeline.recall import run_source
+from gateway.settings import load_settings
+from gateway.writes.vectorize import embed_all
+
+CONSTRAINTS = ItemFilter(
     tenant="acme",
     principals=("user:alice", "*", "group:sales", "role:agent"),
     sensitivities=("public", "internal", "confidential"),
@@ -71,7 +75,7 @@ def store(database_url: str) -> Iterator[Engine]:
     engine.dispose()
 
 
-def search(connector: ExactConnector | LexicalConnector, constraints: Constraints, query: RecallQuery) -> SourceResult:
+def search(connector: ExactConnector | LexicalConnector, constraints: ItemFilter, query: RecallQuery) -> SourceResult:
     return asyncio.run(connector.search(constraints, query))
 
 

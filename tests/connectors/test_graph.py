@@ -20,18 +20,22 @@ import pytest
 from sqlalchemy import create_engine, insert, select, text
 from sqlalchemy.engine import Engine
 
-from connectors.base import Constraints, GraphConnector, RecallQuery, SourceResult
-from connectors.graph import SqlGraphConnector, reachable_edges, walk
-from gateway.db import open_store
-from gateway.errors import ConnectorError
-from gateway.ingest import ingest
-from gateway.tables import EntityTombstone
+from connectors.base import GraphConnector
+
+from core.constraints import GraphLimits, ItemFilter
+
+from core.records import RecallQuery, SourceResult
+from connectors.sql.graph import SqlGraphConnector, reachable_edges, walk
+from core.store import open_store
+from core.errors import ConnectorError
+from gateway.writes.items import ingest
+from core.tables import EntityTombstone
 from tests.conftest import BACKENDS, POSTGRES_URL, require_postgres
 
 NOW = datetime(2026, 6, 1, tzinfo=timezone.utc)
 PAST = datetime(2020, 6, 1, tzinfo=timezone.utc)
 
-CONSTRAINTS = Constraints(
+CONSTRAINTS = ItemFilter(
     tenant="acme",
     principals=("user:alice", "*"),
     sensitivities=("public", "internal"),
@@ -39,11 +43,16 @@ CONSTRAINTS = Constraints(
     scopes=("sales",),
     kinds=("property", "memory", "document", "edge"),
     statuses=("active", "superseded", "disputed"),
-    graph_relations=("knows", "works_at"),
-    graph_max_depth=3,
-    graph_fanout=10,
     subjects=("a",),
 )
+LIMITS = GraphLimits(relations=("knows", "works_at"), max_depth=3, fanout=10)
+
+
+def split(**overrides: Any) -> tuple[ItemFilter, GraphLimits]:
+    """Overrides of the filter and of the graph limits, each applied to its own value."""
+    limits = {k: v for k, v in overrides.items() if k in ("relations", "max_depth", "fanout")}
+    where = {k: v for k, v in overrides.items() if k not in limits}
+    return replace(CONSTRAINTS, **where), replace(LIMITS, **limits)
 
 # Envelopes that each hide an entity (or an edge) from the actor above.
 HIDING: dict[str, dict[str, Any]] = {
@@ -120,9 +129,9 @@ class Graph:
             conn.execute(insert(EntityTombstone.__table__).values(**row))  # type: ignore[attr-defined]
 
     def walk(self, subjects: tuple[str, ...] = ("a",), limit: int = 50, **overrides: Any) -> SourceResult:
-        constraints = replace(CONSTRAINTS, subjects=tuple(self.id(s) for s in subjects), **overrides)
+        where, limits = split(subjects=tuple(self.id(s) for s in subjects), **overrides)
         connector: GraphConnector = SqlGraphConnector(self.engine)
-        return asyncio.run(connector.search(constraints, RecallQuery(limit=limit)))
+        return asyncio.run(connector.search(where, limits, RecallQuery(limit=limit)))
 
     def ids(self, result: SourceResult) -> list[str]:
         return [c.record.id.removeprefix(self.prefix + ".") for c in result.candidates]
@@ -139,17 +148,17 @@ def graph(store: Engine, request: pytest.FixtureRequest) -> Graph:
 def test_depth_is_never_exceeded(graph: Graph) -> None:
     g = graph
     g.build(g.entities("a", "b", "c", "d") + [g.edge("a", "b", 0.9), g.edge("b", "c", 0.8), g.edge("c", "d", 0.7)])
-    assert g.found(graph_max_depth=1) == ["a-b"]
-    assert g.found(graph_max_depth=2) == ["a-b", "b-c"]
-    assert g.found(graph_max_depth=3) == ["a-b", "b-c", "c-d"]
+    assert g.found(max_depth=1) == ["a-b"]
+    assert g.found(max_depth=2) == ["a-b", "b-c"]
+    assert g.found(max_depth=3) == ["a-b", "b-c", "c-d"]
 
 
 def test_depth_is_clamped_to_one_to_three_hops(graph: Graph) -> None:
     g = graph
     chain = ["a", "b", "c", "d", "e"]
     g.build(g.entities(*chain) + [g.edge(s, t) for s, t in zip(chain, chain[1:])])
-    assert sorted(g.found(graph_max_depth=10)) == ["a-b", "b-c", "c-d"]
-    assert g.found(graph_max_depth=0) == ["a-b"]
+    assert sorted(g.found(max_depth=10)) == ["a-b", "b-c", "c-d"]
+    assert g.found(max_depth=0) == ["a-b"]
 
 
 def test_fanout_keeps_the_best_edges_out_of_each_node(graph: Graph) -> None:
@@ -158,17 +167,17 @@ def test_fanout_keeps_the_best_edges_out_of_each_node(graph: Graph) -> None:
     hub = [g.edge("a", t, confidence=i / 20) for i, t in enumerate(targets)]
     onward = [g.edge("t14", f"u{i}", confidence=i / 10) for i in range(6)]  # t14 is a's best neighbour
     g.build(g.entities("a", *targets, *(f"u{i}" for i in range(6))) + hub + onward)
-    found = g.found(graph_fanout=5, graph_max_depth=2)
+    found = g.found(fanout=5, max_depth=2)
     assert [i for i in found if i.startswith("a-")] == ["a-t14", "a-t13", "a-t12", "a-t11", "a-t10"]
     assert sorted(i for i in found if i.startswith("t14-")) == ["t14-u1", "t14-u2", "t14-u3", "t14-u4", "t14-u5"]
     assert len(found) == 10
-    assert g.found(graph_fanout=0, graph_max_depth=1) == ["a-t14"]  # clamped to 1
+    assert g.found(fanout=0, max_depth=1) == ["a-t14"]  # clamped to 1
 
 
 def test_fanout_is_clamped_to_fifty(graph: Graph) -> None:
     g = graph
     g.build(g.entities("a", "b") + [g.edge("a", "b", confidence=i / 100, id=f"e{i:02d}") for i in range(55)])
-    found = g.found(graph_fanout=500, limit=100)
+    found = g.found(fanout=500, limit=100)
     assert found == [f"e{i:02d}" for i in range(54, 4, -1)]
 
 
@@ -179,7 +188,7 @@ def test_hidden_edges_and_hidden_targets_never_take_a_fanout_slot(graph: Graph) 
         + [g.edge("a", "h1", 0.99, acl=["group:finance"]), g.edge("a", "h2", 0.98)]
         + [g.edge("a", "v1", 0.3), g.edge("a", "v2", 0.2), g.edge("a", "v3", 0.1)]
     )
-    assert g.found(graph_fanout=3) == ["a-v1", "a-v2", "a-v3"]
+    assert g.found(fanout=3) == ["a-v1", "a-v2", "a-v3"]
 
 
 def test_a_relation_outside_the_policy_is_never_followed(graph: Graph) -> None:
@@ -189,7 +198,7 @@ def test_a_relation_outside_the_policy_is_never_followed(graph: Graph) -> None:
         + [g.edge("a", "b"), g.edge("b", "c"), g.edge("a", "x", 0.9, relation="owns"), g.edge("x", "y", 0.9)]
     )
     assert sorted(g.found()) == ["a-b", "b-c"]
-    assert sorted(g.found(graph_relations=("knows", "owns"))) == ["a-b", "a-x", "b-c", "x-y"]
+    assert sorted(g.found(relations=("knows", "owns"))) == ["a-b", "a-x", "b-c", "x-y"]
 
 
 @pytest.mark.parametrize("hidden_by", sorted(HIDING))
@@ -254,7 +263,7 @@ def test_a_cycle_terminates_and_returns_each_edge_once(graph: Graph) -> None:
         g.entities("a", "b", "c")
         + [g.edge("a", "b", 0.9), g.edge("b", "a", 0.8), g.edge("b", "c", 0.7), g.edge("c", "a", 0.6)]
     )
-    result = g.walk(graph_max_depth=3)
+    result = g.walk(max_depth=3)
     assert g.ids(result) == ["a-b", "b-a", "b-c", "c-a"]
     assert [c.rank for c in result.candidates] == [1, 2, 3, 4]
 
@@ -262,7 +271,7 @@ def test_a_cycle_terminates_and_returns_each_edge_once(graph: Graph) -> None:
 def test_the_walk_never_continues_from_a_node_already_on_its_path(graph: Graph) -> None:
     g = graph
     g.build(g.entities("a", "b") + [g.edge("a", "b"), g.edge("b", "a")])
-    walked = walk(replace(CONSTRAINTS, subjects=(g.id("a"),), graph_max_depth=3))
+    walked = walk(*split(subjects=(g.id("a"),), max_depth=3))
     with g.engine.connect() as conn:
         rows = conn.execute(select(walked.c.node, walked.c.depth, walked.c.closes).order_by(walked.c.depth)).all()
     strip = len(g.prefix) + 1
@@ -316,7 +325,7 @@ def test_the_callers_limit_caps_the_edges_returned(graph: Graph) -> None:
 def test_every_subject_starts_a_walk(graph: Graph) -> None:
     g = graph
     g.build(g.entities("a", "b", "c", "d") + [g.edge("a", "b", 0.9), g.edge("b", "c", 0.8), g.edge("c", "d", 0.7)])
-    assert g.found(graph_max_depth=1, subjects=("a", "c")) == ["a-b", "c-d"]
+    assert g.found(max_depth=1, subjects=("a", "c")) == ["a-b", "c-d"]
 
 
 def test_nothing_reachable_is_empty(graph: Graph) -> None:
@@ -331,14 +340,14 @@ DEAD_STORE = "postgresql+psycopg://postgres@127.0.0.1:1/none"
 
 def dead_walk(**overrides: Any) -> SourceResult:
     connector = SqlGraphConnector(create_engine(DEAD_STORE, connect_args={"connect_timeout": 1}))
-    return asyncio.run(connector.search(replace(CONSTRAINTS, **overrides), RecallQuery()))
+    return asyncio.run(connector.search(*split(**overrides), RecallQuery()))
 
 
 @pytest.mark.parametrize(
     ("overrides", "detail"),
     [
         ({"subjects": ()}, "no resolved entity to start from"),
-        ({"graph_relations": ()}, "the policy allows no relation for this task"),
+        ({"relations": ()}, "the policy allows no relation for this task"),
         ({"kinds": ("property", "memory")}, "edges are not allowed for this task"),
     ],
 )
@@ -358,7 +367,7 @@ def test_sqlite_expands_each_node_through_the_edge_from_index(sqlite_url: str) -
     """SQLite assumes a recursive CTE holds a million rows; the step must still go from the walk
     row to its node's edges, not scan the tenant's edges and look the walk up for each."""
     engine = open_store(sqlite_url)
-    sql = str(reachable_edges(CONSTRAINTS, 50).compile(engine, compile_kwargs={"literal_binds": True}))
+    sql = str(reachable_edges(CONSTRAINTS, LIMITS, 50).compile(engine, compile_kwargs={"literal_binds": True}))
     with engine.connect() as conn:
         plan = [row[3] for row in conn.execute(text("EXPLAIN QUERY PLAN " + sql))]
     engine.dispose()

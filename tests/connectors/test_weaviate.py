@@ -21,9 +21,13 @@ from weaviate.classes.config import DataType, Tokenization, VectorDistances
 from weaviate.collections.classes.filters import _FilterAnd, _FilterOr, _FilterValue, _Operator
 from weaviate.collections.filters import _FilterToGRPC, _FilterToREST
 
-from connectors.base import Constraints, Record, RecallQuery, SemanticConnector
-from connectors.instants import parse_rfc3339
-from connectors.pushdown import item, permitted, record_from_row, tagged
+from connectors.base import SemanticConnector
+
+from core.constraints import ItemFilter
+
+from core.records import Record, RecallQuery
+from core.instants import parse_rfc3339
+from connectors.sql.pushdown import item, permitted, record_from_row, tagged
 from connectors.weaviate import (
     FILTERED,
     HANDLED_FIELDS,
@@ -41,11 +45,11 @@ from connectors.weaviate import (
     to_weaviate,
     weaviate_tenant,
 )
-from gateway.db import open_store
-from gateway.errors import ConnectorError
-from gateway.ingest import ingest
-from gateway.recall import run_source
-from gateway.tables import KINDS, SENSITIVITIES, STATUSES
+from core.store import open_store
+from core.errors import ConnectorError
+from gateway.writes.items import ingest
+from gateway.pipeline.recall import run_source
+from core.tables import KINDS, SENSITIVITIES, STATUSES
 from tests.connectors.test_contract import CONSTRAINTS, FORBIDDEN_VARIANTS, note
 
 MODEL = "test-embedding-v1"
@@ -136,7 +140,7 @@ def test_caller_tags_are_anded_and_never_replace_the_constraints() -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class FutureConstraints(Constraints):
+class FutureConstraints(ItemFilter):
     region: str | None = None
 
 
@@ -150,8 +154,8 @@ def test_an_unknown_constraint_with_a_value_is_refused_never_dropped() -> None:
 
 
 def test_every_constraints_field_is_accounted_for() -> None:
-    """A new Constraints field fails here first: decide its translation, or that it filters no item."""
-    assert {f.name for f in fields(Constraints)} == HANDLED_FIELDS | NOT_ITEM_FILTERS
+    """A new ItemFilter field fails here first: decide its translation, or that it filters no item."""
+    assert {f.name for f in fields(ItemFilter)} == HANDLED_FIELDS | NOT_ITEM_FILTERS
 
 
 def test_to_weaviate_builds_the_same_structure() -> None:
@@ -251,11 +255,11 @@ def random_item(rng: random.Random, i: int) -> dict[str, Any]:
     return row
 
 
-def random_constraints(rng: random.Random) -> tuple[Constraints, tuple[str, ...]]:
+def random_constraints(rng: random.Random) -> tuple[ItemFilter, tuple[str, ...]]:
     def some(pool: list[str] | tuple[str, ...], low: int = 0) -> tuple[str, ...]:
         return tuple(rng.sample(list(pool), rng.randint(low, len(pool))))
 
-    constraints = Constraints(
+    constraints = ItemFilter(
         tenant="acme", principals=some(PRINCIPAL_POOL), sensitivities=some(SENSITIVITIES), scopes=some(SCOPE_POOL),
         valid_at=parse_rfc3339(rng.choice([*INSTANTS, "2026-03-15T12:30:00Z", "2026-11-29T23:59:59.999999Z"])),
         kinds=some(KINDS), statuses=some(STATUSES), subjects=some(SUBJECT_POOL), history=rng.random() < 0.3,
@@ -263,17 +267,17 @@ def random_constraints(rng: random.Random) -> tuple[Constraints, tuple[str, ...]
     return constraints, some(TAG_POOL + ["absent"]) if rng.random() < 0.4 else ()
 
 
-def sql_ids(engine: Engine, constraints: Constraints, tags: tuple[str, ...]) -> set[str]:
+def sql_ids(engine: Engine, constraints: ItemFilter, tags: tuple[str, ...]) -> set[str]:
     with engine.connect() as conn:
         return set(conn.execute(select(item.c.id).where(permitted(constraints), tagged(tags))).scalars())
 
 
-def tree_ids(records: list[Record], constraints: Constraints, tags: tuple[str, ...]) -> set[str]:
+def tree_ids(records: list[Record], constraints: ItemFilter, tags: tuple[str, ...]) -> set[str]:
     tree = constraints_filter(constraints, tags)
     return {r.id for r in records if holds(tree, properties_of(r))}
 
 
-NAMED_VARIANTS: dict[str, tuple[Constraints, tuple[str, ...]]] = {
+NAMED_VARIANTS: dict[str, tuple[ItemFilter, tuple[str, ...]]] = {
     "contract": (CONSTRAINTS, ()),
     "tags": (CONSTRAINTS, ("pricing",)),
     "no principals": (replace(CONSTRAINTS, principals=()), ()),
@@ -465,7 +469,7 @@ def weaviate_store(contract_store: tuple[Engine, dict[str, list[Record]]]) -> It
         client.close()
 
 
-def live_search(loaded: Loaded, constraints: Constraints, **overrides: Any) -> Any:
+def live_search(loaded: Loaded, constraints: ItemFilter, **overrides: Any) -> Any:
     return asyncio.run(loaded.connector.search(constraints, replace(loaded.query, **overrides)))
 
 

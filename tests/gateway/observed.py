@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from starlette.testclient import TestClient
 
-from gateway.app import create_app
+from gateway.http.app import create_app
 from gateway.settings import load_settings
 from gateway.telemetry import build_telemetry
 from tests.conftest import Gateway

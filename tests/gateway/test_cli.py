@@ -45,7 +45,7 @@ def ok(result: Result) -> Result:
 
 
 def found(gateway: Gateway, key: str, query: str) -> list[str]:
-    response = gateway.retrieve(key, {"task": SALES_TASK, "query": query})
+    response = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "query": query})
     assert response.status_code == 200, response.text
     return [item["id"] for item in response.json()["items"]]
 
@@ -110,7 +110,7 @@ def test_keys_create_refuses_bad_values(data_dir: Path, args: list[str], expecte
 def test_keys_create_refusal_writes_no_key(cli_gateway: Gateway, data_dir: Path) -> None:
     from sqlmodel import Session, select
 
-    from gateway.tables import ApiKey
+    from core.tables import ApiKey
 
     result = run("keys", "create", "--data", data_dir, "--tenant", "acme", "--principal", "user:x", "--clearance", "cosmic")
     assert result.exit_code != 0

@@ -1,4 +1,4 @@
-"""gateway.documents: front matter into the envelope, Markdown into section pieces, pieces into items."""
+"""gateway.writes.documents: front matter into the envelope, Markdown into section pieces, pieces into items."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from gateway.documents import (
+from gateway.writes.documents import (
     DEFAULT_MAX_BYTES,
     Document,
     join_section,
@@ -16,8 +16,8 @@ from gateway.documents import (
     piece_id,
     section_items,
 )
-from gateway.errors import BadRequest
-from gateway.ingest import ItemIn
+from core.errors import BadRequest
+from gateway.writes.items import ItemIn
 
 FRONT = '---\nacl: ["group:sales"]\n---\n'
 

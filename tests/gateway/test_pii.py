@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from gateway.pii import LITERAL, Detector, Masker, Span, clean
+from gateway.privacy.detect import LITERAL, Detector, Masker, Span, clean
 
 ALL_TYPES = frozenset({"PERSON", "EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "IBAN_CODE", "IP_ADDRESS"})
 PLANTED = {
@@ -147,7 +147,7 @@ def test_the_analyzer_loads_and_runs_without_the_network() -> None:
         "def refuse(*a, **k): raise SystemExit('network used')\n"
         "socket.create_connection = refuse\n"
         "socket.socket.connect = lambda *a, **k: refuse()\n"
-        "from gateway.pii import Detector\n"
+        "from gateway.privacy.detect import Detector\n"
         "spans = Detector().analyze('Write to ann.lee@contoso.com today')\n"
         "assert [s.type for s in spans] == ['EMAIL_ADDRESS'], spans\n"
         "print('ok')\n"

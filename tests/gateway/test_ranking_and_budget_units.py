@@ -6,10 +6,11 @@ import random
 from datetime import datetime, timezone
 from typing import Any
 
-from connectors.base import Record
-from gateway.budget import BUDGET_SOURCES, pack, parse_split
-from gateway.fuse import Fused
-from gateway.ranking import rank
+from core.records import Record
+from gateway.pipeline.budget import pack
+from gateway.settings import BUDGET_SOURCES, parse_split
+from gateway.pipeline.fuse import Fused
+from gateway.pipeline.ranking import rank
 
 NOW = datetime(2026, 11, 30, tzinfo=timezone.utc)
 

@@ -1,4 +1,4 @@
-"""gateway.synthesis against a real loopback chat endpoint (tests/llm_double.py)."""
+"""gateway.synthesis.client against a real loopback chat endpoint (tests/llm_double.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from gateway.synthesis import (
+from gateway.synthesis.client import (
     CONTEXT_FOOTER,
     CONTEXT_HEADER,
     FLAG_NOTE,

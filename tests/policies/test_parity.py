@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from opa_bindings import OpaEngine, OpaError
 
-from gateway.errors import PolicyUnavailable
+from core.errors import PolicyUnavailable
 from gateway.policy.bundle import read_bundle
 from gateway.policy.embedded import EmbeddedEngine
 from gateway.settings import PROJECT_POLICIES

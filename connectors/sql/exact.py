@@ -1,0 +1,151 @@
+"""Exact connector: entities by id or normalised identifier, and their properties and memories."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import anyio.to_thread
+from sqlalchemy import ColumnElement, and_, or_, select
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from core.constraints import ItemFilter
+
+from core.records import Candidate, Identifier, Record, RecallQuery, SourceResult
+from connectors.sql.pushdown import item, permitted, record_from_row, tagged
+from core.errors import ConnectorError
+
+IDENTIFIER_COLUMNS = {
+    "id": item.c.id,
+    "email": item.c.email,
+    "domain": item.c.domain,
+    "phone": item.c.phone,
+    "profile": item.c.profile,
+}
+# An email, phone or profile names a contact, a website a company; an id names whatever has it.
+IDENTIFIER_TYPES = {"email": "contact", "phone": "contact", "profile": "contact", "domain": "company"}
+SUBJECT_KINDS = ("property", "memory")
+MAX_SECTION_PIECES = 200
+MAX_ENTITIES = 50
+
+
+class SqlExactConnector:
+    name = "exact"
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    async def lookup(self, where: ItemFilter, identifiers: tuple[Identifier, ...]) -> tuple[Record, ...]:
+        if not identifiers:
+            return ()
+        return await anyio.to_thread.run_sync(self._lookup, where, identifiers, abandon_on_cancel=True)
+
+    async def search(self, where: ItemFilter, query: RecallQuery) -> SourceResult:
+        started = time.perf_counter()
+        if not where.subjects and not query.ids and not query.tags:
+            return SourceResult(self.name, "skipped", detail="no resolved entity, no ids to fetch and no tags to filter by")
+        candidates = await anyio.to_thread.run_sync(self._search, where, query, abandon_on_cancel=True)
+        ms = (time.perf_counter() - started) * 1000
+        return SourceResult(self.name, "ok" if candidates else "empty", candidates, ms)
+
+    async def sections(self, where: ItemFilter, keys: tuple[tuple[str, str], ...]) -> tuple[Record, ...]:
+        """Every permitted piece of the given (document, section) pairs, in document order."""
+        if not keys:
+            return ()
+        return await anyio.to_thread.run_sync(self._sections, where, keys, abandon_on_cancel=True)
+
+    def _sections(self, where: ItemFilter, keys: tuple[tuple[str, str], ...]) -> tuple[Record, ...]:
+        # One IN over the indexed (tenant, document, section) columns; the exact pairs are picked
+        # here, since an OR of fifty (document AND section) terms makes SQLite scan the tenant.
+        wanted = set(keys)
+        statement = (
+            select(item)
+            .where(
+                permitted(where, kinds=("document",)),
+                item.c.document.in_(sorted({document for document, _ in keys})),
+                item.c.section.in_(sorted({section for _, section in keys})),
+            )
+            .order_by(item.c.document, item.c.id)
+            .limit(MAX_SECTION_PIECES * 4)
+        )
+        try:
+            with self.engine.connect() as conn:
+                rows = [record_from_row(row) for row in conn.execute(statement)]
+        except SQLAlchemyError as exc:
+            raise ConnectorError(f"section lookup failed: {type(exc).__name__}") from exc
+        return tuple(r for r in rows if (r.document, r.section) in wanted)[:MAX_SECTION_PIECES]
+
+    async def merged_into(self, where: ItemFilter, survivors: tuple[str, ...]) -> tuple[Record, ...]:
+        """Entities merged into any of the survivors, inside the constraints."""
+        if not survivors:
+            return ()
+        statement = (
+            select(item)
+            .where(permitted(where, kinds=("entity",)), item.c.merged_into.in_(survivors))
+            .order_by(item.c.id)
+            .limit(MAX_ENTITIES)
+        )
+        return await anyio.to_thread.run_sync(self._entities, statement, "merge lookup", abandon_on_cancel=True)
+
+    async def sharing_domain(
+        self, where: ItemFilter, domains: tuple[str, ...], exclude: tuple[str, ...], limit: int
+    ) -> tuple[Record, ...]:
+        """Other live, unmerged entities with one of the company domains, inside the constraints."""
+        if not domains:
+            return ()
+        statement = (
+            select(item)
+            .where(
+                permitted(where, kinds=("entity",)),
+                item.c.domain.in_(domains),
+                item.c.id.not_in(exclude),
+                item.c.merged_into.is_(None),
+            )
+            .order_by(item.c.id)
+            .limit(limit)
+        )
+        return await anyio.to_thread.run_sync(self._entities, statement, "alias lookup", abandon_on_cancel=True)
+
+    def _lookup(self, where: ItemFilter, identifiers: tuple[Identifier, ...]) -> tuple[Record, ...]:
+        matches = or_(
+            *(
+                and_(IDENTIFIER_COLUMNS[i.kind] == i.value, item.c.entity_type == IDENTIFIER_TYPES[i.kind])
+                if i.kind in IDENTIFIER_TYPES
+                else IDENTIFIER_COLUMNS[i.kind] == i.value
+                for i in identifiers
+                if i.kind in IDENTIFIER_COLUMNS
+            )
+        )
+        statement = select(item).where(permitted(where, kinds=("entity",)), matches).order_by(item.c.id).limit(MAX_ENTITIES)
+        return self._entities(statement, "exact lookup")
+
+    def _entities(self, statement: Any, what: str) -> tuple[Record, ...]:
+        try:
+            with self.engine.connect() as conn:
+                return tuple(record_from_row(row) for row in conn.execute(statement))
+        except SQLAlchemyError as exc:
+            raise ConnectorError(f"{what} failed: {type(exc).__name__}") from exc
+
+    def _search(self, where: ItemFilter, query: RecallQuery) -> tuple[Candidate, ...]:
+        wanted: tuple[ColumnElement[bool], ...]
+        if query.ids:
+            wanted = (permitted(where), item.c.id.in_(query.ids))
+        elif where.subjects:
+            wanted = (permitted(where, kinds=SUBJECT_KINDS), item.c.entity.in_(where.subjects))
+        else:  # filter mode: whatever carries every tag
+            wanted = (permitted(where),)
+        statement = (
+            select(item)
+            .where(*wanted, tagged(query.tags))
+            .order_by(item.c.recorded_at.desc().nulls_last(), item.c.id)
+            .limit(query.limit)
+        )
+        try:
+            with self.engine.connect() as conn:
+                rows = conn.execute(statement).all()
+        except SQLAlchemyError as exc:
+            raise ConnectorError(f"exact search failed: {type(exc).__name__}") from exc
+        return tuple(
+            Candidate(record_from_row(row), self.name, rank, 1.0 / rank) for rank, row in enumerate(rows, start=1)
+        )

@@ -1,0 +1,253 @@
+"""Graph connector: the edges reachable from the request's subjects, walked in one SQL query.
+
+The walk is a single `WITH RECURSIVE` statement, the same on SQLite and PostgreSQL, with the
+policy's constraints inside it:
+
+- an edge is followed only if the shared pushdown (`permitted`) admits it, it is active, its
+  relation is one the policy allows, and it leaves the node being expanded (same tenant);
+- the entity it leads to must be admitted by the pushdown too, so the walk never enters nor
+  passes through an entity hidden by ACL, sensitivity, scope, validity, status or tombstone;
+- at most `GraphLimits.max_depth` hops (1..3) and `GraphLimits.fanout` edges (1..50) out of any one node;
+- no node is expanded twice on one path: the path is carried as a string ('/a/b/'); an edge
+  back into a node already on it is returned, but the walk does not continue from there.
+
+Fan-out is a per-node top-k: the k best followable edges by confidence, then weight (both
+descending, nulls last), then id. Window functions are not allowed in SQLite's recursive term,
+and a correlated `edge.pk IN (SELECT ... ORDER BY ... LIMIT k)` filter is re-run for every
+candidate edge (PostgreSQL does not cache a correlated subplan: quadratic in a node's degree,
+about a minute for a node with 2,000 edges). Instead, when a node enters the walk, one
+correlated scalar subquery finds its k-th best followable edge (`ORDER BY key LIMIT 1 OFFSET
+k-1`) and the walk row carries that edge's pk as `cutoff`. Expanding the node keeps the
+followable edges whose sort key, as a row value, is <= the cutoff edge's (NULL cutoff: fewer
+than k, all are kept). The subquery refers to the new edge's target column, never to the CTE,
+which both backends accept in a recursive term. Only followable edges into visible entities
+compete, so a hidden edge or target never takes one of a node's slots.
+
+Join order: SQLite has no statistics and assumes a CTE holds a million rows. Had the step's
+edge alias the pushdown's (tenant, kind) terms, SQLite would scan the tenant's edges and look
+the walk up for each. So the step joins the edge on (tenant, edge_from = walk.node) only, and
+tests everything else (`followable`) in an EXISTS on the same row by primary key. Left with
+nothing better than a tenant-wide scan for the edge on its own, SQLite keeps the walk row in
+the outer loop and expands each node through (tenant, edge_from).
+PostgreSQL plans this well once the tables have statistics (autovacuum); with none at all it
+takes every table for a single row and may scan a tenant inside the walk's loops.
+tests/connectors/test_graph.py checks SQLite's plan.
+
+Cost: a few index probes per walk row, plus one top-k per expanded node. Paths are not merged,
+so a dense graph at the limits (fan-out 50, depth 3) can carry up to 50 + 50^2 + 50^3 rows.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import anyio.to_thread
+from sqlalchemy import (
+    CTE,
+    ColumnElement,
+    FromClause,
+    Integer,
+    ScalarSelect,
+    Select,
+    String,
+    Text,
+    and_,
+    case,
+    cast,
+    exists,
+    func,
+    literal,
+    null,
+    or_,
+    select,
+    tuple_,
+)
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from core.constraints import GraphLimits, ItemFilter
+
+from core.records import Candidate, RecallQuery, SourceResult
+from connectors.sql.pushdown import item, permitted, record_from_row
+from core.errors import ConnectorError
+
+MAX_DEPTH = 3
+MAX_FANOUT = 50
+
+
+def clamp(value: int, low: int, high: int) -> int:
+    return max(low, min(high, value))
+
+
+def skip_reason(where: ItemFilter, limits: GraphLimits) -> str | None:
+    """Why no walk can start, or None."""
+    if not where.subjects:
+        return "no resolved entity to start from"
+    if not limits.relations:
+        return "the policy allows no relation for this task"
+    if "edge" not in where.kinds:
+        return "edges are not allowed for this task"
+    return None
+
+
+def followable_edge(where: ItemFilter, limits: GraphLimits, edge: FromClause) -> tuple[ColumnElement[bool], ...]:
+    """An edge the walk may follow (its target is checked by `visible_target`)."""
+    return (
+        edge.c.tenant == where.tenant,
+        edge.c.status == "active",
+        edge.c.relation.in_(limits.relations),
+        permitted(where, kinds=("edge",), table=edge),
+    )
+
+
+def visible_target(where: ItemFilter, edge: FromClause, target: FromClause) -> tuple[ColumnElement[bool], ...]:
+    """`target` is the entity the edge points at, and the actor may see it."""
+    return (
+        target.c.tenant == edge.c.tenant,
+        target.c.id == edge.c.edge_to,
+        target.c.kind == "entity",
+        permitted(where, kinds=("entity",), table=target),
+    )
+
+
+def followable(where: ItemFilter, limits: GraphLimits, edge: FromClause) -> ColumnElement[bool]:
+    """The walk may follow `edge` into its target, tested on the same row by primary key (the
+    join-order note in the module docstring says why)."""
+    same, target = item.alias("follow_edge"), item.alias("follow_target")
+    return exists(
+        select(same.c.pk)
+        .select_from(same)
+        .join(target, and_(*visible_target(where, same, target)))
+        .where(same.c.pk == edge.c.pk, *followable_edge(where, limits, same))
+    )
+
+
+def rank_key(edge: FromClause) -> tuple[ColumnElement[Any], ...]:
+    """Best first as one ascending row value: confidence desc, weight desc (nulls last), id."""
+    return (
+        case((edge.c.confidence.is_(None), 1), else_=0),
+        func.coalesce(-edge.c.confidence, 0.0),
+        case((edge.c.weight.is_(None), 1), else_=0),
+        func.coalesce(-edge.c.weight, 0.0),
+        edge.c.id,
+    )
+
+
+def last_slot(where: ItemFilter, limits: GraphLimits, node: ColumnElement[Any], fanout: int) -> ScalarSelect[Any]:
+    """The pk of `node`'s `fanout`-th best followable edge; NULL when it has fewer."""
+    edge, target = item.alias("slot_edge"), item.alias("slot_target")
+    return (
+        select(edge.c.pk)
+        .select_from(edge)
+        .join(target, and_(*visible_target(where, edge, target)))
+        .where(edge.c.edge_from == node, *followable_edge(where, limits, edge))
+        .order_by(*rank_key(edge))
+        .limit(1)
+        .offset(fanout - 1)
+        .scalar_subquery()
+    )
+
+
+def on_path(path: ColumnElement[Any], node: ColumnElement[Any]) -> ColumnElement[bool]:
+    """`node` is a segment of `path`. replace() is literal (ids may hold '_', a LIKE wildcard)
+    and behaves the same on SQLite and PostgreSQL."""
+    return func.replace(path, "/" + node + "/", "") != path
+
+
+def starts(where: ItemFilter, limits: GraphLimits, fanout: int) -> CTE:
+    """The walk's anchor: one row per subject, at depth 0. The caller has verified the subjects;
+    their entity rows are read only to have one row per subject, however many there are."""
+    start = item.alias("start")
+    anchor = select(
+        cast(start.c.id, String).label("node"),
+        cast(literal(0), Integer).label("depth"),
+        cast("/" + start.c.id + "/", Text).label("path"),
+        cast(null(), Integer).label("edge_pk"),
+        cast(literal(0), Integer).label("closes"),
+        cast(last_slot(where, limits, start.c.id, fanout), Integer).label("cutoff"),
+    ).where(start.c.tenant == where.tenant, start.c.kind == "entity", start.c.id.in_(where.subjects))
+    return anchor.cte("walk", recursive=True)
+
+
+def walk(where: ItemFilter, limits: GraphLimits) -> CTE:
+    """walk(node, depth, path, edge_pk, closes, cutoff): each node reached, by which edge,
+    whether that edge closed a cycle, and the node's fan-out cutoff (see the module docstring)."""
+    max_depth = clamp(limits.max_depth, 1, MAX_DEPTH)
+    fanout = clamp(limits.fanout, 1, MAX_FANOUT)
+    walked = starts(where, limits, fanout)
+    edge, cut = item.alias("walk_edge"), item.alias("walk_cut")
+    closes = on_path(walked.c.path, edge.c.edge_to)
+    expandable = and_(walked.c.depth + 1 < max_depth, ~closes)
+    step = (
+        select(
+            cast(edge.c.edge_to, String),
+            cast(walked.c.depth + 1, Integer),
+            cast(walked.c.path + edge.c.edge_to + "/", Text),
+            edge.c.pk,
+            cast(case((closes, 1), else_=0), Integer),
+            cast(case((expandable, last_slot(where, limits, edge.c.edge_to, fanout)), else_=null()), Integer),
+        )
+        .select_from(walked)
+        .join(edge, and_(edge.c.tenant == where.tenant, edge.c.edge_from == walked.c.node))
+        .outerjoin(cut, cut.c.pk == walked.c.cutoff)
+        .where(
+            followable(where, limits, edge),
+            walked.c.depth < max_depth,
+            walked.c.closes == 0,
+            or_(walked.c.cutoff.is_(None), tuple_(*rank_key(edge)) <= tuple_(*rank_key(cut))),
+        )
+    )
+    return walked.union_all(step)
+
+
+def reachable_edges(where: ItemFilter, limits: GraphLimits, limit: int) -> Select[Any]:
+    """Each edge reached once, at its smallest depth, best first, at most `limit`."""
+    walked = walk(where, limits)
+    reached = (
+        select(walked.c.edge_pk, func.min(walked.c.depth).label("depth"))
+        .where(walked.c.edge_pk.is_not(None))
+        .group_by(walked.c.edge_pk)
+        .subquery("reached")
+    )
+    return (
+        select(item, reached.c.depth)
+        .join(reached, reached.c.edge_pk == item.c.pk)
+        .order_by(
+            item.c.confidence.desc().nulls_last(),
+            item.c.weight.desc().nulls_last(),
+            reached.c.depth,
+            item.c.id,
+        )
+        .limit(max(limit, 0))
+    )
+
+
+class SqlGraphConnector:
+    """GraphConnector over the `item` table (edges are items of kind 'edge')."""
+
+    name = "graph"
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    async def search(self, where: ItemFilter, limits: GraphLimits, query: RecallQuery) -> SourceResult:
+        started = time.perf_counter()
+        reason = skip_reason(where, limits)
+        if reason is not None:
+            return SourceResult(self.name, "skipped", detail=reason)
+        candidates = await anyio.to_thread.run_sync(self._search, where, limits, query, abandon_on_cancel=True)
+        ms = (time.perf_counter() - started) * 1000
+        return SourceResult(self.name, "ok" if candidates else "empty", candidates, ms)
+
+    def _search(self, where: ItemFilter, limits: GraphLimits, query: RecallQuery) -> tuple[Candidate, ...]:
+        statement = reachable_edges(where, limits, query.limit)
+        try:
+            with self.engine.connect() as conn:
+                rows = conn.execute(statement).all()
+        except SQLAlchemyError as exc:
+            raise ConnectorError(f"graph walk failed: {type(exc).__name__}") from exc
+        return tuple(
+            Candidate(record_from_row(row), self.name, rank, float(row.confidence or 0.0))
+            for rank, row in enumerate(rows, start=1)
+        )

@@ -1,0 +1,128 @@
+"""Lexical connector: BM25 on SQLite FTS5, ts_rank_cd on PostgreSQL, constraints in the same WHERE."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import anyio.to_thread
+from sqlalchemy import ColumnElement, func, literal_column, select, text
+from sqlalchemy.engine import Connection, Engine, Row
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.sql import Select
+
+from core.constraints import ItemFilter
+
+from core.records import Candidate, RecallQuery, SourceResult
+from connectors.sql.pushdown import item, permitted, record_from_row, tagged
+from core.errors import ConnectorError
+
+MAX_TERMS = 32
+FIRST_WINDOW = 250
+TERM = re.compile(r"[^\W_]+", re.UNICODE)
+
+
+# Function words match nearly everything, so they would turn any question into a list of
+# unrelated hits: they are not lexical evidence.
+STOPWORDS = frozenset(
+    "a an and are as at be been but by can could did do does for from had has have how i if in into is it its "
+    "me my of on or our shall should so than that the their them then there these they this those to us was we "
+    "were what when where which who whom why will with would you your about any all also just not no more most "
+    "other some such only own same too very s t".split()
+)
+
+
+def query_terms(text_: str | None) -> list[str]:
+    """Content words of a query, lower-cased and de-duplicated; punctuation never reaches the engine."""
+    seen: dict[str, None] = {}
+    for term in TERM.findall((text_ or "").lower()):
+        if term not in STOPWORDS:
+            seen.setdefault(term, None)
+    return list(seen)[:MAX_TERMS]
+
+
+def fts_match(terms: list[str]) -> str:
+    """An FTS5 OR-query of quoted terms; the terms hold word characters only, so nothing else is syntax."""
+    return " OR ".join(f'"{term}"' for term in terms)
+
+
+class FullTextConnector:
+    name = "lexical"
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.dialect = engine.dialect.name
+
+    async def search(self, where: ItemFilter, query: RecallQuery) -> SourceResult:
+        started = time.perf_counter()
+        terms = query_terms(query.text)
+        if not any(any(ch.isalpha() for ch in term) for term in terms):
+            return SourceResult(self.name, "skipped", detail="query has no words to search")
+        candidates = await anyio.to_thread.run_sync(self._search, where, query, terms, abandon_on_cancel=True)
+        ms = (time.perf_counter() - started) * 1000
+        return SourceResult(self.name, "ok" if candidates else "empty", candidates, ms)
+
+    def _sqlite_statement(self, where: ItemFilter, query: RecallQuery, terms: list[str], window: int) -> Select:  # type: ignore[type-arg]
+        """The best `window` FTS matches by BM25, then the constraints, then the top `limit` of what remains.
+
+        FTS5 scores every match anyway; taking its best window before the join to `item` avoids
+        reading thousands of rows that could never make the top. `_search` widens the window until
+        `limit` permitted rows are found or every match has been seen, so the answer is exactly the
+        BM25 top `limit` of the permitted matches.
+        """
+        match = fts_match(terms)
+        best = (
+            select(literal_column("rowid").label("pk"), func.bm25(literal_column("item_fts")).label("score"))
+            .select_from(text("item_fts"))
+            .where(text("item_fts MATCH :match").bindparams(match=match))
+            .order_by(literal_column("score"))
+            .limit(window)
+            .cte("best")
+        )
+        return (
+            select(item, best.c.score)
+            .select_from(best.join(item, item.c.pk == best.c.pk))
+            .where(permitted(where), tagged(query.tags))
+            .order_by(best.c.score, item.c.pk)
+            .limit(query.limit)
+        )
+
+    def _postgres_statement(self, where: ItemFilter, query: RecallQuery, terms: list[str]) -> Select:  # type: ignore[type-arg]
+        tsquery = func.websearch_to_tsquery("english", " or ".join(terms))
+        tsv: ColumnElement[Any] = literal_column("item.tsv")
+        score = func.ts_rank_cd(tsv, tsquery)
+        return (
+            select(item, score.label("score"))
+            .where(tsv.op("@@")(tsquery), permitted(where), tagged(query.tags))
+            .order_by(score.desc(), item.c.pk)
+            .limit(query.limit)
+        )
+
+    def _search(self, where: ItemFilter, query: RecallQuery, terms: list[str]) -> tuple[Candidate, ...]:
+        try:
+            with self.engine.connect() as conn:
+                rows = self._rows(conn, where, query, terms)
+        except SQLAlchemyError as exc:
+            raise ConnectorError(f"lexical search failed: {type(exc).__name__}") from exc
+        return tuple(
+            Candidate(record_from_row(row), self.name, rank, abs(float(row._mapping["score"])))
+            for rank, row in enumerate(rows, start=1)
+        )
+
+    def _rows(self, conn: Connection, where: ItemFilter, query: RecallQuery, terms: list[str]) -> list[Row[Any]]:
+        if self.dialect != "sqlite":
+            return list(conn.execute(self._postgres_statement(where, query, terms)).all())
+        window = max(FIRST_WINDOW, query.limit * 5)
+        while True:
+            rows = list(conn.execute(self._sqlite_statement(where, query, terms, window)).all())
+            if len(rows) >= query.limit or self._match_count(conn, terms, window) < window:
+                return rows
+            window *= 4
+
+    @staticmethod
+    def _match_count(conn: Connection, terms: list[str], cap: int) -> int:
+        """How many rows match, counting no further than `cap`."""
+        match = fts_match(terms)
+        capped = text("SELECT count(*) FROM (SELECT rowid FROM item_fts WHERE item_fts MATCH :match LIMIT :cap)")
+        return int(conn.execute(capped, {"match": match, "cap": cap}).scalar_one())

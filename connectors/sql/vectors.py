@@ -1,0 +1,282 @@
+"""Semantic connector for the embedded default: vectors in the store, searched in-process,
+filtered before ranking.
+
+The stored vectors of one model are mirrored per tenant in memory. Which items may be ranked is
+decided by the same SQL pushdown as every other connector (`permitted`), so the two can never
+disagree. Two strategies, picked by how much of the tenant the constraints admit:
+
+- exact: the permitted pks come from SQL and only their vectors are scored (numpy). Recall is 1.
+- approximate: an HNSW graph (hnswlib) proposes the nearest `window` items, SQL keeps the permitted
+  ones, and the window widens until k permitted items are found; past a cap it falls back to exact.
+  Asking for 10 never returns 2 merely because forbidden items were nearer.
+
+Small tenants always use exact search; the approximate path only serves tenants with at least
+`ann_min_items` vectors.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import anyio.to_thread
+import numpy as np
+import numpy.typing as npt
+from sqlalchemy import and_, func, select
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from core.constraints import ItemFilter
+
+from core.records import Candidate, RecallQuery, SourceResult
+from connectors.sql.pushdown import item, permitted, record_from_row, tagged
+from core.errors import ConnectorError
+from core.tables import ItemVector
+
+item_vector = ItemVector.__table__  # type: ignore[attr-defined]
+Strategy = Literal["auto", "exact", "approximate"]
+REFRESH_EVERY_S = 0.0  # one indexed max(seq) per search: the mirror is never behind the store
+SEQ_MARGIN_NS = 5_000_000_000  # re-read the last 5 s of writes: concurrent writers may commit out of order
+
+
+@dataclass
+class TenantVectors:
+    """One tenant's vectors: row i of `matrix` belongs to item pk `pks[i]`."""
+
+    dims: int
+    pks: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    matrix: npt.NDArray[np.float32] = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
+    row_of: dict[int, int] = field(default_factory=dict)
+    seq_of: dict[int, int] = field(default_factory=dict)  # the write stamp of each row's vector
+    size: int = 0
+    last_seq: int = 0
+    refreshed: float = 0.0
+    graph: Any = None  # hnswlib.Index over rows, built once the tenant is large enough
+    graph_rows: int = 0
+    building: bool = False  # a graph is being built in the background; exact search serves meanwhile
+    dirty_rows: set[int] = field(default_factory=set)  # rows written while it was being built
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.matrix = np.zeros((0, self.dims), dtype=np.float32)
+
+    def upsert(self, pks: list[int], seqs: list[int], vectors: npt.NDArray[np.float32]) -> None:
+        """Add or replace vectors; rows re-read with the stamp they already have are left alone."""
+        changed = [i for i, (pk, seq) in enumerate(zip(pks, seqs)) if self.seq_of.get(pk) != seq]
+        pks = [pks[i] for i in changed]
+        for pk, seq, vector in zip(pks, [seqs[i] for i in changed], vectors[changed]):
+            self.seq_of[pk] = seq
+            row = self.row_of.get(pk)
+            if row is None:
+                if self.size == len(self.pks):
+                    capacity = max(1024, self.size * 2)
+                    self.pks = np.resize(self.pks, capacity)
+                    grown = np.zeros((capacity, self.dims), dtype=np.float32)
+                    grown[: self.size] = self.matrix[: self.size]
+                    self.matrix = grown
+                row = self.size
+                self.size += 1
+                self.row_of[pk] = row
+                self.pks[row] = pk
+            self.matrix[row] = vector
+            if self.building:
+                self.dirty_rows.add(row)
+        if self.graph is not None and pks:  # hnswlib updates an existing label's vector in place
+            self._extend_graph(pks)
+
+    def _extend_graph(self, pks: list[int]) -> None:
+        rows = np.array([self.row_of[pk] for pk in pks], dtype=np.int64)
+        if self.size > self.graph.get_max_elements():
+            self.graph.resize_index(max(self.size * 2, 1024))
+        self.graph.add_items(self.matrix[rows], rows, replace_deleted=False)
+        self.graph_rows = max(self.graph_rows, int(rows.max()) + 1)
+
+    def build_graph(self) -> None:
+        """Build the HNSW graph over a snapshot of the rows, then add what was written meanwhile.
+        Called without the lock held, so searches go on (exactly) while it builds."""
+        import hnswlib
+
+        with self.lock:
+            size = self.size
+            snapshot = self.matrix[:size].copy()
+            self.dirty_rows.clear()
+        graph = hnswlib.Index(space="ip", dim=self.dims)
+        graph.init_index(max_elements=max(size * 2, 1024), ef_construction=100, M=16, random_seed=7)
+        graph.set_num_threads(1)
+        graph.add_items(snapshot, np.arange(size, dtype=np.int64))
+        graph.set_ef(128)
+        with self.lock:
+            late = sorted(self.dirty_rows | set(range(size, self.size)))
+            if self.size > graph.get_max_elements():
+                graph.resize_index(self.size * 2)
+            if late:
+                graph.add_items(self.matrix[late], np.array(late, dtype=np.int64))
+            self.graph, self.graph_rows = graph, self.size
+            self.building = False
+            self.dirty_rows.clear()
+
+    def build_in_background(self) -> None:
+        if self.graph is None and not self.building:
+            self.building = True
+            threading.Thread(target=self.build_graph, name="hnsw-build", daemon=True).start()
+
+
+class VectorIndex:
+    """The in-memory mirror of `item_vector` for one model, per tenant."""
+
+    def __init__(self, engine: Engine, model: str, dims: int, ann_min_items: int = 2_000) -> None:
+        self.engine = engine
+        self.model = model
+        self.dims = dims
+        self.ann_min_items = ann_min_items
+        self._tenants: dict[str, TenantVectors] = {}
+        self._lock = threading.Lock()
+
+    def tenant(self, conn: Connection, tenant: str) -> TenantVectors:
+        with self._lock:
+            vectors = self._tenants.setdefault(tenant, TenantVectors(self.dims))
+        with vectors.lock:
+            if time.monotonic() - vectors.refreshed >= REFRESH_EVERY_S:
+                self._refresh(conn, tenant, vectors)
+        return vectors
+
+    def _refresh(self, conn: Connection, tenant: str, vectors: TenantVectors) -> None:
+        newest = conn.execute(select(func.max(item_vector.c.seq)).where(item_vector.c.model == self.model)).scalar()
+        if newest is None or (vectors.size and int(newest) <= vectors.last_seq):
+            vectors.refreshed = time.monotonic()  # nothing written since the last look
+            return
+        rows = conn.execute(
+            select(item_vector.c.item_pk, item_vector.c.vector, item_vector.c.seq)
+            .select_from(item_vector.join(item, item.c.pk == item_vector.c.item_pk))
+            .where(
+                item.c.tenant == tenant,
+                item_vector.c.model == self.model,
+                item_vector.c.seq > vectors.last_seq - SEQ_MARGIN_NS,
+            )
+        ).all()
+        if rows:
+            matrix = np.frombuffer(b"".join(r.vector for r in rows), dtype=np.float32).reshape(len(rows), self.dims)
+            vectors.upsert([int(r.item_pk) for r in rows], [int(r.seq) for r in rows], matrix)
+            vectors.last_seq = max(vectors.last_seq, max(int(r.seq) for r in rows))
+        if vectors.graph is None and vectors.size >= self.ann_min_items:
+            vectors.build_in_background()
+        vectors.refreshed = time.monotonic()
+
+    def nearest(
+        self, where: ItemFilter, query: RecallQuery, strategy: Strategy = "auto"
+    ) -> tuple[list[tuple[int, float]], str]:
+        """The best (pk, cosine) pairs among permitted items, best first, and the strategy used."""
+        assert query.vector is not None
+        q = np.asarray(query.vector, dtype=np.float32)
+        with self.engine.connect() as conn:
+            vectors = self.tenant(conn, where.tenant)
+            if vectors.size == 0:
+                return [], "exact"
+            use_graph = strategy == "approximate" or (strategy == "auto" and vectors.graph is not None)
+            if use_graph:
+                if vectors.graph is None:  # asked for explicitly (benchmarks): build it now
+                    vectors.building = True
+                    vectors.build_graph()
+                found = self._approximate(conn, vectors, where, query, q)
+                if found is not None:
+                    return found, "approximate"
+            return self._exact(conn, vectors, where, query, q), "exact"
+
+    def warm(self) -> None:
+        """Load every tenant's vectors and start building its graph (at start-up, in the background),
+        so the first query of a tenant does not pay for it."""
+        with self.engine.connect() as conn:
+            tenants = conn.execute(
+                select(item.c.tenant)
+                .select_from(item_vector.join(item, item.c.pk == item_vector.c.item_pk))
+                .where(item_vector.c.model == self.model)
+                .distinct()
+            ).scalars().all()
+            for tenant in tenants:
+                self.tenant(conn, tenant)
+
+    def _current(self, where: ItemFilter, query: RecallQuery) -> Any:
+        """Permitted items whose stored vector is of this model and of their current text."""
+        joined = item.join(
+            item_vector,
+            and_(
+                item_vector.c.item_pk == item.c.pk,
+                item_vector.c.model == self.model,
+                item_vector.c.content_hash == item.c.content_hash,
+            ),
+        )
+        return select(item.c.pk).select_from(joined).where(permitted(where), tagged(query.tags))
+
+    def _exact(
+        self, conn: Connection, vectors: TenantVectors, where: ItemFilter, query: RecallQuery, q: npt.NDArray[np.float32]
+    ) -> list[tuple[int, float]]:
+        pks = [int(pk) for (pk,) in conn.execute(self._current(where, query))]
+        rows = np.array([vectors.row_of[pk] for pk in pks if pk in vectors.row_of], dtype=np.int64)
+        if not len(rows):
+            return []
+        scores = vectors.matrix[rows] @ q
+        k = min(query.limit, len(rows))
+        top = np.argpartition(-scores, k - 1)[:k]
+        top = top[np.argsort(-scores[top], kind="stable")]
+        return [(int(vectors.pks[rows[i]]), float(scores[i])) for i in top]
+
+    def _approximate(
+        self, conn: Connection, vectors: TenantVectors, where: ItemFilter, query: RecallQuery, q: npt.NDArray[np.float32]
+    ) -> list[tuple[int, float]] | None:
+        window = max(query.limit * 4, 64)
+        cap = max(vectors.size // 8, query.limit * 4)
+        while True:
+            with vectors.lock:
+                graph = vectors.graph
+                graph.set_ef(max(window, 128))
+                labels, _ = graph.knn_query(q, k=min(window, vectors.graph_rows))
+            rows = labels[0].astype(np.int64)
+            by_pk = {int(vectors.pks[r]): r for r in rows}
+            admitted = [int(pk) for (pk,) in conn.execute(self._current(where, query).where(item.c.pk.in_(list(by_pk))))]
+            if len(admitted) >= query.limit or window >= vectors.graph_rows:
+                scored = sorted(((pk, float(vectors.matrix[by_pk[pk]] @ q)) for pk in admitted), key=lambda p: -p[1])
+                return scored[: query.limit]
+            # The share admitted so far predicts the window that would hold k permitted items.
+            needed = window * query.limit / len(admitted) if admitted else float("inf")
+            if needed > cap:
+                return None  # too few permitted items near the query: exact search over them is cheaper
+            window = max(window * 4, int(needed * 1.5))
+
+
+class VectorConnector:
+    """The semantic connector of the embedded default."""
+
+    name = "semantic"
+
+    def __init__(self, index: VectorIndex) -> None:
+        self.index = index
+
+    def warm(self) -> None:
+        self.index.warm()
+
+    async def search(self, where: ItemFilter, query: RecallQuery) -> SourceResult:
+        started = time.perf_counter()
+        if query.vector is None:
+            return SourceResult(self.name, "skipped", detail="no query vector")
+        if query.model != self.index.model or len(query.vector) != self.index.dims:
+            raise ConnectorError("query vector is of another model than the index")
+        candidates, strategy = await anyio.to_thread.run_sync(self._search, where, query, abandon_on_cancel=True)
+        ms = (time.perf_counter() - started) * 1000
+        return SourceResult(self.name, "ok" if candidates else "empty", candidates, ms, detail=f"{strategy} search")
+
+    def _search(self, where: ItemFilter, query: RecallQuery) -> tuple[tuple[Candidate, ...], str]:
+        try:
+            best, strategy = self.index.nearest(where, query)
+            if not best:
+                return (), strategy
+            with self.index.engine.connect() as conn:
+                rows = conn.execute(
+                    select(item).where(item.c.pk.in_([pk for pk, _ in best]), permitted(where), tagged(query.tags))
+                ).all()
+        except SQLAlchemyError as exc:
+            raise ConnectorError(f"semantic search failed: {type(exc).__name__}") from exc
+        records = {int(row._mapping["pk"]): record_from_row(row) for row in rows}
+        ranked = [(records[pk], score) for pk, score in best if pk in records]
+        return tuple(Candidate(record, self.name, rank, score) for rank, (record, score) in enumerate(ranked, start=1)), strategy

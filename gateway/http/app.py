@@ -1,0 +1,110 @@
+"""The Starlette application: routes, lifespan, and the one place errors become HTTP."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import anyio
+import anyio.to_thread
+from typing import AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from gateway.context import GatewayContext, build_context
+from core.errors import GatewayError, error_body, where
+from gateway.http import audit_page
+from gateway.http.routes.audit import export_route, feedback_route, trace_route, traces_route, usage_route, verify_route
+from gateway.http.routes.documents import document_route
+from gateway.http.routes.entities import edges_route, entity_route, merge_route
+from gateway.http.routes.ingest import items_route
+from gateway.http.routes.operations import healthz, policy_route, readyz
+from gateway.http.routes.retrieve import retrieve_route
+from gateway.settings import Settings
+from gateway.telemetry import Telemetry
+
+log = logging.getLogger("gateway")
+
+
+async def http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HTTPException)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    return JSONResponse({"error": {"code": code, "message": str(exc.detail), "trace_id": None}}, exc.status_code)
+
+
+async def gateway_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, GatewayError)
+    return JSONResponse(error_body(exc, None), exc.status)
+
+
+async def unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+    log.error("unhandled %s", where(exc))
+    return JSONResponse({"error": {"code": "internal_error", "message": "internal error", "trace_id": None}}, 500)
+
+
+async def warm_vector_index(context: GatewayContext) -> None:
+    """Mirror the stored vectors and build their graphs off the request path."""
+    warm = getattr(context.connectors.semantic.connector, "warm", None)
+    if warm is None:
+        return
+    try:
+        await anyio.to_thread.run_sync(warm)  # bounded: it only loads; graphs build on their own threads
+    except Exception as exc:  # a cold index only makes the first queries slower
+        log.warning("vector index warm-up failed: %s", where(exc))
+
+
+def create_app(settings: Settings, context: GatewayContext | None = None, telemetry: Telemetry | None = None) -> Starlette:
+    """The app; with no context given, the lifespan builds one from settings (store, policy,
+    connectors, telemetry — or the `telemetry` given)."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        own = context is None
+        app.state.context = context or await build_context(settings, telemetry)
+        workers = (app.state.context.connectors.semantic.worker, app.state.context.privacy.worker)
+        try:
+            async with anyio.create_task_group() as background:
+                for worker in workers:
+                    if worker is not None:
+                        background.start_soon(worker.run)
+                background.start_soon(warm_vector_index, app.state.context)
+                yield
+                background.cancel_scope.cancel()
+        finally:
+            if own:
+                await app.state.context.policy.aclose()
+                if app.state.context.synthesizer is not None:
+                    await app.state.context.synthesizer.aclose()
+                await anyio.to_thread.run_sync(app.state.context.telemetry.shutdown)  # flushes the exporters
+                app.state.context.store.dispose()
+
+    return Starlette(
+        routes=[
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/readyz", readyz, methods=["GET"]),
+            Route("/v1/retrieve", retrieve_route, methods=["POST"]),
+            Route("/v1/items", items_route, methods=["PUT"]),
+            Route("/v1/documents/{document_id}", document_route, methods=["PUT"]),
+            Route("/v1/entities/{entity_id}", entity_route, methods=["PUT", "DELETE"]),
+            Route("/v1/entities/{entity_id}/merge", merge_route, methods=["POST"]),
+            Route("/v1/edges", edges_route, methods=["PUT"]),
+            Route("/v1/policy", policy_route, methods=["GET"]),
+            Route("/v1/audit/verify", verify_route, methods=["GET"]),
+            Route("/v1/audit/traces", traces_route, methods=["GET"]),
+            Route("/v1/audit/traces/{trace_id}", trace_route, methods=["GET"]),
+            Route("/v1/audit/export", export_route, methods=["GET"]),
+            Route("/v1/traces/{trace_id}/usage", usage_route, methods=["POST"]),
+            Route("/v1/traces/{trace_id}/feedback", feedback_route, methods=["POST"]),
+            Route("/audit", audit_page.list_route, methods=["GET"]),
+            Route("/audit/sign-in", audit_page.sign_in_route, methods=["POST"]),
+            Route("/audit/sign-out", audit_page.sign_out_route, methods=["POST"]),
+            Route("/audit/traces/{trace_id}", audit_page.trace_route, methods=["GET"]),
+            Route("/audit/verify", audit_page.verify_route, methods=["GET"]),
+        ],
+        exception_handlers={HTTPException: http_error, GatewayError: gateway_error, Exception: unexpected_error},
+        lifespan=lifespan,
+    )

@@ -1,0 +1,307 @@
+"""The audit trail as web pages for compliance reviewers: sign in with an auditor key, list and
+filter the own tenant's traces, read one call's lineage stage by stage, and follow an item to every
+call that returned it.
+
+Server-rendered from autoescaped templates, no script at all. The session cookie holds a key id,
+an expiry and an HMAC, never the key; every page re-reads the key's row, so revoking the key signs
+its sessions out at once. Each view and each sign-in attempt is an audit row of its own.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import logging
+import re
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+from urllib.parse import parse_qs, quote, urlencode, urlsplit
+
+import anyio.to_thread
+import jinja2
+from markupsafe import Markup
+from starlette.datastructures import QueryParams
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from audit.chain import verify
+from audit.review import Filters, get_trace, list_traces
+from audit.stages import lineage_stages
+from core.actor import Actor
+from gateway.auth import KEY_PATTERN
+from core.errors import BadRequest, Forbidden, GatewayError, NotFound, Unauthenticated
+from gateway.http.routes.audit import FILTER_NAMES, review_query
+from gateway.http.traced import Call, traced
+
+log = logging.getLogger("gateway.http")
+
+ROLE = "auditor"
+PAGE_SIZE = 50
+KNOWN_DECISIONS = ("allow", "deny", "read", "write", "error", "none")
+SESSION_COOKIE = "gw_audit_session"
+SESSION_VALUE = re.compile(r"^([0-9a-f]{16})\.([0-9]{1,12})\.([0-9a-f]{64})$")
+SESSION_PURPOSE = b"audit-page-session"
+UNKNOWN_TRACE = "There is no such trace in your tenant's audit trail."
+
+TEMPLATES = Path(__file__).resolve().parent / "templates" / "audit"
+ENVIRONMENT = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, undefined=jinja2.StrictUndefined,
+    trim_blocks=True, lstrip_blocks=True,
+)
+STYLE = (TEMPLATES / "page.css").read_text()
+# No script runs on these pages; the one inline style block is allowed by its hash.
+SECURITY_HEADERS = {
+    "content-security-policy": (
+        "default-src 'none'; style-src 'sha256-"
+        + base64.b64encode(hashlib.sha256(STYLE.encode()).digest()).decode()
+        + "'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "x-frame-options": "DENY",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "same-origin",  # not no-referrer: that makes browsers send `Origin: null` on POST
+    "cache-control": "no-store",
+}
+
+
+class SignedOut(Unauthenticated):
+    """A session cookie that no longer opens the page: forged, expired, or its key revoked."""
+
+
+# --- the session cookie ---------------------------------------------------------------------------
+
+
+def session_key(audit_key: bytes) -> bytes:
+    """Derived from the audit key, so every replica on the store accepts the same sessions."""
+    return hmac.new(audit_key, SESSION_PURPOSE, hashlib.sha256).digest()
+
+
+def _mac(key: bytes, key_id: str, expires: int) -> str:
+    return hmac.new(key, f"{key_id}.{expires}".encode(), hashlib.sha256).hexdigest()
+
+
+def seal(key: bytes, key_id: str, expires: int) -> str:
+    """The cookie value `key_id.expiry.hmac`."""
+    return f"{key_id}.{expires}.{_mac(key, key_id, expires)}"
+
+
+def unseal(key: bytes, value: str, now: float) -> str:
+    """The key id of a cookie this gateway issued and that has not expired."""
+    match = SESSION_VALUE.match(value)
+    if not match or not hmac.compare_digest(match.group(3), _mac(key, match.group(1), int(match.group(2)))):
+        raise SignedOut("Your session is not valid. Sign in again.")
+    if int(match.group(2)) <= now:
+        raise SignedOut("Your session has expired. Sign in again.")
+    return match.group(1)
+
+
+def session_actor(call: Call) -> Actor | None:
+    """The signed-in auditor, None without a session cookie; the key's row is read on every request."""
+    value = call.request.cookies.get(SESSION_COOKIE)
+    if value is None:
+        return None
+    key_id = unseal(session_key(call.context.audit.key), value, time.time())
+    try:
+        actor = call.context.authenticator.actor_for_key_id(key_id)
+    except Unauthenticated as exc:
+        raise SignedOut("The key of this session is no longer valid. Sign in again.") from exc
+    if ROLE not in actor.roles:
+        raise SignedOut("The key of this session no longer has the auditor role.")
+    call.trace.tenant, call.trace.actor = actor.tenant, actor.principal
+    return actor
+
+
+def _check_origin(request: Request) -> None:
+    """Forms are accepted from these pages only: another site's form could otherwise sign a reviewer
+    in under someone else's key, or out. Browsers send Origin with every POST."""
+    origin = request.headers.get("origin")
+    if origin is not None and urlsplit(origin).netloc != request.headers.get("host"):
+        raise Forbidden("This form can only be sent from the audit page itself.")
+
+
+# --- rendering -------------------------------------------------------------------------------------
+
+
+def page(status: int, template: str, actor: Actor | None, **values: Any) -> tuple[int, Response]:
+    body = ENVIRONMENT.get_template(template).render(style=Markup(STYLE), signed_in=actor, **values)
+    return status, HTMLResponse(body, status_code=status, headers=SECURITY_HEADERS)
+
+
+def sign_in_form(status: int, message: str | None = None) -> tuple[int, Response]:
+    return page(status, "sign_in.html", None, message=message)
+
+
+def redirect_home() -> RedirectResponse:
+    return RedirectResponse("/audit", status_code=303, headers={"cache-control": "no-store"})
+
+
+def forget_session(response: Response) -> None:
+    response.delete_cookie(SESSION_COOKIE, path="/audit", httponly=True, samesite="strict")
+
+
+PageHandler = Callable[[Call], Awaitable[tuple[int, Response]]]
+
+
+def as_page(handler: PageHandler) -> Callable[[Call], Awaitable[tuple[int, Response]]]:
+    """Errors become pages, not JSON: a dead session shows the sign-in form (and drops the cookie),
+    any other gateway error a page that says what went wrong. The trace keeps the error code."""
+
+    async def run(call: Call) -> tuple[int, Response]:
+        try:
+            return await handler(call)
+        except SignedOut as exc:
+            call.trace.error_code = exc.code
+            status, response = sign_in_form(exc.status, exc.message)
+            forget_session(response)
+            return status, response
+        except GatewayError as exc:
+            call.trace.error_code = exc.code
+            if exc.status >= 500:
+                call.trace.decision = "error" if call.trace.decision in ("none", "allow", "read") else call.trace.decision
+                log.warning("%s %s: %s", call.trace.endpoint, exc.code, exc.message)
+            return page(exc.status, "message.html", None, title=f"Error {exc.status}", message=exc.message)
+
+    return run
+
+
+# --- the pages -------------------------------------------------------------------------------------
+
+
+def page_query(params: QueryParams) -> tuple[Filters, int | None]:
+    """The list's filters and cursor from the query string."""
+    return review_query(params, frozenset(), "not a filter of this page")
+
+
+def filter_values(params: QueryParams) -> dict[str, str]:
+    return {name: params.get(name, "") for name in FILTER_NAMES}
+
+
+async def list_page(call: Call) -> tuple[int, Response]:
+    """GET /audit: the sign-in form, or the tenant's traces, newest first, filtered and paged."""
+    actor = session_actor(call)
+    if actor is None:
+        return sign_in_form(200)
+    call.trace.decision = "read"
+    params = call.request.query_params
+    values = filter_values(params)
+    chosen = {name: value for name, value in values.items() if value}
+    try:
+        filters, after = page_query(params)
+    except BadRequest as exc:
+        call.trace.error_code = exc.code
+        return page(exc.status, "list.html", actor, filters=values, error=exc.message, rows=[], older=None, newest=None,
+                    decisions=KNOWN_DECISIONS)
+    rows, last = await anyio.to_thread.run_sync(list_traces, call.context.store, actor.tenant, filters, after, PAGE_SIZE)
+    call.trace.record(audit_read={"listed": len(rows)})
+    rows = [{**row, "href": "/audit/traces/" + quote(row["trace_id"], safe="")} for row in rows]
+    older = "/audit?" + urlencode({**chosen, "cursor": f"c_{last}"}) if last is not None else None
+    newest = "/audit?" + urlencode(chosen) if after is not None else None
+    return page(200, "list.html", actor, filters=values, error=None, rows=rows, older=older, newest=newest,
+                decisions=KNOWN_DECISIONS)
+
+
+async def trace_page(call: Call) -> tuple[int, Response]:
+    """GET /audit/traces/{trace_id}: one trace of the own tenant; any other is the same 404."""
+    actor = session_actor(call)
+    if actor is None:
+        return sign_in_form(401, "Sign in to read this trace.")
+    call.trace.decision = "read"
+    found = await anyio.to_thread.run_sync(get_trace, call.context.store, actor.tenant, call.request.path_params["trace_id"])
+    if found is None:
+        raise NotFound(UNKNOWN_TRACE)
+    call.trace.record(audit_read={"trace": found["trace_id"]})
+    lineage = found.get("lineage") or {}
+    return page(200, "trace.html", actor, trace=found, stages=lineage_stages(found),
+                reasons=(lineage.get("decision") or {}).get("reasons") or [],
+                sources=sorted((lineage.get("sources") or {}).items()),
+                lineage_json=json.dumps(lineage, indent=2, sort_keys=True))
+
+
+async def verify_page(call: Call) -> tuple[int, Response]:
+    """GET /audit/verify: recompute the own tenant's hash chain and name its first broken link."""
+    actor = session_actor(call)
+    if actor is None:
+        return sign_in_form(401, "Sign in to check the chain.")
+    call.trace.decision = "read"
+    report = await anyio.to_thread.run_sync(verify, call.context.store, actor.tenant)
+    rows = sum(chain["rows"] for chain in report["chains"].values())
+    call.trace.record(audit_verify={"ok": report["ok"], "rows": rows})
+    return page(200, "verify.html", actor, report=report, rows=rows, tenant=actor.tenant)
+
+
+async def form_fields(call: Call) -> dict[str, str]:
+    """A url-encoded form within the body limit; only each field's first value counts."""
+    content_type = call.request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type != "application/x-www-form-urlencoded":
+        raise BadRequest("Expected a form (application/x-www-form-urlencoded).")
+    raw = await call.body()
+    try:
+        fields = parse_qs(raw.decode("utf-8"), keep_blank_values=True, max_num_fields=10)
+    except ValueError as exc:  # also bad UTF-8; the message could quote the body, so it is dropped
+        raise BadRequest("The form could not be read.") from exc
+    return {name: values[0] for name, values in fields.items()}
+
+
+def refuse(call: Call, error: type[GatewayError], message: str) -> tuple[int, Response]:
+    call.trace.error_code = error.code
+    return sign_in_form(error.status, message)
+
+
+async def sign_in(call: Call) -> tuple[int, Response]:
+    """POST /audit/sign-in: an auditor API key opens a session. The key itself goes nowhere: not in
+    the cookie, the trace, a log line or the page sent back."""
+    _check_origin(call.request)
+    key = (await form_fields(call)).get("key", "").strip()
+    match = KEY_PATTERN.fullmatch(key)
+    if match is None:  # JWTs are for API calls; a session is tied to a stored key
+        return refuse(call, Unauthenticated, "That key was not accepted.")
+    try:
+        actor = call.context.authenticator.authenticate("Bearer " + key)
+    except Unauthenticated:
+        return refuse(call, Unauthenticated, "That key was not accepted.")
+    call.trace.tenant, call.trace.actor = actor.tenant, actor.principal
+    if ROLE not in actor.roles:
+        return refuse(call, Forbidden, "This key does not have the auditor role.")
+    key_id, minutes = match.group(1), call.context.settings.audit_session_minutes
+    expires = int(time.time()) + minutes * 60
+    call.trace.record(audit_session={"key_id": key_id,
+                                     "expires_at": datetime.fromtimestamp(expires, timezone.utc).isoformat()})
+    response = redirect_home()
+    response.set_cookie(SESSION_COOKIE, seal(session_key(call.context.audit.key), key_id, expires), max_age=minutes * 60,
+                        path="/audit", secure=call.request.url.scheme == "https", httponly=True, samesite="strict")
+    return 303, response
+
+
+async def sign_out(call: Call) -> tuple[int, Response]:
+    """POST /audit/sign-out: the browser forgets the session (the key stays valid until revoked)."""
+    _check_origin(call.request)
+    try:
+        session_actor(call)
+    except SignedOut:
+        call.trace.record(audit_session={"ended": "already"})
+    response = redirect_home()
+    forget_session(response)
+    return 303, response
+
+
+async def list_route(request: Request) -> Response:
+    return await traced(request, "audit_page", as_page(list_page))
+
+
+async def trace_route(request: Request) -> Response:
+    return await traced(request, "audit_page_trace", as_page(trace_page))
+
+
+async def verify_route(request: Request) -> Response:
+    return await traced(request, "audit_page_verify", as_page(verify_page))
+
+
+async def sign_in_route(request: Request) -> Response:
+    return await traced(request, "audit_sign_in", as_page(sign_in))
+
+
+async def sign_out_route(request: Request) -> Response:
+    return await traced(request, "audit_sign_out", as_page(sign_out))

@@ -1,0 +1,164 @@
+"""The audit trail over HTTP. Review endpoints need the auditor role and read the caller's tenant
+only; usage and feedback are reported by the agent that made the call, about that call."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+
+import anyio.to_thread
+from starlette.datastructures import QueryParams
+from starlette.requests import Request
+from starlette.responses import Response
+
+from audit.chain import verify
+from audit.review import MAX_PAGE, Filters, export, get_trace, list_traces
+from core.instants import parse_rfc3339
+from core.errors import BadRequest, NotFound
+from gateway.http.traced import Call, Stream, traced
+
+UNKNOWN_TRACE = "trace: no such trace"
+CURSOR = re.compile(r"^c_(\d{1,18})$")
+FILTER_NAMES = ("actor", "task", "decision", "since", "until", "item")
+
+
+def review_query(params: QueryParams, others: frozenset[str], unknown: str) -> tuple[Filters, int | None]:
+    """The filters and cursor of a review request (the JSON API's and the audit page's); `others`
+    are the further parameters the caller reads itself, any other is refused as `<name>: <unknown>`.
+    Blank values (empty form fields) mean no filter."""
+    names = sorted(set(params) - {*FILTER_NAMES, "cursor", *others})
+    if names:
+        raise BadRequest(f"{names[0]}: {unknown}")
+    instants: dict[str, datetime] = {}
+    for name in ("since", "until"):
+        if params.get(name):
+            try:
+                instants[name] = parse_rfc3339(params[name])
+            except ValueError as exc:
+                raise BadRequest(f"{name}: expected an instant with its offset, such as 2026-11-30T00:00:00Z") from exc
+    after = None
+    if params.get("cursor"):
+        match = CURSOR.match(params["cursor"])
+        if not match:
+            raise BadRequest("cursor: not a cursor this page issued")
+        after = int(match.group(1))
+    filters = Filters(actor=params.get("actor") or None, task=params.get("task") or None,
+                      decision=params.get("decision") or None, item=params.get("item") or None, **instants)
+    return filters, after
+
+
+def _api_query(call: Call) -> tuple[Filters, int | None]:
+    return review_query(call.request.query_params, frozenset({"limit", "format"}), "unknown query parameter")
+
+
+async def list_route_handler(call: Call) -> tuple[int, dict[str, Any]]:
+    """GET /v1/audit/traces: newest first, filtered, paged by cursor."""
+    actor = call.authenticate(required_role="auditor")
+    call.trace.decision = "read"
+    filters, after = _api_query(call)
+    limit_text = call.request.query_params.get("limit", "50")
+    if not limit_text.isdigit() or not 1 <= int(limit_text) <= MAX_PAGE:
+        raise BadRequest(f"limit: expected a whole number from 1 to {MAX_PAGE}")
+    rows, last = await anyio.to_thread.run_sync(list_traces, call.context.store, actor.tenant, filters, after, int(limit_text))
+    call.trace.record(audit_read={"listed": len(rows)})
+    return 200, {"traces": rows, "cursor": f"c_{last}" if last is not None else None}
+
+
+async def one_trace(call: Call) -> tuple[int, dict[str, Any]]:
+    """GET /v1/audit/traces/{trace_id}: the whole trace, with what the agent reported about it."""
+    actor = call.authenticate(required_role="auditor")
+    call.trace.decision = "read"
+    found = await anyio.to_thread.run_sync(get_trace, call.context.store, actor.tenant, call.request.path_params["trace_id"])
+    if found is None:
+        raise NotFound(UNKNOWN_TRACE)
+    call.trace.record(audit_read={"trace": found["trace_id"]})
+    return 200, found
+
+
+async def export_traces(call: Call) -> tuple[int, dict[str, Any] | Stream]:
+    """GET /v1/audit/export?format=jsonl|csv: every matching row, streamed."""
+    actor = call.authenticate(required_role="auditor")
+    call.trace.decision = "read"
+    filters, _ = _api_query(call)
+    fmt = call.request.query_params.get("format", "jsonl")
+    if fmt not in ("jsonl", "csv"):
+        raise BadRequest("format: expected jsonl or csv")
+    call.trace.record(audit_export={"format": fmt})
+    media = "application/x-ndjson" if fmt == "jsonl" else "text/csv"
+    return 200, Stream(export(call.context.store, actor.tenant, filters, fmt), media)
+
+
+async def _own_trace(call: Call) -> dict[str, Any]:
+    """The caller's own trace; any other (another actor's, another tenant's, none) is the same 404."""
+    actor = call.authenticate()
+    trace_id = call.request.path_params["trace_id"]
+    found = await anyio.to_thread.run_sync(get_trace, call.context.store, actor.tenant, trace_id)
+    if found is None or found["actor"] != actor.principal or found["endpoint"] != "retrieve":
+        raise NotFound(UNKNOWN_TRACE)
+    call.trace.record(about=trace_id)
+    return found
+
+
+async def report_usage(call: Call) -> tuple[int, dict[str, Any]]:
+    """POST /v1/traces/{trace_id}/usage {"used": [ids]}: which returned items the agent used."""
+    found = await _own_trace(call)
+    call.trace.decision = "write"
+    body = await call.json()
+    used = body.get("used") if isinstance(body, dict) else None
+    if not isinstance(used, list) or len(used) > 200 or not all(isinstance(i, str) for i in used) or set(body) != {"used"}:
+        raise BadRequest("used: expected {\"used\": [item ids]} with at most 200 ids")
+    packed = set(found["lineage"].get("packed") or ())
+    kept = sorted({i for i in used if i in packed})
+    call.trace.record(used=kept, not_returned_by_that_call=len(set(used)) - len(kept))
+    return 200, {"trace_id": found["trace_id"], "recorded": kept, "ignored": len(set(used)) - len(kept)}
+
+
+async def report_feedback(call: Call) -> tuple[int, dict[str, Any]]:
+    """POST /v1/traces/{trace_id}/feedback {"rating": 1..5, "comment": "..."}. The comment is kept as a
+    hash and a length only: it is free text and may hold anything."""
+    found = await _own_trace(call)
+    call.trace.decision = "write"
+    body = await call.json()
+    if not isinstance(body, dict) or set(body) - {"rating", "comment"}:
+        raise BadRequest("body: expected {\"rating\": 1..5, \"comment\": \"...\"}")
+    rating, comment = body.get("rating"), body.get("comment")
+    if not isinstance(rating, int) or isinstance(rating, bool) or not 1 <= rating <= 5:
+        raise BadRequest("rating: expected a whole number from 1 to 5")
+    if comment is not None and (not isinstance(comment, str) or len(comment) > 2000):
+        raise BadRequest("comment: expected text of at most 2,000 characters")
+    call.trace.record(feedback={"rating": rating, "comment": call.trace.fingerprint(comment) if comment else None})
+    return 200, {"trace_id": found["trace_id"], "rating": rating}
+
+
+async def verify_chain(call: Call) -> tuple[int, dict[str, Any]]:
+    """GET /v1/audit/verify: recompute the tenant's hash chain and name the first broken link."""
+    actor = call.authenticate(required_role="auditor")
+    call.trace.decision = "read"
+    report = await anyio.to_thread.run_sync(verify, call.context.store, actor.tenant)
+    call.trace.record(audit_verify={"ok": report["ok"], "rows": sum(c["rows"] for c in report["chains"].values())})
+    return 200, report
+
+
+async def verify_route(request: Request) -> Response:
+    return await traced(request, "audit_verify", verify_chain)
+
+
+async def traces_route(request: Request) -> Response:
+    return await traced(request, "audit_list", list_route_handler)
+
+
+async def trace_route(request: Request) -> Response:
+    return await traced(request, "audit_trace", one_trace)
+
+
+async def export_route(request: Request) -> Response:
+    return await traced(request, "audit_export", export_traces)
+
+
+async def usage_route(request: Request) -> Response:
+    return await traced(request, "usage", report_usage)
+
+
+async def feedback_route(request: Request) -> Response:
+    return await traced(request, "feedback", report_feedback)

@@ -1,0 +1,106 @@
+"""Entity and edge writes: PUT /v1/entities/{id}, POST /v1/entities/{id}/merge,
+DELETE /v1/entities/{id}, PUT /v1/edges. Writers need the ingest role; the tenant is theirs."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import anyio.to_thread
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.writes.entities import mark_pending_deletion, merge
+from core.errors import BadRequest
+from gateway.writes.items import ID, Rejected, ingest, parse_items_body
+from core.validation import has_nul
+from gateway.http.traced import Call, traced
+
+
+def _entity_id(call: Call) -> str:
+    entity_id = str(call.request.path_params["entity_id"])
+    if not re.match(ID, entity_id):
+        raise BadRequest("id: entity ids use letters, digits and _.:@- only, at most 200")
+    return entity_id
+
+
+async def put_entity(call: Call) -> tuple[int, dict[str, Any]]:
+    actor = call.authenticate(required_role="ingest")
+    call.trace.decision = "write"
+    entity_id = _entity_id(call)
+    body = await call.json()
+    if not isinstance(body, dict):
+        raise BadRequest("body: expected a JSON object")
+    if body.get("id", entity_id) != entity_id:
+        raise BadRequest("id: differs from the id in the path")
+    if body.get("kind", "entity") != "entity":
+        raise BadRequest("kind: this endpoint writes entities")
+    report = await anyio.to_thread.run_sync(ingest, call.context.store, actor.tenant, [{**body, "id": entity_id, "kind": "entity"}])
+    if report.created or report.updated:
+        call.context.nudge_workers()
+    call.trace.record(entity={"created": report.created, "updated": report.updated, "rejected": len(report.rejected)})
+    return (422 if report.rejected else 200), report.as_dict()
+
+
+async def merge_entity(call: Call) -> tuple[int, dict[str, Any]]:
+    actor = call.authenticate(required_role="ingest")
+    call.trace.decision = "write"
+    entity_id = _entity_id(call)
+    body = await call.json()
+    if not isinstance(body, dict) or not isinstance(body.get("into"), str) or not body["into"]:
+        raise BadRequest("into: expected the id of the surviving entity")
+    if set(body) - {"into"}:
+        raise BadRequest(f"{sorted(set(body) - {'into'})[0]}: unknown field")
+    result = await anyio.to_thread.run_sync(merge, call.context.store, actor.tenant, entity_id, body["into"])
+    call.trace.record(merge={"changed": result["changed"]})
+    return 200, result
+
+
+async def delete_entity(call: Call) -> tuple[int, dict[str, Any]]:
+    actor = call.authenticate(required_role="ingest")
+    call.trace.decision = "write"
+    result = await anyio.to_thread.run_sync(mark_pending_deletion, call.context.store, actor.tenant, _entity_id(call))
+    call.trace.record(tombstone={"changed": result["changed"], "hidden_items": result["hidden_items"]})
+    return 200, result
+
+
+def edge_entry(entry: Any) -> Any:
+    """An edge as sent to /v1/edges: kind is edge; a missing id is derived from (from, relation, to)."""
+    if not isinstance(entry, dict) or has_nul(entry):
+        return entry  # ingest rejects it with its reason
+    entry = dict(entry)
+    entry.setdefault("kind", "edge")
+    if "id" not in entry:
+        missing = [k for k in ("from", "relation", "to") if not isinstance(entry.get(k), str)]
+        if missing:
+            return Rejected(tuple(f"{k}: required (a string) unless the edge has an id" for k in missing))
+        entry["id"] = f"edge:{entry['from']}:{entry['relation']}:{entry['to']}"[:200]
+    return entry
+
+
+async def put_edges(call: Call) -> tuple[int, dict[str, Any]]:
+    actor = call.authenticate(required_role="ingest")
+    call.trace.decision = "write"
+    entries = [edge_entry(e) for e in parse_items_body(await call.body(), call.request.headers.get("content-type"))]
+    wrong_kind = [i for i, e in enumerate(entries) if isinstance(e, dict) and e.get("kind") != "edge"]
+    if wrong_kind:
+        raise BadRequest(f"[{wrong_kind[0]}].kind: this endpoint writes edges only")
+    report = await anyio.to_thread.run_sync(ingest, call.context.store, actor.tenant, entries)
+    if report.created or report.updated:
+        call.context.nudge_workers()
+    call.trace.record(ingest={"received": len(entries), "created": report.created, "updated": report.updated,
+                              "unchanged": report.unchanged, "rejected": len(report.rejected)})
+    return 200, report.as_dict()
+
+
+async def entity_route(request: Request) -> Response:
+    handler = delete_entity if request.method == "DELETE" else put_entity
+    return await traced(request, "entity", handler)
+
+
+async def merge_route(request: Request) -> Response:
+    return await traced(request, "entity_merge", merge_entity)
+
+
+async def edges_route(request: Request) -> Response:
+    return await traced(request, "edges", put_edges)

@@ -1,0 +1,35 @@
+"""PUT /v1/items: a JSON array or NDJSON; writers need the ingest role, the tenant is theirs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio.to_thread
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.writes.items import ingest, parse_items_body
+from gateway.http.traced import Call, traced
+
+
+async def handle(call: Call) -> tuple[int, dict[str, Any]]:
+    actor = call.authenticate(required_role="ingest")
+    call.trace.decision = "write"
+    entries = parse_items_body(await call.body(), call.request.headers.get("content-type"))
+    report = await anyio.to_thread.run_sync(ingest, call.context.store, actor.tenant, entries)
+    if report.created or report.updated:
+        call.context.nudge_workers()
+    call.trace.record(
+        ingest={
+            "received": len(entries),
+            "created": report.created,
+            "updated": report.updated,
+            "unchanged": report.unchanged,
+            "rejected": len(report.rejected),
+        }
+    )
+    return 200, report.as_dict()
+
+
+async def items_route(request: Request) -> Response:
+    return await traced(request, "ingest", handle)

@@ -1,0 +1,142 @@
+"""Runs one /v1 handler: reads the body within its limit, maps errors, writes the trace, then answers."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+from opentelemetry.trace import Status, StatusCode
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from audit.trace import TraceBuilder, new_trace_id
+from core.instants import utc_now
+from core.actor import Actor
+from gateway.context import GatewayContext
+from core.errors import AuditWriteError, BadRequest, Forbidden, GatewayError, PayloadTooLarge, error_body, where
+from gateway.telemetry import active, span_ids, traceparent
+
+log = logging.getLogger("gateway.http")
+
+Handler = Callable[["Call"], Awaitable[tuple[int, "dict[str, Any] | Stream | Response"]]]
+
+
+class Call:
+    """One authenticated call: its context, actor, trace and raw request."""
+
+    def __init__(self, request: Request, context: GatewayContext, trace: TraceBuilder) -> None:
+        self.request = request
+        self.context = context
+        self.trace = trace
+        self._actor: Actor | None = None
+
+    @property
+    def actor(self) -> Actor:
+        assert self._actor is not None
+        return self._actor
+
+    def authenticate(self, required_role: str | None = None) -> Actor:
+        actor = self.context.authenticator.authenticate(self.request.headers.get("authorization"))
+        self._actor = actor
+        self.trace.tenant, self.trace.actor = actor.tenant, actor.principal
+        if required_role and required_role not in actor.roles:
+            raise Forbidden(f"this endpoint needs the {required_role!r} role")
+        return actor
+
+    async def body(self) -> bytes:
+        limit = self.context.settings.max_body_bytes
+        declared = self.request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > limit:
+            raise PayloadTooLarge(f"body: larger than the {limit}-byte limit")
+        chunks, size = [], 0
+        async for chunk in self.request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLarge(f"body: larger than the {limit}-byte limit")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def json(self) -> Any:
+        raw = await self.body()
+        if not raw.strip():
+            raise BadRequest("body: empty; expected a JSON object")
+        try:
+            return json.loads(raw)
+        except (ValueError, RecursionError) as exc:  # also bad UTF-8, over-long integers, too-deep nesting
+            where = f" at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
+            raise BadRequest(f"body: malformed JSON{where}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class Stream:
+    """A response body streamed after the audit row is written (exports)."""
+
+    chunks: Iterator[bytes]
+    media_type: str
+
+
+async def traced(request: Request, endpoint: str, handler: Handler) -> Response:
+    """Run `handler` and write its trace before anything is answered. A handler returns a status and
+    a JSON body, a Stream, or a ready Response (the audit pages). Every answer carries the trace id,
+    the OpenTelemetry `traceparent` of its request span, and a Server-Timing header (`app` is the
+    handler, `audit` the trace write)."""
+    context: GatewayContext = request.app.state.context
+    telemetry = context.telemetry
+    route = request.scope.get("route")
+    name = f"{request.method} {getattr(route, 'path', endpoint)}"
+    attributes = {"http.request.method": request.method, "http.route": getattr(route, "path", ""), "gateway.endpoint": endpoint}
+    with active(telemetry), telemetry.request(name, request.headers, attributes) as span:
+        started = time.perf_counter()
+        trace = TraceBuilder(new_trace_id(), endpoint, utc_now(), key=context.audit.key)
+        trace.policy_engine, trace.policy_revision = context.policy.name, context.policy.revision
+        trace.record(otel=span_ids(span))
+        span.set_attribute("gateway.trace_id", trace.trace_id)
+        status, body = await _run(Call(request, context, trace), endpoint, handler)
+        handled = time.perf_counter()
+        try:
+            with telemetry.layer("audit.write"):
+                await context.audit.write(trace.freeze(status))
+        except AuditWriteError as exc:
+            log.error("audit write failed for %s", trace.trace_id)
+            status, body = exc.status, error_body(exc, trace.trace_id)
+        audited = time.perf_counter()
+        span.set_attributes({"http.response.status_code": status, "gateway.decision": trace.decision})
+        if status >= 500:
+            span.set_status(Status(StatusCode.ERROR, trace.error_code or str(status)))
+        telemetry.answered(endpoint, status, trace.decision)
+        if trace.decision == "deny":
+            telemetry.denied(endpoint)
+    headers = {
+        "x-trace-id": trace.trace_id,
+        "server-timing": f"app;dur={(handled - started) * 1000:.3f}, audit;dur={(audited - handled) * 1000:.3f}",
+    }
+    parent = traceparent(span)
+    if parent:
+        headers["traceparent"] = parent
+    if isinstance(body, Response):
+        body.headers.update(headers)
+        return body
+    if isinstance(body, Stream):
+        return StreamingResponse(body.chunks, status_code=status, media_type=body.media_type, headers=headers)
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+async def _run(call: Call, endpoint: str, handler: Handler) -> tuple[int, dict[str, Any] | Stream | Response]:
+    """The handler's answer, or the error it raised as an error body; the trace notes which."""
+    trace = call.trace
+    try:
+        return await handler(call)
+    except GatewayError as exc:
+        trace.error_code = exc.code
+        if exc.status >= 500:
+            trace.decision = "error" if trace.decision in ("none", "allow") else trace.decision
+            log.warning("%s %s: %s", endpoint, exc.code, exc.message)
+        return exc.status, error_body(exc, trace.trace_id)
+    except Exception as exc:  # never a stack trace on the wire; the log has the type only
+        log.error("%s failed unexpectedly: %s", endpoint, where(exc))
+        trace.error_code, trace.decision = "internal_error", "error"
+        return 500, error_body(GatewayError(f"internal error ({type(exc).__name__})"), trace.trace_id)

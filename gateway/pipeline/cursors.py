@@ -1,0 +1,113 @@
+"""Continuation cursors for expand: stored in the database, so any replica can serve the next page.
+
+A cursor belongs to one actor of one tenant and holds the ranked entries a call could not fit,
+with the request shape needed to decide again (never the query text or identifiers). Only the
+SHA-256 of its token is stored. It expires after an idle period. Pages are claimed with an
+optimistic version check, so two concurrent expands of one cursor never return the same item.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from core.instants import utc_now
+from core.actor import Actor
+from core.store import writer
+from core.errors import NotFound, StoreUnavailable
+from core.tables import RetrieveCursor
+
+cursor_table = RetrieveCursor.__table__  # type: ignore[attr-defined]
+PREFIX = "cur_"
+MAX_REMAINING = 500
+UNKNOWN = "cursor: unknown or expired"  # the same words for a cursor of another actor
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    token_hash: str
+    request: dict[str, Any]
+    remaining: tuple[dict[str, Any], ...]  # {"id", "found_by", "label", "current", "pieces"}, best first
+    returned: tuple[str, ...]
+    version: int
+
+
+def _hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def issue(engine: Engine, actor: Actor, request: dict[str, Any], remaining: list[dict[str, Any]], returned: list[str], idle_seconds: int) -> str:
+    token = PREFIX + secrets.token_urlsafe(24)
+    now = utc_now()
+    try:
+        with writer(engine).begin() as conn:
+            conn.execute(delete(cursor_table).where(cursor_table.c.last_used_at < now - timedelta(seconds=idle_seconds)))
+            conn.execute(
+                insert(cursor_table).values(
+                    token_hash=_hash(token),
+                    tenant=actor.tenant,
+                    principal=actor.principal,
+                    request=request,
+                    remaining=remaining[:MAX_REMAINING],
+                    returned=returned,
+                    version=0,
+                    created_at=now,
+                    last_used_at=now,
+                )
+            )
+    except SQLAlchemyError as exc:
+        raise StoreUnavailable(f"cursor could not be stored: {type(exc).__name__}") from exc
+    return token
+
+
+def load(engine: Engine, actor: Actor, token: str, idle_seconds: int) -> Cursor:
+    """The actor's own live cursor; anything else is the same 404."""
+    if not token.startswith(PREFIX):
+        raise NotFound(UNKNOWN)
+    try:
+        with engine.connect() as conn:
+            row = conn.execute(select(cursor_table).where(cursor_table.c.token_hash == _hash(token))).first()
+    except SQLAlchemyError as exc:
+        raise StoreUnavailable(f"cursor could not be read: {type(exc).__name__}") from exc
+    if row is None or row.tenant != actor.tenant or row.principal != actor.principal or _expired(row.last_used_at, idle_seconds):
+        raise NotFound(UNKNOWN)
+    return Cursor(row.token_hash, dict(row.request), tuple(row.remaining), tuple(row.returned), row.version)
+
+
+def advance(engine: Engine, cursor: Cursor, returned: list[str], remaining: list[dict[str, Any]]) -> bool:
+    """Record a page; False when another expand advanced the cursor first (take the page again)."""
+    try:
+        with writer(engine).begin() as conn:
+            if not remaining:
+                result = conn.execute(
+                    delete(cursor_table).where(
+                        cursor_table.c.token_hash == cursor.token_hash, cursor_table.c.version == cursor.version
+                    )
+                )
+            else:
+                result = conn.execute(
+                    update(cursor_table)
+                    .where(cursor_table.c.token_hash == cursor.token_hash, cursor_table.c.version == cursor.version)
+                    .values(
+                        remaining=remaining,
+                        returned=list(cursor.returned) + returned,
+                        version=cursor.version + 1,
+                        last_used_at=utc_now(),
+                    )
+                )
+    except SQLAlchemyError as exc:
+        raise StoreUnavailable(f"cursor could not be updated: {type(exc).__name__}") from exc
+    return bool(result.rowcount == 1)
+
+
+def _expired(last_used_at: datetime, idle_seconds: int) -> bool:
+    if last_used_at.tzinfo is None:  # SQLite returns naive UTC
+        last_used_at = last_used_at.replace(tzinfo=utc_now().tzinfo)
+    return utc_now() - last_used_at > timedelta(seconds=idle_seconds)

@@ -1,0 +1,54 @@
+"""Verify: every candidate goes back to data.gateway.items in one batch; only explicit allows survive."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterable
+
+
+from core.records import Record
+from core.actor import Actor
+from core.errors import PolicyUnavailable
+from gateway.policy.decide import Constraints
+from gateway.policy.base import PolicyEngine
+from gateway.policy.base import check_items_result
+from gateway.pipeline.request import Task
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    allowed_ids: frozenset[str]
+    denied: tuple[tuple[str, str], ...]  # (id, reason): each is a pushdown mismatch
+    ms: float
+
+
+async def verify(
+    engine: PolicyEngine, actor: Actor, task: Task, constraints: Constraints, records: Iterable[Record]
+) -> Verdict:
+    unique = {record.id: record for record in records}
+    if not unique:
+        return Verdict(frozenset(), (), 0.0)
+    started = time.perf_counter()
+    result = check_items_result(
+        await engine.evaluate(
+            "items",
+            {
+                "actor": actor.as_policy_input(),
+                "task": task.model_dump(),
+                "constraints": constraints.policy_result,
+                "subjects": list(constraints.subjects),
+                "items": [record.envelope() for record in unique.values()],
+            },
+        )
+    )
+    allowed = {i for i in result["allowed"] if isinstance(i, str)} & unique.keys()
+    denied_reasons: dict[str, str] = {}
+    for entry in result.get("denied") or ():
+        if isinstance(entry, dict) and isinstance(entry.get("id"), str):
+            denied_reasons[entry["id"]] = str(entry.get("reason", "denied"))
+    if allowed & denied_reasons.keys():
+        raise PolicyUnavailable("policy both allowed and denied the same item")
+    # Fail closed: an id neither allowed nor denied is dropped like a denial.
+    denied = tuple(sorted((i, denied_reasons.get(i, "not_allowed")) for i in unique.keys() - allowed))
+    return Verdict(frozenset(allowed), denied, (time.perf_counter() - started) * 1000)

@@ -1,0 +1,126 @@
+"""Personal data analysed once, after ingest, and stored with the item.
+
+A background worker (like the embedding one) analyses items whose spans are missing, from older
+text, or from another analyzer configuration, and stores `[type, start, end, score]` spans with
+the configuration's version and the content hash. At retrieve time masking applies stored spans;
+only text without current spans is analysed during the request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import and_, func, or_, select
+from sqlalchemy.engine import Engine
+
+from gateway.background import PendingWorker
+from core.store import writer
+from gateway.privacy.detect import Detector, Span
+from core.tables import Item, ItemPii
+
+item = Item.__table__  # type: ignore[attr-defined]
+item_pii = ItemPii.__table__  # type: ignore[attr-defined]
+ANALYSED_KINDS = ("entity", "property", "memory", "document", "edge")
+
+
+def _stale(version: str) -> tuple[Any, Any]:
+    joined = item.outerjoin(item_pii, item_pii.c.item_pk == item.c.pk)
+    condition = and_(
+        item.c.kind.in_(ANALYSED_KINDS),
+        or_(item_pii.c.item_pk.is_(None), item_pii.c.version != version, item_pii.c.content_hash != item.c.content_hash),
+    )
+    return joined, condition
+
+
+def pending(engine: Engine, version: str) -> int:
+    joined, condition = _stale(version)
+    with engine.connect() as conn:
+        return int(conn.execute(select(func.count()).select_from(joined).where(condition)).scalar_one())
+
+
+def analyze_pending(engine: Engine, detector: Detector, batch: int = 64) -> int:
+    """Analyse up to `batch` waiting items and store their spans; returns how many."""
+    joined, condition = _stale(detector.version)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(item.c.pk, item.c.text, item.c.content_hash).select_from(joined).where(condition).order_by(item.c.pk).limit(batch)
+        ).all()
+    if not rows:
+        return 0
+    values = [
+        {"item_pk": r.pk, "version": detector.version, "content_hash": r.content_hash,
+         "spans": [s.as_json() for s in detector.analyze(r.text or "")]}
+        for r in rows
+    ]
+    with writer(engine).begin() as conn:
+        conn.execute(_upsert(engine.dialect.name, values))
+    return len(rows)
+
+
+def _upsert(dialect: str, values: list[dict[str, Any]]) -> Any:
+    """Insert or replace: two workers (or replicas) may analyse the same item at once."""
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    statement = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(item_pii).values(values)
+    return statement.on_conflict_do_update(
+        index_elements=[item_pii.c.item_pk], set_={c: statement.excluded[c] for c in ("version", "content_hash", "spans")}
+    )
+
+
+def analyze_all(engine: Engine, detector: Detector, batch: int = 64, progress: Callable[[int], None] | None = None) -> int:
+    """Analyse everything waiting (the CLI's `gateway pii analyze`)."""
+    total = 0
+    while done := analyze_pending(engine, detector, batch):
+        total += done
+        if progress:
+            progress(done)
+    return total
+
+
+def stored_spans(engine: Engine, tenant: str, ids: Iterable[str], version: str) -> dict[str, tuple[Span, ...]]:
+    """Current spans of the given items (analysed from their present text by this configuration)."""
+    wanted = sorted(set(ids))
+    if not wanted:
+        return {}
+    statement = (
+        select(item.c.id, item_pii.c.spans)
+        .select_from(item.join(item_pii, item_pii.c.item_pk == item.c.pk))
+        .where(
+            item.c.tenant == tenant,
+            item.c.id.in_(wanted),
+            item_pii.c.version == version,
+            item_pii.c.content_hash == item.c.content_hash,
+        )
+    )
+    with engine.connect() as conn:
+        return {row.id: tuple(Span.from_json(s) for s in row.spans) for row in conn.execute(statement)}
+
+
+class AnalysisWorker(PendingWorker):
+    def __init__(self, engine: Engine, detector: Detector, batch: int = 32, idle_s: float = 2.0) -> None:
+        self.engine = engine
+        self.detector = detector
+        super().__init__(
+            "pii analysis",
+            lambda: analyze_pending(engine, detector, batch),
+            lambda: pending(engine, detector.version),
+            idle_s,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Privacy:
+    """The service's detector and its background worker, or why personal data is not detected."""
+
+    detector: Detector | None
+    worker: AnalysisWorker | None = None
+    unavailable: str | None = None
+
+
+def load_privacy(engine: Engine, mode: str, background: bool) -> Privacy:
+    if mode == "none":
+        return Privacy(None, None, "personal data detection is switched off (GATEWAY_PII=none)")
+    detector = Detector()
+    return Privacy(detector, AnalysisWorker(engine, detector) if background else None)

@@ -1,0 +1,65 @@
+"""Synthesis, only when asked: the packed context, every personal value masked, goes to the model
+as quoted data; the answer comes back restored only for the types this actor may see.
+
+The question is analysed and masked with the same per-request Masker as the context, so a name
+asked about and the same name in an item share one placeholder. A failure of the endpoint (or of
+masking) never costs the caller the context: `answer` is `{"text": null, "error": ...}`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio.to_thread
+from audit.trace import TraceBuilder
+from core.constraints import Disclosure
+from gateway.pipeline.budget import Packed
+from gateway.privacy.mask import Masking
+from gateway.privacy.detect import ENTITY_TYPES
+from gateway.privacy.store import Privacy
+from gateway.synthesis.client import ContextItem, Synthesizer
+
+
+async def synthesize(
+    synthesizer: Synthesizer,
+    privacy: Privacy,
+    disclosure: Disclosure,
+    question: str,
+    packed: Packed,
+    citations: list[str],
+    masking: Masking | None,
+    trace: TraceBuilder,
+) -> dict[str, Any]:
+    if masking is None or privacy.detector is None:  # nothing is sent unmasked, ever
+        reason = privacy.unavailable or "personal data could not be masked"
+        trace.record(synthesis={"sent": [], "error": reason})
+        return {"text": None, "error": f"synthesis skipped: {reason}"}
+    question_spans = await anyio.to_thread.run_sync(privacy.detector.analyze, question)
+    masked_question = masking.masker.mask(question, question_spans)
+    context = [
+        ContextItem(citation, ranked.record.id, ranked.record.kind, masking.text(ranked.entry, frozenset()))
+        for citation, ranked in zip(citations, packed.items)
+    ]
+    result = await synthesizer.answer(masked_question, context)
+    by_citation = {item.citation: item.id for item in context}
+    trace.record(
+        synthesis={
+            "sent": [item.id for item in context],
+            "cited": [by_citation[c] for c in result.citations if c in by_citation],
+            "invented_citations": len(result.invented_citations),
+            "flagged_as_instructions": [by_citation[c] for c in result.flagged if c in by_citation],
+            "grounded": result.grounded,
+            "error": result.error,
+            "ms": round(result.ms, 3),
+            "masked_for_model": masking.masker.counts(),
+        }
+    )
+    if result.text is None:
+        return {"text": None, "error": result.error or "synthesis failed"}
+    reveal = frozenset(disclosure.reveal) if disclosure.mask else frozenset(ENTITY_TYPES)
+    return {
+        "text": masking.masker.restore(result.text, reveal),
+        "citations": list(result.citations),
+        "confidence": result.confidence,
+        "grounded": result.grounded,
+    }

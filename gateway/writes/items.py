@@ -1,0 +1,377 @@
+"""Ingest: items validated one by one, each written all-or-nothing, idempotent by id.
+
+A bad item is reported with its index and reasons; it never blocks or half-writes the others.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterable, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from core.instants import parse_rfc3339, utc_now
+from core import identifiers
+from core.store import writer
+from core.errors import BadRequest
+from core.validation import describe_validation_error, has_nul
+from core.tables import EntityTombstone, Item, ItemPrincipal, ItemScope, ItemTag, SourceDocument
+
+if TYPE_CHECKING:
+    from gateway.writes.documents import Document
+
+ID = r"^[A-Za-z0-9_.:@-]{1,200}$"
+PRINCIPAL = re.compile(r"^(\*|(user|group|role):[A-Za-z0-9_.@:-]{1,200})$")
+NAME = r"^[A-Za-z0-9_.:-]{1,200}$"
+
+item_table = Item.__table__  # type: ignore[attr-defined]
+principal_table = ItemPrincipal.__table__  # type: ignore[attr-defined]
+scope_table = ItemScope.__table__  # type: ignore[attr-defined]
+tag_table = ItemTag.__table__  # type: ignore[attr-defined]
+source_table = SourceDocument.__table__  # type: ignore[attr-defined]
+tombstone_table = EntityTombstone.__table__  # type: ignore[attr-defined]
+
+
+class ItemIn(BaseModel):
+    """One item as written over HTTP or from a file. The tenant is never part of it."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    id: str = Field(pattern=ID)
+    kind: Literal["entity", "property", "memory", "document", "edge"]
+    text: str | None = Field(default=None, max_length=100_000)
+    value: Any = None
+    name: str | None = Field(default=None, max_length=500)
+    entity: str | None = Field(default=None, pattern=ID)
+    section: str | None = Field(default=None, max_length=500)
+    document: str | None = Field(default=None, pattern=ID)
+    entity_type: Literal["contact", "company"] | None = None
+    email: str | None = Field(default=None, max_length=320)
+    website: str | None = Field(default=None, max_length=2000)
+    phone: str | None = Field(default=None, max_length=50)
+    relation: str | None = Field(default=None, pattern=NAME)
+    from_: str | None = Field(default=None, alias="from", pattern=ID)
+    to: str | None = Field(default=None, pattern=ID)
+    confidence: float | None = Field(default=None, ge=0, le=1)
+    weight: float | None = None
+    tags: list[str] = Field(default_factory=list, max_length=50)
+    acl: list[str] = Field(min_length=1, max_length=200)
+    sensitivity: Literal["public", "internal", "confidential", "restricted"] = "internal"
+    valid_from: str | None = None
+    valid_to: str | None = None
+    scope: list[str] = Field(default_factory=list, max_length=50)
+    authority: Literal["approved", "reviewed", "unreviewed", "speculative"] = "unreviewed"
+    status: Literal["active", "superseded", "disputed", "retracted", "pending_deletion"] = "active"
+    slot: str | None = Field(default=None, max_length=500)
+    attached_to: str | None = Field(default=None, pattern=ID)
+    source: dict[str, str] | None = None
+    recorded_at: str | None = None
+
+    @field_validator("acl")
+    @classmethod
+    def principals_are_well_formed(cls, acl: list[str]) -> list[str]:
+        for principal in acl:
+            if not PRINCIPAL.match(principal):
+                raise ValueError("each principal is user:ID, group:ID, role:ID or *")
+        return acl
+
+    @field_validator("scope", "tags")
+    @classmethod
+    def names_are_well_formed(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if not re.match(NAME, name):
+                raise ValueError("names use letters, digits and _.:- only")
+        return names
+
+    @field_validator("valid_from", "valid_to", "recorded_at")
+    @classmethod
+    def instants_are_rfc3339(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_rfc3339(value)
+        return value
+
+    @field_validator("source")
+    @classmethod
+    def source_has_known_keys(cls, source: dict[str, str] | None) -> dict[str, str] | None:
+        if source is not None and not set(source) <= {"system", "uri"}:
+            raise ValueError("source takes only system and uri")
+        return source
+
+    @model_validator(mode="after")
+    def fits_its_kind(self) -> "ItemIn":
+        if self.kind in ("memory", "document") and not (self.text and self.text.strip()):
+            raise ValueError(f"a {self.kind} needs non-empty text")
+        if self.kind == "property" and (not self.name or self.value is None):
+            raise ValueError("a property needs name and value")
+        if self.kind == "entity" and self.entity_type is None:
+            raise ValueError("an entity needs entity_type (contact or company)")
+        if self.kind == "edge" and not (self.from_ and self.to and self.relation):
+            raise ValueError("an edge needs from, to and relation")
+        if self.valid_from and self.valid_to and parse_rfc3339(self.valid_to) <= parse_rfc3339(self.valid_from):
+            raise ValueError("valid_to must be after valid_from")
+        return self
+
+
+@dataclass(slots=True)
+class IngestReport:
+    created: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    rejected: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "created": self.created,
+            "updated": self.updated,
+            "unchanged": self.unchanged,
+            "rejected": self.rejected,
+        }
+
+
+def parse_items_body(raw: bytes, content_type: str | None) -> list[Any]:
+    """A JSON array, or NDJSON (one item per line). A line that is not JSON stays in place as a rejection."""
+    try:
+        text = raw.decode("utf-8", errors="strict") if raw else ""
+    except UnicodeDecodeError as exc:
+        raise BadRequest("body: not valid UTF-8") from exc
+    stripped = text.lstrip()
+    if not stripped:
+        raise BadRequest("body: expected a JSON array of items or NDJSON")
+    if stripped.startswith("[") and "ndjson" not in (content_type or ""):
+        try:
+            body = json.loads(text)
+        except (ValueError, RecursionError) as exc:  # also over-long integers and too-deep nesting
+            where = f" at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
+            raise BadRequest(f"body: malformed JSON{where}") from exc
+        if not isinstance(body, list):
+            raise BadRequest("body: expected a JSON array of items")
+        return body
+    if stripped.startswith("{") and "ndjson" not in (content_type or ""):
+        try:  # one item written as a single (possibly pretty-printed) JSON object
+            single = json.loads(text)
+        except (ValueError, RecursionError):
+            single = None
+        if isinstance(single, dict):
+            return [single]
+    entries: list[Any] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            entries.append(json.loads(line))
+        except (ValueError, RecursionError):
+            entries.append(_Unparsable(number))
+    return entries
+
+
+@dataclass(frozen=True, slots=True)
+class _Unparsable:
+    line: int
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """An entry an endpoint already found wanting: reported with its reasons, never written."""
+
+    errors: tuple[str, ...]
+
+
+def _identifier_columns(item: ItemIn) -> dict[str, str | None]:
+    """Normalised identifiers. A contact's company domain comes from its email unless a company
+    website is given; a person-profile URL is kept as the contact's profile."""
+    site = identifiers.website(item.website) if item.website else None
+    domain = site.value if site is not None and site.kind == "domain" else None
+    if domain is None and item.email and item.entity_type == "contact":
+        domain = identifiers.domain_of_email(item.email)
+    return {
+        "email": identifiers.email(item.email) if item.email else None,
+        "domain": domain or None,
+        "phone": identifiers.phone(item.phone) if item.phone else None,
+        "profile": site.value if site is not None and site.kind == "profile" else None,
+    }
+
+
+def row_for(item: ItemIn, tenant: str) -> dict[str, Any]:
+    """The item's columns, normalised; content_hash makes re-ingesting the same item a no-op."""
+    text = item.text or ""
+    if item.kind == "property" and not text:
+        text = f"{item.name}: {item.value if isinstance(item.value, str) else json.dumps(item.value)}"
+    if item.kind == "entity" and not text:
+        text = item.name or ""
+    if item.kind == "edge" and not text:
+        text = f"{item.from_} {item.relation} {item.to}"
+    row: dict[str, Any] = {
+        "tenant": tenant,
+        "id": item.id,
+        "kind": item.kind,
+        "text": text,
+        "name": item.name,
+        "value": item.value,
+        "entity": item.entity,
+        "section": item.section,
+        "document": item.document,
+        "entity_type": item.entity_type,
+        **_identifier_columns(item),
+        "relation": item.relation,
+        "edge_from": item.from_,
+        "edge_to": item.to,
+        "confidence": item.confidence,
+        "weight": item.weight,
+        "tags": sorted(set(item.tags)),
+        "acl": sorted(set(item.acl)),
+        "sensitivity": item.sensitivity,
+        "valid_from": parse_rfc3339(item.valid_from) if item.valid_from else None,
+        "valid_to": parse_rfc3339(item.valid_to) if item.valid_to else None,
+        "scope": sorted(set(item.scope)),
+        "scoped": bool(item.scope),
+        "authority": item.authority,
+        "status": item.status,
+        "slot": item.slot,
+        "attached_to": item.attached_to,
+        "source_system": (item.source or {}).get("system"),
+        "source_uri": (item.source or {}).get("uri"),
+        "recorded_at": parse_rfc3339(item.recorded_at) if item.recorded_at else None,
+    }
+    canonical = json.dumps(row, sort_keys=True, default=str)
+    row["content_hash"] = hashlib.sha256(canonical.encode()).hexdigest()
+    return row
+
+
+class PendingDeletion(Exception):
+    """A write to an entity that is pending deletion: refused, so a tombstone is never undone by accident."""
+
+
+def _write_one(conn: Connection, row: dict[str, Any]) -> str:
+    if row["kind"] == "entity" and conn.execute(
+        select(tombstone_table.c.entity_id).where(
+            tombstone_table.c.tenant == row["tenant"], tombstone_table.c.entity_id == row["id"]
+        )
+    ).first():
+        raise PendingDeletion
+    existing = conn.execute(
+        select(item_table.c.pk, item_table.c.content_hash).where(
+            item_table.c.tenant == row["tenant"], item_table.c.id == row["id"]
+        )
+    ).first()
+    row = {**row, "updated_at": utc_now()}
+    if existing is not None and existing.content_hash == row["content_hash"]:
+        return "unchanged"
+    if existing is None:
+        pk = conn.execute(insert(item_table).values(**row).returning(item_table.c.pk)).scalar_one()
+        outcome = "created"
+    else:
+        pk = existing.pk
+        conn.execute(update(item_table).where(item_table.c.pk == pk).values(**row))
+        for table in (principal_table, scope_table, tag_table):
+            conn.execute(delete(table).where(table.c.item_pk == pk))
+        outcome = "updated"
+    if row["acl"]:
+        conn.execute(insert(principal_table), [{"item_pk": pk, "principal": p} for p in row["acl"]])
+    if row["scope"]:
+        conn.execute(insert(scope_table), [{"item_pk": pk, "scope": s} for s in row["scope"]])
+    if row["tags"]:
+        conn.execute(insert(tag_table), [{"item_pk": pk, "tag": t} for t in row["tags"]])
+    return outcome
+
+
+def ingest(engine: Engine, tenant: str, entries: Iterable[Any], *, chunk: int = 500) -> IngestReport:
+    """Validate and write each entry; every item lands whole or not at all."""
+    report = IngestReport()
+    rows: list[tuple[int, str, dict[str, Any]]] = []
+    for index, entry in enumerate(entries):
+        if isinstance(entry, _Unparsable):
+            report.rejected.append({"index": index, "id": None, "errors": [f"line {entry.line}: not valid JSON"]})
+            continue
+        if isinstance(entry, Rejected):
+            report.rejected.append({"index": index, "id": None, "errors": list(entry.errors)})
+            continue
+        if not isinstance(entry, dict):
+            report.rejected.append({"index": index, "id": None, "errors": ["item: expected a JSON object"]})
+            continue
+        item_id = entry.get("id") if isinstance(entry.get("id"), str) else None
+        if has_nul(entry):
+            report.rejected.append({"index": index, "id": item_id, "errors": ["item: strings must not contain the NUL character"]})
+            continue
+        if "tenant" in entry:
+            report.rejected.append(
+                {"index": index, "id": item_id, "errors": ["tenant: set by the writer's credential; omit it"]}
+            )
+            continue
+        try:
+            item = ItemIn.model_validate(entry)
+        except ValidationError as exc:
+            report.rejected.append({"index": index, "id": item_id, "errors": describe_validation_error(exc, root="item").split("; ")})
+            continue
+        rows.append((index, item.id, row_for(item, tenant)))
+    for start in range(0, len(rows), chunk):
+        _write_chunk(engine, rows[start : start + chunk], report)
+    return report
+
+
+def _write_chunk(engine: Engine, rows: list[tuple[int, str, dict[str, Any]]], report: IngestReport) -> None:
+    with writer(engine).begin() as conn:
+        for index, item_id, row in rows:
+            savepoint = conn.begin_nested()
+            try:
+                outcome = _write_one(conn, row)
+                savepoint.commit()
+            except PendingDeletion:
+                savepoint.rollback()
+                report.rejected.append({"index": index, "id": item_id, "errors": ["id: this entity is pending deletion"]})
+                continue
+            except SQLAlchemyError as exc:
+                savepoint.rollback()
+                report.rejected.append({"index": index, "id": item_id, "errors": [f"store: {type(exc).__name__}"]})
+                continue
+            setattr(report, outcome, getattr(report, outcome) + 1)
+
+
+def ingest_document(engine: Engine, tenant: str, document: "Document") -> dict[str, Any]:
+    """Write a parsed Markdown document as section items.
+
+    An unchanged document (same SHA-256) writes nothing and so embeds nothing; a changed one is
+    ingested piece by piece (unchanged pieces stay unchanged and keep their vectors), and pieces
+    beyond the new end are removed.
+    """
+    from gateway.writes.documents import piece_id, section_items
+
+    with engine.connect() as conn:
+        previous = conn.execute(
+            select(source_table.c.sha256, source_table.c.pieces).where(
+                source_table.c.tenant == tenant, source_table.c.id == document.id
+            )
+        ).first()
+    if previous is not None and previous.sha256 == document.sha256:
+        return {"document": document.id, "sha256": document.sha256, "changed": False, "pieces": previous.pieces,
+                "created": 0, "updated": 0, "unchanged": previous.pieces, "removed": 0, "rejected": []}
+    report = ingest(engine, tenant, section_items(document))
+    if report.rejected:
+        return {"document": document.id, "sha256": document.sha256, "changed": False, "pieces": len(document.pieces),
+                **report.as_dict(), "removed": 0}
+    kept = {piece_id(document.id, p.index) for p in document.pieces}
+    with writer(engine).begin() as conn:
+        stale = conn.execute(
+            select(item_table.c.pk, item_table.c.id).where(
+                item_table.c.tenant == tenant, item_table.c.kind == "document", item_table.c.document == document.id
+            )
+        ).all()
+        removed = [row.pk for row in stale if row.id not in kept]
+        if removed:
+            conn.execute(delete(item_table).where(item_table.c.pk.in_(removed)))
+        values = {"sha256": document.sha256, "pieces": len(document.pieces), "updated_at": utc_now()}
+        if previous is None:
+            conn.execute(insert(source_table).values(tenant=tenant, id=document.id, **values))
+        else:
+            conn.execute(
+                update(source_table)
+                .where(source_table.c.tenant == tenant, source_table.c.id == document.id)
+                .values(**values)
+            )
+    return {"document": document.id, "sha256": document.sha256, "changed": True, "pieces": len(document.pieces),
+            **report.as_dict(), "removed": len(removed)}

@@ -1,0 +1,140 @@
+"""Embedding in the background: ingest never waits for vectors.
+
+Items are searchable lexically the moment they are written; this worker finds items whose vector
+is missing, of another model, or made from older text, embeds them in batches and stores the
+vectors. `lag` says how many items are still waiting.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from sqlalchemy import and_, func, or_, select
+from sqlalchemy.engine import Engine
+
+from connectors.sql.pushdown import record_from_row
+from gateway.writes.embeddings import Embedder
+from core.store import writer
+from gateway.background import PendingWorker
+from core.tables import Item, ItemVector
+
+item = Item.__table__  # type: ignore[attr-defined]
+item_vector = ItemVector.__table__  # type: ignore[attr-defined]
+EMBEDDED_KINDS = ("memory", "document", "property")
+
+
+def _stale(model: str):  # type: ignore[no-untyped-def]
+    """Items of an embedded kind without a current vector of this model."""
+    joined = item.outerjoin(item_vector, item_vector.c.item_pk == item.c.pk)
+    condition = and_(
+        item.c.kind.in_(EMBEDDED_KINDS),
+        or_(
+            item_vector.c.item_pk.is_(None),
+            item_vector.c.model != model,
+            item_vector.c.content_hash != item.c.content_hash,
+        ),
+    )
+    return joined, condition
+
+
+def lag(engine: Engine, model: str) -> int:
+    joined, condition = _stale(model)
+    with engine.connect() as conn:
+        return int(conn.execute(select(func.count()).select_from(joined).where(condition)).scalar_one())
+
+
+Publish = Callable[[Engine, dict[int, list[float]]], None]
+
+
+def publish_to_weaviate(connector: Any, engine: Engine, vectors: dict[int, list[float]]) -> None:
+    """Copy freshly embedded items, envelope and vector, into Weaviate (one tenant per tenant).
+    Runs before the vectors are stored, so a failed copy leaves the items waiting and is retried."""
+    with engine.connect() as conn:
+        rows = conn.execute(select(item).where(item.c.pk.in_(list(vectors)))).all()
+    by_tenant: dict[str, list[tuple[Any, list[float]]]] = {}
+    for row in rows:
+        by_tenant.setdefault(row._mapping["tenant"], []).append((record_from_row(row), vectors[row._mapping["pk"]]))
+    for tenant, records in by_tenant.items():
+        connector.upsert(tenant, records)
+
+
+def embed_pending(engine: Engine, embedder: Embedder, batch: int = 32, publish: Publish | None = None) -> int:
+    """Embed up to `batch` waiting items; returns how many were stored (and published, if asked)."""
+    joined, condition = _stale(embedder.model_id)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(item.c.pk, item.c.text, item.c.content_hash, item.c.section)
+            .select_from(joined)
+            .where(condition)
+            .order_by(item.c.pk)
+            .limit(batch)
+        ).all()
+    if not rows:
+        return 0
+    vectors = embedder.embed([_passage(r.text, r.section) for r in rows])
+    if publish is not None:
+        publish(engine, {r.pk: [float(x) for x in v] for r, v in zip(rows, vectors)})
+    seq = time.time_ns()
+    values = [
+        {
+            "item_pk": r.pk,
+            "model": embedder.model_id,
+            "dims": embedder.dims,
+            "vector": np.asarray(v, dtype=np.float32).tobytes(),
+            "content_hash": r.content_hash,
+            "seq": seq,
+        }
+        for r, v in zip(rows, vectors)
+    ]
+    with writer(engine).begin() as conn:
+        conn.execute(_upsert(engine.dialect.name, values))
+    return len(rows)
+
+
+def _upsert(dialect: str, values: list[dict[str, Any]]) -> Any:
+    """Insert or replace: two workers (or replicas) may embed the same item at the same time."""
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    statement = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(item_vector).values(values)
+    columns = ("model", "dims", "vector", "content_hash", "seq")
+    return statement.on_conflict_do_update(
+        index_elements=[item_vector.c.item_pk], set_={c: statement.excluded[c] for c in columns}
+    )
+
+
+def _passage(text: str, section: str | None) -> str:
+    """A section's heading path is part of what it is about."""
+    return f"{section}\n{text}" if section and not text.startswith(section) else text
+
+
+def embed_all(engine: Engine, embedder: Embedder, batch: int = 64, progress: Callable[[int], None] | None = None) -> int:
+    """Embed everything waiting (the CLI's `gateway embed`)."""
+    total = 0
+    while True:
+        done = embed_pending(engine, embedder, batch)
+        if not done:
+            return total
+        total += done
+        if progress:
+            progress(done)
+
+
+class EmbeddingWorker(PendingWorker):
+    """Runs in the service's lifespan; `nudge()` after a write wakes it at once."""
+
+    def __init__(
+        self, engine: Engine, embedder: Embedder, batch: int = 32, idle_s: float = 2.0, publish: Publish | None = None
+    ) -> None:
+        self.publish = publish
+        self.engine = engine
+        self.embedder = embedder
+        self.batch = batch
+        super().__init__(
+            "embedding",
+            lambda: embed_pending(engine, embedder, batch, publish),
+            lambda: lag(engine, embedder.model_id),
+            idle_s,
+        )
