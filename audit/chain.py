@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy import delete, func, insert, select
 from sqlalchemy.engine import Connection, Engine
 
+from audit.lineage import read_lineage
 from core.audit_tables import AuditAnchor, AuditItem, AuditTrace
 
 audit_trace = AuditTrace.__table__  # type: ignore[attr-defined]
@@ -63,11 +64,10 @@ def append(conn: Connection, values: dict[str, Any]) -> None:
         .limit(1)
     ).first()
     row = {**values, "chain": chain, "seq": (head.seq + 1) if head else 1, "prev_hash": head.row_hash if head else GENESIS}
-    lineage = values.get("lineage") or {}
-    task = (lineage.get("request") or {}).get("task") or {}
-    derived = {"task_type": task.get("type"), "about": lineage.get("about")}
+    lineage = read_lineage(values.get("lineage"))
+    derived = {"task_type": lineage.task_type, "about": lineage.about}
     pk = conn.execute(insert(audit_trace).values(**row, **derived, row_hash=row_hash(row)).returning(audit_trace.c.pk)).scalar_one()
-    packed = [i for i in dict.fromkeys(lineage.get("packed") or ()) if isinstance(i, str)]
+    packed = list(dict.fromkeys(lineage.packed or ()))
     if packed:
         conn.execute(insert(audit_item), [{"trace_pk": pk, "item_id": i} for i in packed])
 

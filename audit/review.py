@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, select
 from sqlalchemy.engine import Engine
 
+from audit.lineage import read_lineage
 from audit.chain import audit_item, audit_trace, chain_of
 from audit.chain import utc_instant as _instant
 
@@ -98,11 +99,13 @@ def get_trace(engine: Engine, tenant: str, trace_id: str) -> dict[str, Any] | No
     m = row._mapping
     body = {**summary(m), "tenant": m["tenant"], "policy_engine": m["policy_engine"], "lineage": m["lineage"],
             "prev_hash": m["prev_hash"], "row_hash": m["row_hash"]}
-    body["used"] = sorted({i for n in notes if n._mapping["endpoint"] == "usage" for i in n._mapping["lineage"].get("used", [])})
+    notes_read = [(n._mapping, read_lineage(n._mapping["lineage"])) for n in notes]
+    body["used"] = sorted({i for m, lineage in notes_read if m["endpoint"] == "usage" for i in lineage.used or ()})
     body["feedback"] = [
-        {"trace_id": n._mapping["trace_id"], "created_at": _instant(n._mapping["created_at"]), **n._mapping["lineage"].get("feedback", {})}
-        for n in notes
-        if n._mapping["endpoint"] == "feedback"
+        {"trace_id": m["trace_id"], "created_at": _instant(m["created_at"]),
+         **(lineage.feedback.model_dump(mode="json") if lineage.feedback else {})}
+        for m, lineage in notes_read
+        if m["endpoint"] == "feedback"
     ]
     return body
 

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
+from audit.lineage import read_lineage
+
 
 @dataclass(frozen=True, slots=True)
 class Entry:
@@ -33,30 +35,28 @@ class Stage:
     absent: str = "none"
 
 
-def _entries(ids: Any) -> tuple[Entry, ...]:
-    return tuple(Entry(str(i)) for i in ids or ())
+def _entries(ids: list[str] | None) -> tuple[Entry, ...]:
+    return tuple(Entry(i) for i in ids or ())
 
 
 def lineage_stages(trace: dict[str, Any]) -> tuple[Stage, ...]:
     """A call's items in the order they moved through it: what each source found, what was dropped
     and why, what was returned, what the model saw and cited, and what the agent says it used."""
-    lineage: dict[str, Any] = trace.get("lineage") or {}
-    if "retrieved" not in lineage and "packed" not in lineage:
+    lineage = read_lineage(trace.get("lineage"))
+    if lineage.retrieved is None and lineage.packed is None:
         return ()
-    retrieved = lineage.get("retrieved") or {}
-    by_policy = tuple(Entry(str(d.get("id")), str(d.get("reason"))) for d in lineage.get("dropped_by_policy") or ())
-    synthesis = lineage.get("synthesis")
+    by_policy = tuple(Entry(d.id, d.reason) for d in lineage.dropped_by_policy or ())
+    synthesis = lineage.synthesis
     no_synthesis = "no synthesis on this call" if synthesis is None else "none"
-    synthesis = synthesis or {}
     return (
-        Stage("retrieved", "Retrieved", tuple(Group(s, _entries(ids)) for s, ids in sorted(retrieved.items()))),
+        Stage("retrieved", "Retrieved", tuple(Group(s, _entries(ids)) for s, ids in sorted((lineage.retrieved or {}).items()))),
         Stage("dropped", "Dropped", tuple(g for g in (
             Group("by policy", by_policy),
-            Group("as historical", _entries(lineage.get("dropped_as_historical"))),
-            Group("for budget", _entries(lineage.get("dropped_for_budget"))),
+            Group("as historical", _entries(lineage.dropped_as_historical)),
+            Group("for budget", _entries(lineage.dropped_for_budget)),
         ) if g.entries)),
-        Stage("packed", "Returned to the agent", (Group(None, _entries(lineage.get("packed"))),)),
-        Stage("sent", "Sent to the model", (Group(None, _entries(synthesis.get("sent"))),), no_synthesis),
-        Stage("cited", "Cited by the model", (Group(None, _entries(synthesis.get("cited"))),), no_synthesis),
+        Stage("packed", "Returned to the agent", (Group(None, _entries(lineage.packed)),)),
+        Stage("sent", "Sent to the model", (Group(None, _entries(synthesis.sent if synthesis else None)),), no_synthesis),
+        Stage("cited", "Cited by the model", (Group(None, _entries(synthesis.cited if synthesis else None)),), no_synthesis),
         Stage("used", "Used, as the agent reported", (Group(None, _entries(trace.get("used"))),), "none reported"),
     )

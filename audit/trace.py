@@ -1,4 +1,4 @@
-"""The lineage of one call, collected layer by layer and frozen when the call ends."""
+"""One call's audit record: built during the call, frozen when it ends."""
 
 from __future__ import annotations
 
@@ -9,16 +9,18 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from audit.lineage import Fingerprint, Lineage
+
 
 def new_trace_id() -> str:
     return "tr_" + secrets.token_hex(12)
 
 
-def fingerprint(text: str, key: bytes) -> dict[str, Any]:
+def fingerprint(text: str, key: bytes) -> Fingerprint:
     """A keyed hash (HMAC-SHA256) and a length stand in for text the trace must not hold. Keyed, so a
     short value (an email, a name) cannot be recovered by hashing guesses without the key."""
     digest = hmac.new(key, text.encode("utf-8"), hashlib.sha256).hexdigest()[:32]
-    return {"hmac": digest, "length": len(text)}
+    return Fingerprint(hmac=digest, length=len(text))
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +35,7 @@ class Trace:
     policy_engine: str | None
     policy_revision: str | None
     error_code: str | None
-    lineage: dict[str, Any]
+    lineage: dict[str, Any]  # the stored form of a Lineage (audit.lineage)
 
 
 @dataclass(slots=True)
@@ -49,16 +51,13 @@ class TraceBuilder:
     policy_engine: str | None = None
     policy_revision: str | None = None
     error_code: str | None = None
-    lineage: dict[str, Any] = field(default_factory=dict)
+    lineage: Lineage = field(default_factory=Lineage)
     key: bytes = field(default=b"", repr=False)  # the audit key, for fingerprints
 
-    def fingerprint(self, text: str) -> dict[str, Any]:
+    def fingerprint(self, text: str) -> Fingerprint:
         if not self.key:
             raise ValueError("no audit key: fingerprints are always keyed")
         return fingerprint(text, self.key)
-
-    def record(self, **entries: Any) -> None:
-        self.lineage.update(entries)
 
     def freeze(self, status_code: int) -> Trace:
         return Trace(
@@ -72,5 +71,5 @@ class TraceBuilder:
             policy_engine=self.policy_engine,
             policy_revision=self.policy_revision,
             error_code=self.error_code,
-            lineage=dict(self.lineage),
+            lineage=self.lineage.to_json(),
         )

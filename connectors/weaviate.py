@@ -73,7 +73,7 @@ from weaviate.util import generate_uuid5
 
 from core.constraints import ItemFilter
 
-from core.records import Candidate, Record, RecallQuery, SourceResult
+from core.records import Candidate, Record, RecallQuery, SkipReason, SourceResult
 from core.instants import parse_rfc3339, rfc3339, to_utc
 from core.errors import ConnectorError
 
@@ -517,16 +517,16 @@ class WeaviateConnector:
         started = time.perf_counter()
         tree = constraints_filter(where, query.tags)
         if query.vector is None:
-            return SourceResult(self.name, "skipped", detail="no query vector")
+            return SourceResult.skipped(self.name, SkipReason.NO_QUERY_VECTOR)
         if query.model != self.model:
             raise ConnectorError("semantic: the query vector comes from another model than the index")
         if len(query.vector) != self.dims:
             raise ConnectorError("semantic: the query vector has other dimensions than the index")
         if tree == NOTHING or query.limit < 1:
             return SourceResult(self.name, "empty", ms=(time.perf_counter() - started) * 1000, detail="the constraints admit nothing")
-        where = to_weaviate(tree)
+        native = to_weaviate(tree)
         shard = weaviate_tenant(where.tenant)
-        candidates = await anyio.to_thread.run_sync(self._search, where.tenant, shard, where, query, abandon_on_cancel=True)
+        candidates = await anyio.to_thread.run_sync(self._search, where.tenant, shard, native, query, abandon_on_cancel=True)
         ms = (time.perf_counter() - started) * 1000
         return SourceResult(self.name, "ok" if candidates else "empty", candidates, ms)
 

@@ -4,11 +4,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, Literal
 
 from core.instants import rfc3339
 
 SourceStatus = Literal["ok", "empty", "error", "timeout", "skipped"]
+
+
+class SkipReason(StrEnum):
+    """Why a source did not run; the value is the `detail` a caller reads."""
+
+    NOT_REQUESTED = "not requested"
+    NO_GRAPH_CONNECTOR = "no graph connector in this deployment"
+    NO_SEMANTIC_CONNECTOR = "no semantic connector"
+    SEMANTIC_UNAVAILABLE = "semantic search is unavailable"  # the detail names the configuration's reason
+    NO_WORDS_TO_EMBED = "query has no words to embed"
+    NO_WORDS_TO_SEARCH = "query has no words to search"
+    DEPTH_FAST = "depth fast runs no embedding"
+    NO_QUERY_VECTOR = "no query vector"
+    NOTHING_TO_LOOK_UP = "no resolved entity, no ids to fetch and no tags to filter by"
+    NO_START = "no resolved entity to start from"
+    NO_RELATION = "the policy allows no relation for this task"
+    NO_EDGES = "edges are not allowed for this task"
+    EXPAND_CONTINUES_CURSOR = "expand continues a cursor"
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +113,11 @@ class SourceResult:
     detail: str | None = None
     lag: int | None = None  # semantic: items not yet embedded
     embed_ms: float | None = None  # semantic: time spent embedding the query
+    skip: SkipReason | None = None  # why a skipped source did not run
+
+    @classmethod
+    def skipped(cls, connector: str, reason: SkipReason, detail: str | None = None) -> SourceResult:
+        return cls(connector, "skipped", detail=detail or reason.value, skip=reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,3 +126,14 @@ class Identifier:
 
     kind: str
     value: str
+
+
+@dataclass(frozen=True, slots=True)
+class Fused:
+    """One item after fusion: its record, fused score, the sources that found it, its section pieces."""
+
+    record: Record
+    score: float
+    found_by: tuple[str, ...]
+    pieces: tuple[str, ...] = ()  # for a document hit: the ids of the pieces its section was read from
+    strength: float = 1.0

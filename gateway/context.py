@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy.engine import Engine
 
@@ -17,7 +17,7 @@ from core.store import open_store
 from gateway.writes.embeddings import load_embedder
 from gateway.privacy.store import Privacy, load_privacy
 from gateway.policy import PolicyEngine, load_engine
-from gateway.pipeline.retrieve import Connectors
+from gateway.pipeline.pipeline import Connectors, Pipeline
 from gateway.pipeline.semantic import Semantic
 from gateway.settings import Settings
 from gateway.synthesis.client import Synthesizer
@@ -36,6 +36,13 @@ class GatewayContext:
     privacy: Privacy
     synthesizer: Synthesizer | None = None
     telemetry: Telemetry = NOOP
+
+    pipeline: Pipeline = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        """The retrieve pipeline, built once over this context's store, policy and connectors."""
+        pipeline = Pipeline(self.settings, self.store, self.policy, self.connectors, self.privacy, self.synthesizer)
+        object.__setattr__(self, "pipeline", pipeline)
 
     def nudge_workers(self) -> None:
         """Something was written: embedding and personal-data analysis have work."""

@@ -12,7 +12,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from core.constraints import ItemFilter
 
-from core.records import Candidate, Identifier, Record, RecallQuery, SourceResult
+from core.records import Candidate, Identifier, Record, RecallQuery, SkipReason, SourceResult
 from connectors.sql.pushdown import item, permitted, record_from_row, tagged
 from core.errors import ConnectorError
 
@@ -44,7 +44,7 @@ class SqlExactConnector:
     async def search(self, where: ItemFilter, query: RecallQuery) -> SourceResult:
         started = time.perf_counter()
         if not where.subjects and not query.ids and not query.tags:
-            return SourceResult(self.name, "skipped", detail="no resolved entity, no ids to fetch and no tags to filter by")
+            return SourceResult.skipped(self.name, SkipReason.NOTHING_TO_LOOK_UP)
         candidates = await anyio.to_thread.run_sync(self._search, where, query, abandon_on_cancel=True)
         ms = (time.perf_counter() - started) * 1000
         return SourceResult(self.name, "ok" if candidates else "empty", candidates, ms)

@@ -68,7 +68,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from core.constraints import GraphLimits, ItemFilter
 
-from core.records import Candidate, RecallQuery, SourceResult
+from core.records import Candidate, RecallQuery, SkipReason, SourceResult
 from connectors.sql.pushdown import item, permitted, record_from_row
 from core.errors import ConnectorError
 
@@ -80,14 +80,14 @@ def clamp(value: int, low: int, high: int) -> int:
     return max(low, min(high, value))
 
 
-def skip_reason(where: ItemFilter, limits: GraphLimits) -> str | None:
+def skip_reason(where: ItemFilter, limits: GraphLimits) -> SkipReason | None:
     """Why no walk can start, or None."""
     if not where.subjects:
-        return "no resolved entity to start from"
+        return SkipReason.NO_START
     if not limits.relations:
-        return "the policy allows no relation for this task"
+        return SkipReason.NO_RELATION
     if "edge" not in where.kinds:
-        return "edges are not allowed for this task"
+        return SkipReason.NO_EDGES
     return None
 
 
@@ -235,7 +235,7 @@ class SqlGraphConnector:
         started = time.perf_counter()
         reason = skip_reason(where, limits)
         if reason is not None:
-            return SourceResult(self.name, "skipped", detail=reason)
+            return SourceResult.skipped(self.name, reason)
         candidates = await anyio.to_thread.run_sync(self._search, where, limits, query, abandon_on_cancel=True)
         ms = (time.perf_counter() - started) * 1000
         return SourceResult(self.name, "ok" if candidates else "empty", candidates, ms)

@@ -14,7 +14,7 @@ from sqlalchemy.sql import Select
 
 from core.constraints import ItemFilter
 
-from core.records import Candidate, RecallQuery, SourceResult
+from core.records import Candidate, RecallQuery, SkipReason, SourceResult
 from connectors.sql.pushdown import item, permitted, record_from_row, tagged
 from core.errors import ConnectorError
 
@@ -58,7 +58,7 @@ class FullTextConnector:
         started = time.perf_counter()
         terms = query_terms(query.text)
         if not any(any(ch.isalpha() for ch in term) for term in terms):
-            return SourceResult(self.name, "skipped", detail="query has no words to search")
+            return SourceResult.skipped(self.name, SkipReason.NO_WORDS_TO_SEARCH)
         candidates = await anyio.to_thread.run_sync(self._search, where, query, terms, abandon_on_cancel=True)
         ms = (time.perf_counter() - started) * 1000
         return SourceResult(self.name, "ok" if candidates else "empty", candidates, ms)

@@ -30,7 +30,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from core.constraints import ItemFilter
 
-from core.records import Candidate, RecallQuery, SourceResult
+from core.records import Candidate, RecallQuery, SkipReason, SourceResult
 from connectors.sql.pushdown import item, permitted, record_from_row, tagged
 from core.errors import ConnectorError
 from core.tables import ItemVector
@@ -259,7 +259,7 @@ class VectorConnector:
     async def search(self, where: ItemFilter, query: RecallQuery) -> SourceResult:
         started = time.perf_counter()
         if query.vector is None:
-            return SourceResult(self.name, "skipped", detail="no query vector")
+            return SourceResult.skipped(self.name, SkipReason.NO_QUERY_VECTOR)
         if query.model != self.index.model or len(query.vector) != self.index.dims:
             raise ConnectorError("query vector is of another model than the index")
         candidates, strategy = await anyio.to_thread.run_sync(self._search, where, query, abandon_on_cancel=True)

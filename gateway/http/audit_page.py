@@ -28,6 +28,7 @@ from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from audit.lineage import AuditReadRecord, AuditVerifyRecord, read_lineage
 from audit.chain import verify
 from audit.review import Filters, get_trace, list_traces
 from audit.stages import lineage_stages
@@ -195,7 +196,7 @@ async def list_page(call: Call) -> tuple[int, Response]:
         return page(exc.status, "list.html", actor, filters=values, error=exc.message, rows=[], older=None, newest=None,
                     decisions=KNOWN_DECISIONS)
     rows, last = await anyio.to_thread.run_sync(list_traces, call.context.store, actor.tenant, filters, after, PAGE_SIZE)
-    call.trace.record(audit_read={"listed": len(rows)})
+    call.trace.lineage.audit_read = AuditReadRecord(listed=len(rows))
     rows = [{**row, "href": "/audit/traces/" + quote(row["trace_id"], safe="")} for row in rows]
     older = "/audit?" + urlencode({**chosen, "cursor": f"c_{last}"}) if last is not None else None
     newest = "/audit?" + urlencode(chosen) if after is not None else None
@@ -212,12 +213,12 @@ async def trace_page(call: Call) -> tuple[int, Response]:
     found = await anyio.to_thread.run_sync(get_trace, call.context.store, actor.tenant, call.request.path_params["trace_id"])
     if found is None:
         raise NotFound(UNKNOWN_TRACE)
-    call.trace.record(audit_read={"trace": found["trace_id"]})
-    lineage = found.get("lineage") or {}
+    call.trace.lineage.audit_read = AuditReadRecord(trace=found["trace_id"])
+    lineage = read_lineage(found.get("lineage"))
     return page(200, "trace.html", actor, trace=found, stages=lineage_stages(found),
-                reasons=(lineage.get("decision") or {}).get("reasons") or [],
-                sources=sorted((lineage.get("sources") or {}).items()),
-                lineage_json=json.dumps(lineage, indent=2, sort_keys=True))
+                reasons=lineage.decision.reasons if lineage.decision else [],
+                sources=sorted((name, s.wire()) for name, s in (lineage.sources or {}).items()),
+                lineage_json=json.dumps(found.get("lineage") or {}, indent=2, sort_keys=True))
 
 
 async def verify_page(call: Call) -> tuple[int, Response]:
@@ -228,7 +229,7 @@ async def verify_page(call: Call) -> tuple[int, Response]:
     call.trace.decision = "read"
     report = await anyio.to_thread.run_sync(verify, call.context.store, actor.tenant)
     rows = sum(chain["rows"] for chain in report["chains"].values())
-    call.trace.record(audit_verify={"ok": report["ok"], "rows": rows})
+    call.trace.lineage.audit_verify = AuditVerifyRecord(ok=report["ok"], rows=rows)
     return page(200, "verify.html", actor, report=report, rows=rows, tenant=actor.tenant)
 
 
@@ -267,8 +268,8 @@ async def sign_in(call: Call) -> tuple[int, Response]:
         return refuse(call, Forbidden, "This key does not have the auditor role.")
     key_id, minutes = match.group(1), call.context.settings.audit_session_minutes
     expires = int(time.time()) + minutes * 60
-    call.trace.record(audit_session={"key_id": key_id,
-                                     "expires_at": datetime.fromtimestamp(expires, timezone.utc).isoformat()})
+    call.trace.lineage.audit_session = {"key_id": key_id,
+                                        "expires_at": datetime.fromtimestamp(expires, timezone.utc).isoformat()}
     response = redirect_home()
     response.set_cookie(SESSION_COOKIE, seal(session_key(call.context.audit.key), key_id, expires), max_age=minutes * 60,
                         path="/audit", secure=call.request.url.scheme == "https", httponly=True, samesite="strict")
@@ -281,7 +282,7 @@ async def sign_out(call: Call) -> tuple[int, Response]:
     try:
         session_actor(call)
     except SignedOut:
-        call.trace.record(audit_session={"ended": "already"})
+        call.trace.lineage.audit_session = {"ended": "already"}
     response = redirect_home()
     forget_session(response)
     return 303, response

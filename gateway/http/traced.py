@@ -13,6 +13,7 @@ from opentelemetry.trace import Status, StatusCode
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from audit.lineage import OtelRecord
 from audit.trace import TraceBuilder, new_trace_id
 from core.instants import utc_now
 from core.actor import Actor
@@ -93,7 +94,8 @@ async def traced(request: Request, endpoint: str, handler: Handler) -> Response:
         started = time.perf_counter()
         trace = TraceBuilder(new_trace_id(), endpoint, utc_now(), key=context.audit.key)
         trace.policy_engine, trace.policy_revision = context.policy.name, context.policy.revision
-        trace.record(otel=span_ids(span))
+        ids = span_ids(span)
+        trace.lineage.otel = OtelRecord.model_validate(ids) if ids else None
         span.set_attribute("gateway.trace_id", trace.trace_id)
         status, body = await _run(Call(request, context, trace), endpoint, handler)
         handled = time.perf_counter()

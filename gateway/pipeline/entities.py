@@ -16,7 +16,7 @@ from core.constraints import ItemFilter
 from core.records import Identifier, Record
 from core import identifiers
 from core.errors import ConnectorError
-from gateway.pipeline.request import EntityRef
+from core.request import EntityRef
 
 MAX_MERGE_HOPS = 10
 MAX_ALIASES = 20

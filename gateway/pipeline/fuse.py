@@ -11,23 +11,12 @@ scaled by OTHER_SCALE, so it never shares a relevance tier with the subject's ow
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from core.records import Candidate, Record
+from core.records import Candidate, Fused, Record
 
 RRF_K = 60
 SUBJECT_LISTS = frozenset({"exact", "graph"})  # lists whose hits are about the request's entities
 SUBJECT_ONLY = 0.8
 OTHER_SCALE = 0.64
-
-
-@dataclass(frozen=True, slots=True)
-class Fused:
-    record: Record
-    score: float
-    found_by: tuple[str, ...]
-    pieces: tuple[str, ...] = ()  # for a document hit: the ids of the pieces its section was read from
-    strength: float = 1.0
 
 
 def fuse(lists: dict[str, tuple[Candidate, ...]], allowed_ids: frozenset[str]) -> list[Fused]:

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from typing import Literal
 
 from core.records import Record
-from gateway.pipeline.fuse import Fused
+from core.records import Fused
 
 TIER_RATIO = 0.85
 AUTHORITY = {"approved": 0, "reviewed": 1, "unreviewed": 2, "speculative": 3}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.records import Candidate
-from gateway.pipeline.fuse import Fused
+from core.records import Fused
 
 
 def above_floor(fused: list[Fused], semantic: tuple[Candidate, ...], floor: float) -> tuple[list[Fused], dict[str, Any]]:

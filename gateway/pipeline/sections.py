@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from core.records import Record
 from gateway.writes.documents import join_section
-from gateway.pipeline.fuse import Fused
+from core.records import Fused
 
 
 def section_keys(records: list[Record]) -> tuple[tuple[str, str], ...]:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from core.records import SourceResult
+from audit.lineage import DepthRecord, FallbackReason
+from core.records import SkipReason, SourceResult
 from gateway.pipeline.entities import ResolvedEntity
 
 
@@ -21,16 +20,16 @@ def rephrase(query: str, resolved: tuple[ResolvedEntity, ...], task_type: str) -
     return " ".join([query, *names, task_words]).strip()
 
 
-def depth_report(requested: str, semantic: SourceResult, unavailable: str | None) -> dict[str, Any]:
+def depth_report(requested: str, semantic: SourceResult, unavailable: str | None) -> DepthRecord:
     """What depth actually ran: standard and deep need the semantic source to have run."""
     if requested == "fast" or semantic.status in ("ok", "empty"):
-        return {"requested": requested, "effective": requested, "fallback_reason": None}
+        return DepthRecord(requested=requested, effective=requested)
     if semantic.status in ("timeout", "error"):
-        reason = f"{requested}_{semantic.status}"
+        reason = FallbackReason(f"{requested}_{semantic.status}")
     elif unavailable:
-        reason = "semantic_unavailable"
-    elif semantic.detail and "no words" in semantic.detail:
-        reason = "no_words_to_embed"
+        reason = FallbackReason.SEMANTIC_UNAVAILABLE
+    elif semantic.skip is SkipReason.NO_WORDS_TO_EMBED:
+        reason = FallbackReason.NO_WORDS_TO_EMBED
     else:
-        reason = "semantic_not_requested"
-    return {"requested": requested, "effective": "fast", "fallback_reason": reason}
+        reason = FallbackReason.SEMANTIC_NOT_REQUESTED
+    return DepthRecord(requested=requested, effective="fast", fallback_reason=reason)

@@ -14,7 +14,7 @@ from core.errors import PolicyUnavailable
 from gateway.privacy.detect import ENTITY_TYPES
 from gateway.policy.base import PolicyEngine
 from gateway.policy.base import check_request_result
-from gateway.pipeline.request import RetrieveRequest
+from core.request import RetrieveRequest
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from core.errors import PolicyUnavailable
 from gateway.policy.decide import Constraints
 from gateway.policy.base import PolicyEngine
 from gateway.policy.base import check_items_result
-from gateway.pipeline.request import Task
+from core.request import Task
 
 
 @dataclass(frozen=True, slots=True)

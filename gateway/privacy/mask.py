@@ -14,7 +14,7 @@ from sqlalchemy.engine import Engine
 
 from core.records import Record
 from gateway.writes.documents import join_section
-from gateway.pipeline.fuse import Fused
+from core.records import Fused
 from core.errors import MaskingUnavailable
 from gateway.privacy.detect import Masker, Span
 from gateway.privacy.store import Privacy, stored_spans

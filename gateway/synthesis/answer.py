@@ -11,9 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 import anyio.to_thread
+
+from audit.lineage import SynthesisRecord
 from audit.trace import TraceBuilder
 from core.constraints import Disclosure
-from gateway.pipeline.budget import Packed
+from core.records import Fused
 from gateway.privacy.mask import Masking
 from gateway.privacy.detect import ENTITY_TYPES
 from gateway.privacy.store import Privacy
@@ -25,34 +27,31 @@ async def synthesize(
     privacy: Privacy,
     disclosure: Disclosure,
     question: str,
-    packed: Packed,
-    citations: list[str],
+    cited: list[tuple[str, Fused]],
     masking: Masking | None,
     trace: TraceBuilder,
 ) -> dict[str, Any]:
     if masking is None or privacy.detector is None:  # nothing is sent unmasked, ever
         reason = privacy.unavailable or "personal data could not be masked"
-        trace.record(synthesis={"sent": [], "error": reason})
+        trace.lineage.synthesis = SynthesisRecord(sent=[], error=reason)
         return {"text": None, "error": f"synthesis skipped: {reason}"}
     question_spans = await anyio.to_thread.run_sync(privacy.detector.analyze, question)
     masked_question = masking.masker.mask(question, question_spans)
     context = [
-        ContextItem(citation, ranked.record.id, ranked.record.kind, masking.text(ranked.entry, frozenset()))
-        for citation, ranked in zip(citations, packed.items)
+        ContextItem(citation, entry.record.id, entry.record.kind, masking.text(entry, frozenset()))
+        for citation, entry in cited
     ]
     result = await synthesizer.answer(masked_question, context)
     by_citation = {item.citation: item.id for item in context}
-    trace.record(
-        synthesis={
-            "sent": [item.id for item in context],
-            "cited": [by_citation[c] for c in result.citations if c in by_citation],
-            "invented_citations": len(result.invented_citations),
-            "flagged_as_instructions": [by_citation[c] for c in result.flagged if c in by_citation],
-            "grounded": result.grounded,
-            "error": result.error,
-            "ms": round(result.ms, 3),
-            "masked_for_model": masking.masker.counts(),
-        }
+    trace.lineage.synthesis = SynthesisRecord(
+        sent=[item.id for item in context],
+        cited=[by_citation[c] for c in result.citations if c in by_citation],
+        invented_citations=len(result.invented_citations),
+        flagged_as_instructions=[by_citation[c] for c in result.flagged if c in by_citation],
+        grounded=result.grounded,
+        error=result.error,
+        ms=round(result.ms, 3),
+        masked_for_model=masking.masker.counts(),
     )
     if result.text is None:
         return {"text": None, "error": result.error or "synthesis failed"}

@@ -52,6 +52,6 @@ OTHER_TENANT = [
 
 def seed(gateway: Gateway) -> str:
     """Load the planted set and return alice's key."""
-    gateway.writes.items("acme", ENTITIES + list(FORBIDDEN.values()) + list(VISIBLE.values()) + JANE_PRIVATE)
-    gateway.writes.items("globex", OTHER_TENANT)
+    gateway.ingest("acme", ENTITIES + list(FORBIDDEN.values()) + list(VISIBLE.values()) + JANE_PRIVATE)
+    gateway.ingest("globex", OTHER_TENANT)
     return gateway.key("alice", groups=("sales",), clearance="confidential")

@@ -26,7 +26,7 @@ from tests.gateway.fixtures import SALES_TASK
 def calls(gateway: Gateway, n: int, tenant: str = "acme") -> None:
     key = gateway.key(f"agent-{tenant}", tenant=tenant, groups=("sales",), clearance="confidential")
     for i in range(n):
-        gateway.pipeline.retrieve(key, {"task": SALES_TASK, "query": f"chain check {i}"})
+        gateway.retrieve(key, {"task": SALES_TASK, "query": f"chain check {i}"})
 
 
 def auditor(gateway: Gateway, tenant: str = "acme") -> dict[str, str]:
@@ -157,13 +157,13 @@ def test_fingerprints_are_keyed_and_the_key_is_shared_through_the_store(sqlite_u
     for run in range(2):  # a restart reads the same key from the store
         with open_gateway(sqlite_url, tmp_path / str(run)) as gateway:
             key = gateway.key(f"a{run}", groups=("sales",), clearance="confidential")
-            trace_id = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "query": query}).json()["trace_id"]
+            trace_id = gateway.retrieve(key, {"task": SALES_TASK, "query": query}).json()["trace_id"]
             fingerprints.append(gateway.trace(trace_id)["lineage"]["request"]["query"])
     assert fingerprints[0] == fingerprints[1]
     assert fingerprints[0]["hmac"] != hashlib.sha256(query.encode()).hexdigest()[:32]  # not a bare hash
     with open_gateway(sqlite_url, tmp_path / "own", audit_key="k" * 40) as gateway:
         key = gateway.key("a-own", groups=("sales",), clearance="confidential")
-        trace_id = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "query": query}).json()["trace_id"]
+        trace_id = gateway.retrieve(key, {"task": SALES_TASK, "query": query}).json()["trace_id"]
         assert gateway.trace(trace_id)["lineage"]["request"]["query"] != fingerprints[0]
 
 

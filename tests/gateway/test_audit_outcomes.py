@@ -63,15 +63,15 @@ def test_every_outcome_writes_a_trace_and_no_planted_value_reaches_any_record(
     try:
         with observed_gateway(sqlite_url, tmp_path, **settings) as seen:
             gateway = seen.gateway
-            gateway.writes.items("acme", planted_items())
+            gateway.ingest("acme", planted_items())
             agent = gateway.key("agent", groups=("research",), clearance="confidential")
             asked = {"query": f"{WORD} {SECRET} {EMAIL} {NAME}", "entities": [{"email": EMAIL}, {"phone": PHONE}]}
             calls = {
-                "allow": gateway.pipeline.retrieve(agent, {"task": RESEARCH, **asked}),
-                "degraded": gateway.pipeline.retrieve(agent, {"task": RESEARCH, **asked}, semantic=True),
-                "deny": gateway.pipeline.retrieve(agent, {"task": {"type": "no_such_task"}, **asked}),
-                "4xx": gateway.pipeline.retrieve(agent, {"task": RESEARCH, **asked, "mode": f"{WORD}-mode"}),
-                "5xx": gateway.pipeline.retrieve(agent, {"task": FAILING, **asked}),
+                "allow": gateway.retrieve(agent, {"task": RESEARCH, **asked}),
+                "degraded": gateway.retrieve(agent, {"task": RESEARCH, **asked}, semantic=True),
+                "deny": gateway.retrieve(agent, {"task": {"type": "no_such_task"}, **asked}),
+                "4xx": gateway.retrieve(agent, {"task": RESEARCH, **asked, "mode": f"{WORD}-mode"}),
+                "5xx": gateway.retrieve(agent, {"task": FAILING, **asked}),
                 "malformed": gateway.client.post("/v1/retrieve", content=f'{{"query": "{WORD} {EMAIL}"',
                                                  headers=gateway.auth(agent)),
                 "unauthenticated": gateway.client.post("/v1/retrieve", json={"task": RESEARCH, **asked},

@@ -30,14 +30,14 @@ STAGES = re.compile(r'<li class="stage" id="stage-([a-z]+)">')
 
 def seed(gateway: Gateway) -> dict[str, list[str]]:
     """Calls in two tenants; returns the trace ids by who made them."""
-    gateway.writes.items("acme", [memory("mem_a", "zanzibar pricing note"), memory("mem_b", "zanzibar renewal note")])
-    gateway.writes.items("globex", [memory("mem_g", "zanzibar globex note")])
+    gateway.ingest("acme", [memory("mem_a", "zanzibar pricing note"), memory("mem_b", "zanzibar renewal note")])
+    gateway.ingest("globex", [memory("mem_g", "zanzibar globex note")])
     alice = gateway.key("alice", groups=("sales",), clearance="confidential")
     bob = gateway.key("bob", groups=("sales",), clearance="confidential")
     mallory = gateway.key("mallory", tenant="globex", groups=("sales",), clearance="confidential")
 
     def call(key: str, task: dict[str, Any] = SALES_TASK) -> str:
-        trace_id: str = gateway.pipeline.retrieve(key, {"task": task, "query": "zanzibar pricing"}).headers["x-trace-id"]
+        trace_id: str = gateway.retrieve(key, {"task": task, "query": "zanzibar pricing"}).headers["x-trace-id"]
         return trace_id
 
     return {
@@ -219,9 +219,9 @@ def llm() -> Iterator[LlmDouble]:
 
 def test_trace_page_shows_the_lineage_in_stages_with_item_links(llm: LlmDouble, sqlite_url: str, tmp_path: Path) -> None:
     with open_gateway(sqlite_url, tmp_path, llm_url=llm.url, llm_timeout_ms=5000) as gateway:
-        gateway.writes.items("acme", [memory("mem_a", "zanzibar pricing note " * 3), memory("mem_b", "zanzibar renewal note " * 30)])
+        gateway.ingest("acme", [memory("mem_a", "zanzibar pricing note " * 3), memory("mem_b", "zanzibar renewal note " * 30)])
         alice = gateway.key("alice", groups=("sales",), clearance="confidential")
-        answered = gateway.pipeline.retrieve(alice, {"task": SALES_TASK, "query": "zanzibar pricing", "synthesize": True,
+        answered = gateway.retrieve(alice, {"task": SALES_TASK, "query": "zanzibar pricing", "synthesize": True,
                                             "budget": {"bytes": 400}})
         trace_id = answered.json()["trace_id"]
         gateway.client.post(f"/v1/traces/{trace_id}/usage", json={"used": ["mem_a"]}, headers=gateway.auth(alice))

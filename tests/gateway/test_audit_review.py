@@ -15,15 +15,15 @@ SECRET_QUERY = "zanzibar pricing for the merger"
 
 
 def seed(gateway: Gateway) -> tuple[str, list[str]]:
-    gateway.writes.items("acme", [memory("mem_a", "zanzibar pricing note"), memory("mem_b", "zanzibar renewal note")])
-    gateway.writes.items("globex", [memory("mem_g", "zanzibar globex note")])
+    gateway.ingest("acme", [memory("mem_a", "zanzibar pricing note"), memory("mem_b", "zanzibar renewal note")])
+    gateway.ingest("globex", [memory("mem_g", "zanzibar globex note")])
     alice = gateway.key("alice", groups=("sales",), clearance="confidential")
     traces = []
     for _ in range(3):
-        traces.append(gateway.pipeline.retrieve(alice, {"task": SALES_TASK, "query": SECRET_QUERY}).json()["trace_id"])
-    gateway.pipeline.retrieve(alice, {"task": {"type": "no_such_task"}, "query": "x"})  # a denial
+        traces.append(gateway.retrieve(alice, {"task": SALES_TASK, "query": SECRET_QUERY}).json()["trace_id"])
+    gateway.retrieve(alice, {"task": {"type": "no_such_task"}, "query": "x"})  # a denial
     mallory = gateway.key("mallory", tenant="globex", groups=("sales",), clearance="confidential")
-    gateway.pipeline.retrieve(mallory, {"task": SALES_TASK, "query": SECRET_QUERY})
+    gateway.retrieve(mallory, {"task": SALES_TASK, "query": SECRET_QUERY})
     return alice, traces
 
 

@@ -122,7 +122,7 @@ def test_bearer_without_a_token_is_401(gateway: Gateway, authorization: str) -> 
 
 
 def test_lowercase_bearer_scheme_is_accepted(gateway: Gateway) -> None:
-    gateway.writes.items("acme", [SALES_ONLY])
+    gateway.ingest("acme", [SALES_ONLY])
     key = gateway.key("alice", groups=("sales",))
     response = retrieve_with(gateway, f"bearer {key}")
     assert found_ids(response) == ["mem_sales_only"]
@@ -146,7 +146,7 @@ def test_malformed_key_is_401(gateway: Gateway, token: str) -> None:
 
 
 def test_unknown_key_id_wrong_secret_and_revoked_key_read_the_same(gateway: Gateway) -> None:
-    gateway.writes.items("acme", [SALES_ONLY])
+    gateway.ingest("acme", [SALES_ONLY])
     key = gateway.key("alice", groups=("sales",))
     assert found_ids(retrieve_with(gateway, f"Bearer {key}")) == ["mem_sales_only"]
     _, key_id, secret = key.split("_", 2)
@@ -173,7 +173,7 @@ def test_unknown_key_id_wrong_secret_and_revoked_key_read_the_same(gateway: Gate
 
 
 def test_revocation_is_per_key(gateway: Gateway) -> None:
-    gateway.writes.items("acme", [SALES_ONLY])
+    gateway.ingest("acme", [SALES_ONLY])
     alice = gateway.key("alice", groups=("sales",))
     carol = gateway.key("carol", groups=("sales",))
     with Session(writer(gateway.store)) as session:  # read then write: take the write lock up front
@@ -227,9 +227,9 @@ def test_key_actor_is_the_one_recorded_in_the_audit_row(gateway: Gateway) -> Non
     ],
 )
 def test_identity_in_the_body_is_refused_and_never_evaluated(gateway: Gateway, field: str, value: Any) -> None:
-    gateway.writes.items("acme", [SALES_ONLY])
+    gateway.ingest("acme", [SALES_ONLY])
     key = gateway.key("alice", groups=("sales",))
-    response = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "query": "narwhalgroup", field: value})
+    response = gateway.retrieve(key, {"task": SALES_TASK, "query": "narwhalgroup", field: value})
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["code"] == "bad_request"
@@ -382,7 +382,7 @@ def test_jwt_audience_and_issuer_are_enforced_when_configured(sqlite_url: str, t
 
 
 def test_jwt_is_refused_when_jwt_is_not_configured(gateway: Gateway) -> None:
-    gateway.writes.items("acme", [SALES_ONLY])
+    gateway.ingest("acme", [SALES_ONLY])
     response = retrieve_with(gateway, f"Bearer {hs256(claims())}")
     message = assert_unauthenticated(gateway, response)
     assert "JWT" in message and "not enabled" in message

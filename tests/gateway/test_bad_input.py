@@ -110,7 +110,7 @@ def test_unparsable_body(gateway: Gateway, name: str, content: bytes, status: in
 @pytest.mark.parametrize(("name", "body", "status", "code", "expected"), SHAPE_CASES, ids=[c[0] for c in SHAPE_CASES])
 def test_wrong_shape(gateway: Gateway, name: str, body: Any, status: int, code: str, expected: str) -> None:
     key = gateway.key("alice", groups=("sales",))
-    message = assert_clean_error(gateway, gateway.pipeline.retrieve(key, body), status, code)
+    message = assert_clean_error(gateway, gateway.retrieve(key, body), status, code)
     assert expected in message
     if code == "invalid_request":
         assert message.split(":")[0].startswith(expected.split(".")[0])  # the field leads the message
@@ -121,7 +121,7 @@ def test_a_valid_request_passes_the_same_checks(gateway: Gateway) -> None:
     key = gateway.key("alice", groups=("sales",))
     body = with_task(query="pricing", budget={"bytes": 200_000}, as_of="2026-01-01T00:00:00+02:00",
                      entities=[{"id": f"ent_{i}"} for i in range(20)], fetch=[f"id_{i}" for i in range(20)], mode="scout")
-    response = gateway.pipeline.retrieve(key, body)
+    response = gateway.retrieve(key, body)
     assert response.status_code == 200, response.text
     assert gateway.trace(response.headers["x-trace-id"])["status_code"] == 200
 
@@ -141,14 +141,14 @@ def test_error_messages_never_echo_the_submitted_values(gateway: Gateway) -> Non
         with_task(kinds=[marker]),
     ]
     for body in bodies:
-        response = gateway.pipeline.retrieve(key, body)
+        response = gateway.retrieve(key, body)
         assert_clean_error(gateway, response, 422, "invalid_request")
         assert marker not in response.text, body
 
 
 def test_identity_field_beats_other_shape_errors(gateway: Gateway) -> None:
     key = gateway.key("alice", groups=("sales",))
-    message = assert_clean_error(gateway, gateway.pipeline.retrieve(key, {"tenant": "globex", "task": 7}), 400, "bad_request")
+    message = assert_clean_error(gateway, gateway.retrieve(key, {"tenant": "globex", "task": 7}), 400, "bad_request")
     assert message.startswith("tenant:")
 
 
@@ -190,7 +190,7 @@ def test_oversized_ingest_body_is_413_and_writes_nothing(gateway: Gateway) -> No
     response = gateway.client.put("/v1/items", json=items, headers=gateway.auth(writer))
     assert_clean_error(gateway, response, 413, "payload_too_large")
     key = gateway.key("alice", groups=("sales",))
-    assert gateway.pipeline.retrieve(key, with_task(query="dingo")).json()["items"] == []
+    assert gateway.retrieve(key, with_task(query="dingo")).json()["items"] == []
 
 
 @pytest.fixture
@@ -261,13 +261,13 @@ def test_far_off_instants_are_refused_where_they_enter(gateway: Gateway) -> None
     assert body["created"] == 1 and [r["id"] for r in body["rejected"]] == ["forever"]
     assert "valid_to" in body["rejected"][0]["errors"][0]
     agent = gateway.key("a")
-    far = gateway.pipeline.retrieve(agent, {"task": {"type": "research"}, "query": "note", "as_of": "0001-01-01T00:00:00Z"})
+    far = gateway.retrieve(agent, {"task": {"type": "research"}, "query": "note", "as_of": "0001-01-01T00:00:00Z"})
     assert far.status_code == 422 and "as_of" in far.json()["error"]["message"]
 
 
 def test_nul_characters_are_refused_on_every_backend(gateway: Gateway) -> None:
     agent = gateway.key("a")
-    response = gateway.pipeline.retrieve(agent, {"task": {"type": "research"}, "entities": [{"email": "a\u0000@b.example"}]})
+    response = gateway.retrieve(agent, {"task": {"type": "research"}, "entities": [{"email": "a\u0000@b.example"}]})
     assert response.status_code == 400 and "NUL" in response.json()["error"]["message"]
     writer = gateway.key("w", roles=("ingest",))
     written = gateway.client.put(

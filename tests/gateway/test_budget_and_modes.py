@@ -25,7 +25,7 @@ def alice(gateway: Gateway) -> str:
 
 
 def ask(gateway: Gateway, key: str | None = None, **body: Any) -> dict[str, Any]:
-    response = gateway.pipeline.retrieve(key or alice(gateway), {"task": SALES_TASK, **body})
+    response = gateway.retrieve(key or alice(gateway), {"task": SALES_TASK, **body})
     assert response.status_code == 200, response.text
     result: dict[str, Any] = response.json()
     return result
@@ -36,7 +36,7 @@ def doc(item_id: str, text: str) -> dict[str, Any]:
 
 
 def test_budget_split_redistributes_empty_shares_and_never_cuts_an_item(gateway: Gateway) -> None:
-    gateway.writes.items(
+    gateway.ingest(
         "acme",
         [memory(f"mem_{i}", f"otter pricing memory {i} " + "x" * 180) for i in range(20)]
         + [doc(f"doc_{i}", f"otter pricing document {i} " + "y" * 180) for i in range(20)],
@@ -66,14 +66,14 @@ def test_split_setting_is_validated() -> None:
 
 
 def test_an_item_larger_than_the_budget_is_dropped_not_cut(gateway: Gateway) -> None:
-    gateway.writes.items("acme", [memory("mem_big", "heron " + "z" * 5000), memory("mem_small", "heron small")])
+    gateway.ingest("acme", [memory("mem_big", "heron " + "z" * 5000), memory("mem_small", "heron small")])
     body = ask(gateway, query="heron", budget={"bytes": 1000})
     assert [i["id"] for i in body["items"]] == ["mem_small"]
     assert body["budget"]["per_source"]["memory"]["dropped"] == 1
 
 
 def test_modes_choose_sources_and_explicit_false_wins(gateway: Gateway) -> None:
-    gateway.writes.items("acme", [JANE, memory("mem_j", "lynx note", entity="ent_jane")])
+    gateway.ingest("acme", [JANE, memory("mem_j", "lynx note", entity="ent_jane")])
     brief = ask(gateway, mode="brief", query="lynx", entities=[{"id": "ent_jane"}])
     assert brief["mode"] == "brief" and brief["sources"]["graph"]["status"] in ("ok", "empty")
     scout = ask(gateway, query="lynx", entities=[{"id": "ent_jane"}])
@@ -85,7 +85,7 @@ def test_modes_choose_sources_and_explicit_false_wins(gateway: Gateway) -> None:
 
 
 def test_filter_mode_lists_items_carrying_every_tag_inside_the_policy(gateway: Gateway) -> None:
-    gateway.writes.items(
+    gateway.ingest(
         "acme",
         [
             memory("mem_both", "a", tags=["pricing", "emea"]),
@@ -98,28 +98,28 @@ def test_filter_mode_lists_items_carrying_every_tag_inside_the_policy(gateway: G
 
 
 def test_caller_narrows_kinds_never_widens(gateway: Gateway) -> None:
-    gateway.writes.items("acme", [memory("mem_k", "puffin"), doc("doc_k", "puffin")])
+    gateway.ingest("acme", [memory("mem_k", "puffin"), doc("doc_k", "puffin")])
     only_docs = ask(gateway, query="puffin", kinds=["document"])
     assert [i["id"] for i in only_docs["items"]] == ["doc_k"]
-    research = gateway.pipeline.retrieve(alice(gateway), {"task": {"type": "research"}, "query": "puffin", "kinds": ["memory", "document"]})
+    research = gateway.retrieve(alice(gateway), {"task": {"type": "research"}, "query": "puffin", "kinds": ["memory", "document"]})
     assert {i["kind"] for i in research.json()["items"]} == {"document"}
 
 
 def test_fetch_forbidden_and_unknown_ids_are_indistinguishable(gateway: Gateway) -> None:
-    gateway.writes.items("acme", [memory("mem_ok", "fine"), memory("mem_secret", "hidden", acl=["group:finance"])])
-    gateway.writes.items("globex", [memory("mem_theirs", "other tenant")])
+    gateway.ingest("acme", [memory("mem_ok", "fine"), memory("mem_secret", "hidden", acl=["group:finance"])])
+    gateway.ingest("globex", [memory("mem_theirs", "other tenant")])
     ok = ask(gateway, fetch=["mem_ok", "mem_secret", "mem_theirs", "mem_nope"])
     assert [i["id"] for i in ok["items"]] == ["mem_ok"]
     forbidden, unknown = ask(gateway, fetch=["mem_secret"]), ask(gateway, fetch=["mem_nope"])
     strip = lambda b: {k: v for k, v in b.items() if k not in ("trace_id", "timings")} | {  # noqa: E731
         "sources": {n: {k: v for k, v in s.items() if k != "ms"} for n, s in b["sources"].items()}}
     assert strip(forbidden) == strip(unknown)
-    too_many = gateway.pipeline.retrieve(alice(gateway), {"task": SALES_TASK, "fetch": [f"m{i}" for i in range(21)]})
+    too_many = gateway.retrieve(alice(gateway), {"task": SALES_TASK, "fetch": [f"m{i}" for i in range(21)]})
     assert too_many.status_code == 422 and "fetch" in too_many.json()["error"]["message"]
 
 
 def seed_pages(gateway: Gateway) -> list[str]:
-    gateway.writes.items("acme", [memory(f"mem_{i:02d}", f"walrus pricing note {i:02d} " + "w" * 150) for i in range(12)])
+    gateway.ingest("acme", [memory(f"mem_{i:02d}", f"walrus pricing note {i:02d} " + "w" * 150) for i in range(12)])
     return [f"mem_{i:02d}" for i in range(12)]
 
 
@@ -137,7 +137,7 @@ def test_expand_pages_through_without_repeats_then_the_cursor_is_spent(gateway: 
         cursor, pages = page["cursor"], pages + 1
         assert pages < 12
     assert sorted(seen) == ids and len(seen) == len(set(seen))
-    spent = gateway.pipeline.retrieve(alice(gateway), {"task": SALES_TASK, "cursor": first["cursor"]})
+    spent = gateway.retrieve(alice(gateway), {"task": SALES_TASK, "cursor": first["cursor"]})
     assert spent.status_code == 404
 
 
@@ -147,7 +147,7 @@ def test_expand_cursor_of_another_actor_or_tenant_gets_nothing(gateway: Gateway)
     bob = gateway.key("bob", groups=("sales",), clearance="confidential")
     mallory = gateway.key("mallory", tenant="globex", groups=("sales",), clearance="confidential")
     for key in (bob, mallory):
-        stolen = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "cursor": cursor})
+        stolen = gateway.retrieve(key, {"task": SALES_TASK, "cursor": cursor})
         assert stolen.status_code == 404 and "walrus" not in stolen.text
         assert stolen.json()["error"]["message"] == "cursor: unknown or expired"
     # The owner can still use it: a failed theft does not spend it.
@@ -159,7 +159,7 @@ def test_expand_never_returns_an_item_forbidden_since_the_cursor_was_issued(gate
     first = ask(gateway, query="walrus pricing", budget={"bytes": 700})
     trace = gateway.trace(first["trace_id"])["lineage"]
     revoked = trace["dropped_for_budget"][0]
-    gateway.writes.items("acme", [memory(revoked, "walrus pricing now finance only", acl=["group:finance"])])
+    gateway.ingest("acme", [memory(revoked, "walrus pricing now finance only", acl=["group:finance"])])
     cursor, seen = first["cursor"], []
     while cursor:
         page = ask(gateway, cursor=cursor, budget={"bytes": 5000})
@@ -174,7 +174,7 @@ def test_expand_cursor_expires_after_an_idle_hour(gateway: Gateway) -> None:
     table = RetrieveCursor.__table__  # type: ignore[attr-defined]
     with writer(gateway.store).begin() as conn:
         conn.execute(update(table).values(last_used_at=utc_now() - timedelta(seconds=3601)))
-    assert gateway.pipeline.retrieve(alice(gateway), {"task": SALES_TASK, "cursor": cursor}).status_code == 404
+    assert gateway.retrieve(alice(gateway), {"task": SALES_TASK, "cursor": cursor}).status_code == 404
 
 
 def test_concurrent_expands_of_one_cursor_never_return_the_same_item(sqlite_gateway: Gateway) -> None:
@@ -184,7 +184,7 @@ def test_concurrent_expands_of_one_cursor_never_return_the_same_item(sqlite_gate
     returned: list[list[str]] = []
 
     def page() -> None:
-        response = gateway.pipeline.retrieve(alice(gateway), {"task": SALES_TASK, "cursor": first["cursor"], "budget": {"bytes": 400}})
+        response = gateway.retrieve(alice(gateway), {"task": SALES_TASK, "cursor": first["cursor"], "budget": {"bytes": 400}})
         returned.append([i["id"] for i in response.json().get("items", [])] if response.status_code == 200 else [])
 
     threads = [threading.Thread(target=page) for _ in range(6)]
@@ -199,5 +199,5 @@ def test_concurrent_expands_of_one_cursor_never_return_the_same_item(sqlite_gate
 def test_expand_must_continue_the_same_task(gateway: Gateway) -> None:
     seed_pages(gateway)
     cursor = ask(gateway, query="walrus pricing", budget={"bytes": 700})["cursor"]
-    other = gateway.pipeline.retrieve(alice(gateway), {"task": {"type": "support_ticket"}, "cursor": cursor})
+    other = gateway.retrieve(alice(gateway), {"task": {"type": "support_ticket"}, "cursor": cursor})
     assert other.status_code == 400 and "task" in other.json()["error"]["message"]

@@ -45,7 +45,7 @@ def ok(result: Result) -> Result:
 
 
 def found(gateway: Gateway, key: str, query: str) -> list[str]:
-    response = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "query": query})
+    response = gateway.retrieve(key, {"task": SALES_TASK, "query": query})
     assert response.status_code == 200, response.text
     return [item["id"] for item in response.json()["items"]]
 

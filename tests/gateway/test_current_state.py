@@ -17,14 +17,14 @@ def fact(item_id: str, value: str, **envelope: Any) -> dict[str, Any]:
 
 def ask(gateway: Gateway, **body: Any) -> dict[str, Any]:
     key = gateway.key("alice", groups=("sales",), clearance="confidential")
-    response = gateway.pipeline.retrieve(key, {"task": SALES_TASK, **body})
+    response = gateway.retrieve(key, {"task": SALES_TASK, **body})
     assert response.status_code == 200, response.text
     result: dict[str, Any] = response.json()
     return result
 
 
 def test_recent_speculative_note_ranks_below_older_approved_decision(gateway: Gateway) -> None:
-    gateway.writes.items(
+    gateway.ingest(
         "acme",
         [
             memory("mem_guess", "Discount rule for annual billing: maybe 25 percent off",
@@ -40,7 +40,7 @@ def test_recent_speculative_note_ranks_below_older_approved_decision(gateway: Ga
 
 def test_authority_does_not_override_a_much_stronger_match(gateway: Gateway) -> None:
     # Relevance tiers first: an approved item that barely matches does not jump a strong match.
-    gateway.writes.items(
+    gateway.ingest(
         "acme",
         [memory(f"mem_filler_{i}", f"renewal call notes number {i}", authority="speculative") for i in range(30)]
         + [memory("mem_strong", "renewal escalation playbook renewal escalation", authority="unreviewed"),
@@ -52,7 +52,7 @@ def test_authority_does_not_override_a_much_stronger_match(gateway: Gateway) -> 
 
 
 def test_scope_match_then_recency_break_ties(gateway: Gateway) -> None:
-    gateway.writes.items(
+    gateway.ingest(
         "acme",
         [
             memory("mem_general_new", "kiwi onboarding checklist", scope=[], recorded_at="2026-10-01T00:00:00Z"),
@@ -65,7 +65,7 @@ def test_scope_match_then_recency_break_ties(gateway: Gateway) -> None:
 
 
 def test_slot_keeps_one_current_winner_and_labels_the_rest_on_request(gateway: Gateway) -> None:
-    gateway.writes.items(
+    gateway.ingest(
         "acme",
         [
             JANE,
@@ -92,13 +92,13 @@ def test_slot_keeps_one_current_winner_and_labels_the_rest_on_request(gateway: G
 
 
 def test_disputed_current_item_says_so(gateway: Gateway) -> None:
-    gateway.writes.items("acme", [JANE, fact("plan_contested", "Pro", authority="approved", status="disputed")])
+    gateway.ingest("acme", [JANE, fact("plan_contested", "Pro", authority="approved", status="disputed")])
     [only] = ask(gateway, entities=[{"id": "ent_jane"}])["items"]
     assert (only["id"], only["status"], only["current"]) == ("plan_contested", "disputed", True)
 
 
 def test_as_of_in_the_past_returns_what_was_true_then(gateway: Gateway) -> None:
-    gateway.writes.items(
+    gateway.ingest(
         "acme",
         [
             JANE,
@@ -118,7 +118,7 @@ def test_as_of_in_the_past_returns_what_was_true_then(gateway: Gateway) -> None:
 
 
 def test_fetch_returns_a_named_superseded_item_labelled(gateway: Gateway) -> None:
-    gateway.writes.items("acme", [JANE, fact("plan_now", "Pro", authority="approved"),
+    gateway.ingest("acme", [JANE, fact("plan_now", "Pro", authority="approved"),
                             fact("plan_was", "Basic", authority="approved", status="superseded")])
     items = ask(gateway, fetch=["plan_was"])["items"]
     assert [(i["id"], i["status"], i["current"]) for i in items] == [("plan_was", "superseded", False)]

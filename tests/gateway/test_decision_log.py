@@ -29,12 +29,12 @@ OPA_FIELDS = {"decision_id", "path", "input", "result", "bundles", "timestamp", 
 
 def plant_and_decide(gateway: Gateway) -> str:
     """Ingest planted values, retrieve with them (one allowed call, one denied); the policy revision."""
-    gateway.writes.items("acme", [memory("mem_1", f"quokka note, write to {PLANTED}"),
+    gateway.ingest("acme", [memory("mem_1", f"quokka note, write to {PLANTED}"),
                             {"id": "ent_j", "kind": "entity", "entity_type": "contact", "email": PLANTED, "acl": ["*"]}])
     key = gateway.key("alice", groups=("sales",), clearance="confidential")
-    ok = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "query": f"quokka {PLANTED}", "entities": [{"email": PLANTED}]})
+    ok = gateway.retrieve(key, {"task": SALES_TASK, "query": f"quokka {PLANTED}", "entities": [{"email": PLANTED}]})
     assert ok.status_code == 200 and ok.json()["items"]
-    denied = gateway.pipeline.retrieve(key, {"task": {"type": "no_such_task"}, "query": PLANTED})
+    denied = gateway.retrieve(key, {"task": {"type": "no_such_task"}, "query": PLANTED})
     assert denied.status_code == 403
     revision: str = gateway.client.get("/v1/policy", headers=gateway.auth(key)).json()["revision"]
     return revision
@@ -170,14 +170,14 @@ def test_a_collector_that_is_down_neither_fails_nor_slows_retrieval_and_gets_the
         collector.status = 500
         collector.gate.clear()
         with open_gateway(sqlite_url, tmp_path, decision_log_url=collector.url) as gateway:
-            gateway.writes.items("acme", [memory("mem_1", "wombat pricing note")])
+            gateway.ingest("acme", [memory("mem_1", "wombat pricing note")])
             key = gateway.key("alice", groups=("sales",), clearance="confidential")
             body = {"task": SALES_TASK, "query": "wombat pricing"}
-            assert gateway.pipeline.retrieve(key, body).status_code == 200
+            assert gateway.retrieve(key, body).status_code == 200
             wait_for(lambda: collector.arrived >= 1)  # an upload is now hanging at the collector
             started = time.monotonic()
             for _ in range(3):
-                assert gateway.pipeline.retrieve(key, body).status_code == 200
+                assert gateway.retrieve(key, body).status_code == 200
             assert time.monotonic() - started < 2.0  # well under the upload's 3 s timeout
             collector.gate.set()  # the hanging upload is answered 500
             sink = gateway.client.app.state.context.policy.sink

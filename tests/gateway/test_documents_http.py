@@ -75,7 +75,7 @@ def test_a_shorter_document_removes_the_pieces_past_its_end(gateway: Gateway) ->
     shorter = put(gateway, "guide", "---\nacl: [group:sales]\n---\n# Discounts\nOnly discounts now.\n").json()
     assert shorter["removed"] == 2
     key = gateway.key("agent", groups=("sales",))
-    body = gateway.pipeline.retrieve(key, {"task": RESEARCH, "query": "prorated refunds"}).json()
+    body = gateway.retrieve(key, {"task": RESEARCH, "query": "prorated refunds"}).json()
     assert body["items"] == []
 
 
@@ -84,7 +84,7 @@ def test_a_hit_returns_its_whole_section_once(gateway: Gateway) -> None:
     billing_pieces = report["pieces"] - 2
     assert billing_pieces >= 3
     key = gateway.key("agent", groups=("sales",))
-    body = gateway.pipeline.retrieve(key, {"task": RESEARCH, "query": "periwinkle clause", "budget": {"bytes": 100000}}).json()
+    body = gateway.retrieve(key, {"task": RESEARCH, "query": "periwinkle clause", "budget": {"bytes": 100000}}).json()
     sections = [i for i in body["items"] if i["section"] == "Pricing guideline > Discounts > Annual billing"
                 or i["section"].endswith("Annual billing")]
     assert len(sections) == 1, [i["section"] for i in body["items"]]
@@ -98,13 +98,13 @@ def test_a_hit_returns_its_whole_section_once(gateway: Gateway) -> None:
 
 def test_a_piece_the_actor_may_not_see_is_left_out_of_the_section(gateway: Gateway) -> None:
     section = {"kind": "document", "document": "handbook", "section": "Handbook > Travel", "scope": ["sales"]}
-    gateway.writes.items("acme", [
+    gateway.ingest("acme", [
         {**section, "id": "handbook:0000", "text": "Travel is booked through the portal.", "acl": ["*"]},
         {**section, "id": "handbook:0001", "text": "Executive travel uses the falcon jet account.", "acl": ["group:executives"]},
         {**section, "id": "handbook:0002", "text": "Receipts are filed within a week of travel.", "acl": ["*"]},
     ])
     key = gateway.key("agent", groups=("sales",))
-    response = gateway.pipeline.retrieve(key, {"task": RESEARCH, "query": "receipts travel"})
+    response = gateway.retrieve(key, {"task": RESEARCH, "query": "receipts travel"})
     [item] = response.json()["items"]
     assert item["pieces"] == ["handbook:0000", "handbook:0002"]
     assert "falcon" not in response.text and "handbook:0001" not in response.text
@@ -121,4 +121,4 @@ def test_document_writes_need_the_ingest_role_and_valid_front_matter(gateway: Ga
     bad_id = put(gateway, "bad%20id", GUIDE.format(billing="x"))
     assert bad_id.status_code == 400
     key = gateway.key("reader", groups=("sales",))
-    assert gateway.pipeline.retrieve(key, {"task": RESEARCH, "query": "discounts"}).json()["items"] == []
+    assert gateway.retrieve(key, {"task": RESEARCH, "query": "discounts"}).json()["items"] == []

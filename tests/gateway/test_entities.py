@@ -25,7 +25,7 @@ def agent(gateway: Gateway) -> str:
 
 
 def resolve(gateway: Gateway, *refs: dict[str, str], **extra: Any) -> Any:
-    response = gateway.pipeline.retrieve(agent(gateway), {"task": SALES_TASK, "entities": list(refs), **extra})
+    response = gateway.retrieve(agent(gateway), {"task": SALES_TASK, "entities": list(refs), **extra})
     assert response.status_code == 200, response.text
     return response.json()
 
@@ -52,7 +52,7 @@ def test_phones_and_emails_normalise() -> None:
 
 
 def test_each_identifier_resolves_to_its_kind_of_entity(gateway: Gateway) -> None:
-    gateway.writes.items(
+    gateway.ingest(
         "acme",
         [
             entity("ent_jane", email="Jane@Acme.co.uk", phone="+1 (555) 010-2000", website="https://linkedin.com/in/jane-doe"),
@@ -75,7 +75,7 @@ def test_each_identifier_resolves_to_its_kind_of_entity(gateway: Gateway) -> Non
 
 
 def test_merged_entity_resolves_to_its_survivor_through_a_chain(gateway: Gateway) -> None:
-    gateway.writes.items(
+    gateway.ingest(
         "acme",
         [
             entity("ent_old", email="old@acme.com"),
@@ -102,7 +102,7 @@ def test_merged_entity_resolves_to_its_survivor_through_a_chain(gateway: Gateway
 
 
 def test_merge_refuses_cycles_self_merges_and_unknown_ids(gateway: Gateway) -> None:
-    gateway.writes.items("acme", [entity("ent_a"), entity("ent_b"), entity("ent_c")])
+    gateway.ingest("acme", [entity("ent_a"), entity("ent_b"), entity("ent_c")])
     post = lambda source, into: gateway.client.post(f"/v1/entities/{source}/merge", json={"into": into}, headers=writer(gateway))  # noqa: E731
     assert post("ent_a", "ent_b").status_code == 200
     assert post("ent_b", "ent_c").status_code == 200
@@ -118,7 +118,7 @@ def test_merge_refuses_cycles_self_merges_and_unknown_ids(gateway: Gateway) -> N
 
 
 def test_a_cycle_already_in_the_store_resolves_every_member_to_one_record(gateway: Gateway) -> None:
-    gateway.writes.items("acme", [entity("ent_x"), entity("ent_y"), entity("ent_z")])
+    gateway.ingest("acme", [entity("ent_x"), entity("ent_y"), entity("ent_z")])
     from sqlalchemy import update
 
     from connectors.sql.pushdown import item
@@ -131,7 +131,7 @@ def test_a_cycle_already_in_the_store_resolves_every_member_to_one_record(gatewa
 
 
 def test_merge_into_an_entity_the_actor_cannot_see_resolves_to_nothing(gateway: Gateway) -> None:
-    gateway.writes.items("acme", [entity("ent_public", email="p@acme.com"), entity("ent_hidden", acl=["group:executives"])])
+    gateway.ingest("acme", [entity("ent_public", email="p@acme.com"), entity("ent_hidden", acl=["group:executives"])])
     gateway.client.post("/v1/entities/ent_public/merge", json={"into": "ent_hidden"}, headers=writer(gateway))
     body = resolve(gateway, {"email": "p@acme.com"})
     assert body["entities"] == []
@@ -139,7 +139,7 @@ def test_merge_into_an_entity_the_actor_cannot_see_resolves_to_nothing(gateway: 
 
 
 def test_tombstoned_entity_is_bare_and_its_items_vanish_from_every_connector_at_once(gateway: Gateway) -> None:
-    gateway.writes.items(
+    gateway.ingest(
         "acme",
         [
             entity("ent_gone", email="gone@acme.com", name="Gone Person"),
@@ -152,7 +152,7 @@ def test_tombstoned_entity_is_bare_and_its_items_vanish_from_every_connector_at_
     )
     gateway.embed_all()
     ask = {"task": SALES_TASK, "query": "narwhal pricing", "entities": [{"email": "gone@acme.com"}], "mode": "brief"}
-    before = gateway.pipeline.retrieve(agent(gateway), ask, semantic=True).json()
+    before = gateway.retrieve(agent(gateway), ask, semantic=True).json()
     found = {i["id"] for i in before["items"]}
     assert {"mem_gone", "mem_about", "edge_gone", "mem_stays"} <= found
     assert {"semantic", "lexical"} <= {s for i in before["items"] if i["id"] == "mem_about" for s in i["found_by"]}
@@ -160,13 +160,13 @@ def test_tombstoned_entity_is_bare_and_its_items_vanish_from_every_connector_at_
     deleted = gateway.client.delete("/v1/entities/ent_gone", headers=writer(gateway))
     assert deleted.status_code == 200 and deleted.json()["hidden_items"] == 3
 
-    after = gateway.pipeline.retrieve(agent(gateway), ask, semantic=True).json()
+    after = gateway.retrieve(agent(gateway), ask, semantic=True).json()
     assert after["entities"] == [{"id": "ent_gone", "kind": "contact", "status": "pending_deletion"}]
     assert {i["id"] for i in after["items"]} == {"mem_stays"}
     for name in ("lexical", "semantic", "graph", "exact"):
         assert after["sources"][name]["status"] in ("ok", "empty", "skipped"), after["sources"]
     # Fetching the hidden ids by name gives nothing either, and nothing says why.
-    fetched = gateway.pipeline.retrieve(agent(gateway), {"task": SALES_TASK, "fetch": ["mem_about", "edge_gone"]}).json()
+    fetched = gateway.retrieve(agent(gateway), {"task": SALES_TASK, "fetch": ["mem_about", "edge_gone"]}).json()
     assert fetched["items"] == [] and fetched["empty_reason"] == "no_relevant_permitted_items"
     # The tombstone cannot be undone by writing the entity again.
     rewrite = gateway.client.put("/v1/entities/ent_gone", json=entity("ent_gone"), headers=writer(gateway))
@@ -175,14 +175,14 @@ def test_tombstoned_entity_is_bare_and_its_items_vanish_from_every_connector_at_
 
 
 def test_tombstone_of_a_forbidden_entity_is_not_revealed(gateway: Gateway) -> None:
-    gateway.writes.items("acme", [entity("ent_secret", email="s@acme.com", acl=["group:executives"])])
+    gateway.ingest("acme", [entity("ent_secret", email="s@acme.com", acl=["group:executives"])])
     gateway.client.delete("/v1/entities/ent_secret", headers=writer(gateway))
     assert resolve(gateway, {"email": "s@acme.com"})["entities"] == []
 
 
 def test_live_entities_sharing_the_company_domain_join_as_aliases_at_most_20(gateway: Gateway) -> None:
     colleagues = [entity(f"ent_c{i:02d}", email=f"person{i}@acme.com") for i in range(25)]
-    gateway.writes.items(
+    gateway.ingest(
         "acme",
         [
             entity("ent_jane", email="jane@acme.com"),
@@ -203,7 +203,7 @@ def test_alias_lookup_failure_degrades_and_says_so(gateway: Gateway, monkeypatch
     from connectors.sql.exact import SqlExactConnector
     from core.errors import ConnectorError
 
-    gateway.writes.items("acme", [entity("ent_jane", email="jane@acme.com"), memory("mem_j", "jane said yes", entity="ent_jane")])
+    gateway.ingest("acme", [entity("ent_jane", email="jane@acme.com"), memory("mem_j", "jane said yes", entity="ent_jane")])
 
     async def broken(*_: Any, **__: Any) -> Any:
         raise ConnectorError("alias lookup failed: OperationalError")

@@ -27,14 +27,14 @@ def put_edges(gateway: Gateway, edges: list[dict[str, Any]]) -> dict[str, Any]:
 
 def walk(gateway: Gateway, **body: Any) -> list[dict[str, Any]]:
     key = gateway.key("alice", groups=("sales",), clearance="confidential")
-    response = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "mode": "brief", "entities": [{"id": "ent_a"}], **body})
+    response = gateway.retrieve(key, {"task": SALES_TASK, "mode": "brief", "entities": [{"id": "ent_a"}], **body})
     assert response.status_code == 200, response.text
     assert response.json()["sources"]["graph"]["status"] in ("ok", "empty")
     return [i for i in response.json()["items"] if i["kind"] == "edge"]
 
 
 def test_edges_are_written_with_derived_ids_and_bad_ones_rejected_alone(gateway: Gateway) -> None:
-    gateway.writes.items("acme", [entity("ent_a"), entity("ent_b")])
+    gateway.ingest("acme", [entity("ent_a"), entity("ent_b")])
     report = put_edges(
         gateway,
         [edge("ent_a", "reports_to", "ent_b", confidence=0.9, weight=2.0), {"from": "ent_a", "relation": "owns", "acl": ["*"]},
@@ -53,7 +53,7 @@ def test_edges_are_written_with_derived_ids_and_bad_ones_rejected_alone(gateway:
 def test_traversal_respects_depth_and_fan_out(gateway: Gateway) -> None:
     chain = ["ent_a", "ent_b", "ent_c", "ent_d"]
     fans = [f"ent_f{i:02d}" for i in range(14)]
-    gateway.writes.items("acme", [entity(e) for e in chain + fans])
+    gateway.ingest("acme", [entity(e) for e in chain + fans])
     put_edges(gateway, [edge(a, "reports_to", b, confidence=0.99) for a, b in zip(chain, chain[1:])])
     put_edges(gateway, [edge("ent_a", "works_at", f, confidence=i / 100) for i, f in enumerate(fans)])
     reached = walk(gateway)
@@ -69,7 +69,7 @@ def test_traversal_respects_depth_and_fan_out(gateway: Gateway) -> None:
 
 
 def test_traversal_never_crosses_a_forbidden_relation_or_entity(gateway: Gateway) -> None:
-    gateway.writes.items(
+    gateway.ingest(
         "acme",
         [entity("ent_a"), entity("ent_b"), entity("ent_secret", acl=["group:executives"]), entity("ent_behind"),
          entity("ent_rival")],
@@ -92,7 +92,7 @@ def test_traversal_never_crosses_a_forbidden_relation_or_entity(gateway: Gateway
 
 
 def test_only_active_edges_valid_at_as_of_are_followed(gateway: Gateway) -> None:
-    gateway.writes.items("acme", [entity("ent_a"), entity("ent_old"), entity("ent_new"), entity("ent_gone")])
+    gateway.ingest("acme", [entity("ent_a"), entity("ent_old"), entity("ent_new"), entity("ent_gone")])
     put_edges(
         gateway,
         [
@@ -107,7 +107,7 @@ def test_only_active_edges_valid_at_as_of_are_followed(gateway: Gateway) -> None
 
 def test_graph_is_skipped_for_a_task_without_edges_and_without_entities(gateway: Gateway) -> None:
     key = gateway.key("alice", groups=("sales",), clearance="confidential")
-    no_entity = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "mode": "brief", "query": "x"}).json()
+    no_entity = gateway.retrieve(key, {"task": SALES_TASK, "mode": "brief", "query": "x"}).json()
     assert no_entity["sources"]["graph"]["status"] == "skipped"
-    support = gateway.pipeline.retrieve(key, {"task": {"type": "support_ticket"}, "mode": "brief", "entities": [{"id": "ent_a"}]}).json()
+    support = gateway.retrieve(key, {"task": {"type": "support_ticket"}, "mode": "brief", "entities": [{"id": "ent_a"}]}).json()
     assert support["sources"]["graph"]["status"] == "skipped"

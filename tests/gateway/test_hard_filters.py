@@ -20,7 +20,7 @@ def assert_nothing_of(response: Any, forbidden: dict[str, Any]) -> None:
 
 
 def assert_empty_like_a_miss(gateway: Gateway, key: str, response: Any) -> None:
-    miss = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "query": "xylophonenotstored"}).json()
+    miss = gateway.retrieve(key, {"task": SALES_TASK, "query": "xylophonenotstored"}).json()
     body = response.json()
     assert body["items"] == []
     assert body["empty_reason"] == miss["empty_reason"] == "no_relevant_permitted_items"
@@ -35,7 +35,7 @@ def test_forbidden_item_never_found_by_text(gateway: Gateway, filter_name: str) 
     key = seed(gateway)
     forbidden = FORBIDDEN[filter_name]
     token = forbidden["text"].split()[0]
-    response = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "query": token})
+    response = gateway.retrieve(key, {"task": SALES_TASK, "query": token})
     assert response.status_code == 200
     assert_nothing_of(response, forbidden)
     assert_empty_like_a_miss(gateway, key, response)
@@ -48,7 +48,7 @@ def test_visible_twin_is_found(gateway: Gateway, filter_name: str) -> None:
     body: dict[str, Any] = {"task": SALES_TASK, "query": visible["text"].split()[0]}
     if filter_name == "attachment":
         body["entities"] = [{"id": "ent_jane"}]
-    response = gateway.pipeline.retrieve(key, body)
+    response = gateway.retrieve(key, body)
     assert response.status_code == 200
     assert [item["id"] for item in response.json()["items"]] == [visible["id"]]
     assert response.json()["sources"]["lexical"]["count"] == 1
@@ -57,36 +57,36 @@ def test_visible_twin_is_found(gateway: Gateway, filter_name: str) -> None:
 def test_other_tenant_never_seen_even_with_the_same_id(gateway: Gateway) -> None:
     key = seed(gateway)
     for item in OTHER_TENANT[:2]:
-        response = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "query": item["text"].split()[0]})
+        response = gateway.retrieve(key, {"task": SALES_TASK, "query": item["text"].split()[0]})
         assert_nothing_of(response, item)
         assert "quokkacollision" not in response.text
         assert_empty_like_a_miss(gateway, key, response)
-    same_id = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "query": "wombatacl"}).json()["items"]
+    same_id = gateway.retrieve(key, {"task": SALES_TASK, "query": "wombatacl"}).json()["items"]
     assert [i["text"] for i in same_id] == [VISIBLE["acl"]["text"]]
 
 
 def test_kind_outside_the_task_is_never_returned(gateway: Gateway) -> None:
     key = seed(gateway)
     research = {"type": "research"}  # the research task reads documents only
-    response = gateway.pipeline.retrieve(key, {"task": research, "query": VISIBLE["acl"]["text"].split()[0]})
+    response = gateway.retrieve(key, {"task": research, "query": VISIBLE["acl"]["text"].split()[0]})
     assert response.json()["items"] == []
     assert "mem_acl_ok" not in response.text
-    narrowed = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "kinds": ["document"], "query": "wombatacl"})
+    narrowed = gateway.retrieve(key, {"task": SALES_TASK, "kinds": ["document"], "query": "wombatacl"})
     assert narrowed.json()["items"] == []
 
 
 def test_attachment_hides_items_of_other_entities_even_with_no_entity_named(gateway: Gateway) -> None:
     key = seed(gateway)
-    response = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "query": "wombatattach"})
+    response = gateway.retrieve(key, {"task": SALES_TASK, "query": "wombatattach"})
     assert response.json()["items"] == []
-    about_other = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "query": "wombatattach", "entities": [{"id": "ent_other"}]})
+    about_other = gateway.retrieve(key, {"task": SALES_TASK, "query": "wombatattach", "entities": [{"id": "ent_other"}]})
     assert "mem_attached_jane_ok" not in about_other.text
     assert [i["id"] for i in about_other.json()["items"]] == ["mem_attached_other"]  # the subject's own record
 
 
 def test_exact_source_applies_every_filter_to_an_entitys_records(gateway: Gateway) -> None:
     key = seed(gateway)
-    response = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "mode": "brief", "entities": [{"email": " Jane@Globex.EXAMPLE "}]})
+    response = gateway.retrieve(key, {"task": SALES_TASK, "mode": "brief", "entities": [{"email": " Jane@Globex.EXAMPLE "}]})
     body = response.json()
     assert [e["id"] for e in body["entities"]] == ["ent_jane"]
     assert [item["id"] for item in body["items"]] == ["mem_attached_jane_ok"]
@@ -96,8 +96,8 @@ def test_exact_source_applies_every_filter_to_an_entitys_records(gateway: Gatewa
 
 def test_entity_the_actor_may_not_see_is_indistinguishable_from_unknown(gateway: Gateway) -> None:
     key = seed(gateway)
-    hidden = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "mode": "brief", "entities": [{"id": "ent_secret"}]})
-    unknown = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "mode": "brief", "entities": [{"id": "ent_nobody"}]})
+    hidden = gateway.retrieve(key, {"task": SALES_TASK, "mode": "brief", "entities": [{"id": "ent_secret"}]})
+    unknown = gateway.retrieve(key, {"task": SALES_TASK, "mode": "brief", "entities": [{"id": "ent_nobody"}]})
     assert hidden.status_code == unknown.status_code == 200
     assert hidden.json()["entities"] == unknown.json()["entities"] == []
     assert hidden.json()["items"] == unknown.json()["items"] == []
@@ -110,24 +110,24 @@ def test_entity_the_actor_may_not_see_is_indistinguishable_from_unknown(gateway:
 def test_fetch_of_forbidden_and_unknown_ids_look_the_same(gateway: Gateway) -> None:
     key = seed(gateway)
     forbidden_ids = [item["id"] for item in FORBIDDEN.values()] + [JANE_PRIVATE[0]["id"], "mem_other_tenant"]
-    forbidden = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "fetch": forbidden_ids})
-    unknown = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "fetch": ["nope_1", "nope_2"]})
+    forbidden = gateway.retrieve(key, {"task": SALES_TASK, "fetch": forbidden_ids})
+    unknown = gateway.retrieve(key, {"task": SALES_TASK, "fetch": ["nope_1", "nope_2"]})
     assert forbidden.json()["items"] == unknown.json()["items"] == []
     assert forbidden.json()["sources"]["exact"]["count"] == 0
     assert forbidden.json()["empty_reason"] == unknown.json()["empty_reason"]
-    allowed = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "fetch": ["mem_acl_ok", "mem_acl"]})
+    allowed = gateway.retrieve(key, {"task": SALES_TASK, "fetch": ["mem_acl_ok", "mem_acl"]})
     assert [i["id"] for i in allowed.json()["items"]] == ["mem_acl_ok"]
 
 
 def test_as_of_in_the_past_sees_what_was_valid_then(gateway: Gateway) -> None:
     key = seed(gateway)
-    then = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "query": "quokkaexpired", "as_of": "2025-06-01T00:00:00Z"})
+    then = gateway.retrieve(key, {"task": SALES_TASK, "query": "quokkaexpired", "as_of": "2025-06-01T00:00:00Z"})
     assert [i["id"] for i in then.json()["items"]] == ["mem_expired"]
 
 
 def test_audit_row_records_shape_not_text(gateway: Gateway) -> None:
     key = seed(gateway)
-    response = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "query": "wombatacl secretquerytext", "entities": [{"email": "jane@globex.example"}]})
+    response = gateway.retrieve(key, {"task": SALES_TASK, "query": "wombatacl secretquerytext", "entities": [{"email": "jane@globex.example"}]})
     row = gateway.trace(response.headers["x-trace-id"])
     assert row["tenant"] == "acme" and row["actor"] == "user:alice" and row["decision"] == "allow"
     assert row["policy_revision"] == response.json()["decision"]["policy_revision"]

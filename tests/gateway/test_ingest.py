@@ -46,13 +46,13 @@ def sales_agent(gateway: Gateway, tenant: str = "acme") -> str:
 
 
 def found(gateway: Gateway, key: str, query: str, task: dict[str, Any] = SALES_TASK) -> list[str]:
-    response = gateway.pipeline.retrieve(key, {"task": task, "query": query})
+    response = gateway.retrieve(key, {"task": task, "query": query})
     assert response.status_code == 200, response.text
     return [item["id"] for item in response.json()["items"]]
 
 
 def texts(gateway: Gateway, key: str, query: str) -> list[str]:
-    response = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "query": query})
+    response = gateway.retrieve(key, {"task": SALES_TASK, "query": query})
     assert response.status_code == 200, response.text
     return [item["text"] for item in response.json()["items"]]
 
@@ -125,7 +125,7 @@ def test_changed_text_is_an_update_and_the_old_text_is_gone(gateway: Gateway) ->
     key = sales_agent(gateway)
     assert texts(gateway, key, "echidnanew") == ["echidnanew replacement note"]
     assert found(gateway, key, "platypusone") == []
-    fetched = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "fetch": ["mem_one"]}).json()["items"]
+    fetched = gateway.retrieve(key, {"task": SALES_TASK, "fetch": ["mem_one"]}).json()["items"]
     assert [i["text"] for i in fetched] == ["echidnanew replacement note"]
     assert item_count(gateway) == 5
 
@@ -257,7 +257,7 @@ def test_changing_acl_replaces_the_principals(gateway: Gateway) -> None:
     assert counts(body) == (0, 1, 0)
     assert principals_of(gateway, "acme", "mem_acl") == {"group:finance"}
     assert found(gateway, sales, "wallabyacl") == []
-    assert gateway.pipeline.retrieve(sales, {"task": SALES_TASK, "fetch": ["mem_acl"]}).json()["items"] == []
+    assert gateway.retrieve(sales, {"task": SALES_TASK, "fetch": ["mem_acl"]}).json()["items"] == []
     assert found(gateway, finance, "wallabyacl") == ["mem_acl"]
 
 
@@ -302,9 +302,9 @@ def test_items_land_in_the_writers_tenant(gateway: Gateway) -> None:
     assert stored(gateway, "globex", "mem_acme") is None
     assert found(gateway, sales_agent(gateway, "acme"), "bilbyacme") == ["mem_acme"]
     globex = sales_agent(gateway, "globex")
-    response = gateway.pipeline.retrieve(globex, {"task": SALES_TASK, "query": "bilbyacme"})
+    response = gateway.retrieve(globex, {"task": SALES_TASK, "query": "bilbyacme"})
     assert response.json()["items"] == [] and "mem_acme" not in response.text
-    assert gateway.pipeline.retrieve(globex, {"task": SALES_TASK, "fetch": ["mem_acme"]}).json()["items"] == []
+    assert gateway.retrieve(globex, {"task": SALES_TASK, "fetch": ["mem_acme"]}).json()["items"] == []
 
 
 def test_ingest_audit_row_records_the_writer_and_counts(gateway: Gateway) -> None:

@@ -29,7 +29,7 @@ def doc(item_id: str = "doc_refunds", text: str = TEXT, **fields: Any) -> dict[s
 
 
 def ask(gateway: Gateway, key: str, **body: Any) -> dict[str, Any]:
-    response = gateway.pipeline.retrieve(key, {"task": RESEARCH, "query": "refund escalation guide", **body})
+    response = gateway.retrieve(key, {"task": RESEARCH, "query": "refund escalation guide", **body})
     assert response.status_code == 200, response.text
     result: dict[str, Any] = response.json()
     return result
@@ -41,7 +41,7 @@ def analyse(gateway: Gateway) -> None:
 
 
 def test_research_items_come_back_masked_and_the_trace_holds_types_and_counts_only(gateway: Gateway) -> None:
-    gateway.writes.items("acme", [doc()])
+    gateway.ingest("acme", [doc()])
     analyse(gateway)
     body = ask(gateway, gateway.key("rita", clearance="internal"))
     [item] = body["items"]
@@ -58,7 +58,7 @@ def test_research_items_come_back_masked_and_the_trace_holds_types_and_counts_on
 
 
 def test_the_policy_reveals_types_per_principal(gateway: Gateway) -> None:
-    gateway.writes.items("acme", [doc()])
+    gateway.ingest("acme", [doc()])
     cleared = gateway.key("carl", groups=("privacy-cleared",), clearance="internal")
     [item] = ask(gateway, cleared)["items"]
     assert VALUES["EMAIL_ADDRESS"] in item["text"] and VALUES["PHONE_NUMBER"] in item["text"]
@@ -66,16 +66,16 @@ def test_the_policy_reveals_types_per_principal(gateway: Gateway) -> None:
 
 
 def test_a_task_whose_policy_does_not_mask_returns_values(gateway: Gateway) -> None:
-    gateway.writes.items("acme", [doc(scope=["sales"])])
+    gateway.ingest("acme", [doc(scope=["sales"])])
     key = gateway.key("alice", groups=("sales",), clearance="confidential")
-    response = gateway.pipeline.retrieve(key, {"task": {"type": "account_followup"}, "query": "refund escalation guide"})
+    response = gateway.retrieve(key, {"task": {"type": "account_followup"}, "query": "refund escalation guide"})
     [item] = response.json()["items"]
     assert item["text"] == TEXT
 
 
 def test_spans_are_stored_after_ingest_and_text_without_them_is_analysed_at_request(sqlite_url: str, tmp_path: Path) -> None:
     with open_gateway(sqlite_url, tmp_path, pii_background=False) as gateway:
-        gateway.writes.items("acme", [doc()])
+        gateway.ingest("acme", [doc()])
         key = gateway.key("rita", clearance="internal")
         version = gateway.client.app.state.context.privacy.detector.version  # type: ignore[attr-defined]
         assert pending(gateway.store, version) == 1
@@ -92,19 +92,19 @@ def test_spans_are_stored_after_ingest_and_text_without_them_is_analysed_at_requ
         assert pending(gateway.store, version) == 1
         # A changed text is analysed again too.
         analyse(gateway)
-        gateway.writes.items("acme", [doc(text="Escalations now go to Daniel Okafor.")])
+        gateway.ingest("acme", [doc(text="Escalations now go to Daniel Okafor.")])
         assert pending(gateway.store, version) == 1
 
 
 def test_expanded_pages_are_masked_too(gateway: Gateway) -> None:
-    gateway.writes.items("acme", [doc(f"doc_{i}", f"Refund escalation guide part {i}: ask {VALUES['PERSON']} at {VALUES['EMAIL_ADDRESS']}.")
+    gateway.ingest("acme", [doc(f"doc_{i}", f"Refund escalation guide part {i}: ask {VALUES['PERSON']} at {VALUES['EMAIL_ADDRESS']}.")
                             for i in range(8)])
     key = gateway.key("rita", clearance="internal")
     first = ask(gateway, key, budget={"bytes": 200})
     texts = [i["text"] for i in first["items"]]
     cursor = first["cursor"]
     while cursor:
-        page = gateway.pipeline.retrieve(key, {"task": RESEARCH, "cursor": cursor, "budget": {"bytes": 400}}).json()
+        page = gateway.retrieve(key, {"task": RESEARCH, "cursor": cursor, "budget": {"bytes": 400}}).json()
         texts += [i["text"] for i in page["items"]]
         cursor = page["cursor"]
     assert len(texts) == 8
@@ -113,10 +113,10 @@ def test_expanded_pages_are_masked_too(gateway: Gateway) -> None:
 
 def test_masking_without_a_detector_fails_closed(sqlite_url: str, tmp_path: Path) -> None:
     with open_gateway(sqlite_url, tmp_path, pii="none") as gateway:
-        gateway.writes.items("acme", [doc()])
+        gateway.ingest("acme", [doc()])
         key = gateway.key("rita", clearance="internal")
-        response = gateway.pipeline.retrieve(key, {"task": RESEARCH, "query": "refund escalation guide"})
+        response = gateway.retrieve(key, {"task": RESEARCH, "query": "refund escalation guide"})
         assert response.status_code == 503 and response.json()["error"]["code"] == "masking_unavailable"
         assert VALUES["PERSON"] not in response.text
         sales = gateway.key("alice", groups=("sales",), clearance="confidential")
-        assert gateway.pipeline.retrieve(sales, {"task": {"type": "account_followup"}, "query": "x"}).status_code == 200
+        assert gateway.retrieve(sales, {"task": {"type": "account_followup"}, "query": "x"}).status_code == 200

@@ -17,7 +17,7 @@ from connectors.sql.lexical import FullTextConnector
 from connectors.sql.exact import SqlExactConnector
 from gateway.auth import Authenticator
 from gateway.context import build_semantic
-from gateway.pipeline.retrieve import Connectors
+from gateway.pipeline.pipeline import Connectors
 from tests.conftest import Gateway
 from tests.gateway.fixtures import SALES_TASK
 
@@ -83,9 +83,9 @@ def test_readyz_is_503_naming_the_store_when_it_is_unreachable(gateway: Gateway)
 def test_no_answer_without_a_store(gateway: Gateway) -> None:
     """No credential check and no audit record are possible, so the call is a 503, never an answer or a 500."""
     key = gateway.key("alice", groups=("sales",))
-    assert gateway.pipeline.retrieve(key, {"task": SALES_TASK, "query": "pricing"}).status_code == 200
+    assert gateway.retrieve(key, {"task": SALES_TASK, "query": "pricing"}).status_code == 200
     with store_gone(gateway):
-        response = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "query": "pricing"})
+        response = gateway.retrieve(key, {"task": SALES_TASK, "query": "pricing"})
         assert response.status_code == 503, response.text
         error = response.json()["error"]
         assert error["code"] == "audit_unavailable"  # no record, no answer
@@ -103,7 +103,7 @@ def test_policy_endpoint_reports_the_loaded_policy(gateway: Gateway) -> None:
     assert body["revision"].startswith("sha256:") and len(body["revision"]) > len("sha256:")
     assert datetime.fromisoformat(body["loaded_at"]).tzinfo is not None
 
-    decided = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "query": "pricing"})
+    decided = gateway.retrieve(key, {"task": SALES_TASK, "query": "pricing"})
     assert decided.json()["decision"]["policy_revision"] == body["revision"]
     row = gateway.trace(response.headers["x-trace-id"])
     assert (row["endpoint"], row["status_code"], row["actor"]) == ("policy", 200, "user:alice")

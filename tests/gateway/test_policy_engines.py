@@ -40,14 +40,14 @@ def test_rego_change_denies_with_its_reason_and_a_trace(sqlite_url: str, tmp_pat
     rego.write_text(rego.read_text() + '\nrefusals contains "sales_freeze" if input.task.type == "account_followup"\n')
     with gateway_with(sqlite_url, tmp_path, policies_dir=policy_copy) as gateway:
         key = seed(gateway)
-        response = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "query": "wombatacl"})
+        response = gateway.retrieve(key, {"task": SALES_TASK, "query": "wombatacl"})
         assert response.status_code == 403
         assert response.json()["error"]["code"] == "policy_denied"
         assert response.json()["error"]["reasons"] == ["sales_freeze"]
         assert "wombat" not in response.text
         row = gateway.trace(response.headers["x-trace-id"])
         assert row["decision"] == "deny" and row["status_code"] == 403
-        assert gateway.pipeline.retrieve(key, {"task": {"type": "research"}, "query": "x"}).status_code == 200
+        assert gateway.retrieve(key, {"task": {"type": "research"}, "query": "x"}).status_code == 200
 
 
 def test_policy_with_a_syntax_error_fails_at_start_with_file_and_line(sqlite_url: str, tmp_path: Path, policy_copy: Path) -> None:
@@ -67,7 +67,7 @@ def test_policy_that_errors_at_evaluation_fails_closed_with_503_and_a_trace(
     rego.write_text(rego.read_text() + '\nrefusals contains "never" if time.parse_rfc3339_ns(input.task.scope) < 0\n')
     with gateway_with(sqlite_url, tmp_path, policies_dir=policy_copy) as gateway:
         key = seed(gateway)
-        response = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "query": "wombatacl"})
+        response = gateway.retrieve(key, {"task": SALES_TASK, "query": "wombatacl"})
         assert response.status_code == 503
         assert response.json()["error"]["code"] == "policy_unavailable"
         assert "wombat" not in response.text
@@ -86,7 +86,7 @@ def test_item_the_policy_denies_after_pushdown_is_dropped_and_counted(
     )
     with gateway_with(sqlite_url, tmp_path, policies_dir=policy_copy) as gateway:
         key = seed(gateway)
-        response = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "query": "wombatacl wombatsens"})
+        response = gateway.retrieve(key, {"task": SALES_TASK, "query": "wombatacl wombatsens"})
         body = response.json()
         assert [i["id"] for i in body["items"]] == ["mem_confidential_ok"]
         assert body["sources"]["lexical"]["count"] == 1  # counts only what the policy confirmed
@@ -116,7 +116,7 @@ def test_opa_backend_gives_the_same_answers_as_the_embedded_engine(
     for engine, overrides in (("embedded", {}), ("opa", {"opa_url": opa.url})):
         with gateway_with(database_url, tmp_path / engine, **overrides) as gateway:
             key = seed(gateway)
-            answers[engine] = [_essence(gateway.pipeline.retrieve(key, q)) for q in questions]
+            answers[engine] = [_essence(gateway.retrieve(key, q)) for q in questions]
             assert gateway.client.get("/v1/policy", headers=gateway.auth(key)).json()["engine"] == engine
     assert answers["opa"] == answers["embedded"]
     assert any(a[1] for a in answers["opa"])  # the comparison is not between two empty answers
@@ -136,10 +136,10 @@ def _essence(response: Any) -> tuple[int, list[str], str | None]:
 def test_opa_failure_fails_closed_with_503_and_a_trace(sqlite_url: str, tmp_path: Path, opa: OpaDouble, mode: str) -> None:
     with gateway_with(sqlite_url, tmp_path, opa_url=opa.url, opa_timeout_ms=300) as gateway:
         key = seed(gateway)
-        assert gateway.pipeline.retrieve(key, {"task": SALES_TASK, "query": "wombatacl"}).status_code == 200
+        assert gateway.retrieve(key, {"task": SALES_TASK, "query": "wombatacl"}).status_code == 200
         opa.mode = mode
         opa.hang_seconds = 2
-        response = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "query": "wombatacl"})
+        response = gateway.retrieve(key, {"task": SALES_TASK, "query": "wombatacl"})
         assert response.status_code == 503, response.text
         assert response.json()["error"]["code"] == "policy_unavailable"
         assert "wombat" not in response.text
@@ -153,7 +153,7 @@ def test_opa_unreachable_after_start_fails_closed(sqlite_url: str, tmp_path: Pat
     with gateway_with(sqlite_url, tmp_path, opa_url=double.url, opa_timeout_ms=300) as gateway:
         key = seed(gateway)
         double.close()
-        response = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "query": "wombatacl"})
+        response = gateway.retrieve(key, {"task": SALES_TASK, "query": "wombatacl"})
         assert response.status_code == 503
         assert gateway.trace(response.headers["x-trace-id"])["error_code"] == "policy_unavailable"
 
@@ -169,7 +169,7 @@ def test_opa_items_denial_midway_fails_closed(sqlite_url: str, tmp_path: Path, o
     with gateway_with(sqlite_url, tmp_path, opa_url=opa.url, opa_timeout_ms=300) as gateway:
         key = seed(gateway)
         opa.put_policy("gateway/items/items.rego", "package gateway.items\n\nallowed := x if { x := 1 / 0 }\n")
-        response = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "query": "wombatacl"})
+        response = gateway.retrieve(key, {"task": SALES_TASK, "query": "wombatacl"})
         assert response.status_code == 503
         assert "wombat" not in response.text
 

@@ -9,7 +9,7 @@ from typing import Any
 from core.records import Record
 from gateway.pipeline.budget import pack
 from gateway.settings import BUDGET_SOURCES, parse_split
-from gateway.pipeline.fuse import Fused
+from core.records import Fused
 from gateway.pipeline.ranking import rank
 
 NOW = datetime(2026, 11, 30, tzinfo=timezone.utc)

@@ -41,8 +41,8 @@ SECRET = doc("doc_secret_refunds", "Refunds for annual plans are prorated to the
 
 @pytest.fixture
 def seeded(gateway: Gateway) -> tuple[Gateway, str]:
-    gateway.writes.items("acme", TOPICS + [SECRET])
-    gateway.writes.items("globex", [doc("doc_globex_refunds", "Refunds for annual plans are prorated to the remaining months.")])
+    gateway.ingest("acme", TOPICS + [SECRET])
+    gateway.ingest("globex", [doc("doc_globex_refunds", "Refunds for annual plans are prorated to the remaining months.")])
     gateway.embed_all()
     assert waiting(gateway) == 0
     return gateway, gateway.key("agent", groups=("sales",))
@@ -60,7 +60,7 @@ def ids(response: Any) -> list[str]:
 
 def test_forbidden_nearest_neighbour_never_appears_and_k_permitted_still_come_back(seeded: tuple[Gateway, str]) -> None:
     gateway, key = seeded
-    response = gateway.pipeline.retrieve(key, {"task": RESEARCH, "query": SECRET["text"], "sources": SEMANTIC_ONLY, "limit": 5},
+    response = gateway.retrieve(key, {"task": RESEARCH, "query": SECRET["text"], "sources": SEMANTIC_ONLY, "limit": 5},
                                 semantic=True)
     body = response.json()
     assert "doc_secret_refunds" not in response.text and "board only" not in response.text
@@ -73,7 +73,7 @@ def test_forbidden_nearest_neighbour_never_appears_and_k_permitted_still_come_ba
 
 def test_a_lexical_only_exact_match_survives_fusion(seeded: tuple[Gateway, str]) -> None:
     gateway, key = seeded
-    response = gateway.pipeline.retrieve(key, {"task": RESEARCH, "query": "SKU4471B"}, semantic=True)
+    response = gateway.retrieve(key, {"task": RESEARCH, "query": "SKU4471B"}, semantic=True)
     body = response.json()
     assert "doc_sku" in ids(response)
     hit = next(i for i in body["items"] if i["id"] == "doc_sku")
@@ -83,14 +83,14 @@ def test_a_lexical_only_exact_match_survives_fusion(seeded: tuple[Gateway, str])
 
 def test_fused_results_say_which_sources_found_them(seeded: tuple[Gateway, str]) -> None:
     gateway, key = seeded
-    response = gateway.pipeline.retrieve(key, {"task": RESEARCH, "query": "approval for discounts"}, semantic=True)
+    response = gateway.retrieve(key, {"task": RESEARCH, "query": "approval for discounts"}, semantic=True)
     top = response.json()["items"][0]
     assert top["id"] == "doc_discounts" and sorted(top["found_by"]) == ["lexical", "semantic"]
 
 
 def test_a_question_about_nothing_stored_abstains(seeded: tuple[Gateway, str]) -> None:
     gateway, key = seeded
-    response = gateway.pipeline.retrieve(key, {"task": RESEARCH, "query": "Who won the football match last night?"}, semantic=True)
+    response = gateway.retrieve(key, {"task": RESEARCH, "query": "Who won the football match last night?"}, semantic=True)
     body = response.json()
     assert body["items"] == [] and body["empty_reason"] == "no_relevant_permitted_items"
     assert body["sources"]["semantic"]["count"] > 0  # there were neighbours; none was relevant
@@ -101,40 +101,40 @@ def test_a_question_about_nothing_stored_abstains(seeded: tuple[Gateway, str]) -
 
 def test_meaning_without_shared_words_is_found(seeded: tuple[Gateway, str]) -> None:
     gateway, key = seeded
-    response = gateway.pipeline.retrieve(key, {"task": RESEARCH, "query": "money back when cancelling a yearly subscription"},
+    response = gateway.retrieve(key, {"task": RESEARCH, "query": "money back when cancelling a yearly subscription"},
                                 semantic=True)
     assert ids(response)[0] == "doc_refunds"
 
 
 def test_depth_fast_runs_no_embedding_and_says_so(seeded: tuple[Gateway, str]) -> None:
     gateway, key = seeded
-    body = gateway.pipeline.retrieve(key, {"task": RESEARCH, "query": "discount approval", "depth": "fast"}, semantic=True).json()
+    body = gateway.retrieve(key, {"task": RESEARCH, "query": "discount approval", "depth": "fast"}, semantic=True).json()
     assert body["sources"]["semantic"]["status"] == "skipped"
     assert body["depth"] == {"requested": "fast", "effective": "fast", "fallback_reason": None}
-    standard = gateway.pipeline.retrieve(key, {"task": RESEARCH, "query": "discount approval"}, semantic=True).json()
+    standard = gateway.retrieve(key, {"task": RESEARCH, "query": "discount approval"}, semantic=True).json()
     assert standard["depth"] == {"requested": "standard", "effective": "standard", "fallback_reason": None}
     assert standard["timings"]["embed_ms"] > 0
 
 
 def test_deep_widens_the_query_with_the_entity_and_task(seeded: tuple[Gateway, str]) -> None:
     gateway, key = seeded
-    body = gateway.pipeline.retrieve(key, {"task": RESEARCH, "query": "refunds", "depth": "deep"}, semantic=True).json()
+    body = gateway.retrieve(key, {"task": RESEARCH, "query": "refunds", "depth": "deep"}, semantic=True).json()
     assert body["depth"]["effective"] == "deep"
     assert "doc_refunds" in [i["id"] for i in body["items"]]
 
 
 def test_a_query_without_letters_runs_no_text_or_vector_search(seeded: tuple[Gateway, str]) -> None:
     gateway, key = seeded
-    body = gateway.pipeline.retrieve(key, {"task": RESEARCH, "query": "4471 -- ??"}, semantic=True).json()
+    body = gateway.retrieve(key, {"task": RESEARCH, "query": "4471 -- ??"}, semantic=True).json()
     assert body["sources"]["lexical"]["status"] == "skipped"
     assert body["sources"]["semantic"]["status"] == "skipped"
     assert body["depth"]["fallback_reason"] == "no_words_to_embed"
 
 
 def test_new_items_are_searchable_lexically_before_they_have_vectors(gateway: Gateway) -> None:
-    gateway.writes.items("acme", [doc("doc_fresh", "Freshly written note about the heliotrope rollout.")])
+    gateway.ingest("acme", [doc("doc_fresh", "Freshly written note about the heliotrope rollout.")])
     key = gateway.key("agent")
-    response = gateway.pipeline.retrieve(key, {"task": RESEARCH, "query": "heliotrope"}, semantic=True)
+    response = gateway.retrieve(key, {"task": RESEARCH, "query": "heliotrope"}, semantic=True)
     assert ids(response) == ["doc_fresh"]
     gateway.embed_all()
     assert waiting(gateway) == 0
@@ -142,8 +142,8 @@ def test_new_items_are_searchable_lexically_before_they_have_vectors(gateway: Ga
 
 def test_semantic_off_by_setting_is_skipped_with_a_reason(sqlite_url: str, tmp_path: Path) -> None:
     with open_gateway(sqlite_url, tmp_path, embeddings="none") as gateway:
-        gateway.writes.items("acme", TOPICS)
-        response = gateway.pipeline.retrieve(gateway.key("agent"), {"task": RESEARCH, "query": "refund policy"}, semantic=True)
+        gateway.ingest("acme", TOPICS)
+        response = gateway.retrieve(gateway.key("agent"), {"task": RESEARCH, "query": "refund policy"}, semantic=True)
         body = response.json()
         assert response.status_code == 200
         assert body["sources"]["semantic"]["status"] == "skipped"
@@ -160,8 +160,8 @@ def test_a_model_that_cannot_load_degrades_semantic_search(
     monkeypatch.setattr(embeddings, "_MINILM", {})
     monkeypatch.setattr(embeddings, "TOKENIZER", tmp_path / "missing-tokenizer.json")
     with open_gateway(sqlite_url, tmp_path, embeddings="minilm") as gateway:
-        gateway.writes.items("acme", TOPICS)
-        response = gateway.pipeline.retrieve(gateway.key("agent"), {"task": RESEARCH, "query": "refund policy"}, semantic=True)
+        gateway.ingest("acme", TOPICS)
+        response = gateway.retrieve(gateway.key("agent"), {"task": RESEARCH, "query": "refund policy"}, semantic=True)
         assert response.status_code == 200
         semantic = response.json()["sources"]["semantic"]
         assert semantic["status"] == "skipped" and "failed to load" in semantic["detail"]
@@ -222,10 +222,10 @@ def test_an_openai_compatible_endpoint_embeds_instead(sqlite_url: str, tmp_path:
     settings = {"embeddings_url": embeddings_double.url, "embeddings_model": "bow-64", "embeddings_key": "k" * 20,
                 "embeddings_dims": EmbeddingsDouble.dims}
     with open_gateway(sqlite_url, tmp_path, **settings) as gateway:
-        gateway.writes.items("acme", TOPICS)
+        gateway.ingest("acme", TOPICS)
         gateway.embed_all()
         assert waiting(gateway) == 0
-        response = gateway.pipeline.retrieve(gateway.key("agent"), {"task": RESEARCH, "query": "invoices due thirty days",
+        response = gateway.retrieve(gateway.key("agent"), {"task": RESEARCH, "query": "invoices due thirty days",
                                                            "sources": SEMANTIC_ONLY}, semantic=True)
         assert ids(response)[0] == "doc_invoices"
     assert all(r["path"] == "/v1/embeddings" and r["auth"] == "Bearer " + "k" * 20 for r in embeddings_double.requests)
@@ -237,8 +237,8 @@ def test_a_failing_embeddings_endpoint_degrades_to_an_error_source(sqlite_url: s
     try:
         settings = {"embeddings_url": failing.url, "embeddings_model": "bow-64", "embeddings_dims": EmbeddingsDouble.dims}
         with open_gateway(sqlite_url, tmp_path, **settings) as gateway:
-            gateway.writes.items("acme", TOPICS)
-            response = gateway.pipeline.retrieve(gateway.key("agent"), {"task": RESEARCH, "query": "invoices"}, semantic=True)
+            gateway.ingest("acme", TOPICS)
+            response = gateway.retrieve(gateway.key("agent"), {"task": RESEARCH, "query": "invoices"}, semantic=True)
             body = response.json()
             assert response.status_code == 200 and body["partial"] is True
             assert body["sources"]["semantic"]["status"] == "error"
@@ -264,9 +264,9 @@ def test_a_source_past_its_deadline_is_a_timeout_and_the_answer_comes_back(
     database_url: str, tmp_path: Path
 ) -> None:
     with open_gateway(database_url, tmp_path, connector_deadline_ms=1) as gateway:
-        gateway.writes.items("acme", TOPICS)
+        gateway.ingest("acme", TOPICS)
         gateway.embed_all()
-        response = gateway.pipeline.retrieve(gateway.key("agent"), {"task": RESEARCH, "query": "refund policy for annual plans"},
+        response = gateway.retrieve(gateway.key("agent"), {"task": RESEARCH, "query": "refund policy for annual plans"},
                                     semantic=True)
         body = response.json()
         assert response.status_code == 200 and body["partial"] is True

@@ -42,12 +42,12 @@ def llm() -> Iterator[LlmDouble]:
 @pytest.fixture
 def synth(llm: LlmDouble, sqlite_url: str, tmp_path: Path) -> Iterator[Gateway]:
     with open_gateway(sqlite_url, tmp_path, llm_url=llm.url, llm_timeout_ms=2000) as gateway:
-        gateway.writes.items("acme", ITEMS)
+        gateway.ingest("acme", ITEMS)
         yield gateway
 
 
 def ask(gateway: Gateway, key: str, task: dict[str, Any] = SALES_TASK, **body: Any) -> dict[str, Any]:
-    response = gateway.pipeline.retrieve(key, {"task": task, "query": f"Who handles the renewal, is it {VALUES['PERSON']}?",
+    response = gateway.retrieve(key, {"task": task, "query": f"Who handles the renewal, is it {VALUES['PERSON']}?",
                                       "synthesize": True, **body})
     assert response.status_code == 200, response.text
     result: dict[str, Any] = response.json()
@@ -118,7 +118,7 @@ def test_endpoint_failure_or_timeout_keeps_the_context(synth: Gateway, llm: LlmD
 
 def test_without_an_endpoint_synthesize_is_a_400(gateway: Gateway) -> None:
     key = gateway.key("alice", groups=("sales",), clearance="confidential")
-    response = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "query": "x", "synthesize": True})
+    response = gateway.retrieve(key, {"task": SALES_TASK, "query": "x", "synthesize": True})
     assert response.status_code == 400 and "GATEWAY_LLM_URL" in response.json()["error"]["message"]
 
 
@@ -130,14 +130,14 @@ def test_concurrent_requests_never_see_each_others_mappings(llm: LlmDouble, sqli
 
     llm.reply = by_question
     with open_gateway(sqlite_url, tmp_path, llm_url=llm.url, llm_timeout_ms=5000) as gateway:
-        gateway.writes.items("acme", [{"id": f"mem_{i}", "kind": "memory", "acl": [f"user:u{i}"], "scope": ["sales"],
+        gateway.ingest("acme", [{"id": f"mem_{i}", "kind": "memory", "acl": [f"user:u{i}"], "scope": ["sales"],
                                  "text": f"Renewal owner for region {i} is {name}."} for i, name in enumerate(people)])
         answers: dict[int, str] = {}
 
         def run(i: int) -> None:
             key = gateway.key(f"u{i}", groups=("sales",), clearance="confidential")
             for _ in range(3):
-                body = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "query": f"renewal owner region {i}", "synthesize": True}).json()
+                body = gateway.retrieve(key, {"task": SALES_TASK, "query": f"renewal owner region {i}", "synthesize": True}).json()
                 answers[i] = body["answer"]["text"]
                 others = [p for j, p in enumerate(people) if j != i]
                 assert not any(p in body["answer"]["text"] for p in others)

@@ -161,7 +161,7 @@ def test_the_otlp_exporter_sends_spans_and_metrics_to_the_configured_collector(s
         with TestClient(create_app(settings), raise_server_exceptions=False) as client:
             gateway = Gateway(client, settings)
             key = seed(gateway)
-            trace_id = gateway.pipeline.retrieve(key, {"task": SALES_TASK, "query": "wombatacl"}).headers["x-trace-id"]
+            trace_id = gateway.retrieve(key, {"task": SALES_TASK, "query": "wombatacl"}).headers["x-trace-id"]
         # The lifespan's end shut the providers down, which flushes both exporters.
     finally:
         collector.close()

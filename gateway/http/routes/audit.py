@@ -12,6 +12,7 @@ from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
 
+from audit.lineage import AuditReadRecord, AuditVerifyRecord, FeedbackRecord, read_lineage
 from audit.chain import verify
 from audit.review import MAX_PAGE, Filters, export, get_trace, list_traces
 from core.instants import parse_rfc3339
@@ -61,7 +62,7 @@ async def list_route_handler(call: Call) -> tuple[int, dict[str, Any]]:
     if not limit_text.isdigit() or not 1 <= int(limit_text) <= MAX_PAGE:
         raise BadRequest(f"limit: expected a whole number from 1 to {MAX_PAGE}")
     rows, last = await anyio.to_thread.run_sync(list_traces, call.context.store, actor.tenant, filters, after, int(limit_text))
-    call.trace.record(audit_read={"listed": len(rows)})
+    call.trace.lineage.audit_read = AuditReadRecord(listed=len(rows))
     return 200, {"traces": rows, "cursor": f"c_{last}" if last is not None else None}
 
 
@@ -72,7 +73,7 @@ async def one_trace(call: Call) -> tuple[int, dict[str, Any]]:
     found = await anyio.to_thread.run_sync(get_trace, call.context.store, actor.tenant, call.request.path_params["trace_id"])
     if found is None:
         raise NotFound(UNKNOWN_TRACE)
-    call.trace.record(audit_read={"trace": found["trace_id"]})
+    call.trace.lineage.audit_read = AuditReadRecord(trace=found["trace_id"])
     return 200, found
 
 
@@ -84,7 +85,7 @@ async def export_traces(call: Call) -> tuple[int, dict[str, Any] | Stream]:
     fmt = call.request.query_params.get("format", "jsonl")
     if fmt not in ("jsonl", "csv"):
         raise BadRequest("format: expected jsonl or csv")
-    call.trace.record(audit_export={"format": fmt})
+    call.trace.lineage.audit_export = {"format": fmt}
     media = "application/x-ndjson" if fmt == "jsonl" else "text/csv"
     return 200, Stream(export(call.context.store, actor.tenant, filters, fmt), media)
 
@@ -96,7 +97,7 @@ async def _own_trace(call: Call) -> dict[str, Any]:
     found = await anyio.to_thread.run_sync(get_trace, call.context.store, actor.tenant, trace_id)
     if found is None or found["actor"] != actor.principal or found["endpoint"] != "retrieve":
         raise NotFound(UNKNOWN_TRACE)
-    call.trace.record(about=trace_id)
+    call.trace.lineage.about = trace_id
     return found
 
 
@@ -108,9 +109,9 @@ async def report_usage(call: Call) -> tuple[int, dict[str, Any]]:
     used = body.get("used") if isinstance(body, dict) else None
     if not isinstance(used, list) or len(used) > 200 or not all(isinstance(i, str) for i in used) or set(body) != {"used"}:
         raise BadRequest("used: expected {\"used\": [item ids]} with at most 200 ids")
-    packed = set(found["lineage"].get("packed") or ())
+    packed = set(read_lineage(found["lineage"]).packed or ())
     kept = sorted({i for i in used if i in packed})
-    call.trace.record(used=kept, not_returned_by_that_call=len(set(used)) - len(kept))
+    call.trace.lineage.used, call.trace.lineage.not_returned_by_that_call = kept, len(set(used)) - len(kept)
     return 200, {"trace_id": found["trace_id"], "recorded": kept, "ignored": len(set(used)) - len(kept)}
 
 
@@ -127,7 +128,7 @@ async def report_feedback(call: Call) -> tuple[int, dict[str, Any]]:
         raise BadRequest("rating: expected a whole number from 1 to 5")
     if comment is not None and (not isinstance(comment, str) or len(comment) > 2000):
         raise BadRequest("comment: expected text of at most 2,000 characters")
-    call.trace.record(feedback={"rating": rating, "comment": call.trace.fingerprint(comment) if comment else None})
+    call.trace.lineage.feedback = FeedbackRecord(rating=rating, comment=call.trace.fingerprint(comment) if comment else None)
     return 200, {"trace_id": found["trace_id"], "rating": rating}
 
 
@@ -136,7 +137,7 @@ async def verify_chain(call: Call) -> tuple[int, dict[str, Any]]:
     actor = call.authenticate(required_role="auditor")
     call.trace.decision = "read"
     report = await anyio.to_thread.run_sync(verify, call.context.store, actor.tenant)
-    call.trace.record(audit_verify={"ok": report["ok"], "rows": sum(c["rows"] for c in report["chains"].values())})
+    call.trace.lineage.audit_verify = AuditVerifyRecord(ok=report["ok"], rows=sum(c["rows"] for c in report["chains"].values()))
     return 200, report
 
 

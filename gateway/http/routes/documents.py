@@ -8,6 +8,7 @@ import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import Response
 
+from audit.lineage import DocumentRecord
 from gateway.writes.documents import parse_document
 from gateway.writes.items import ingest_document
 from gateway.http.traced import Call, traced
@@ -20,8 +21,8 @@ async def handle(call: Call) -> tuple[int, dict[str, Any]]:
     report = await anyio.to_thread.run_sync(ingest_document, call.context.store, actor.tenant, document)
     if report["changed"]:
         call.context.nudge_workers()
-    call.trace.record(
-        document={key: report[key] for key in ("document", "sha256", "changed", "pieces", "created", "updated", "unchanged", "removed")}
+    call.trace.lineage.document = DocumentRecord.model_validate(
+        {key: report[key] for key in ("document", "sha256", "changed", "pieces", "created", "updated", "unchanged", "removed")}
     )
     return (200 if not report["rejected"] else 422), report
 

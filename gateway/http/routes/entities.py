@@ -10,6 +10,7 @@ import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import Response
 
+from audit.lineage import ChangeRecord, WriteRecord
 from gateway.writes.entities import mark_pending_deletion, merge
 from core.errors import BadRequest
 from gateway.writes.items import ID, Rejected, ingest, parse_items_body
@@ -38,7 +39,7 @@ async def put_entity(call: Call) -> tuple[int, dict[str, Any]]:
     report = await anyio.to_thread.run_sync(ingest, call.context.store, actor.tenant, [{**body, "id": entity_id, "kind": "entity"}])
     if report.created or report.updated:
         call.context.nudge_workers()
-    call.trace.record(entity={"created": report.created, "updated": report.updated, "rejected": len(report.rejected)})
+    call.trace.lineage.entity = WriteRecord(created=report.created, updated=report.updated, rejected=len(report.rejected))
     return (422 if report.rejected else 200), report.as_dict()
 
 
@@ -52,7 +53,7 @@ async def merge_entity(call: Call) -> tuple[int, dict[str, Any]]:
     if set(body) - {"into"}:
         raise BadRequest(f"{sorted(set(body) - {'into'})[0]}: unknown field")
     result = await anyio.to_thread.run_sync(merge, call.context.store, actor.tenant, entity_id, body["into"])
-    call.trace.record(merge={"changed": result["changed"]})
+    call.trace.lineage.merge = ChangeRecord(changed=result["changed"])
     return 200, result
 
 
@@ -60,7 +61,7 @@ async def delete_entity(call: Call) -> tuple[int, dict[str, Any]]:
     actor = call.authenticate(required_role="ingest")
     call.trace.decision = "write"
     result = await anyio.to_thread.run_sync(mark_pending_deletion, call.context.store, actor.tenant, _entity_id(call))
-    call.trace.record(tombstone={"changed": result["changed"], "hidden_items": result["hidden_items"]})
+    call.trace.lineage.tombstone = ChangeRecord(changed=result["changed"], hidden_items=result["hidden_items"])
     return 200, result
 
 
@@ -88,8 +89,8 @@ async def put_edges(call: Call) -> tuple[int, dict[str, Any]]:
     report = await anyio.to_thread.run_sync(ingest, call.context.store, actor.tenant, entries)
     if report.created or report.updated:
         call.context.nudge_workers()
-    call.trace.record(ingest={"received": len(entries), "created": report.created, "updated": report.updated,
-                              "unchanged": report.unchanged, "rejected": len(report.rejected)})
+    call.trace.lineage.ingest = WriteRecord(received=len(entries), created=report.created, updated=report.updated,
+                                            unchanged=report.unchanged, rejected=len(report.rejected))
     return 200, report.as_dict()
 
 

@@ -8,6 +8,7 @@ import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import Response
 
+from audit.lineage import WriteRecord
 from gateway.writes.items import ingest, parse_items_body
 from gateway.http.traced import Call, traced
 
@@ -19,15 +20,8 @@ async def handle(call: Call) -> tuple[int, dict[str, Any]]:
     report = await anyio.to_thread.run_sync(ingest, call.context.store, actor.tenant, entries)
     if report.created or report.updated:
         call.context.nudge_workers()
-    call.trace.record(
-        ingest={
-            "received": len(entries),
-            "created": report.created,
-            "updated": report.updated,
-            "unchanged": report.unchanged,
-            "rejected": len(report.rejected),
-        }
-    )
+    call.trace.lineage.ingest = WriteRecord(received=len(entries), created=report.created, updated=report.updated,
+                                            unchanged=report.unchanged, rejected=len(report.rejected))
     return 200, report.as_dict()
 
 

@@ -1,0 +1,256 @@
+"""The typed, versioned lineage of one call: what the stages write and the reviewers read.
+
+Version 2 adds `version` and typed reasons (`SourceRecord.skip`, `DepthRecord.fallback_reason`).
+Rows written before it (version 1: the same keys, no `version`, reasons as free text) are read by
+`read_lineage`, which derives the reasons from the exact text version 1 wrote.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from core.records import SkipReason
+
+LINEAGE_VERSION = 2
+
+
+class FallbackReason(StrEnum):
+    """Why a call ran at a shallower depth than it asked for."""
+
+    STANDARD_TIMEOUT = "standard_timeout"
+    STANDARD_ERROR = "standard_error"
+    DEEP_TIMEOUT = "deep_timeout"
+    DEEP_ERROR = "deep_error"
+    SEMANTIC_UNAVAILABLE = "semantic_unavailable"
+    NO_WORDS_TO_EMBED = "no_words_to_embed"
+    SEMANTIC_NOT_REQUESTED = "semantic_not_requested"
+    EXPAND_READS_BY_ID = "expand_reads_by_id"
+
+
+class Record(BaseModel):
+    """A lineage part: keys are fixed, unknown keys of older rows are kept as they were."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class Fingerprint(Record):
+    hmac: str
+    length: int
+
+
+class RequestShape(Record):
+    """The request's shape: hashes and sizes of its text, never the text."""
+
+    task: dict[str, Any] = Field(default_factory=dict)
+    mode: str | None = None
+    mode_requested: str | None = None
+    kinds: list[str] | None = None
+    sources: dict[str, bool | None] = Field(default_factory=dict)
+    depth: str | None = None
+    budget_bytes: int | None = None
+    as_of: str | None = None
+    query: Fingerprint | None = None
+    entities: list[dict[str, Fingerprint]] = Field(default_factory=list)
+    fetch_count: int = 0
+    tags: list[str] = Field(default_factory=list)
+    include_historical: bool = False
+
+    @property
+    def task_type(self) -> str | None:
+        value = self.task.get("type")
+        return value if isinstance(value, str) else None
+
+
+class DecisionRecord(Record):
+    allow: bool
+    reasons: list[str] = Field(default_factory=list)
+    ms: float = 0.0
+
+
+class EntitiesRecord(Record):
+    resolved: int = 0
+    tombstones: int = 0
+    aliases: int = 0
+    alias_error: str | None = None
+
+
+class Dropped(Record):
+    id: str
+    reason: str
+
+
+class RelevanceRecord(Record):
+    floor: float
+    best_similarity: float | None = None
+    below_floor: list[str] = Field(default_factory=list)
+
+
+class PiiRecord(Record):
+    masked: dict[str, int] = Field(default_factory=dict)
+    analysed_at_request: int = 0
+
+
+class SourceRecord(Record):
+    """One source as the response reported it; `count` holds only policy-confirmed candidates."""
+
+    status: str
+    count: int = 0
+    ms: float = 0.0
+    detail: str | None = None
+    skip: SkipReason | None = None
+    lag: int | None = None
+    aliases: str | None = None
+
+    def wire(self) -> dict[str, Any]:
+        """The response's `sources` entry: the typed reason stays in the trail."""
+        return self.model_dump(exclude_none=True, exclude={"skip"})
+
+
+class DepthRecord(Record):
+    requested: str
+    effective: str
+    fallback_reason: FallbackReason | None = None
+
+
+class SynthesisRecord(Record):
+    sent: list[str] = Field(default_factory=list)
+    cited: list[str] = Field(default_factory=list)
+    invented_citations: int = 0
+    flagged_as_instructions: list[str] = Field(default_factory=list)
+    grounded: bool | None = None
+    error: str | None = None
+    ms: float | None = None
+    masked_for_model: dict[str, int] = Field(default_factory=dict)
+
+
+class OtelRecord(Record):
+    trace_id: str | None = None
+    span_id: str | None = None
+
+
+class WriteRecord(Record):
+    """An ingest or entity write: counts only."""
+
+    received: int | None = None
+    created: int = 0
+    updated: int = 0
+    unchanged: int | None = None
+    rejected: int = 0
+    removed: int | None = None
+
+
+class DocumentRecord(Record):
+    """A document write: which document, its hash, and what happened to its pieces."""
+
+    document: str
+    sha256: str
+    changed: bool
+    pieces: int
+    created: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    removed: int = 0
+
+
+class ChangeRecord(Record):
+    """A merge or a deletion mark: what changed."""
+
+    changed: int | bool = 0
+    hidden_items: int | None = None
+
+
+class AuditReadRecord(Record):
+    listed: int | None = None
+    trace: str | None = None
+
+
+class AuditVerifyRecord(Record):
+    ok: bool
+    rows: int
+
+
+class FeedbackRecord(Record):
+    rating: str | int | None = None
+    comment: Fingerprint | None = None
+
+
+class Lineage(Record):
+    """One call's lineage. Retrieve and expand fill the retrieval parts; the other endpoints note
+    what they wrote or read (`ingest`, `merge`, `audit_read`, `used`, ...)."""
+
+    version: int = LINEAGE_VERSION
+    otel: OtelRecord | None = None
+    request: RequestShape | None = None
+    decision: DecisionRecord | None = None
+    constraints: dict[str, Any] | None = None  # the policy's own document, as it returned it
+    entities: EntitiesRecord | None = None
+    retrieved: dict[str, list[str]] | None = None
+    dropped_by_policy: list[Dropped] | None = None
+    pushdown_mismatches: int | None = None
+    section_lookup_error: str | None = None
+    section_pieces: list[str] | None = None
+    merged_into_sections: list[str] | None = None
+    relevance: RelevanceRecord | None = None
+    pii: PiiRecord | None = None
+    dropped_as_historical: list[str] | None = None
+    dropped_for_budget: list[str] | None = None
+    dropped_since_issued: list[str] | None = None
+    packed: list[str] | None = None
+    cursor_issued: bool | None = None
+    sources: dict[str, SourceRecord] | None = None
+    timings: dict[str, float] | None = None
+    depth: DepthRecord | None = None
+    synthesis: SynthesisRecord | None = None
+    ingest: WriteRecord | None = None
+    document: DocumentRecord | None = None
+    entity: WriteRecord | None = None
+    merge: ChangeRecord | None = None
+    tombstone: ChangeRecord | None = None
+    about: str | None = None
+    used: list[str] | None = None
+    not_returned_by_that_call: int | None = None
+    feedback: FeedbackRecord | None = None
+    audit_read: AuditReadRecord | None = None
+    audit_export: dict[str, str] | None = None
+    audit_verify: AuditVerifyRecord | None = None
+    audit_session: dict[str, Any] | None = None
+
+    @property
+    def task_type(self) -> str | None:
+        return self.request.task_type if self.request else None
+
+    def to_json(self) -> dict[str, Any]:
+        """The stored form: the parts and fields that were written, JSON types only."""
+        written = self.model_dump(mode="json", exclude_unset=True)
+        return {"version": self.version, **{key: value for key, value in written.items() if value is not None}}
+
+
+def read_lineage(stored: dict[str, Any] | None) -> Lineage:
+    """A stored lineage of any version as the typed record."""
+    data = dict(stored or {})
+    if "version" not in data:  # version 1: reasons were text only
+        data = _from_version_1(data)
+    return Lineage.model_validate(data)
+
+
+def _from_version_1(data: dict[str, Any]) -> dict[str, Any]:
+    data["version"] = 1
+    sources = data.get("sources")
+    if isinstance(sources, dict):
+        data["sources"] = {
+            name: {**entry, "skip": _skip_of(entry)} if isinstance(entry, dict) else entry for name, entry in sources.items()
+        }
+    return data
+
+
+def _skip_of(entry: dict[str, Any]) -> SkipReason | None:
+    """The reason a version-1 row gave as text, when it is one of the known texts (exact match)."""
+    if entry.get("status") != "skipped":
+        return None
+    try:
+        return SkipReason(entry.get("detail"))
+    except ValueError:
+        return None

@@ -1,0 +1,355 @@
+"""The retrieve pipeline as one object: built once with what it runs on, one call per retrieve.
+
+`retrieve` runs decide → resolve → recall → sections → verify → fuse → mask → rank and pack →
+cursor → respond (→ synthesis); `expand` (gateway.pipeline.expand) reuses the public stages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import anyio.to_thread
+from opentelemetry.trace import get_current_span
+from sqlalchemy.engine import Engine
+
+from audit.lineage import DecisionRecord, Dropped, EntitiesRecord, PiiRecord, RelevanceRecord
+from audit.trace import TraceBuilder
+from connectors.base import ExactConnector, GraphConnector, LexicalConnector
+from core.actor import Actor
+from core.errors import BadRequest, ConnectorError, MaskingUnavailable, PolicyDenied
+from core.instants import utc_now
+from core.records import Fused, RecallQuery, Record, SkipReason, SourceResult
+from core.request import RetrieveRequest, Task
+from gateway.pipeline.budget import Packed, pack
+from gateway.pipeline.cursors import issue
+from gateway.pipeline.entities import Resolution, ResolvedEntity, resolve
+from gateway.pipeline.expand import expand
+from gateway.pipeline.fuse import fuse
+from gateway.pipeline.ranking import Ranked, rank
+from gateway.pipeline.recall import Search, recall
+from gateway.pipeline.relevance import above_floor
+from gateway.pipeline.respond import cite, entities_report, request_shape, respond, source_records
+from gateway.pipeline.sections import read_whole, section_keys
+from gateway.pipeline.semantic import Semantic, semantic_search
+from gateway.pipeline.stages import StageTimer
+from gateway.pipeline.understand import depth_report, has_letters, rephrase
+from gateway.policy.base import PolicyEngine
+from gateway.policy.decide import Constraints, decide
+from gateway.policy.verify import Verdict, verify
+from gateway.privacy.mask import Masking
+from gateway.privacy.mask import prepare as prepare_masking
+from gateway.privacy.store import Privacy
+from gateway.settings import Settings
+from gateway.synthesis.answer import synthesize
+from gateway.synthesis.client import Synthesizer
+from gateway.telemetry import current as current_telemetry
+from gateway.telemetry import documents
+
+SOURCES = ("exact", "graph", "lexical", "semantic")
+MODE_SOURCES = {
+    "brief": {"exact", "graph", "lexical", "semantic"},
+    "scout": {"exact", "lexical", "semantic"},
+    "fetch": {"exact"},
+    "filter": {"exact", "lexical"},
+    "expand": set(),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Connectors:
+    exact: ExactConnector
+    lexical: LexicalConnector
+    semantic: Semantic
+    graph: GraphConnector | None = None
+
+
+def chosen_sources(request: RetrieveRequest) -> dict[str, bool]:
+    """Mode defaults, then the caller's explicit switches; an explicit false always wins."""
+    defaults = MODE_SOURCES[request.effective_mode]
+    explicit = request.sources.model_dump()
+    return {name: (explicit[name] if explicit[name] is not None else name in defaults) for name in SOURCES}
+
+
+class Pipeline:
+    """Every stage of a retrieve call, with the store, policy, connectors and privacy it runs on."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: Engine,
+        policy: PolicyEngine,
+        connectors: Connectors,
+        privacy: Privacy,
+        synthesizer: Synthesizer | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.policy = policy
+        self.connectors = connectors
+        self.privacy = privacy
+        self.synthesizer = synthesizer
+
+    async def run(self, actor: Actor, request: RetrieveRequest, trace: TraceBuilder) -> dict[str, Any]:
+        """One call: an expand continues a cursor, every other mode retrieves."""
+        if request.effective_mode == "expand":
+            return await self.expand(actor, request, trace)
+        return await self.retrieve(actor, request, trace)
+
+    async def expand(self, actor: Actor, request: RetrieveRequest, trace: TraceBuilder) -> dict[str, Any]:
+        """The next page of an earlier result, decided and verified again (gateway.pipeline.expand)."""
+        return await expand(self, actor, request, trace)
+
+    async def retrieve(self, actor: Actor, request: RetrieveRequest, trace: TraceBuilder) -> dict[str, Any]:
+        timer = StageTimer()
+        self.admit(request, trace)
+        if request.cursor is not None:
+            raise BadRequest("cursor: a cursor is continued with mode expand")
+        if request.effective_mode == "fetch" and not request.fetch:
+            raise BadRequest("fetch: mode fetch needs a list of item ids")
+
+        constraints, revision = await self.decide(actor, request, trace, timer)
+        resolution, resolution_error, entity_verdict = await self.resolve(actor, request, constraints, trace, timer)
+        constraints = constraints.with_subjects(resolution.subjects)
+
+        results = await self.recall(request, constraints, resolution, timer)
+        if resolution_error and results["exact"].status in ("skipped", "empty"):
+            results["exact"] = SourceResult("exact", "error", detail=f"entity resolution failed: {resolution_error}")
+        candidates = [c.record for result in results.values() for c in result.candidates]
+        pieces = await self.sections(constraints, candidates, trace, timer)
+        verdict = await self.verify(actor, request.task, constraints, candidates + list(pieces), timer, entity_verdict)
+        trace.lineage.retrieved = {name: [c.record.id for c in r.candidates] for name, r in results.items() if r.candidates}
+        trace.lineage.dropped_by_policy = [Dropped(id=i, reason=reason) for i, reason in verdict.denied]
+        trace.lineage.pushdown_mismatches = len(verdict.denied)
+
+        with timer.stage("fuse", "fuse_ms"):
+            fused = fuse({name: r.candidates for name, r in results.items()}, verdict.allowed_ids)
+            relevant, floor_report = above_floor(fused, results["semantic"].candidates, self.settings.semantic_floor)
+            relevant, merged = read_whole(relevant, pieces, verdict.allowed_ids)
+        trace.lineage.section_pieces = sorted(p.id for p in pieces if p.id in verdict.allowed_ids)
+        trace.lineage.merged_into_sections = merged
+        trace.lineage.relevance = RelevanceRecord.model_validate(floor_report)
+        masking = None
+        if constraints.disclosure.mask:  # before packing, so the budget counts what is returned
+            masking, relevant = await self.mask(constraints, relevant, pieces, trace, timer)
+
+        scopes = (request.task.scope,) if request.task.scope else constraints.items.scopes
+        history = request.include_historical or request.effective_mode == "fetch"
+        limit = request.budget.bytes if request.budget else self.settings.default_budget_bytes
+        with timer.stage("rank_and_pack", "fuse_ms", {"gateway.budget.limit_bytes": limit}) as span:
+            ranking = rank(relevant, at=constraints.items.valid_at, scopes=scopes, include_history=history)
+            packed = self.pack(ranking.shown, limit)
+            span.set_attributes({"gateway.budget.used_bytes": packed.used_bytes, "gateway.packed": len(packed.items)})
+        # On the enclosing retrieval span: what the call returned, as ids and scores (never text).
+        get_current_span().set_attributes({
+            "gen_ai.retrieval.documents": documents([(r.record.id, r.entry.score) for r in packed.items]),
+            "gen_ai.retrieval.top_k": request.limit,
+        })
+        cursor = await self.issue_cursor(actor, request, constraints, packed, timer)
+        trace.lineage.dropped_as_historical = [r.record.id for r in ranking.hidden]
+        trace.lineage.dropped_for_budget = list(packed.dropped_ids)
+        trace.lineage.packed = [r.record.id for r in packed.items]
+        trace.lineage.cursor_issued = cursor is not None
+
+        timer.set("embed_ms", results["semantic"].embed_ms or 0.0)
+        timer.set("semantic_ms", results["semantic"].ms)
+        timer.set("lexical_ms", results["lexical"].ms)
+        timer.set("graph_ms", results["graph"].ms)
+        timings = timer.finish()
+        sources = source_records(results, verdict.allowed_ids)
+        if resolution.alias_error:
+            sources["exact"].aliases = f"skipped: {resolution.alias_error}"
+        depth = depth_report(request.depth, results["semantic"], self.connectors.semantic.unavailable)
+        trace.lineage.sources, trace.lineage.timings, trace.lineage.depth = sources, timings, depth
+        body = respond(trace.trace_id, request.effective_mode, revision, packed, sources, timings, depth, cursor)
+        if request.synthesize and self.synthesizer is not None:
+            body["answer"] = await self.synthesize(request, constraints, packed, pieces, masking, trace, timer)
+            timings.update(synthesis_ms=round(timer.timings.synthesis_ms or 0.0, 3), total_ms=timer.finish()["total_ms"])
+        body["entities"] = entities_report(resolution)
+        body["partial"] = body["partial"] or bool(resolution.alias_error)
+        return body
+
+    # ---------------------------------------------------------------- stages
+
+    def admit(self, request: RetrieveRequest, trace: TraceBuilder) -> None:
+        """Checks every mode shares, before any decision; the request's shape goes on the trace first."""
+        trace.lineage.request = request_shape(request, trace)
+        if request.synthesize and self.synthesizer is None:
+            raise BadRequest("synthesize: no synthesis endpoint is configured on this gateway (GATEWAY_LLM_URL)")
+
+    async def decide(
+        self, actor: Actor, request: RetrieveRequest, trace: TraceBuilder, timer: StageTimer
+    ) -> tuple[Constraints, str]:
+        """The constraints of an allow, and the policy revision; a denial ends the call with 403."""
+        with timer.stage("policy.decide") as span:
+            decision = await decide(self.policy, actor, request, utc_now())
+            span.set_attributes({"gateway.policy.allow": decision.allow, "gateway.policy.revision": decision.revision})
+        timer.set("decide_ms", decision.ms)
+        trace.decision = "allow" if decision.allow else "deny"
+        trace.lineage.decision = DecisionRecord(allow=decision.allow, reasons=list(decision.reasons), ms=round(decision.ms, 3))
+        if not decision.allow or decision.constraints is None:
+            raise PolicyDenied("the policy denied this request", reasons=list(decision.reasons))
+        trace.lineage.constraints = decision.constraints.policy_result
+        return decision.constraints, decision.revision
+
+    async def resolve(
+        self, actor: Actor, request: RetrieveRequest, constraints: Constraints, trace: TraceBuilder, timer: StageTimer
+    ) -> tuple[Resolution, str | None, Verdict | None]:
+        """The request's entities, verified like any item; a failed lookup is reported, not raised."""
+        if not request.entities:
+            return Resolution(), None, None
+        error = None
+        with timer.stage("entities.resolve", attributes={"gateway.entities.requested": len(request.entities)}) as span:
+            try:
+                resolution, read = await resolve(self.connectors.exact, constraints.items, request.entities)
+            except ConnectorError as exc:  # the call goes on without the entities, and says so
+                resolution, read, error = Resolution(), [], exc.message
+            verdict = await verify(self.policy, actor, request.task, constraints, read)
+            resolution = resolution.keep(verdict.allowed_ids)
+            span.set_attribute("gateway.entities.resolved", len(resolution.live))
+        timer.add("verify_ms", verdict.ms)
+        trace.lineage.entities = EntitiesRecord(
+            resolved=len(resolution.live), tombstones=len(resolution.entities) - len(resolution.live),
+            aliases=sum(len(e.aliases) for e in resolution.live), alias_error=resolution.alias_error,
+        )
+        return resolution, error, verdict
+
+    async def recall(
+        self, request: RetrieveRequest, constraints: Constraints, resolution: Resolution, timer: StageTimer
+    ) -> dict[str, SourceResult]:
+        """Every chosen source, concurrently, each under its deadline; one result per source."""
+        searches, skipped = self.searches(request, constraints, resolution.live)
+        with timer.stage("recall", "recall_ms", {"gateway.sources": sorted(searches)}):
+            results = await recall(searches, self.settings.connector_deadline_ms)
+        for name in SOURCES:
+            if name not in results:
+                reason, detail = skipped.get(name, (SkipReason.NOT_REQUESTED, None))
+                results[name] = SourceResult.skipped(name, reason, detail)
+        return results
+
+    async def sections(
+        self, constraints: Constraints, candidates: list[Record], trace: TraceBuilder, timer: StageTimer
+    ) -> tuple[Record, ...]:
+        """Every piece of the sections the document hits belong to, inside the filter."""
+        with timer.stage("sections", "sections_ms"):
+            try:
+                return await self.connectors.exact.sections(constraints.items, section_keys(candidates))
+            except ConnectorError as exc:  # hits are still returned, as the pieces that were found
+                trace.lineage.section_lookup_error = exc.message
+                return ()
+
+    async def verify(
+        self,
+        actor: Actor,
+        task: Task,
+        constraints: Constraints,
+        records: list[Record],
+        timer: StageTimer,
+        earlier: Verdict | None = None,
+    ) -> Verdict:
+        """The policy's second look at every candidate; what it denies is a pushdown mismatch."""
+        with timer.stage("policy.verify", attributes={"gateway.policy.checked": len(records)}) as span:
+            verdict = await verify(self.policy, actor, task, constraints, records)
+            denied = verdict.denied + (earlier.denied if earlier else ())
+            span.set_attribute("gateway.policy.pushdown_mismatches", len(denied))
+        timer.add("verify_ms", verdict.ms)
+        current_telemetry().mismatched(len(denied))
+        return Verdict(verdict.allowed_ids, denied, verdict.ms)
+
+    async def mask(
+        self, constraints: Constraints, entries: list[Fused], pieces: tuple[Record, ...], trace: TraceBuilder,
+        timer: StageTimer,
+    ) -> tuple[Masking, list[Fused]]:
+        """The entries with personal data masked, but for the types the policy reveals."""
+        with timer.stage("pii.mask", "mask_ms") as span:
+            masking = await prepare_masking(self.store, self.privacy, constraints.tenant, entries, pieces)
+            masked = masking.apply(entries, frozenset(constraints.disclosure.reveal))
+            span.set_attributes({f"gateway.pii.masked.{kind}": n for kind, n in masking.masker.counts().items()})
+        trace.lineage.pii = PiiRecord(masked=masking.masker.counts(), analysed_at_request=masking.analysed_now)
+        return masking, masked
+
+    def pack(self, ranked: list[Ranked] | tuple[Ranked, ...], limit_bytes: int) -> Packed:
+        return pack(ranked, limit_bytes, self.settings.budget_shares)
+
+    async def issue_cursor(
+        self, actor: Actor, request: RetrieveRequest, constraints: Constraints, packed: Packed, timer: StageTimer
+    ) -> str | None:
+        """A cursor over what did not fit; it keeps the request's shape and subjects, never its text."""
+        if not packed.leftover:
+            return None
+        shape = {
+            "task": request.task.model_dump(),
+            "kinds": request.kinds,
+            "as_of": request.as_of,
+            "graph": request.graph.model_dump(),
+            "include_historical": request.include_historical,
+            "budget_bytes": request.budget.bytes if request.budget else None,
+            "subjects": list(constraints.subjects),
+        }
+        entries = [
+            {"id": r.record.id, "found_by": list(r.entry.found_by), "label": r.label, "current": r.current,
+             "pieces": list(r.entry.pieces)}
+            for r in packed.leftover
+        ]
+        returned = [r.record.id for r in packed.items]
+        with timer.stage("cursor.issue"):
+            return await anyio.to_thread.run_sync(
+                lambda: issue(self.store, actor, shape, entries, returned, self.settings.cursor_idle_seconds)
+            )
+
+    async def synthesize(
+        self, request: RetrieveRequest, constraints: Constraints, packed: Packed, pieces: tuple[Record, ...],
+        masking: Masking | None, trace: TraceBuilder, timer: StageTimer,
+    ) -> dict[str, Any]:
+        """An answer from the packed context, masked before the model reads it."""
+        assert self.synthesizer is not None
+        attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": self.synthesizer.model}
+        with timer.stage("synthesis", "synthesis_ms", attributes):
+            if masking is None:  # only what was packed goes to the model, so only that is masked
+                try:
+                    masking = await prepare_masking(self.store, self.privacy, constraints.tenant,
+                                                    [r.entry for r in packed.items], pieces)
+                except MaskingUnavailable:
+                    pass  # synthesize() reports it; nothing is sent unmasked
+            cited = list(zip(cite(packed.items), [r.entry for r in packed.items]))
+            return await synthesize(self.synthesizer, self.privacy, constraints.disclosure, request.query or "",
+                                    cited, masking, trace)
+
+    def searches(
+        self, request: RetrieveRequest, constraints: Constraints, resolved: tuple[ResolvedEntity, ...]
+    ) -> tuple[dict[str, Search], dict[str, tuple[SkipReason, str | None]]]:
+        """The searches to run, and why any chosen source will not run."""
+        connectors, where = self.connectors, constraints.items
+        sources = chosen_sources(request)
+        tags = tuple(request.filters.tags) if request.filters else ()
+        searches: dict[str, Search] = {}
+        skipped: dict[str, tuple[SkipReason, str | None]] = {}
+        if sources["exact"]:
+            query = RecallQuery(text=None, tags=tags, ids=tuple(request.fetch or ()), limit=request.limit)
+            searches["exact"] = lambda: connectors.exact.search(where, query)
+        if sources["graph"]:
+            graph = connectors.graph
+            if graph is None:
+                skipped["graph"] = (SkipReason.NO_GRAPH_CONNECTOR, None)
+            else:
+                graph_query = RecallQuery(limit=request.limit)
+                searches["graph"] = lambda: graph.search(where, constraints.graph, graph_query)
+        wordy = bool(request.query) and has_letters(request.query or "")
+        text = rephrase(request.query or "", resolved, request.task.type) if request.depth == "deep" else request.query
+        if sources["lexical"] and wordy:
+            lexical_query = RecallQuery(text=text, tags=tags, limit=request.limit)
+            searches["lexical"] = lambda: connectors.lexical.search(where, lexical_query)
+        if sources["semantic"]:
+            semantic = connectors.semantic
+            if not wordy:
+                skipped["semantic"] = (SkipReason.NO_WORDS_TO_EMBED, None)
+            elif request.depth == "fast":
+                skipped["semantic"] = (SkipReason.DEPTH_FAST, None)
+            elif semantic.unavailable:
+                skipped["semantic"] = (SkipReason.SEMANTIC_UNAVAILABLE, semantic.unavailable)
+            elif semantic.connector is None:
+                skipped["semantic"] = (SkipReason.NO_SEMANTIC_CONNECTOR, None)
+            else:
+                semantic_query = RecallQuery(text=text, tags=tags, limit=request.limit)
+                searches["semantic"] = lambda: semantic_search(semantic, where, semantic_query)
+        return searches, skipped
