@@ -250,7 +250,6 @@ def _skip_of(entry: dict[str, Any]) -> SkipReason | None:
     """The reason a version-1 row gave as text, when it is one of the known texts (exact match)."""
     if entry.get("status") != "skipped":
         return None
-    try:
-        return SkipReason(entry.get("detail"))
-    except ValueError:
-        return None
+    detail = entry.get("detail")
+    known = {reason.value: reason for reason in SkipReason}
+    return known.get(detail) if isinstance(detail, str) else None

@@ -17,7 +17,7 @@
      │    └── ConnectorTimeout
      └── ConfigurationError        bad settings or policies at start-up
 
-Messages never carry stored values. routes map these to HTTP in one place (gateway.http.app).
+Messages never carry stored values. gateway.http.errors maps them to HTTP, in that one place.
 """
 
 from __future__ import annotations
@@ -104,14 +104,6 @@ class ConnectorTimeout(ConnectorError):
 
 class ConfigurationError(GatewayError):
     code = "configuration_error"
-
-
-def error_body(error: GatewayError, trace_id: str | None) -> dict[str, object]:
-    """The wire shape of every error: code, message, trace id (and the policy's reasons on a denial)."""
-    body: dict[str, object] = {"code": error.code, "message": error.message, "trace_id": trace_id}
-    if error.reasons:
-        body["reasons"] = error.reasons
-    return {"error": body}
 
 
 def where(error: BaseException) -> str:

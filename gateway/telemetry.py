@@ -1,15 +1,6 @@
-"""OpenTelemetry: a span per pipeline layer under the request span, and the gateway's metrics.
+"""OpenTelemetry: a span per pipeline layer and the gateway's metrics.
 
-Spans and metrics carry identifiers, statuses, counts and timings, never text: no query, item body,
-entity identifier, actor or exception message is ever put on them (exceptions are not recorded as
-events, because a driver's message can quote a query's parameters). The retrieval spans follow the
-GenAI retrieval conventions where they fit: `gen_ai.operation.name` = "retrieval",
-`gen_ai.data_source.id`, and `gen_ai.retrieval.documents` as `[{"id", "score"}]` of the items the
-policy allowed and the call returned.
-
-The Telemetry of the running gateway is made current for each request (a context variable, as
-OpenTelemetry's own current span is), so layers deep in the pipeline open spans without being
-handed a tracer. Outside a request it is a no-op.
+See docs/telemetry.md.
 """
 
 from __future__ import annotations

@@ -1,40 +1,6 @@
-"""Graph connector: the edges reachable from the request's subjects, walked in one SQL query.
+"""Graph connector: the edges reachable from the request's subjects, walked in one recursive SQL query.
 
-The walk is a single `WITH RECURSIVE` statement, the same on SQLite and PostgreSQL, with the
-policy's constraints inside it:
-
-- an edge is followed only if the shared pushdown (`permitted`) admits it, it is active, its
-  relation is one the policy allows, and it leaves the node being expanded (same tenant);
-- the entity it leads to must be admitted by the pushdown too, so the walk never enters nor
-  passes through an entity hidden by ACL, sensitivity, scope, validity, status or tombstone;
-- at most `GraphLimits.max_depth` hops (1..3) and `GraphLimits.fanout` edges (1..50) out of any one node;
-- no node is expanded twice on one path: the path is carried as a string ('/a/b/'); an edge
-  back into a node already on it is returned, but the walk does not continue from there.
-
-Fan-out is a per-node top-k: the k best followable edges by confidence, then weight (both
-descending, nulls last), then id. Window functions are not allowed in SQLite's recursive term,
-and a correlated `edge.pk IN (SELECT ... ORDER BY ... LIMIT k)` filter is re-run for every
-candidate edge (PostgreSQL does not cache a correlated subplan: quadratic in a node's degree,
-about a minute for a node with 2,000 edges). Instead, when a node enters the walk, one
-correlated scalar subquery finds its k-th best followable edge (`ORDER BY key LIMIT 1 OFFSET
-k-1`) and the walk row carries that edge's pk as `cutoff`. Expanding the node keeps the
-followable edges whose sort key, as a row value, is <= the cutoff edge's (NULL cutoff: fewer
-than k, all are kept). The subquery refers to the new edge's target column, never to the CTE,
-which both backends accept in a recursive term. Only followable edges into visible entities
-compete, so a hidden edge or target never takes one of a node's slots.
-
-Join order: SQLite has no statistics and assumes a CTE holds a million rows. Had the step's
-edge alias the pushdown's (tenant, kind) terms, SQLite would scan the tenant's edges and look
-the walk up for each. So the step joins the edge on (tenant, edge_from = walk.node) only, and
-tests everything else (`followable`) in an EXISTS on the same row by primary key. Left with
-nothing better than a tenant-wide scan for the edge on its own, SQLite keeps the walk row in
-the outer loop and expands each node through (tenant, edge_from).
-PostgreSQL plans this well once the tables have statistics (autovacuum); with none at all it
-takes every table for a single row and may scan a tenant inside the walk's loops.
-tests/connectors/test_graph.py checks SQLite's plan.
-
-Cost: a few index probes per walk row, plus one top-k per expanded node. Paths are not merged,
-so a dense graph at the limits (fan-out 50, depth 3) can carry up to 50 + 50^2 + 50^3 rows.
+See docs/graph-walk.md for how the walk applies the filter, fan-out and depth.
 """
 
 from __future__ import annotations

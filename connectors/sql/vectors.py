@@ -1,17 +1,6 @@
-"""Semantic connector for the embedded default: vectors in the store, searched in-process,
-filtered before ranking.
+"""Semantic connector on the embedded store: nearest neighbours among the permitted items only.
 
-The stored vectors of one model are mirrored per tenant in memory. Which items may be ranked is
-decided by the same SQL pushdown as every other connector (`permitted`), so the two can never
-disagree. Two strategies, picked by how much of the tenant the constraints admit:
-
-- exact: the permitted pks come from SQL and only their vectors are scored (numpy). Recall is 1.
-- approximate: an HNSW graph (hnswlib) proposes the nearest `window` items, SQL keeps the permitted
-  ones, and the window widens until k permitted items are found; past a cap it falls back to exact.
-  Asking for 10 never returns 2 merely because forbidden items were nearer.
-
-Small tenants always use exact search; the approximate path only serves tenants with at least
-`ann_min_items` vectors.
+See docs/vector-search.md for the two search strategies and when each runs.
 """
 
 from __future__ import annotations

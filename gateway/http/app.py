@@ -16,8 +16,9 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from gateway.context import GatewayContext, build_context
-from core.errors import GatewayError, error_body, where
-from gateway.http import audit_page
+from core.errors import GatewayError, where
+from gateway.http.errors import error_answer
+from gateway.http import audit_pages
 from gateway.http.routes.audit import export_route, feedback_route, trace_route, traces_route, usage_route, verify_route
 from gateway.http.routes.documents import document_route
 from gateway.http.routes.entities import edges_route, entity_route, merge_route
@@ -30,20 +31,12 @@ from gateway.telemetry import Telemetry
 log = logging.getLogger("gateway")
 
 
-async def http_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, HTTPException)
-    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-    return JSONResponse({"error": {"code": code, "message": str(exc.detail), "trace_id": None}}, exc.status_code)
-
-
-async def gateway_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, GatewayError)
-    return JSONResponse(error_body(exc, None), exc.status)
-
-
-async def unexpected_error(request: Request, exc: Exception) -> JSONResponse:
-    log.error("unhandled %s", where(exc))
-    return JSONResponse({"error": {"code": "internal_error", "message": "internal error", "trace_id": None}}, 500)
+async def error_response(request: Request, exc: Exception) -> JSONResponse:
+    """Errors raised outside a traced handler (unknown routes, a failure before the handler ran)."""
+    if not isinstance(exc, (GatewayError, HTTPException)):
+        log.error("unhandled %s", where(exc))
+    status, body = error_answer(exc, None)
+    return JSONResponse(body, status)
 
 
 async def warm_vector_index(context: GatewayContext) -> None:
@@ -99,12 +92,12 @@ def create_app(settings: Settings, context: GatewayContext | None = None, teleme
             Route("/v1/audit/export", export_route, methods=["GET"]),
             Route("/v1/traces/{trace_id}/usage", usage_route, methods=["POST"]),
             Route("/v1/traces/{trace_id}/feedback", feedback_route, methods=["POST"]),
-            Route("/audit", audit_page.list_route, methods=["GET"]),
-            Route("/audit/sign-in", audit_page.sign_in_route, methods=["POST"]),
-            Route("/audit/sign-out", audit_page.sign_out_route, methods=["POST"]),
-            Route("/audit/traces/{trace_id}", audit_page.trace_route, methods=["GET"]),
-            Route("/audit/verify", audit_page.verify_route, methods=["GET"]),
+            Route("/audit", audit_pages.list_route, methods=["GET"]),
+            Route("/audit/sign-in", audit_pages.sign_in_route, methods=["POST"]),
+            Route("/audit/sign-out", audit_pages.sign_out_route, methods=["POST"]),
+            Route("/audit/traces/{trace_id}", audit_pages.trace_route, methods=["GET"]),
+            Route("/audit/verify", audit_pages.verify_route, methods=["GET"]),
         ],
-        exception_handlers={HTTPException: http_error, GatewayError: gateway_error, Exception: unexpected_error},
+        exception_handlers={HTTPException: error_response, GatewayError: error_response, Exception: error_response},
         lifespan=lifespan,
     )

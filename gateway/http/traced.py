@@ -18,7 +18,8 @@ from audit.trace import TraceBuilder, new_trace_id
 from core.instants import utc_now
 from core.actor import Actor
 from gateway.context import GatewayContext
-from core.errors import AuditWriteError, BadRequest, Forbidden, GatewayError, PayloadTooLarge, error_body, where
+from core.errors import AuditWriteError, BadRequest, Forbidden, GatewayError, PayloadTooLarge, where
+from gateway.http.errors import error_answer
 from gateway.telemetry import active, span_ids, traceparent
 
 log = logging.getLogger("gateway.http")
@@ -104,7 +105,7 @@ async def traced(request: Request, endpoint: str, handler: Handler) -> Response:
                 await context.audit.write(trace.freeze(status))
         except AuditWriteError as exc:
             log.error("audit write failed for %s", trace.trace_id)
-            status, body = exc.status, error_body(exc, trace.trace_id)
+            status, body = error_answer(exc, trace.trace_id)
         audited = time.perf_counter()
         span.set_attributes({"http.response.status_code": status, "gateway.decision": trace.decision})
         if status >= 500:
@@ -137,8 +138,8 @@ async def _run(call: Call, endpoint: str, handler: Handler) -> tuple[int, dict[s
         if exc.status >= 500:
             trace.decision = "error" if trace.decision in ("none", "allow") else trace.decision
             log.warning("%s %s: %s", endpoint, exc.code, exc.message)
-        return exc.status, error_body(exc, trace.trace_id)
+        return error_answer(exc, trace.trace_id)
     except Exception as exc:  # never a stack trace on the wire; the log has the type only
         log.error("%s failed unexpectedly: %s", endpoint, where(exc))
         trace.error_code, trace.decision = "internal_error", "error"
-        return 500, error_body(GatewayError(f"internal error ({type(exc).__name__})"), trace.trace_id)
+        return error_answer(exc, trace.trace_id)

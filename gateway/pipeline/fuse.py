@@ -1,12 +1,6 @@
 """Fuse: reciprocal rank fusion (k = 60) over the connectors' lists, de-duplicated by id.
 
-Each entry also carries its evidence `strength` in [0, 1], which says which items are of comparable
-relevance (gateway.pipeline.ranking) where ranks alone cannot. Its text match is the mean, over the text
-lists (lexical, semantic) that returned anything, of its score divided by that list's best score
-(0 where a list did not find it). When the request is about entities (an exact or graph list
-returned anything), being about them comes first: an item about them that also matches the text
-is 1.0, one that does not is SUBJECT_ONLY, and an item about something else is its text match
-scaled by OTHER_SCALE, so it never shares a relevance tier with the subject's own records.
+See docs/fusion.md for the evidence strength each entry carries.
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
-"""Rank current state: inside a tier of comparable relevance, what is true now comes first.
+"""Rank current state: tiers of comparable relevance, then authority, validity, scope and recency.
 
-Seed 004: "A recent speculative note shouldn't beat an older approved decision that's still
-active. Use recency to break ties." Entries are cut into tiers by evidence strength (gateway.pipeline.fuse;
-a new tier starts where it falls below TIER_RATIO of the tier's strongest); inside a tier items are ordered by authority
-(approved > reviewed > unreviewed > speculative), then validity (active > disputed > superseded,
-an item whose validity ended before the instant last), then scope match (an item scoped to the
-task's scope before an unscoped one), then recency (recorded_at, else valid_from), newest first.
-
-Items that share a `slot` state the same fact about the same subject: one current winner is kept
-(chosen by the same rules, relevance aside); the others are labelled `superseded`, `historical` or
-`disputed` and follow their winner, shown only when the caller asks for history.
+See docs/ranking.md.
 """
 
 from __future__ import annotations

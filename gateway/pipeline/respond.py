@@ -28,7 +28,7 @@ def request_shape(request: RetrieveRequest, trace: TraceBuilder) -> RequestShape
         task=request.task.model_dump(),
         mode=request.effective_mode,
         mode_requested=request.mode,
-        kinds=request.kinds,
+        kinds=list(request.kinds) if request.kinds is not None else None,
         sources=request.sources.model_dump(),
         depth=request.depth,
         budget_bytes=request.budget.bytes if request.budget else None,

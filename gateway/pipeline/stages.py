@@ -9,9 +9,8 @@ from dataclasses import dataclass, fields
 from typing import Literal
 
 from opentelemetry.trace import Span
-from opentelemetry.util.types import Attributes
 
-from gateway.telemetry import layer
+from gateway.telemetry import Attributes, layer
 
 TimingField = Literal[
     "decide_ms", "verify_ms", "embed_ms", "semantic_ms", "lexical_ms", "graph_ms", "sections_ms",

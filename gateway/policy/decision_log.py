@@ -1,15 +1,6 @@
-"""Every policy decision, also in OPA's decision-log format, so teams with OPA tooling can read it.
+"""Every policy decision as an event in OPA's decision-log format, to a file and/or a log service.
 
-Each evaluation (allowed, denied or failed) becomes one JSON line with OPA's field names:
-`decision_id`, `path`, `input`, `result`, `bundles` (`{"gateway": {"revision"}}`), `timestamp`,
-`metrics` (`timer_rego_query_eval_ns`), plus `labels`, the call's OpenTelemetry `trace_id` and
-`span_id`, and, on failure, `error`. The input is copied
-with anything that could hold text or personal data erased (item bodies, values, query text, names,
-identifiers, comments), and the erased paths are listed in `erased` as OPA does. The gateway's
-inputs carry envelopes, never bodies; the erasure is a second line of defence.
-
-Entries go to a sink: a JSON-lines file (`FileSink`), an OPA decision-log service (`HttpSink`,
-OPA's upload protocol: gzipped JSON arrays POSTed from a background thread), or both (`FanOutSink`).
+See docs/decision-log.md.
 """
 
 from __future__ import annotations

