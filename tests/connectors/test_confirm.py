@@ -5,15 +5,14 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
+from sqlalchemy import insert, select
 from sqlalchemy.engine import Engine
 
-from sqlalchemy import select
-
-from core.constraints import ItemFilter
-
-from core.records import Candidate, RecallQuery, Record, SourceResult
 from connectors.confirm import StoreConfirmed
-from connectors.sql.pushdown import item, record_from_row
+from connectors.sql.pushdown import item, record_from_row, tombstone
+from core.constraints import ItemFilter
+from core.instants import utc_now
+from core.records import Candidate, RecallQuery, Record, SourceResult
 from core.store import open_store
 from gateway.writes.items import ingest
 from tests.connectors.test_contract import CONSTRAINTS, note
@@ -43,6 +42,19 @@ def test_stale_copies_are_dropped_and_fresh_envelopes_used(database_url: str) ->
                   for n, i in enumerate(["gone", "rescoped", "kept"], start=1))
     result = asyncio.run(StoreConfirmed(StaleIndex(stale), engine).search(CONSTRAINTS, RecallQuery(text="x")))
     assert [(c.record.id, c.rank, c.record.text) for c in result.candidates] == [("kept", 1, "kept note")]
+    engine.dispose()
+
+
+def test_items_of_an_entity_tombstoned_since_the_copy_are_dropped(database_url: str) -> None:
+    """Weaviate's filter cannot know tombstones; the store's re-read applies the pushdown's clause."""
+    engine: Engine = open_store(database_url)
+    ingest(engine, "acme", [note("about_jane", "note"), {**note("about_nobody", "note"), "entity": None}])
+    copied = _records(engine)
+    with engine.begin() as conn:
+        conn.execute(insert(tombstone).values(tenant="acme", entity_id="ent_jane", deleted_at=utc_now()))
+    stale = tuple(Candidate(copied[i], "semantic", n, 0.5) for n, i in enumerate(["about_jane", "about_nobody"], start=1))
+    result = asyncio.run(StoreConfirmed(StaleIndex(stale), engine).search(CONSTRAINTS, RecallQuery(text="x")))
+    assert [c.record.id for c in result.candidates] == ["about_nobody"]
     engine.dispose()
 
 
