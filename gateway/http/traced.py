@@ -7,7 +7,8 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from functools import wraps
+from typing import Any, Awaitable, Callable, TypeVar, cast
 
 from opentelemetry.trace import Status, StatusCode
 from starlette.requests import Request
@@ -25,6 +26,7 @@ from gateway.telemetry import active, span_ids, traceparent
 log = logging.getLogger("gateway.http")
 
 Handler = Callable[["Call"], Awaitable[tuple[int, "dict[str, Any] | Stream | Response"]]]
+H = TypeVar("H", bound=Callable[..., Awaitable[Any]])
 
 
 class Call:
@@ -71,6 +73,21 @@ class Call:
         except (ValueError, RecursionError) as exc:  # also bad UTF-8, over-long integers, too-deep nesting
             where = f" at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
             raise BadRequest(f"body: malformed JSON{where}") from exc
+
+
+def requires(role: str | None = None) -> Callable[[H], H]:
+    """Declared on a handler, as Starlette's @requires: the bearer credential (and `role`, when one is
+    named) is checked before the handler runs; the handler reads `call.actor`."""
+
+    def declare(handler: H) -> H:
+        @wraps(handler)
+        async def checked(call: Call) -> Any:
+            call.authenticate(role)
+            return await handler(call)
+
+        return cast(H, checked)
+
+    return declare
 
 
 @dataclass(frozen=True, slots=True)

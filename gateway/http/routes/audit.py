@@ -17,7 +17,7 @@ from audit.chain import verify
 from audit.review import MAX_PAGE, Filters, export, get_trace, list_traces
 from core.instants import parse_rfc3339
 from core.errors import BadRequest, NotFound
-from gateway.http.traced import Call, Stream, traced
+from gateway.http.traced import Call, Stream, requires, traced
 
 UNKNOWN_TRACE = "trace: no such trace"
 CURSOR = re.compile(r"^c_(\d{1,18})$")
@@ -53,9 +53,10 @@ def _api_query(call: Call) -> tuple[Filters, int | None]:
     return review_query(call.request.query_params, frozenset({"limit", "format"}), "unknown query parameter")
 
 
+@requires("auditor")
 async def list_route_handler(call: Call) -> tuple[int, dict[str, Any]]:
     """GET /v1/audit/traces: newest first, filtered, paged by cursor."""
-    actor = call.authenticate(required_role="auditor")
+    actor = call.actor
     call.trace.decision = "read"
     filters, after = _api_query(call)
     limit_text = call.request.query_params.get("limit", "50")
@@ -66,9 +67,10 @@ async def list_route_handler(call: Call) -> tuple[int, dict[str, Any]]:
     return 200, {"traces": rows, "cursor": f"c_{last}" if last is not None else None}
 
 
+@requires("auditor")
 async def one_trace(call: Call) -> tuple[int, dict[str, Any]]:
     """GET /v1/audit/traces/{trace_id}: the whole trace, with what the agent reported about it."""
-    actor = call.authenticate(required_role="auditor")
+    actor = call.actor
     call.trace.decision = "read"
     found = await anyio.to_thread.run_sync(get_trace, call.context.store, actor.tenant, call.request.path_params["trace_id"])
     if found is None:
@@ -77,9 +79,10 @@ async def one_trace(call: Call) -> tuple[int, dict[str, Any]]:
     return 200, found
 
 
+@requires("auditor")
 async def export_traces(call: Call) -> tuple[int, dict[str, Any] | Stream]:
     """GET /v1/audit/export?format=jsonl|csv: every matching row, streamed."""
-    actor = call.authenticate(required_role="auditor")
+    actor = call.actor
     call.trace.decision = "read"
     filters, _ = _api_query(call)
     fmt = call.request.query_params.get("format", "jsonl")
@@ -92,7 +95,7 @@ async def export_traces(call: Call) -> tuple[int, dict[str, Any] | Stream]:
 
 async def _own_trace(call: Call) -> dict[str, Any]:
     """The caller's own trace; any other (another actor's, another tenant's, none) is the same 404."""
-    actor = call.authenticate()
+    actor = call.actor
     trace_id = call.request.path_params["trace_id"]
     found = await anyio.to_thread.run_sync(get_trace, call.context.store, actor.tenant, trace_id)
     if found is None or found["actor"] != actor.principal or found["endpoint"] != "retrieve":
@@ -101,6 +104,7 @@ async def _own_trace(call: Call) -> dict[str, Any]:
     return found
 
 
+@requires()
 async def report_usage(call: Call) -> tuple[int, dict[str, Any]]:
     """POST /v1/traces/{trace_id}/usage {"used": [ids]}: which returned items the agent used."""
     found = await _own_trace(call)
@@ -115,6 +119,7 @@ async def report_usage(call: Call) -> tuple[int, dict[str, Any]]:
     return 200, {"trace_id": found["trace_id"], "recorded": kept, "ignored": len(set(used)) - len(kept)}
 
 
+@requires()
 async def report_feedback(call: Call) -> tuple[int, dict[str, Any]]:
     """POST /v1/traces/{trace_id}/feedback {"rating": 1..5, "comment": "..."}. The comment is kept as a
     hash and a length only: it is free text and may hold anything."""
@@ -132,9 +137,10 @@ async def report_feedback(call: Call) -> tuple[int, dict[str, Any]]:
     return 200, {"trace_id": found["trace_id"], "rating": rating}
 
 
+@requires("auditor")
 async def verify_chain(call: Call) -> tuple[int, dict[str, Any]]:
     """GET /v1/audit/verify: recompute the tenant's hash chain and name the first broken link."""
-    actor = call.authenticate(required_role="auditor")
+    actor = call.actor
     call.trace.decision = "read"
     report = await anyio.to_thread.run_sync(verify, call.context.store, actor.tenant)
     call.trace.lineage.audit_verify = AuditVerifyRecord(ok=report["ok"], rows=sum(c["rows"] for c in report["chains"].values()))

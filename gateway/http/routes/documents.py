@@ -11,11 +11,12 @@ from starlette.responses import Response
 from audit.lineage import DocumentRecord
 from gateway.writes.documents import parse_document
 from gateway.writes.items import ingest_document
-from gateway.http.traced import Call, traced
+from gateway.http.traced import Call, requires, traced
 
 
+@requires("ingest")
 async def handle(call: Call) -> tuple[int, dict[str, Any]]:
-    actor = call.authenticate(required_role="ingest")
+    actor = call.actor
     call.trace.decision = "write"
     document = parse_document(call.request.path_params["document_id"], await call.body())
     report = await anyio.to_thread.run_sync(ingest_document, call.context.store, actor.tenant, document)

@@ -15,7 +15,7 @@ from gateway.writes.entities import mark_pending_deletion, merge
 from core.errors import BadRequest
 from gateway.writes.items import ID, Rejected, ingest, parse_items_body
 from core.validation import has_nul
-from gateway.http.traced import Call, traced
+from gateway.http.traced import Call, requires, traced
 
 
 def _entity_id(call: Call) -> str:
@@ -25,8 +25,9 @@ def _entity_id(call: Call) -> str:
     return entity_id
 
 
+@requires("ingest")
 async def put_entity(call: Call) -> tuple[int, dict[str, Any]]:
-    actor = call.authenticate(required_role="ingest")
+    actor = call.actor
     call.trace.decision = "write"
     entity_id = _entity_id(call)
     body = await call.json()
@@ -43,8 +44,9 @@ async def put_entity(call: Call) -> tuple[int, dict[str, Any]]:
     return (422 if report.rejected else 200), report.as_dict()
 
 
+@requires("ingest")
 async def merge_entity(call: Call) -> tuple[int, dict[str, Any]]:
-    actor = call.authenticate(required_role="ingest")
+    actor = call.actor
     call.trace.decision = "write"
     entity_id = _entity_id(call)
     body = await call.json()
@@ -57,8 +59,9 @@ async def merge_entity(call: Call) -> tuple[int, dict[str, Any]]:
     return 200, result
 
 
+@requires("ingest")
 async def delete_entity(call: Call) -> tuple[int, dict[str, Any]]:
-    actor = call.authenticate(required_role="ingest")
+    actor = call.actor
     call.trace.decision = "write"
     result = await anyio.to_thread.run_sync(mark_pending_deletion, call.context.store, actor.tenant, _entity_id(call))
     call.trace.lineage.tombstone = ChangeRecord(changed=result["changed"], hidden_items=result["hidden_items"])
@@ -79,8 +82,9 @@ def edge_entry(entry: Any) -> Any:
     return entry
 
 
+@requires("ingest")
 async def put_edges(call: Call) -> tuple[int, dict[str, Any]]:
-    actor = call.authenticate(required_role="ingest")
+    actor = call.actor
     call.trace.decision = "write"
     entries = [edge_entry(e) for e in parse_items_body(await call.body(), call.request.headers.get("content-type"))]
     wrong_kind = [i for i, e in enumerate(entries) if isinstance(e, dict) and e.get("kind") != "edge"]

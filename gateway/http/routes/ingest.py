@@ -10,11 +10,12 @@ from starlette.responses import Response
 
 from audit.lineage import WriteRecord
 from gateway.writes.items import ingest, parse_items_body
-from gateway.http.traced import Call, traced
+from gateway.http.traced import Call, requires, traced
 
 
+@requires("ingest")
 async def handle(call: Call) -> tuple[int, dict[str, Any]]:
-    actor = call.authenticate(required_role="ingest")
+    actor = call.actor
     call.trace.decision = "write"
     entries = parse_items_body(await call.body(), call.request.headers.get("content-type"))
     report = await anyio.to_thread.run_sync(ingest, call.context.store, actor.tenant, entries)

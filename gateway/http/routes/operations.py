@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from core.store import store_reachable
-from gateway.http.traced import Call, traced
+from gateway.http.traced import Call, requires, traced
 
 
 async def healthz(request: Request) -> JSONResponse:
@@ -26,8 +26,8 @@ async def readyz(request: Request) -> JSONResponse:
     return JSONResponse({"status": "ready" if ready else "not ready", "checks": checks}, status_code=200 if ready else 503)
 
 
+@requires()
 async def _policy(call: Call) -> tuple[int, dict[str, Any]]:
-    call.authenticate()
     policy = call.context.policy
     return 200, {"engine": policy.name, "revision": policy.revision, "loaded_at": policy.loaded_at.isoformat()}
 

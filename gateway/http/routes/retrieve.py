@@ -8,12 +8,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from core.request import parse_retrieve
-from gateway.http.traced import Call, traced
+from gateway.http.traced import Call, requires, traced
 from gateway.telemetry import layer
 
 
+@requires()
 async def handle(call: Call) -> tuple[int, dict[str, Any]]:
-    actor = call.authenticate()
+    actor = call.actor
     request = parse_retrieve(await call.json())
     attributes = {"gen_ai.operation.name": "retrieval", "gen_ai.data_source.id": "gateway", "gateway.mode": request.effective_mode}
     with layer("retrieval", attributes):
