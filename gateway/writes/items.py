@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Literal
+from typing import Any, Iterable
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ValidationError
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -22,13 +21,8 @@ from core.store import writer
 from core.errors import BadRequest
 from core.validation import describe_validation_error, has_nul
 from core.tables import EntityTombstone, Item, ItemPrincipal, ItemScope, ItemTag, SourceDocument
-
-if TYPE_CHECKING:
-    from gateway.writes.documents import Document
-
-ID = r"^[A-Za-z0-9_.:@-]{1,200}$"
-PRINCIPAL = re.compile(r"^(\*|(user|group|role):[A-Za-z0-9_.@:-]{1,200})$")
-NAME = r"^[A-Za-z0-9_.:-]{1,200}$"
+from gateway.writes.documents import Document, piece_id, section_items
+from gateway.writes.envelope import ID as ID, NAME as NAME, PRINCIPAL as PRINCIPAL, ItemIn as ItemIn  # re-exported
 
 item_table = Item.__table__  # type: ignore[attr-defined]
 principal_table = ItemPrincipal.__table__  # type: ignore[attr-defined]
@@ -36,86 +30,6 @@ scope_table = ItemScope.__table__  # type: ignore[attr-defined]
 tag_table = ItemTag.__table__  # type: ignore[attr-defined]
 source_table = SourceDocument.__table__  # type: ignore[attr-defined]
 tombstone_table = EntityTombstone.__table__  # type: ignore[attr-defined]
-
-
-class ItemIn(BaseModel):
-    """One item as written over HTTP or from a file. The tenant is never part of it."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    id: str = Field(pattern=ID)
-    kind: Literal["entity", "property", "memory", "document", "edge"]
-    text: str | None = Field(default=None, max_length=100_000)
-    value: Any = None
-    name: str | None = Field(default=None, max_length=500)
-    entity: str | None = Field(default=None, pattern=ID)
-    section: str | None = Field(default=None, max_length=500)
-    document: str | None = Field(default=None, pattern=ID)
-    entity_type: Literal["contact", "company"] | None = None
-    email: str | None = Field(default=None, max_length=320)
-    website: str | None = Field(default=None, max_length=2000)
-    phone: str | None = Field(default=None, max_length=50)
-    relation: str | None = Field(default=None, pattern=NAME)
-    from_: str | None = Field(default=None, alias="from", pattern=ID)
-    to: str | None = Field(default=None, pattern=ID)
-    confidence: float | None = Field(default=None, ge=0, le=1)
-    weight: float | None = None
-    tags: list[str] = Field(default_factory=list, max_length=50)
-    acl: list[str] = Field(min_length=1, max_length=200)
-    sensitivity: Literal["public", "internal", "confidential", "restricted"] = "internal"
-    valid_from: str | None = None
-    valid_to: str | None = None
-    scope: list[str] = Field(default_factory=list, max_length=50)
-    authority: Literal["approved", "reviewed", "unreviewed", "speculative"] = "unreviewed"
-    status: Literal["active", "superseded", "disputed", "retracted", "pending_deletion"] = "active"
-    slot: str | None = Field(default=None, max_length=500)
-    attached_to: str | None = Field(default=None, pattern=ID)
-    source: dict[str, str] | None = None
-    recorded_at: str | None = None
-
-    @field_validator("acl")
-    @classmethod
-    def principals_are_well_formed(cls, acl: list[str]) -> list[str]:
-        for principal in acl:
-            if not PRINCIPAL.match(principal):
-                raise ValueError("each principal is user:ID, group:ID, role:ID or *")
-        return acl
-
-    @field_validator("scope", "tags")
-    @classmethod
-    def names_are_well_formed(cls, names: list[str]) -> list[str]:
-        for name in names:
-            if not re.match(NAME, name):
-                raise ValueError("names use letters, digits and _.:- only")
-        return names
-
-    @field_validator("valid_from", "valid_to", "recorded_at")
-    @classmethod
-    def instants_are_rfc3339(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_rfc3339(value)
-        return value
-
-    @field_validator("source")
-    @classmethod
-    def source_has_known_keys(cls, source: dict[str, str] | None) -> dict[str, str] | None:
-        if source is not None and not set(source) <= {"system", "uri"}:
-            raise ValueError("source takes only system and uri")
-        return source
-
-    @model_validator(mode="after")
-    def fits_its_kind(self) -> "ItemIn":
-        if self.kind in ("memory", "document") and not (self.text and self.text.strip()):
-            raise ValueError(f"a {self.kind} needs non-empty text")
-        if self.kind == "property" and (not self.name or self.value is None):
-            raise ValueError("a property needs name and value")
-        if self.kind == "entity" and self.entity_type is None:
-            raise ValueError("an entity needs entity_type (contact or company)")
-        if self.kind == "edge" and not (self.from_ and self.to and self.relation):
-            raise ValueError("an edge needs from, to and relation")
-        if self.valid_from and self.valid_to and parse_rfc3339(self.valid_to) <= parse_rfc3339(self.valid_from):
-            raise ValueError("valid_to must be after valid_from")
-        return self
 
 
 @dataclass(slots=True)
@@ -332,15 +246,13 @@ def _write_chunk(engine: Engine, rows: list[tuple[int, str, dict[str, Any]]], re
             setattr(report, outcome, getattr(report, outcome) + 1)
 
 
-def ingest_document(engine: Engine, tenant: str, document: "Document") -> dict[str, Any]:
+def ingest_document(engine: Engine, tenant: str, document: Document) -> dict[str, Any]:
     """Write a parsed Markdown document as section items.
 
     An unchanged document (same SHA-256) writes nothing and so embeds nothing; a changed one is
     ingested piece by piece (unchanged pieces stay unchanged and keep their vectors), and pieces
     beyond the new end are removed.
     """
-    from gateway.writes.documents import piece_id, section_items
-
     with engine.connect() as conn:
         previous = conn.execute(
             select(source_table.c.sha256, source_table.c.pieces).where(
