@@ -21,6 +21,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from audit.lineage import read_lineage
 from core.audit_tables import AuditAnchor, AuditItem, AuditTrace
+from core.store import writer
 
 audit_trace = AuditTrace.__table__  # type: ignore[attr-defined]
 audit_item = AuditItem.__table__  # type: ignore[attr-defined]
@@ -145,8 +146,6 @@ def prune(engine: Engine, before: datetime) -> dict[str, int]:
     """Remove rows recorded before `before`, chain by chain, keeping each chain verifiable: the
     oldest kept row becomes the chain's anchor (its position and the hash it links to). A chain is
     only cut below a row that stays, so its newest row is never removed."""
-    from core.store import writer
-
     removed: dict[str, int] = {}
     with writer(engine).begin() as conn:
         chains = [c for (c,) in conn.execute(select(audit_trace.c.chain).where(audit_trace.c.chain.is_not(None)).distinct())]

@@ -14,6 +14,7 @@ from sqlmodel import Session, select
 
 from audit.chain import append
 from core.audit_tables import AuditTrace
+from core.audit_tables import AuditSecret
 from audit.trace import Trace
 from core.store import writer
 from core.errors import AuditWriteError
@@ -105,8 +106,6 @@ def _as_dict(row: AuditTrace) -> dict[str, Any]:
 
 def load_or_create_key(engine: Engine) -> bytes:
     """The store's audit key: read it, or create it once (a concurrent creator's key wins the race)."""
-    from core.audit_tables import AuditSecret
-
     for _ in range(3):
         with Session(engine) as session:
             found = session.get(AuditSecret, "fingerprint")

@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.engine import Engine
+from sqlalchemy.dialects import postgresql, sqlite
 
 from gateway.background import PendingWorker
 from core.store import writer
@@ -61,8 +62,6 @@ def analyze_pending(engine: Engine, detector: Detector, batch: int = 64) -> int:
 
 def _upsert(dialect: str, values: list[dict[str, Any]]) -> Any:
     """Insert or replace: two workers (or replicas) may analyse the same item at once."""
-    from sqlalchemy.dialects import postgresql, sqlite
-
     statement = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(item_pii).values(values)
     return statement.on_conflict_do_update(
         index_elements=[item_pii.c.item_pk], set_={c: statement.excluded[c] for c in ("version", "content_hash", "spans")}

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 from sqlalchemy import and_, func, or_, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 
 from connectors.sql.pushdown import record_from_row
@@ -96,8 +97,6 @@ def embed_pending(engine: Engine, embedder: Embedder, batch: int = 32, publish: 
 
 def _upsert(dialect: str, values: list[dict[str, Any]]) -> Any:
     """Insert or replace: two workers (or replicas) may embed the same item at the same time."""
-    from sqlalchemy.dialects import postgresql, sqlite
-
     statement = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(item_vector).values(values)
     columns = ("model", "dims", "vector", "content_hash", "seq")
     return statement.on_conflict_do_update(
