@@ -16,9 +16,9 @@ from sqlmodel import Session
 
 from core.instants import utc_now
 from core.store import writer
-from gateway.http import audit_page
+from gateway.http.audit_pages import views as audit_views
 from audit.stages import lineage_stages
-from gateway.http.audit_page import SESSION_COOKIE, seal, session_key
+from gateway.http.audit_pages import SESSION_COOKIE, seal, session_key
 from core.tables import ApiKey
 from tests.conftest import Gateway, open_gateway
 from tests.gateway.fixtures import SALES_TASK, memory
@@ -174,7 +174,7 @@ def test_list_filters_and_pages_within_the_own_tenant(gateway: Gateway, monkeypa
     empty = gateway.client.get("/audit", params={"item": "mem_g"})  # globex's item: globex's calls only
     assert TRACE_ROW.findall(empty.text) == [] and 'id="no-traces"' in empty.text
 
-    monkeypatch.setattr(audit_page, "PAGE_SIZE", 2)
+    monkeypatch.setattr(audit_views, "PAGE_SIZE", 2)
     seen, url = [], "/audit?actor=user%3Aalice"
     while url:
         response = gateway.client.get(url)

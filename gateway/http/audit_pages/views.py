@@ -1,102 +1,37 @@
-"""The audit trail as web pages for compliance reviewers: sign in with an auditor key, list and
-filter the own tenant's traces, read one call's lineage stage by stage, and follow an item to every
-call that returned it.
-
-Server-rendered from autoescaped templates, no script at all. The session cookie holds a key id,
-an expiry and an HMAC, never the key; every page re-reads the key's row, so revoking the key signs
-its sessions out at once. Each view and each sign-in attempt is an audit row of its own.
-"""
+"""The audit trail as web pages for compliance reviewers: the route handlers (sign in, list,
+one trace, chain check, sign out). See docs/audit-page.md."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import json
-import logging
-import re
 import time
 from datetime import datetime, timezone
-from pathlib import Path
-from typing import Any, Awaitable, Callable
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 import anyio.to_thread
-import jinja2
-from markupsafe import Markup
 from starlette.datastructures import QueryParams
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import Response
 
-from audit.lineage import AuditReadRecord, AuditVerifyRecord, read_lineage
 from audit.chain import verify
+from audit.lineage import AuditReadRecord, AuditVerifyRecord, read_lineage
 from audit.review import Filters, get_trace, list_traces
 from audit.stages import lineage_stages
 from core.actor import Actor
-from gateway.auth import KEY_PATTERN
 from core.errors import BadRequest, Forbidden, GatewayError, NotFound, Unauthenticated
+from gateway.auth import KEY_PATTERN
+from gateway.http.audit_pages.render import as_page, forget_session, page, redirect_home, sign_in_form
+from gateway.http.audit_pages.session import SESSION_COOKIE, SignedOut, seal, session_key, unseal
 from gateway.http.routes.audit import FILTER_NAMES, review_query
 from gateway.http.traced import Call, traced
-
-log = logging.getLogger("gateway.http")
 
 ROLE = "auditor"
 PAGE_SIZE = 50
 KNOWN_DECISIONS = ("allow", "deny", "read", "write", "error", "none")
-SESSION_COOKIE = "gw_audit_session"
-SESSION_VALUE = re.compile(r"^([0-9a-f]{16})\.([0-9]{1,12})\.([0-9a-f]{64})$")
-SESSION_PURPOSE = b"audit-page-session"
 UNKNOWN_TRACE = "There is no such trace in your tenant's audit trail."
 
-TEMPLATES = Path(__file__).resolve().parent / "templates" / "audit"
-ENVIRONMENT = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, undefined=jinja2.StrictUndefined,
-    trim_blocks=True, lstrip_blocks=True,
-)
-STYLE = (TEMPLATES / "page.css").read_text()
-# No script runs on these pages; the one inline style block is allowed by its hash.
-SECURITY_HEADERS = {
-    "content-security-policy": (
-        "default-src 'none'; style-src 'sha256-"
-        + base64.b64encode(hashlib.sha256(STYLE.encode()).digest()).decode()
-        + "'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
-    ),
-    "x-frame-options": "DENY",
-    "x-content-type-options": "nosniff",
-    "referrer-policy": "same-origin",  # not no-referrer: that makes browsers send `Origin: null` on POST
-    "cache-control": "no-store",
-}
 
-
-class SignedOut(Unauthenticated):
-    """A session cookie that no longer opens the page: forged, expired, or its key revoked."""
-
-
-# --- the session cookie ---------------------------------------------------------------------------
-
-
-def session_key(audit_key: bytes) -> bytes:
-    """Derived from the audit key, so every replica on the store accepts the same sessions."""
-    return hmac.new(audit_key, SESSION_PURPOSE, hashlib.sha256).digest()
-
-
-def _mac(key: bytes, key_id: str, expires: int) -> str:
-    return hmac.new(key, f"{key_id}.{expires}".encode(), hashlib.sha256).hexdigest()
-
-
-def seal(key: bytes, key_id: str, expires: int) -> str:
-    """The cookie value `key_id.expiry.hmac`."""
-    return f"{key_id}.{expires}.{_mac(key, key_id, expires)}"
-
-
-def unseal(key: bytes, value: str, now: float) -> str:
-    """The key id of a cookie this gateway issued and that has not expired."""
-    match = SESSION_VALUE.match(value)
-    if not match or not hmac.compare_digest(match.group(3), _mac(key, match.group(1), int(match.group(2)))):
-        raise SignedOut("Your session is not valid. Sign in again.")
-    if int(match.group(2)) <= now:
-        raise SignedOut("Your session has expired. Sign in again.")
-    return match.group(1)
+# --- the session -----------------------------------------------------------------------------------
 
 
 def session_actor(call: Call) -> Actor | None:
@@ -121,51 +56,6 @@ def _check_origin(request: Request) -> None:
     origin = request.headers.get("origin")
     if origin is not None and urlsplit(origin).netloc != request.headers.get("host"):
         raise Forbidden("This form can only be sent from the audit page itself.")
-
-
-# --- rendering -------------------------------------------------------------------------------------
-
-
-def page(status: int, template: str, actor: Actor | None, **values: Any) -> tuple[int, Response]:
-    body = ENVIRONMENT.get_template(template).render(style=Markup(STYLE), signed_in=actor, **values)
-    return status, HTMLResponse(body, status_code=status, headers=SECURITY_HEADERS)
-
-
-def sign_in_form(status: int, message: str | None = None) -> tuple[int, Response]:
-    return page(status, "sign_in.html", None, message=message)
-
-
-def redirect_home() -> RedirectResponse:
-    return RedirectResponse("/audit", status_code=303, headers={"cache-control": "no-store"})
-
-
-def forget_session(response: Response) -> None:
-    response.delete_cookie(SESSION_COOKIE, path="/audit", httponly=True, samesite="strict")
-
-
-PageHandler = Callable[[Call], Awaitable[tuple[int, Response]]]
-
-
-def as_page(handler: PageHandler) -> Callable[[Call], Awaitable[tuple[int, Response]]]:
-    """Errors become pages, not JSON: a dead session shows the sign-in form (and drops the cookie),
-    any other gateway error a page that says what went wrong. The trace keeps the error code."""
-
-    async def run(call: Call) -> tuple[int, Response]:
-        try:
-            return await handler(call)
-        except SignedOut as exc:
-            call.trace.error_code = exc.code
-            status, response = sign_in_form(exc.status, exc.message)
-            forget_session(response)
-            return status, response
-        except GatewayError as exc:
-            call.trace.error_code = exc.code
-            if exc.status >= 500:
-                call.trace.decision = "error" if call.trace.decision in ("none", "allow", "read") else call.trace.decision
-                log.warning("%s %s: %s", call.trace.endpoint, exc.code, exc.message)
-            return page(exc.status, "message.html", None, title=f"Error {exc.status}", message=exc.message)
-
-    return run
 
 
 # --- the pages -------------------------------------------------------------------------------------

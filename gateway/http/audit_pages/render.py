@@ -1,0 +1,81 @@
+"""Rendering the audit pages: the autoescaped templates, the security headers, and errors as pages."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+import jinja2
+from markupsafe import Markup
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from core.actor import Actor
+from core.errors import GatewayError
+from gateway.http.audit_pages.session import SESSION_COOKIE, SignedOut
+from gateway.http.traced import Call
+
+log = logging.getLogger("gateway.http")
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates" / "audit"
+ENVIRONMENT = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, undefined=jinja2.StrictUndefined,
+    trim_blocks=True, lstrip_blocks=True,
+)
+STYLE = (TEMPLATES / "page.css").read_text()
+# No script runs on these pages; the one inline style block is allowed by its hash.
+SECURITY_HEADERS = {
+    "content-security-policy": (
+        "default-src 'none'; style-src 'sha256-"
+        + base64.b64encode(hashlib.sha256(STYLE.encode()).digest()).decode()
+        + "'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "x-frame-options": "DENY",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "same-origin",  # not no-referrer: that makes browsers send `Origin: null` on POST
+    "cache-control": "no-store",
+}
+
+
+def page(status: int, template: str, actor: Actor | None, **values: Any) -> tuple[int, Response]:
+    body = ENVIRONMENT.get_template(template).render(style=Markup(STYLE), signed_in=actor, **values)
+    return status, HTMLResponse(body, status_code=status, headers=SECURITY_HEADERS)
+
+
+def sign_in_form(status: int, message: str | None = None) -> tuple[int, Response]:
+    return page(status, "sign_in.html", None, message=message)
+
+
+def redirect_home() -> RedirectResponse:
+    return RedirectResponse("/audit", status_code=303, headers={"cache-control": "no-store"})
+
+
+def forget_session(response: Response) -> None:
+    response.delete_cookie(SESSION_COOKIE, path="/audit", httponly=True, samesite="strict")
+
+
+PageHandler = Callable[[Call], Awaitable[tuple[int, Response]]]
+
+
+def as_page(handler: PageHandler) -> Callable[[Call], Awaitable[tuple[int, Response]]]:
+    """Errors become pages, not JSON: a dead session shows the sign-in form (and drops the cookie),
+    any other gateway error a page that says what went wrong. The trace keeps the error code."""
+
+    async def run(call: Call) -> tuple[int, Response]:
+        try:
+            return await handler(call)
+        except SignedOut as exc:
+            call.trace.error_code = exc.code
+            status, response = sign_in_form(exc.status, exc.message)
+            forget_session(response)
+            return status, response
+        except GatewayError as exc:
+            call.trace.error_code = exc.code
+            if exc.status >= 500:
+                call.trace.decision = "error" if call.trace.decision in ("none", "allow", "read") else call.trace.decision
+                log.warning("%s %s: %s", call.trace.endpoint, exc.code, exc.message)
+            return page(exc.status, "message.html", None, title=f"Error {exc.status}", message=exc.message)
+
+    return run
