@@ -1,10 +1,6 @@
-"""Tamper evidence: every audit row carries the hash of its canonical content and of the row
-before it, one chain per tenant (rows of calls without a tenant form the chain "-").
+"""Tamper evidence: one hash chain of audit rows per tenant, appended safely by many writers, verified in order.
 
-A row's position `seq` is unique per chain, so two writers that read the same chain head cannot
-both append after it: one insert fails on the unique index and is retried on the new head. That
-keeps the chain linear with several workers, or several replicas on one PostgreSQL.
-`verify` walks each chain in order, streaming, and reports the first broken link.
+See docs/audit-chain.md.
 """
 
 from __future__ import annotations

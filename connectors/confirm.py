@@ -1,10 +1,4 @@
-"""Re-read an external index's candidates from the store, inside the constraints.
-
-An external vector index (Weaviate) holds copies of envelopes that can lag behind the store: an
-item deleted, retracted or re-scoped a moment ago may still be there. Its candidates are therefore
-read again from SQL with the same `permitted` pushdown, keeping the index's order and scores, so
-what is ranked is always what the store holds now.
-"""
+"""Re-read an external index's candidates from the store, inside the filter, with their current envelopes."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """Pack one budget in UTF-8 bytes, split across sources; an item is never cut mid-way.
 
-The budget is shared by default memory 35%, document 30%, external 20%, property 10%, graph 5%
-(`GATEWAY_BUDGET_SPLIT`). Shares of sources with nothing to pack are redistributed to the others
-in proportion to their shares. Each source first packs its own items in rank order inside its
-share; what is left of the whole budget then goes to the best remaining items of any source. The
-response reports per source its share, the bytes used and how many items did not fit.
+See docs/budget.md for how shares are redistributed.
 """
 
 from __future__ import annotations
