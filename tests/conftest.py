@@ -1,4 +1,5 @@
-"""Shared fixtures: a gateway per test on SQLite, and on PostgreSQL when one is reachable."""
+"""Shared fixtures: a gateway per test (or per module, for read-only tests) on SQLite, and on
+PostgreSQL when one is reachable."""
 
 from __future__ import annotations
 
@@ -49,11 +50,10 @@ def require_postgres() -> None:
         pytest.skip(reason)
 
 
-@pytest.fixture(params=BACKENDS)
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh, empty store: a SQLite file, or a PostgreSQL schema of its own."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'gateway.db'}"
+def fresh_database(backend: str, directory: Path) -> Iterator[str]:
+    """A fresh, empty store: a SQLite file in `directory`, or a PostgreSQL schema of its own."""
+    if backend == "sqlite":
+        yield f"sqlite:///{directory / 'gateway.db'}"
         return
     require_postgres()
     schema = "gw_test_" + secrets.token_hex(6)
@@ -64,6 +64,12 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
     with admin.begin() as conn:
         conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
     admin.dispose()
+
+
+@pytest.fixture(params=BACKENDS)
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty store per test: a SQLite file, or a PostgreSQL schema of its own."""
+    yield from fresh_database(request.param, tmp_path)
 
 
 @pytest.fixture
@@ -153,6 +159,32 @@ def gateway(database_url: str, tmp_path: Path) -> Iterator[Gateway]:
 @pytest.fixture
 def sqlite_gateway(sqlite_url: str, tmp_path: Path) -> Iterator[Gateway]:
     yield from make_gateway(sqlite_url, tmp_path)
+
+
+# One gateway per module (and per backend), for tests that only read. Building a gateway (a fresh
+# store, the app, the policy engine) costs far more than most tests that use it. A test that takes
+# one of these must not write anything another test of its module could see, and the tests sharing
+# it must load the same data (or data with disjoint ids that the others' questions cannot match);
+# tests that write, or need other settings, keep the per-test `gateway`.
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def module_database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A fresh, empty store shared by one module's tests: a SQLite file, or a PostgreSQL schema."""
+    yield from fresh_database(request.param, tmp_path_factory.mktemp(f"module-{request.param}"))
+
+
+@pytest.fixture(scope="module")
+def module_gateway(module_database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """A gateway on each backend, shared by the read-only tests of one module."""
+    yield from make_gateway(module_database_url, tmp_path_factory.mktemp("module-gateway"))
+
+
+@pytest.fixture(scope="module")
+def module_sqlite_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """A SQLite gateway shared by the read-only tests of one module that need no second backend."""
+    directory = tmp_path_factory.mktemp("module-sqlite")
+    yield from make_gateway(f"sqlite:///{directory / 'gateway.db'}", directory)
 
 
 @pytest.fixture

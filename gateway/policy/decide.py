@@ -89,8 +89,8 @@ def constraints_from(result: dict[str, Any]) -> Constraints:
             ),
             graph=GraphLimits(
                 relations=_texts(graph.get("relations", [])),
-                max_depth=int(graph.get("max_depth", 1)),
-                fanout=int(graph.get("max_fanout", 10)),
+                max_depth=_whole(graph.get("max_depth", 1)),
+                fanout=_whole(graph.get("max_fanout", 10)),
             ),
             disclosure=Disclosure(
                 mask=_flag(pii.get("mask", True)),
@@ -107,6 +107,13 @@ def _text(value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise ValueError("expected a non-empty string")
     return value
+
+
+def _whole(value: Any) -> int:
+    """A JSON whole number (3 or 3.0); a string or a boolean is malformed, not coerced."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not float(value).is_integer():
+        raise ValueError("expected a whole number")
+    return int(value)
 
 
 def _flag(value: Any) -> bool:

@@ -5,7 +5,11 @@ result slot, and caller filters narrow the constraints without replacing them.""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import importlib
+import inspect
+import pkgutil
+import typing
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
@@ -14,7 +18,11 @@ import pytest
 from sqlalchemy import create_engine
 from sqlalchemy.engine import Engine
 
-from connectors.base import ExactConnector, LexicalConnector
+import connectors
+from connectors.base import ExactConnector, GraphConnector, LexicalConnector, SemanticConnector
+from connectors.confirm import StoreConfirmed
+from connectors.sql.graph import SqlGraphConnector
+from connectors.weaviate import WeaviateConnector
 
 from core.constraints import ItemFilter
 
@@ -208,6 +216,56 @@ class TestSemanticApproximateContract(TestSemanticContract):
     """The same index forced onto its HNSW path, widening its window past forbidden neighbours."""
 
     ann_min_items = 1
+
+
+# ---------------------------------------------------------------- each backend has its protocol's methods
+
+# Every connector class and the protocol (connectors/base.py) it stands in for. An isinstance check
+# against a runtime_checkable Protocol only looks for attribute names, so it passes for a method whose
+# parameters were renamed, reordered, or that stopped being async; these compare the signatures.
+IMPLEMENTATIONS: list[tuple[type, type]] = [
+    (ExactConnector, SqlExactConnector),
+    (LexicalConnector, FullTextConnector),
+    (SemanticConnector, VectorConnector),
+    (SemanticConnector, StoreConfirmed),
+    (SemanticConnector, WeaviateConnector),
+    (GraphConnector, SqlGraphConnector),
+]
+PROTOCOLS = {ExactConnector, LexicalConnector, SemanticConnector, GraphConnector}
+
+
+def protocol_methods(protocol: type) -> dict[str, Callable[..., Any]]:
+    methods: dict[str, Callable[..., Any]] = {name: value for name, value in vars(protocol).items() if inspect.isfunction(value) and not name.startswith("_")}
+    assert methods, protocol
+    return methods
+
+
+def parameters(function: Callable[..., Any]) -> list[tuple[str, str]]:
+    """Each parameter's name and kind, in order (self included)."""
+    return [(p.name, p.kind.name) for p in inspect.signature(function).parameters.values()]
+
+
+@pytest.mark.parametrize(("protocol", "backend"), IMPLEMENTATIONS, ids=[f"{b.__name__}-{p.__name__}" for p, b in IMPLEMENTATIONS])
+def test_each_backend_method_has_the_protocols_signature(protocol: type, backend: type) -> None:
+    for name, declared in protocol_methods(protocol).items():
+        implemented = getattr(backend, name, None)
+        assert inspect.isfunction(implemented), f"{backend.__name__}.{name} is missing"
+        assert parameters(implemented) == parameters(declared), f"{backend.__name__}.{name}: parameter names or order differ"
+        assert inspect.iscoroutinefunction(implemented) == inspect.iscoroutinefunction(declared), (
+            f"{backend.__name__}.{name}: async differs")
+        assert typing.get_type_hints(implemented) == typing.get_type_hints(declared), f"{backend.__name__}.{name}: types differ"
+
+
+def test_every_connector_class_is_checked_against_its_protocol() -> None:
+    """A new backend (any class under connectors/ with an async search) cannot skip the check above."""
+    found = set()
+    for module_info in pkgutil.walk_packages(connectors.__path__, "connectors."):
+        module = importlib.import_module(module_info.name)
+        for value in vars(module).values():
+            if (inspect.isclass(value) and value.__module__ == module.__name__ and value not in PROTOCOLS
+                    and inspect.iscoroutinefunction(getattr(value, "search", None))):
+                found.add(value)
+    assert found == {backend for _, backend in IMPLEMENTATIONS}
 
 
 def minilm() -> Any:

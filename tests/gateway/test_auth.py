@@ -25,7 +25,7 @@ from sqlmodel import Session, select
 from core.instants import utc_now
 from core.store import writer
 from core.tables import ApiKey
-from tests.conftest import Gateway, make_gateway
+from tests.conftest import Gateway, make_gateway, open_gateway
 from tests.gateway.fixtures import SALES_TASK, memory
 
 JWT_SECRET = "test-hs256-secret-" + "x" * 46  # 64 bytes: PyJWT warns (an error here) on short HMAC keys
@@ -90,12 +90,21 @@ def found_ids(response: Any) -> list[str]:
     return [item["id"] for item in response.json()["items"]]
 
 
+@pytest.fixture(scope="module")
+def shared_gateway(module_gateway: Gateway) -> Gateway:
+    """SALES_ONLY loaded once per backend, for the tests that only send requests. Tests that revoke a
+    key or count keys write what others would see, and keep a gateway of their own."""
+    module_gateway.ingest("acme", [SALES_ONLY])
+    return module_gateway
+
+
 # ---------------------------------------------------------------------------
 # API keys
 # ---------------------------------------------------------------------------
 
 
-def test_missing_authorization_is_401_with_json_error(gateway: Gateway) -> None:
+def test_missing_authorization_is_401_with_json_error(shared_gateway: Gateway) -> None:
+    gateway = shared_gateway
     response = retrieve_with(gateway, None)
     message = assert_unauthenticated(gateway, response)
     assert "Authorization" in message
@@ -104,25 +113,28 @@ def test_missing_authorization_is_401_with_json_error(gateway: Gateway) -> None:
 @pytest.mark.parametrize(
     ("method", "path"), [("post", "/v1/retrieve"), ("put", "/v1/items"), ("get", "/v1/policy")]
 )
-def test_every_v1_endpoint_needs_a_credential(gateway: Gateway, method: str, path: str) -> None:
+def test_every_v1_endpoint_needs_a_credential(shared_gateway: Gateway, method: str, path: str) -> None:
+    gateway = shared_gateway
     response = getattr(gateway.client, method)(path)
     assert_unauthenticated(gateway, response)
 
 
 @pytest.mark.parametrize("scheme", ["Basic", "Token", "bearer-ish", "Digest"])
-def test_wrong_scheme_is_401(gateway: Gateway, scheme: str) -> None:
+def test_wrong_scheme_is_401(shared_gateway: Gateway, scheme: str) -> None:
+    gateway = shared_gateway
     key = gateway.key("alice", groups=("sales",))
     message = assert_unauthenticated(gateway, retrieve_with(gateway, f"{scheme} {key}"))
     assert "Bearer" in message
 
 
 @pytest.mark.parametrize("authorization", ["Bearer", "Bearer ", "Bearer    ", "Bearertoken"])
-def test_bearer_without_a_token_is_401(gateway: Gateway, authorization: str) -> None:
+def test_bearer_without_a_token_is_401(shared_gateway: Gateway, authorization: str) -> None:
+    gateway = shared_gateway
     assert_unauthenticated(gateway, retrieve_with(gateway, authorization))
 
 
-def test_lowercase_bearer_scheme_is_accepted(gateway: Gateway) -> None:
-    gateway.ingest("acme", [SALES_ONLY])
+def test_lowercase_bearer_scheme_is_accepted(shared_gateway: Gateway) -> None:
+    gateway = shared_gateway
     key = gateway.key("alice", groups=("sales",))
     response = retrieve_with(gateway, f"bearer {key}")
     assert found_ids(response) == ["mem_sales_only"]
@@ -141,7 +153,8 @@ def test_lowercase_bearer_scheme_is_accepted(gateway: Gateway) -> None:
         "a.b",
     ],
 )
-def test_malformed_key_is_401(gateway: Gateway, token: str) -> None:
+def test_malformed_key_is_401(shared_gateway: Gateway, token: str) -> None:
+    gateway = shared_gateway
     assert_unauthenticated(gateway, retrieve_with(gateway, f"Bearer {token}"))
 
 
@@ -202,7 +215,8 @@ def test_only_the_keys_hash_is_stored(gateway: Gateway) -> None:
         assert row.secret_hash == hashlib.sha256(secret.encode()).hexdigest()
 
 
-def test_key_actor_is_the_one_recorded_in_the_audit_row(gateway: Gateway) -> None:
+def test_key_actor_is_the_one_recorded_in_the_audit_row(shared_gateway: Gateway) -> None:
+    gateway = shared_gateway
     key = gateway.key("alice", groups=("sales",))
     response = retrieve_with(gateway, f"Bearer {key}")
     assert response.status_code == 200
@@ -226,8 +240,8 @@ def test_key_actor_is_the_one_recorded_in_the_audit_row(gateway: Gateway) -> Non
         ("actor", {"id": "root", "roles": ["policy_admin"]}),
     ],
 )
-def test_identity_in_the_body_is_refused_and_never_evaluated(gateway: Gateway, field: str, value: Any) -> None:
-    gateway.ingest("acme", [SALES_ONLY])
+def test_identity_in_the_body_is_refused_and_never_evaluated(shared_gateway: Gateway, field: str, value: Any) -> None:
+    gateway = shared_gateway
     key = gateway.key("alice", groups=("sales",))
     response = gateway.retrieve(key, {"task": SALES_TASK, "query": "narwhalgroup", field: value})
     assert response.status_code == 400, response.text
@@ -247,9 +261,14 @@ def test_identity_in_the_body_is_refused_and_never_evaluated(gateway: Gateway, f
 # ---------------------------------------------------------------------------
 
 
-@pytest.fixture
-def jwt_gateway(sqlite_url: str, tmp_path: Path) -> Iterator[Gateway]:
-    yield from make_gateway(sqlite_url, tmp_path, jwt_secret=JWT_SECRET)
+@pytest.fixture(scope="module")
+def jwt_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """An HS256 gateway shared by this module's JWT tests, which only read: SALES_ONLY and EVERYONE
+    are loaded once (no test's query matches the other's note)."""
+    directory = tmp_path_factory.mktemp("jwt")
+    with open_gateway(f"sqlite:///{directory / 'gateway.db'}", directory, jwt_secret=JWT_SECRET) as gateway:
+        gateway.ingest("acme", [SALES_ONLY, EVERYONE])
+        yield gateway
 
 
 @pytest.fixture(scope="module")
@@ -261,9 +280,13 @@ def rsa_pair() -> tuple[rsa.RSAPrivateKey, str]:
     return private, public_pem
 
 
-@pytest.fixture
-def rs256_gateway(sqlite_url: str, tmp_path: Path, rsa_pair: tuple[rsa.RSAPrivateKey, str]) -> Iterator[Gateway]:
-    yield from make_gateway(sqlite_url, tmp_path, jwt_public_key=rsa_pair[1])
+@pytest.fixture(scope="module")
+def rs256_gateway(tmp_path_factory: pytest.TempPathFactory, rsa_pair: tuple[rsa.RSAPrivateKey, str]) -> Iterator[Gateway]:
+    """An RS256 gateway shared by this module's RS256 tests, which only read: SALES_ONLY loaded once."""
+    directory = tmp_path_factory.mktemp("rs256")
+    with open_gateway(f"sqlite:///{directory / 'gateway.db'}", directory, jwt_public_key=rsa_pair[1]) as gateway:
+        gateway.ingest("acme", [SALES_ONLY])
+        yield gateway
 
 
 def hs256(payload: dict[str, Any], secret: str = JWT_SECRET) -> str:
@@ -271,7 +294,6 @@ def hs256(payload: dict[str, Any], secret: str = JWT_SECRET) -> str:
 
 
 def test_hs256_jwt_actor_comes_from_its_claims(jwt_gateway: Gateway) -> None:
-    jwt_gateway.ingest("acme", [SALES_ONLY, EVERYONE])
     in_sales = retrieve_with(jwt_gateway, f"Bearer {hs256(claims())}", {"task": SALES_TASK, "query": "narwhalgroup"})
     assert found_ids(in_sales) == ["mem_sales_only"]
     row = jwt_gateway.trace(in_sales.headers["x-trace-id"])
@@ -284,7 +306,6 @@ def test_hs256_jwt_actor_comes_from_its_claims(jwt_gateway: Gateway) -> None:
 
 
 def test_jwt_tenant_claim_chooses_the_tenant(jwt_gateway: Gateway) -> None:
-    jwt_gateway.ingest("acme", [SALES_ONLY])
     globex = retrieve_with(jwt_gateway, f"Bearer {hs256(claims(tenant='globex'))}")
     assert found_ids(globex) == []
     assert jwt_gateway.trace(globex.headers["x-trace-id"])["tenant"] == "globex"
@@ -298,13 +319,11 @@ def test_jwt_roles_claim_is_what_the_policy_sees(jwt_gateway: Gateway) -> None:
 
 
 def test_api_keys_still_work_when_jwt_is_enabled(jwt_gateway: Gateway) -> None:
-    jwt_gateway.ingest("acme", [SALES_ONLY])
     key = jwt_gateway.key("alice", groups=("sales",))
     assert found_ids(jwt_gateway.retrieve(key, {"task": SALES_TASK, "query": "narwhalgroup"})) == ["mem_sales_only"]
 
 
 def test_rs256_jwt_with_public_key(rs256_gateway: Gateway, rsa_pair: tuple[rsa.RSAPrivateKey, str]) -> None:
-    rs256_gateway.ingest("acme", [SALES_ONLY])
     token = jwt.encode(claims(sub="rsuser"), rsa_pair[0], algorithm="RS256")
     response = retrieve_with(rs256_gateway, f"Bearer {token}")
     assert found_ids(response) == ["mem_sales_only"]
@@ -350,7 +369,6 @@ def test_rs256_gateway_refuses_hs256_tokens(rs256_gateway: Gateway) -> None:
     ],
 )
 def test_bad_jwt_is_401(jwt_gateway: Gateway, case: str, expected: str) -> None:
-    jwt_gateway.ingest("acme", [SALES_ONLY])
     now = int(time.time())
     token = {
         "expired": lambda: hs256(claims(exp=now - 60)),
@@ -381,8 +399,8 @@ def test_jwt_audience_and_issuer_are_enforced_when_configured(sqlite_url: str, t
             assert_unauthenticated(gateway, retrieve_with(gateway, f"Bearer {hs256(bad)}"))
 
 
-def test_jwt_is_refused_when_jwt_is_not_configured(gateway: Gateway) -> None:
-    gateway.ingest("acme", [SALES_ONLY])
+def test_jwt_is_refused_when_jwt_is_not_configured(shared_gateway: Gateway) -> None:
+    gateway = shared_gateway
     response = retrieve_with(gateway, f"Bearer {hs256(claims())}")
     message = assert_unauthenticated(gateway, response)
     assert "JWT" in message and "not enabled" in message

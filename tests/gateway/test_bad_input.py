@@ -45,6 +45,9 @@ def with_task(**fields: Any) -> dict[str, Any]:
     return {"task": SALES_TASK, **fields}
 
 
+# The tests that only send requests share one gateway per backend (`module_gateway`; nothing they
+# send is ever written but its audit row); those that write items keep a gateway of their own.
+
 # (name, raw body, status, code, text the message must contain)
 RAW_CASES = [
     ("truncated", b'{"task": {"type": "account_followup"', 400, "bad_request", "malformed JSON"),
@@ -101,14 +104,16 @@ SHAPE_CASES: list[tuple[str, Any, int, str, str]] = [
 
 
 @pytest.mark.parametrize(("name", "content", "status", "code", "expected"), RAW_CASES, ids=[c[0] for c in RAW_CASES])
-def test_unparsable_body(gateway: Gateway, name: str, content: bytes, status: int, code: str, expected: str) -> None:
+def test_unparsable_body(module_gateway: Gateway, name: str, content: bytes, status: int, code: str, expected: str) -> None:
+    gateway = module_gateway
     key = gateway.key("alice", groups=("sales",))
     message = assert_clean_error(gateway, post_raw(gateway, key, content), status, code)
     assert expected in message
 
 
 @pytest.mark.parametrize(("name", "body", "status", "code", "expected"), SHAPE_CASES, ids=[c[0] for c in SHAPE_CASES])
-def test_wrong_shape(gateway: Gateway, name: str, body: Any, status: int, code: str, expected: str) -> None:
+def test_wrong_shape(module_gateway: Gateway, name: str, body: Any, status: int, code: str, expected: str) -> None:
+    gateway = module_gateway
     key = gateway.key("alice", groups=("sales",))
     message = assert_clean_error(gateway, gateway.retrieve(key, body), status, code)
     assert expected in message
@@ -116,8 +121,9 @@ def test_wrong_shape(gateway: Gateway, name: str, body: Any, status: int, code: 
         assert message.split(":")[0].startswith(expected.split(".")[0])  # the field leads the message
 
 
-def test_a_valid_request_passes_the_same_checks(gateway: Gateway) -> None:
+def test_a_valid_request_passes_the_same_checks(module_gateway: Gateway) -> None:
     """The control for the tables above: the well-formed request they distort is answered."""
+    gateway = module_gateway
     key = gateway.key("alice", groups=("sales",))
     body = with_task(query="pricing", budget={"bytes": 200_000}, as_of="2026-01-01T00:00:00+02:00",
                      entities=[{"id": f"ent_{i}"} for i in range(20)], fetch=[f"id_{i}" for i in range(20)], mode="scout")
@@ -126,7 +132,8 @@ def test_a_valid_request_passes_the_same_checks(gateway: Gateway) -> None:
     assert gateway.trace(response.headers["x-trace-id"])["status_code"] == 200
 
 
-def test_error_messages_never_echo_the_submitted_values(gateway: Gateway) -> None:
+def test_error_messages_never_echo_the_submitted_values(module_gateway: Gateway) -> None:
+    gateway = module_gateway
     key = gateway.key("alice", groups=("sales",))
     marker = "qqsecretmarkerqq"
     bodies = [
@@ -146,7 +153,8 @@ def test_error_messages_never_echo_the_submitted_values(gateway: Gateway) -> Non
         assert marker not in response.text, body
 
 
-def test_identity_field_beats_other_shape_errors(gateway: Gateway) -> None:
+def test_identity_field_beats_other_shape_errors(module_gateway: Gateway) -> None:
+    gateway = module_gateway
     key = gateway.key("alice", groups=("sales",))
     message = assert_clean_error(gateway, gateway.retrieve(key, {"tenant": "globex", "task": 7}), 400, "bad_request")
     assert message.startswith("tenant:")
@@ -162,7 +170,8 @@ def oversized(size: int) -> bytes:
     return json.dumps(with_task(query=padding)).encode()
 
 
-def test_oversized_body_with_content_length_is_413(gateway: Gateway) -> None:
+def test_oversized_body_with_content_length_is_413(module_gateway: Gateway) -> None:
+    gateway = module_gateway
     key = gateway.key("alice", groups=("sales",))
     response = post_raw(gateway, key, oversized(DEFAULT_LIMIT + 1))
     assert response.request.headers["content-length"] == str(len(response.request.content))
@@ -170,7 +179,8 @@ def test_oversized_body_with_content_length_is_413(gateway: Gateway) -> None:
     assert str(DEFAULT_LIMIT) in message
 
 
-def test_oversized_body_streamed_without_content_length_is_413(gateway: Gateway) -> None:
+def test_oversized_body_streamed_without_content_length_is_413(module_gateway: Gateway) -> None:
+    gateway = module_gateway
     key = gateway.key("alice", groups=("sales",))
     chunk = b"x" * 65536
 
@@ -224,8 +234,8 @@ def test_body_limit_is_configurable(small_limit_gateway: Gateway) -> None:
 
 
 @pytest.mark.parametrize("path", ["/v1/nothing", "/", "/v2/retrieve", "/v1/retrieve/extra"])
-def test_unknown_route_is_404_json(sqlite_gateway: Gateway, path: str) -> None:
-    response = sqlite_gateway.client.get(path)
+def test_unknown_route_is_404_json(module_sqlite_gateway: Gateway, path: str) -> None:
+    response = module_sqlite_gateway.client.get(path)
     assert response.status_code == 404
     assert response.headers["content-type"].startswith("application/json")
     assert response.json()["error"]["code"] == "not_found"
@@ -236,8 +246,8 @@ def test_unknown_route_is_404_json(sqlite_gateway: Gateway, path: str) -> None:
     ("method", "path"),
     [("get", "/v1/retrieve"), ("delete", "/v1/retrieve"), ("post", "/v1/items"), ("get", "/v1/items"), ("post", "/healthz")],
 )
-def test_wrong_method_is_405_json(sqlite_gateway: Gateway, method: str, path: str) -> None:
-    response = sqlite_gateway.client.request(method.upper(), path)
+def test_wrong_method_is_405_json(module_sqlite_gateway: Gateway, method: str, path: str) -> None:
+    response = module_sqlite_gateway.client.request(method.upper(), path)
     assert response.status_code == 405
     assert response.headers["content-type"].startswith("application/json")
     error = response.json()["error"]

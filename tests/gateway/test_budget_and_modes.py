@@ -123,8 +123,15 @@ def seed_pages(gateway: Gateway) -> list[str]:
     return [f"mem_{i:02d}" for i in range(12)]
 
 
-def test_expand_pages_through_without_repeats_then_the_cursor_is_spent(gateway: Gateway) -> None:
-    ids = seed_pages(gateway)
+@pytest.fixture(scope="module")
+def seeded_pages(module_gateway: Gateway) -> tuple[Gateway, list[str]]:
+    """The pages loaded once per backend, for the expand tests that change nothing but their own
+    cursor. Those that revoke an item, age the cursors, or need SQLite keep a gateway of their own."""
+    return module_gateway, seed_pages(module_gateway)
+
+
+def test_expand_pages_through_without_repeats_then_the_cursor_is_spent(seeded_pages: tuple[Gateway, list[str]]) -> None:
+    gateway, ids = seeded_pages
     first = ask(gateway, query="walrus pricing", budget={"bytes": 700})
     seen = [i["id"] for i in first["items"]]
     cursor = first["cursor"]
@@ -141,8 +148,8 @@ def test_expand_pages_through_without_repeats_then_the_cursor_is_spent(gateway: 
     assert spent.status_code == 404
 
 
-def test_expand_cursor_of_another_actor_or_tenant_gets_nothing(gateway: Gateway) -> None:
-    seed_pages(gateway)
+def test_expand_cursor_of_another_actor_or_tenant_gets_nothing(seeded_pages: tuple[Gateway, list[str]]) -> None:
+    gateway, _ = seeded_pages
     cursor = ask(gateway, query="walrus pricing", budget={"bytes": 700})["cursor"]
     bob = gateway.key("bob", groups=("sales",), clearance="confidential")
     mallory = gateway.key("mallory", tenant="globex", groups=("sales",), clearance="confidential")
@@ -196,8 +203,8 @@ def test_concurrent_expands_of_one_cursor_never_return_the_same_item(sqlite_gate
     assert len(flat) == len(set(flat)) and len(returned) == 6
 
 
-def test_expand_must_continue_the_same_task(gateway: Gateway) -> None:
-    seed_pages(gateway)
+def test_expand_must_continue_the_same_task(seeded_pages: tuple[Gateway, list[str]]) -> None:
+    gateway, _ = seeded_pages
     cursor = ask(gateway, query="walrus pricing", budget={"bytes": 700})["cursor"]
     other = gateway.retrieve(alice(gateway), {"task": {"type": "support_ticket"}, "cursor": cursor})
     assert other.status_code == 400 and "task" in other.json()["error"]["message"]

@@ -11,6 +11,12 @@ from tests.conftest import Gateway
 from tests.gateway.fixtures import FORBIDDEN, JANE_PRIVATE, OTHER_TENANT, SALES_TASK, VISIBLE, seed
 
 
+@pytest.fixture(scope="module")
+def seeded(module_gateway: Gateway) -> tuple[Gateway, str]:
+    """The planted set, loaded once per backend: every test here only retrieves."""
+    return module_gateway, seed(module_gateway)
+
+
 def assert_nothing_of(response: Any, forbidden: dict[str, Any]) -> None:
     raw = response.text
     assert forbidden["id"] not in raw or forbidden["id"] == "mem_acl_ok"
@@ -31,8 +37,8 @@ def assert_empty_like_a_miss(gateway: Gateway, key: str, response: Any) -> None:
 
 
 @pytest.mark.parametrize("filter_name", sorted(FORBIDDEN))
-def test_forbidden_item_never_found_by_text(gateway: Gateway, filter_name: str) -> None:
-    key = seed(gateway)
+def test_forbidden_item_never_found_by_text(seeded: tuple[Gateway, str], filter_name: str) -> None:
+    gateway, key = seeded
     forbidden = FORBIDDEN[filter_name]
     token = forbidden["text"].split()[0]
     response = gateway.retrieve(key, {"task": SALES_TASK, "query": token})
@@ -42,8 +48,8 @@ def test_forbidden_item_never_found_by_text(gateway: Gateway, filter_name: str) 
 
 
 @pytest.mark.parametrize("filter_name", sorted(VISIBLE))
-def test_visible_twin_is_found(gateway: Gateway, filter_name: str) -> None:
-    key = seed(gateway)
+def test_visible_twin_is_found(seeded: tuple[Gateway, str], filter_name: str) -> None:
+    gateway, key = seeded
     visible = VISIBLE[filter_name]
     body: dict[str, Any] = {"task": SALES_TASK, "query": visible["text"].split()[0]}
     if filter_name == "attachment":
@@ -54,8 +60,8 @@ def test_visible_twin_is_found(gateway: Gateway, filter_name: str) -> None:
     assert response.json()["sources"]["lexical"]["count"] == 1
 
 
-def test_other_tenant_never_seen_even_with_the_same_id(gateway: Gateway) -> None:
-    key = seed(gateway)
+def test_other_tenant_never_seen_even_with_the_same_id(seeded: tuple[Gateway, str]) -> None:
+    gateway, key = seeded
     for item in OTHER_TENANT[:2]:
         response = gateway.retrieve(key, {"task": SALES_TASK, "query": item["text"].split()[0]})
         assert_nothing_of(response, item)
@@ -65,8 +71,8 @@ def test_other_tenant_never_seen_even_with_the_same_id(gateway: Gateway) -> None
     assert [i["text"] for i in same_id] == [VISIBLE["acl"]["text"]]
 
 
-def test_kind_outside_the_task_is_never_returned(gateway: Gateway) -> None:
-    key = seed(gateway)
+def test_kind_outside_the_task_is_never_returned(seeded: tuple[Gateway, str]) -> None:
+    gateway, key = seeded
     research = {"type": "research"}  # the research task reads documents only
     response = gateway.retrieve(key, {"task": research, "query": VISIBLE["acl"]["text"].split()[0]})
     assert response.json()["items"] == []
@@ -75,8 +81,8 @@ def test_kind_outside_the_task_is_never_returned(gateway: Gateway) -> None:
     assert narrowed.json()["items"] == []
 
 
-def test_attachment_hides_items_of_other_entities_even_with_no_entity_named(gateway: Gateway) -> None:
-    key = seed(gateway)
+def test_attachment_hides_items_of_other_entities_even_with_no_entity_named(seeded: tuple[Gateway, str]) -> None:
+    gateway, key = seeded
     response = gateway.retrieve(key, {"task": SALES_TASK, "query": "wombatattach"})
     assert response.json()["items"] == []
     about_other = gateway.retrieve(key, {"task": SALES_TASK, "query": "wombatattach", "entities": [{"id": "ent_other"}]})
@@ -84,8 +90,8 @@ def test_attachment_hides_items_of_other_entities_even_with_no_entity_named(gate
     assert [i["id"] for i in about_other.json()["items"]] == ["mem_attached_other"]  # the subject's own record
 
 
-def test_exact_source_applies_every_filter_to_an_entitys_records(gateway: Gateway) -> None:
-    key = seed(gateway)
+def test_exact_source_applies_every_filter_to_an_entitys_records(seeded: tuple[Gateway, str]) -> None:
+    gateway, key = seeded
     response = gateway.retrieve(key, {"task": SALES_TASK, "mode": "brief", "entities": [{"email": " Jane@Globex.EXAMPLE "}]})
     body = response.json()
     assert [e["id"] for e in body["entities"]] == ["ent_jane"]
@@ -94,8 +100,8 @@ def test_exact_source_applies_every_filter_to_an_entitys_records(gateway: Gatewa
     assert "quokkajane" not in response.text and "mem_jane_finance" not in response.text
 
 
-def test_entity_the_actor_may_not_see_is_indistinguishable_from_unknown(gateway: Gateway) -> None:
-    key = seed(gateway)
+def test_entity_the_actor_may_not_see_is_indistinguishable_from_unknown(seeded: tuple[Gateway, str]) -> None:
+    gateway, key = seeded
     hidden = gateway.retrieve(key, {"task": SALES_TASK, "mode": "brief", "entities": [{"id": "ent_secret"}]})
     unknown = gateway.retrieve(key, {"task": SALES_TASK, "mode": "brief", "entities": [{"id": "ent_nobody"}]})
     assert hidden.status_code == unknown.status_code == 200
@@ -107,8 +113,8 @@ def test_entity_the_actor_may_not_see_is_indistinguishable_from_unknown(gateway:
     assert "quokkasecretent" not in hidden.text
 
 
-def test_fetch_of_forbidden_and_unknown_ids_look_the_same(gateway: Gateway) -> None:
-    key = seed(gateway)
+def test_fetch_of_forbidden_and_unknown_ids_look_the_same(seeded: tuple[Gateway, str]) -> None:
+    gateway, key = seeded
     forbidden_ids = [item["id"] for item in FORBIDDEN.values()] + [JANE_PRIVATE[0]["id"], "mem_other_tenant"]
     forbidden = gateway.retrieve(key, {"task": SALES_TASK, "fetch": forbidden_ids})
     unknown = gateway.retrieve(key, {"task": SALES_TASK, "fetch": ["nope_1", "nope_2"]})
@@ -119,14 +125,14 @@ def test_fetch_of_forbidden_and_unknown_ids_look_the_same(gateway: Gateway) -> N
     assert [i["id"] for i in allowed.json()["items"]] == ["mem_acl_ok"]
 
 
-def test_as_of_in_the_past_sees_what_was_valid_then(gateway: Gateway) -> None:
-    key = seed(gateway)
+def test_as_of_in_the_past_sees_what_was_valid_then(seeded: tuple[Gateway, str]) -> None:
+    gateway, key = seeded
     then = gateway.retrieve(key, {"task": SALES_TASK, "query": "quokkaexpired", "as_of": "2025-06-01T00:00:00Z"})
     assert [i["id"] for i in then.json()["items"]] == ["mem_expired"]
 
 
-def test_audit_row_records_shape_not_text(gateway: Gateway) -> None:
-    key = seed(gateway)
+def test_audit_row_records_shape_not_text(seeded: tuple[Gateway, str]) -> None:
+    gateway, key = seeded
     response = gateway.retrieve(key, {"task": SALES_TASK, "query": "wombatacl secretquerytext", "entities": [{"email": "jane@globex.example"}]})
     row = gateway.trace(response.headers["x-trace-id"])
     assert row["tenant"] == "acme" and row["actor"] == "user:alice" and row["decision"] == "allow"

@@ -39,8 +39,10 @@ SECRET = doc("doc_secret_refunds", "Refunds for annual plans are prorated to the
              acl=["group:executives"])
 
 
-@pytest.fixture
-def seeded(gateway: Gateway) -> tuple[Gateway, str]:
+@pytest.fixture(scope="module")
+def seeded(module_gateway: Gateway) -> tuple[Gateway, str]:
+    """The topics, embedded, loaded once per backend: the tests that take this only retrieve."""
+    gateway = module_gateway
     gateway.ingest("acme", TOPICS + [SECRET])
     gateway.ingest("globex", [doc("doc_globex_refunds", "Refunds for annual plans are prorated to the remaining months.")])
     gateway.embed_all()
