@@ -18,9 +18,9 @@ from typing import Any
 from sqlalchemy import ColumnElement, select
 from sqlalchemy.engine import Engine
 
-from audit.lineage import read_lineage
 from audit.chain import audit_item, audit_trace, chain_of
 from audit.chain import utc_instant as _instant
+from audit.lineage import read_lineage
 
 MAX_PAGE = 200
 EXPORT_CHUNK_BYTES = 64 * 1024  # one response chunk per ~64 KiB, not per row

@@ -13,12 +13,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
 from audit.chain import append
-from core.audit_tables import AuditTrace
-from core.audit_tables import AuditSecret
 from audit.trace import Trace
-from core.store import writer
+from core.audit_tables import AuditSecret, AuditTrace
 from core.errors import AuditWriteError
-
+from core.store import writer
 
 APPEND_ATTEMPTS = 20
 GROUP_LIMIT = 128  # traces committed together at most

@@ -41,8 +41,8 @@ from sqlmodel import SQLModel
 
 from audit.chain import append, audit_item, audit_trace, verify
 from audit.trace import Trace, new_trace_id
-from gateway.auth import create_api_key
 from core.store import open_store, writer
+from gateway.auth import create_api_key
 from gateway.writes.items import ingest
 
 AGENT_KEY: dict[str, Any] = dict(AGENT)  # the retrieve benchmark's agent, user:alice in acme

@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import harness
+import httpx
 from harness import Server, clean_env, code_revision, free_port, gateway_executable, load_through_api
 from sqlalchemy import text
 

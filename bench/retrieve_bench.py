@@ -30,8 +30,8 @@ from harness import Server, code_revision, free_port, send_all
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
-from gateway.auth import create_api_key
 from core.store import open_store
+from gateway.auth import create_api_key
 from gateway.writes.items import ingest
 
 SEED = 20261130

@@ -33,8 +33,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-import httpx
 import harness
+import httpx
 from harness import Server, code_revision, free_port, load_through_api
 
 SEED = 20261130

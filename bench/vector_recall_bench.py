@@ -21,10 +21,9 @@ from pathlib import Path
 import numpy as np
 from sqlalchemy import insert
 
-from core.constraints import ItemFilter
-
-from core.records import RecallQuery
 from connectors.sql.vectors import VectorIndex
+from core.constraints import ItemFilter
+from core.records import RecallQuery
 from core.store import open_store, writer
 from core.tables import Item, ItemPrincipal, ItemVector
 

@@ -10,12 +10,10 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from connectors.base import SemanticConnector
-
-from core.constraints import ItemFilter
-
-from core.records import Candidate, RecallQuery, SourceResult
 from connectors.sql.pushdown import item, permitted, record_from_row, tagged
+from core.constraints import ItemFilter
 from core.errors import ConnectorError
+from core.records import Candidate, RecallQuery, SourceResult
 
 
 class StoreConfirmed:

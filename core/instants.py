@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-
 EARLIEST = datetime(1700, 1, 1, tzinfo=timezone.utc)
 LATEST = datetime(2200, 12, 31, 23, 59, 59, tzinfo=timezone.utc)
 

@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from core.instants import parse_rfc3339
 from core.errors import BadRequest, SchemaError
+from core.instants import parse_rfc3339
 from core.validation import describe_validation_error, has_nul
 
 Mode = Literal["brief", "scout", "fetch", "filter", "expand"]

@@ -14,12 +14,12 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
-from core.instants import utc_now
-from core.store import writer
 from core.actor import Actor
 from core.errors import BadRequest, StoreUnavailable, Unauthenticated
-from gateway.settings import Settings
+from core.instants import utc_now
+from core.store import writer
 from core.tables import SENSITIVITIES, ApiKey
+from gateway.settings import Settings
 
 KEY_PATTERN = re.compile(r"^gw_([0-9a-f]{16})_([A-Za-z0-9_-]{20,100})$")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.@:-]{1,200}$")

@@ -102,8 +102,8 @@ def keys() -> None:
 @click.option("--clearance", default="internal", show_default=True)
 def keys_create(tenant: str, principal: str, groups: str, roles: str, clearance: str, **flags: Any) -> None:
     """Create an API key and print it once."""
-    from gateway.auth import create_api_key
     from core.store import open_store
+    from gateway.auth import create_api_key
 
     settings = settings_from(**flags)
     try:

@@ -8,20 +8,20 @@ from dataclasses import dataclass, field
 from sqlalchemy.engine import Engine
 
 from audit.store import AuditStore, load_or_create_key
-from connectors.sql.lexical import FullTextConnector
-from connectors.sql.graph import SqlGraphConnector
 from connectors.sql.exact import SqlExactConnector
+from connectors.sql.graph import SqlGraphConnector
+from connectors.sql.lexical import FullTextConnector
 from connectors.sql.vectors import VectorConnector, VectorIndex
-from gateway.auth import Authenticator
 from core.store import open_store
-from gateway.writes.embeddings import load_embedder
-from gateway.privacy.store import Privacy, load_privacy
-from gateway.policy import PolicyEngine, load_engine
+from gateway.auth import Authenticator
 from gateway.pipeline.pipeline import Connectors, Pipeline
 from gateway.pipeline.semantic import Semantic
+from gateway.policy import PolicyEngine, load_engine
+from gateway.privacy.store import Privacy, load_privacy
 from gateway.settings import Settings
 from gateway.synthesis.client import Synthesizer
 from gateway.telemetry import NOOP, Telemetry, build_telemetry
+from gateway.writes.embeddings import load_embedder
 from gateway.writes.vectorize import EmbeddingWorker, publish_to_weaviate
 
 

@@ -18,8 +18,8 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine
 from starlette.testclient import TestClient
 
-from gateway.http.app import create_app
 from gateway.auth import create_api_key
+from gateway.http.app import create_app
 from gateway.settings import PROJECT_POLICIES, Settings, load_settings
 
 POSTGRES_URL = os.environ.get("GATEWAY_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from gateway.http.app import create_app
 from gateway.cli import main
+from gateway.http.app import create_app
 from gateway.settings import Settings, load_settings
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()

@@ -10,11 +10,10 @@ from sqlalchemy import ColumnElement, and_, or_, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from core.constraints import ItemFilter
-
-from core.records import Candidate, Identifier, Record, RecallQuery, SkipReason, SourceResult
 from connectors.sql.pushdown import item, permitted, record_from_row, tagged
+from core.constraints import ItemFilter
 from core.errors import ConnectorError
+from core.records import Candidate, Identifier, RecallQuery, Record, SkipReason, SourceResult
 
 IDENTIFIER_COLUMNS = {
     "id": item.c.id,

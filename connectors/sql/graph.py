@@ -32,11 +32,10 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from core.constraints import GraphLimits, ItemFilter
-
-from core.records import Candidate, RecallQuery, SkipReason, SourceResult
 from connectors.sql.pushdown import item, permitted, record_from_row
+from core.constraints import GraphLimits, ItemFilter
 from core.errors import ConnectorError
+from core.records import Candidate, RecallQuery, SkipReason, SourceResult
 
 MAX_DEPTH = 3
 MAX_FANOUT = 50

@@ -12,11 +12,10 @@ from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.sql import Select
 
-from core.constraints import ItemFilter
-
-from core.records import Candidate, RecallQuery, SkipReason, SourceResult
 from connectors.sql.pushdown import item, permitted, record_from_row, tagged
+from core.constraints import ItemFilter
 from core.errors import ConnectorError
+from core.records import Candidate, RecallQuery, SkipReason, SourceResult
 
 MAX_TERMS = 32
 FIRST_WINDOW = 250

@@ -7,7 +7,6 @@ from typing import Any, Sequence
 from sqlalchemy import ColumnElement, FromClause, and_, exists, false, or_, select, true
 
 from core.constraints import ItemFilter
-
 from core.records import Record
 from core.tables import EntityTombstone, Item, ItemPrincipal, ItemScope, ItemTag
 

@@ -17,11 +17,10 @@ from sqlalchemy import and_, func, select
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from core.constraints import ItemFilter
-
-from core.records import Candidate, RecallQuery, SkipReason, SourceResult
 from connectors.sql.pushdown import item, permitted, record_from_row, tagged
+from core.constraints import ItemFilter
 from core.errors import ConnectorError
+from core.records import Candidate, RecallQuery, SkipReason, SourceResult
 from core.tables import ItemVector
 
 item_vector = ItemVector.__table__  # type: ignore[attr-defined]

@@ -33,7 +33,7 @@ from connectors.weaviate.schema import (
 )
 from core.constraints import ItemFilter
 from core.errors import ConnectorError
-from core.records import Candidate, Record, RecallQuery, SkipReason, SourceResult
+from core.records import Candidate, RecallQuery, Record, SkipReason, SourceResult
 
 COLLECTION: Final = "GatewayItem"
 DEFAULT_GRPC_PORT: Final = 50051

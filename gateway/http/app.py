@@ -4,21 +4,20 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from typing import AsyncIterator
 
 import anyio
 import anyio.to_thread
-from typing import AsyncIterator
-
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from gateway.context import GatewayContext, build_context
 from core.errors import GatewayError, where
-from gateway.http.errors import error_answer
+from gateway.context import GatewayContext, build_context
 from gateway.http import audit_pages
+from gateway.http.errors import error_answer
 from gateway.http.routes.audit import export_route, feedback_route, trace_route, traces_route, usage_route, verify_route
 from gateway.http.routes.documents import document_route
 from gateway.http.routes.entities import edges_route, entity_route, merge_route

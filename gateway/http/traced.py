@@ -16,10 +16,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from audit.lineage import OtelRecord
 from audit.trace import TraceBuilder, new_trace_id
-from core.instants import utc_now
 from core.actor import Actor
-from gateway.context import GatewayContext
 from core.errors import AuditWriteError, BadRequest, Forbidden, GatewayError, PayloadTooLarge, where
+from core.instants import utc_now
+from gateway.context import GatewayContext
 from gateway.http.errors import error_answer
 from gateway.telemetry import active, span_ids, traceparent
 

@@ -18,10 +18,10 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from core.instants import utc_now
 from core.actor import Actor
-from core.store import writer
 from core.errors import NotFound, StoreUnavailable
+from core.instants import utc_now
+from core.store import writer
 from core.tables import RetrieveCursor
 
 cursor_table = RetrieveCursor.__table__  # type: ignore[attr-defined]

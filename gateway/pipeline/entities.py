@@ -10,12 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from connectors.base import ExactConnector
-
-from core.constraints import ItemFilter
-
-from core.records import Identifier, Record
 from core import identifiers
+from core.constraints import ItemFilter
 from core.errors import ConnectorError
+from core.records import Identifier, Record
 from core.request import EntityRef
 
 MAX_MERGE_HOPS = 10

@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Literal
 
-from core.records import Record
-from core.records import Fused
+from core.records import Fused, Record
 
 TIER_RATIO = 0.85
 AUTHORITY = {"approved": 0, "reviewed": 1, "unreviewed": 2, "speculative": 3}

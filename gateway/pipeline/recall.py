@@ -9,8 +9,8 @@ from typing import Awaitable, Callable
 import anyio
 from opentelemetry.trace import Status, StatusCode
 
-from core.records import SourceResult
 from core.errors import ConnectorError, where
+from core.records import SourceResult
 from gateway.telemetry import current as current_telemetry
 
 log = logging.getLogger("gateway.pipeline.recall")

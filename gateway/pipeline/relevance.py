@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.records import Candidate
-from core.records import Fused
+from core.records import Candidate, Fused
 
 
 def above_floor(fused: list[Fused], semantic: tuple[Candidate, ...], floor: float) -> tuple[list[Fused], dict[str, Any]]:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from core.records import Record
+from core.records import Fused, Record
 from gateway.writes.documents import join_section
-from core.records import Fused
 
 
 def section_keys(records: list[Record]) -> tuple[tuple[str, str], ...]:

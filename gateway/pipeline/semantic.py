@@ -9,12 +9,10 @@ from dataclasses import dataclass, replace
 import anyio.to_thread
 
 from connectors.base import SemanticConnector
-
 from core.constraints import ItemFilter
-
+from core.errors import ConnectorError
 from core.records import RecallQuery, SourceResult
 from gateway.writes.embeddings import Embedder
-from core.errors import ConnectorError
 from gateway.writes.vectorize import EmbeddingWorker
 
 

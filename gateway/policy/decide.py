@@ -7,14 +7,13 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from core.constraints import Disclosure, GraphLimits, ItemFilter
-from core.instants import parse_rfc3339, rfc3339
 from core.actor import Actor
+from core.constraints import Disclosure, GraphLimits, ItemFilter
 from core.errors import PolicyUnavailable
-from gateway.privacy.detect import ENTITY_TYPES
-from gateway.policy.base import PolicyEngine
-from gateway.policy.base import check_request_result
+from core.instants import parse_rfc3339, rfc3339
 from core.request import RetrieveRequest
+from gateway.policy.base import PolicyEngine, check_request_result
+from gateway.privacy.detect import ENTITY_TYPES
 
 
 @dataclass(frozen=True, slots=True)

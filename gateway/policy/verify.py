@@ -6,14 +6,12 @@ import time
 from dataclasses import dataclass
 from typing import Iterable
 
-
-from core.records import Record
 from core.actor import Actor
 from core.errors import PolicyUnavailable
-from gateway.policy.decide import Constraints
-from gateway.policy.base import PolicyEngine
-from gateway.policy.base import check_items_result
+from core.records import Record
 from core.request import Task
+from gateway.policy.base import PolicyEngine, check_items_result
+from gateway.policy.decide import Constraints
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,12 +12,11 @@ from typing import Any
 import anyio.to_thread
 from sqlalchemy.engine import Engine
 
-from core.records import Record
-from gateway.writes.documents import join_section
-from core.records import Fused
 from core.errors import MaskingUnavailable
+from core.records import Fused, Record
 from gateway.privacy.detect import Masker, Span
 from gateway.privacy.store import Privacy, stored_spans
+from gateway.writes.documents import join_section
 
 
 @dataclass(slots=True)

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import and_, func, or_, select
-from sqlalchemy.engine import Engine
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Engine
 
-from gateway.background import PendingWorker
 from core.store import writer
-from gateway.privacy.detect import Detector, Span
 from core.tables import Item, ItemPii
+from gateway.background import PendingWorker
+from gateway.privacy.detect import Detector, Span
 
 item = Item.__table__  # type: ignore[attr-defined]
 item_pii = ItemPii.__table__  # type: ignore[attr-defined]

@@ -16,8 +16,8 @@ from audit.lineage import SynthesisRecord
 from audit.trace import TraceBuilder
 from core.constraints import Disclosure
 from core.records import Fused
-from gateway.privacy.mask import Masking
 from gateway.privacy.detect import ENTITY_TYPES
+from gateway.privacy.mask import Masking
 from gateway.privacy.store import Privacy
 from gateway.synthesis.client import ContextItem, Synthesizer
 

@@ -11,9 +11,9 @@ from typing import Any
 from sqlalchemy import func, insert, or_, select, update
 from sqlalchemy.engine import Connection, Engine
 
+from core.errors import BadRequest, Conflict, NotFound
 from core.instants import utc_now
 from core.store import writer
-from core.errors import BadRequest, Conflict, NotFound
 from gateway.writes.items import item_table, tombstone_table
 
 MAX_CHAIN = 50

@@ -15,14 +15,17 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from core.instants import parse_rfc3339, utc_now
 from core import identifiers
-from core.store import writer
 from core.errors import BadRequest
-from core.validation import describe_validation_error, has_nul
+from core.instants import parse_rfc3339, utc_now
+from core.store import writer
 from core.tables import EntityTombstone, Item, ItemPrincipal, ItemScope, ItemTag, SourceDocument
+from core.validation import describe_validation_error, has_nul
 from gateway.writes.documents import Document, piece_id, section_items
-from gateway.writes.envelope import ID as ID, NAME as NAME, PRINCIPAL as PRINCIPAL, ItemIn as ItemIn  # re-exported
+from gateway.writes.envelope import ID as ID  # re-exported
+from gateway.writes.envelope import NAME as NAME
+from gateway.writes.envelope import PRINCIPAL as PRINCIPAL
+from gateway.writes.envelope import ItemIn as ItemIn
 
 item_table = Item.__table__  # type: ignore[attr-defined]
 principal_table = ItemPrincipal.__table__  # type: ignore[attr-defined]

@@ -17,10 +17,10 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 
 from connectors.sql.pushdown import record_from_row
-from gateway.writes.embeddings import Embedder
 from core.store import writer
-from gateway.background import PendingWorker
 from core.tables import Item, ItemVector
+from gateway.background import PendingWorker
+from gateway.writes.embeddings import Embedder
 
 item = Item.__table__  # type: ignore[attr-defined]
 item_vector = ItemVector.__table__  # type: ignore[attr-defined]

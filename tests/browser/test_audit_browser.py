@@ -27,8 +27,8 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.ui import WebDriverWait
 
-from gateway.http.app import create_app
 from gateway.auth import create_api_key
+from gateway.http.app import create_app
 from gateway.settings import load_settings
 from tests.gateway.fixtures import SALES_TASK, memory
 

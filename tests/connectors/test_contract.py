@@ -21,21 +21,19 @@ from sqlalchemy.engine import Engine
 import connectors
 from connectors.base import ExactConnector, GraphConnector, LexicalConnector, SemanticConnector
 from connectors.confirm import StoreConfirmed
-from connectors.sql.graph import SqlGraphConnector
-from connectors.weaviate import WeaviateConnector
-
-from core.constraints import ItemFilter
-
-from core.records import Identifier, RecallQuery, SourceResult
-from connectors.sql.lexical import FullTextConnector
 from connectors.sql.exact import SqlExactConnector
+from connectors.sql.graph import SqlGraphConnector
+from connectors.sql.lexical import FullTextConnector
 from connectors.sql.vectors import VectorConnector, VectorIndex
-from core.store import open_store
+from connectors.weaviate import WeaviateConnector
+from core.constraints import ItemFilter
 from core.errors import ConnectorError
-from gateway.writes.items import ingest
-from gateway.writes.embeddings import load_embedder
+from core.records import Identifier, RecallQuery, SourceResult
+from core.store import open_store
 from gateway.pipeline.recall import run_source
 from gateway.settings import load_settings
+from gateway.writes.embeddings import load_embedder
+from gateway.writes.items import ingest
 from gateway.writes.vectorize import embed_all
 
 CONSTRAINTS = ItemFilter(

@@ -21,15 +21,13 @@ from sqlalchemy import create_engine, insert, select, text
 from sqlalchemy.engine import Engine
 
 from connectors.base import GraphConnector
-
-from core.constraints import GraphLimits, ItemFilter
-
-from core.records import RecallQuery, SourceResult
 from connectors.sql.graph import SqlGraphConnector, reachable_edges, walk
-from core.store import open_store
+from core.constraints import GraphLimits, ItemFilter
 from core.errors import ConnectorError
-from gateway.writes.items import ingest
+from core.records import RecallQuery, SourceResult
+from core.store import open_store
 from core.tables import EntityTombstone
+from gateway.writes.items import ingest
 from tests.conftest import BACKENDS, POSTGRES_URL, require_postgres
 
 NOW = datetime(2026, 6, 1, tzinfo=timezone.utc)

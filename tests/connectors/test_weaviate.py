@@ -22,11 +22,6 @@ from weaviate.collections.classes.filters import _FilterAnd, _FilterOr, _FilterV
 from weaviate.collections.filters import _FilterToGRPC, _FilterToREST
 
 from connectors.base import SemanticConnector
-
-from core.constraints import ItemFilter
-
-from core.records import Record, RecallQuery
-from core.instants import parse_rfc3339
 from connectors.sql.pushdown import item, permitted, record_from_row, tagged
 from connectors.weaviate import (
     FILTERED,
@@ -45,11 +40,14 @@ from connectors.weaviate import (
     to_weaviate,
     weaviate_tenant,
 )
-from core.store import open_store
+from core.constraints import ItemFilter
 from core.errors import ConnectorError
-from gateway.writes.items import ingest
-from gateway.pipeline.recall import run_source
+from core.instants import parse_rfc3339
+from core.records import RecallQuery, Record
+from core.store import open_store
 from core.tables import KINDS, SENSITIVITIES, STATUSES
+from gateway.pipeline.recall import run_source
+from gateway.writes.items import ingest
 from tests.connectors.test_contract import CONSTRAINTS, FORBIDDEN_VARIANTS, note
 
 MODEL = "test-embedding-v1"

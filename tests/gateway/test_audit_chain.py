@@ -17,8 +17,8 @@ from audit.chain import GENESIS, audit_trace, verify
 from audit.store import AuditStore
 from audit.trace import Trace
 from core import store as db
-from gateway.cli import main
 from core.errors import AuditWriteError
+from gateway.cli import main
 from tests.conftest import Gateway
 from tests.gateway.fixtures import SALES_TASK
 

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from sqlmodel import Session
 
+from audit.stages import lineage_stages
 from core.instants import utc_now
 from core.store import writer
-from gateway.http.audit_pages import views as audit_views
-from audit.stages import lineage_stages
-from gateway.http.audit_pages import SESSION_COOKIE, seal, session_key
 from core.tables import ApiKey
+from gateway.http.audit_pages import SESSION_COOKIE, seal, session_key
+from gateway.http.audit_pages import views as audit_views
 from tests.conftest import Gateway, open_gateway
 from tests.gateway.fixtures import SALES_TASK, memory
 from tests.llm_double import LlmDouble, echo_placeholders

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from core.instants import utc_now
-from gateway.settings import parse_split
 from core.errors import ConfigurationError
-from core.tables import RetrieveCursor
+from core.instants import utc_now
 from core.store import writer
+from core.tables import RetrieveCursor
+from gateway.settings import parse_split
 from tests.conftest import Gateway
 from tests.gateway.fixtures import SALES_TASK, memory
 

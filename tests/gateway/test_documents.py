@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from core.errors import BadRequest
 from gateway.writes.documents import (
     DEFAULT_MAX_BYTES,
     Document,
@@ -16,7 +17,6 @@ from gateway.writes.documents import (
     piece_id,
     section_items,
 )
-from core.errors import BadRequest
 from gateway.writes.items import ItemIn
 
 FRONT = '---\nacl: ["group:sales"]\n---\n'

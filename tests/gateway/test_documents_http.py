@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from sqlalchemy import select
 
 from gateway.writes.vectorize import item_vector

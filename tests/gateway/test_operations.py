@@ -13,8 +13,8 @@ from pathlib import Path
 from sqlalchemy import create_engine
 
 from audit.store import AuditStore
-from connectors.sql.lexical import FullTextConnector
 from connectors.sql.exact import SqlExactConnector
+from connectors.sql.lexical import FullTextConnector
 from gateway.auth import Authenticator
 from gateway.context import build_semantic
 from gateway.pipeline.pipeline import Connectors

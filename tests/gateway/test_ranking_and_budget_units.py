@@ -6,11 +6,10 @@ import random
 from datetime import datetime, timezone
 from typing import Any
 
-from core.records import Record
+from core.records import Fused, Record
 from gateway.pipeline.budget import pack
-from gateway.settings import BUDGET_SOURCES, parse_split
-from core.records import Fused
 from gateway.pipeline.ranking import rank
+from gateway.settings import BUDGET_SOURCES, parse_split
 
 NOW = datetime(2026, 11, 30, tzinfo=timezone.utc)
 

@@ -252,9 +252,10 @@ def test_a_failing_embeddings_endpoint_degrades_to_an_error_source(sqlite_url: s
 
 def test_vectors_of_another_model_are_never_compared(seeded: tuple[Gateway, str]) -> None:
     gateway, _ = seeded
-    from core.records import RecallQuery
-    from core.errors import ConnectorError
     import asyncio
+
+    from core.errors import ConnectorError
+    from core.records import RecallQuery
 
     connector = gateway.client.app.state.context.connectors.semantic.connector  # type: ignore[attr-defined]
     constraints_like = None

@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import Gateway, open_gateway
 from tests.gateway.fixtures import SALES_TASK
-from tests.llm_double import LlmDouble, Reply, RecordedRequest, echo_placeholders, json_answer
+from tests.llm_double import LlmDouble, RecordedRequest, Reply, echo_placeholders, json_answer
 
 VALUES = {
     "PERSON": "Margaret Thornton",

@@ -12,11 +12,11 @@ from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
 
-from audit.lineage import AuditReadRecord, AuditVerifyRecord, FeedbackRecord, read_lineage
 from audit.chain import verify
+from audit.lineage import AuditReadRecord, AuditVerifyRecord, FeedbackRecord, read_lineage
 from audit.review import MAX_PAGE, Filters, export, get_trace, list_traces
-from core.instants import parse_rfc3339
 from core.errors import BadRequest, NotFound
+from core.instants import parse_rfc3339
 from gateway.http.traced import Call, Stream, requires, traced
 
 UNKNOWN_TRACE = "trace: no such trace"

@@ -9,9 +9,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from audit.lineage import DocumentRecord
+from gateway.http.traced import Call, requires, traced
 from gateway.writes.documents import parse_document
 from gateway.writes.items import ingest_document
-from gateway.http.traced import Call, requires, traced
 
 
 @requires("ingest")

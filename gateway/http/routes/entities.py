@@ -11,11 +11,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from audit.lineage import ChangeRecord, WriteRecord
-from gateway.writes.entities import mark_pending_deletion, merge
 from core.errors import BadRequest
-from gateway.writes.items import ID, Rejected, ingest, parse_items_body
 from core.validation import has_nul
 from gateway.http.traced import Call, requires, traced
+from gateway.writes.entities import mark_pending_deletion, merge
+from gateway.writes.items import ID, Rejected, ingest, parse_items_body
 
 
 def _entity_id(call: Call) -> str:

@@ -9,8 +9,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from audit.lineage import WriteRecord
-from gateway.writes.items import ingest, parse_items_body
 from gateway.http.traced import Call, requires, traced
+from gateway.writes.items import ingest, parse_items_body
 
 
 @requires("ingest")
