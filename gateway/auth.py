@@ -6,7 +6,6 @@ import hashlib
 import hmac
 import re
 import secrets
-from dataclasses import dataclass
 from typing import Any
 
 import jwt

@@ -10,7 +10,6 @@ import json
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextvars import ContextVar
-from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context

@@ -15,7 +15,6 @@ import pytest
 
 from gateway.writes.vectorize import lag
 from tests.conftest import Gateway, open_gateway
-from tests.gateway.fixtures import SALES_TASK, memory
 
 RESEARCH = {"type": "research"}
 SEMANTIC_ONLY = {"exact": False, "lexical": False, "semantic": True}

@@ -13,6 +13,7 @@ from starlette.responses import Response
 from audit.lineage import ChangeRecord, WriteRecord
 from core.errors import BadRequest
 from core.validation import has_nul
+from gateway.http.routes.ingest import write_items
 from gateway.http.traced import Call, requires, traced
 from gateway.writes.entities import mark_pending_deletion, merge
 from gateway.writes.items import ID, Rejected, ingest, parse_items_body
@@ -84,18 +85,12 @@ def edge_entry(entry: Any) -> Any:
 
 @requires("ingest")
 async def put_edges(call: Call) -> tuple[int, dict[str, Any]]:
-    actor = call.actor
     call.trace.decision = "write"
     entries = [edge_entry(e) for e in parse_items_body(await call.body(), call.request.headers.get("content-type"))]
     wrong_kind = [i for i, e in enumerate(entries) if isinstance(e, dict) and e.get("kind") != "edge"]
     if wrong_kind:
         raise BadRequest(f"[{wrong_kind[0]}].kind: this endpoint writes edges only")
-    report = await anyio.to_thread.run_sync(ingest, call.context.store, actor.tenant, entries)
-    if report.created or report.updated:
-        call.context.nudge_workers()
-    call.trace.lineage.ingest = WriteRecord(received=len(entries), created=report.created, updated=report.updated,
-                                            unchanged=report.unchanged, rejected=len(report.rejected))
-    return 200, report.as_dict()
+    return await write_items(call, entries)
 
 
 async def entity_route(request: Request) -> Response:

@@ -15,10 +15,14 @@ from gateway.writes.items import ingest, parse_items_body
 
 @requires("ingest")
 async def handle(call: Call) -> tuple[int, dict[str, Any]]:
-    actor = call.actor
     call.trace.decision = "write"
     entries = parse_items_body(await call.body(), call.request.headers.get("content-type"))
-    report = await anyio.to_thread.run_sync(ingest, call.context.store, actor.tenant, entries)
+    return await write_items(call, entries)
+
+
+async def write_items(call: Call, entries: list[Any]) -> tuple[int, dict[str, Any]]:
+    """Write the entries in the caller's tenant, wake the workers, and note the counts on the trace."""
+    report = await anyio.to_thread.run_sync(ingest, call.context.store, call.actor.tenant, entries)
     if report.created or report.updated:
         call.context.nudge_workers()
     call.trace.lineage.ingest = WriteRecord(received=len(entries), created=report.created, updated=report.updated,
