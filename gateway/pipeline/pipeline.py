@@ -130,6 +130,7 @@ class Pipeline:
         trace.lineage.merged_into_sections = merged
         trace.lineage.relevance = RelevanceRecord.model_validate(floor_report)
         masking = None
+        timer.set("mask_ms", 0.0)  # reported even when the policy masks nothing
         if constraints.disclosure.mask:  # before packing, so the budget counts what is returned
             masking, relevant = await self.mask(constraints, relevant, pieces, trace, timer)
 
