@@ -21,7 +21,6 @@ from weaviate.classes.config import DataType, Tokenization, VectorDistances
 from weaviate.collections.classes.filters import _FilterAnd, _FilterOr, _FilterValue, _Operator
 from weaviate.collections.filters import _FilterToGRPC, _FilterToREST
 
-from connectors.base import SemanticConnector
 from connectors.sql.pushdown import item, permitted, record_from_row, tagged
 from connectors.weaviate import (
     FILTERED,
@@ -374,10 +373,6 @@ def test_a_collection_built_otherwise_is_refused() -> None:
 
 
 # ---------------------------------------------------------------- the connector without a server
-
-
-def test_the_connector_is_a_semantic_connector() -> None:
-    assert isinstance(dead_connector(), SemanticConnector)
 
 
 @pytest.mark.parametrize("query", [vector_query(model="another-model"), vector_query(model=None),
