@@ -55,7 +55,7 @@ class RequestShape(Record):
     query: Fingerprint | None = None
     entities: list[dict[str, Fingerprint]] = Field(default_factory=list)
     fetch_count: int = 0
-    tags: list[str] = Field(default_factory=list)
+    tags: list[Fingerprint | str] = Field(default_factory=list)  # fingerprints; text in version 1 rows
     include_historical: bool = False
 
     @property

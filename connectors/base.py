@@ -35,6 +35,11 @@ class ExactConnector(Protocol):
         carrying all of query.tags; inside the filter."""
         ...
 
+    async def linked(self, tenant: str, ids: tuple[str, ...]) -> tuple[Record, ...]:
+        """The tenant's entities with these ids, whatever the filter: only for the item policy to
+        judge an item's links (an edge shows only when both ends may be seen); never returned."""
+        ...
+
     async def sections(self, where: ItemFilter, keys: tuple[tuple[str, str], ...]) -> tuple[Record, ...]:
         """Every piece of the given (document, section) pairs the filter admits, in order."""
         ...

@@ -83,7 +83,13 @@ class Record:
             "slot": self.slot,
             "attached_to": self.attached_to,
             "entity": self.entity,
+            "edge_from": self.edge_from,
+            "edge_to": self.edge_to,
         }
+
+    def linked_entities(self) -> tuple[str, ...]:
+        """The entities this item names: what it is about, attached to, or the ends of an edge."""
+        return tuple(dict.fromkeys(e for e in (self.entity, self.attached_to, self.edge_from, self.edge_to) if e))
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,8 +54,12 @@ class GraphRequest(Strict):
     relations: list[str] | None = Field(default=None, max_length=50)
 
 
+MAX_TAGS = 20
+MAX_TAG_CHARS = 200  # a stored tag is at most 200 characters: a longer one can match nothing
+
+
 class Filters(Strict):
-    tags: list[str] = Field(default_factory=list, max_length=20)
+    tags: list[str] = Field(default_factory=list, max_length=MAX_TAGS)
 
 
 class Budget(Strict):
@@ -113,7 +117,19 @@ def parse_retrieve(body: Any) -> RetrieveRequest:
     for name in IDENTITY_FIELDS:
         if name in body:
             raise BadRequest(f"{name}: the tenant and actor come from the credential and cannot be set in the body")
+    check_tags(body.get("filters"))
     try:
         return RetrieveRequest.model_validate(body)
     except ValidationError as exc:
         raise SchemaError(describe_validation_error(exc)) from exc
+
+
+def check_tags(filters: Any) -> None:
+    """Caller tags are bounded before anything else reads them (the trail keeps only their fingerprints)."""
+    tags = filters.get("tags") if isinstance(filters, dict) else None
+    if not isinstance(tags, list):
+        return  # the schema names what is wrong with it
+    if len(tags) > MAX_TAGS:
+        raise BadRequest(f"filters.tags: at most {MAX_TAGS} tags")
+    if any(isinstance(tag, str) and len(tag) > MAX_TAG_CHARS for tag in tags):
+        raise BadRequest(f"filters.tags: a tag has at most {MAX_TAG_CHARS} characters")

@@ -40,6 +40,13 @@ class SqlExactConnector:
             return ()
         return await anyio.to_thread.run_sync(self._lookup, where, identifiers, abandon_on_cancel=True)
 
+    async def linked(self, tenant: str, ids: tuple[str, ...]) -> tuple[Record, ...]:
+        """The tenant's entities with these ids, for the item policy's link check; never returned."""
+        if not ids:
+            return ()
+        statement = select(item).where(item.c.tenant == tenant, item.c.kind == "entity", item.c.id.in_(ids))
+        return await anyio.to_thread.run_sync(self._entities, statement, "linked entity lookup", abandon_on_cancel=True)
+
     async def search(self, where: ItemFilter, query: RecallQuery) -> SourceResult:
         started = time.perf_counter()
         if not where.subjects and not query.ids and not query.tags:

@@ -21,9 +21,12 @@ tombstone = EntityTombstone.__table__  # type: ignore[attr-defined]
 ENTITY_LINKS = ("entity", "attached_to", "edge_from", "edge_to")
 
 
-def permitted(where: ItemFilter, kinds: Sequence[str] | None = None, table: FromClause | None = None) -> ColumnElement[bool]:
-    """Rows the constraints admit. `kinds` narrows (never widens) the constraints' kinds; `table`
-    is an alias of `item` when a query reads it twice (the graph walk)."""
+def permitted(
+    where: ItemFilter, kinds: Sequence[str] | None = None, table: FromClause | None = None, *, links: bool = True
+) -> ColumnElement[bool]:
+    """Rows the filter admits. `kinds` narrows (never widens) the filter's kinds; `table` is an alias
+    of `item` when a query reads it twice (the graph walk). With `links`, a row that names an entity
+    (ENTITY_LINKS) the filter hides is hidden too: an edge shows only when both its ends do."""
     allowed_kinds = tuple(where.kinds if kinds is None else (k for k in kinds if k in where.kinds or k == "entity"))
     if not where.principals or not allowed_kinds:
         return false()
@@ -53,6 +56,19 @@ def permitted(where: ItemFilter, kinds: Sequence[str] | None = None, table: From
         ),
         or_(t.c.attached_to.is_(None), t.c.attached_to.in_(where.subjects)),
         *(or_(t.c[column].is_(None), t.c[column].not_in(tombstoned)) for column in ENTITY_LINKS),
+        *((_linked_entity_visible(where, t, column) for column in ENTITY_LINKS) if links else ()),
+    )
+
+
+def _linked_entity_visible(where: ItemFilter, t: FromClause, column: str) -> ColumnElement[bool]:
+    """The entity a row names in `column` is admitted by the filter, or the store holds no such
+    entity (a reference to nothing reveals nothing)."""
+    entity = item.alias(f"linked_{column}")
+    named = and_(entity.c.tenant == t.c.tenant, entity.c.id == t.c[column], entity.c.kind == "entity")
+    return or_(
+        t.c[column].is_(None),
+        ~exists(select(entity.c.pk).where(named)),
+        exists(select(entity.c.pk).where(named, permitted(where, kinds=("entity",), table=entity, links=False))),
     )
 
 

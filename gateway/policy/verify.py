@@ -22,8 +22,11 @@ class Verdict:
 
 
 async def verify(
-    engine: PolicyEngine, actor: Actor, task: Task, constraints: Constraints, records: Iterable[Record]
+    engine: PolicyEngine, actor: Actor, task: Task, constraints: Constraints, records: Iterable[Record],
+    linked: Iterable[Record] = (),
 ) -> Verdict:
+    """The policy's verdict on every record. `linked` are the entities the records name (their
+    subject, attachment, an edge's ends), so the policy can hold back an item whose entity it hides."""
     unique = {record.id: record for record in records}
     if not unique:
         return Verdict(frozenset(), (), 0.0)
@@ -37,6 +40,7 @@ async def verify(
                 "constraints": constraints.policy_result,
                 "subjects": list(constraints.subjects),
                 "items": [record.envelope() for record in unique.values()],
+                "entities": {entity.id: entity.envelope() for entity in linked},
             },
         )
     )

@@ -299,9 +299,14 @@ def test_hs256_jwt_actor_comes_from_its_claims(jwt_gateway: Gateway) -> None:
     row = jwt_gateway.trace(in_sales.headers["x-trace-id"])
     assert (row["tenant"], row["actor"], row["decision"]) == ("acme", "user:jwtuser", "allow")
 
+    # Without the sales group the task is not granted at all; a policy admin is granted it, and
+    # still sees only what the item ACLs give it.
     no_group = retrieve_with(jwt_gateway, f"Bearer {hs256(claims(groups=[]))}", {"task": SALES_TASK, "query": "narwhalgroup"})
+    assert no_group.status_code == 403 and no_group.json()["error"]["reasons"] == ["task_not_granted"]
+    admin = claims(groups=[], roles=["agent", "policy_admin"])
+    no_group = retrieve_with(jwt_gateway, f"Bearer {hs256(admin)}", {"task": SALES_TASK, "query": "narwhalgroup"})
     assert found_ids(no_group) == []
-    both = retrieve_with(jwt_gateway, f"Bearer {hs256(claims(groups=[]))}", {"task": SALES_TASK, "query": "narwhalall"})
+    both = retrieve_with(jwt_gateway, f"Bearer {hs256(admin)}", {"task": SALES_TASK, "query": "narwhalall"})
     assert found_ids(both) == ["mem_everyone"]  # the same actor does get through: it is the group that differs
 
 

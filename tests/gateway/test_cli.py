@@ -60,7 +60,7 @@ def test_keys_create_prints_a_key_that_authenticates(cli_gateway: Gateway, data_
                     "--roles", "agent", "--clearance", "internal"))
     key = result.stdout.strip()
     assert TOKEN.fullmatch(key), result.stdout
-    response = cli_gateway.retrieve(key, {"task": SALES_TASK, "query": "anything"})
+    response = cli_gateway.retrieve(key, {"task": {"type": "research"}, "query": "anything"})
     assert response.status_code == 200, response.text
     row = cli_gateway.trace(response.headers["x-trace-id"])
     assert (row["tenant"], row["actor"]) == ("acme", "user:x")
@@ -72,7 +72,8 @@ def test_keys_create_with_groups_sees_group_items(cli_gateway: Gateway, data_dir
     seller = ok(run("keys", "create", "--data", data_dir, "--tenant", "acme", "--principal", "user:seller",
                     "--groups", "sales,emea")).stdout.strip()
     assert plain != seller
-    assert found(cli_gateway, plain, "kookaburra") == []
+    refused = cli_gateway.retrieve(plain, {"task": SALES_TASK, "query": "kookaburra"})  # the sales task is the group's
+    assert refused.status_code == 403 and refused.json()["error"]["reasons"] == ["task_not_granted"]
     assert found(cli_gateway, seller, "kookaburra") == ["mem_group"]
 
 

@@ -106,7 +106,7 @@ def test_only_active_edges_valid_at_as_of_are_followed(gateway: Gateway) -> None
 
 
 def test_graph_is_skipped_for_a_task_without_edges_and_without_entities(gateway: Gateway) -> None:
-    key = gateway.key("alice", groups=("sales",), clearance="confidential")
+    key = gateway.key("alice", groups=("sales", "support"), clearance="confidential")
     no_entity = gateway.retrieve(key, {"task": SALES_TASK, "mode": "brief", "query": "x"}).json()
     assert no_entity["sources"]["graph"]["status"] == "skipped"
     support = gateway.retrieve(key, {"task": {"type": "support_ticket"}, "mode": "brief", "entities": [{"id": "ent_a"}]}).json()

@@ -2,7 +2,9 @@
 # title: Item verification
 # description: |
 #   Entry point data.gateway.items. Input {actor, task, constraints, subjects,
-#   items}; the result is {allowed: [ids], denied: [{id, reason}]}. Every check
+#   items, entities}; the result is {allowed: [ids], denied: [{id, reason}]}.
+#   `entities` maps each entity an item names (entity, attached_to, edge_from,
+#   edge_to) that the store holds to its envelope. Every check
 #   is written as "holds", so an item missing a field is denied, never allowed.
 # entrypoint: true
 package gateway.items
@@ -16,7 +18,7 @@ denied := [{"id": id, "reason": first_failure(id)} | some id in failed_ids]
 failed_ids := {id | some [id, _] in failures}
 
 # Reasons in the order they are reported; the first failing check names the denial.
-reason_order := ["tenant", "acl", "sensitivity", "validity", "scope", "kind", "status", "attachment"]
+reason_order := ["tenant", "acl", "sensitivity", "validity", "scope", "kind", "status", "attachment", "linked_entity"]
 
 first_failure(id) := [r | some r in reason_order; [id, r] in failures][0]
 
@@ -77,4 +79,27 @@ valid(item) if {
 failures contains [item.id, "attachment"] if {
 	some item in input.items
 	not lib.attachment_matches(object.get(item, "attached_to", null), subjects)
+}
+
+# An item that names an entity the actor may not see is not seen either: an edge shows only when
+# both its ends do, and a note about a hidden record stays hidden. A name the store does not hold
+# (absent from `entities`) reveals nothing and holds nothing back.
+failures contains [item.id, "linked_entity"] if {
+	some item in input.items
+	some field in ["entity", "attached_to", "edge_from", "edge_to"]
+	linked := object.get(item, field, null)
+	is_string(linked)
+	entity := object.get(object.get(input, "entities", {}), linked, null)
+	entity != null
+	not entity_visible(entity)
+}
+
+entity_visible(entity) if {
+	object.get(entity, "kind", null) == "entity"
+	object.get(entity, "tenant", null) == input.constraints.tenant
+	lib.acl_matches(object.get(entity, "acl", []), actor_principals)
+	object.get(entity, "sensitivity", null) in input.constraints.sensitivities
+	valid(entity)
+	lib.scope_matches(object.get(entity, "scope", []), input.constraints.scopes)
+	object.get(entity, "status", null) in input.constraints.statuses
 }

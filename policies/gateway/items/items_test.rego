@@ -257,3 +257,51 @@ test_history_admits_ended_items_but_not_future_ones if {
 	items.denied == [{"id": "future", "reason": "validity"}] with input as history_batch([ended, future])
 	denies(ended, "validity")
 }
+
+# ---------------------------------------------------------------------------
+# linked entities: an edge shows only when both its ends do
+# ---------------------------------------------------------------------------
+
+visible_entity := {
+	"id": "ent_visible", "kind": "entity", "tenant": "acme", "acl": ["user:u1"], "sensitivity": "internal",
+	"valid_from": null, "valid_to": null, "scope": [], "status": "active",
+}
+
+with_entities(item_list, entities) := object.union(batch(item_list), {"entities": entities})
+
+test_an_edge_to_a_hidden_entity_is_denied if {
+	edge := item_with({"id": "e1", "kind": "edge", "edge_from": "ent_visible", "edge_to": "ent_secret"})
+	secret := object.union(visible_entity, {"id": "ent_secret", "acl": ["group:finance"]})
+	entities := {"ent_visible": visible_entity, "ent_secret": secret}
+	items.allowed == [] with input as with_entities([edge], entities)
+	items.denied == [{"id": "e1", "reason": "linked_entity"}] with input as with_entities([edge], entities)
+
+	# both ends visible: allowed
+	items.allowed == ["e1"] with input as with_entities([edge], {"ent_visible": visible_entity, "ent_secret": object.union(secret, {"acl": ["*"]})})
+}
+
+test_every_link_field_is_checked_and_every_rule_of_the_entity if {
+	hidden_by := [
+		{"acl": ["group:finance"]},
+		{"sensitivity": "restricted"},
+		{"scope": ["legal"]},
+		{"status": "retracted"},
+		{"valid_to": "2024-02-01T00:00:00Z"},
+		{"tenant": "globex"},
+	]
+	every field in ["entity", "attached_to", "edge_from", "edge_to"] {
+		every patch in hidden_by {
+			note := item_with({"id": "n1", field: "ent_x"})
+			hidden := object.union(object.union(visible_entity, {"id": "ent_x"}), patch)
+			inp := object.union(with_entities([note], {"ent_x": hidden}), {"subjects": [subject, "ent_x"]})
+			items.denied == [{"id": "n1", "reason": "linked_entity"}] with input as inp
+			items.allowed == ["n1"] with input as object.union(inp, {"entities": {"ent_x": object.union(visible_entity, {"id": "ent_x"})}})
+		}
+	}
+}
+
+test_a_name_the_store_does_not_hold_holds_nothing_back if {
+	note := item_with({"id": "n2", "entity": "ent_unknown"})
+	items.allowed == ["n2"] with input as with_entities([note], {})
+	items.allowed == ["n2"] with input as batch([note])
+}

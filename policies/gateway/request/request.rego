@@ -35,6 +35,36 @@ refusals contains "missing_retrieve_role" if {
 
 refusals contains "unknown_task_type" if not task_config
 
+# A task type is granted, never chosen: the caller's principals must meet the task's `grants`.
+# A task type without grants is usable by nobody.
+refusals contains "task_not_granted" if {
+	task_config
+	not task_granted
+}
+
+task_granted if {
+	some p in lib.principals(input.actor)
+	p in lib.names(task_config, "grants")
+}
+
+# Time travel is bounded: an `as_of` later than now (beyond the clock skew) reads what is not yet
+# true, such as an embargoed document; only principals the task's `future_reads` names may.
+refusals contains "as_of_in_future" if {
+	is_string(input.request.as_of)
+	time.parse_rfc3339_ns(input.request.as_of) > time.parse_rfc3339_ns(input.now) + skew_ns
+	not future_reads_granted
+}
+
+skew_ns := object.get(config, "as_of_skew_seconds", 5) * 1000000000 if {
+	is_number(object.get(config, "as_of_skew_seconds", 5))
+} else := 5000000000
+
+future_reads_granted if {
+	task_config
+	some p in lib.principals(input.actor)
+	p in lib.names(task_config, "future_reads")
+}
+
 refusals contains "scope_not_allowed_for_task" if {
 	scope := object.get(input.task, "scope", null)
 	scope != null

@@ -22,5 +22,7 @@ test_missing_now_is_never_allowed_without_constraints if {
 }
 
 test_null_groups_does_not_raise if {
-	request.allow with input as rt.with_actor({"groups": null})
+	# research is granted to every agent, so the null groups are all that is under test
+	request.allow with input as object.union(rt.with_actor({"groups": null}), {"task": {"type": "research"}})
+	request.reasons == {"task_not_granted"} with input as rt.with_actor({"groups": null})
 }

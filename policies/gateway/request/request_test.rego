@@ -11,7 +11,7 @@ now := "2024-06-01T12:00:00Z"
 base_actor := {
 	"id": "u1",
 	"tenant": "acme",
-	"groups": ["sales-team"],
+	"groups": ["sales", "support", "compliance"],
 	"roles": ["agent"],
 	"clearance": "confidential",
 }
@@ -101,7 +101,7 @@ test_constraints_for_default_request if {
 	c := request.constraints with input as base_input
 	c == {
 		"tenant": "acme",
-		"principals": ["user:u1", "*", "group:sales-team", "role:agent"],
+		"principals": ["user:u1", "*", "group:sales", "group:support", "group:compliance", "role:agent"],
 		"max_sensitivity": "confidential",
 		"sensitivities": ["public", "internal", "confidential"],
 		"valid_at": now,
@@ -121,9 +121,9 @@ test_constraints_tenant_comes_from_actor if {
 }
 
 test_principals_cover_user_groups_roles_and_tenant if {
-	inp := with_actor({"id": "u7", "groups": ["g1", "g2"], "roles": ["agent", "auditor"]})
+	inp := with_actor({"id": "u7", "groups": ["sales", "g2"], "roles": ["agent", "auditor"]})
 	c := request.constraints with input as inp
-	{p | some p in c.principals} == {"user:u7", "group:g1", "group:g2", "role:agent", "role:auditor", "*"}
+	{p | some p in c.principals} == {"user:u7", "group:sales", "group:g2", "role:agent", "role:auditor", "*"}
 }
 
 test_sensitivity_ceiling_capped_by_clearance if {
@@ -209,4 +209,68 @@ test_pii_masked_for_research_and_revealed_per_principal if {
 	request.constraints.pii == {"mask": true, "reveal": []} with input as research
 	cleared := object.union(research, {"actor": object.union(base_input.actor, {"groups": ["privacy-cleared"]})})
 	request.constraints.pii == {"mask": true, "reveal": ["EMAIL_ADDRESS", "PHONE_NUMBER"]} with input as cleared
+}
+
+# ---------------------------------------------------------------------------
+# task grants
+# ---------------------------------------------------------------------------
+
+test_a_task_type_is_granted_not_chosen if {
+	# An agent outside the compliance group cannot pick compliance_review to widen what it sees.
+	inp := object.union(with_actor({"groups": ["sales"]}), {"task": {"type": "compliance_review"}})
+	not request.allow with input as inp
+	request.reasons == {"task_not_granted"} with input as inp
+	not request.constraints with input as inp
+
+	# The same agent may use the tasks granted to its group and to every agent.
+	every task in ["account_followup", "research"] {
+		request.allow with input as object.union(with_actor({"groups": ["sales"]}), {"task": {"type": task}})
+	}
+}
+
+test_a_task_type_without_grants_is_usable_by_nobody if {
+	no_grants := object.remove(data.gateway.config.task_types.research, ["grants"])
+	not request.allow with input as with_task({"type": "research"})
+		with data.gateway.config.task_types.research as no_grants
+	request.reasons == {"task_not_granted"} with input as with_task({"type": "research"})
+		with data.gateway.config.task_types.research as no_grants
+}
+
+test_a_grant_may_name_a_role_or_a_user if {
+	granted := object.union(data.gateway.config.task_types.compliance_review, {"grants": ["user:u9"]})
+	inp := object.union(with_actor({"id": "u9", "groups": []}), {"task": {"type": "compliance_review"}})
+	request.allow with input as inp with data.gateway.config.task_types.compliance_review as granted
+	not request.allow with input as with_actor({"id": "u8", "groups": []})
+		with data.gateway.config.task_types.compliance_review as granted
+		with input.task as {"type": "compliance_review"}
+}
+
+# ---------------------------------------------------------------------------
+# bounded time travel
+# ---------------------------------------------------------------------------
+
+test_as_of_in_the_future_is_refused if {
+	inp := with_request({"as_of": "2025-06-01T12:00:00Z"})
+	not request.allow with input as inp
+	request.reasons == {"as_of_in_future"} with input as inp
+}
+
+test_as_of_within_the_clock_skew_is_allowed if {
+	request.allow with input as with_request({"as_of": "2024-06-01T12:00:04Z"})
+	not request.allow with input as with_request({"as_of": "2024-06-01T12:00:06Z"})
+	request.allow with input as with_request({"as_of": "2024-06-01T12:00:20Z"}) with data.gateway.config.as_of_skew_seconds as 30
+}
+
+test_future_reads_are_granted_per_task if {
+	ahead := object.union(data.gateway.config.task_types.account_followup, {"future_reads": ["group:planning"]})
+	inp := object.union(with_request({"as_of": "2025-06-01T12:00:00Z"}), {"actor": object.union(base_actor, {"groups": ["sales", "planning"]})})
+	request.allow with input as inp with data.gateway.config.task_types.account_followup as ahead
+	c := request.constraints with input as inp with data.gateway.config.task_types.account_followup as ahead
+	c.valid_at == "2025-06-01T12:00:00Z"
+	not request.allow with input as with_request({"as_of": "2025-06-01T12:00:00Z"})
+		with data.gateway.config.task_types.account_followup as ahead
+}
+
+test_past_as_of_is_not_bounded_by_this_rule if {
+	request.allow with input as with_request({"as_of": "2001-01-01T00:00:00Z"})
 }
