@@ -15,6 +15,8 @@ ACTORS: dict[str, dict[str, Any]] = {
                    "about": "sales agent, clearance confidential"},
     "bob@acme": {"tenant": "acme", "principal": "user:bob", "roles": ["agent"], "groups": ["support"], "clearance": "internal",
                  "about": "support agent, clearance internal"},
+    "carol@acme": {"tenant": "acme", "principal": "user:carol", "roles": ["agent"], "groups": ["compliance"],
+                   "clearance": "restricted", "about": "compliance reviewer: the only demo actor granted compliance_review"},
     "ingest@acme": {"tenant": "acme", "principal": "user:loader", "roles": ["ingest"], "groups": [], "clearance": "internal",
                     "about": "writer for PUT /v1/items"},
     "gina@globex": {"tenant": "globex", "principal": "user:gina", "roles": ["agent"], "groups": ["sales"], "clearance": "restricted",

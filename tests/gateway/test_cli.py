@@ -236,6 +236,12 @@ def test_demo_loads_data_and_prints_working_tokens(cli_gateway: Gateway, data_di
     assert gina.status_code == 200
     assert not {i["id"] for i in items} & {i["id"] for i in gina.json()["items"]}  # no acme item for globex
 
+    # each demo actor gets the tasks its group is granted, and no other
+    review = {"task": {"type": "compliance_review"}, "query": "pricing"}
+    assert cli_gateway.retrieve(tokens["carol@acme"], review).status_code == 200
+    assert cli_gateway.retrieve(tokens["alice@acme"], review).json()["error"]["reasons"] == ["task_not_granted"]
+    assert cli_gateway.retrieve(tokens["bob@acme"], {"task": {"type": "support_ticket"}, "query": "refunds"}).status_code == 200
+
 
 def test_demo_twice_is_idempotent_and_issues_new_keys(data_dir: Path) -> None:
     first = ok(run("demo", "--data", data_dir))
