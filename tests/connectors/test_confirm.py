@@ -58,6 +58,20 @@ def test_items_of_an_entity_tombstoned_since_the_copy_are_dropped(database_url: 
     engine.dispose()
 
 
+def test_items_naming_an_entity_the_filter_hides_are_dropped(database_url: str) -> None:
+    """Weaviate's filter reads no other rows; the re-read applies the pushdown's linked-entity clause."""
+    engine: Engine = open_store(database_url)
+    hidden = {"id": "ent_hidden", "kind": "entity", "entity_type": "company", "acl": ["group:finance"]}
+    edge = {"id": "edge_hidden", "kind": "edge", "from": "ent_jane", "relation": "works_at", "to": "ent_hidden", "acl": ["*"]}
+    ingest(engine, "acme", [hidden, edge, {**note("about_hidden", "note"), "entity": "ent_hidden"}, note("about_jane", "note")])
+    copied = _records(engine)
+    stale = tuple(Candidate(copied[i], "semantic", n, 0.5) for n, i in enumerate(["edge_hidden", "about_hidden", "about_jane"], start=1))
+    where = replace(CONSTRAINTS, kinds=(*CONSTRAINTS.kinds, "edge"))
+    result = asyncio.run(StoreConfirmed(StaleIndex(stale), engine).search(where, RecallQuery(text="x")))
+    assert [c.record.id for c in result.candidates] == ["about_jane"]
+    engine.dispose()
+
+
 def _records(engine: Engine) -> dict[str, Record]:
     with engine.connect() as conn:
         return {row._mapping["id"]: record_from_row(row) for row in conn.execute(select(item))}
