@@ -139,11 +139,13 @@ BATCH_ITEMS = 500
 BATCH_BYTES = 900_000  # stay under GATEWAY_MAX_BODY_BYTES (1 MiB by default)
 
 
-def create_key(data_dir: Path, tenant: str, principal: str, role: str, clearance: str = "internal") -> str:
-    """A fresh API key from `gateway keys create` against the benchmark's store."""
+def create_key(data_dir: Path, tenant: str, principal: str, role: str, clearance: str = "internal",
+               groups: str = "") -> str:
+    """A fresh API key from `gateway keys create` against the benchmark's store; `groups` (comma
+    separated) must include one the policy grants the benchmark's task type to."""
     done = subprocess.run(
         [gateway_executable(), "keys", "create", "--data", str(data_dir), "--tenant", tenant,
-         "--principal", principal, "--roles", role, "--clearance", clearance],
+         "--principal", principal, "--roles", role, "--clearance", clearance, *(["--groups", groups] if groups else [])],
         capture_output=True, text=True, env=clean_env(),
     )
     keys = [line.strip() for line in done.stdout.splitlines() if line.strip().startswith("gw_")]

@@ -101,7 +101,7 @@ def corpus_items(corpus: list[dict[str, str]]) -> list[dict[str, Any]]:
 
 
 def create_key(data_dir: Path, principal: str, role: str) -> str:
-    return harness.create_key(data_dir, TENANT, principal, role)
+    return harness.create_key(data_dir, TENANT, principal, role, groups="compliance")  # compliance_review is granted to it
 
 
 def embed_cli(data_dir: Path) -> tuple[int, float]:

@@ -375,7 +375,7 @@ def body_for(query: Query, historical: bool) -> dict[str, Any]:
 
 
 def create_key(data_dir: Path, principal: str, role: str, clearance: str) -> str:
-    return harness.create_key(data_dir, TENANT, principal, role, clearance)
+    return harness.create_key(data_dir, TENANT, principal, role, clearance, groups="sales")  # account_followup is granted to it
 
 
 # ---------------------------------------------------------------- asking
