@@ -54,9 +54,10 @@ async def _page(
     stored = cursor.request
     if request.task.model_dump() != stored["task"]:
         raise BadRequest("task: an expand continues the task of the call that issued the cursor")
+    # Decided again on the first call's shape: what it was allowed (history included) carries over.
     original = RetrieveRequest.model_validate(
         {"task": stored["task"], "kinds": stored["kinds"], "as_of": stored["as_of"], "graph": stored["graph"],
-         "mode": "expand", "cursor": request.cursor}
+         "include_historical": stored.get("include_historical", False), "mode": "expand", "cursor": request.cursor}
     )
     constraints, revision = await pipeline.decide(actor, original, trace, timer)
     constraints = constraints.with_subjects(tuple(stored["subjects"]))
@@ -72,9 +73,10 @@ async def _page(
     records = {c.record.id: c.record for c in result.candidates}
     verdict = await pipeline.verify(actor, request.task, constraints, list(records.values()), timer)
     page = [ranked for e in entries if (ranked := _entry(e, records, verdict.allowed_ids)) is not None]
+    masking = None
     if constraints.disclosure.mask and page:
         allowed_pieces = tuple(r for r in records.values() if r.id in verdict.allowed_ids)
-        _, masked = await pipeline.mask(constraints, [r.entry for r in page], allowed_pieces, trace, timer)
+        masking, masked = await pipeline.mask(constraints, [r.entry for r in page], allowed_pieces, trace, timer)
         page = [replace(r, entry=entry) for r, entry in zip(page, masked)]
     limit = request.budget.bytes if request.budget else stored["budget_bytes"] or pipeline.settings.default_budget_bytes
     with timer.stage("rank_and_pack", attributes={"gateway.budget.limit_bytes": limit}):
@@ -98,7 +100,10 @@ async def _page(
     timings = {k: v for k, v in timer.finish().items() if k in ("decide_ms", "verify_ms", "total_ms")}
     depth = DepthRecord(requested=request.depth, effective="fast", fallback_reason=FallbackReason.EXPAND_READS_BY_ID)
     lineage.sources, lineage.timings = sources, timings
-    return respond(trace.trace_id, "expand", revision, packed, sources, timings, depth, request.cursor if remaining else None)
+    body = respond(trace.trace_id, "expand", revision, packed, sources, timings, depth, request.cursor if remaining else None)
+    if masking is not None:  # the page's other strings, with its text's placeholders
+        await pipeline.mask_response(body, constraints, masking, trace, timer)
+    return body
 
 
 def _entry(entry: dict[str, Any], records: dict[str, Record], allowed: frozenset[str]) -> Ranked | None:

@@ -17,7 +17,7 @@ from audit.lineage import DecisionRecord, Dropped, EntitiesRecord, PiiRecord, Re
 from audit.trace import TraceBuilder
 from connectors.base import ExactConnector, GraphConnector, LexicalConnector
 from core.actor import Actor
-from core.errors import BadRequest, ConnectorError, MaskingUnavailable, PolicyDenied
+from core.errors import BadRequest, ConnectorError, MaskingUnavailable, PolicyDenied, PolicyUnavailable
 from core.instants import utc_now
 from core.records import Fused, RecallQuery, Record, SkipReason, SourceResult
 from core.request import RetrieveRequest, Task
@@ -29,7 +29,7 @@ from gateway.pipeline.fuse import fuse
 from gateway.pipeline.ranking import Ranked, rank
 from gateway.pipeline.recall import Search, recall
 from gateway.pipeline.relevance import above_floor
-from gateway.pipeline.respond import cite, entities_report, request_shape, respond, source_records
+from gateway.pipeline.respond import cite, entities_report, mask_fields, request_shape, respond, source_records
 from gateway.pipeline.sections import read_whole, section_keys
 from gateway.pipeline.semantic import Semantic, semantic_search
 from gateway.pipeline.stages import StageTimer
@@ -163,10 +163,12 @@ class Pipeline:
         depth = depth_report(request.depth, results["semantic"], self.connectors.semantic.unavailable)
         trace.lineage.sources, trace.lineage.timings, trace.lineage.depth = sources, timings, depth
         body = respond(trace.trace_id, request.effective_mode, revision, packed, sources, timings, depth, cursor)
+        body["entities"] = entities_report(resolution)
+        if masking is not None:  # every other string of the items and entities, with the text's placeholders
+            await self.mask_response(body, constraints, masking, trace, timer)
         if request.synthesize and self.synthesizer is not None:
             body["answer"] = await self.synthesize(request, constraints, packed, pieces, masking, trace, timer)
             timings.update(synthesis_ms=round(timer.timings.synthesis_ms or 0.0, 3), total_ms=timer.finish()["total_ms"])
-        body["entities"] = entities_report(resolution)
         body["partial"] = body["partial"] or bool(resolution.alias_error)
         return body
 
@@ -205,7 +207,7 @@ class Pipeline:
                 resolution, read = await resolve(self.connectors.exact, constraints.items, request.entities)
             except ConnectorError as exc:  # the call goes on without the entities, and says so
                 resolution, read, error = Resolution(), [], exc.message
-            verdict = await verify(self.policy, actor, request.task, constraints, read)
+            verdict = await verify(self.policy, actor, request.task, constraints, read, await self.linked(constraints, read))
             resolution = resolution.keep(verdict.allowed_ids)
             span.set_attribute("gateway.entities.resolved", len(resolution.live))
         timer.add("verify_ms", verdict.ms)
@@ -250,12 +252,22 @@ class Pipeline:
     ) -> Verdict:
         """The policy's second look at every candidate; what it denies is a pushdown mismatch."""
         with timer.stage("policy.verify", attributes={"gateway.policy.checked": len(records)}) as span:
-            verdict = await verify(self.policy, actor, task, constraints, records)
+            linked = await self.linked(constraints, records)
+            verdict = await verify(self.policy, actor, task, constraints, records, linked)
             denied = verdict.denied + (earlier.denied if earlier else ())
             span.set_attribute("gateway.policy.pushdown_mismatches", len(denied))
         timer.add("verify_ms", verdict.ms)
         current_telemetry().mismatched(len(denied))
         return Verdict(verdict.allowed_ids, denied, verdict.ms)
+
+    async def linked(self, constraints: Constraints, records: list[Record]) -> tuple[Record, ...]:
+        """The entities the records name, read for the item policy's link check (never returned). If
+        they cannot be read, nothing can be verified: the call fails closed."""
+        ids = tuple(dict.fromkeys(e for record in records for e in record.linked_entities()))
+        try:
+            return await self.connectors.exact.linked(constraints.tenant, ids)
+        except ConnectorError as exc:
+            raise PolicyUnavailable("the entities the candidates name could not be read for verification") from exc
 
     async def mask(
         self, constraints: Constraints, entries: list[Fused], pieces: tuple[Record, ...], trace: TraceBuilder,
@@ -268,6 +280,19 @@ class Pipeline:
             span.set_attributes({f"gateway.pii.masked.{kind}": n for kind, n in masking.masker.counts().items()})
         trace.lineage.pii = PiiRecord(masked=masking.masker.counts(), analysed_at_request=masking.analysed_now)
         return masking, masked
+
+    async def mask_response(
+        self, body: dict[str, Any], constraints: Constraints, masking: Masking, trace: TraceBuilder, timer: StageTimer
+    ) -> None:
+        """Every string of the body's items and entities but ids, enumerations, instants and the text
+        (masked already) masked with the same placeholders, at response building (outside the
+        budget, which counts text only). Detection runs now, once per distinct string, batched."""
+        with timer.stage("pii.mask_fields", "mask_ms") as span:
+            await mask_fields(body, masking, frozenset(constraints.disclosure.reveal))
+            span.set_attributes({f"gateway.pii.masked.{kind}": n for kind, n in masking.masker.counts().items()})
+        finished, timings = timer.finish(), body["timings"]
+        timings.update({key: finished[key] for key in ("mask_ms", "total_ms") if key in timings})
+        trace.lineage.pii = PiiRecord(masked=masking.masker.counts(), analysed_at_request=masking.analysed_now)
 
     def pack(self, ranked: list[Ranked] | tuple[Ranked, ...], limit_bytes: int) -> Packed:
         return pack(ranked, limit_bytes, self.settings.budget_shares)

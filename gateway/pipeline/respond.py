@@ -12,10 +12,25 @@ from core.request import RetrieveRequest
 from gateway.pipeline.budget import Packed
 from gateway.pipeline.entities import TOMBSTONE, Resolution
 from gateway.pipeline.ranking import Ranked
+from gateway.privacy.mask import Masking
 
 EMPTY_REASON = "no_relevant_permitted_items"
 CITATION_PREFIX = {"memory": "M", "document": "D", "property": "P", "edge": "E"}
 RESOLVED_FROM = {"domain": "website", "profile": "website"}
+# When the policy masks, every string of an item and of an entity, at any depth, is masked (see
+# `mask_fields`) except these top-level fields: an allowlist, so a field added later is masked
+# unless it is added here. Ids, enumerations (the store's, or the policy's vocabulary of scopes and
+# relations) and instants; an item's `text` was masked from stored spans before packing. Numbers,
+# booleans and nulls are never masked.
+ITEM_NOT_MASKED = frozenset({
+    "id", "entity", "document", "from", "to", "pieces", "citation",  # ids
+    "kind", "status", "authority", "sensitivity", "found_by", "scope", "relation",  # enumerations
+    "valid_from", "valid_to", "recorded_at",  # instants
+    "text",  # masked before packing
+})
+ENTITY_NOT_MASKED = frozenset({"id", "kind", "status", "merged_from", "aliases"})
+# An echoed identifier of these kinds (`resolved_from`) is one value of its type as a whole.
+IDENTIFIER_TYPES = {"email": "EMAIL_ADDRESS", "phone": "PHONE_NUMBER"}
 
 
 def request_shape(request: RetrieveRequest, trace: TraceBuilder) -> RequestShape:
@@ -36,7 +51,7 @@ def request_shape(request: RetrieveRequest, trace: TraceBuilder) -> RequestShape
         query=trace.fingerprint(request.query) if request.query else None,
         entities=entities,
         fetch_count=len(request.fetch or ()),
-        tags=list(request.filters.tags) if request.filters else [],
+        tags=[trace.fingerprint(tag) for tag in request.filters.tags] if request.filters else [],
         include_historical=request.include_historical,
     )
 
@@ -145,3 +160,12 @@ def entities_report(resolution: Resolution) -> list[dict[str, Any]]:
             }
         )
     return report
+
+
+async def mask_fields(body: dict[str, Any], masking: Masking, keep: frozenset[str]) -> None:
+    """The body's items and entities with every string but the allowlisted fields masked, in place,
+    with the request's placeholders (those of the text), the types in `keep` left in clear."""
+    items, entities = body["items"], body["entities"]
+    objects = [(item, ITEM_NOT_MASKED) for item in items] + [(entity, ENTITY_NOT_MASKED) for entity in entities]
+    masked = await masking.fields(objects, keep, IDENTIFIER_TYPES)
+    body["items"], body["entities"] = masked[: len(items)], masked[len(items) :]

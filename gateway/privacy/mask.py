@@ -1,11 +1,16 @@
-"""Mask the relevant entries of one request with stored spans (analysing only what has none).
+"""Mask the relevant entries of one request with stored spans (analysing only what has none), and
+every other string the response carries with the same placeholders.
 
-Runs before ranking and packing, so the budget counts the bytes that are actually returned. A
-document section is masked piece by piece (spans are stored per piece) and joined again.
+Text is masked before ranking and packing, so the budget counts the bytes that are actually
+returned. A document section is masked piece by piece (spans are stored per piece) and joined
+again. The other strings (a section's heading path, a slot, a source, an echoed identifier) have no
+stored spans: `Masking.fields` analyses them while the response is built, every distinct string
+once, in one batched Presidio call.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -14,7 +19,7 @@ from sqlalchemy.engine import Engine
 
 from core.errors import MaskingUnavailable
 from core.records import Fused, Record
-from gateway.privacy.detect import Masker, Span
+from gateway.privacy.detect import Detector, Masker, Span, clean
 from gateway.privacy.store import Privacy, stored_spans
 from gateway.writes.documents import join_section
 
@@ -28,6 +33,7 @@ class Masking:
     originals: dict[str, str]
     analysed_now: int = 0
     report: dict[str, Any] = field(default_factory=dict)
+    detector: Detector | None = None
 
     def text(self, entry: Fused, keep: frozenset[str]) -> str:
         """The entry's text with every type but `keep` replaced by placeholders."""
@@ -37,6 +43,51 @@ class Masking:
 
     def apply(self, entries: list[Fused], keep: frozenset[str]) -> list[Fused]:
         return [replace(e, record=replace(e.record, text=self.text(e, keep))) for e in entries]
+
+    async def fields(
+        self, objects: Sequence[tuple[dict[str, Any], frozenset[str]]], keep: frozenset[str],
+        whole: Mapping[str, str] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Each object with every string in it masked, at any depth, but for the values of its own
+        top-level keys listed with it (an allowlist: ids, enumerations, instants, text masked
+        already). A string under a key of `whole` (at any depth) is taken as one value of that type,
+        e.g. `{"email": "EMAIL_ADDRESS"}` for an echoed identifier. Types in `keep` stay in clear,
+        as in text. The other strings are analysed once each, in one batch; a value this request
+        masked anywhere (in a text, or in another of these strings) is masked wherever it appears."""
+        whole = whole or {}
+        found: list[tuple[str, str | None]] = []
+
+        def collect(value: str, kind: str | None) -> str:
+            found.append((value, kind))
+            return value
+
+        for obj, plain in objects:
+            _walk(obj, plain, whole, collect)
+        for value, kind in found:
+            if kind is not None and value:
+                self.masker.mask(value, (Span(kind, 0, len(value), 1.0),), keep)
+        free = list(dict.fromkeys(value for value, kind in found if kind is None and value.strip()))
+        if free and self.detector is None:
+            raise MaskingUnavailable("masking is required but no detector is loaded")
+        masked = await anyio.to_thread.run_sync(self._mask_strings, free, keep) if free else {}
+
+        def mask(value: str, kind: str | None) -> str:
+            if kind is not None:
+                return self.masker.mask(value, (Span(kind, 0, len(value), 1.0),), keep) if value else value
+            return masked.get(value, value)
+
+        return [_walk(obj, plain, whole, mask) for obj, plain in objects]
+
+    def _mask_strings(self, texts: list[str], keep: frozenset[str]) -> dict[str, str]:
+        assert self.detector is not None
+        detected = self.detector.analyze_many(texts)
+        for text, spans in zip(texts, detected):  # register every value found, before propagating
+            self.masker.mask(text, spans, keep)
+        known = self.masker.known(texts)
+        return {
+            text: self.masker.mask(text, clean(list(spans) + extra, text), keep)
+            for text, spans, extra in zip(texts, detected, known)
+        }
 
 
 async def prepare(store: Engine, privacy: Privacy, tenant: str, entries: list[Fused], pieces: tuple[Record, ...]) -> Masking:
@@ -56,4 +107,20 @@ async def prepare(store: Engine, privacy: Privacy, tenant: str, entries: list[Fu
     missing = [i for i in originals if i not in spans]
     for item_id in missing:
         spans[item_id] = await anyio.to_thread.run_sync(detector.analyze, originals[item_id])
-    return Masking(Masker(), spans, originals, analysed_now=len(missing))
+    return Masking(Masker(), spans, originals, analysed_now=len(missing), detector=detector)
+
+
+def _walk(
+    value: Any, plain: frozenset[str], whole: Mapping[str, str], mask: Callable[[str, str | None], str],
+    key: str | None = None,
+) -> Any:
+    """`value` rebuilt with `mask(string, whole type or None)` applied to every string in it; at
+    the top level (`key` None, `value` a dict) the keys in `plain` are left as they are."""
+    if isinstance(value, str):
+        return mask(value, whole.get(key) if key is not None else None)
+    if isinstance(value, dict):
+        top = key is None
+        return {k: v if top and k in plain else _walk(v, plain, whole, mask, k) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_walk(v, plain, whole, mask, key) for v in value]
+    return value

@@ -16,7 +16,7 @@ from audit.lineage import SynthesisRecord
 from audit.trace import TraceBuilder
 from core.constraints import Disclosure
 from core.records import Fused
-from gateway.privacy.detect import ENTITY_TYPES
+from gateway.privacy.detect import ENTITY_TYPES, clean
 from gateway.privacy.mask import Masking
 from gateway.privacy.store import Privacy
 from gateway.synthesis.client import ContextItem, Synthesizer
@@ -35,12 +35,15 @@ async def synthesize(
         reason = privacy.unavailable or "personal data could not be masked"
         trace.lineage.synthesis = SynthesisRecord(sent=[], error=reason)
         return {"text": None, "error": f"synthesis skipped: {reason}"}
-    question_spans = await anyio.to_thread.run_sync(privacy.detector.analyze, question)
-    masked_question = masking.masker.mask(question, question_spans)
+    # Only the citation, the kind (an enumeration) and the text masked for every type are sent: no
+    # section, slot, source or other field of an item reaches the model (see ContextItem).
     context = [
         ContextItem(citation, entry.record.id, entry.record.kind, masking.text(entry, frozenset()))
         for citation, entry in cited
     ]
+    question_spans = await anyio.to_thread.run_sync(privacy.detector.analyze, question)
+    known = masking.masker.known([question])[0]  # a value masked in the context is masked in the question too
+    masked_question = masking.masker.mask(question, clean(list(question_spans) + known, question))
     result = await synthesizer.answer(masked_question, context)
     by_citation = {item.citation: item.id for item in context}
     trace.lineage.synthesis = SynthesisRecord(

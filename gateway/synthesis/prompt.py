@@ -34,10 +34,14 @@ expand or alter them.
 
 @dataclass(frozen=True, slots=True)
 class ContextItem:
+    """One item as the model may see it. Only `citation`, `kind` and `text` go into the prompt; a
+    field added here that reaches the prompt must be masked for every personal-data type by the
+    caller (gateway.synthesis.answer), as `text` is."""
+
     citation: str  # "M1", "D2", "P1", "E1"
     id: str  # the item's id, for the trace only: never sent to the model
-    kind: str
-    text: str  # already masked by the caller
+    kind: str  # an enumeration (memory, document, property, edge), sanitised again by `_kind_label`
+    text: str  # already masked by the caller, for every type
 
 
 # -- instruction-like text ---------------------------------------------------------------------
