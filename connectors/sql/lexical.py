@@ -1,4 +1,9 @@
-"""Lexical connector: BM25 on SQLite FTS5, ts_rank_cd on PostgreSQL, constraints in the same WHERE."""
+"""Lexical connector: BM25 on SQLite FTS5, ts_rank_cd on PostgreSQL, constraints in the same WHERE.
+
+Only the caller's tenant is searched: on SQLite its own FTS5 table (its own BM25 statistics and
+candidates; a tenant that never wrote has none, so nothing matches), on PostgreSQL an index that
+leads with the tenant. Another tenant's data changes neither scores, timing nor status.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ from connectors.sql.pushdown import item, permitted, record_from_row, tagged
 from core.constraints import ItemFilter
 from core.errors import ConnectorError
 from core.records import Candidate, RecallQuery, SkipReason, SourceResult
+from core.store import lexical_table, tenant_index_exists
 
 MAX_TERMS = 32
 FIRST_WINDOW = 250
@@ -71,10 +77,11 @@ class FullTextConnector:
         BM25 top `limit` of the permitted matches.
         """
         match = fts_match(terms)
+        fts = lexical_table(where.tenant)  # hex digits after a fixed prefix: safe to name in SQL
         best = (
-            select(literal_column("rowid").label("pk"), func.bm25(literal_column("item_fts")).label("score"))
-            .select_from(text("item_fts"))
-            .where(text("item_fts MATCH :match").bindparams(match=match))
+            select(literal_column("rowid").label("pk"), func.bm25(literal_column(fts)).label("score"))
+            .select_from(text(fts))
+            .where(text(f"{fts} MATCH :match").bindparams(match=match))
             .order_by(literal_column("score"))
             .limit(window)
             .cte("best")
@@ -112,16 +119,18 @@ class FullTextConnector:
     def _rows(self, conn: Connection, where: ItemFilter, query: RecallQuery, terms: list[str]) -> list[Row[Any]]:
         if self.dialect != "sqlite":
             return list(conn.execute(self._postgres_statement(where, query, terms)).all())
+        if not tenant_index_exists(conn, where.tenant):
+            return []  # the tenant never wrote an item: nothing of its can match
         window = max(FIRST_WINDOW, query.limit * 5)
         while True:
             rows = list(conn.execute(self._sqlite_statement(where, query, terms, window)).all())
-            if len(rows) >= query.limit or self._match_count(conn, terms, window) < window:
+            if len(rows) >= query.limit or self._match_count(conn, where.tenant, terms, window) < window:
                 return rows
             window *= 4
 
     @staticmethod
-    def _match_count(conn: Connection, terms: list[str], cap: int) -> int:
-        """How many rows match, counting no further than `cap`."""
-        match = fts_match(terms)
-        capped = text("SELECT count(*) FROM (SELECT rowid FROM item_fts WHERE item_fts MATCH :match LIMIT :cap)")
-        return int(conn.execute(capped, {"match": match, "cap": cap}).scalar_one())
+    def _match_count(conn: Connection, tenant: str, terms: list[str], cap: int) -> int:
+        """How many of the tenant's rows match, counting no further than `cap`."""
+        fts = lexical_table(tenant)
+        capped = text(f"SELECT count(*) FROM (SELECT rowid FROM {fts} WHERE {fts} MATCH :match LIMIT :cap)")
+        return int(conn.execute(capped, {"match": fts_match(terms), "cap": cap}).scalar_one())

@@ -38,7 +38,11 @@ async def semantic_search(semantic: Semantic, where: ItemFilter, query: RecallQu
     result = await semantic.connector.search(
         where, replace(query, vector=tuple(float(x) for x in vector[0]), model=semantic.embedder.model_id)
     )
-    lag = semantic.worker.lag if semantic.worker else None
+    # The caller's tenant's waiting items only: another tenant's ingest volume is not ours to see.
+    worker = semantic.worker
+    lag = worker.lag if worker is not None else None
+    if worker is not None and lag:  # something waits somewhere: count the tenant's (cached briefly)
+        lag = await anyio.to_thread.run_sync(worker.tenant_lag, where.tenant, abandon_on_cancel=True)
     details = [d for d in (result.detail, f"query embedded in {embed_ms:.1f} ms") if d]
     if lag:
         details.append(f"{lag} items not embedded yet")

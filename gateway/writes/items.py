@@ -18,7 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from core import identifiers
 from core.errors import BadRequest
 from core.instants import parse_rfc3339, utc_now
-from core.store import writer
+from core.store import ensure_tenant_index, writer
 from core.tables import EntityTombstone, Item, ItemPrincipal, ItemScope, ItemTag, SourceDocument
 from core.validation import describe_validation_error, has_nul
 from gateway.writes.documents import Document, piece_id, section_items
@@ -233,6 +233,8 @@ def ingest(engine: Engine, tenant: str, entries: Iterable[Any], *, chunk: int = 
 
 def _write_chunk(engine: Engine, rows: list[tuple[int, str, dict[str, Any]]], report: IngestReport) -> None:
     with writer(engine).begin() as conn:
+        for tenant in sorted({row["tenant"] for _, _, row in rows}):
+            ensure_tenant_index(conn, tenant)  # before its first item: the index entry commits with the item
         for index, item_id, row in rows:
             savepoint = conn.begin_nested()
             try:

@@ -2,7 +2,9 @@
 
 Items are searchable lexically the moment they are written; this worker finds items whose vector
 is missing, of another model, or made from older text, embeds them in batches and stores the
-vectors. `lag` says how many items are still waiting.
+vectors. `lag` says how many items are still waiting, in the whole store or in one tenant; a
+response reports only its caller's tenant (`EmbeddingWorker.tenant_lag`), never another tenant's
+ingest volume.
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ import numpy as np
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from connectors.sql.pushdown import record_from_row
 from core.store import writer
 from core.tables import Item, ItemVector
-from gateway.background import PendingWorker
+from gateway.background import LAG_EVERY_S, PendingWorker
 from gateway.writes.embeddings import Embedder
 
 item = Item.__table__  # type: ignore[attr-defined]
@@ -41,8 +44,12 @@ def _stale(model: str):  # type: ignore[no-untyped-def]
     return joined, condition
 
 
-def lag(engine: Engine, model: str) -> int:
+def lag(engine: Engine, model: str, tenant: str | None = None) -> int:
+    """Items waiting for a vector of `model`: all of them, or one tenant's (read through the
+    (tenant, kind) index, so the count costs the tenant's size, not the store's)."""
     joined, condition = _stale(model)
+    if tenant is not None:
+        condition = and_(item.c.tenant == tenant, condition)
     with engine.connect() as conn:
         return int(conn.execute(select(func.count()).select_from(joined).where(condition)).scalar_one())
 
@@ -131,9 +138,28 @@ class EmbeddingWorker(PendingWorker):
         self.engine = engine
         self.embedder = embedder
         self.batch = batch
+        self._tenant_lag: dict[str, tuple[int, float]] = {}  # tenant -> (waiting, when counted)
         super().__init__(
             "embedding",
             lambda: embed_pending(engine, embedder, batch, publish),
             lambda: lag(engine, embedder.model_id),
             idle_s,
         )
+
+    def tenant_lag(self, tenant: str) -> int | None:
+        """The tenant's items still waiting, as a response reports them. `self.lag` (the whole
+        store, for the worker's own pacing) only decides whether to count: None before the worker
+        has looked, 0 with no query when nothing waits anywhere; otherwise one COUNT of the
+        tenant's items, kept for LAG_EVERY_S like the total; None if the count fails."""
+        if not self.lag:
+            return self.lag
+        now = time.monotonic()
+        cached = self._tenant_lag.get(tenant)
+        if cached is not None and now - cached[1] < LAG_EVERY_S:
+            return cached[0]
+        try:
+            waiting = lag(self.engine, self.embedder.model_id, tenant)
+        except SQLAlchemyError:
+            return None  # unknown, rather than failing the search it would decorate
+        self._tenant_lag[tenant] = (waiting, now)
+        return waiting
