@@ -42,7 +42,9 @@ async def semantic_search(semantic: Semantic, where: ItemFilter, query: RecallQu
     worker = semantic.worker
     lag = worker.lag if worker is not None else None
     if worker is not None and lag:  # something waits somewhere: count the tenant's (cached briefly)
-        lag = await anyio.to_thread.run_sync(worker.tenant_lag, where.tenant, abandon_on_cancel=True)
+        # Not abandoned at the deadline: one indexed COUNT, and a thread left holding a pooled
+        # connection would outlive the store it came from.
+        lag = await anyio.to_thread.run_sync(worker.tenant_lag, where.tenant)
     details = [d for d in (result.detail, f"query embedded in {embed_ms:.1f} ms") if d]
     if lag:
         details.append(f"{lag} items not embedded yet")
