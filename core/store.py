@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +93,26 @@ def _postgres_session(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.autocommit = autocommit
 
 
+_CLOSED: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def _closing_checkin(engine: Engine) -> Callable[[Any, Any], None]:
+    """A connection handed back after `close_store` (by a search thread abandoned at its deadline)
+    is closed on the spot, not left in a pool nobody holds, to be collected still open."""
+
+    def checkin(dbapi_connection: Any, _record: Any) -> None:
+        if dbapi_connection is not None and engine in _CLOSED:
+            dbapi_connection.close()
+
+    return checkin
+
+
+def close_store(engine: Engine) -> None:
+    """Close the store's pooled connections; those still checked out are closed when they come back."""
+    _CLOSED.add(engine)
+    engine.dispose()
+
+
 def open_store(database_url: str) -> Engine:
     """Create the engine and make sure the schema exists; raises StoreUnavailable if unreachable."""
     if database_url.startswith("sqlite:///"):
@@ -107,6 +129,7 @@ def open_store(database_url: str) -> Engine:
         event.listen(engine, "connect", _postgres_session)
     else:
         raise StoreUnavailable("database_url: only sqlite:/// and postgresql:// URLs are supported")
+    event.listen(engine, "checkin", _closing_checkin(engine))
     try:
         SQLModel.metadata.create_all(engine)
         _add_later_columns(engine)

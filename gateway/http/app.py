@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from core.errors import GatewayError, where
+from core.store import close_store
 from gateway.context import GatewayContext, build_context
 from gateway.http import audit_pages
 from gateway.http.errors import error_answer
@@ -72,7 +73,7 @@ def create_app(settings: Settings, context: GatewayContext | None = None, teleme
                 if app.state.context.synthesizer is not None:
                     await app.state.context.synthesizer.aclose()
                 await anyio.to_thread.run_sync(app.state.context.telemetry.shutdown)  # flushes the exporters
-                app.state.context.store.dispose()
+                close_store(app.state.context.store)
 
     return Starlette(
         routes=[
