@@ -212,3 +212,14 @@ async def send_all(bodies: Sequence[Body], concurrency: int, send: Callable[[Bod
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     return samples, time.perf_counter() - started
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (q in 0..100)."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)

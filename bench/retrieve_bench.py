@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import httpx
-from harness import Server, code_revision, free_port, send_all
+from harness import Server, code_revision, free_port, percentile, send_all
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
@@ -334,17 +334,6 @@ async def measure(url: str, key: str, requests: int, concurrency: int, depth: st
 
 
 # ---------------------------------------------------------------- reporting
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (q in 0..100)."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q / 100
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def policy_figures(phase: Phase) -> dict[str, float]:

@@ -33,7 +33,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from harness import code_revision
+from harness import code_revision, percentile
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine
 
@@ -93,17 +93,6 @@ def constraints(tenant: str) -> ItemFilter:
         tenant=tenant, principals=("*", "user:bench"), sensitivities=("public", "internal"),
         valid_at=datetime.now(timezone.utc), scopes=(), kinds=("memory", "document"), statuses=("active",),
     )
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (q in 0..100)."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q / 100
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 @dataclass
