@@ -20,6 +20,7 @@ from core.records import Fused, RecallQuery, Record, SkipReason, SourceResult
 from core.request import RetrieveRequest
 from gateway.pipeline.cursors import Cursor, advance, load
 from gateway.pipeline.ranking import Ranked
+from gateway.pipeline.recall import SOURCES
 from gateway.pipeline.respond import respond
 from gateway.pipeline.stages import StageTimer
 from gateway.writes.documents import join_section
@@ -29,7 +30,6 @@ if TYPE_CHECKING:
 
 PAGE_ENTRIES = 100  # entries read per expand; what fits the budget is returned
 ATTEMPTS = 3
-SOURCES = ("exact", "graph", "lexical", "semantic")
 
 
 async def expand(pipeline: Pipeline, actor: Actor, request: RetrieveRequest, trace: TraceBuilder) -> dict[str, Any]:

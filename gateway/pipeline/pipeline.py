@@ -27,7 +27,7 @@ from gateway.pipeline.entities import Resolution, ResolvedEntity, resolve
 from gateway.pipeline.expand import expand
 from gateway.pipeline.fuse import fuse
 from gateway.pipeline.ranking import Ranked, rank
-from gateway.pipeline.recall import Search, recall
+from gateway.pipeline.recall import SOURCES, Search, recall
 from gateway.pipeline.relevance import above_floor
 from gateway.pipeline.respond import cite, entities_report, mask_fields, request_shape, respond, source_records
 from gateway.pipeline.sections import read_whole, section_keys
@@ -46,7 +46,6 @@ from gateway.synthesis.client import Synthesizer
 from gateway.telemetry import current as current_telemetry
 from gateway.telemetry import documents
 
-SOURCES = ("exact", "graph", "lexical", "semantic")
 MODE_SOURCES = {
     "brief": {"exact", "graph", "lexical", "semantic"},
     "scout": {"exact", "lexical", "semantic"},

@@ -16,6 +16,7 @@ from gateway.telemetry import current as current_telemetry
 log = logging.getLogger("gateway.pipeline.recall")
 
 Search = Callable[[], Awaitable[SourceResult]]
+SOURCES = ("exact", "graph", "lexical", "semantic")  # every response reports each of these
 
 
 async def run_source(name: str, search: Search, deadline_ms: int) -> SourceResult:
