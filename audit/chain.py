@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Generator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import delete, func, insert, select
 from sqlalchemy.engine import Connection, Engine
 
-from audit.lineage import read_lineage
+from audit.keys import seal, sealed
 from core.audit_tables import AuditAnchor, AuditItem, AuditTrace
 from core.store import writer
 
@@ -24,8 +23,13 @@ audit_item = AuditItem.__table__  # type: ignore[attr-defined]
 audit_anchor = AuditAnchor.__table__  # type: ignore[attr-defined]
 GENESIS = "0" * 64
 NO_TENANT = "-"
-HASHED = ("trace_id", "created_at", "tenant", "actor", "endpoint", "status_code", "decision", "policy_engine",
-          "policy_revision", "error_code", "lineage", "chain", "seq", "prev_hash")
+# Version 1 of the row hash left out the review columns derived from the lineage; rows written with
+# it are still accepted at the start of a chain (before its first version 2 row), and their derived
+# columns are checked against their lineage instead.
+HASHED_V1 = ("trace_id", "created_at", "tenant", "actor", "endpoint", "status_code", "decision", "policy_engine",
+             "policy_revision", "error_code", "lineage", "chain", "seq", "prev_hash")
+HASHED = (*HASHED_V1, "task_type", "about")  # every column but the key, the hash itself and its seal
+HASH_VERSION = 2
 
 
 def chain_of(tenant: str | None) -> str:
@@ -38,15 +42,58 @@ def utc_instant(value: datetime) -> str:
     return value.astimezone(timezone.utc).isoformat(timespec="microseconds")
 
 
-def row_hash(row: dict[str, Any]) -> str:
-    """SHA-256 of the row's canonical JSON: the hashed fields, sorted keys, no spaces, UTC instants."""
-    content = {name: (utc_instant(row[name]) if name == "created_at" else row[name]) for name in HASHED}
+def _digest(row: dict[str, Any], names: tuple[str, ...], version: int | None) -> str:
+    content = {name: (utc_instant(row[name]) if name == "created_at" else row[name]) for name in names}
+    if version is not None:
+        content["hash_version"] = version
     canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-def append(conn: Connection, values: dict[str, Any]) -> None:
-    """Insert one row at the head of its chain (inside the caller's write transaction).
+def row_hash(row: dict[str, Any]) -> str:
+    """SHA-256 of the row's canonical JSON: every column but `pk`, `row_hash` and `seal`, plus the
+    hash version; sorted keys, no spaces, UTC instants."""
+    return _digest(row, HASHED, HASH_VERSION)
+
+
+def row_hash_v1(row: dict[str, Any]) -> str:
+    return _digest(row, HASHED_V1, None)
+
+
+@dataclass(frozen=True, slots=True)
+class Derived:
+    """What the review columns and the item index hold, as the row's (hashed) lineage says."""
+
+    task_type: str | None
+    about: str | None
+    packed: tuple[str, ...]
+
+
+def derived(lineage: Any) -> Derived:
+    """Read from the stored lineage as it is (no model validation: verify reads every row)."""
+    data = lineage if isinstance(lineage, dict) else {}
+    request = data.get("request")
+    task = request.get("task") if isinstance(request, dict) else None
+    task_type = task.get("type") if isinstance(task, dict) else None
+    about = data.get("about")
+    packed = data.get("packed")
+    return Derived(
+        task_type=task_type if isinstance(task_type, str) else None,
+        about=about if isinstance(about, str) else None,
+        packed=tuple(dict.fromkeys(i for i in packed if isinstance(i, str))) if isinstance(packed, list) else (),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    chain: str
+    seq: int
+    row_hash: str
+
+
+def append(conn: Connection, values: dict[str, Any], seal_key: bytes | None = None) -> Appended:
+    """Insert one row at the head of its chain (inside the caller's write transaction); with a seal
+    key the row carries its seal.
 
     On PostgreSQL a transaction-scoped advisory lock per chain makes appenders of one chain take
     turns, across processes and replicas, instead of racing for the head and retrying; on SQLite the
@@ -60,13 +107,16 @@ def append(conn: Connection, values: dict[str, Any]) -> None:
         .order_by(audit_trace.c.seq.desc())
         .limit(1)
     ).first()
-    row = {**values, "chain": chain, "seq": (head.seq + 1) if head else 1, "prev_hash": head.row_hash if head else GENESIS}
-    lineage = read_lineage(values.get("lineage"))
-    derived = {"task_type": lineage.task_type, "about": lineage.about}
-    pk = conn.execute(insert(audit_trace).values(**row, **derived, row_hash=row_hash(row)).returning(audit_trace.c.pk)).scalar_one()
-    packed = list(dict.fromkeys(lineage.packed or ()))
-    if packed:
-        conn.execute(insert(audit_item), [{"trace_pk": pk, "item_id": i} for i in packed])
+    facts = derived(values.get("lineage"))
+    row = {**values, "chain": chain, "seq": (head.seq + 1) if head else 1, "prev_hash": head.row_hash if head else GENESIS,
+           "task_type": facts.task_type, "about": facts.about}
+    digest = row_hash(row)
+    pk = conn.execute(
+        insert(audit_trace).values(**row, row_hash=digest, seal=seal(seal_key, digest) if seal_key else None).returning(audit_trace.c.pk)
+    ).scalar_one()
+    if facts.packed:
+        conn.execute(insert(audit_item), [{"trace_pk": pk, "item_id": i} for i in facts.packed])
+    return Appended(chain, row["seq"], digest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,72 +130,138 @@ class Break:
         return {"chain": self.chain, "seq": self.seq, "trace_id": self.trace_id, "reason": self.reason}
 
 
-def _rows(conn: Connection, chain: str) -> Generator[Any, None, None]:
-    """The chain in order, streamed (a server-side cursor on PostgreSQL), closed even when the
-    caller stops at a broken link."""
-    statement = select(audit_trace).where(audit_trace.c.chain == chain).order_by(audit_trace.c.seq)
-    result = conn.execution_options(stream_results=True, yield_per=1000).execute(statement)
+@dataclass(slots=True)
+class Walk:
+    """One chain walked in order: where it starts and ends, the hashes at the positions asked for,
+    and its first broken link. `unsealed` is the first row that should carry a seal and does not
+    (only looked for with a seal key)."""
+
+    chain: str
+    first: int = 1
+    start_hash: str = GENESIS  # the hash the first row links to (GENESIS, or the anchor's)
+    rows: int = 0
+    head: int = 0
+    head_hash: str = GENESIS
+    hashes: dict[int, str] = field(default_factory=dict)
+    broken: Break | None = None
+    unsealed: Break | None = None
+    before_unsealed: tuple[int, str] = (0, GENESIS)  # the position and hash just before `unsealed`
+
+
+def walk_chain(conn: Connection, chain: str, want: frozenset[int] = frozenset(), seal_key: bytes | None = None,
+               sealed_after: int | None = None, after: tuple[int, str] | None = None) -> Walk:
+    """Walk a chain in order, streamed (a server-side cursor on PostgreSQL), checking each link,
+    hash, derived column and the item index rows of each call. A pruned chain starts at its anchor;
+    `after` = (position, hash) walks only the rows past a known position. Rows past `sealed_after`
+    must carry a valid seal (rows before the chain's first sealed row are exempt when it is None)."""
+    if after is not None:
+        walk = Walk(chain, first=after[0] + 1, start_hash=after[1], head=after[0], head_hash=after[1])
+    else:
+        anchor = conn.execute(select(audit_anchor).where(audit_anchor.c.chain == chain)).first()
+        first, start = (anchor.seq, anchor.prev_hash) if anchor else (1, GENESIS)
+        walk = Walk(chain, first=first, start_hash=start, head=first - 1, head_hash=start)
+    statement = select(audit_trace).where(audit_trace.c.chain == chain, audit_trace.c.seq >= walk.first).order_by(audit_trace.c.seq)
+    result = conn.execution_options(stream_results=True, yield_per=WALK_BATCH).execute(statement)
+    legacy, seen_seal = after is None, False  # hash version 1 is accepted until the chain's first version 2 row
     try:
-        yield from result
+        for batch in result.partitions(WALK_BATCH):
+            rows = [dict(r._mapping) for r in batch]
+            index = _index_of(conn, [m["pk"] for m in rows])
+            for m in rows:
+                walk.rows += 1
+                problem, legacy = _check(m, walk, legacy, index.get(m["pk"], set()))
+                if problem is not None:
+                    walk.broken = Break(chain, m["seq"], m["trace_id"], problem)
+                    return walk
+                seen_seal = seen_seal or m["seal"] is not None
+                if seal_key is not None and walk.unsealed is None and not sealed(seal_key, m["row_hash"], m["seal"]):
+                    must = seen_seal if sealed_after is None else m["seq"] > sealed_after
+                    if must:
+                        walk.unsealed = Break(chain, m["seq"], m["trace_id"], UNSEALED)
+                        walk.before_unsealed = (walk.head, walk.head_hash)
+                walk.head, walk.head_hash = m["seq"], m["row_hash"]
+                if m["seq"] in want:
+                    walk.hashes[m["seq"]] = m["row_hash"]
     finally:
         result.close()
+    return walk
 
 
-def verify_chain(conn: Connection, chain: str) -> tuple[int, Break | None]:
-    """Rows checked, and the first broken link of one chain (or None). A pruned chain is checked
-    from its anchor: the oldest kept position and the hash it must link to."""
-    anchor = conn.execute(select(audit_anchor).where(audit_anchor.c.chain == chain)).first()
-    start = (anchor.prev_hash, anchor.seq) if anchor else (GENESIS, 1)
-    rows = _rows(conn, chain)
-    try:
-        return _walk(rows, chain, *start)
-    finally:
-        rows.close()
+WALK_BATCH = 1000
+UNSEALED = "carries no valid seal: the gateway did not write this row (forged, or written without the signing key)"
 
 
-def _walk(rows: Iterator[Any], chain: str, expected_prev: str, expected_seq: int) -> tuple[int, Break | None]:
-    checked = 0
-    for row in rows:
-        m = dict(row._mapping)
-        checked += 1
-        if m["seq"] != expected_seq:
-            what = "a row is missing before this one" if m["seq"] > expected_seq else "rows are out of order"
-            return checked, Break(chain, m["seq"], m["trace_id"], f"expected position {expected_seq}: {what}")
-        if m["prev_hash"] != expected_prev:
-            return checked, Break(chain, m["seq"], m["trace_id"], "does not link to the row before it")
-        if m["row_hash"] != row_hash(m):
-            return checked, Break(chain, m["seq"], m["trace_id"], "content does not match its hash (edited)")
-        expected_prev, expected_seq = m["row_hash"], expected_seq + 1
-    return checked, None
+def _index_of(conn: Connection, pks: list[int]) -> dict[int, set[str]]:
+    """The item index rows of these calls, in one query per batch."""
+    index: dict[int, set[str]] = {}
+    if pks:
+        for pk, item in conn.execute(select(audit_item.c.trace_pk, audit_item.c.item_id).where(audit_item.c.trace_pk.in_(pks))):
+            index.setdefault(pk, set()).add(item)
+    return index
 
 
-def verify(engine: Engine, tenant: str | None = None) -> dict[str, Any]:
-    """Check one tenant's chain, or every chain; `ok` is false at the first broken link of any."""
-    with engine.connect() as conn:
-        if tenant is not None:
-            chains = [tenant]
-        else:
-            chains = [c for (c,) in conn.execute(select(audit_trace.c.chain).where(audit_trace.c.chain.is_not(None)).distinct())]
-        unchained = conn.execute(select(func.count()).select_from(audit_trace).where(audit_trace.c.chain.is_(None))).scalar_one()
-        report: dict[str, Any] = {"ok": True, "chains": {}, "first_broken": None}
-        for chain in sorted(chains):
-            checked, broken = verify_chain(conn, chain)
-            report["chains"][chain] = {"rows": checked, "ok": broken is None}
-            if broken is not None and report["first_broken"] is None:
-                report["ok"], report["first_broken"] = False, broken.as_dict()
-    if tenant is None:
-        report["rows_before_chaining"] = int(unchained)
-    return report
+def _check(m: dict[str, Any], walk: Walk, legacy: bool, indexed: set[str]) -> tuple[str | None, bool]:
+    """The first thing wrong with one row, given the walk so far, and whether version 1 hashes are
+    still accepted after it."""
+    expected = walk.head + 1
+    if m["seq"] != expected:
+        return f"expected position {expected}: " + ("a row is missing before this one" if m["seq"] > expected else "rows are out of order"), legacy
+    if m["prev_hash"] != walk.head_hash:
+        return "does not link to the row before it", legacy
+    if m["row_hash"] != row_hash(m):
+        if not (legacy and m["row_hash"] == row_hash_v1(m)):
+            return "content does not match its hash (edited)", legacy
+    else:
+        legacy = False
+    facts = derived(m["lineage"])
+    if (m["task_type"], m["about"]) != (facts.task_type, facts.about):
+        return "task_type or about does not match the row's lineage (edited)", legacy
+    if indexed != set(facts.packed):
+        extra, missing = sorted(indexed - set(facts.packed)), sorted(set(facts.packed) - indexed)
+        what = f"lists {extra[0]!r}, which this call never returned" if extra else f"lacks {missing[0]!r}, which this call returned"
+        return f"the item index {what} (index edited)", legacy
+    return None, legacy
 
 
-def prune(engine: Engine, before: datetime) -> dict[str, int]:
-    """Remove rows recorded before `before`, chain by chain, keeping each chain verifiable: the
-    oldest kept row becomes the chain's anchor (its position and the hash it links to). A chain is
-    only cut below a row that stays, so its newest row is never removed."""
-    removed: dict[str, int] = {}
+def moved_out_of_chains(conn: Connection, tenant: str | None) -> Break | None:
+    """A row that was chained (it has a hash) but no longer names its chain: its `chain` was emptied."""
+    statement = select(audit_trace.c.tenant, audit_trace.c.seq, audit_trace.c.trace_id).where(
+        audit_trace.c.chain.is_(None), audit_trace.c.row_hash.is_not(None))
+    if tenant is not None:
+        statement = statement.where(audit_trace.c.tenant == tenant)
+    row = conn.execute(statement.limit(1)).first()
+    if row is None:
+        return None
+    return Break(chain_of(row.tenant), row.seq, row.trace_id, "a chained row no longer names its chain (chain emptied)")
+
+
+def chains_in(conn: Connection) -> list[str]:
+    return sorted(c for (c,) in conn.execute(select(audit_trace.c.chain).where(audit_trace.c.chain.is_not(None)).distinct()))
+
+
+def unchained_rows(conn: Connection) -> int:
+    """Rows from before chaining (no chain, no hash)."""
+    return int(conn.execute(select(func.count()).select_from(audit_trace).where(
+        audit_trace.c.chain.is_(None), audit_trace.c.row_hash.is_(None))).scalar_one())
+
+
+@dataclass(frozen=True, slots=True)
+class Pruned:
+    """What prune removed from one chain, and where the chain now starts: its oldest kept position
+    and the hash that row links to (the head of what was removed)."""
+
+    removed: int
+    oldest: int
+    prev_hash: str
+
+
+def prune(engine: Engine, before: datetime, chains: list[str] | None = None) -> dict[str, Pruned]:
+    """Remove rows recorded before `before`, chain by chain (every chain, or those named), keeping
+    each chain verifiable: the oldest kept row becomes the chain's anchor (its position and the hash
+    it links to). A chain is only cut below a row that stays, so its newest row is never removed."""
+    removed: dict[str, Pruned] = {}
     with writer(engine).begin() as conn:
-        chains = [c for (c,) in conn.execute(select(audit_trace.c.chain).where(audit_trace.c.chain.is_not(None)).distinct())]
-        for chain in chains:
+        for chain in chains_in(conn) if chains is None else chains:
             keep = conn.execute(
                 select(audit_trace.c.seq, audit_trace.c.prev_hash)
                 .where(audit_trace.c.chain == chain, audit_trace.c.created_at >= before)
@@ -168,5 +284,5 @@ def prune(engine: Engine, before: datetime) -> dict[str, int]:
                 conn.execute(delete(audit_anchor).where(audit_anchor.c.chain == chain))
                 conn.execute(insert(audit_anchor).values(chain=chain, seq=keep.seq, prev_hash=keep.prev_hash,
                                                          pruned_at=datetime.now(timezone.utc)))
-                removed[chain] = int(count)
+                removed[chain] = Pruned(int(count), keep.seq, keep.prev_hash)
     return removed

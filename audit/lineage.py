@@ -170,6 +170,8 @@ class AuditReadRecord(Record):
 class AuditVerifyRecord(Record):
     ok: bool
     rows: int
+    checkpointed: int | None = None  # rows covered by a signed checkpoint
+    not_yet_checkpointed: int | None = None
 
 
 class FeedbackRecord(Record):
@@ -199,6 +201,9 @@ class Lineage(Record):
     dropped_for_budget: list[str] | None = None
     dropped_since_issued: list[str] | None = None
     packed: list[str] | None = None
+    # What the call had packed but never delivered (its body failed to build, or the client left):
+    # kept for review, out of the per-item index of "which calls returned item X".
+    not_delivered: list[str] | None = None
     cursor_issued: bool | None = None
     sources: dict[str, SourceRecord] | None = None
     timings: dict[str, float] | None = None
@@ -217,6 +222,8 @@ class Lineage(Record):
     audit_export: dict[str, str] | None = None
     audit_verify: AuditVerifyRecord | None = None
     audit_session: dict[str, Any] | None = None
+    # A call no route took (404, 405): its method and a keyed fingerprint of its path, never the path.
+    route: dict[str, Any] | None = None
 
     @property
     def task_type(self) -> str | None:

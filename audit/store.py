@@ -12,7 +12,9 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
-from audit.chain import append
+from audit.chain import Appended, append, chain_of
+from audit.checkpoints import Checkpointer, read_checkpoints
+from audit.integrity import verify
 from audit.trace import Trace
 from core.audit_tables import AuditSecret, AuditTrace
 from core.errors import AuditWriteError
@@ -38,10 +40,13 @@ class AuditStore:
     (one lock, one sync to disk) instead of each taking its own. Every writer still returns only
     once its own row is committed, so a call is never answered without its record."""
 
-    def __init__(self, engine: Engine, key: bytes | None = None) -> None:
+    def __init__(self, engine: Engine, key: bytes | None = None, checkpointer: Checkpointer | None = None) -> None:
         self.engine = engine
         # The key of the trace's fingerprints; without one given, a key of this process only.
         self.key = key or secrets.token_bytes(32)
+        # With a signing key: rows are sealed, and the checkpointer signs the chains as they grow.
+        self.checkpointer = checkpointer
+        self._seal_key = checkpointer.seal_key if checkpointer is not None else None
         self._queue: list[_Pending] = []
         self._queue_lock = threading.Lock()
         self._turn = threading.Lock()  # one committer at a time
@@ -80,8 +85,9 @@ class AuditStore:
         for attempt in range(APPEND_ATTEMPTS):
             try:
                 with writer(self.engine).begin() as conn:
-                    for pending in group:
-                        append(conn, pending.values)
+                    appended: list[Appended] = [append(conn, pending.values, self._seal_key) for pending in group]
+                if self.checkpointer is not None:
+                    self.checkpointer.appended(appended)
                 return
             except IntegrityError as exc:
                 if attempt == APPEND_ATTEMPTS - 1:
@@ -91,6 +97,17 @@ class AuditStore:
 
     async def write(self, trace: Trace) -> None:
         await anyio.to_thread.run_sync(self.write_sync, trace)
+
+    def verify(self, tenant: str | None = None) -> dict[str, Any]:
+        """The integrity report of one tenant's chain (or every chain): against the signed
+        checkpoints, and with rows past the last one checked for the gateway's seal, when this store
+        signs; the hash chain alone otherwise."""
+        if self.checkpointer is None:
+            return verify(self.engine, tenant)
+        checkpointer = self.checkpointer
+        attested = read_checkpoints(checkpointer.log.path, checkpointer.signer.verifier,
+                                    chain_of(tenant) if tenant is not None else None)
+        return verify(self.engine, tenant, attested, checkpointer.seal_key)
 
     def get(self, trace_id: str) -> dict[str, Any] | None:
         with Session(self.engine) as session:

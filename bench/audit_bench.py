@@ -39,7 +39,8 @@ from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.engine import Engine
 from sqlmodel import SQLModel
 
-from audit.chain import append, audit_item, audit_trace, verify
+from audit.chain import append, audit_item, audit_trace
+from audit.integrity import verify
 from audit.trace import Trace, new_trace_id
 from core.store import open_store, writer
 from gateway.auth import create_api_key

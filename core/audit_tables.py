@@ -33,6 +33,9 @@ class AuditTrace(SQLModel, table=True):
     seq: int | None = None
     prev_hash: str | None = Field(default=None, max_length=64)
     row_hash: str | None = Field(default=None, max_length=64)
+    # HMAC of row_hash under a key derived from the audit signing key (audit.keys): proof that the
+    # gateway wrote the row, checked before a checkpoint signs it. None without a signing key.
+    seal: str | None = Field(default=None, max_length=64)
     # For review filters (derived from the hashed lineage): the task type, and the trace a usage or
     # feedback row is about.
     task_type: str | None = Field(default=None, max_length=200)
@@ -68,3 +71,21 @@ class AuditAnchor(SQLModel, table=True):
     seq: int
     prev_hash: str = Field(max_length=64)
     pruned_at: datetime
+
+
+class AuditSession(SQLModel, table=True):
+    """A signed-in session of the audit page (gateway/http/audit_pages/session.py). Not an audit row:
+    no part of the hash chain; deleted at sign-out, and once dead at a later sign-in. `id` is the
+    HMAC of the cookie's random token under the session key, never the token, so reading this table
+    gives no usable cookie; `mac` binds the key id and the creation time to that id under the same
+    key, so writing it without the key can neither mint a session nor move one to another key or
+    make it younger. `expires_at` is not bound: a session also ends GATEWAY_AUDIT_SESSION_MINUTES
+    after `created_at`, whatever it says."""
+
+    __tablename__ = "audit_session"
+
+    id: str = Field(primary_key=True, max_length=64)
+    key_id: str = Field(max_length=64)
+    created_at: datetime = Field(index=True)
+    expires_at: datetime = Field(index=True)
+    mac: str = Field(max_length=64)

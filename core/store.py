@@ -64,6 +64,7 @@ LATER_COLUMNS = [
     ("audit_trace", "row_hash", "VARCHAR"),
     ("audit_trace", "task_type", "VARCHAR"),
     ("audit_trace", "about", "VARCHAR"),
+    ("audit_trace", "seal", "VARCHAR"),
 ]
 
 

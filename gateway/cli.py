@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from core.errors import GatewayError
 from gateway.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+    from audit.chain import Pruned
 
 
 def store_options(command: Any) -> Any:
@@ -184,18 +190,90 @@ def audit() -> None:
     """Audit trail tools."""
 
 
+@audit.command("keygen")
+@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Directory for the new key pair.")
+def audit_keygen(out_dir: Path) -> None:
+    """Write a new Ed25519 key pair for signing audit checkpoints: the private key (mode 0600) for
+    GATEWAY_AUDIT_SIGNING_KEY, and the public key and verifier key for auditors."""
+    from audit.keys import generate
+
+    try:
+        paths = generate(out_dir)
+    except GatewayError as exc:
+        raise click.ClickException(exc.message) from exc
+    click.echo(json.dumps({name: str(path) for name, path in paths.items()}, indent=2))
+
+
 @audit.command("verify")
 @store_options
 @click.option("--tenant", help="Check this tenant's chain only (default: every chain).")
-def audit_verify(tenant: str | None, **flags: Any) -> None:
-    """Recompute the audit hash chains; print where the first one breaks and exit 1 if any does."""
-    from audit.chain import verify
-    from core.store import open_store
+@click.option("--checkpoints", type=click.Path(path_type=Path), help="The signed checkpoint file to hold the chains against.")
+@click.option("--public-key", type=click.Path(path_type=Path), help="The public key (PEM or verifier key) the checkpoints are signed with.")
+def audit_verify(tenant: str | None, checkpoints: Path | None, public_key: Path | None, **flags: Any) -> None:
+    """Recompute the audit hash chains, and hold them against the signed checkpoints when given;
+    print the report, name the first problem and exit 1 if there is one."""
+    from audit.checkpoints import read_checkpoints
+    from audit.integrity import verify
+    from audit.keys import load_verifier
+    from core.store import close_store, open_store
+
+    if (checkpoints is None) != (public_key is None):
+        raise click.ClickException("--checkpoints and --public-key: give both, or neither")
+    settings = settings_from(**flags)
+    attested = None
+    if checkpoints is not None and public_key is not None:
+        if not checkpoints.is_file():
+            raise click.ClickException(f"--checkpoints: {checkpoints} cannot be read")
+        try:
+            verifier = load_verifier(public_key)
+        except GatewayError as exc:
+            raise click.ClickException(exc.message) from exc
+        attested = read_checkpoints(checkpoints, verifier, tenant if tenant is not None else None)
+    engine = open_store(settings.effective_database_url)
+    try:
+        report = verify(engine, tenant, attested)
+    finally:
+        close_store(engine)
+    click.echo(json.dumps(report, indent=2))
+    click.echo(verdict(report), err=True)
+    sys.exit(0 if report["ok"] else 1)
+
+
+def verdict(report: dict[str, Any]) -> str:
+    """One line for people: the first problem, or what was verified and what is not yet covered."""
+    rows = sum(c["rows"] for c in report["chains"].values())
+    if not report["ok"]:
+        broken = report["first_broken"]
+        at = f" at position {broken['seq']}" if broken["seq"] is not None else ""
+        return f"FAILED: chain {broken['chain']}{at}: {broken['reason']}"
+    if "checkpoints" not in report:
+        return f"OK: {rows} rows in {len(report['chains'])} chains link and match their hashes (no checkpoints given)"
+    return (f"OK: {report['checkpointed']} rows match signed checkpoints; {report['not_yet_checkpointed']} rows are not yet "
+            "checkpointed (checked for links and hashes only)")
+
+
+@audit.command("checkpoint")
+@store_options
+def audit_checkpoint(**flags: Any) -> None:
+    """Sign a checkpoint of every chain now (GATEWAY_AUDIT_SIGNING_KEY, GATEWAY_AUDIT_CHECKPOINTS);
+    the service does this on its own as rows arrive and at shutdown."""
+    from core.store import close_store, open_store
+    from gateway.context import build_checkpointer
 
     settings = settings_from(**flags)
-    report = verify(open_store(settings.effective_database_url), tenant)
-    click.echo(json.dumps(report, indent=2))
-    sys.exit(0 if report["ok"] else 1)
+    if settings.audit_signing_key is None:
+        raise click.ClickException("GATEWAY_AUDIT_SIGNING_KEY and GATEWAY_AUDIT_CHECKPOINTS: set both to sign checkpoints")
+    engine = open_store(settings.effective_database_url)
+    try:
+        checkpointer = build_checkpointer(settings, engine)
+        assert checkpointer is not None
+        made = checkpointer.checkpoint(every_chain=True)
+    except GatewayError as exc:
+        raise click.ClickException(exc.message) from exc
+    finally:
+        close_store(engine)
+    click.echo(json.dumps({"signed": [{"chain": c.chain, **c.as_dict()} for c in made]}, indent=2))
+    sys.exit(1 if any(c.refused for c in made) else 0)
 
 
 @audit.command("prune")
@@ -203,19 +281,43 @@ def audit_verify(tenant: str | None, **flags: Any) -> None:
 @click.option("--days", type=int, help="Keep this many days (default GATEWAY_AUDIT_RETENTION_DAYS).")
 def audit_prune(days: int | None, **flags: Any) -> None:
     """Remove audit rows older than the retention period; each chain stays verifiable from its
-    oldest kept row."""
+    oldest kept row. With a signing key, each chain is verified first (a broken one is left
+    alone) and what was removed is signed, so verify can tell the prune from a deletion."""
     from datetime import timedelta
 
-    from audit.chain import prune
     from core.instants import utc_now
-    from core.store import open_store
+    from core.store import close_store, open_store
 
     settings = settings_from(**flags)
     keep_days = days if days is not None else settings.audit_retention_days
     if keep_days < 1:
         raise click.ClickException("--days: keep at least one day")
-    removed = prune(open_store(settings.effective_database_url), utc_now() - timedelta(days=keep_days))
-    click.echo(json.dumps({"kept_days": keep_days, "removed": removed}))
+    engine = open_store(settings.effective_database_url)
+    try:
+        removed, refused = _prune(settings, engine, utc_now() - timedelta(days=keep_days))
+    except GatewayError as exc:
+        raise click.ClickException(exc.message) from exc
+    finally:
+        close_store(engine)
+    click.echo(json.dumps({"kept_days": keep_days, "removed": {c: p.removed for c, p in removed.items()},
+                           "not_pruned_broken": refused}))
+
+
+def _prune(settings: Settings, engine: "Engine", before: "datetime") -> tuple[dict[str, "Pruned"], dict[str, str]]:
+    """Prune every chain that verifies (all of them without a signing key), then sign what went."""
+    from audit.chain import chains_in, prune
+    from audit.store import AuditStore
+    from gateway.context import build_checkpointer
+
+    checkpointer = build_checkpointer(settings, engine)
+    if checkpointer is None:
+        return prune(engine, before), {}
+    checker = AuditStore(engine, checkpointer=checkpointer)
+    with engine.connect() as conn:
+        reports = {chain: checker.verify(chain) for chain in chains_in(conn)}
+    removed = prune(engine, before, [chain for chain, report in reports.items() if report["ok"]])
+    checkpointer.pruned({chain: (p.oldest, p.prev_hash) for chain, p in removed.items()})
+    return removed, {chain: report["first_broken"]["reason"] for chain, report in reports.items() if not report["ok"]}
 
 
 @main.group()

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.engine import Engine
 
+from audit.checkpoints import Checkpointer, CheckpointLog
+from audit.keys import load_signer
 from audit.store import AuditStore, load_or_create_key
 from connectors.sql.exact import SqlExactConnector
 from connectors.sql.graph import SqlGraphConnector
@@ -71,7 +73,8 @@ async def build_context(settings: Settings, telemetry: Telemetry | None = None) 
             semantic=build_semantic(settings, store),
             graph=SqlGraphConnector(store),
         ),
-        audit=AuditStore(store, settings.audit_key.encode() if settings.audit_key else load_or_create_key(store)),
+        audit=AuditStore(store, settings.audit_key.encode() if settings.audit_key else load_or_create_key(store),
+                         build_checkpointer(settings, store)),
         privacy=load_privacy(store, settings.pii, settings.pii_background),
         synthesizer=(
             Synthesizer(settings.llm_url, settings.llm_model, settings.llm_key, settings.llm_timeout_ms)
@@ -80,6 +83,14 @@ async def build_context(settings: Settings, telemetry: Telemetry | None = None) 
         ),
         telemetry=telemetry or build_telemetry(settings),
     )
+
+
+def build_checkpointer(settings: Settings, store: Engine) -> Checkpointer | None:
+    """With GATEWAY_AUDIT_SIGNING_KEY: the signer of the audit chains' checkpoints."""
+    if settings.audit_signing_key is None or settings.audit_checkpoints is None:
+        return None
+    return Checkpointer(store, load_signer(settings.audit_signing_key), CheckpointLog(settings.audit_checkpoints),
+                        settings.audit_checkpoint_rows, settings.audit_checkpoint_seconds)
 
 
 def build_semantic(settings: Settings, store: Engine) -> Semantic:

@@ -50,6 +50,11 @@ class Settings:
     otel_endpoint: str | None = None
     otel_service_name: str = "governed-gateway"
     audit_session_minutes: int = 60
+    audit_session_key: str | None = None
+    audit_signing_key: Path | None = None
+    audit_checkpoints: Path | None = None
+    audit_checkpoint_rows: int = 100
+    audit_checkpoint_seconds: int = 60
     llm_url: str | None = None
     llm_model: str = "gpt-4o-mini"
     llm_key: str | None = None
@@ -141,6 +146,10 @@ def load_settings(overrides: Mapping[str, Any] | None = None, environ: Mapping[s
     settings.budget_shares  # noqa: B018  (validated once, here: a bad split stops start-up)
     if settings.audit_key is not None and len(settings.audit_key.encode()) < 32:
         raise ConfigurationError("GATEWAY_AUDIT_KEY: use at least 32 bytes")
+    if settings.audit_session_key is not None and len(settings.audit_session_key.encode()) < 32:
+        raise ConfigurationError("GATEWAY_AUDIT_SESSION_KEY: use at least 32 bytes")
+    if (settings.audit_signing_key is None) != (settings.audit_checkpoints is None):
+        raise ConfigurationError("GATEWAY_AUDIT_SIGNING_KEY and GATEWAY_AUDIT_CHECKPOINTS: set both (the key signs, the file keeps the checkpoints) or neither")
     if settings.otel_exporter not in ("none", "otlp"):
         raise ConfigurationError("GATEWAY_OTEL_EXPORTER: expected none or otlp")
     if settings.decision_log_url is not None and not settings.decision_log_url.startswith(("http://", "https://")):

@@ -1,13 +1,13 @@
-"""The audit page for reviewers, through the HTTP stack: an auditor key opens a signed session that
-never holds the key, lists and filters its own tenant's traces only, shows one call's lineage stage
+"""The audit page for reviewers, through the HTTP stack: an auditor key opens a server-side session
+whose cookie never holds the key, lists and filters its own tenant's traces only, shows one call's lineage stage
 by stage with every item a link, escapes everything it echoes, and every view is an audit row."""
 
 from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,8 @@ from audit.stages import lineage_stages
 from core.instants import utc_now
 from core.store import writer
 from core.tables import ApiKey
-from gateway.http.audit_pages import SESSION_COOKIE, seal, session_key
+from gateway.http.audit_pages import SESSION_COOKIE, session_id, session_key
+from gateway.http.audit_pages import session as audit_sessions
 from gateway.http.audit_pages import views as audit_views
 from tests.conftest import Gateway, open_gateway
 from tests.gateway.fixtures import SALES_TASK, memory
@@ -52,8 +53,24 @@ def auditor_key(gateway: Gateway, tenant: str = "acme") -> str:
     return gateway.key(f"auditor-{tenant}", tenant=tenant, roles=("auditor",))
 
 
+SAME_ORIGIN = {"origin": "http://testserver"}  # what a browser sends with the page's own forms
+
+
 def sign_in(gateway: Gateway, key: str, **headers: str) -> Any:
-    return gateway.client.post("/audit/sign-in", data={"key": key}, headers=headers, follow_redirects=False)
+    return gateway.client.post("/audit/sign-in", data={"key": key}, headers={**SAME_ORIGIN, **headers}, follow_redirects=False)
+
+
+def session_rows(gateway: Gateway) -> list[dict[str, Any]]:
+    from sqlalchemy import select
+
+    table = audit_sessions.session_table
+    with gateway.store.connect() as conn:
+        return [dict(r._mapping) for r in conn.execute(select(table))]
+
+
+def gateway_session_key(gateway: Gateway) -> bytes:
+    context = gateway.client.app.state.context  # type: ignore[attr-defined]
+    return session_key(context.audit.key, context.settings.audit_session_key)
 
 
 def signed_in(gateway: Gateway, tenant: str = "acme") -> Gateway:
@@ -87,7 +104,7 @@ def revoke(gateway: Gateway, key: str) -> None:
         session.commit()
 
 
-def test_sign_in_sets_a_signed_http_only_cookie_that_never_holds_the_key(sqlite_gateway: Gateway) -> None:
+def test_sign_in_sets_an_http_only_cookie_that_holds_a_random_token_only(sqlite_gateway: Gateway) -> None:
     gateway = sqlite_gateway
     form = gateway.client.get("/audit")
     assert form.status_code == 200 and 'type="password"' in form.text and 'name="key"' in form.text
@@ -102,25 +119,29 @@ def test_sign_in_sets_a_signed_http_only_cookie_that_never_holds_the_key(sqlite_
     assert cookie.startswith(f"{SESSION_COOKIE}=")
     assert {"httponly", "samesite=strict", "path=/audit", "max-age=3600"} <= {p.strip().lower() for p in cookie.split(";")}
     value = cookie.split(";")[0].split("=", 1)[1]
-    assert re.fullmatch(rf"{key_id}\.[0-9]+\.[0-9a-f]{{64}}", value)
+    assert re.fullmatch(r"[A-Za-z0-9_-]{43}", value) and key_id not in value
     assert key not in cookie and secret not in cookie
-    expires = int(value.split(".")[1])
-    assert abs(expires - (time.time() + 3600)) < 60
+    [row] = session_rows(gateway)
+    assert row["id"] == session_id(gateway_session_key(gateway), value) and row["key_id"] == key_id
+    assert value not in json.dumps(row, default=str)
+    assert row["expires_at"] - row["created_at"] == timedelta(minutes=60)
+    assert abs((row["created_at"] - utc_now()).total_seconds()) < 60
 
     page = gateway.client.get("/audit")
     assert page.status_code == 200 and "user:auditor-acme" in page.text and 'id="filters"' in page.text
     sign_in_row = gateway.trace(response.headers["x-trace-id"])
     assert sign_in_row["endpoint"] == "audit_sign_in" and sign_in_row["actor"] == "user:auditor-acme"
     assert sign_in_row["lineage"]["audit_session"]["key_id"] == key_id
-    assert secret not in audit_rows(gateway)
+    assert sign_in_row["lineage"]["audit_session"]["session"] == row["id"][:16]
+    assert secret not in audit_rows(gateway) and value not in audit_rows(gateway)
 
 
 def test_the_session_lasts_the_configured_minutes(sqlite_url: str, tmp_path: Path) -> None:
     with open_gateway(sqlite_url, tmp_path, audit_session_minutes=5) as gateway:
         cookie = sign_in(gateway, auditor_key(gateway)).headers["set-cookie"]
         assert "max-age=300" in cookie.lower()
-        expires = int(cookie.split(";")[0].split(".")[1])
-        assert abs(expires - (time.time() + 300)) < 60
+        [row] = session_rows(gateway)
+        assert row["expires_at"] - row["created_at"] == timedelta(minutes=5)
 
 
 def test_other_roles_garbage_and_cross_site_posts_are_refused_without_recording_the_key(
@@ -131,7 +152,7 @@ def test_other_roles_garbage_and_cross_site_posts_are_refused_without_recording_
     real = auditor_key(gateway)
     wrong_secret = real[:-4] + ("AAAA" if not real.endswith("AAAA") else "BBBB")
     caplog.set_level("DEBUG")
-    refused = gateway.client.post("/audit/sign-in", data={"key": agent}, follow_redirects=False)
+    refused = sign_in(gateway, agent)
     assert refused.status_code == 403 and "does not have the auditor role" in refused.text
     assert "set-cookie" not in refused.headers
     assert gateway.trace(refused.headers["x-trace-id"])["error_code"] == "forbidden"
@@ -144,7 +165,7 @@ def test_other_roles_garbage_and_cross_site_posts_are_refused_without_recording_
     cross_site = sign_in(gateway, real, origin="https://evil.example")
     assert cross_site.status_code == 403 and "set-cookie" not in cross_site.headers
     assert sign_in(gateway, real, origin="http://testserver").status_code == 303  # the page's own origin
-    not_a_form = gateway.client.post("/audit/sign-in", json={"key": real})
+    not_a_form = gateway.client.post("/audit/sign-in", json={"key": real}, headers=SAME_ORIGIN)
     assert not_a_form.status_code == 400 and not_a_form.headers["content-type"].startswith("text/html")
     stored = audit_rows(gateway)
     for key in (agent, wrong_secret, real):
@@ -293,16 +314,19 @@ def test_tampered_forged_expired_and_non_auditor_cookies_are_refused(sqlite_gate
     gateway = sqlite_gateway
     signed_in(gateway)
     value = gateway.client.cookies[SESSION_COOKIE]
-    key_id, expires, mac = value.split(".")
+    key_id = gateway.keys["auditor-acme"].split("_", 2)[1]
     other_id = gateway.key("alice", groups=("sales",)).split("_", 2)[1]
-    key = session_key(gateway.client.app.state.context.audit.key)  # type: ignore[attr-defined]
+    key = gateway_session_key(gateway)
+    agents, _ = audit_sessions.open_session(gateway.store, key, other_id, 60)  # genuine, but an agent's key
+    expired, _ = audit_sessions.open_session(gateway.store, key, key_id, 60, now=utc_now() - timedelta(hours=2))  # opening a session now would delete it
+    flipped = value[:-1] + ("A" if value[-1] != "A" else "B")
     tampered = [
-        f"{key_id}.{int(expires) + 86400}.{mac}",  # a longer session
-        f"{other_id}.{expires}.{mac}",  # someone else's key
-        f"{key_id}.{expires}.{'0' * 64}",
-        seal(b"not the gateway's key", key_id, int(expires)),
-        seal(key, key_id, int(time.time()) - 1),  # expired
-        seal(key, other_id, int(expires)),  # genuine, but an agent's key
+        flipped,
+        value[:-1],
+        value + "A",
+        audit_sessions.new_token(),  # well-formed, but no session has it
+        expired,
+        agents,
         "garbage",
     ]
     gateway.client.cookies.clear()
@@ -310,14 +334,16 @@ def test_tampered_forged_expired_and_non_auditor_cookies_are_refused(sqlite_gate
         response = gateway.client.get("/audit", headers={"cookie": f"{SESSION_COOKIE}={cookie}"})
         assert response.status_code == 401 and 'id="sign-in-form"' in response.text and 'id="filters"' not in response.text, cookie
         assert gateway.trace(response.headers["x-trace-id"])["error_code"] == "unauthenticated"
-    assert "expired" in gateway.client.get("/audit", headers={"cookie": f"{SESSION_COOKIE}={tampered[4]}"}).text
+        assert cookie not in response.text
+    assert "expired" in gateway.client.get("/audit", headers={"cookie": f"{SESSION_COOKIE}={expired}"}).text
+    assert "auditor role" in gateway.client.get("/audit", headers={"cookie": f"{SESSION_COOKIE}={agents}"}).text
     genuine = gateway.client.get("/audit", headers={"cookie": f"{SESSION_COOKIE}={value}"})
     assert genuine.status_code == 200 and 'id="filters"' in genuine.text
 
 
 def test_sign_out_clears_the_cookie(sqlite_gateway: Gateway) -> None:
     signed_in(sqlite_gateway)
-    response = sqlite_gateway.client.post("/audit/sign-out", follow_redirects=False)
+    response = sqlite_gateway.client.post("/audit/sign-out", headers=SAME_ORIGIN, follow_redirects=False)
     assert response.status_code == 303 and response.headers["location"] == "/audit"
     assert "max-age=0" in response.headers["set-cookie"].lower()
     assert sqlite_gateway.trace(response.headers["x-trace-id"])["actor"] == "user:auditor-acme"

@@ -3,9 +3,8 @@ one trace, chain check, sign out). See docs/audit-page.md."""
 
 from __future__ import annotations
 
+import functools
 import json
-import time
-from datetime import datetime, timezone
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 import anyio.to_thread
@@ -13,16 +12,16 @@ from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
 
-from audit.chain import verify
-from audit.lineage import AuditReadRecord, AuditVerifyRecord, read_lineage
+from audit.lineage import AuditReadRecord, read_lineage
 from audit.review import Filters, get_trace, list_traces
 from audit.stages import lineage_stages
 from core.actor import Actor
 from core.errors import BadRequest, Forbidden, GatewayError, NotFound, Unauthenticated
 from gateway.auth import KEY_PATTERN
+from gateway.context import GatewayContext
 from gateway.http.audit_pages.render import as_page, forget_session, page, redirect_home, sign_in_form
-from gateway.http.audit_pages.session import SESSION_COOKIE, SignedOut, seal, session_key, unseal
-from gateway.http.routes.audit import FILTER_NAMES, review_query
+from gateway.http.audit_pages.session import SESSION_COOKIE, SignedOut, end_session, find_session, open_session, session_key
+from gateway.http.routes.audit import FILTER_NAMES, review_query, verify_record
 from gateway.http.traced import Call, traced
 
 ROLE = "auditor"
@@ -34,27 +33,44 @@ UNKNOWN_TRACE = "There is no such trace in your tenant's audit trail."
 # --- the session -----------------------------------------------------------------------------------
 
 
-def session_actor(call: Call) -> Actor | None:
-    """The signed-in auditor, None without a session cookie; the key's row is read on every request."""
-    value = call.request.cookies.get(SESSION_COOKIE)
-    if value is None:
-        return None
-    key_id = unseal(session_key(call.context.audit.key), value, time.time())
+def _session_key(context: GatewayContext) -> bytes:
+    return session_key(context.audit.key, context.settings.audit_session_key)
+
+
+def _live_actor(context: GatewayContext, token: str) -> Actor:
+    """The auditor of a live session: its row is read, then its key's row, on every request."""
+    session = find_session(context.store, _session_key(context), token, context.settings.audit_session_minutes)
     try:
-        actor = call.context.authenticator.actor_for_key_id(key_id)
+        actor = context.authenticator.actor_for_key_id(session.key_id)
     except Unauthenticated as exc:
         raise SignedOut("The key of this session is no longer valid. Sign in again.") from exc
     if ROLE not in actor.roles:
         raise SignedOut("The key of this session no longer has the auditor role.")
+    return actor
+
+
+async def session_actor(call: Call) -> Actor | None:
+    """The signed-in auditor, None without a session cookie; SignedOut for a cookie whose session
+    was ended, has expired or is unknown, or whose key was revoked or lost the auditor role."""
+    token = call.request.cookies.get(SESSION_COOKIE)
+    if token is None:
+        return None
+    actor = await anyio.to_thread.run_sync(_live_actor, call.context, token)
     call.trace.tenant, call.trace.actor = actor.tenant, actor.principal
     return actor
 
 
 def _check_origin(request: Request) -> None:
     """Forms are accepted from these pages only: another site's form could otherwise sign a reviewer
-    in under someone else's key, or out. Browsers send Origin with every POST."""
+    in under someone else's key, or out. Browsers send Origin with every POST; a request without one
+    is accepted only when the browser says it comes from this origin (Sec-Fetch-Site)."""
     origin = request.headers.get("origin")
-    if origin is not None and urlsplit(origin).netloc != request.headers.get("host"):
+    if origin is None:
+        if request.headers.get("sec-fetch-site") != "same-origin":
+            raise Forbidden("This form can only be sent from the audit page itself, and this request did not say "
+                            "where it came from (no Origin header).")
+        return
+    if urlsplit(origin).netloc != request.headers.get("host"):
         raise Forbidden("This form can only be sent from the audit page itself.")
 
 
@@ -72,7 +88,7 @@ def filter_values(params: QueryParams) -> dict[str, str]:
 
 async def list_page(call: Call) -> tuple[int, Response]:
     """GET /audit: the sign-in form, or the tenant's traces, newest first, filtered and paged."""
-    actor = session_actor(call)
+    actor = await session_actor(call)
     if actor is None:
         return sign_in_form(200)
     call.trace.decision = "read"
@@ -96,7 +112,7 @@ async def list_page(call: Call) -> tuple[int, Response]:
 
 async def trace_page(call: Call) -> tuple[int, Response]:
     """GET /audit/traces/{trace_id}: one trace of the own tenant; any other is the same 404."""
-    actor = session_actor(call)
+    actor = await session_actor(call)
     if actor is None:
         return sign_in_form(401, "Sign in to read this trace.")
     call.trace.decision = "read"
@@ -113,13 +129,13 @@ async def trace_page(call: Call) -> tuple[int, Response]:
 
 async def verify_page(call: Call) -> tuple[int, Response]:
     """GET /audit/verify: recompute the own tenant's hash chain and name its first broken link."""
-    actor = session_actor(call)
+    actor = await session_actor(call)
     if actor is None:
         return sign_in_form(401, "Sign in to check the chain.")
     call.trace.decision = "read"
-    report = await anyio.to_thread.run_sync(verify, call.context.store, actor.tenant)
+    report = await anyio.to_thread.run_sync(call.context.audit.verify, actor.tenant)
     rows = sum(chain["rows"] for chain in report["chains"].values())
-    call.trace.lineage.audit_verify = AuditVerifyRecord(ok=report["ok"], rows=rows)
+    call.trace.lineage.audit_verify = verify_record(report)
     return page(200, "verify.html", actor, report=report, rows=rows, tenant=actor.tenant)
 
 
@@ -157,22 +173,29 @@ async def sign_in(call: Call) -> tuple[int, Response]:
     if ROLE not in actor.roles:
         return refuse(call, Forbidden, "This key does not have the auditor role.")
     key_id, minutes = match.group(1), call.context.settings.audit_session_minutes
-    expires = int(time.time()) + minutes * 60
-    call.trace.lineage.audit_session = {"key_id": key_id,
-                                        "expires_at": datetime.fromtimestamp(expires, timezone.utc).isoformat()}
+    token, opened = await anyio.to_thread.run_sync(functools.partial(
+        open_session, call.context.store, _session_key(call.context), key_id, minutes,
+        replacing=call.request.cookies.get(SESSION_COOKIE)))
+    call.trace.lineage.audit_session = {"key_id": key_id, "session": opened.ref, "expires_at": opened.expires_at.isoformat()}
     response = redirect_home()
-    response.set_cookie(SESSION_COOKIE, seal(session_key(call.context.audit.key), key_id, expires), max_age=minutes * 60,
-                        path="/audit", secure=call.request.url.scheme == "https", httponly=True, samesite="strict")
+    response.set_cookie(SESSION_COOKIE, token, max_age=minutes * 60, path="/audit", secure=call.request.url.scheme == "https",
+                        httponly=True, samesite="strict")
     return 303, response
 
 
 async def sign_out(call: Call) -> tuple[int, Response]:
-    """POST /audit/sign-out: the browser forgets the session (the key stays valid until revoked)."""
+    """POST /audit/sign-out: the session's row is deleted, so its cookie opens nothing any more, even
+    replayed; the browser drops it too. The key stays valid until revoked."""
     _check_origin(call.request)
     try:
-        session_actor(call)
+        await session_actor(call)  # names the reviewer in the trace
     except SignedOut:
-        call.trace.lineage.audit_session = {"ended": "already"}
+        pass
+    token = call.request.cookies.get(SESSION_COOKIE)
+    ended = None
+    if token is not None:
+        ended = await anyio.to_thread.run_sync(end_session, call.context.store, _session_key(call.context), token)
+    call.trace.lineage.audit_session = {"ended": "signed_out", "session": ended.ref} if ended else {"ended": "already"}
     response = redirect_home()
     forget_session(response)
     return 303, response

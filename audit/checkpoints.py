@@ -1,0 +1,278 @@
+"""Signed checkpoints of the audit chains, kept outside the database.
+
+A checkpoint is the C2SP tlog-checkpoint body (https://c2sp.org/tlog-checkpoint) of one tenant's
+chain: its origin (`gateway.audit/<tenant>`), its size (the position of its head row), the head's
+hash (base64), then extension lines: `time`, `oldest` (the oldest position a signed prune kept),
+and, when the signer found a row it would not vouch for, `refused <position> <why>`. Each is a
+signed note (audit.notes), appended to a file the database's writer cannot reach.
+
+The `Checkpointer` signs what it has checked: the rows since its last checkpoint must link, match
+their hashes and carry the gateway's seal (audit.keys). A row that does not is never signed; the
+checkpoint that stops before it says so (`refused`), which verify reports as a failure.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import fcntl
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from urllib.parse import quote, unquote
+
+import anyio
+import anyio.to_thread
+from sqlalchemy import func, select
+from sqlalchemy.engine import Connection, Engine
+
+from audit.chain import Appended, Walk, audit_trace, walk_chain
+from audit.keys import KEY_NAME, seal_key
+from audit.notes import NoteError, Signer, Verifier, open_note, sign
+
+log = logging.getLogger("gateway.audit.checkpoints")
+ORIGIN_PREFIX = KEY_NAME + "/"
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    chain: str
+    size: int
+    head: str  # hex SHA-256 of the head row (GENESIS for an empty chain)
+    time: str  # RFC 3339, UTC
+    oldest: int = 1
+    refused: tuple[int, str] | None = None
+    line: int = 0  # where it starts in its file (0: not read from one)
+
+    def text(self) -> str:
+        lines = [ORIGIN_PREFIX + quote(self.chain, safe=""), str(self.size),
+                 base64.b64encode(bytes.fromhex(self.head)).decode(), f"time {self.time}", f"oldest {self.oldest}"]
+        if self.refused is not None:
+            lines.append(f"refused {self.refused[0]} {self.refused[1]}")
+        return "\n".join(lines) + "\n"
+
+    @classmethod
+    def parse(cls, text: str, line: int = 0) -> Checkpoint:
+        lines = text.rstrip("\n").split("\n")
+        if len(lines) < 3 or not lines[0].startswith(ORIGIN_PREFIX) or not lines[1].isdigit():
+            raise NoteError("not a checkpoint of a gateway audit chain")
+        try:
+            head = base64.b64decode(lines[2], validate=True).hex()
+        except (binascii.Error, ValueError) as exc:
+            raise NoteError("the head hash is not base64") from exc
+        extensions = dict(part.partition(" ")[::2] for part in lines[3:])
+        refused = None
+        if "refused" in extensions:
+            position, _, reason = extensions["refused"].partition(" ")
+            refused = (int(position), reason) if position.isdigit() else None
+        oldest = extensions.get("oldest", "1")
+        return cls(chain=unquote(lines[0][len(ORIGIN_PREFIX):]), size=int(lines[1]), head=head, time=extensions.get("time", ""),
+                   oldest=int(oldest) if oldest.isdigit() else 1, refused=refused, line=line)
+
+    def as_dict(self) -> dict[str, object]:
+        body: dict[str, object] = {"size": self.size, "head": self.head, "time": self.time, "line": self.line}
+        if self.refused is not None:
+            body["refused"] = {"seq": self.refused[0], "reason": self.refused[1]}
+        return body
+
+
+class CheckpointLog:
+    """The checkpoint file: signed notes, each followed by a blank line, only ever appended (under an
+    exclusive lock, so processes sharing the file never interleave) and synced to disk."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def append(self, notes: Iterable[str]) -> None:
+        text = "".join(note + "\n" for note in notes)
+        if not text:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a", encoding="utf-8") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def notes(self) -> list[tuple[int, str]]:
+        """Each note with the line it starts on; a note cut short comes back as it is (verify names it)."""
+        try:
+            lines = self.path.read_text(encoding="utf-8").split("\n")
+        except FileNotFoundError:
+            return []
+        found: list[tuple[int, str]] = []
+        i = 0
+        while i < len(lines):
+            if not lines[i]:
+                i += 1
+                continue
+            start, text = i + 1, []
+            while i < len(lines) and lines[i]:
+                text.append(lines[i])
+                i += 1
+            i += 1  # the blank line between the text and its signatures
+            signatures = []
+            while i < len(lines) and lines[i]:
+                signatures.append(lines[i])
+                i += 1
+            found.append((start, "\n".join(text) + "\n\n" + "".join(s + "\n" for s in signatures)))
+        return found
+
+
+@dataclass(slots=True)
+class Attested:
+    """The checkpoints of a file that verify with the given key, by chain, and every note that did not."""
+
+    file: str
+    by_chain: dict[str, list[Checkpoint]] = field(default_factory=dict)
+    problems: list[tuple[int, str]] = field(default_factory=list)  # (line, what is wrong)
+    notes: int = 0
+
+    def last(self, chains: Iterable[str] | None = None) -> Checkpoint | None:
+        names = self.by_chain if chains is None else chains
+        found = [c for name in names for c in self.by_chain.get(name, [])]
+        return max(found, key=lambda c: (c.time, c.line)) if found else None
+
+
+def read_checkpoints(path: Path, verifier: Verifier, tenant_chain: str | None = None) -> Attested:
+    """Every checkpoint in `path` (of one chain only, when `tenant_chain` is given), its signature
+    checked with `verifier`. A note that does not verify is a problem, never a checkpoint."""
+    attested = Attested(str(path))
+    for line, note in CheckpointLog(path).notes():
+        try:
+            chain = Checkpoint.parse(note.partition("\n\n")[0] + "\n", line).chain
+        except NoteError:
+            chain = None
+        if tenant_chain is not None and chain != tenant_chain:
+            if chain is None:
+                attested.problems.append((line, "malformed checkpoint"))
+            continue
+        attested.notes += 1
+        try:
+            checkpoint = Checkpoint.parse(open_note(note, verifier), line)
+        except NoteError as exc:
+            attested.problems.append((line, f"checkpoint {chain or '?'}: {exc}"))
+            continue
+        attested.by_chain.setdefault(checkpoint.chain, []).append(checkpoint)
+    return attested
+
+
+def now_rfc3339() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+@dataclass(slots=True)
+class _Signed:
+    size: int
+    head: str
+    oldest: int
+
+
+class Checkpointer:
+    """Signs a checkpoint of the chains that grew, every `rows` appended rows or `seconds` seconds,
+    whichever comes first, once at start (to catch up) and once at shutdown. Knows what it signed
+    before from its own file, so a restart continues from there."""
+
+    def __init__(self, engine: Engine, signer: Signer, log_file: CheckpointLog, rows: int = 100, seconds: int = 60,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.engine, self.signer, self.log = engine, signer, log_file
+        self.rows, self.seconds, self.clock = rows, seconds, clock
+        self.seal_key = seal_key(signer)
+        self._signed: dict[str, _Signed] = {}
+        self._refused: set[tuple[str, int]] = set()
+        self._grown: set[str] = set()
+        self._fresh = 0
+        self._last = clock()
+        self._counter = threading.Lock()
+        self._turn = threading.Lock()
+        self._load()
+
+    def _load(self) -> None:
+        attested = read_checkpoints(self.log.path, self.signer.verifier)
+        for chain, checkpoints in attested.by_chain.items():
+            newest = max(checkpoints, key=lambda c: c.size)
+            self._signed[chain] = _Signed(newest.size, newest.head, max(c.oldest for c in checkpoints))
+            self._refused.update((chain, c.refused[0]) for c in checkpoints if c.refused)
+
+    def appended(self, rows: Iterable[Appended]) -> None:
+        """Called after a commit (from the writer's thread): counts towards the next checkpoint."""
+        with self._counter:
+            for row in rows:
+                self._grown.add(row.chain)
+                self._fresh += 1
+
+    def due(self) -> bool:
+        with self._counter:
+            return self._fresh >= self.rows or (self._fresh > 0 and self.clock() - self._last >= self.seconds)
+
+    def checkpoint(self, every_chain: bool = False) -> list[Checkpoint]:
+        """Sign the chains that grew since the last checkpoint (or, with `every_chain`, any chain
+        whose head is past what this signer signed: rows of other replicas, or from before a
+        restart). Returns what was appended to the file."""
+        with self._turn:
+            with self._counter:
+                grown, self._grown, self._fresh, self._last = self._grown, set(), 0, self.clock()
+            with self.engine.connect() as conn:
+                heads = {str(chain): int(head) for chain, head in conn.execute(
+                    select(audit_trace.c.chain, func.max(audit_trace.c.seq)).where(audit_trace.c.chain.is_not(None))
+                    .group_by(audit_trace.c.chain))}
+                chains = sorted(c for c, head in heads.items() if (every_chain or c in grown) and head > self._size(c))
+                made = [c for c in (self._segment(conn, chain) for chain in chains) if c is not None]
+            self.log.append(sign(c.text(), self.signer) for c in made)
+            for c in made:
+                self._signed[c.chain] = _Signed(c.size, c.head, c.oldest)
+            return made
+
+    def _size(self, chain: str) -> int:
+        signed = self._signed.get(chain)
+        return signed.size if signed else 0
+
+    def _segment(self, conn: Connection, chain: str) -> Checkpoint | None:
+        """The checkpoint of one chain's rows since the last one, stopping before the first row this
+        signer will not vouch for (and saying so, once)."""
+        signed = self._signed.get(chain)
+        walk: Walk = walk_chain(conn, chain, seal_key=self.seal_key,
+                                sealed_after=signed.size if signed else None,
+                                after=(signed.size, signed.head) if signed else None)
+        problem = walk.unsealed or walk.broken  # an unsealed row, when there is one, comes first
+        size, head = (walk.head, walk.head_hash) if walk.unsealed is None else walk.before_unsealed
+        oldest = signed.oldest if signed else walk.first
+        refused = None
+        if problem is not None and problem.seq is not None and (chain, problem.seq) not in self._refused:
+            self._refused.add((chain, problem.seq))
+            refused = (problem.seq, problem.reason)
+            log.error("audit chain %s: not signing row %s: %s", chain, problem.seq, problem.reason)
+        if refused is None and size <= (signed.size if signed else 0):
+            return None
+        return Checkpoint(chain, size, head, now_rfc3339(), oldest, refused)
+
+    def pruned(self, prunes: dict[str, tuple[int, str]]) -> list[Checkpoint]:
+        """Sign what a prune removed: per chain, the position below its new oldest row and the hash
+        that row links to, with `oldest` raised, so verify can tell a prune from a deletion."""
+        made = [Checkpoint(chain, oldest - 1, prev_hash, now_rfc3339(), oldest) for chain, (oldest, prev_hash) in sorted(prunes.items())]
+        with self._turn:
+            self.log.append(sign(c.text(), self.signer) for c in made)
+            for c in made:
+                signed = self._signed.get(c.chain)
+                if signed is not None:
+                    signed.oldest = max(signed.oldest, c.oldest)
+        return made
+
+    async def run(self) -> None:
+        """The service's background task: catch up at start, then sign whenever a checkpoint is due."""
+        await anyio.to_thread.run_sync(self._checkpoint_logged, True)
+        while True:
+            await anyio.sleep(min(0.25, self.seconds))
+            if self.due():
+                await anyio.to_thread.run_sync(self._checkpoint_logged, False)
+
+    def _checkpoint_logged(self, every_chain: bool) -> None:
+        try:
+            self.checkpoint(every_chain)
+        except Exception as exc:  # the next tick tries again; the trail itself is unaffected
+            log.error("audit checkpoint failed: %s", type(exc).__name__)
