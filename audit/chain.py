@@ -208,13 +208,17 @@ def _check(m: dict[str, Any], walk: Walk, legacy: bool, indexed: set[str]) -> tu
         return f"expected position {expected}: " + ("a row is missing before this one" if m["seq"] > expected else "rows are out of order"), legacy
     if m["prev_hash"] != walk.head_hash:
         return "does not link to the row before it", legacy
+    version_1 = False
     if m["row_hash"] != row_hash(m):
-        if not (legacy and m["row_hash"] == row_hash_v1(m)):
+        version_1 = legacy and m["row_hash"] == row_hash_v1(m)
+        if not version_1:
             return "content does not match its hash (edited)", legacy
     else:
         legacy = False
     facts = derived(m["lineage"])
-    if (m["task_type"], m["about"]) != (facts.task_type, facts.about):
+    columns = (m["task_type"], m["about"])
+    # A version 1 row may predate the review columns (both empty); any value they hold must be right.
+    if columns != (facts.task_type, facts.about) and not (version_1 and columns == (None, None)):
         return "task_type or about does not match the row's lineage (edited)", legacy
     if indexed != set(facts.packed):
         extra, missing = sorted(indexed - set(facts.packed)), sorted(set(facts.packed) - indexed)

@@ -200,3 +200,40 @@ def test_prune_removes_old_rows_and_the_chain_stays_verifiable_from_its_anchor(g
     runner = CliRunner()
     pruned = runner.invoke(main, ["audit", "prune", "--days", "0", "--database-url", gateway.settings.effective_database_url])
     assert pruned.exit_code != 0 and "at least one day" in pruned.output
+
+
+def test_rows_hashed_before_every_column_counted_still_verify_at_the_start_of_a_chain(sqlite_gateway: Gateway) -> None:
+    """A store written by an earlier version: its rows' hashes (version 1) left out task_type and
+    about. They verify where they are, but their review columns must match their lineage, and a
+    version 1 row after a version 2 one is an edit."""
+    from audit.chain import row_hash, row_hash_v1
+
+    gateway = sqlite_gateway
+    calls(gateway, 4)
+    with db.writer(gateway.store).begin() as conn:  # the first two rows as an earlier version wrote them
+        prev = GENESIS
+        for r in rows(gateway)[:2]:
+            r["prev_hash"] = prev
+            r["row_hash"] = row_hash_v1(r)
+            conn.execute(update(audit_trace).where(audit_trace.c.pk == r["pk"]).values(prev_hash=prev, row_hash=r["row_hash"]))
+            prev = r["row_hash"]
+        later = rows(gateway)[2]
+        conn.execute(update(audit_trace).where(audit_trace.c.pk == later["pk"]).values(prev_hash=prev, row_hash=row_hash({**later, "prev_hash": prev})))
+    chain = rows(gateway)
+    prev = chain[2]["row_hash"]
+    with db.writer(gateway.store).begin() as conn:
+        for r in chain[3:]:
+            r["prev_hash"] = prev
+            r["row_hash"] = row_hash(r)
+            conn.execute(update(audit_trace).where(audit_trace.c.pk == r["pk"]).values(prev_hash=prev, row_hash=r["row_hash"]))
+            prev = r["row_hash"]
+    assert verify(gateway.store, "acme")["ok"] is True
+    with db.writer(gateway.store).begin() as conn:  # a version 1 row's review column edited: caught
+        conn.execute(update(audit_trace).where(audit_trace.c.pk == chain[1]["pk"]).values(task_type="compliance_review"))
+    broken = verify(gateway.store, "acme")["first_broken"]
+    assert broken["seq"] == chain[1]["seq"] and "does not match the row's lineage" in broken["reason"]
+    with db.writer(gateway.store).begin() as conn:
+        conn.execute(update(audit_trace).where(audit_trace.c.pk == chain[1]["pk"]).values(task_type=chain[1]["task_type"]))
+        target = chain[3]  # a version 2 row turned into version 1 (dropping task_type from its hash)
+        conn.execute(update(audit_trace).where(audit_trace.c.pk == target["pk"]).values(row_hash=row_hash_v1(target)))
+    assert verify(gateway.store, "acme")["first_broken"]["seq"] == target["seq"]

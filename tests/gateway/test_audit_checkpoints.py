@@ -4,6 +4,8 @@ offline verify (public key and checkpoint file only) and by the service's own ve
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -254,3 +256,53 @@ def test_a_signed_prune_is_told_apart_from_a_deletion(signed: Signed) -> None:
         conn.execute(update(audit_anchor).where(audit_anchor.c.chain == "initech").values(seq=rows[1]["seq"], prev_hash=rows[1]["prev_hash"]))
     code, output = signed.offline(tenant="initech")
     assert code == 1 and "rows 6 to 6 are gone" in output, output
+
+
+def test_the_service_signs_as_rows_arrive_and_once_at_shutdown(sqlite_url: str, tmp_path: Path) -> None:
+    from tests.gateway.fixtures import SALES_TASK
+
+    keys = generate(tmp_path / "keys")
+    checkpoints = tmp_path / "audit.checkpoints"
+    with open_gateway(sqlite_url, tmp_path, audit_signing_key=keys["private"], audit_checkpoints=checkpoints,
+                      audit_checkpoint_rows=3, audit_checkpoint_seconds=3600) as gateway:
+        agent = gateway.key("alice", groups=("sales",), clearance="confidential")
+        for i in range(4):
+            assert gateway.retrieve(agent, {"task": SALES_TASK, "query": f"renewal {i}"}).status_code == 200
+        deadline = time.monotonic() + 10
+        while not checkpoints.exists() and time.monotonic() < deadline:  # the background task, every 3 rows
+            time.sleep(0.05)
+        signed = read_checkpoints(checkpoints, load_verifier(keys["verifier"]))
+        assert max(c.size for c in signed.by_chain[TENANT]) >= 3
+        for i in range(2):
+            gateway.retrieve(agent, {"task": SALES_TASK, "query": f"more {i}"})
+        with gateway.store.connect() as conn:
+            head = chain_rows(conn)[-1]
+    final = read_checkpoints(checkpoints, load_verifier(keys["public"]))  # after shutdown
+    newest = max(final.by_chain[TENANT], key=lambda c: c.size)
+    assert (newest.size, newest.head) == (head["seq"], head["row_hash"]) and final.problems == []
+
+
+def test_the_audit_page_says_what_the_checkpoints_cover(signed: Signed) -> None:
+    from tests.gateway.test_audit_page import signed_in
+
+    signed.write(2)
+    page = signed_in(signed.gateway).client.get("/audit/verify")
+    assert page.status_code == 200 and 'data-ok="true"' in page.text
+    assert "12 rows match checkpoints signed outside the database" in page.text
+    waiting = re.search(r'<strong id="not-yet-checkpointed">(\d+)</strong>', page.text)
+    assert waiting is not None and int(waiting.group(1)) >= 2  # the two written, and the sign-in's own rows
+
+
+def test_a_signing_key_needs_its_file_and_a_readable_ed25519_key(tmp_path: Path) -> None:
+    from core.errors import ConfigurationError
+    from gateway.settings import load_settings
+
+    with pytest.raises(ConfigurationError, match="set both"):
+        load_settings({"audit_signing_key": tmp_path / "key.pem"}, environ={})
+    (tmp_path / "key.pem").write_text("not a key")
+    with pytest.raises(ConfigurationError, match="not a readable, unencrypted PEM private key"):
+        from audit.keys import load_signer
+
+        load_signer(tmp_path / "key.pem")
+    result = CliRunner().invoke(main, ["audit", "verify", "--checkpoints", str(tmp_path / "none")])
+    assert result.exit_code != 0 and "give both" in result.output

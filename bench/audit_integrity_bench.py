@@ -1,0 +1,191 @@
+"""Audit integrity benchmark: what signed checkpoints cost.
+
+1. Signing: one Ed25519 signed note, and one checkpoint of 100 new rows (the segment walk that
+   checks links, hashes, seals and the item index, then the signature and the fsync'd append),
+   against appending those 100 rows (the baseline, measured in the same run).
+2. Verify: `gateway audit verify` over a chain of N traces (default 100,000), rows/s with the
+   checkpoints (held against every signed checkpoint) and without (the hash chain alone).
+3. Retrieve p50 with checkpoints on against off: two servers on one store, measured in
+   alternating rounds so that drift on a shared machine hits both alike; and the audit write's own
+   p50 from each response's Server-Timing, where the cost of sealing lands.
+
+Run from the project root with the project's venv:
+
+    .venv/bin/python bench/audit_integrity_bench.py --quick   # 10,000 traces, 2 rounds of 150 calls
+    .venv/bin/python bench/audit_integrity_bench.py           # 100,000 traces, 6 rounds of 300 calls
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import httpx
+from harness import Server, code_revision, free_port, percentile
+from retrieve_bench import AGENT, QUERY_SEED, prepare_store, retrieve_bodies
+
+from audit.chain import append
+from audit.checkpoints import Checkpointer, CheckpointLog, read_checkpoints
+from audit.integrity import verify
+from audit.keys import generate, load_signer
+from audit.notes import open_note, sign
+from audit.trace import new_trace_id
+from core.store import close_store, open_store, writer
+
+TENANT = str(AGENT["tenant"])
+CHECKPOINT_ROWS = 100
+P50_TARGET = 1.02
+ITEMS = 5_000
+
+
+def lineage(rng: random.Random) -> dict[str, Any]:
+    """A retrieve's lineage of typical size: request shape, decision, sources, packed ids, timings."""
+    packed = [f"item-{rng.randrange(100_000)}" for _ in range(rng.randrange(3, 12))]
+    return {
+        "version": 2,
+        "request": {"task": {"type": "account_followup"}, "mode": "brief", "depth": "standard", "budget_bytes": 16000,
+                    "query": {"hmac": "%032x" % rng.getrandbits(128), "length": rng.randrange(10, 80)}},
+        "decision": {"allowed": True, "reasons": [], "revision": "r" * 16},
+        "retrieved": {"lexical": packed, "semantic": packed[:5]},
+        "packed": packed,
+        "sources": {name: {"status": "ok", "count": len(packed)} for name in ("exact", "lexical", "semantic", "graph")},
+        "timings": {"decide_ms": 1.1, "verify_ms": 5.8, "lexical_ms": 10.3, "total_ms": 43.0},
+    }
+
+
+def values(rng: random.Random) -> dict[str, Any]:
+    return {"trace_id": new_trace_id(), "created_at": datetime.now(timezone.utc), "endpoint": "retrieve", "status_code": 200,
+            "decision": "allow", "tenant": TENANT, "actor": "user:alice", "policy_engine": "embedded",
+            "policy_revision": "r" * 16, "error_code": None, "lineage": lineage(rng)}
+
+
+def fill(engine: Any, rows: int, checkpointer: Checkpointer) -> tuple[float, float]:
+    """Append `rows` sealed traces, CHECKPOINT_ROWS per transaction, signing a checkpoint after each
+    (as the service does every 100 rows); the seconds spent appending and spent checkpointing."""
+    rng = random.Random(7)
+    append_s = checkpoint_s = 0.0
+    for done in range(0, rows, CHECKPOINT_ROWS):
+        started = time.perf_counter()
+        with writer(engine).begin() as conn:
+            appended = [append(conn, values(rng), checkpointer.seal_key) for _ in range(min(CHECKPOINT_ROWS, rows - done))]
+        checkpointer.appended(appended)
+        middle = time.perf_counter()
+        checkpointer.checkpoint()
+        append_s += middle - started
+        checkpoint_s += time.perf_counter() - middle
+        if (done + CHECKPOINT_ROWS) % 10_000 == 0:
+            print(f"  appended {done + CHECKPOINT_ROWS:>7,}/{rows:,} traces", flush=True)
+    return append_s, checkpoint_s
+
+
+def note_costs(signer: Any, repeats: int = 2000) -> tuple[float, float]:
+    text = "gateway.audit/acme\n100\n" + "A" * 44 + "\ntime 2026-11-30T00:00:00Z\noldest 1\n"
+    started = time.perf_counter()
+    for _ in range(repeats):
+        note = sign(text, signer)
+    signed = time.perf_counter()
+    for _ in range(repeats):
+        open_note(note, signer.verifier)
+    return (signed - started) / repeats * 1e6, (time.perf_counter() - signed) / repeats * 1e6
+
+
+def timed_verify(engine: Any, attested: Any) -> tuple[float, dict[str, Any]]:
+    started = time.perf_counter()
+    report = verify(engine, TENANT, attested)
+    return time.perf_counter() - started, report
+
+
+async def p50_round(url: str, key: str, bodies: list[dict[str, Any]]) -> tuple[float, float]:
+    """The client's p50, and the p50 of the audit write as the server reports it (Server-Timing)."""
+    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30) as client:
+        for body in bodies[:20]:  # warm the connection and the caches
+            await client.post("/v1/retrieve", json=body)
+        times, audit = [], []
+        for body in bodies:
+            started = time.perf_counter()
+            response = await client.post("/v1/retrieve", json=body)
+            times.append((time.perf_counter() - started) * 1000)
+            if response.status_code != 200:
+                raise SystemExit(f"retrieve answered {response.status_code}: {response.text[:200]}")
+            timing = dict(part.strip().split(";dur=") for part in response.headers["server-timing"].split(","))
+            audit.append(float(timing["audit"]))
+    return percentile(times, 50), percentile(audit, 50)
+
+
+def retrieve_p50s(data_dir: Path, keys: dict[str, Path], rounds: int, calls: int) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+    key, _ = prepare_store(data_dir, ITEMS, reuse=False)
+    signing = {"GATEWAY_AUDIT_SIGNING_KEY": str(keys["private"]), "GATEWAY_AUDIT_CHECKPOINTS": str(data_dir / "serve.checkpoints"),
+               "GATEWAY_BACKGROUND_EMBEDDING": "false"}
+    plain = {"GATEWAY_BACKGROUND_EMBEDDING": "false"}
+    off: list[tuple[float, float]] = []
+    on: list[tuple[float, float]] = []
+    for number in range(rounds):
+        for label, env, into in (("off", plain, off), ("on", signing, on)) if number % 2 == 0 else (("on", signing, on), ("off", plain, off)):
+            server = Server(data_dir, free_port(), env=env, label=f"checkpoints-{label}")
+            server.start()
+            try:
+                server.wait_ready()
+                bodies = retrieve_bodies(calls, QUERY_SEED + number, "fast")
+                into.append(asyncio.run(p50_round(server.url, key, bodies)))
+            finally:
+                server.stop()
+            print(f"  round {number + 1} checkpoints {label}: p50 {into[-1][0]:.2f} ms (audit write {into[-1][1]:.2f} ms)", flush=True)
+    return off, on
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="10,000 traces and 2 short rounds")
+    parser.add_argument("--traces", type=int, help="chain length for the verify figure (default 100,000)")
+    parser.add_argument("--skip-retrieve", action="store_true", help="only signing and verify")
+    args = parser.parse_args(argv)
+    traces = args.traces or (10_000 if args.quick else 100_000)
+    rounds, calls = (2, 150) if args.quick else (6, 300)
+    work = Path(tempfile.mkdtemp(prefix="gateway-audit-integrity-"))
+    try:
+        keys = generate(work / "keys")
+        signer = load_signer(keys["private"])
+        sign_us, open_us = note_costs(signer)
+        engine = open_store(f"sqlite:///{work / 'trail.db'}")
+        checkpointer = Checkpointer(engine, signer, CheckpointLog(work / "trail.checkpoints"), rows=CHECKPOINT_ROWS)
+        print(f"code {code_revision()}; filling a chain of {traces:,} traces, a checkpoint every {CHECKPOINT_ROWS} rows", flush=True)
+        append_s, checkpoint_s = fill(engine, traces, checkpointer)
+        attested = read_checkpoints(checkpointer.log.path, signer.verifier, TENANT)
+        plain_s, plain = timed_verify(engine, None)
+        signed_s, signed = timed_verify(engine, attested)
+        close_store(engine)
+        ok = plain["ok"] and signed["ok"] and signed["checkpointed"] == traces
+        print()
+        print("Signing")
+        print(f"  one signed note: {sign_us:.0f} us to sign, {open_us:.0f} us to verify")
+        print(f"  a checkpoint of {CHECKPOINT_ROWS} rows: {checkpoint_s / (traces / CHECKPOINT_ROWS) * 1000:.2f} ms, "
+              f"{checkpoint_s / append_s:.2f}x the time to append those rows ({append_s / traces * 1e6:.0f} us/row)")
+        print(f"Verify over {traces:,} traces ({attested.notes} checkpoints)")
+        print(f"  hash chain alone:     {traces / plain_s:,.0f} rows/s")
+        print(f"  against checkpoints:  {traces / signed_s:,.0f} rows/s  ({signed_s / plain_s:.2f}x the time)  "
+              f"{'ok' if ok else 'NOT OK: ' + str(signed.get('first_broken'))}")
+        if args.skip_retrieve:
+            return 0 if ok else 1
+        print(f"Retrieve p50, checkpoints on vs off ({rounds} alternating rounds of {calls} calls, {ITEMS:,} items, fast depth)")
+        off, on = retrieve_p50s(work / "serve", keys, rounds, calls)
+        ratio = statistics.median(p for p, _ in on) / statistics.median(p for p, _ in off)
+        audit_on, audit_off = statistics.median(a for _, a in on), statistics.median(a for _, a in off)
+        print(f"  p50 off {statistics.median(p for p, _ in off):.2f} ms, on {statistics.median(p for p, _ in on):.2f} ms: "
+              f"on/off {ratio:.3f} ({'within' if ratio <= P50_TARGET else 'OVER'} the {P50_TARGET:.2f} target)")
+        print(f"  audit write p50 (Server-Timing): off {audit_off:.2f} ms, on {audit_on:.2f} ms ({audit_on - audit_off:+.2f} ms)")
+        return 0 if ok and ratio <= P50_TARGET else 1
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
