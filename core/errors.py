@@ -7,6 +7,7 @@
      ├── Forbidden             403  the credential lacks a role for this endpoint
      ├── PolicyDenied          403  the policy said no
      ├── NotFound              404
+     ├── MethodNotAllowed      405  a known path, another method
      ├── Conflict              409  the request contradicts stored state (a merge cycle, a busy cursor)
      ├── PayloadTooLarge       413
      ├── PolicyUnavailable     503  no decision: never an allow, never a deny
@@ -61,6 +62,11 @@ class PolicyDenied(GatewayError):
 class NotFound(GatewayError):
     status = 404
     code = "not_found"
+
+
+class MethodNotAllowed(GatewayError):
+    status = 405
+    code = "method_not_allowed"
 
 
 class Conflict(GatewayError):

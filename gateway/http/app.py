@@ -11,10 +11,10 @@ import anyio.to_thread
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from core.errors import GatewayError, where
+from core.errors import GatewayError, MethodNotAllowed, NotFound, where
 from core.store import close_store
 from gateway.context import GatewayContext, build_context
 from gateway.http import audit_pages
@@ -25,6 +25,7 @@ from gateway.http.routes.entities import edges_route, entity_route, merge_route
 from gateway.http.routes.ingest import items_route
 from gateway.http.routes.operations import healthz, policy_route, readyz
 from gateway.http.routes.retrieve import retrieve_route
+from gateway.http.traced import refusal, traced
 from gateway.settings import Settings
 from gateway.telemetry import Telemetry
 
@@ -32,11 +33,26 @@ log = logging.getLogger("gateway")
 
 
 async def error_response(request: Request, exc: Exception) -> JSONResponse:
-    """Errors raised outside a traced handler (unknown routes, a failure before the handler ran)."""
+    """Errors raised outside a traced handler (a failure before the handler ran); the router's 404
+    and 405 are traced instead (`unknown_route`, `method_not_allowed`)."""
     if not isinstance(exc, (GatewayError, HTTPException)):
         log.error("unhandled %s", where(exc))
     status, body = error_answer(exc, None)
     return JSONResponse(body, status)
+
+
+async def unknown_route(request: Request, exc: Exception) -> Response:
+    """The router's 404 is a call like any other: traced, in the unauthenticated chain."""
+    return await traced(request, "unknown_route", refusal(NotFound, "no route at this path"))
+
+
+async def method_not_allowed(request: Request, exc: Exception) -> Response:
+    """The router's 405, traced like a 404; the answer keeps the router's `Allow` header."""
+    response = await traced(request, "method_not_allowed", refusal(MethodNotAllowed, "this path does not take this method"))
+    allow = exc.headers.get("Allow") if isinstance(exc, HTTPException) and exc.headers else None
+    if allow:
+        response.headers["allow"] = allow
+    return response
 
 
 async def warm_vector_index(context: GatewayContext) -> None:
@@ -58,7 +74,8 @@ def create_app(settings: Settings, context: GatewayContext | None = None, teleme
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         own = context is None
         app.state.context = context or await build_context(settings, telemetry)
-        workers = (app.state.context.connectors.semantic.worker, app.state.context.privacy.worker)
+        workers = (app.state.context.connectors.semantic.worker, app.state.context.privacy.worker,
+                   app.state.context.audit.checkpointer)
         try:
             async with anyio.create_task_group() as background:
                 for worker in workers:
@@ -68,6 +85,8 @@ def create_app(settings: Settings, context: GatewayContext | None = None, teleme
                 yield
                 background.cancel_scope.cancel()
         finally:
+            if app.state.context.audit.checkpointer is not None:  # once at shutdown: the last rows signed too
+                await anyio.to_thread.run_sync(app.state.context.audit.checkpointer.checkpoint, True)
             if own:
                 await app.state.context.policy.aclose()
                 if app.state.context.synthesizer is not None:
@@ -98,6 +117,12 @@ def create_app(settings: Settings, context: GatewayContext | None = None, teleme
             Route("/audit/traces/{trace_id}", audit_pages.trace_route, methods=["GET"]),
             Route("/audit/verify", audit_pages.verify_route, methods=["GET"]),
         ],
-        exception_handlers={HTTPException: error_response, GatewayError: error_response, Exception: error_response},
+        exception_handlers={
+            404: unknown_route,  # a status handler takes the router's HTTPException before the class handler
+            405: method_not_allowed,
+            HTTPException: error_response,
+            GatewayError: error_response,
+            Exception: error_response,
+        },
         lifespan=lifespan,
     )

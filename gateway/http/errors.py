@@ -9,6 +9,7 @@ from starlette.exceptions import HTTPException
 from core.errors import GatewayError
 
 STARLETTE_CODES = {404: "not_found", 405: "method_not_allowed"}
+CLIENT_CLOSED = 499  # nginx's "client closed request": no answer was read, none was sent
 
 
 def error_answer(error: BaseException, trace_id: str | None) -> tuple[int, dict[str, Any]]:
@@ -23,3 +24,9 @@ def error_answer(error: BaseException, trace_id: str | None) -> tuple[int, dict[
         code = STARLETTE_CODES.get(error.status_code, "http_error")
         return error.status_code, {"error": {"code": code, "message": str(error.detail), "trace_id": trace_id}}
     return 500, {"error": {"code": "internal_error", "message": "internal error", "trace_id": trace_id}}
+
+
+def closed_answer(trace_id: str) -> tuple[int, dict[str, Any]]:
+    """The answer to a client that went away. Nobody reads it: it exists so the row's status and
+    code say what happened (the client left), not that the gateway failed."""
+    return CLIENT_CLOSED, {"error": {"code": "client_closed", "message": "the client closed the request", "trace_id": trace_id}}

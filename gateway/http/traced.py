@@ -1,4 +1,4 @@
-"""Runs one /v1 handler: reads the body within its limit, maps errors, writes the trace, then answers."""
+"""Runs one /v1 handler: reads the body within its limit, maps errors, builds the answer, writes the trace, then answers."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import wraps
-from typing import Any, Awaitable, Callable, TypeVar, cast
+from typing import Any, Awaitable, Callable, TypeAlias, TypeVar, cast
 
 from opentelemetry.trace import Status, StatusCode
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from audit.lineage import OtelRecord
@@ -20,12 +20,13 @@ from core.actor import Actor
 from core.errors import AuditWriteError, BadRequest, Forbidden, GatewayError, PayloadTooLarge, where
 from core.instants import utc_now
 from gateway.context import GatewayContext
-from gateway.http.errors import error_answer
+from gateway.http.errors import CLIENT_CLOSED, closed_answer, error_answer
 from gateway.telemetry import active, span_ids, traceparent
 
 log = logging.getLogger("gateway.http")
 
-Handler = Callable[["Call"], Awaitable[tuple[int, "dict[str, Any] | Stream | Response"]]]
+Answer: TypeAlias = "dict[str, Any] | Stream | Response"  # what a handler returns with its status
+Handler = Callable[["Call"], Awaitable[tuple[int, Answer]]]
 H = TypeVar("H", bound=Callable[..., Awaitable[Any]])
 
 
@@ -99,10 +100,12 @@ class Stream:
 
 
 async def traced(request: Request, endpoint: str, handler: Handler) -> Response:
-    """Run `handler` and write its trace before anything is answered. A handler returns a status and
-    a JSON body, a Stream, or a ready Response (the audit pages). Every answer carries the trace id,
-    the OpenTelemetry `traceparent` of its request span, and a Server-Timing header (`app` is the
-    handler, `audit` the trace write)."""
+    """Run `handler`, build its answer, write its trace, then answer. The answer is built before the
+    row is written (building a JSON answer renders it), so the row says what the client is sent: a
+    body that cannot be rendered is a 500 in the row as on the wire. A handler returns a status and
+    a JSON body, a Stream (its chunks go out after the row, by design), or a ready Response (the
+    audit pages). Every answer carries the trace id, the OpenTelemetry `traceparent` of its request
+    span, and a Server-Timing header (`app` is the handler and its answer, `audit` the trace write)."""
     context: GatewayContext = request.app.state.context
     telemetry = context.telemetry
     route = request.scope.get("route")
@@ -116,13 +119,17 @@ async def traced(request: Request, endpoint: str, handler: Handler) -> Response:
         trace.lineage.otel = OtelRecord.model_validate(ids) if ids else None
         span.set_attribute("gateway.trace_id", trace.trace_id)
         status, body = await _run(Call(request, context, trace), endpoint, handler)
+        if status != CLIENT_CLOSED and await _client_left(request):
+            status, body = _closed(trace)
+        status, response = _answer(trace, status, body)
         handled = time.perf_counter()
         try:
             with telemetry.layer("audit.write"):
                 await context.audit.write(trace.freeze(status))
         except AuditWriteError as exc:
             log.error("audit write failed for %s", trace.trace_id)
-            status, body = error_answer(exc, trace.trace_id)
+            status, error = error_answer(exc, trace.trace_id)
+            response = JSONResponse(error, status_code=status)
         audited = time.perf_counter()
         span.set_attributes({"http.response.status_code": status, "gateway.decision": trace.decision})
         if status >= 500:
@@ -130,26 +137,23 @@ async def traced(request: Request, endpoint: str, handler: Handler) -> Response:
         telemetry.answered(endpoint, status, trace.decision)
         if trace.decision == "deny":
             telemetry.denied(endpoint)
-    headers = {
+    response.headers.update({
         "x-trace-id": trace.trace_id,
         "server-timing": f"app;dur={(handled - started) * 1000:.3f}, audit;dur={(audited - handled) * 1000:.3f}",
-    }
+    })
     parent = traceparent(span)
     if parent:
-        headers["traceparent"] = parent
-    if isinstance(body, Response):
-        body.headers.update(headers)
-        return body
-    if isinstance(body, Stream):
-        return StreamingResponse(body.chunks, status_code=status, media_type=body.media_type, headers=headers)
-    return JSONResponse(body, status_code=status, headers=headers)
+        response.headers["traceparent"] = parent
+    return response
 
 
-async def _run(call: Call, endpoint: str, handler: Handler) -> tuple[int, dict[str, Any] | Stream | Response]:
+async def _run(call: Call, endpoint: str, handler: Handler) -> tuple[int, Answer]:
     """The handler's answer, or the error it raised as an error body; the trace notes which."""
     trace = call.trace
     try:
         return await handler(call)
+    except ClientDisconnect:  # the client left while its body was being read: not our failure
+        return _closed(trace)
     except GatewayError as exc:
         trace.error_code = exc.code
         if exc.status >= 500:
@@ -160,3 +164,66 @@ async def _run(call: Call, endpoint: str, handler: Handler) -> tuple[int, dict[s
         log.error("%s failed unexpectedly: %s", endpoint, where(exc))
         trace.error_code, trace.decision = "internal_error", "error"
         return error_answer(exc, trace.trace_id)
+
+
+async def _client_left(request: Request) -> bool:
+    """Whether the client went away while the handler ran. Starlette reads one ASGI message under an
+    already-cancelled scope, so this never waits; a server that cannot tell counts as connected, so
+    the check can never break an answer."""
+    try:
+        return await request.is_disconnected()
+    except Exception as exc:
+        log.debug("disconnect check failed: %s", where(exc))
+        return False
+
+
+def _closed(trace: TraceBuilder) -> tuple[int, dict[str, Any]]:
+    """A client that left is recorded as such (499 client_closed), not as a gateway failure; what the
+    call packed was never delivered. The log names the call, never the request's content."""
+    log.info("%s: client closed the request (%s)", trace.endpoint, trace.trace_id)
+    trace.error_code = "client_closed"
+    _withhold(trace)
+    return closed_answer(trace.trace_id)
+
+
+def _answer(trace: TraceBuilder, status: int, body: Answer) -> tuple[int, Response]:
+    """The answer as it goes on the wire. Rendering can fail (JSON has no NaN or infinity, nor an
+    arbitrary object): then the call failed, as a bare 500 that names nothing, and what it packed
+    was never delivered."""
+    try:
+        return status, _response(status, body)
+    except Exception as exc:  # never a stack trace on the wire; the log has the type only
+        log.error("%s answer could not be rendered: %s", trace.endpoint, where(exc))
+        trace.error_code, trace.decision = "internal_error", "error"
+        _withhold(trace)
+        status, error = error_answer(exc, trace.trace_id)
+        return status, JSONResponse(error, status_code=status)
+
+
+def _response(status: int, body: Answer) -> Response:
+    if isinstance(body, Response):
+        return body
+    if isinstance(body, Stream):
+        return StreamingResponse(body.chunks, status_code=status, media_type=body.media_type)
+    return JSONResponse(body, status_code=status)  # renders here, and raises on what JSON cannot hold
+
+
+def _withhold(trace: TraceBuilder) -> None:
+    """Packed ids of a call whose answer never reached its client move to `not_delivered`: kept for
+    review, out of the per-item index of the calls that returned an item."""
+    lineage = trace.lineage
+    if lineage.packed is not None:
+        lineage.not_delivered, lineage.packed = lineage.packed, None
+
+
+def refusal(error: type[GatewayError], message: str) -> Handler:
+    """The handler of a call no route took (a 404 or 405 from the router): not authenticated, it
+    notes the method and a keyed fingerprint of the path — the path and query may hold anything,
+    even a secret, so neither is kept — and raises `error`."""
+
+    async def refuse(call: Call) -> tuple[int, Answer]:
+        request = call.request
+        call.trace.lineage.route = {"method": request.method, "path": call.trace.fingerprint(request.url.path).model_dump()}
+        raise error(message)
+
+    return refuse
