@@ -149,11 +149,12 @@ class Walk:
 
 
 def walk_chain(conn: Connection, chain: str, want: frozenset[int] = frozenset(), seal_key: bytes | None = None,
-               sealed_after: int | None = None, after: tuple[int, str] | None = None) -> Walk:
+               sealed_after: int | None = None, after: tuple[int, str] | None = None, stop_unsealed: bool = False) -> Walk:
     """Walk a chain in order, streamed (a server-side cursor on PostgreSQL), checking each link,
     hash, derived column and the item index rows of each call. A pruned chain starts at its anchor;
     `after` = (position, hash) walks only the rows past a known position. Rows past `sealed_after`
-    must carry a valid seal (rows before the chain's first sealed row are exempt when it is None)."""
+    must carry a valid seal (rows before the chain's first sealed row are exempt when it is None);
+    `stop_unsealed` ends the walk at the first that does not (the checkpointer signs nothing past it)."""
     if after is not None:
         walk = Walk(chain, first=after[0] + 1, start_hash=after[1], head=after[0], head_hash=after[1])
     else:
@@ -179,6 +180,8 @@ def walk_chain(conn: Connection, chain: str, want: frozenset[int] = frozenset(),
                     if must:
                         walk.unsealed = Break(chain, m["seq"], m["trace_id"], UNSEALED)
                         walk.before_unsealed = (walk.head, walk.head_hash)
+                        if stop_unsealed:
+                            return walk
                 walk.head, walk.head_hash = m["seq"], m["row_hash"]
                 if m["seq"] in want:
                     walk.hashes[m["seq"]] = m["row_hash"]

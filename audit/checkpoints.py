@@ -185,6 +185,7 @@ class Checkpointer:
         self.seal_key = seal_key(signer)
         self._signed: dict[str, _Signed] = {}
         self._refused: set[tuple[str, int]] = set()
+        self._stuck: set[str] = set()  # chains with a refused row: nothing past it is ever signed
         self._grown: set[str] = set()
         self._fresh = 0
         self._last = clock()
@@ -221,7 +222,8 @@ class Checkpointer:
                 heads = {str(chain): int(head) for chain, head in conn.execute(
                     select(audit_trace.c.chain, func.max(audit_trace.c.seq)).where(audit_trace.c.chain.is_not(None))
                     .group_by(audit_trace.c.chain))}
-                chains = sorted(c for c, head in heads.items() if (every_chain or c in grown) and head > self._size(c))
+                chains = sorted(c for c, head in heads.items()
+                                if (every_chain or c in grown) and head > self._size(c) and c not in self._stuck)
                 made = [c for c in (self._segment(conn, chain) for chain in chains) if c is not None]
             self.log.append(sign(c.text(), self.signer) for c in made)
             for c in made:
@@ -236,13 +238,14 @@ class Checkpointer:
         """The checkpoint of one chain's rows since the last one, stopping before the first row this
         signer will not vouch for (and saying so, once)."""
         signed = self._signed.get(chain)
-        walk: Walk = walk_chain(conn, chain, seal_key=self.seal_key,
-                                sealed_after=signed.size if signed else None,
-                                after=(signed.size, signed.head) if signed else None)
+        walk: Walk = walk_chain(conn, chain, seal_key=self.seal_key, sealed_after=signed.size if signed else None,
+                                after=(signed.size, signed.head) if signed else None, stop_unsealed=True)
         problem = walk.unsealed or walk.broken  # an unsealed row, when there is one, comes first
         size, head = (walk.head, walk.head_hash) if walk.unsealed is None else walk.before_unsealed
         oldest = signed.oldest if signed else walk.first
         refused = None
+        if problem is not None:
+            self._stuck.add(chain)  # walked again only after a restart (an operator looked)
         if problem is not None and problem.seq is not None and (chain, problem.seq) not in self._refused:
             self._refused.add((chain, problem.seq))
             refused = (problem.seq, problem.reason)

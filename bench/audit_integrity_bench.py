@@ -5,14 +5,14 @@
    against appending those 100 rows (the baseline, measured in the same run).
 2. Verify: `gateway audit verify` over a chain of N traces (default 100,000), rows/s with the
    checkpoints (held against every signed checkpoint) and without (the hash chain alone).
-3. Retrieve p50 with checkpoints on against off: two servers on one store, measured in
+3. Retrieve p50 with checkpoints on against off: two servers on copies of one store, measured in
    alternating rounds so that drift on a shared machine hits both alike; and the audit write's own
    p50 from each response's Server-Timing, where the cost of sealing lands.
 
 Run from the project root with the project's venv:
 
     .venv/bin/python bench/audit_integrity_bench.py --quick   # 10,000 traces, 2 rounds of 150 calls
-    .venv/bin/python bench/audit_integrity_bench.py           # 100,000 traces, 6 rounds of 300 calls
+    .venv/bin/python bench/audit_integrity_bench.py           # 100,000 traces, 10 rounds of 400 calls
 """
 
 from __future__ import annotations
@@ -122,7 +122,8 @@ async def p50_round(url: str, key: str, bodies: list[dict[str, Any]]) -> tuple[f
 
 
 def retrieve_p50s(data_dir: Path, keys: dict[str, Path], rounds: int, calls: int) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
-    key, _ = prepare_store(data_dir, ITEMS, reuse=False)
+    key, _ = prepare_store(data_dir / "off", ITEMS, reuse=False)
+    shutil.copytree(data_dir / "off", data_dir / "on")  # one store each: unsealed rows of the other would be refused
     signing = {"GATEWAY_AUDIT_SIGNING_KEY": str(keys["private"]), "GATEWAY_AUDIT_CHECKPOINTS": str(data_dir / "serve.checkpoints"),
                "GATEWAY_BACKGROUND_EMBEDDING": "false"}
     plain = {"GATEWAY_BACKGROUND_EMBEDDING": "false"}
@@ -130,7 +131,7 @@ def retrieve_p50s(data_dir: Path, keys: dict[str, Path], rounds: int, calls: int
     on: list[tuple[float, float]] = []
     for number in range(rounds):
         for label, env, into in (("off", plain, off), ("on", signing, on)) if number % 2 == 0 else (("on", signing, on), ("off", plain, off)):
-            server = Server(data_dir, free_port(), env=env, label=f"checkpoints-{label}")
+            server = Server(data_dir / label, free_port(), env=env, label=f"checkpoints-{label}")
             server.start()
             try:
                 server.wait_ready()
@@ -149,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-retrieve", action="store_true", help="only signing and verify")
     args = parser.parse_args(argv)
     traces = args.traces or (10_000 if args.quick else 100_000)
-    rounds, calls = (2, 150) if args.quick else (6, 300)
+    rounds, calls = (2, 150) if args.quick else (10, 400)
     work = Path(tempfile.mkdtemp(prefix="gateway-audit-integrity-"))
     try:
         keys = generate(work / "keys")
