@@ -149,12 +149,11 @@ class Walk:
 
 
 def walk_chain(conn: Connection, chain: str, want: frozenset[int] = frozenset(), seal_key: bytes | None = None,
-               sealed_after: int | None = None, after: tuple[int, str] | None = None, stop_unsealed: bool = False) -> Walk:
+               sealed_after: int | None = None, after: tuple[int, str] | None = None) -> Walk:
     """Walk a chain in order, streamed (a server-side cursor on PostgreSQL), checking each link,
     hash, derived column and the item index rows of each call. A pruned chain starts at its anchor;
     `after` = (position, hash) walks only the rows past a known position. Rows past `sealed_after`
-    must carry a valid seal (rows before the chain's first sealed row are exempt when it is None);
-    `stop_unsealed` ends the walk at the first that does not (the checkpointer signs nothing past it)."""
+    must carry a valid seal (rows before the chain's first sealed row are exempt when it is None)."""
     if after is not None:
         walk = Walk(chain, first=after[0] + 1, start_hash=after[1], head=after[0], head_hash=after[1])
     else:
@@ -180,13 +179,34 @@ def walk_chain(conn: Connection, chain: str, want: frozenset[int] = frozenset(),
                     if must:
                         walk.unsealed = Break(chain, m["seq"], m["trace_id"], UNSEALED)
                         walk.before_unsealed = (walk.head, walk.head_hash)
-                        if stop_unsealed:
-                            return walk
                 walk.head, walk.head_hash = m["seq"], m["row_hash"]
                 if m["seq"] in want:
                     walk.hashes[m["seq"]] = m["row_hash"]
     finally:
         result.close()
+    return walk
+
+
+def walk_links(conn: Connection, chain: str, after: tuple[int, str], seal_key: bytes) -> Walk:
+    """The checkpointer's walk past its last signed position: positions, links and seals only, from
+    a narrow query. A row's content is bound to its hash by verify, at any time; what a checkpoint
+    needs is that the gateway made each hash (its seal) and that they link. Stops at the first row
+    that is out of place, does not link, or is not sealed."""
+    walk = Walk(chain, first=after[0] + 1, start_hash=after[1], head=after[0], head_hash=after[1])
+    statement = (select(audit_trace.c.seq, audit_trace.c.trace_id, audit_trace.c.prev_hash, audit_trace.c.row_hash, audit_trace.c.seal)
+                 .where(audit_trace.c.chain == chain, audit_trace.c.seq > after[0]).order_by(audit_trace.c.seq))
+    for row in conn.execute(statement):
+        expected = walk.head + 1
+        if row.seq != expected or row.prev_hash != walk.head_hash:
+            reason = "does not link to the row before it" if row.seq == expected else f"expected position {expected}: a row is missing or out of order"
+            walk.broken = Break(chain, row.seq, row.trace_id, reason)
+            return walk
+        if not sealed(seal_key, row.row_hash, row.seal):
+            walk.unsealed = Break(chain, row.seq, row.trace_id, UNSEALED)
+            walk.before_unsealed = (walk.head, walk.head_hash)
+            return walk
+        walk.rows += 1
+        walk.head, walk.head_hash = row.seq, row.row_hash
     return walk
 
 

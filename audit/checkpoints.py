@@ -31,7 +31,7 @@ import anyio.to_thread
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection, Engine
 
-from audit.chain import Appended, Walk, audit_trace, walk_chain
+from audit.chain import Appended, audit_trace, walk_chain, walk_links
 from audit.keys import KEY_NAME, seal_key
 from audit.notes import NoteError, Signer, Verifier, open_note, sign
 
@@ -236,10 +236,13 @@ class Checkpointer:
 
     def _segment(self, conn: Connection, chain: str) -> Checkpoint | None:
         """The checkpoint of one chain's rows since the last one, stopping before the first row this
-        signer will not vouch for (and saying so, once)."""
+        signer will not vouch for (and saying so, once). Past a signed position only links and seals
+        are read (a narrow query): verify binds each row's content to its hash."""
         signed = self._signed.get(chain)
-        walk: Walk = walk_chain(conn, chain, seal_key=self.seal_key, sealed_after=signed.size if signed else None,
-                                after=(signed.size, signed.head) if signed else None, stop_unsealed=True)
+        if signed is not None:
+            walk = walk_links(conn, chain, (signed.size, signed.head), self.seal_key)
+        else:  # the first checkpoint of this chain: the whole chain, contents too, as found (trust on first use)
+            walk = walk_chain(conn, chain, seal_key=self.seal_key)
         problem = walk.unsealed or walk.broken  # an unsealed row, when there is one, comes first
         size, head = (walk.head, walk.head_hash) if walk.unsealed is None else walk.before_unsealed
         oldest = signed.oldest if signed else walk.first

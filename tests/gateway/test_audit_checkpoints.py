@@ -306,3 +306,25 @@ def test_a_signing_key_needs_its_file_and_a_readable_ed25519_key(tmp_path: Path)
         load_signer(tmp_path / "key.pem")
     result = CliRunner().invoke(main, ["audit", "verify", "--checkpoints", str(tmp_path / "none")])
     assert result.exit_code != 0 and "give both" in result.output
+
+
+def test_rows_edited_before_their_checkpoint_are_caught_either_way(signed: Signed) -> None:
+    """The checkpointer reads only links and seals past its last checkpoint; an edit in that window
+    is caught by verify (content against hash) or, re-hashed, by the seal the editor cannot make."""
+    signed.write(3)
+    with db.writer(signed.gateway.store).begin() as conn:  # edited, hash left as it was
+        conn.execute(update(audit_trace).where(audit_trace.c.pk == chain_rows(conn)[13]["pk"]).values(decision="deny"))
+    assert [c.size for c in signed.checkpointer.checkpoint()] == [15]
+    code, output = signed.offline()
+    assert code == 1 and "content does not match its hash" in output, output
+
+
+def test_rows_edited_and_rehashed_before_their_checkpoint_are_refused(signed: Signed) -> None:
+    signed.write(3)
+    with db.writer(signed.gateway.store).begin() as conn:  # edited and re-hashed: rows 14 and 15 lose their seals
+        conn.execute(update(audit_trace).where(audit_trace.c.pk == chain_rows(conn)[13]["pk"]).values(decision="deny"))
+        rehash(conn)
+    (refusal,) = signed.checkpointer.checkpoint()
+    assert (refusal.size, refusal.refused[0] if refusal.refused else None) == (13, 14)
+    code, output = signed.offline()
+    assert code == 1 and "the signer refused this row" in output, output
