@@ -220,11 +220,14 @@ class Checkpointer:
                 grown, self._grown, self._fresh, self._last = self._grown, set(), 0, self.clock()
             if not every_chain and not grown:
                 return []
-            query = select(audit_trace.c.chain, func.max(audit_trace.c.seq)).where(audit_trace.c.chain.is_not(None))
-            if not every_chain:  # the heads of the chains that grew only, each an index seek
-                query = query.where(audit_trace.c.chain.in_(sorted(grown)))
             with self.engine.connect() as conn:
-                heads = {str(chain): int(head) for chain, head in conn.execute(query.group_by(audit_trace.c.chain))}
+                if every_chain:
+                    heads = {str(chain): int(head) for chain, head in conn.execute(
+                        select(audit_trace.c.chain, func.max(audit_trace.c.seq)).where(audit_trace.c.chain.is_not(None))
+                        .group_by(audit_trace.c.chain))}
+                else:  # the heads of the chains that grew only: one index seek each, not a scan of each chain
+                    heads = {chain: int(conn.execute(select(func.max(audit_trace.c.seq)).where(audit_trace.c.chain == chain))
+                                        .scalar_one() or 0) for chain in sorted(grown)}
                 chains = sorted(c for c, head in heads.items()
                                 if (every_chain or c in grown) and head > self._size(c) and c not in self._stuck)
                 made = [c for c in (self._segment(conn, chain) for chain in chains) if c is not None]
