@@ -222,6 +222,8 @@ class Lineage(Record):
     audit_export: dict[str, str] | None = None
     audit_verify: AuditVerifyRecord | None = None
     audit_session: dict[str, Any] | None = None
+    keys: dict[str, Any] | None = None  # a key admin call: listed (a count), created or revoked (a key id), never a secret
+    admission: dict[str, Any] | None = None  # the call's admission cost (gateway/admission.py)
     # A call no route took (404, 405): its method and a keyed fingerprint of its path, never the path.
     route: dict[str, Any] | None = None
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, select
+from sqlalchemy import ColumnElement, false, select
 from sqlalchemy.engine import Engine
 
 from audit.chain import audit_item, audit_trace, chain_of, derived
@@ -38,8 +38,16 @@ class Filters:
     item: str | None = None
 
 
+def _unheld(value: str) -> bool:
+    """A value no row holds: the NUL character, which nothing written to the trail contains and
+    PostgreSQL refuses to compare (an error, where SQLite finds nothing). Matches nothing on both."""
+    return "\x00" in value
+
+
 def _where(tenant: str, filters: Filters) -> list[ColumnElement[bool]]:
     conditions: list[ColumnElement[bool]] = [audit_trace.c.chain == chain_of(tenant)]
+    if any(value and _unheld(value) for value in (filters.actor, filters.task, filters.decision, filters.item)):
+        return [*conditions, false()]
     if filters.actor:
         conditions.append(audit_trace.c.actor == filters.actor)
     if filters.task:
@@ -93,6 +101,8 @@ def _returned(m: Any, filters: Filters) -> bool:
 
 def get_trace(engine: Engine, tenant: str, trace_id: str) -> dict[str, Any] | None:
     """One trace whole, with the usage and feedback the agent reported later (their own rows)."""
+    if _unheld(trace_id):
+        return None
     with engine.connect() as conn:
         row = conn.execute(select(audit_trace).where(audit_trace.c.trace_id == trace_id, audit_trace.c.chain == chain_of(tenant))).first()
         if row is None:

@@ -10,6 +10,7 @@
      ├── MethodNotAllowed      405  a known path, another method
      ├── Conflict              409  the request contradicts stored state (a merge cycle, a busy cursor)
      ├── PayloadTooLarge       413
+     ├── RateLimited           429  past an actor's or a tenant's admission limit (Retry-After)
      ├── PolicyUnavailable     503  no decision: never an allow, never a deny
      ├── StoreUnavailable      503
      ├── AuditWriteError       503  no record, no answer
@@ -32,6 +33,11 @@ class GatewayError(Exception):
         super().__init__(message)
         self.message = message
         self.reasons = reasons or []
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """HTTP headers the answer must carry (Retry-After on a 429)."""
+        return {}
 
 
 class BadRequest(GatewayError):
@@ -77,6 +83,19 @@ class Conflict(GatewayError):
 class PayloadTooLarge(GatewayError):
     status = 413
     code = "payload_too_large"
+
+
+class RateLimited(GatewayError):
+    status = 429
+    code = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)}
 
 
 class PolicyUnavailable(GatewayError):

@@ -9,20 +9,35 @@ import secrets
 from typing import Any
 
 import jwt
+from sqlalchemy import delete, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
 from core.actor import Actor
-from core.errors import BadRequest, StoreUnavailable, Unauthenticated
-from core.instants import utc_now
+from core.audit_tables import AuditSession
+from core.errors import BadRequest, NotFound, StoreUnavailable, Unauthenticated
+from core.instants import rfc3339, utc_now
 from core.store import writer
 from core.tables import SENSITIVITIES, ApiKey
+from core.validation import (
+    PRINCIPAL_ID_RULE,
+    RESERVED_TENANTS,
+    check_principal,
+    check_tenant,
+    principal_id_problem,
+    tenant_problem,
+)
 from gateway.settings import Settings
 
 KEY_PATTERN = re.compile(r"^gw_([0-9a-f]{16})_([A-Za-z0-9_-]{20,100})$")
+KEY_ID = re.compile(r"[0-9a-f]{16}", re.ASCII)
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.@:-]{1,200}$")
-ROLES = ("agent", "ingest", "auditor", "policy_admin")
+ROLES = ("agent", "ingest", "auditor", "policy_admin", "key_admin")
+ROLE_LIKE = re.compile(r"[a-z][a-z_]{0,19}", re.ASCII)
+NO_SUCH_KEY = "key_id: no such key in this tenant"
+key_table = ApiKey.__table__  # type: ignore[attr-defined]
+session_table = AuditSession.__table__  # type: ignore[attr-defined]
 
 
 def _hash_secret(secret: str) -> str:
@@ -31,8 +46,8 @@ def _hash_secret(secret: str) -> str:
 
 def _names(field: str, values: list[str] | tuple[str, ...]) -> tuple[str, ...]:
     for value in values:
-        if not NAME_PATTERN.match(value):
-            raise BadRequest(f"{field}: {value!r} is not a valid name (letters, digits, _.@:- only)")
+        if not NAME_PATTERN.fullmatch(value):
+            raise BadRequest(f"{field}: each name is 1 to 200 letters, digits and _.@:- only")
     return tuple(values)
 
 
@@ -46,13 +61,13 @@ def create_api_key(
     clearance: str,
 ) -> str:
     """Store a new key's hash and return the key; it is shown once and never stored in clear."""
-    if not principal.startswith("user:") or not NAME_PATTERN.match(principal.removeprefix("user:")):
-        raise BadRequest("principal: expected user:ID")
-    _names("tenant", [tenant])
+    check_principal(principal)
+    check_tenant(tenant)
     _names("groups", groups)
     unknown = [r for r in roles if r not in ROLES]
-    if unknown:
-        raise BadRequest(f"roles: unknown role {unknown[0]!r}; known roles are {', '.join(ROLES)}")
+    if unknown:  # a plausible role name (a typo) is named back; anything else is not echoed
+        named = f" {unknown[0]!r}" if ROLE_LIKE.fullmatch(unknown[0]) else ""
+        raise BadRequest(f"roles: unknown role{named}; known roles are {', '.join(ROLES)}")
     if clearance not in SENSITIVITIES:
         raise BadRequest(f"clearance: expected one of {', '.join(SENSITIVITIES)}")
     key_id, secret = secrets.token_hex(8), secrets.token_urlsafe(32)
@@ -70,6 +85,43 @@ def create_api_key(
         session.add(row)
         session.commit()
     return f"gw_{key_id}_{secret}"
+
+
+def key_listing(row: Any) -> dict[str, Any]:
+    """What may be shown of a key: never its secret or the secret's hash."""
+    return {"id": row.key_id, "tenant": row.tenant, "principal": row.principal, "roles": list(row.roles),
+            "groups": list(row.groups), "clearance": row.clearance, "created_at": rfc3339(row.created_at),
+            "revoked_at": rfc3339(row.revoked_at)}
+
+
+def list_api_keys(engine: Engine, tenant: str | None = None, key_id: str | None = None) -> list[dict[str, Any]]:
+    """The keys of `tenant` (of every tenant when None), revoked ones too, oldest first; only the key
+    `key_id` when given."""
+    query = select(ApiKey).order_by(key_table.c.created_at, key_table.c.key_id)
+    if tenant is not None:
+        query = query.where(key_table.c.tenant == tenant)
+    if key_id is not None:
+        query = query.where(key_table.c.key_id == key_id)
+    with Session(engine) as session:
+        return [key_listing(row) for row in session.scalars(query)]
+
+
+def revoke_api_key(engine: Engine, key_id: str, tenant: str | None = None) -> dict[str, Any]:
+    """Revoke a key of `tenant` (of any tenant when None) and end its audit-page sessions, in one
+    transaction. Another tenant's key is the same NotFound as an unknown one; revoking a revoked key
+    changes nothing and keeps its first revocation time."""
+    if not KEY_ID.fullmatch(key_id):
+        raise BadRequest("key_id: expected the 16 hex digits after gw_ in the key")
+    the_key = key_table.c.key_id == key_id
+    with writer(engine).begin() as conn:
+        row = conn.execute(select(key_table.c.tenant).where(the_key)).first()
+        if row is None or (tenant is not None and row.tenant != tenant):
+            raise NotFound(NO_SUCH_KEY)
+        changed = conn.execute(update(key_table).where(the_key, key_table.c.revoked_at.is_(None))
+                               .values(revoked_at=utc_now())).rowcount == 1
+        ended = conn.execute(delete(session_table).where(session_table.c.key_id == key_id)).rowcount
+        revoked = conn.execute(select(key_table).where(the_key)).one()
+    return {**key_listing(revoked), "changed": changed, "sessions_ended": ended}
 
 
 class Authenticator:
@@ -113,7 +165,7 @@ class Authenticator:
                 row = session.get(ApiKey, key_id)
         except SQLAlchemyError as exc:
             raise StoreUnavailable("credential store unreachable") from exc
-        if row is None or row.revoked_at is not None:
+        if row is None or row.revoked_at is not None or row.tenant in RESERVED_TENANTS:
             raise Unauthenticated("API key is not valid")
         return row
 
@@ -154,10 +206,13 @@ def _actor_from_claims(claims: dict[str, Any]) -> Actor:
         return tuple(value)
 
     subject, tenant, clearance = claims.get("sub"), claims.get("tenant"), claims.get("clearance", "public")
-    if not isinstance(subject, str) or not NAME_PATTERN.match(subject):
-        raise Unauthenticated("JWT claim 'sub' must be a user id")
-    if not isinstance(tenant, str) or not NAME_PATTERN.match(tenant):
+    if not isinstance(subject, str) or principal_id_problem(subject):
+        raise Unauthenticated(f"JWT claim 'sub' must be a user id: {PRINCIPAL_ID_RULE}")
+    if tenant is None:
         raise Unauthenticated("JWT claim 'tenant' is required")
+    problem = tenant_problem(tenant)
+    if not isinstance(tenant, str) or problem:
+        raise Unauthenticated(f"JWT claim 'tenant': {problem}")
     if clearance not in SENSITIVITIES:
         raise Unauthenticated("JWT claim 'clearance' must be a sensitivity level")
     return Actor(id=subject, tenant=tenant, roles=strings("roles"), groups=strings("groups"), clearance=clearance)

@@ -15,10 +15,12 @@ from connectors.sql.graph import SqlGraphConnector
 from connectors.sql.lexical import FullTextConnector
 from connectors.sql.vectors import VectorConnector, VectorIndex
 from core.store import open_store
+from gateway.admission import Admission, load_admission
 from gateway.auth import Authenticator
 from gateway.pipeline.pipeline import Connectors, Pipeline
 from gateway.pipeline.semantic import Semantic
 from gateway.policy import PolicyEngine, load_engine
+from gateway.policy.bundle import read_bundle
 from gateway.privacy.store import Privacy, load_privacy
 from gateway.settings import Settings
 from gateway.synthesis.client import Synthesizer
@@ -38,6 +40,7 @@ class GatewayContext:
     privacy: Privacy
     synthesizer: Synthesizer | None = None
     telemetry: Telemetry = NOOP
+    admission: Admission = field(default_factory=lambda: load_admission(Settings(), {}))
 
     pipeline: Pipeline = field(init=False, repr=False)
 
@@ -82,6 +85,7 @@ async def build_context(settings: Settings, telemetry: Telemetry | None = None) 
             else None
         ),
         telemetry=telemetry or build_telemetry(settings),
+        admission=load_admission(settings, read_bundle(settings.policies_dir).data.get("gateway", {}).get("config", {})),
     )
 
 

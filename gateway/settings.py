@@ -30,6 +30,13 @@ class Settings:
     jwt_issuer: str | None = None
     max_body_bytes: int = 1024 * 1024
     connector_deadline_ms: int = 250
+    # Admission (gateway/admission.py): units in flight at once, and units per second, per actor and
+    # per tenant (a light call is 1 unit); the process's capacity, past which /readyz says saturated.
+    admission_actor_concurrency: int = 8
+    admission_actor_rate: int = 100
+    admission_tenant_concurrency: int = 16
+    admission_tenant_rate: int = 200
+    admission_capacity: int = 32
     default_budget_bytes: int = 16_000
     budget_split: str = DEFAULT_SPLIT
     cursor_idle_seconds: int = 3600

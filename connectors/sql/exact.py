@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import anyio.to_thread
 from sqlalchemy import ColumnElement, and_, or_, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from connectors.sql.cancel import cancellable, watched
 from connectors.sql.pushdown import item, permitted, record_from_row, tagged
 from core.constraints import ItemFilter
 from core.errors import ConnectorError
@@ -38,20 +38,20 @@ class SqlExactConnector:
     async def lookup(self, where: ItemFilter, identifiers: tuple[Identifier, ...]) -> tuple[Record, ...]:
         if not identifiers:
             return ()
-        return await anyio.to_thread.run_sync(self._lookup, where, identifiers, abandon_on_cancel=True)
+        return await cancellable(self._lookup, where, identifiers)
 
     async def linked(self, tenant: str, ids: tuple[str, ...]) -> tuple[Record, ...]:
         """The tenant's entities with these ids, for the item policy's link check; never returned."""
         if not ids:
             return ()
         statement = select(item).where(item.c.tenant == tenant, item.c.kind == "entity", item.c.id.in_(ids))
-        return await anyio.to_thread.run_sync(self._entities, statement, "linked entity lookup", abandon_on_cancel=True)
+        return await cancellable(self._entities, statement, "linked entity lookup")
 
     async def search(self, where: ItemFilter, query: RecallQuery) -> SourceResult:
         started = time.perf_counter()
         if not where.subjects and not query.ids and not query.tags:
             return SourceResult.skipped(self.name, SkipReason.NOTHING_TO_LOOK_UP)
-        candidates = await anyio.to_thread.run_sync(self._search, where, query, abandon_on_cancel=True)
+        candidates = await cancellable(self._search, where, query)
         ms = (time.perf_counter() - started) * 1000
         return SourceResult(self.name, "ok" if candidates else "empty", candidates, ms)
 
@@ -59,7 +59,7 @@ class SqlExactConnector:
         """Every permitted piece of the given (document, section) pairs, in document order."""
         if not keys:
             return ()
-        return await anyio.to_thread.run_sync(self._sections, where, keys, abandon_on_cancel=True)
+        return await cancellable(self._sections, where, keys)
 
     def _sections(self, where: ItemFilter, keys: tuple[tuple[str, str], ...]) -> tuple[Record, ...]:
         # One IN over the indexed (tenant, document, section) columns; the exact pairs are picked
@@ -76,7 +76,7 @@ class SqlExactConnector:
             .limit(MAX_SECTION_PIECES * 4)
         )
         try:
-            with self.engine.connect() as conn:
+            with watched(self.engine) as conn:
                 rows = [record_from_row(row) for row in conn.execute(statement)]
         except SQLAlchemyError as exc:
             raise ConnectorError(f"section lookup failed: {type(exc).__name__}") from exc
@@ -92,7 +92,7 @@ class SqlExactConnector:
             .order_by(item.c.id)
             .limit(MAX_ENTITIES)
         )
-        return await anyio.to_thread.run_sync(self._entities, statement, "merge lookup", abandon_on_cancel=True)
+        return await cancellable(self._entities, statement, "merge lookup")
 
     async def sharing_domain(
         self, where: ItemFilter, domains: tuple[str, ...], exclude: tuple[str, ...], limit: int
@@ -111,7 +111,7 @@ class SqlExactConnector:
             .order_by(item.c.id)
             .limit(limit)
         )
-        return await anyio.to_thread.run_sync(self._entities, statement, "alias lookup", abandon_on_cancel=True)
+        return await cancellable(self._entities, statement, "alias lookup")
 
     def _lookup(self, where: ItemFilter, identifiers: tuple[Identifier, ...]) -> tuple[Record, ...]:
         matches = or_(
@@ -128,7 +128,7 @@ class SqlExactConnector:
 
     def _entities(self, statement: Any, what: str) -> tuple[Record, ...]:
         try:
-            with self.engine.connect() as conn:
+            with watched(self.engine) as conn:
                 return tuple(record_from_row(row) for row in conn.execute(statement))
         except SQLAlchemyError as exc:
             raise ConnectorError(f"{what} failed: {type(exc).__name__}") from exc
@@ -148,7 +148,7 @@ class SqlExactConnector:
             .limit(query.limit)
         )
         try:
-            with self.engine.connect() as conn:
+            with watched(self.engine) as conn:
                 rows = conn.execute(statement).all()
         except SQLAlchemyError as exc:
             raise ConnectorError(f"exact search failed: {type(exc).__name__}") from exc

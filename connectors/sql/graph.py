@@ -8,7 +8,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import anyio.to_thread
 from sqlalchemy import (
     CTE,
     ColumnElement,
@@ -32,6 +31,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from connectors.sql.cancel import cancellable, watched
 from connectors.sql.pushdown import item, permitted, record_from_row
 from core.constraints import GraphLimits, ItemFilter
 from core.errors import ConnectorError
@@ -201,14 +201,14 @@ class SqlGraphConnector:
         reason = skip_reason(where, limits)
         if reason is not None:
             return SourceResult.skipped(self.name, reason)
-        candidates = await anyio.to_thread.run_sync(self._search, where, limits, query, abandon_on_cancel=True)
+        candidates = await cancellable(self._search, where, limits, query)
         ms = (time.perf_counter() - started) * 1000
         return SourceResult(self.name, "ok" if candidates else "empty", candidates, ms)
 
     def _search(self, where: ItemFilter, limits: GraphLimits, query: RecallQuery) -> tuple[Candidate, ...]:
         statement = reachable_edges(where, limits, query.limit)
         try:
-            with self.engine.connect() as conn:
+            with watched(self.engine) as conn:
                 rows = conn.execute(statement).all()
         except SQLAlchemyError as exc:
             raise ConnectorError(f"graph walk failed: {type(exc).__name__}") from exc

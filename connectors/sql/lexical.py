@@ -11,12 +11,12 @@ import re
 import time
 from typing import Any
 
-import anyio.to_thread
 from sqlalchemy import ColumnElement, func, literal_column, select, text
 from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.sql import Select
 
+from connectors.sql.cancel import cancellable, watched
 from connectors.sql.pushdown import item, permitted, record_from_row, tagged
 from core.constraints import ItemFilter
 from core.errors import ConnectorError
@@ -64,7 +64,7 @@ class FullTextConnector:
         terms = query_terms(query.text)
         if not any(any(ch.isalpha() for ch in term) for term in terms):
             return SourceResult.skipped(self.name, SkipReason.NO_WORDS_TO_SEARCH)
-        candidates = await anyio.to_thread.run_sync(self._search, where, query, terms, abandon_on_cancel=True)
+        candidates = await cancellable(self._search, where, query, terms)
         ms = (time.perf_counter() - started) * 1000
         return SourceResult(self.name, "ok" if candidates else "empty", candidates, ms)
 
@@ -107,7 +107,7 @@ class FullTextConnector:
 
     def _search(self, where: ItemFilter, query: RecallQuery, terms: list[str]) -> tuple[Candidate, ...]:
         try:
-            with self.engine.connect() as conn:
+            with watched(self.engine) as conn:
                 rows = self._rows(conn, where, query, terms)
         except SQLAlchemyError as exc:
             raise ConnectorError(f"lexical search failed: {type(exc).__name__}") from exc

@@ -10,13 +10,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import anyio.to_thread
 import numpy as np
 import numpy.typing as npt
 from sqlalchemy import and_, func, select
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from connectors.sql.cancel import cancellable, watched
 from connectors.sql.pushdown import item, permitted, record_from_row, tagged
 from core.constraints import ItemFilter
 from core.errors import ConnectorError
@@ -158,7 +158,7 @@ class VectorIndex:
         """The best (pk, cosine) pairs among permitted items, best first, and the strategy used."""
         assert query.vector is not None
         q = np.asarray(query.vector, dtype=np.float32)
-        with self.engine.connect() as conn:
+        with watched(self.engine) as conn:
             vectors = self.tenant(conn, where.tenant)
             if vectors.size == 0:
                 return [], "exact"
@@ -175,7 +175,7 @@ class VectorIndex:
     def warm(self) -> None:
         """Load every tenant's vectors and start building its graph (at start-up, in the background),
         so the first query of a tenant does not pay for it."""
-        with self.engine.connect() as conn:
+        with watched(self.engine) as conn:
             tenants = conn.execute(
                 select(item.c.tenant)
                 .select_from(item_vector.join(item, item.c.pk == item_vector.c.item_pk))
@@ -250,7 +250,7 @@ class VectorConnector:
             return SourceResult.skipped(self.name, SkipReason.NO_QUERY_VECTOR)
         if query.model != self.index.model or len(query.vector) != self.index.dims:
             raise ConnectorError("query vector is of another model than the index")
-        candidates, strategy = await anyio.to_thread.run_sync(self._search, where, query, abandon_on_cancel=True)
+        candidates, strategy = await cancellable(self._search, where, query)
         ms = (time.perf_counter() - started) * 1000
         return SourceResult(self.name, "ok" if candidates else "empty", candidates, ms, detail=f"{strategy} search")
 
@@ -259,7 +259,7 @@ class VectorConnector:
             best, strategy = self.index.nearest(where, query)
             if not best:
                 return (), strategy
-            with self.index.engine.connect() as conn:
+            with watched(self.index.engine) as conn:
                 rows = conn.execute(
                     select(item).where(item.c.pk.in_([pk for pk, _ in best]), permitted(where), tagged(query.tags))
                 ).all()

@@ -19,10 +19,12 @@ from core.store import close_store
 from gateway.context import GatewayContext, build_context
 from gateway.http import audit_pages
 from gateway.http.errors import error_answer
+from gateway.http.openapi import openapi_route
 from gateway.http.routes.audit import export_route, feedback_route, trace_route, traces_route, usage_route, verify_route
 from gateway.http.routes.documents import document_route
 from gateway.http.routes.entities import edges_route, entity_route, merge_route
 from gateway.http.routes.ingest import items_route
+from gateway.http.routes.keys import key_route, keys_route
 from gateway.http.routes.operations import healthz, policy_route, readyz
 from gateway.http.routes.retrieve import retrieve_route
 from gateway.http.traced import refusal, traced
@@ -98,6 +100,7 @@ def create_app(settings: Settings, context: GatewayContext | None = None, teleme
         routes=[
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
+            Route("/openapi.json", openapi_route, methods=["GET"]),
             Route("/v1/retrieve", retrieve_route, methods=["POST"]),
             Route("/v1/items", items_route, methods=["PUT"]),
             Route("/v1/documents/{document_id}", document_route, methods=["PUT"]),
@@ -105,6 +108,8 @@ def create_app(settings: Settings, context: GatewayContext | None = None, teleme
             Route("/v1/entities/{entity_id}/merge", merge_route, methods=["POST"]),
             Route("/v1/edges", edges_route, methods=["PUT"]),
             Route("/v1/policy", policy_route, methods=["GET"]),
+            Route("/v1/keys", keys_route, methods=["GET", "POST"]),
+            Route("/v1/keys/{key_id}", key_route, methods=["DELETE"]),
             Route("/v1/audit/verify", verify_route, methods=["GET"]),
             Route("/v1/audit/traces", traces_route, methods=["GET"]),
             Route("/v1/audit/traces/{trace_id}", trace_route, methods=["GET"]),

@@ -6,10 +6,12 @@ import json
 import logging
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import wraps
 from typing import Any, Awaitable, Callable, TypeAlias, TypeVar, cast
 
+import anyio
 from opentelemetry.trace import Status, StatusCode
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -17,13 +19,15 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from audit.lineage import OtelRecord
 from audit.trace import TraceBuilder, new_trace_id
 from core.actor import Actor
-from core.errors import AuditWriteError, BadRequest, Forbidden, GatewayError, PayloadTooLarge, where
+from core.errors import AuditWriteError, BadRequest, Forbidden, GatewayError, PayloadTooLarge, RateLimited, where
 from core.instants import utc_now
+from core.validation import loads_json
 from gateway.context import GatewayContext
 from gateway.http.errors import CLIENT_CLOSED, closed_answer, error_answer
 from gateway.telemetry import active, span_ids, traceparent
 
 log = logging.getLogger("gateway.http")
+REFUSAL_WAIT_S = 0.5  # how long a 429 takes to come back (at most its Retry-After)
 
 Answer: TypeAlias = "dict[str, Any] | Stream | Response"  # what a handler returns with its status
 Handler = Callable[["Call"], Awaitable[tuple[int, Answer]]]
@@ -52,10 +56,22 @@ class Call:
             raise Forbidden(f"this endpoint needs the {required_role!r} role")
         return actor
 
+    @contextmanager
+    def admitted(self, cost: int) -> Iterator[None]:
+        """Hold `cost` admission units of the caller's actor and tenant while the block runs; past a
+        limit, RateLimited (429 with Retry-After), audited like any refusal."""
+        actor = self.actor
+        self.trace.lineage.admission = {"cost": cost}
+        ticket = self.context.admission.admit(actor.tenant, actor.principal, cost)
+        try:
+            yield
+        finally:
+            ticket.release()
+
     async def body(self) -> bytes:
         limit = self.context.settings.max_body_bytes
         declared = self.request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > limit:
+        if declared and declared.isascii() and declared.isdigit() and int(declared) > limit:
             raise PayloadTooLarge(f"body: larger than the {limit}-byte limit")
         chunks, size = [], 0
         async for chunk in self.request.stream():
@@ -70,21 +86,26 @@ class Call:
         if not raw.strip():
             raise BadRequest("body: empty; expected a JSON object")
         try:
-            return json.loads(raw)
+            return loads_json(raw)  # NaN, Infinity and 1e999 are a 400 naming the field
         except (ValueError, RecursionError) as exc:  # also bad UTF-8, over-long integers, too-deep nesting
             where = f" at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
             raise BadRequest(f"body: malformed JSON{where}") from exc
 
 
-def requires(role: str | None = None) -> Callable[[H], H]:
+def requires(role: str | None = None, *, admit: bool = True) -> Callable[[H], H]:
     """Declared on a handler, as Starlette's @requires: the bearer credential (and `role`, when one is
-    named) is checked before the handler runs; the handler reads `call.actor`."""
+    named) is checked before the handler runs; the handler reads `call.actor`. The call is then
+    admitted at one unit (gateway/admission.py); `admit=False` leaves that to a handler whose cost
+    depends on its body (`call.admitted(cost)`)."""
 
     def declare(handler: H) -> H:
         @wraps(handler)
         async def checked(call: Call) -> Any:
             call.authenticate(role)
-            return await handler(call)
+            if not admit:
+                return await handler(call)
+            with call.admitted(1):
+                return await handler(call)
 
         return cast(H, checked)
 
@@ -154,12 +175,20 @@ async def _run(call: Call, endpoint: str, handler: Handler) -> tuple[int, Answer
         return await handler(call)
     except ClientDisconnect:  # the client left while its body was being read: not our failure
         return _closed(trace)
+    except RateLimited as exc:
+        # Answered after a short wait (never beyond Retry-After): a client that ignores Retry-After
+        # and retries at once cannot turn refusals into a flood of its own. The wait costs nothing.
+        trace.error_code = exc.code
+        await anyio.sleep(min(exc.retry_after, REFUSAL_WAIT_S))
+        status, body = error_answer(exc, trace.trace_id)
+        return status, JSONResponse(body, status_code=status, headers=exc.headers)
     except GatewayError as exc:
         trace.error_code = exc.code
         if exc.status >= 500:
             trace.decision = "error" if trace.decision in ("none", "allow") else trace.decision
             log.warning("%s %s: %s", endpoint, exc.code, exc.message)
-        return error_answer(exc, trace.trace_id)
+        status, body = error_answer(exc, trace.trace_id)
+        return status, (JSONResponse(body, status_code=status, headers=exc.headers) if exc.headers else body)
     except Exception as exc:  # never a stack trace on the wire; the log has the type only
         log.error("%s failed unexpectedly: %s", endpoint, where(exc))
         trace.error_code, trace.decision = "internal_error", "error"

@@ -17,6 +17,7 @@ PRINCIPAL = re.compile(r"^(\*|(user|group|role):[A-Za-z0-9_.@:-]{1,200})$")
 NAME = r"^[A-Za-z0-9_.:-]{1,200}$"
 MAX_TEXT_CHARS = 100_000
 MAX_SECTION_CHARS = 500
+MAX_WEIGHT = 1_000_000  # an edge's weight is finite, from -MAX_WEIGHT to MAX_WEIGHT
 
 
 class ItemIn(BaseModel):
@@ -39,8 +40,8 @@ class ItemIn(BaseModel):
     relation: str | None = Field(default=None, pattern=NAME)
     from_: str | None = Field(default=None, alias="from", pattern=ID)
     to: str | None = Field(default=None, pattern=ID)
-    confidence: float | None = Field(default=None, ge=0, le=1)
-    weight: float | None = None
+    confidence: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
+    weight: float | None = Field(default=None, ge=-MAX_WEIGHT, le=MAX_WEIGHT, allow_inf_nan=False)
     tags: list[str] = Field(default_factory=list, max_length=50)
     acl: list[str] = Field(min_length=1, max_length=200)
     sensitivity: Literal["public", "internal", "confidential", "restricted"] = "internal"

@@ -20,7 +20,7 @@ from core.errors import BadRequest
 from core.instants import parse_rfc3339, utc_now
 from core.store import ensure_tenant_index, writer
 from core.tables import EntityTombstone, Item, ItemPrincipal, ItemScope, ItemTag, SourceDocument
-from core.validation import describe_validation_error, has_nul
+from core.validation import describe_validation_error, has_nul, loads_json
 from gateway.writes.documents import Document, piece_id, section_items
 from gateway.writes.envelope import ID as ID  # re-exported
 from gateway.writes.envelope import NAME as NAME
@@ -52,7 +52,8 @@ class IngestReport:
 
 
 def parse_items_body(raw: bytes, content_type: str | None) -> list[Any]:
-    """A JSON array, or NDJSON (one item per line). A line that is not JSON stays in place as a rejection."""
+    """A JSON array, or NDJSON (one item per line). A line that is not JSON stays in place as a
+    rejection; a number JSON cannot carry (NaN, Infinity, 1e999) refuses the whole body, naming it."""
     try:
         text = raw.decode("utf-8", errors="strict") if raw else ""
     except UnicodeDecodeError as exc:
@@ -62,7 +63,7 @@ def parse_items_body(raw: bytes, content_type: str | None) -> list[Any]:
         raise BadRequest("body: expected a JSON array of items or NDJSON")
     if stripped.startswith("[") and "ndjson" not in (content_type or ""):
         try:
-            body = json.loads(text)
+            body = loads_json(text)  # a non-finite number is a 400 naming it: `[0].weight`
         except (ValueError, RecursionError) as exc:  # also over-long integers and too-deep nesting
             where = f" at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
             raise BadRequest(f"body: malformed JSON{where}") from exc
@@ -71,7 +72,7 @@ def parse_items_body(raw: bytes, content_type: str | None) -> list[Any]:
         return body
     if stripped.startswith("{") and "ndjson" not in (content_type or ""):
         try:  # one item written as a single (possibly pretty-printed) JSON object
-            single = json.loads(text)
+            single = loads_json(text, at="[0]")
         except (ValueError, RecursionError):
             single = None
         if isinstance(single, dict):
@@ -81,7 +82,7 @@ def parse_items_body(raw: bytes, content_type: str | None) -> list[Any]:
         if not line.strip():
             continue
         try:
-            entries.append(json.loads(line))
+            entries.append(loads_json(line, at=f"[{len(entries)}]"))
         except (ValueError, RecursionError):
             entries.append(_Unparsable(number))
     return entries

@@ -66,7 +66,9 @@ def test_healthz(gateway: Gateway) -> None:
 def test_readyz_when_ready(gateway: Gateway) -> None:
     response = gateway.client.get("/readyz")
     assert response.status_code == 200
-    assert response.json() == {"status": "ready", "checks": {"policy": "ok", "store": "ok"}}
+    body = response.json()
+    assert body["status"] == "ready" and body["checks"] == {"policy": "ok", "store": "ok", "admission": "ok"}
+    assert body["admission"]["saturated"] is False
 
 
 def test_readyz_is_503_naming_the_store_when_it_is_unreachable(gateway: Gateway) -> None:
@@ -76,7 +78,7 @@ def test_readyz_is_503_naming_the_store_when_it_is_unreachable(gateway: Gateway)
         assert response.status_code == 503
         body = response.json()
         assert body["status"] == "not ready"
-        assert body["checks"] == {"policy": "ok", "store": "unreachable"}
+        assert body["checks"] == {"policy": "ok", "store": "unreachable", "admission": "ok"}
         assert gateway.client.get("/healthz").status_code == 200  # alive, just not ready
 
 

@@ -181,4 +181,4 @@ def test_readyz_names_the_policy_engine_when_opa_goes_away(sqlite_url: str, tmp_
         double.close()
         response = gateway.client.get("/readyz")
         assert response.status_code == 503
-        assert response.json()["checks"] == {"policy": "opa engine not answering", "store": "ok"}
+        assert response.json()["checks"] == {"policy": "opa engine not answering", "store": "ok", "admission": "ok"}

@@ -16,10 +16,11 @@ from audit.lineage import AuditReadRecord, AuditVerifyRecord, FeedbackRecord, re
 from audit.review import MAX_PAGE, Filters, export, get_trace, list_traces
 from core.errors import BadRequest, NotFound
 from core.instants import parse_rfc3339
+from core.validation import ascii_int
 from gateway.http.traced import Call, Stream, requires, traced
 
 UNKNOWN_TRACE = "trace: no such trace"
-CURSOR = re.compile(r"^c_(\d{1,18})$")
+CURSOR = re.compile(r"c_([0-9]{1,18})", re.ASCII)  # fullmatch: ASCII digits, no trailing newline
 FILTER_NAMES = ("actor", "task", "decision", "since", "until", "item")
 
 
@@ -39,7 +40,7 @@ def review_query(params: QueryParams, others: frozenset[str], unknown: str) -> t
                 raise BadRequest(f"{name}: expected an instant with its offset, such as 2026-11-30T00:00:00Z") from exc
     after = None
     if params.get("cursor"):
-        match = CURSOR.match(params["cursor"])
+        match = CURSOR.fullmatch(params["cursor"])
         if not match:
             raise BadRequest("cursor: not a cursor this page issued")
         after = int(match.group(1))
@@ -58,10 +59,8 @@ async def list_route_handler(call: Call) -> tuple[int, dict[str, Any]]:
     actor = call.actor
     call.trace.decision = "read"
     filters, after = _api_query(call)
-    limit_text = call.request.query_params.get("limit", "50")
-    if not limit_text.isdigit() or not 1 <= int(limit_text) <= MAX_PAGE:
-        raise BadRequest(f"limit: expected a whole number from 1 to {MAX_PAGE}")
-    rows, last = await anyio.to_thread.run_sync(list_traces, call.context.store, actor.tenant, filters, after, int(limit_text))
+    limit = ascii_int("limit", call.request.query_params.get("limit", "50"), 1, MAX_PAGE)
+    rows, last = await anyio.to_thread.run_sync(list_traces, call.context.store, actor.tenant, filters, after, limit)
     call.trace.lineage.audit_read = AuditReadRecord(listed=len(rows))
     return 200, {"traces": rows, "cursor": f"c_{last}" if last is not None else None}
 

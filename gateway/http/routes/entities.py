@@ -21,7 +21,7 @@ from gateway.writes.items import ID, Rejected, ingest, parse_items_body
 
 def _entity_id(call: Call) -> str:
     entity_id = str(call.request.path_params["entity_id"])
-    if not re.match(ID, entity_id):
+    if not re.fullmatch(ID, entity_id):
         raise BadRequest("id: entity ids use letters, digits and _.:@- only, at most 200")
     return entity_id
 
@@ -51,7 +51,7 @@ async def merge_entity(call: Call) -> tuple[int, dict[str, Any]]:
     call.trace.decision = "write"
     entity_id = _entity_id(call)
     body = await call.json()
-    if not isinstance(body, dict) or not isinstance(body.get("into"), str) or not body["into"]:
+    if not isinstance(body, dict) or not isinstance(body.get("into"), str) or not re.fullmatch(ID, body["into"]):
         raise BadRequest("into: expected the id of the surviving entity")
     if set(body) - {"into"}:
         raise BadRequest(f"{sorted(set(body) - {'into'})[0]}: unknown field")

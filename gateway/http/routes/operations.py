@@ -18,12 +18,16 @@ async def healthz(request: Request) -> JSONResponse:
 
 async def readyz(request: Request) -> JSONResponse:
     context = request.app.state.context
+    load = context.admission.saturation()
     checks = {
         "policy": "ok" if await context.policy.ready() else f"{context.policy.name} engine not answering",
         "store": "ok" if await anyio.to_thread.run_sync(store_reachable, context.store) else "unreachable",
+        # Honest under a flood: past its capacity the process asks the balancer for no more calls.
+        "admission": "ok" if not load["saturated"] else f"saturated: {load['in_flight']} of {load['capacity']} units in flight",
     }
     ready = all(v == "ok" for v in checks.values())
-    return JSONResponse({"status": "ready" if ready else "not ready", "checks": checks}, status_code=200 if ready else 503)
+    return JSONResponse({"status": "ready" if ready else "not ready", "checks": checks, "admission": load},
+                        status_code=200 if ready else 503)
 
 
 @requires()

@@ -1,0 +1,80 @@
+"""The key life cycle over HTTP, for the `key_admin` role, in the caller's tenant only:
+GET /v1/keys, POST /v1/keys, DELETE /v1/keys/{key_id}. A key's secret is shown once, in the answer
+that creates it; neither it nor its hash is listed or audited."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import anyio.to_thread
+from pydantic import Field, ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
+
+from core.errors import BadRequest, SchemaError
+from core.request import Strict
+from core.validation import describe_validation_error, has_nul
+from gateway.auth import create_api_key, list_api_keys, revoke_api_key
+from gateway.http.traced import Call, requires, traced
+
+ROLE = "key_admin"
+
+
+class NewKey(Strict):
+    """POST /v1/keys: who the key speaks for; its tenant is the caller's."""
+
+    principal: str = Field(max_length=300)
+    roles: list[str] = Field(default_factory=lambda: ["agent"], max_length=10)
+    groups: list[str] = Field(default_factory=list, max_length=100)
+    clearance: str = Field(default="internal", max_length=50)
+
+
+@requires(ROLE)
+async def list_keys(call: Call) -> tuple[int, dict[str, Any]]:
+    call.trace.decision = "read"
+    keys = await anyio.to_thread.run_sync(list_api_keys, call.context.store, call.actor.tenant)
+    call.trace.lineage.keys = {"listed": len(keys)}
+    return 200, {"keys": keys}
+
+
+@requires(ROLE)
+async def create_key(call: Call) -> tuple[int, dict[str, Any]]:
+    call.trace.decision = "write"
+    body = await call.json()
+    if not isinstance(body, dict):
+        raise BadRequest("body: expected a JSON object")
+    if has_nul(body):
+        raise BadRequest("body: strings must not contain the NUL character")
+    if "tenant" in body:
+        raise BadRequest("tenant: a key is made in the caller's own tenant; omit it")
+    try:
+        new = NewKey.model_validate(body)
+    except ValidationError as exc:
+        raise SchemaError(describe_validation_error(exc)) from exc
+    token = await anyio.to_thread.run_sync(functools.partial(
+        create_api_key, call.context.store, tenant=call.actor.tenant, principal=new.principal,
+        roles=new.roles, groups=new.groups, clearance=new.clearance))
+    key_id = token.split("_")[1]  # gw_<id>_<secret>
+    call.trace.lineage.keys = {"created": key_id}
+    created = await anyio.to_thread.run_sync(list_api_keys, call.context.store, call.actor.tenant, key_id)
+    return 201, {**created[0], "key": token}
+
+
+@requires(ROLE)
+async def revoke_key(call: Call) -> tuple[int, dict[str, Any]]:
+    call.trace.decision = "write"
+    key_id = str(call.request.path_params["key_id"])
+    revoked = await anyio.to_thread.run_sync(revoke_api_key, call.context.store, key_id, call.actor.tenant)
+    call.trace.lineage.keys = {"revoked": revoked["id"], "changed": revoked["changed"], "sessions_ended": revoked["sessions_ended"]}
+    return 200, revoked
+
+
+async def keys_route(request: Request) -> Response:
+    if request.method == "POST":
+        return await traced(request, "keys_create", create_key)
+    return await traced(request, "keys_list", list_keys)
+
+
+async def key_route(request: Request) -> Response:
+    return await traced(request, "key_revoke", revoke_key)
