@@ -18,7 +18,7 @@ from audit.integrity import verify
 from audit.trace import Trace
 from core.audit_tables import AuditSecret, AuditTrace
 from core.errors import AuditWriteError
-from core.store import writer
+from core.store import DISK_FULL, disk_full, writer
 
 APPEND_ATTEMPTS = 20
 GROUP_LIMIT = 128  # traces committed together at most
@@ -93,7 +93,7 @@ class AuditStore:
                 if attempt == APPEND_ATTEMPTS - 1:
                     raise AuditWriteError(NOT_WRITTEN) from exc
             except Exception as exc:  # the store, or a row it could not take: either way no record, no answer
-                raise AuditWriteError(NOT_WRITTEN) from exc
+                raise AuditWriteError(f"{NOT_WRITTEN} ({DISK_FULL})" if disk_full(exc) else NOT_WRITTEN) from exc
 
     async def write(self, trace: Trace) -> None:
         await anyio.to_thread.run_sync(self.write_sync, trace)

@@ -147,6 +147,21 @@ def open_store(database_url: str) -> Engine:
     return engine
 
 
+DISK_FULL = "the store's disk is full; writes resume once space is freed"
+
+
+def disk_full(error: BaseException) -> bool:
+    """Whether a store error (or what caused it) is a full disk: SQLite's SQLITE_FULL, PostgreSQL's
+    disk_full (53100) or an out-of-space OS error."""
+    seen: BaseException | None = error
+    while seen is not None:
+        text = str(getattr(seen, "orig", None) or seen).lower()
+        if "database or disk is full" in text or "no space left on device" in text or getattr(seen, "sqlstate", None) == "53100":
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def lexical_table(tenant: str) -> str:
     """The name of a tenant's FTS5 table: derived from the tenant's SHA-256, never the tenant itself,
     so a tenant string of any content can neither break nor inject into the DDL."""

@@ -6,7 +6,8 @@ from typing import Any
 
 from starlette.exceptions import HTTPException
 
-from core.errors import GatewayError
+from core.errors import GatewayError, StoreUnavailable
+from core.store import DISK_FULL, disk_full
 
 STARLETTE_CODES = {404: "not_found", 405: "method_not_allowed"}
 CLIENT_CLOSED = 499  # nginx's "client closed request": no answer was read, none was sent
@@ -23,6 +24,8 @@ def error_answer(error: BaseException, trace_id: str | None) -> tuple[int, dict[
     if isinstance(error, HTTPException):
         code = STARLETTE_CODES.get(error.status_code, "http_error")
         return error.status_code, {"error": {"code": code, "message": str(error.detail), "trace_id": trace_id}}
+    if disk_full(error):  # not the gateway's fault, and it passes: say so
+        return error_answer(StoreUnavailable(DISK_FULL), trace_id)
     return 500, {"error": {"code": "internal_error", "message": "internal error", "trace_id": trace_id}}
 
 

@@ -191,8 +191,9 @@ async def _run(call: Call, endpoint: str, handler: Handler) -> tuple[int, Answer
         return status, (JSONResponse(body, status_code=status, headers=exc.headers) if exc.headers else body)
     except Exception as exc:  # never a stack trace on the wire; the log has the type only
         log.error("%s failed unexpectedly: %s", endpoint, where(exc))
-        trace.error_code, trace.decision = "internal_error", "error"
-        return error_answer(exc, trace.trace_id)
+        status, body = error_answer(exc, trace.trace_id)  # a 500, or a 503 for a full disk
+        trace.error_code, trace.decision = body["error"]["code"], "error"
+        return status, body
 
 
 async def _client_left(request: Request) -> bool:
