@@ -12,4 +12,6 @@ from gateway.settings import load_settings
 # another tenant's 15 ms retrieve. 1 ms bounds that wait at a small cost in throughput.
 sys.setswitchinterval(0.001)
 
-app = create_app(load_settings())
+# The serving process freezes what it loaded at start out of the garbage collector's scans (see
+# create_app); tests, which build many apps in one process, do not.
+app = create_app(load_settings(), freeze=True)

@@ -211,10 +211,10 @@ def test_a_flood_from_one_tenant_is_turned_away_and_leaves_another_tenant_served
         assert 429 in flood and 200 in flood, sorted(set(flood))  # the flood was admitted in part, turned away in part
         ratio = p95([ms for _, ms in during]) / p95([ms for _, ms in idle])
         print(f"the other tenant's p95: {ratio:.1f}x its idle p95 under the flood")
-        # Issue 14 asks for 3x: measured 2.4x on a quiet machine, up to 14x with other work on the 2
-        # cores (25x before admission; the live server's 41.8 s against 125 ms, 330x, before that).
-        # This bound only guards against a return to no admission.
-        assert ratio <= 20.0, f"the other tenant's p95 rose {ratio:.1f}x under the flood"
+        # Issue 14 asks for 3x: measured 5.4-7.4x on a quiet 2-core machine (12-16x before the serving
+        # process froze its start-up objects out of the collector's scans, 25x before admission, and
+        # 330x on the live server that found the problem). This bound guards against regressions.
+        assert ratio <= 15.0, f"the other tenant's p95 rose {ratio:.1f}x under the flood"
         ready = httpx.get(f"{url}/readyz", timeout=5).json()
         assert ready["admission"]["refused"] > 0
     finally:
