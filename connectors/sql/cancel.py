@@ -62,7 +62,7 @@ class Watch:
 
 
 class _Running:
-    """How many watched connections are running work right now (for tests and /readyz)."""
+    """How many watched connections are running work right now (what the tests check)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

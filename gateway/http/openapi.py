@@ -305,6 +305,13 @@ def json_body(schema: Schema, description: str = "") -> Schema:
     return {"required": True, "description": description, "content": {JSON: {"schema": schema}}}
 
 
+def batch_body(what: str, model: str) -> Schema:
+    """A batch write's body: a JSON array of `model` (or one), or NDJSON, one per line."""
+    return {"required": True, "description": f"A JSON array of {what}s (or one {what}), or NDJSON: one {what} per line",
+            "content": {JSON: {"schema": {"anyOf": [{"type": "array", "items": ref(model)}, ref(model)]}},
+                        NDJSON: {"schema": {"type": "array", "items": ref(model), "description": "Sent as one JSON object per line"}}}}
+
+
 REVIEW_FILTERS = (
     query_parameter("actor", "Only calls of this principal (`user:...`)"),
     query_parameter("task", "Only calls of this task type"),
@@ -363,11 +370,7 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         "Write items (idempotent by id)", "ingest",
         v1({"200": json_answer("What was written, and what was rejected and why", ref("IngestReport"))}, body=True,
            errors={400: "the body is neither a JSON array nor NDJSON"}),
-        role="ingest",
-        body={"required": True, "description": "A JSON array of items (or one item), or NDJSON: one item per line",
-              "content": {JSON: {"schema": {"anyOf": [{"type": "array", "items": ref("ItemIn")}, ref("ItemIn")]}},
-                          NDJSON: {"schema": {"type": "array", "items": ref("ItemIn"),
-                                              "description": "Sent as one JSON object per line"}}}}),
+        role="ingest", body=batch_body("item", "ItemIn")),
     ("/v1/documents/{document_id}", "put"): Operation(
         "Write a Markdown document, cut into section items", "ingest",
         v1({"200": json_answer("The document's sections as written", ref("DocumentReport"))}, body=True,
@@ -402,11 +405,7 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         "Write edges", "ingest",
         v1({"200": json_answer("What was written, and what was rejected and why", ref("IngestReport"))}, body=True,
            errors={400: "the body is neither a JSON array nor NDJSON, or names another kind"}),
-        role="ingest",
-        body={"required": True, "description": "A JSON array of edges (or one edge), or NDJSON: one edge per line",
-              "content": {JSON: {"schema": {"anyOf": [{"type": "array", "items": ref("EdgeIn")}, ref("EdgeIn")]}},
-                          NDJSON: {"schema": {"type": "array", "items": ref("EdgeIn"),
-                                              "description": "Sent as one JSON object per line"}}}}),
+        role="ingest", body=batch_body("edge", "EdgeIn")),
     ("/v1/policy", "get"): Operation(
         "The loaded policy revision", "policy", v1({"200": json_answer("The engine and revision", ref("PolicyInfo"))}, errors={})),
     ("/v1/keys", "get"): Operation(
