@@ -10,7 +10,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from connectors.base import SemanticConnector
-from connectors.sql.pushdown import item, permitted, record_from_row, tagged
+from connectors.sql.pushdown import bound, item, permitted, record_from_row, tagged
 from core.constraints import ItemFilter
 from core.errors import ConnectorError
 from core.records import Candidate, RecallQuery, SourceResult
@@ -33,10 +33,10 @@ class StoreConfirmed:
 
     def _confirm(self, where: ItemFilter, query: RecallQuery, candidates: tuple[Candidate, ...]) -> tuple[Candidate, ...]:
         wanted = [c.record.id for c in candidates]
-        statement = select(item).where(item.c.id.in_(wanted), permitted(where), tagged(query.tags))
+        statement = select(item).where(item.c.id.in_(wanted), permitted(), tagged(query.tags))
         try:
             with self.engine.connect() as conn:
-                current = {row._mapping["id"]: record_from_row(row) for row in conn.execute(statement)}
+                current = {row._mapping["id"]: record_from_row(row) for row in conn.execute(statement, bound(where))}
         except SQLAlchemyError as exc:
             raise ConnectorError(f"semantic confirmation failed: {type(exc).__name__}") from exc
         kept = [c for c in candidates if c.record.id in current]

@@ -10,7 +10,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from connectors.sql.cancel import cancellable, watched
-from connectors.sql.pushdown import item, permitted, record_from_row, tagged
+from connectors.sql.pushdown import bound, item, permitted, record_from_row, tagged
 from core.constraints import ItemFilter
 from core.errors import ConnectorError
 from core.records import Candidate, Identifier, RecallQuery, Record, SkipReason, SourceResult
@@ -45,7 +45,7 @@ class SqlExactConnector:
         if not ids:
             return ()
         statement = select(item).where(item.c.tenant == tenant, item.c.kind == "entity", item.c.id.in_(ids))
-        return await cancellable(self._entities, statement, "linked entity lookup")
+        return await cancellable(self._entities, statement, {}, "linked entity lookup")
 
     async def search(self, where: ItemFilter, query: RecallQuery) -> SourceResult:
         started = time.perf_counter()
@@ -68,7 +68,7 @@ class SqlExactConnector:
         statement = (
             select(item)
             .where(
-                permitted(where, kinds=("document",)),
+                permitted(("document",)),
                 item.c.document.in_(sorted({document for document, _ in keys})),
                 item.c.section.in_(sorted({section for _, section in keys})),
             )
@@ -77,7 +77,7 @@ class SqlExactConnector:
         )
         try:
             with watched(self.engine) as conn:
-                rows = [record_from_row(row) for row in conn.execute(statement)]
+                rows = [record_from_row(row) for row in conn.execute(statement, bound(where))]
         except SQLAlchemyError as exc:
             raise ConnectorError(f"section lookup failed: {type(exc).__name__}") from exc
         return tuple(r for r in rows if (r.document, r.section) in wanted)[:MAX_SECTION_PIECES]
@@ -88,11 +88,11 @@ class SqlExactConnector:
             return ()
         statement = (
             select(item)
-            .where(permitted(where, kinds=("entity",)), item.c.merged_into.in_(survivors))
+            .where(permitted(("entity",)), item.c.merged_into.in_(survivors))
             .order_by(item.c.id)
             .limit(MAX_ENTITIES)
         )
-        return await cancellable(self._entities, statement, "merge lookup")
+        return await cancellable(self._entities, statement, bound(where), "merge lookup")
 
     async def sharing_domain(
         self, where: ItemFilter, domains: tuple[str, ...], exclude: tuple[str, ...], limit: int
@@ -103,7 +103,7 @@ class SqlExactConnector:
         statement = (
             select(item)
             .where(
-                permitted(where, kinds=("entity",)),
+                permitted(("entity",)),
                 item.c.domain.in_(domains),
                 item.c.id.not_in(exclude),
                 item.c.merged_into.is_(None),
@@ -111,7 +111,7 @@ class SqlExactConnector:
             .order_by(item.c.id)
             .limit(limit)
         )
-        return await cancellable(self._entities, statement, "alias lookup")
+        return await cancellable(self._entities, statement, bound(where), "alias lookup")
 
     def _lookup(self, where: ItemFilter, identifiers: tuple[Identifier, ...]) -> tuple[Record, ...]:
         matches = or_(
@@ -123,24 +123,24 @@ class SqlExactConnector:
                 if i.kind in IDENTIFIER_COLUMNS
             )
         )
-        statement = select(item).where(permitted(where, kinds=("entity",)), matches).order_by(item.c.id).limit(MAX_ENTITIES)
-        return self._entities(statement, "exact lookup")
+        statement = select(item).where(permitted(("entity",)), matches).order_by(item.c.id).limit(MAX_ENTITIES)
+        return self._entities(statement, bound(where), "exact lookup")
 
-    def _entities(self, statement: Any, what: str) -> tuple[Record, ...]:
+    def _entities(self, statement: Any, values: dict[str, Any], what: str) -> tuple[Record, ...]:
         try:
             with watched(self.engine) as conn:
-                return tuple(record_from_row(row) for row in conn.execute(statement))
+                return tuple(record_from_row(row) for row in conn.execute(statement, values))
         except SQLAlchemyError as exc:
             raise ConnectorError(f"{what} failed: {type(exc).__name__}") from exc
 
     def _search(self, where: ItemFilter, query: RecallQuery) -> tuple[Candidate, ...]:
         wanted: tuple[ColumnElement[bool], ...]
         if query.ids:
-            wanted = (permitted(where), item.c.id.in_(query.ids))
+            wanted = (permitted(), item.c.id.in_(query.ids))
         elif where.subjects:
-            wanted = (permitted(where, kinds=SUBJECT_KINDS), item.c.entity.in_(where.subjects))
+            wanted = (permitted(SUBJECT_KINDS), item.c.entity.in_(where.subjects))
         else:  # filter mode: whatever carries every tag
-            wanted = (permitted(where),)
+            wanted = (permitted(),)
         statement = (
             select(item)
             .where(*wanted, tagged(query.tags))
@@ -149,7 +149,7 @@ class SqlExactConnector:
         )
         try:
             with watched(self.engine) as conn:
-                rows = conn.execute(statement).all()
+                rows = conn.execute(statement, bound(where)).all()
         except SQLAlchemyError as exc:
             raise ConnectorError(f"exact search failed: {type(exc).__name__}") from exc
         return tuple(

@@ -6,6 +6,7 @@ See docs/graph-walk.md for how the walk applies the filter, fan-out and depth.
 from __future__ import annotations
 
 import time
+from functools import cache
 from typing import Any
 
 from sqlalchemy import (
@@ -18,6 +19,7 @@ from sqlalchemy import (
     String,
     Text,
     and_,
+    bindparam,
     case,
     cast,
     exists,
@@ -32,7 +34,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from connectors.sql.cancel import cancellable, watched
-from connectors.sql.pushdown import item, permitted, record_from_row
+from connectors.sql.pushdown import alias, bound, item, permitted, record_from_row, value
 from core.constraints import GraphLimits, ItemFilter
 from core.errors import ConnectorError
 from core.records import Candidate, RecallQuery, SkipReason, SourceResult
@@ -56,35 +58,35 @@ def skip_reason(where: ItemFilter, limits: GraphLimits) -> SkipReason | None:
     return None
 
 
-def followable_edge(where: ItemFilter, limits: GraphLimits, edge: FromClause) -> tuple[ColumnElement[bool], ...]:
+def followable_edge(edge: FromClause) -> tuple[ColumnElement[bool], ...]:
     """An edge the walk may follow (its target is checked by `visible_target`)."""
     return (
-        edge.c.tenant == where.tenant,
+        edge.c.tenant == value("tenant"),
         edge.c.status == "active",
-        edge.c.relation.in_(limits.relations),
-        permitted(where, kinds=("edge",), table=edge),
+        edge.c.relation.in_(value("relations", many=True)),
+        permitted(("edge",), edge),
     )
 
 
-def visible_target(where: ItemFilter, edge: FromClause, target: FromClause) -> tuple[ColumnElement[bool], ...]:
+def visible_target(edge: FromClause, target: FromClause) -> tuple[ColumnElement[bool], ...]:
     """`target` is the entity the edge points at, and the actor may see it."""
     return (
         target.c.tenant == edge.c.tenant,
         target.c.id == edge.c.edge_to,
         target.c.kind == "entity",
-        permitted(where, kinds=("entity",), table=target),
+        permitted(("entity",), target),
     )
 
 
-def followable(where: ItemFilter, limits: GraphLimits, edge: FromClause) -> ColumnElement[bool]:
+def followable(edge: FromClause) -> ColumnElement[bool]:
     """The walk may follow `edge` into its target, tested on the same row by primary key (the
     join-order note in the module docstring says why)."""
-    same, target = item.alias("follow_edge"), item.alias("follow_target")
+    same, target = alias("follow_edge"), alias("follow_target")
     return exists(
         select(same.c.pk)
         .select_from(same)
-        .join(target, and_(*visible_target(where, same, target)))
-        .where(same.c.pk == edge.c.pk, *followable_edge(where, limits, same))
+        .join(target, and_(*visible_target(same, target)))
+        .where(same.c.pk == edge.c.pk, *followable_edge(same))
     )
 
 
@@ -99,14 +101,14 @@ def rank_key(edge: FromClause) -> tuple[ColumnElement[Any], ...]:
     )
 
 
-def last_slot(where: ItemFilter, limits: GraphLimits, node: ColumnElement[Any], fanout: int) -> ScalarSelect[Any]:
+def last_slot(node: ColumnElement[Any], fanout: int) -> ScalarSelect[Any]:
     """The pk of `node`'s `fanout`-th best followable edge; NULL when it has fewer."""
-    edge, target = item.alias("slot_edge"), item.alias("slot_target")
+    edge, target = alias("slot_edge"), alias("slot_target")
     return (
         select(edge.c.pk)
         .select_from(edge)
-        .join(target, and_(*visible_target(where, edge, target)))
-        .where(edge.c.edge_from == node, *followable_edge(where, limits, edge))
+        .join(target, and_(*visible_target(edge, target)))
+        .where(edge.c.edge_from == node, *followable_edge(edge))
         .order_by(*rank_key(edge))
         .limit(1)
         .offset(fanout - 1)
@@ -120,28 +122,26 @@ def on_path(path: ColumnElement[Any], node: ColumnElement[Any]) -> ColumnElement
     return func.replace(path, "/" + node + "/", "") != path
 
 
-def starts(where: ItemFilter, limits: GraphLimits, fanout: int) -> CTE:
+def starts(fanout: int) -> CTE:
     """The walk's anchor: one row per subject, at depth 0. The caller has verified the subjects;
     their entity rows are read only to have one row per subject, however many there are."""
-    start = item.alias("start")
+    start = alias("start")
     anchor = select(
         cast(start.c.id, String).label("node"),
         cast(literal(0), Integer).label("depth"),
         cast("/" + start.c.id + "/", Text).label("path"),
         cast(null(), Integer).label("edge_pk"),
         cast(literal(0), Integer).label("closes"),
-        cast(last_slot(where, limits, start.c.id, fanout), Integer).label("cutoff"),
-    ).where(start.c.tenant == where.tenant, start.c.kind == "entity", start.c.id.in_(where.subjects))
+        cast(last_slot(start.c.id, fanout), Integer).label("cutoff"),
+    ).where(start.c.tenant == value("tenant"), start.c.kind == "entity", start.c.id.in_(value("subjects", many=True)))
     return anchor.cte("walk", recursive=True)
 
 
-def walk(where: ItemFilter, limits: GraphLimits) -> CTE:
+def walk(max_depth: int, fanout: int) -> CTE:
     """walk(node, depth, path, edge_pk, closes, cutoff): each node reached, by which edge,
     whether that edge closed a cycle, and the node's fan-out cutoff (see the module docstring)."""
-    max_depth = clamp(limits.max_depth, 1, MAX_DEPTH)
-    fanout = clamp(limits.fanout, 1, MAX_FANOUT)
-    walked = starts(where, limits, fanout)
-    edge, cut = item.alias("walk_edge"), item.alias("walk_cut")
+    walked = starts(fanout)
+    edge, cut = alias("walk_edge"), alias("walk_cut")
     closes = on_path(walked.c.path, edge.c.edge_to)
     expandable = and_(walked.c.depth + 1 < max_depth, ~closes)
     step = (
@@ -151,13 +151,13 @@ def walk(where: ItemFilter, limits: GraphLimits) -> CTE:
             cast(walked.c.path + edge.c.edge_to + "/", Text),
             edge.c.pk,
             cast(case((closes, 1), else_=0), Integer),
-            cast(case((expandable, last_slot(where, limits, edge.c.edge_to, fanout)), else_=null()), Integer),
+            cast(case((expandable, last_slot(edge.c.edge_to, fanout)), else_=null()), Integer),
         )
         .select_from(walked)
-        .join(edge, and_(edge.c.tenant == where.tenant, edge.c.edge_from == walked.c.node))
+        .join(edge, and_(edge.c.tenant == value("tenant"), edge.c.edge_from == walked.c.node))
         .outerjoin(cut, cut.c.pk == walked.c.cutoff)
         .where(
-            followable(where, limits, edge),
+            followable(edge),
             walked.c.depth < max_depth,
             walked.c.closes == 0,
             or_(walked.c.cutoff.is_(None), tuple_(*rank_key(edge)) <= tuple_(*rank_key(cut))),
@@ -166,9 +166,20 @@ def walk(where: ItemFilter, limits: GraphLimits) -> CTE:
     return walked.union_all(step)
 
 
-def reachable_edges(where: ItemFilter, limits: GraphLimits, limit: int) -> Select[Any]:
-    """Each edge reached once, at its smallest depth, best first, at most `limit`."""
-    walked = walk(where, limits)
+def reachable_edges(limits: GraphLimits) -> Select[Any]:
+    """Each edge reached once, at its smallest depth, best first, at most `pf_limit`; the filter's
+    values, the relations and the limit are the statement's parameters (`walk_values`)."""
+    return _reachable_edges(clamp(limits.max_depth, 1, MAX_DEPTH), clamp(limits.fanout, 1, MAX_FANOUT))
+
+
+def walk_values(where: ItemFilter, limits: GraphLimits, limit: int) -> dict[str, Any]:
+    return {**bound(where), "pf_relations": list(limits.relations), "pf_limit": max(limit, 0)}
+
+
+@cache
+def _reachable_edges(max_depth: int, fanout: int) -> Select[Any]:
+    """One statement per depth and fan-out (at most MAX_DEPTH * MAX_FANOUT), built once."""
+    walked = walk(max_depth, fanout)
     reached = (
         select(walked.c.edge_pk, func.min(walked.c.depth).label("depth"))
         .where(walked.c.edge_pk.is_not(None))
@@ -184,7 +195,7 @@ def reachable_edges(where: ItemFilter, limits: GraphLimits, limit: int) -> Selec
             reached.c.depth,
             item.c.id,
         )
-        .limit(max(limit, 0))
+        .limit(bindparam("pf_limit", type_=Integer()))
     )
 
 
@@ -206,10 +217,9 @@ class SqlGraphConnector:
         return SourceResult(self.name, "ok" if candidates else "empty", candidates, ms)
 
     def _search(self, where: ItemFilter, limits: GraphLimits, query: RecallQuery) -> tuple[Candidate, ...]:
-        statement = reachable_edges(where, limits, query.limit)
         try:
             with watched(self.engine) as conn:
-                rows = conn.execute(statement).all()
+                rows = conn.execute(reachable_edges(limits), walk_values(where, limits, query.limit)).all()
         except SQLAlchemyError as exc:
             raise ConnectorError(f"graph walk failed: {type(exc).__name__}") from exc
         return tuple(

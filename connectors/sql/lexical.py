@@ -17,7 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.sql import Select
 
 from connectors.sql.cancel import cancellable, watched
-from connectors.sql.pushdown import item, permitted, record_from_row, tagged
+from connectors.sql.pushdown import bound, item, permitted, record_from_row, tagged
 from core.constraints import ItemFilter
 from core.errors import ConnectorError
 from core.records import Candidate, RecallQuery, SkipReason, SourceResult
@@ -89,7 +89,7 @@ class FullTextConnector:
         return (
             select(item, best.c.score)
             .select_from(best.join(item, item.c.pk == best.c.pk))
-            .where(permitted(where), tagged(query.tags))
+            .where(permitted(), tagged(query.tags))
             .order_by(best.c.score, item.c.pk)
             .limit(query.limit)
         )
@@ -100,7 +100,7 @@ class FullTextConnector:
         score = func.ts_rank_cd(tsv, tsquery)
         return (
             select(item, score.label("score"))
-            .where(tsv.op("@@")(tsquery), permitted(where), tagged(query.tags))
+            .where(tsv.op("@@")(tsquery), permitted(), tagged(query.tags))
             .order_by(score.desc(), item.c.pk)
             .limit(query.limit)
         )
@@ -118,12 +118,12 @@ class FullTextConnector:
 
     def _rows(self, conn: Connection, where: ItemFilter, query: RecallQuery, terms: list[str]) -> list[Row[Any]]:
         if self.dialect != "sqlite":
-            return list(conn.execute(self._postgres_statement(where, query, terms)).all())
+            return list(conn.execute(self._postgres_statement(where, query, terms), bound(where)).all())
         if not tenant_index_exists(conn, where.tenant):
             return []  # the tenant never wrote an item: nothing of its can match
         window = max(FIRST_WINDOW, query.limit * 5)
         while True:
-            rows = list(conn.execute(self._sqlite_statement(where, query, terms, window)).all())
+            rows = list(conn.execute(self._sqlite_statement(where, query, terms, window), bound(where)).all())
             if len(rows) >= query.limit or self._match_count(conn, where.tenant, terms, window) < window:
                 return rows
             window *= 4

@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from connectors.sql.cancel import cancellable, watched
-from connectors.sql.pushdown import item, permitted, record_from_row, tagged
+from connectors.sql.pushdown import bound, item, permitted, record_from_row, tagged
 from core.constraints import ItemFilter
 from core.errors import ConnectorError
 from core.records import Candidate, RecallQuery, SkipReason, SourceResult
@@ -195,12 +195,12 @@ class VectorIndex:
                 item_vector.c.content_hash == item.c.content_hash,
             ),
         )
-        return select(item.c.pk).select_from(joined).where(permitted(where), tagged(query.tags))
+        return select(item.c.pk).select_from(joined).where(permitted(), tagged(query.tags))
 
     def _exact(
         self, conn: Connection, vectors: TenantVectors, where: ItemFilter, query: RecallQuery, q: npt.NDArray[np.float32]
     ) -> list[tuple[int, float]]:
-        pks = [int(pk) for (pk,) in conn.execute(self._current(where, query))]
+        pks = [int(pk) for (pk,) in conn.execute(self._current(where, query), bound(where))]
         rows = np.array([vectors.row_of[pk] for pk in pks if pk in vectors.row_of], dtype=np.int64)
         if not len(rows):
             return []
@@ -222,7 +222,7 @@ class VectorIndex:
                 labels, _ = graph.knn_query(q, k=min(window, vectors.graph_rows))
             rows = labels[0].astype(np.int64)
             by_pk = {int(vectors.pks[r]): r for r in rows}
-            admitted = [int(pk) for (pk,) in conn.execute(self._current(where, query).where(item.c.pk.in_(list(by_pk))))]
+            admitted = [int(pk) for (pk,) in conn.execute(self._current(where, query).where(item.c.pk.in_(list(by_pk))), bound(where))]
             if len(admitted) >= query.limit or window >= vectors.graph_rows:
                 scored = sorted(((pk, float(vectors.matrix[by_pk[pk]] @ q)) for pk in admitted), key=lambda p: -p[1])
                 return scored[: query.limit]
@@ -261,7 +261,7 @@ class VectorConnector:
                 return (), strategy
             with watched(self.index.engine) as conn:
                 rows = conn.execute(
-                    select(item).where(item.c.pk.in_([pk for pk, _ in best]), permitted(where), tagged(query.tags))
+                    select(item).where(item.c.pk.in_([pk for pk, _ in best]), permitted(), tagged(query.tags)), bound(where)
                 ).all()
         except SQLAlchemyError as exc:
             raise ConnectorError(f"semantic search failed: {type(exc).__name__}") from exc

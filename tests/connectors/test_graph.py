@@ -21,7 +21,7 @@ from sqlalchemy import create_engine, insert, select, text
 from sqlalchemy.engine import Engine
 
 from connectors.base import GraphConnector
-from connectors.sql.graph import SqlGraphConnector, reachable_edges, walk
+from connectors.sql.graph import SqlGraphConnector, reachable_edges, walk, walk_values
 from core.constraints import GraphLimits, ItemFilter
 from core.errors import ConnectorError
 from core.records import RecallQuery, SourceResult
@@ -269,9 +269,11 @@ def test_a_cycle_terminates_and_returns_each_edge_once(graph: Graph) -> None:
 def test_the_walk_never_continues_from_a_node_already_on_its_path(graph: Graph) -> None:
     g = graph
     g.build(g.entities("a", "b") + [g.edge("a", "b"), g.edge("b", "a")])
-    walked = walk(*split(subjects=(g.id("a"),), max_depth=3))
+    where, limits = split(subjects=(g.id("a"),), max_depth=3)
+    walked = walk(limits.max_depth, limits.fanout)
     with g.engine.connect() as conn:
-        rows = conn.execute(select(walked.c.node, walked.c.depth, walked.c.closes).order_by(walked.c.depth)).all()
+        rows = conn.execute(select(walked.c.node, walked.c.depth, walked.c.closes).order_by(walked.c.depth),
+                            walk_values(where, limits, 50)).all()
     strip = len(g.prefix) + 1
     assert [(node[strip:], depth, closes) for node, depth, closes in rows] == [("a", 0, 0), ("b", 1, 0), ("a", 2, 1)]
 
@@ -365,7 +367,8 @@ def test_sqlite_expands_each_node_through_the_edge_from_index(sqlite_url: str) -
     """SQLite assumes a recursive CTE holds a million rows; the step must still go from the walk
     row to its node's edges, not scan the tenant's edges and look the walk up for each."""
     engine = open_store(sqlite_url)
-    sql = str(reachable_edges(CONSTRAINTS, LIMITS, 50).compile(engine, compile_kwargs={"literal_binds": True}))
+    statement = reachable_edges(LIMITS).params(walk_values(CONSTRAINTS, LIMITS, 50))
+    sql = str(statement.compile(engine, compile_kwargs={"literal_binds": True}))
     with engine.connect() as conn:
         plan = [row[3] for row in conn.execute(text("EXPLAIN QUERY PLAN " + sql))]
     engine.dispose()

@@ -17,6 +17,7 @@ from sqlalchemy import create_engine, insert, inspect, text
 from sqlalchemy.engine import Engine
 
 from connectors.sql.lexical import FullTextConnector
+from connectors.sql.pushdown import bound
 from core.constraints import ItemFilter
 from core.records import RecallQuery, SourceResult
 from core.store import ensure_tenant_index, lexical_table, open_store
@@ -150,7 +151,7 @@ def test_postgres_a_word_only_another_tenant_holds_is_empty_and_the_index_leads_
             conn.execute(text("ANALYZE"))
             for query in ("heliotrope", "renewal"):
                 plan = explain(conn, FullTextConnector(engine)._postgres_statement(
-                    EVERYONE, RecallQuery(text=query, limit=10), [query]))
+                    EVERYONE, RecallQuery(text=query, limit=10), [query]), bound(EVERYONE))
                 item_scans = [n for n in walk(plan) if n.get("Alias") == "item"]
                 assert item_scans, plan
                 for scan in item_scans:  # the searched rows are reached through the tenant, never around it
@@ -160,9 +161,9 @@ def test_postgres_a_word_only_another_tenant_holds_is_empty_and_the_index_leads_
         engine.dispose()
 
 
-def explain(conn: Any, statement: Any) -> Any:
-    compiled = statement.compile(dialect=conn.dialect, compile_kwargs={"render_postcompile": True})
-    return conn.exec_driver_sql(f"EXPLAIN (FORMAT JSON) {compiled.string}", compiled.params).scalar_one()
+def explain(conn: Any, statement: Any, params: dict[str, Any]) -> Any:
+    expanded = statement.compile(dialect=conn.dialect).construct_expanded_state(params)
+    return conn.exec_driver_sql(f"EXPLAIN (FORMAT JSON) {expanded.statement}", expanded.parameters).scalar_one()
 
 
 def walk(node: Any) -> Iterator[dict[str, Any]]:

@@ -21,7 +21,7 @@ from weaviate.classes.config import DataType, Tokenization, VectorDistances
 from weaviate.collections.classes.filters import _FilterAnd, _FilterOr, _FilterValue, _Operator
 from weaviate.collections.filters import _FilterToGRPC, _FilterToREST
 
-from connectors.sql.pushdown import item, permitted, record_from_row, tagged
+from connectors.sql.pushdown import bound, item, permitted, record_from_row, tagged
 from connectors.weaviate import (
     FILTERED,
     HANDLED_FIELDS,
@@ -269,7 +269,7 @@ def sql_ids(engine: Engine, constraints: ItemFilter, tags: tuple[str, ...]) -> s
     entity the filter hides, a tombstone) cannot be written as a Weaviate filter; StoreConfirmed applies
     them when it re-reads the candidates (tests/connectors/test_confirm.py)."""
     with engine.connect() as conn:
-        return set(conn.execute(select(item.c.id).where(permitted(constraints, links=False), tagged(tags))).scalars())
+        return set(conn.execute(select(item.c.id).where(permitted(links=False), tagged(tags)), bound(constraints)).scalars())
 
 
 def tree_ids(records: list[Record], constraints: ItemFilter, tags: tuple[str, ...]) -> set[str]:
