@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select
+from sqlalchemy import bindparam, delete, func, insert, select
 from sqlalchemy.engine import Connection, Engine
 
 from audit.keys import seal, sealed
@@ -91,6 +91,16 @@ class Appended:
     row_hash: str
 
 
+# Built once: every call appends a row, and building the statements cost more than running them.
+CHAIN_HEAD = (
+    select(audit_trace.c.seq, audit_trace.c.row_hash)
+    .where(audit_trace.c.chain == bindparam("chain"), audit_trace.c.seq.is_not(None))
+    .order_by(audit_trace.c.seq.desc())
+    .limit(1)
+)
+INSERT_ROW = insert(audit_trace).returning(audit_trace.c.pk)
+
+
 def append(conn: Connection, values: dict[str, Any], seal_key: bytes | None = None) -> Appended:
     """Insert one row at the head of its chain (inside the caller's write transaction); with a seal
     key the row carries its seal.
@@ -101,19 +111,12 @@ def append(conn: Connection, values: dict[str, Any], seal_key: bytes | None = No
     chain = chain_of(values.get("tenant"))
     if conn.dialect.name == "postgresql":
         conn.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(chain, 0))))
-    head = conn.execute(
-        select(audit_trace.c.seq, audit_trace.c.row_hash)
-        .where(audit_trace.c.chain == chain, audit_trace.c.seq.is_not(None))
-        .order_by(audit_trace.c.seq.desc())
-        .limit(1)
-    ).first()
+    head = conn.execute(CHAIN_HEAD, {"chain": chain}).first()
     facts = derived(values.get("lineage"))
     row = {**values, "chain": chain, "seq": (head.seq + 1) if head else 1, "prev_hash": head.row_hash if head else GENESIS,
            "task_type": facts.task_type, "about": facts.about}
     digest = row_hash(row)
-    pk = conn.execute(
-        insert(audit_trace).values(**row, row_hash=digest, seal=seal(seal_key, digest) if seal_key else None).returning(audit_trace.c.pk)
-    ).scalar_one()
+    pk = conn.execute(INSERT_ROW, {**row, "row_hash": digest, "seal": seal(seal_key, digest) if seal_key else None}).scalar_one()
     if facts.packed:
         conn.execute(insert(audit_item), [{"trace_pk": pk, "item_id": i} for i in facts.packed])
     return Appended(chain, row["seq"], digest)

@@ -8,6 +8,13 @@ audited like any refusal, and costs the gateway almost nothing: one tenant's flo
 at the door instead of queueing for the cores another tenant needs. `/readyz` reports saturation
 (units in flight against the process's capacity) instead of staying green.
 
+Admission bounds how much work a tenant has in flight; it cannot make that work polite. On a
+machine with few cores, a flooding tenant's admitted heavy calls still compete for the interpreter
+with another tenant's light ones. So a heavy call gives way at its stage boundaries (`give_way`):
+while a tenant with fewer units in flight has calls running, it waits a few milliseconds at a time
+(at most COURTESY_MAX_S per boundary) and the trace records how long. Light calls never wait, and
+tenants with equal work in flight never wait for each other.
+
 Limits come from settings; a tenant's own can be set in the policy's data document
 (policies/gateway/config/data.json) under `data.gateway.config.admission.tenants.<tenant>`
 (`concurrency`, `rate`, and the per-actor `actor_concurrency`, `actor_rate`).
@@ -18,14 +25,20 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+import anyio
 
 from core.errors import ConfigurationError, RateLimited
 from core.request import RetrieveRequest
 from gateway.settings import Settings
 
+COURTESY_STEP_S = 0.005  # how often a heavy call that gives way looks again
+COURTESY_MAX_S = 0.05  # the longest it waits at one stage boundary
 IDLE_SECONDS = 300  # a bucket nobody used for this long is forgotten (bounded memory under many actors)
 
 
@@ -63,11 +76,43 @@ class _Bucket:
         return None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Ticket:
-    """An admitted call's units; `release` gives them back when the call ends (once)."""
+    """An admitted call's units; `release` gives them back when the call ends (once). `gave_way_ms`
+    is how long the call waited for lighter tenants (`give_way`)."""
 
     release: Callable[[], None]
+    admission: Admission | None = None
+    tenant: str = ""
+    cost: int = 1
+    gave_way_ms: float = 0.0
+
+
+_HELD: ContextVar[Ticket | None] = ContextVar("gateway_admission_ticket", default=None)
+
+
+@contextmanager
+def holding(ticket: Ticket) -> Iterator[Ticket]:
+    """The block runs as the ticket's call (`give_way` reads it), and gives the units back after."""
+    token = _HELD.set(ticket)
+    try:
+        yield ticket
+    finally:
+        _HELD.reset(token)
+        ticket.release()
+
+
+async def give_way() -> None:
+    """At a heavy call's stage boundary: wait while a tenant with fewer units in flight has calls
+    running, a few milliseconds at a time and at most COURTESY_MAX_S, so the interpreter serves that
+    tenant first. Light calls (one unit) and calls outside admission go on at once."""
+    ticket = _HELD.get()
+    if ticket is None or ticket.admission is None or ticket.cost <= 1:
+        return
+    started = time.perf_counter()
+    while ticket.admission.outweighed(ticket.tenant) and time.perf_counter() - started < COURTESY_MAX_S:
+        await anyio.sleep(COURTESY_STEP_S)
+    ticket.gave_way_ms += (time.perf_counter() - started) * 1000
 
 
 @dataclass(slots=True)
@@ -79,6 +124,7 @@ class Admission:
     _buckets: dict[tuple[str, str], _Bucket] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _in_flight: int = 0
+    _tenants: dict[str, int] = field(default_factory=dict)  # units in flight per tenant with calls running
     _refused: int = 0
     _swept: float = 0.0
 
@@ -103,6 +149,7 @@ class Admission:
                 bucket.tokens -= min(cost, bucket.limits.rate)
                 bucket.in_flight += cost
             self._in_flight += cost
+            self._tenants[tenant] = self._tenants.get(tenant, 0) + cost
         released = False
 
         def release() -> None:
@@ -114,8 +161,19 @@ class Admission:
                 for bucket in buckets:
                     bucket.in_flight -= cost
                 self._in_flight -= cost
+                left = self._tenants[tenant] - cost
+                if left:
+                    self._tenants[tenant] = left
+                else:
+                    del self._tenants[tenant]
 
-        return Ticket(release)
+        return Ticket(release, self, tenant, cost)
+
+    def outweighed(self, tenant: str) -> bool:
+        """Whether another tenant with fewer units in flight than `tenant` has calls running."""
+        with self._lock:
+            mine = self._tenants.get(tenant, 0)
+            return any(units < mine for other, units in self._tenants.items() if other != tenant)
 
     def _bucket(self, key: tuple[str, str], limits: Limits, now: float) -> _Bucket:
         bucket = self._buckets.get(key)

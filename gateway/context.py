@@ -19,8 +19,9 @@ from gateway.admission import Admission, load_admission
 from gateway.auth import Authenticator
 from gateway.pipeline.pipeline import Connectors, Pipeline
 from gateway.pipeline.semantic import Semantic
-from gateway.policy import PolicyEngine, load_engine
+from gateway.policy.base import PolicyEngine
 from gateway.policy.bundle import read_bundle
+from gateway.policy.factory import load_engine
 from gateway.privacy.store import Privacy, load_privacy
 from gateway.settings import Settings
 from gateway.synthesis.client import Synthesizer

@@ -22,6 +22,7 @@ from core.actor import Actor
 from core.errors import AuditWriteError, BadRequest, Forbidden, GatewayError, PayloadTooLarge, RateLimited, where
 from core.instants import utc_now
 from core.validation import loads_json
+from gateway.admission import holding
 from gateway.context import GatewayContext
 from gateway.http.errors import CLIENT_CLOSED, closed_answer, error_answer
 from gateway.telemetry import active, span_ids, traceparent
@@ -61,12 +62,13 @@ class Call:
         """Hold `cost` admission units of the caller's actor and tenant while the block runs; past a
         limit, RateLimited (429 with Retry-After), audited like any refusal."""
         actor = self.actor
-        self.trace.lineage.admission = {"cost": cost}
-        ticket = self.context.admission.admit(actor.tenant, actor.principal, cost)
-        try:
-            yield
-        finally:
-            ticket.release()
+        admission = self.trace.lineage.admission = {"cost": cost}
+        with holding(self.context.admission.admit(actor.tenant, actor.principal, cost)) as ticket:
+            try:
+                yield
+            finally:
+                if ticket.gave_way_ms:
+                    admission["gave_way_ms"] = round(ticket.gave_way_ms, 3)
 
     async def body(self) -> bytes:
         limit = self.context.settings.max_body_bytes

@@ -21,6 +21,7 @@ from core.errors import BadRequest, ConnectorError, MaskingUnavailable, PolicyDe
 from core.instants import utc_now
 from core.records import Fused, RecallQuery, Record, SkipReason, SourceResult
 from core.request import RetrieveRequest, Task
+from gateway.admission import give_way
 from gateway.pipeline.budget import Packed, pack
 from gateway.pipeline.cursors import issue
 from gateway.pipeline.entities import Resolution, ResolvedEntity, resolve
@@ -107,20 +108,26 @@ class Pipeline:
         if request.effective_mode == "fetch" and not request.fetch:
             raise BadRequest("fetch: mode fetch needs a list of item ids")
 
+        # A heavy call gives way to lighter tenants' calls between its stages (gateway/admission.py).
+        await give_way()
         constraints, revision = await self.decide(actor, request, trace, timer)
+        await give_way()
         resolution, resolution_error, entity_verdict = await self.resolve(actor, request, constraints, trace, timer)
         constraints = constraints.with_subjects(resolution.subjects)
 
+        await give_way()
         results = await self.recall(request, constraints, resolution, timer)
         if resolution_error and results["exact"].status in ("skipped", "empty"):
             results["exact"] = SourceResult("exact", "error", detail=f"entity resolution failed: {resolution_error}")
         candidates = [c.record for result in results.values() for c in result.candidates]
         pieces = await self.sections(constraints, candidates, trace, timer)
+        await give_way()
         verdict = await self.verify(actor, request.task, constraints, candidates + list(pieces), timer, entity_verdict)
         trace.lineage.retrieved = {name: [c.record.id for c in r.candidates] for name, r in results.items() if r.candidates}
         trace.lineage.dropped_by_policy = [Dropped(id=i, reason=reason) for i, reason in verdict.denied]
         trace.lineage.pushdown_mismatches = len(verdict.denied)
 
+        await give_way()
         with timer.stage("fuse", "fuse_ms"):
             fused = fuse({name: r.candidates for name, r in results.items()}, verdict.allowed_ids)
             relevant, floor_report = above_floor(fused, results["semantic"].candidates, self.settings.semantic_floor)

@@ -1,6 +1,3 @@
-"""Policy engines behind one small interface: embedded Rego (regorus) or an OPA server."""
-
-from gateway.policy.base import PolicyEngine
-from gateway.policy.factory import load_engine
-
-__all__ = ["PolicyEngine", "load_engine"]
+"""Policy engines behind one small interface (base.PolicyEngine, built by factory.load_engine):
+embedded Rego (regorus) or an OPA server. Nothing is imported here, so a policy process
+(worker.py) starts without the service's HTTP and logging stack."""

@@ -1,13 +1,17 @@
-"""The embedded engine: Rego evaluated in-process by regorus, on one thread that owns the engine.
+"""The embedded engine: Rego evaluated by regorus, in policy processes the service starts.
 
-regorus engines are "unsendable": used or even dropped from a second thread they panic. So the
-engine is built, used and dropped on a single dedicated thread, and requests await its answers.
+`build_engine` compiles a bundle (the policy processes, `gateway policy test`); `EmbeddedEngine`
+keeps WORKERS policy processes (gateway/policy/worker.py) and hands each evaluation to an idle one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import queue
+import select
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any
@@ -48,64 +52,113 @@ def first_value(raw: str) -> Any:
     return result[0]["expressions"][0]["value"]
 
 
-class _Owner:
-    """Lives only on the engine thread."""
+EVAL_TIMEOUT_S = 5.0  # an evaluation still running after this is a runaway policy: its process is ended
+WORKERS = 2  # policy processes: a long verify of one call never queues a short decision behind it
 
-    engine: regorus.Engine | None = None
+
+class _Worker:
+    """One policy process and its pipes; used by one thread at a time (the pool hands it out)."""
+
+    def __init__(self, bundle: PolicyBundle, timeout_s: float) -> None:
+        self.bundle = bundle
+        self.timeout_s = timeout_s
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Start the process and load the bundle; ConfigurationError when it does not compile."""
+        self.spawn()
+        self.load()
+
+    def spawn(self) -> None:
+        self.process = subprocess.Popen([sys.executable, "-m", "gateway.policy.worker"], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE)
+
+    def load(self) -> None:
+        bundle = {"root": str(self.bundle.root), "modules": self.bundle.modules, "data": self.bundle.data}
+        answer = self._ask(json.dumps(bundle, separators=(",", ":")).encode(), timeout=60.0)
+        if not answer.startswith(b"+"):
+            self.stop()
+            raise ConfigurationError(answer[1:].decode() if answer.startswith(b"-") else "the policy process did not start")
+
+    def evaluate(self, query: str, policy_input: str) -> bytes:
+        """The process's answer line; a process that died or ran away is replaced for the next call."""
+        if self.process is None or self.process.poll() is not None:
+            self.stop()  # one that died while idle: its pipes closed, a new one started
+            self.start()
+        answer = self._ask(query.encode() + b" " + policy_input.encode(), self.timeout_s)
+        if not answer:
+            self.stop()
+        return answer
+
+    def _ask(self, line: bytes, timeout: float) -> bytes:
+        process = self.process
+        assert process is not None and process.stdin is not None and process.stdout is not None
+        try:
+            process.stdin.write(line + b"\n")
+            process.stdin.flush()
+            ready, _, _ = select.select([process.stdout], [], [], timeout)
+            return process.stdout.readline().rstrip(b"\n") if ready else b""
+        except (BrokenPipeError, OSError, ValueError):
+            return b""
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is None:
+            return
+        for pipe in (process.stdin, process.stdout):
+            if pipe is not None:
+                pipe.close()
+        process.kill()
+        process.wait()
 
 
 class EmbeddedEngine:
+    """Rego evaluated by regorus in policy processes of the service's own (gateway/policy/worker.py):
+    regorus keeps the interpreter lock for a whole evaluation, so in the service's process one
+    call's verify stopped every other call for its duration. A process that dies or runs past
+    EVAL_TIMEOUT_S fails its call closed (503 policy_unavailable) and is started again for the next."""
+
     name = "embedded"
 
-    def __init__(self, bundle: PolicyBundle) -> None:
+    def __init__(self, bundle: PolicyBundle, workers: int = WORKERS, timeout_s: float = EVAL_TIMEOUT_S) -> None:
         self.revision = bundle.revision
         self.loaded_at = datetime.now(timezone.utc)
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rego")
-        self._owner = _Owner()
+        self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
+        self._workers = [_Worker(bundle, timeout_s) for _ in range(workers)]
+        self._threads = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rego")
         try:
-            self._thread.submit(self._load, bundle).result()
+            for worker in self._workers:  # started side by side, then loaded
+                worker.spawn()
+            for worker in self._workers:
+                worker.load()
+                self._idle.put(worker)
         except BaseException:
-            self._thread.shutdown(wait=True)
+            self._close()
             raise
 
-    def _load(self, bundle: PolicyBundle) -> None:
-        message = None
-        try:
-            self._owner.engine = build_engine(bundle)
-        except ConfigurationError as exc:
-            message = exc.message
-        # Raised outside the handler so the half-built engine is dropped here, on its own thread.
-        if message is not None:
-            raise ConfigurationError(message)
-
-    def _unload(self) -> None:
-        self._owner.engine = None
-
     def evaluate_sync(self, entrypoint: str, policy_input: dict[str, Any]) -> dict[str, Any]:
-        """Runs on the engine thread only."""
+        """Runs on one of the pool's threads, with one idle policy process."""
         query = "data." + ENTRYPOINTS[entrypoint].replace("/", ".")
-        failure, raw = self._run(query, json.dumps(policy_input))
-        if failure is not None:  # any engine failure is "no decision", never allow or deny
+        worker = self._idle.get()
+        try:
+            answer = worker.evaluate(query, json.dumps(policy_input))
+        except ConfigurationError as exc:  # the process could not be started again
+            raise PolicyUnavailable(f"embedded policy evaluation failed: {exc.message}") from exc
+        finally:
+            self._idle.put(worker)
+        if answer == b"!":
+            raise PolicyUnavailable("policy document is undefined")
+        if not answer.startswith(b"+"):  # any engine failure is "no decision", never allow or deny
+            failure = answer[1:].decode() if answer else "the policy process exited or ran past its time"
             raise PolicyUnavailable(f"embedded policy evaluation failed: {failure}")
-        value = first_value(raw)
+        value = json.loads(answer[1:])
         if not isinstance(value, dict):
             raise PolicyUnavailable(f"{query} is not an object")
         return value
 
-    def _run(self, query: str, policy_input: str) -> tuple[str | None, str]:
-        # Returns instead of raising, so no traceback holds the engine past this frame.
-        engine = self._owner.engine
-        if engine is None:
-            return "the engine is closed", ""
-        try:
-            engine.set_input_json(policy_input)
-            return None, engine.eval_query_as_json(query)
-        except Exception as exc:
-            return type(exc).__name__, ""
-
     async def evaluate(self, entrypoint: str, policy_input: dict[str, Any]) -> dict[str, Any]:
         try:
-            future = self._thread.submit(self.evaluate_sync, entrypoint, policy_input)
+            future = self._threads.submit(self.evaluate_sync, entrypoint, policy_input)
         except RuntimeError as exc:  # executor shut down
             raise PolicyUnavailable("the embedded policy engine is closed") from exc
         return await asyncio.wrap_future(future)
@@ -118,7 +171,9 @@ class EmbeddedEngine:
         return True
 
     async def aclose(self) -> None:
-        try:
-            await asyncio.wrap_future(self._thread.submit(self._unload))
-        finally:
-            self._thread.shutdown(wait=True)
+        await asyncio.get_running_loop().run_in_executor(None, self._close)
+
+    def _close(self) -> None:
+        self._threads.shutdown(wait=True)
+        for worker in self._workers:
+            worker.stop()

@@ -4,6 +4,7 @@ flood is turned away while another tenant is served."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
@@ -18,11 +19,23 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlmodel import select
 
+from core.audit_tables import AuditTrace
 from core.errors import ConfigurationError, RateLimited
 from core.request import parse_retrieve
 from core.store import close_store, open_store
-from gateway.admission import Admission, Limits, TenantLimits, load_admission, retrieve_cost
+from gateway.admission import (
+    COURTESY_MAX_S,
+    Admission,
+    Limits,
+    TenantLimits,
+    Ticket,
+    give_way,
+    holding,
+    load_admission,
+    retrieve_cost,
+)
 from gateway.auth import create_api_key
 from gateway.settings import load_settings
 from gateway.writes.items import ingest
@@ -78,6 +91,30 @@ def test_heavy_calls_cost_more() -> None:
     heavy = parse_retrieve({"task": SALES_TASK, "query": "renewal", "depth": "deep", "synthesize": True,
                             "graph": {"max_depth": 3}, "budget": {"bytes": 100_000}})
     assert retrieve_cost(light, 16_000) == 1 and retrieve_cost(heavy, 16_000) == 8
+
+
+def test_a_heavy_call_gives_way_while_a_lighter_tenant_has_calls_running() -> None:
+    admission = Admission(TenantLimits(Limits(concurrency=16, rate=100), Limits(concurrency=8, rate=100)))
+    flood = admission.admit("acme", "user:flood", 5)
+    assert not admission.outweighed("acme")  # alone, nobody waits
+    reader = admission.admit("globex", "user:gina", 1)
+    assert admission.outweighed("acme") and not admission.outweighed("globex")
+
+    async def gave_way(ticket: Ticket) -> float:
+        with holding(ticket):
+            await give_way()
+        return ticket.gave_way_ms
+
+    waited = asyncio.run(gave_way(flood))
+    assert COURTESY_MAX_S * 1000 <= waited < COURTESY_MAX_S * 1000 + 200  # bounded: it waits, then goes on
+    assert asyncio.run(gave_way(reader)) == 0.0  # a light call never waits
+    assert admission.saturation()["in_flight"] == 0  # holding gave both tickets back
+
+    even = admission.admit("acme", "user:flood", 5), admission.admit("globex", "user:gina", 5)
+    assert not admission.outweighed("acme") and not admission.outweighed("globex")  # equals never wait for each other
+    for ticket in even:
+        ticket.release()
+    assert not admission.outweighed("acme") and admission._tenants == {}  # a tenant with nothing in flight is forgotten
 
 
 def test_tenant_limits_come_from_the_policy_data_and_bad_ones_stop_start_up() -> None:
@@ -185,7 +222,7 @@ def test_a_flood_from_one_tenant_is_turned_away_and_leaves_another_tenant_served
         with httpx.Client(base_url=url, timeout=30) as client:
             for _ in range(10):
                 timed(client, reader, light)
-            idle = [timed(client, reader, light) for _ in range(40)]
+            idle = [timed(client, reader, light) for _ in range(60)]
         assert {status for status, _ in idle} == {200}
 
         stop = threading.Event()
@@ -202,7 +239,7 @@ def test_a_flood_from_one_tenant_is_turned_away_and_leaves_another_tenant_served
         try:
             time.sleep(1.0)
             with httpx.Client(base_url=url, timeout=30) as client:
-                during = [timed(client, reader, light) for _ in range(40)]
+                during = [timed(client, reader, light) for _ in range(60)]
         finally:
             stop.set()
             for thread in threads:
@@ -211,12 +248,19 @@ def test_a_flood_from_one_tenant_is_turned_away_and_leaves_another_tenant_served
         assert 429 in flood and 200 in flood, sorted(set(flood))  # the flood was admitted in part, turned away in part
         ratio = p95([ms for _, ms in during]) / p95([ms for _, ms in idle])
         print(f"the other tenant's p95: {ratio:.1f}x its idle p95 under the flood")
-        # Issue 14 asks for 3x: measured 5.4-7.4x on a quiet 2-core machine (12-16x before the serving
-        # process froze its start-up objects out of the collector's scans, 25x before admission, and
-        # 330x on the live server that found the problem). This bound guards against regressions.
-        assert ratio <= 15.0, f"the other tenant's p95 rose {ratio:.1f}x under the flood"
+        # Measured 2.0-2.4x on a 2-core machine; 330x on the live server that found the problem, 25x
+        # with admission alone, 6-8x before the pushdown and the audit append were built once, the
+        # policy left the interpreter and heavy calls gave way (README, "Admission").
+        assert ratio <= 3.0, f"the other tenant's p95 rose {ratio:.1f}x under the flood"
         ready = httpx.get(f"{url}/readyz", timeout=5).json()
         assert ready["admission"]["refused"] > 0
     finally:
         server.terminate()
         server.wait(30)
+    engine = open_store(f"sqlite:///{tmp_path / 'gateway.db'}")
+    try:
+        with engine.connect() as conn:
+            admitted = conn.execute(select(AuditTrace.lineage).where(AuditTrace.tenant == "acme", AuditTrace.status_code == 200)).scalars().all()
+    finally:
+        close_store(engine)
+    assert any((lineage.get("admission") or {}).get("gave_way_ms", 0) > 0 for lineage in admitted)  # the flood gave way, and its trace says so

@@ -1,0 +1,66 @@
+"""The embedded engine's policy process: `python -m gateway.policy.worker`.
+
+regorus holds the interpreter lock for the whole of an evaluation, so evaluated inside the service a
+20 ms verify of one call stopped every other call in the process for 20 ms. Here it runs in a
+process of its own, on a core of its own, while the service's threads go on.
+
+The protocol, on stdin and stdout, one line each way:
+- first the bundle, as one JSON line `{"root", "modules": [[path, source]...], "data"}`; the answer
+  is `+` when it compiled, `-<error>` (file:line) when it did not;
+- then any number of `<query> <input as JSON>` lines; each answer is `+<the query's first value as
+  JSON>`, `!` when the document is undefined, or `-<what failed>`.
+JSON never holds a raw newline, so a line is a message. Anything else written to stdout (by a
+library) goes to stderr instead, never into an answer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import BinaryIO
+
+from core.errors import ConfigurationError, PolicyUnavailable
+from gateway.policy.bundle import PolicyBundle
+
+
+def serve(requests: BinaryIO, answers: BinaryIO) -> None:
+    from gateway.policy.embedded import build_engine, first_value
+
+    message = json.loads(requests.readline() or b"{}")
+    bundle = PolicyBundle(Path(message.get("root", ".")), tuple((p, s) for p, s in message.get("modules", ())), (),
+                          message.get("data", {}), "")
+    try:
+        engine = build_engine(bundle)
+    except ConfigurationError as exc:
+        answers.write(b"-" + exc.message.replace("\n", " ").encode() + b"\n")
+        answers.flush()
+        return
+    answers.write(b"+\n")
+    answers.flush()
+    for line in requests:
+        query, _, policy_input = line.rstrip(b"\n").partition(b" ")
+        try:
+            engine.set_input_json(policy_input.decode())
+            raw = engine.eval_query_as_json(query.decode())
+        except Exception as exc:  # the engine's own failure: the service answers 503, never a decision
+            answers.write(b"-" + type(exc).__name__.encode() + b"\n")
+        else:
+            try:
+                answers.write(b"+" + json.dumps(first_value(raw), separators=(",", ":")).encode() + b"\n")
+            except PolicyUnavailable:
+                answers.write(b"!\n")
+        answers.flush()
+
+
+def main() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the service stops its policy processes itself
+    answers = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # stray writes to stdout land on stderr
+    serve(sys.stdin.buffer, answers)
+
+
+if __name__ == "__main__":
+    main()
