@@ -191,6 +191,7 @@ class Checkpointer:
         self._last = clock()
         self._counter = threading.Lock()
         self._turn = threading.Lock()
+        self.caught_up = threading.Event()  # set once the start-up catch-up has signed (or failed)
         self._load()
 
     def _load(self) -> None:
@@ -278,6 +279,7 @@ class Checkpointer:
     async def run(self) -> None:
         """The service's background task: catch up at start, then sign whenever a checkpoint is due."""
         await anyio.to_thread.run_sync(self._checkpoint_logged, True)
+        self.caught_up.set()
         while True:
             await anyio.sleep(min(0.25, self.seconds))
             if self.due():
