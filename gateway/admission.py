@@ -33,6 +33,7 @@ from typing import Any
 
 import anyio
 
+from connectors.sql.cancel import pausing
 from core.errors import ConfigurationError, RateLimited
 from core.request import RetrieveRequest
 from gateway.settings import Settings
@@ -93,13 +94,29 @@ _HELD: ContextVar[Ticket | None] = ContextVar("gateway_admission_ticket", defaul
 
 @contextmanager
 def holding(ticket: Ticket) -> Iterator[Ticket]:
-    """The block runs as the ticket's call (`give_way` reads it), and gives the units back after."""
+    """The block runs as the ticket's call (`give_way` reads it), and gives the units back after. A
+    heavy call's SQLite statements give way too, from inside (connectors/sql/cancel.py `pausing`)."""
     token = _HELD.set(ticket)
     try:
-        yield ticket
+        if ticket.cost > 1 and ticket.admission is not None:
+            with pausing(lambda: _wait_sync(ticket)):
+                yield ticket
+        else:
+            yield ticket
     finally:
         _HELD.reset(token)
         ticket.release()
+
+
+def _wait_sync(ticket: Ticket) -> None:
+    """`give_way` for a worker thread (a running statement): sleeps instead of awaiting."""
+    assert ticket.admission is not None
+    started = time.perf_counter()
+    while ticket.admission.outweighed(ticket.tenant) and time.perf_counter() - started < COURTESY_MAX_S:
+        time.sleep(COURTESY_STEP_S)
+    waited = (time.perf_counter() - started) * 1000
+    if waited >= 1:
+        ticket.gave_way_ms += waited  # approximate under concurrent sources: a report, not a limit
 
 
 async def give_way() -> None:

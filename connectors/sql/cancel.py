@@ -83,6 +83,21 @@ class _Running:
 
 _RUNNING = _Running()
 _WATCH: ContextVar[Watch | None] = ContextVar("gateway_watch", default=None)
+# Called from inside a running SQLite statement every PAUSE_EVERY virtual-machine steps, when the
+# caller set one (`pausing`): it may sleep, so that a heavy statement gives its core to other work
+# (gateway/admission.py decides when), then the statement goes on where it was.
+_PAUSE: ContextVar[Callable[[], None] | None] = ContextVar("gateway_pause", default=None)
+PAUSE_EVERY = 20_000
+
+
+@contextmanager
+def pausing(pause: Callable[[], None]) -> Iterator[None]:
+    """SQLite statements run in this context (and the worker threads it starts) call `pause` as they go."""
+    token = _PAUSE.set(pause)
+    try:
+        yield
+    finally:
+        _PAUSE.reset(token)
 
 
 def running() -> int:
@@ -110,18 +125,34 @@ def _quietly(cancel: Callable[[], Any]) -> None:
 def watched(engine: Engine) -> Iterator[Connection]:
     """`engine.connect()`, with the connection registered to the running work's watch (if any), so
     a cancelled caller interrupts its statements."""
-    watch = _WATCH.get()
+    watch, pause = _WATCH.get(), _PAUSE.get()
     with engine.connect() as conn:
-        if watch is None:
-            yield conn
-            return
         dbapi = conn.connection.dbapi_connection
-        watch.attach(dbapi)
+        paused = pause is not None and isinstance(dbapi, sqlite3.Connection)
+        if paused:
+            dbapi.set_progress_handler(_pauser(pause), PAUSE_EVERY)  # type: ignore[union-attr]
         try:
-            yield conn
+            if watch is None:
+                yield conn
+                return
+            watch.attach(dbapi)
+            try:
+                yield conn
+            finally:
+                if watch.detach(dbapi) and conn.dialect.name != "sqlite":
+                    conn.invalidate()  # a cancel may still be on its way: never pool this connection
         finally:
-            if watch.detach(dbapi) and conn.dialect.name != "sqlite":
-                conn.invalidate()  # a cancel may still be on its way: never pool this connection
+            if paused:
+                dbapi.set_progress_handler(None, 0)  # type: ignore[union-attr]
+
+
+def _pauser(pause: Callable[[], None] | None) -> Callable[[], int]:
+    def handler() -> int:
+        if pause is not None:
+            pause()
+        return 0  # go on (an interrupt, not this handler, stops a statement)
+
+    return handler
 
 
 async def cancellable(work: Callable[..., T], *args: Any) -> T:

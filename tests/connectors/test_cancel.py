@@ -10,7 +10,7 @@ import anyio
 import pytest
 from sqlalchemy import text
 
-from connectors.sql.cancel import cancellable, running, watched
+from connectors.sql.cancel import cancellable, pausing, running, watched
 from core.store import close_store, open_store
 
 SLOW = {
@@ -73,5 +73,24 @@ def test_work_that_ends_in_time_is_untouched(database_url: str) -> None:
     try:
         assert anyio.run(call) == 42
         assert running() == 0
+    finally:
+        close_store(engine)
+
+
+def test_a_statement_in_a_pausing_context_pauses_as_it_runs_and_others_do_not(sqlite_url: str) -> None:
+    """A heavy call's SQLite statement calls its pause every PAUSE_EVERY steps (gateway/admission.py
+    sleeps there while a lighter tenant has calls running); the handler is removed afterwards."""
+    engine = open_store(sqlite_url)
+    counting = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 200000) SELECT count(*) FROM n"
+    pauses: list[float] = []
+    try:
+        with pausing(lambda: pauses.append(time.perf_counter())):
+            with watched(engine) as conn:
+                assert conn.execute(text(counting)).scalar_one() == 200000
+        assert len(pauses) > 10
+        paused = len(pauses)
+        with watched(engine) as conn:  # outside the context, and on a connection that had the handler
+            assert conn.execute(text(counting)).scalar_one() == 200000
+        assert len(pauses) == paused
     finally:
         close_store(engine)
