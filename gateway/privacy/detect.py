@@ -357,19 +357,20 @@ def _deanonymizer() -> Any:
     return engine
 
 
-def _operator_config(name: str, params: dict[str, Any]) -> Any:
-    from presidio_anonymizer.entities import OperatorConfig
+@cache
+def _entities() -> Any:
+    from presidio_anonymizer import entities
 
-    return OperatorConfig(name, params)
+    return entities
+
+
+def _operator_config(name: str, params: dict[str, Any]) -> Any:
+    return _entities().OperatorConfig(name, params)
 
 
 def _recognizer_result(span: Span, offset: int = 0) -> Any:
-    from presidio_anonymizer.entities import RecognizerResult
-
-    return RecognizerResult(span.type, offset + span.start, offset + span.end, span.score)
+    return _entities().RecognizerResult(span.type, offset + span.start, offset + span.end, span.score)
 
 
 def _operator_result(start: int, end: int, kind: str) -> Any:
-    from presidio_anonymizer.entities import OperatorResult
-
-    return OperatorResult(start, end, kind)
+    return _entities().OperatorResult(start, end, kind)

@@ -4,35 +4,45 @@
 spaCy's small English model finds most English names written in full, but misses many others
 (Hungarian, Finnish, Russian, Japanese, Spanish...), a first name or a surname standing alone and
 names in lower case; and it takes company and product names for persons. `detect.py` registers
-`NameRecognizer` (`register`) and passes every analyzer result through `refine`:
+`NameRecognizer` (`register`) and passes every analyzer result through `refine`.
 
-- the gazetteer (`gazetteer()`): the first and last names of every person locale Faker ships
-  (`faker.providers.person.<locale>`, `LOCALES`; Japanese ones as kanji, kana and romaji, Chinese
-  ones as characters and pinyin, Russian, Ukrainian and Bulgarian ones also transliterated),
-  casefolded and stripped of accents (`fold`: "José", "JOSE" and "jose" are one key), as
-  frozensets built once per process (~0.2 s; 0.3 s with Faker's first import);
-- `NameRecognizer`: PERSON spans of gazetteer names (see `find`): two or more adjacent names (first
-  and last, in either order, in any case), a name next to a capitalised word the gazetteer lacks
-  ("Marina Cordeiro"), or one name with support: a title before it ("Dr.", "Frau", "Mme", "Sra."),
-  a cue before it ("called", "signed,", "Hi", "Regards,", "Owner:", "spoke with", "from", "ask"),
-  or a verb after it ("Virtanen will", "Nagy's team"). In lower case, a pair of names or a name
-  after a greeting, sign-off or label ("signed, jukka", "called maria lopez");
-- `refine`: each PERSON span (the model's and the gazetteer's) trimmed of titles and cue words, and
-  dropped when it names a company or a product (`_company_or_product`: a company word or suffix in
-  it or beside it, "GmbH", "Logistics", "& Co", "S.A."; a well-known brand, `BRANDS`; and, unless a
-  pair of names, a title or a greeting supports it, digits, acronyms, CamelCase or product words
-  beside it, "Dell XPS 13", "Atlas Pro"); then a name found in full is found standing alone in the
-  same paragraph ("Lunch with Nagy Katalin went well, Katalin wants..."); overlaps are merged.
+The gazetteer (`gazetteer()`): the first and last names of every person locale Faker ships
+(`LOCALES`; Japanese ones as kanji, kana and romaji, Chinese ones as characters and pinyin, Russian,
+Ukrainian and Bulgarian ones also transliterated), casefolded and without accents (`fold`: "José",
+"JOSE" and "jose" are one key), in frozensets built once per process (~0.2 s, ~0.3 s with Faker's
+first import; ~31,000 first and ~33,500 last names).
+
+`NameRecognizer` (`find`) takes for a person, in text order:
+- two or more adjacent names, first and last in either order ("Nagy Katalin", "maria lopez"), a
+  name beside a capitalised word the gazetteer lacks ("Marina Cordeiro", "Kayo Imai"), a surname
+  and a given name written together ("佐藤晴斗");
+- any capitalised word after a title ("Dr.", "Frau", "Mme", "Sra.", "Pani", "meneer"; "-san");
+- one name, or words the gazetteer lacks, with support: a greeting, sign-off or label before it
+  ("Hi Sofía", "signed, jukka", "Owner: Nagy"), another cue ("called", "spoke with", "escalated
+  by", "from", "ask"), a verb after it ("Virtanen will", "Nagy's team", "Sundqvist to confirm"),
+  "for" before it and a clause's end after it ("refund for Eddie;"), or a list after such a name
+  ("cc: jukka, ville").
+
+`refine` (every analyzer result, the model's and the gazetteer's): a PERSON span is cut at line
+breaks, trimmed of titles, cue words and frequent words at its edges, and dropped when it names a
+company or a product (`_company_or_product`: a company word or suffix in or beside it, "GmbH",
+"Logistics", "& Co", "S.A.", "et Fils"; a firm's list of surnames, "Rodriguez, Sosa and Henry"; a
+hyphenated pair of surnames alone, "Glover-Miller"; a well-known brand, `BRANDS`; unless a pair of
+names, a title or a greeting supports it: digits, acronyms, CamelCase or product words beside it,
+"Dell XPS 13", "Atlas Pro") or a person's affiliation ("Philip Zimmermann (Stadelmann)"). A name
+found in full is then also found standing alone in the same paragraph ("Lunch with Nagy Katalin
+went well, Katalin wants..."); overlapping spans are merged.
 
 Stoplist: a gazetteer entry that is also a common English word is not a name on its own. An entry
 is such a word when its folded form is one of spaCy's English stop words, one of Faker's ~1,000
 common English words (`faker.providers.lorem.en_US`), a verb, adjective or adverb of the English
 WordNet lemma index that spaCy's English lemmatizer ships (`lemma_index` in the lookups of
 `SPACY_MODEL`; its nouns are left out, as WordNet lists thousands of names among them), or in
-`COMMON_NOUNS` or `BUSINESS_AND_CALENDAR` below. Such entries ("Mark", "Grant", "Price", "Young",
-"Rose", "King"...) are kept apart (`Gazetteer.words`) and count only beside a title ("Mr. Price"),
-after a greeting or sign-off ("Hi Mark"), or capitalised next to a plain name ("Grant Thompson");
-stop words ("Will", "May"), business and calendar words ("Sales", "June") and particles never count.
+`COMMON_NOUNS`, `BUSINESS_AND_CALENDAR`, `COMPANY_WORDS` or `ORG_BEFORE` below. Such entries ("Mark",
+"Grant", "Price", "Young", "Rose", "King", "Mills"...; ~700) are kept apart (`Gazetteer.words`) and
+count only beside a title ("Mr. Price"), after a greeting or sign-off ("Hi Mark"), or capitalised
+next to a plain name ("Grant Thompson"); stop words ("Will", "May"), business and calendar words
+("Sales", "June"), cue words and particles never count.
 """
 
 from __future__ import annotations
@@ -579,16 +589,15 @@ class NameRecognizer(EntityRecognizer):
         return [RecognizerResult(ENTITY, start, end, score) for start, end, score in find(text, _elsewhere(nlp_artifacts))]
 
 
-def _elsewhere(nlp_artifacts: NlpArtifacts | None) -> list[tuple[int, int, bool]]:
-    """Where the language model found a place, or an organisation, a product...: (start, end,
-    place). A lone name in a place, or inside a longer entity, is not taken for a person (a pair of
-    names still is); a lone word it calls an organisation still can be (it often calls a surname
-    standing alone one)."""
+def _elsewhere(nlp_artifacts: NlpArtifacts | None) -> list[tuple[int, int]]:
+    """Where the language model found an organisation, a place, a product...: a lone name inside
+    such an entity of several words ("Kaya Tekstil", "Banco Santander") is not taken for a person (a
+    pair of names still is). Its one-word entities are not trusted: it often calls a first name or
+    a surname standing alone a place or an organisation."""
     entities = getattr(nlp_artifacts, "entities", None) or ()
-    return [(e.start_char, e.end_char, e.label_ in _PLACE_LABELS) for e in entities if e.label_ in _NOT_PERSON_LABELS]
+    return [(e.start_char, e.end_char) for e in entities if e.label_ in _NOT_PERSON_LABELS]
 
 
-_PLACE_LABELS = frozenset({"LOCATION", "GPE", "LOC", "FAC"})
 _PLACE_BEFORE = _folded("in at near inside outside across via")
 _NOT_PERSON_LABELS = frozenset({"ORGANIZATION", "ORG", "LOCATION", "GPE", "LOC", "FAC", "PRODUCT", "NRP", "NORP",
                                 "EVENT", "WORK_OF_ART", "LAW", "LANGUAGE"})
@@ -596,7 +605,7 @@ _COMPATIBLE = {"capital": ("capital", "nocase"), "upper": ("upper", "nocase"), "
                "nocase": ("capital", "upper", "lower", "nocase"), "other": ()}
 
 
-def find(text: str, elsewhere: Iterable[tuple[int, int, bool]] = ()) -> list[tuple[int, int, float]]:
+def find(text: str, elsewhere: Iterable[tuple[int, int]] = ()) -> list[tuple[int, int, float]]:
     """(start, end, score) of the names in `text`, before `refine`."""
     g = gazetteer()
     words = _words(text, g)
@@ -655,7 +664,7 @@ def find(text: str, elsewhere: Iterable[tuple[int, int, bool]] = ()) -> list[tup
 _LISTED = re.compile(r"[ \t]*(?:,|,?[ \t]+(?:and|&|y|e|et|und|i|og|och|en))[ \t]*")
 
 
-def _run_score(text: str, words: list[_Word], i: int, j: int, g: Gazetteer, blocked: list[tuple[int, int, bool]],
+def _run_score(text: str, words: list[_Word], i: int, j: int, g: Gazetteer, blocked: list[tuple[int, int]],
                listed: bool = False) -> float:
     """The score of words[i..j] as a PERSON span, or 0. `listed`: a name found just before, a comma
     or "and" between (a list of names after one cue)."""
@@ -723,7 +732,7 @@ def _for_clause(text: str, words: list[_Word], i: int, j: int) -> bool:
 
 
 def _single_score(text: str, words: list[_Word], i: int, j: int, w: _Word, style: str, titled: bool, cue: str,
-                  g: Gazetteer, blocked: list[tuple[int, int, bool]]) -> float:
+                  g: Gazetteer, blocked: list[tuple[int, int]]) -> float:
     """One name alone: it needs a title, a cue before it or a verb after it."""
     short = len(w.key) < 3 and not _CJK.fullmatch(w.text)
     if short or style == "upper" and not (titled or cue == "strong"):
@@ -734,7 +743,7 @@ def _single_score(text: str, words: list[_Word], i: int, j: int, w: _Word, style
         return 0.75
     if not w.plain or w.key in BRANDS or i > 0 and words[i - 1].key in _PLACE_BEFORE:
         return 0.0
-    if any(s < w.end and w.start < e and (s < w.start or e > w.end) for s, e, _ in blocked):
+    if any(s < w.end and w.start < e and (s < w.start or e > w.end) for s, e in blocked):
         return 0.0  # inside a longer entity of the language model's ("Kaya Tekstil", "Banco Santander")
     if cue == "weak" and (style != "lower" or w.key not in g.english):
         return 0.6
@@ -824,6 +833,8 @@ def _trimmed(w: _Word, g: Gazetteer, more: bool, titled: bool) -> bool:
     if w.plain:
         return False
     if w.key in _EDGE or w.key == "m" and more or w.key in PARTICLES and len(w.key) <= 2:
+        return True
+    if "'" in w.key and w.key.partition("'")[0] in g.stop:  # "I'm", "we're"
         return True
     return not titled and not w.kind and w.key in g.frequent and w.key not in PRODUCT_WORDS and w.key not in COMPANY_WORDS
 

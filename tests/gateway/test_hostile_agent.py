@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-import connectors.sql.pushdown
 import connectors.sql.graph
+import connectors.sql.pushdown
 from tests.conftest import Gateway, edit_json, open_gateway
 from tests.gateway.fixtures import SALES_TASK, memory
 
