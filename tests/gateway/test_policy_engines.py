@@ -134,11 +134,13 @@ def _essence(response: Any) -> tuple[int, list[str], str | None]:
 
 @pytest.mark.parametrize("mode", ["error", "garbage", "undefined", "hang"])
 def test_opa_failure_fails_closed_with_503_and_a_trace(sqlite_url: str, tmp_path: Path, opa: OpaDouble, mode: str) -> None:
-    with gateway_with(sqlite_url, tmp_path, opa_url=opa.url, opa_timeout_ms=300) as gateway:
+    # The OPA double answers from a thread of this process, beside the app's background analysis of
+    # the seeded items: a deadline with room for that, and a hang well past it.
+    with gateway_with(sqlite_url, tmp_path, opa_url=opa.url, opa_timeout_ms=1000) as gateway:
         key = seed(gateway)
         assert gateway.retrieve(key, {"task": SALES_TASK, "query": "wombatacl"}).status_code == 200
         opa.mode = mode
-        opa.hang_seconds = 2
+        opa.hang_seconds = 3
         response = gateway.retrieve(key, {"task": SALES_TASK, "query": "wombatacl"})
         assert response.status_code == 503, response.text
         assert response.json()["error"]["code"] == "policy_unavailable"
