@@ -48,6 +48,7 @@ Presidio is imported only when the analyzer is built (`register`), as in detect.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from functools import cache, lru_cache
 from typing import Any, NamedTuple
 
@@ -439,35 +440,41 @@ def _recognizer_classes() -> tuple[type[Any], type[Any], type[Any]]:
             },
         )
 
-    class CardNumberRecognizer(LocalRecognizer):
+    class Found(LocalRecognizer):
+        """One entity type, found by a function of this module: `found(text)` gives (start, end,
+        score, why) for each value. Nothing to load: the patterns compile at import."""
+
+        ENTITY = ""
+
+        def __init__(self) -> None:
+            super().__init__(supported_entities=[self.ENTITY], name=type(self).__name__, version=VERSION)
+
+        def load(self) -> None:
+            """Nothing to load (Presidio calls this when it builds the recognizer)."""
+
+        def found(self, text: str) -> Iterable[tuple[int, int, float, str]]:
+            raise NotImplementedError
+
+        def analyze(self, text: str, entities: list[str], nlp_artifacts: NlpArtifacts | None = None) -> list[RecognizerResult]:
+            if self.ENTITY not in entities:
+                return []
+            return [result(type(self).__name__, self.id, self.ENTITY, start, end, score, why) for start, end, score, why in self.found(text)]
+
+    class CardNumberRecognizer(Found):
         """CREDIT_CARD: every major scheme's IIN ranges and lengths, Luhn-checked (`card_numbers`)."""
 
-        def __init__(self) -> None:
-            super().__init__(supported_entities=["CREDIT_CARD"], name="CardNumberRecognizer", version=VERSION)
+        ENTITY = "CREDIT_CARD"
 
-        def load(self) -> None:
-            pass
+        def found(self, text: str) -> Iterable[tuple[int, int, float, str]]:
+            return ((start, end, CARD_SCORE, f"{scheme} number, Luhn checksum valid") for start, end, scheme in card_numbers(text))
 
-        def analyze(self, text: str, entities: list[str], nlp_artifacts: NlpArtifacts | None = None) -> list[RecognizerResult]:
-            if "CREDIT_CARD" not in entities:
-                return []
-            return [result("CardNumberRecognizer", self.id, "CREDIT_CARD", start, end, CARD_SCORE, f"{scheme} number, Luhn checksum valid")
-                    for start, end, scheme in card_numbers(text)]
-
-    class PhoneNumberRecognizer(LocalRecognizer):
+    class PhoneNumberRecognizer(Found):
         """PHONE_NUMBER: libphonenumber over PHONE_REGIONS, scored with context (`phone_numbers`)."""
 
-        def __init__(self) -> None:
-            super().__init__(supported_entities=["PHONE_NUMBER"], name="PhoneNumberRecognizer", version=VERSION)
+        ENTITY = "PHONE_NUMBER"
 
-        def load(self) -> None:
-            pass
-
-        def analyze(self, text: str, entities: list[str], nlp_artifacts: NlpArtifacts | None = None) -> list[RecognizerResult]:
-            if "PHONE_NUMBER" not in entities:
-                return []
-            return [result("PhoneNumberRecognizer", self.id, "PHONE_NUMBER", f.start, f.end, f.score, f"{f.kind} phone number, context {f.context!r}")
-                    for f in phone_numbers(text)]
+        def found(self, text: str) -> Iterable[tuple[int, int, float, str]]:
+            return ((f.start, f.end, f.score, f"{f.kind} phone number, context {f.context!r}") for f in phone_numbers(text))
 
     class VersionAwareIpRecognizer(IpRecognizer):
         """Presidio's IP_ADDRESS patterns, but an IPv4-shaped version number is not an address."""
