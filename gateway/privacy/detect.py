@@ -157,8 +157,15 @@ def clean(spans: Iterable[Span], text: str) -> tuple[Span, ...]:
     to see names can never see, say, an IP address the model took for part of a name.
     """
     candidates = [s for s in spans if 0 <= s.start < s.end <= len(text)]
+    # An IP address is no phone number, but four groups of a longer number written with dots
+    # (`+33.5.31.66.23.22`) are no IP address.
     addresses = [s for s in candidates if s.type == "IP_ADDRESS"]
-    candidates = [s for s in candidates if not (s.type == "PHONE_NUMBER" and any(_overlap(s, a) for a in addresses))]
+    phones = [s for s in candidates if s.type == "PHONE_NUMBER"]
+    longer = {a for a in addresses for p in phones if p.start <= a.start and a.end <= p.end and p.end - p.start > a.end - a.start}
+    candidates = [
+        s for s in candidates
+        if s not in longer and not (s.type == "PHONE_NUMBER" and any(_overlap(s, a) for a in addresses if a not in longer))
+    ]
     candidates += [Span(LITERAL, m.start(), m.end(), 2.0) for m in PLACEHOLDER.finditer(text)]
     kept: list[Span] = []
     for span in sorted((s for s in candidates if s.type not in MODEL_TYPES), key=_preference):

@@ -22,7 +22,7 @@ digits right after a word of `NOT_CARD_CONTEXT` (tracking, order, invoice, ...) 
   Text without such a run never reaches libphonenumber. Dates, year ranges, times, IPv4 addresses,
   version strings, decimals and Luhn-valid card numbers are dropped here too. Each chunk's result
   is cached (the same numbers recur across texts);
-- international numbers (`+CC`, `00CC`) go to `PhoneNumberMatcher` with no region: valid ones score
+- international numbers (`+CC`, `00CC`, in parentheses or not) go to `PhoneNumberMatcher` with no region: valid ones score
   `INTERNATIONAL` however they are grouped, merely possible ones `INTERNATIONAL_POSSIBLE`;
 - national ones go to `PhoneNumberMatcher` (leniency VALID) for each region of `PHONE_REGIONS`
   where the digits fit the general number pattern (a regex) and parse as a valid number, so the
@@ -37,7 +37,8 @@ digits right after a word of `NOT_CARD_CONTEXT` (tracking, order, invoice, ...) 
   substrings of the five lemmas before a value ("ring" in "during", "tel" in "hotel", "cell" in
   "cancellation"): whole words, up to six before the number in the same paragraph (so never from
   another text of a joined batch) and three after it on the same line. A phone word
-  (`PHONE_CONTEXT`, a few languages) adds `CONTEXT_BOOST`; when the nearest context word before a
+  (`PHONE_CONTEXT`, a few languages), or an e-mail address beside the number on the same line
+  (`beside_email`: contact details come together), adds `CONTEXT_BOOST`; when the nearest context word before a
   national number is one of `NOT_PHONE_CONTEXT` (SKU, order, invoice, version, price, EUR, ...; on
   the same line, at most three words away) or a currency or `%` follows it, it is dropped. The
   results are marked as already enhanced, so Presidio's enhancer leaves them alone.
@@ -52,7 +53,7 @@ from collections.abc import Iterable
 from functools import cache, lru_cache
 from typing import Any, NamedTuple
 
-VERSION = "2"  # bump when a recognizer here changes: stored spans are analysed again
+VERSION = "3"  # bump when a recognizer here changes: stored spans are analysed again
 
 # ---------------------------------------------------------------------------------------- cards
 
@@ -194,6 +195,8 @@ _CURRENCY_AFTER = re.compile(
 # A whole word (not the `INV` of `INV808339`), `s/n`, `tel.`, or a sign.
 _WORD = re.compile(r"(?<![^\W_])[^\W\d_]+(?:[/.#][^\W\d_]+)*[.#]?(?![^\W_])|[#№$€£¥%☎📞]|" + "|".join(PHONE_CONTEXT_CJK))
 _WORDS_BEFORE, _CHARS_BEFORE, _WORDS_AFTER, _CHARS_AFTER, _NEGATIVE_REACH = 6, 60, 3, 30, 3
+_EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+_EMAIL_REACH = 12  # characters between a number and an e-mail address that count as beside it
 
 # A candidate: up to 12 digit groups (the scan stays linear on any text) joined by a short run of
 # separators, maybe opened by `+`, `(+` or `(`.
@@ -244,6 +247,7 @@ def phone_numbers(text: str) -> list[PhoneFinding]:
             word, negated = context(text, start, end, PHONE_CONTEXT, NOT_PHONE_CONTEXT)
             if (negated or _CURRENCY_AFTER.match(text, end)) and kind != "international":
                 continue
+            word = word or beside_email(text, start, end)
             found.append(PhoneFinding(start, end, min(1.0, base + CONTEXT_BOOST) if word else base, kind, word))
     return found
 
@@ -271,6 +275,20 @@ def context(text: str, start: int, end: int, positive: frozenset[str], negative:
     return "", False
 
 
+def beside_email(text: str, start: int, end: int) -> str:
+    """"e-mail" when an e-mail address stands on the same line as `text[start:end]`, at most
+    `_EMAIL_REACH` characters away: contact details come together ("questions go to a@b.fr or
+    0479790350", "Lise Roy / 01314960243 | lise@roy.net"), as a phone word would say."""
+    line_start = text.rfind("\n", 0, start) + 1
+    line_end = text.find("\n", end)
+    line_end = len(text) if line_end < 0 else line_end
+    window = text[max(line_start, start - _EMAIL_REACH - 80) : start]
+    if any(len(window) - m.end() <= _EMAIL_REACH for m in _EMAIL.finditer(window)):
+        return "e-mail"
+    after = _EMAIL.search(text, end, min(line_end, end + _EMAIL_REACH + 80))
+    return "e-mail" if after is not None and after.start() - end <= _EMAIL_REACH else ""
+
+
 def _cjk(word: str, positive: frozenset[str]) -> bool:
     return positive is PHONE_CONTEXT and any(marker in word for marker in PHONE_CONTEXT_CJK)
 
@@ -285,15 +303,17 @@ def _chunk_numbers(chunk: str, number_end: int) -> tuple[tuple[int, int, float, 
     digits = "".join(ch for ch in number if ch.isdigit())
     if _DATE.search(number) or _version_like(number) or any(p.fullmatch(number) for p in (_IPV4, _DECIMAL, _TIMES, _YEARS)):
         return ()
-    plus = chunk.lstrip("(").startswith("+")
+    opened = len(chunk) - len(chunk.lstrip("("))
+    plus = chunk.startswith("+", opened)
     if not plus and card_scheme(digits):
         return ()
-    if plus or (digits.startswith("00") and digits[2:3] not in ("", "0") and chunk.startswith("00")):
+    if plus or (digits.startswith("00") and digits[2:3] not in ("", "0") and chunk.startswith("00", opened)):
         # International: no region. `00CC` becomes ` +CC` (same length, same offsets).
-        subject = chunk if plus else " +" + chunk[2:]
+        subject = chunk if plus else chunk[:opened] + " +" + chunk[opened + 2 :]
         for leniency, score, kind in ((Leniency.VALID, INTERNATIONAL, "international"),
                                       (Leniency.POSSIBLE, INTERNATIONAL_POSSIBLE, "international-possible")):
-            matches = [(0 if m.start == 1 and not plus else m.start, m.end) for m in PhoneNumberMatcher(subject, "ZZ", leniency)]
+            matches = [(_international_start(subject, m.start, m.end, opened, plus), m.end)
+                       for m in PhoneNumberMatcher(subject, "ZZ", leniency)]
             if matches:
                 return tuple((s, e, score, kind) for s, e in matches)
         return ()
@@ -316,6 +336,15 @@ def _chunk_numbers(chunk: str, number_end: int) -> tuple[tuple[int, int, float, 
         (s, e, NATIONAL_SHAPED if shaped else NATIONAL_BARE, "national-shaped" if shaped else "national-bare")
         for (s, e), shaped in sorted(spans.items())
     )
+
+
+def _international_start(subject: str, start: int, end: int, opened: int, plus: bool) -> int:
+    """Where an international match really starts: libphonenumber takes an unclosed opening
+    parenthesis into the match (`(+44 131 496 0096)`), which is punctuation here; the `00` of a
+    `00CC` number, read as ` +`, is part of the number."""
+    while start < end and subject[start] in "( " and ")" not in subject[start:end]:
+        start += 1
+    return opened if not plus and start == opened + 1 else start
 
 
 def _valid_in(chunk: str, region: str) -> bool:

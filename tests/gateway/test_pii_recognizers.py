@@ -328,3 +328,30 @@ def test_a_version_number_is_not_an_ip_address_but_an_address_is(detector: Detec
     assert found(detector, versions) == [set(), set(), set()]
     addresses = ["login from 10.20.30.40 failed", "server 192.168.1.20 is down", "the gateway at 172.16.0.1"]
     assert [{kind for kind, _ in spans} for spans in found(detector, addresses)] == [{"IP_ADDRESS"}] * 3
+
+
+def test_an_international_number_in_parentheses_is_found_without_them(detector: Detector) -> None:
+    texts = ["Voicemail from Ms Gilbert (0044 131 496 0096) about order 7", "Voicemail (+44 131 496 0096) today",
+             "Call (+44) 20 7946 0958 now"]
+    assert found(detector, texts) == [{("PERSON", "Gilbert"), ("PHONE_NUMBER", "0044 131 496 0096")}, {("PHONE_NUMBER", "+44 131 496 0096")},
+                                      {("PHONE_NUMBER", "(+44) 20 7946 0958")}]
+
+
+def test_a_number_written_with_dots_is_a_phone_and_an_address_stays_an_address(detector: Detector) -> None:
+    """Four groups of `+33.5.31.66.23.22` are a valid IPv4 address: the longer phone number wins."""
+    texts = ["signed, Laure Meyer / +33.5.31.66.23.22", "Mobile +46.8.40.18.09.", "login from 10.20.30.40. Then",
+             "host 10.20.30.40.5 answered"]
+    assert found(detector, texts) == [{("PERSON", "Laure Meyer"), ("PHONE_NUMBER", "+33.5.31.66.23.22")},
+                                      {("PHONE_NUMBER", "+46.8.40.18.09")}, {("IP_ADDRESS", "10.20.30.40")},
+                                      {("IP_ADDRESS", "10.20.30.40")}]
+
+
+def test_an_email_address_beside_a_bare_number_is_context(detector: Detector) -> None:
+    for text, number in (("questions go to shill@gmail.com or 2073868690.", "2073868690"),
+                         ("signed, Leslie Reynolds / 01314960243 | lreynolds@henderson.net", "01314960243"),
+                         ("jari96@kolumbus.fi, 0965431459", "0965431459")):
+        assert ("PHONE_NUMBER", number) in found(detector, [text])[0], text
+    # not across a line, not far away, and a word of another kind still decides
+    for text in ("questions go to shill@gmail.com\n2073868690 was the batch", "Order 2073868690 from shill@gmail.com",
+                 "shill@gmail.com wrote that the reference is 2073868690", "Reference 94727916 noted."):
+        assert "PHONE_NUMBER" not in types_of(detector, text), text
