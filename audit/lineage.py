@@ -57,11 +57,20 @@ class RequestShape(Record):
     fetch_count: int = 0
     tags: list[Fingerprint | str] = Field(default_factory=list)  # fingerprints; text in version 1 rows
     include_historical: bool = False
+    graph: dict[str, Any] | None = None  # the graph options {max_depth, relations}; absent in older rows
 
     @property
     def task_type(self) -> str | None:
         value = self.task.get("type")
         return value if isinstance(value, str) else None
+
+
+class ActorRecord(Record):
+    """What the policy was told of the actor beyond its id and tenant (the row has those)."""
+
+    roles: list[str] = Field(default_factory=list)
+    groups: list[str] = Field(default_factory=list)
+    clearance: str
 
 
 class DecisionRecord(Record):
@@ -186,9 +195,11 @@ class Lineage(Record):
     version: int = LINEAGE_VERSION
     otel: OtelRecord | None = None
     request: RequestShape | None = None
+    actor: ActorRecord | None = None  # absent in older rows
     decision: DecisionRecord | None = None
     constraints: dict[str, Any] | None = None  # the policy's own document, as it returned it
     entities: EntitiesRecord | None = None
+    subjects: list[str] | None = None  # the entity ids the items policy was given; absent in older rows
     retrieved: dict[str, list[str]] | None = None
     dropped_by_policy: list[Dropped] | None = None
     pushdown_mismatches: int | None = None
@@ -215,6 +226,9 @@ class Lineage(Record):
     merge: ChangeRecord | None = None
     tombstone: ChangeRecord | None = None
     about: str | None = None
+    policy_reload: dict[str, Any] | None = None  # a reload's trigger, outcome, revisions and errors
+    # An explain: the hypothetical actor's principal, the task type, how many items, the revisions.
+    policy_explain: dict[str, Any] | None = None
     used: list[str] | None = None
     not_returned_by_that_call: int | None = None
     feedback: FeedbackRecord | None = None
@@ -224,6 +238,7 @@ class Lineage(Record):
     audit_session: dict[str, Any] | None = None
     keys: dict[str, Any] | None = None  # a key admin call: listed (a count), created or revoked (a key id), never a secret
     admission: dict[str, Any] | None = None  # the call's admission cost (gateway/admission.py)
+    policy_impact: dict[str, Any] | None = None  # a policy impact run: the candidate's revision and counts
     # A call no route took (404, 405): its method and a keyed fingerprint of its path, never the path.
     route: dict[str, Any] | None = None
 

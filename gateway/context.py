@@ -19,9 +19,8 @@ from gateway.admission import Admission, load_admission
 from gateway.auth import Authenticator
 from gateway.pipeline.pipeline import Connectors, Pipeline
 from gateway.pipeline.semantic import Semantic
-from gateway.policy.base import PolicyEngine
-from gateway.policy.bundle import read_bundle
 from gateway.policy.factory import load_engine
+from gateway.policy.reload import ReloadingEngine
 from gateway.privacy.store import Privacy, load_privacy
 from gateway.settings import Settings
 from gateway.synthesis.client import Synthesizer
@@ -34,7 +33,7 @@ from gateway.writes.vectorize import EmbeddingWorker, publish_to_weaviate
 class GatewayContext:
     settings: Settings
     store: Engine
-    policy: PolicyEngine
+    policy: ReloadingEngine
     authenticator: Authenticator
     connectors: Connectors
     audit: AuditStore
@@ -86,7 +85,7 @@ async def build_context(settings: Settings, telemetry: Telemetry | None = None) 
             else None
         ),
         telemetry=telemetry or build_telemetry(settings),
-        admission=load_admission(settings, read_bundle(settings.policies_dir).data.get("gateway", {}).get("config", {})),
+        admission=load_admission(settings, policy.bundle.data.get("gateway", {}).get("config", {})),
     )
 
 

@@ -24,6 +24,14 @@ class Settings:
     opa_url: str | None = None
     opa_timeout_ms: int = 500
     opa_push_policies: bool = True
+    # Hot reload (gateway/policy/reload.py): an OPA bundle file or bundle server URL instead of the
+    # policies directory, the key its signature must verify with, and how often to look for a new
+    # revision (a bundle URL: every 30 s unless set; a directory or file: only when set).
+    policy_bundle: str | None = None
+    policy_bundle_key: str | None = None
+    policy_bundle_key_alg: str = "RS256"
+    policy_bundle_scope: str | None = None
+    policy_poll_seconds: int | None = None
     jwt_secret: str | None = None
     jwt_public_key: str | None = None
     jwt_audience: str | None = None
@@ -84,6 +92,13 @@ class Settings:
     @property
     def budget_shares(self) -> Mapping[str, float]:
         return parse_split(self.budget_split)
+
+    @property
+    def policy_poll_interval(self) -> int | None:
+        """Seconds between looks for a new policy revision; None: only on SIGHUP or a reload call."""
+        if self.policy_poll_seconds is not None:
+            return self.policy_poll_seconds
+        return 30 if self.policy_bundle and self.policy_bundle.startswith(("http://", "https://")) else None
 
     @property
     def jwt_enabled(self) -> bool:

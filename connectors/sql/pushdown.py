@@ -74,24 +74,36 @@ def permitted(kinds: Sequence[str] | None = None, table: FromClause | None = Non
 def _permitted(kinds: tuple[str, ...] | None, t: FromClause, links: bool) -> ColumnElement[bool]:
     if kinds is not None and not kinds:
         return false()
+    return and_(*(clause for _, clause in _conjuncts(kinds, t, links)))
+
+
+def conjuncts(kinds: Sequence[str] | None = None, *, links: bool = True) -> tuple[tuple[str, ColumnElement[bool]], ...]:
+    """`permitted`'s condition as its named parts, ANDed in that order (for explain: which part
+    excludes a row). The names: tenant, kind, sensitivity, status, valid_from, valid_to, acl,
+    scope, attachment, and per column of ENTITY_LINKS `tombstone:<column>` and `linked_entity:<column>`."""
+    return _conjuncts(None if kinds is None else tuple(kinds), item, links)
+
+
+@cache
+def _conjuncts(kinds: tuple[str, ...] | None, t: FromClause, links: bool) -> tuple[tuple[str, ColumnElement[bool]], ...]:
     kind: ColumnElement[bool] = t.c.kind.in_(value("kinds", many=True))
     if kinds is not None:
         kind = and_(t.c.kind.in_(kinds), or_(t.c.kind == "entity", kind) if "entity" in kinds else kind)
     tombstoned = select(tombstone.c.entity_id).where(tombstone.c.tenant == value("tenant")).scalar_subquery()
-    return and_(
-        t.c.tenant == value("tenant"),
-        kind,
-        t.c.sensitivity.in_(value("sensitivities", many=True)),
-        t.c.status.in_(value("statuses", many=True)),
-        or_(t.c.valid_from.is_(None), t.c.valid_from <= value("valid_at")),
-        or_(bindparam("pf_history", type_=Boolean()), t.c.valid_to.is_(None), t.c.valid_to > value("valid_at")),
-        exists(
+    return (
+        ("tenant", t.c.tenant == value("tenant")),
+        ("kind", kind),
+        ("sensitivity", t.c.sensitivity.in_(value("sensitivities", many=True))),
+        ("status", t.c.status.in_(value("statuses", many=True))),
+        ("valid_from", or_(t.c.valid_from.is_(None), t.c.valid_from <= value("valid_at"))),
+        ("valid_to", or_(bindparam("pf_history", type_=Boolean()), t.c.valid_to.is_(None), t.c.valid_to > value("valid_at"))),
+        ("acl", exists(
             select(item_principal.c.item_pk).where(
                 item_principal.c.item_pk == t.c.pk,
                 item_principal.c.principal.in_(value("principals", many=True)),
             )
-        ),
-        or_(
+        )),
+        ("scope", or_(
             t.c.scoped.is_(False),
             exists(
                 select(item_scope.c.item_pk).where(
@@ -99,10 +111,10 @@ def _permitted(kinds: tuple[str, ...] | None, t: FromClause, links: bool) -> Col
                     item_scope.c.scope.in_(value("scopes", many=True)),
                 )
             ),
-        ),
-        or_(t.c.attached_to.is_(None), t.c.attached_to.in_(value("subjects", many=True))),
-        *(or_(t.c[column].is_(None), t.c[column].not_in(tombstoned)) for column in ENTITY_LINKS),
-        *((_linked_entity_visible(t, column) for column in ENTITY_LINKS) if links else ()),
+        )),
+        ("attachment", or_(t.c.attached_to.is_(None), t.c.attached_to.in_(value("subjects", many=True)))),
+        *((f"tombstone:{column}", or_(t.c[column].is_(None), t.c[column].not_in(tombstoned))) for column in ENTITY_LINKS),
+        *(((f"linked_entity:{column}", _linked_entity_visible(t, column)) for column in ENTITY_LINKS) if links else ()),
     )
 
 

@@ -26,9 +26,12 @@ from gateway.http.routes.documents import document_route
 from gateway.http.routes.entities import edges_route, entity_route, merge_route
 from gateway.http.routes.ingest import items_route
 from gateway.http.routes.keys import key_route, keys_route
-from gateway.http.routes.operations import healthz, policy_route, readyz
+from gateway.http.routes.operations import healthz, policy_reload_route, policy_route, readyz
+from gateway.http.routes.policy_explain import policy_explain_route
+from gateway.http.routes.policy_impact import policy_impact_route
 from gateway.http.routes.retrieve import retrieve_route
 from gateway.http.traced import refusal, traced
+from gateway.reloads import watch
 from gateway.settings import Settings
 from gateway.telemetry import Telemetry
 
@@ -93,6 +96,7 @@ def create_app(settings: Settings, context: GatewayContext | None = None, teleme
                     if worker is not None:
                         background.start_soon(worker.run)
                 background.start_soon(warm_vector_index, app.state.context)
+                background.start_soon(watch, app.state.context)  # policy reloads on SIGHUP and polling
                 yield
                 background.cancel_scope.cancel()
         finally:
@@ -117,6 +121,9 @@ def create_app(settings: Settings, context: GatewayContext | None = None, teleme
             Route("/v1/entities/{entity_id}/merge", merge_route, methods=["POST"]),
             Route("/v1/edges", edges_route, methods=["PUT"]),
             Route("/v1/policy", policy_route, methods=["GET"]),
+            Route("/v1/policy/explain", policy_explain_route, methods=["POST"]),
+            Route("/v1/policy/reload", policy_reload_route, methods=["POST"]),
+            Route("/v1/policy/impact", policy_impact_route, methods=["POST"]),
             Route("/v1/keys", keys_route, methods=["GET", "POST"]),
             Route("/v1/keys/{key_id}", key_route, methods=["DELETE"]),
             Route("/v1/audit/verify", verify_route, methods=["GET"]),

@@ -122,6 +122,62 @@ WRITTEN: dict[str, Schema] = {
     "MergeResult": obj({"id": STRING, "into": STRING, "survivor": STRING, "changed": BOOLEAN}),
     "TombstoneResult": obj({"id": STRING, "status": {"const": "pending_deletion"}, "changed": BOOLEAN, "hidden_items": COUNT}),
     "PolicyInfo": obj({"engine": STRING, "revision": STRING, "loaded_at": {"type": "string", "format": "date-time"}}),
+    "ImpactRequest": obj({
+        "policies": obj({"modules": {"type": "object", "additionalProperties": STRING, "description": "Path (ending in .rego) -> Rego source"},
+                         "data": OPEN_OBJECT}, required=["modules"], description="The candidate policy, inline"),
+        "since": {"type": "string", "format": "date-time", "description": "Replay calls made at or after this instant"},
+        "limit": {"type": "integer", "minimum": 1, "maximum": 10_000, "default": 1000, "description": "The newest calls replayed, at most"},
+        "tenant": {"type": "string", "description": "The caller's own tenant, if given; any other is a 403"},
+    }, required=["policies"], closed=True),
+    "ImpactReport": obj({
+        "current_revision": STRING, "candidate_revision": STRING,
+        "window": obj({"tenant": nullable(STRING), "since": nullable(STRING), "limit": INTEGER,
+                       "first_call": nullable(STRING), "last_call": nullable(STRING)}),
+        "calls": COUNT, "replayed": COUNT,
+        "unreplayable": obj({"count": COUNT, "by_reason": {"type": "object", "additionalProperties": COUNT}}),
+        "assumed": {"type": "object", "additionalProperties": COUNT,
+                    "description": "Replays of older rows: `actor_from_key` (attributes of the actor's live key), `graph_defaults`"},
+        "failed": {"type": "object", "additionalProperties": obj({"count": COUNT, "traces": STRINGS}),
+                   "description": "Calls on which the `current` or `candidate` policy failed (they would answer 503)"},
+        "recorded_differs": {**COUNT, "description": "Calls the policy in force decides otherwise now than when they were made"},
+        "flips": {"type": "object", "additionalProperties": {"type": "array", "items": obj(
+            {"task_type": STRING, "role": STRING, "count": COUNT, "traces": STRINGS})},
+                  "description": "`allow_to_deny` and `deny_to_allow`, grouped by task type and the actor's roles"},
+        "items": {"type": "object", "additionalProperties": obj({
+            "count": COUNT, **{name: {"type": "object", "additionalProperties": COUNT}
+                               for name in ("by_sensitivity", "by_reason", "by_kind")}}),
+                  "description": "`newly_allowed` and `newly_denied`: distinct items, counted"},
+        "summary": {"type": "string", "description": "The report for people"},
+    }),
+    "ExplainRequest": obj({
+        "actor": obj({"id": STRING, "tenant": {"type": "string", "description": "The caller's own tenant; any other is a 403"},
+                      "roles": STRINGS, "groups": STRINGS, "clearance": STRING}, required=["id", "tenant", "clearance"], closed=True,
+                     description="A hypothetical actor of the caller's tenant"),
+        "request": {**ref("RetrieveRequest"), "description": "The retrieve body to explain"},
+        "items": {"type": "array", "items": STRING, "maxItems": 50, "description": "Item ids to explain (envelopes only)"},
+        "policies": obj({"modules": {"type": "object", "additionalProperties": STRING, "description": "Path (ending in .rego) -> Rego source"},
+                         "data": OPEN_OBJECT}, required=["modules"], description="A candidate policy, explained beside the one in force"),
+    }, required=["actor", "request"], closed=True),
+    "Explanation": obj({
+        "engine": STRING, "revision": STRING,
+        "decision": obj({"allow": BOOLEAN, "reasons": STRINGS, "constraints": nullable(OPEN_OBJECT)}),
+        "subjects": {**STRINGS, "description": "The entities the request is about, as resolved and verified"},
+        "all_failures_listed": {**BOOLEAN, "description": "Every failing check is listed (the policy defines data.gateway.items.failures)"},
+        "items": {"type": "array", "items": obj({
+            "id": STRING,
+            "status": {"enum": ["allowed", "denied", "excluded", "request_denied", "not_found"]},
+            "envelope": nullable(OPEN_OBJECT),
+            "policy": nullable(obj({"allowed": BOOLEAN, "reason": nullable(STRING), "denied_by": {"type": "array", "items": obj(
+                {"rule": STRING, "reason": STRING, "meaning": STRING})}})),
+            "pushdown": nullable(obj({"admits": BOOLEAN, "excluded_by": {"type": "array", "items": obj(
+                {"constraint": STRING, "meaning": STRING})}})),
+        })},
+    }),
+    "ExplainReport": obj({
+        "in_force": ref("Explanation"), "candidate": ref("Explanation"),
+        "differences": obj({"decision": BOOLEAN, "items": {"type": "array", "items": obj(
+            {"id": STRING, "in_force": nullable(STRING), "candidate": STRING})}}),
+    }, required=["in_force"]),
     "Health": obj({"status": {"const": "ok"}}),
     "Readiness": obj({"status": STRING, "checks": {"type": "object", "additionalProperties": STRING}}, required=["status"]),
     "TraceSummary": obj({
@@ -408,6 +464,24 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         role="ingest", body=batch_body("edge", "EdgeIn")),
     ("/v1/policy", "get"): Operation(
         "The loaded policy revision", "policy", v1({"200": json_answer("The engine and revision", ref("PolicyInfo"))}, errors={})),
+    ("/v1/policy/impact", "post"): Operation(
+        "Replay the tenant's recorded calls against a candidate policy", "policy",
+        v1({"200": json_answer("Decisions that flip and items newly allowed or denied", ref("ImpactReport"))}, body=True, errors={
+            400: "malformed JSON, an unknown field, a bad `since` or `limit`, a candidate that does not compile (file:line)",
+            403: "a `tenant` other than the caller's",
+        }),
+        role="policy_admin", body=json_body(ref("ImpactRequest")),
+        description="Reads envelopes and request shapes only; the report holds counts, task types, roles and trace ids."),
+    ("/v1/policy/explain", "post"): Operation(
+        "Explain a decision and named items for a hypothetical actor, in force or against a candidate", "policy",
+        v1({"200": json_answer("The decision, its constraints, and per item the denying checks and excluding constraints",
+                               ref("ExplainReport"))}, body=True, errors={
+            400: "malformed JSON, an unknown field, a bad actor, request or item id",
+            403: "an `actor.tenant` other than the caller's",
+            422: "a malformed request, or a candidate that does not compile (file:line)",
+        }),
+        role="policy_admin", body=json_body(ref("ExplainRequest")),
+        description="Items are read in the caller's tenant only (another tenant's id is `not_found`); envelopes only, never text."),
     ("/v1/keys", "get"): Operation(
         "The tenant's API keys, revoked ones too", "keys",
         v1({"200": json_answer("The keys, oldest first", ref("KeyList"))}, errors={}), role="key_admin"),

@@ -137,11 +137,12 @@ async def traced(request: Request, endpoint: str, handler: Handler) -> Response:
     with active(telemetry), telemetry.request(name, request.headers, attributes) as span:
         started = time.perf_counter()
         trace = TraceBuilder(new_trace_id(), endpoint, utc_now(), key=context.audit.key)
-        trace.policy_engine, trace.policy_revision = context.policy.name, context.policy.revision
         ids = span_ids(span)
         trace.lineage.otel = OtelRecord.model_validate(ids) if ids else None
         span.set_attribute("gateway.trace_id", trace.trace_id)
-        status, body = await _run(Call(request, context, trace), endpoint, handler)
+        with context.policy.pin() as policy:  # one revision decides, verifies and is stamped, whatever reloads meanwhile
+            trace.policy_engine, trace.policy_revision = policy.name, policy.revision
+            status, body = await _run(Call(request, context, trace), endpoint, handler)
         if status != CLIENT_CLOSED and await _client_left(request):
             status, body = _closed(trace)
         status, response = _answer(trace, status, body)

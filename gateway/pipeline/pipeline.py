@@ -13,7 +13,7 @@ import anyio.to_thread
 from opentelemetry.trace import get_current_span
 from sqlalchemy.engine import Engine
 
-from audit.lineage import DecisionRecord, Dropped, EntitiesRecord, PiiRecord, RelevanceRecord
+from audit.lineage import ActorRecord, DecisionRecord, Dropped, EntitiesRecord, PiiRecord, RelevanceRecord
 from audit.trace import TraceBuilder
 from connectors.base import ExactConnector, GraphConnector, LexicalConnector
 from core.actor import Actor
@@ -114,6 +114,7 @@ class Pipeline:
         await give_way()
         resolution, resolution_error, entity_verdict = await self.resolve(actor, request, constraints, trace, timer)
         constraints = constraints.with_subjects(resolution.subjects)
+        trace.lineage.subjects = list(constraints.subjects)
 
         await give_way()
         results = await self.recall(request, constraints, resolution, timer)
@@ -190,6 +191,7 @@ class Pipeline:
         self, actor: Actor, request: RetrieveRequest, trace: TraceBuilder, timer: StageTimer
     ) -> tuple[Constraints, str]:
         """The constraints of an allow, and the policy revision; a denial ends the call with 403."""
+        trace.lineage.actor = ActorRecord(roles=list(actor.roles), groups=list(actor.groups), clearance=actor.clearance)
         with timer.stage("policy.decide") as span:
             decision = await decide(self.policy, actor, request, utc_now())
             span.set_attributes({"gateway.policy.allow": decision.allow, "gateway.policy.revision": decision.revision})

@@ -53,6 +53,7 @@ def request_shape(request: RetrieveRequest, trace: TraceBuilder) -> RequestShape
         fetch_count=len(request.fetch or ()),
         tags=[trace.fingerprint(tag) for tag in request.filters.tags] if request.filters else [],
         include_historical=request.include_historical,
+        graph=request.graph.model_dump(),
     )
 
 

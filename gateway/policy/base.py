@@ -13,9 +13,14 @@ PROBE_ACTOR = {"id": "startup-probe", "tenant": "startup-probe", "roles": [], "g
 
 
 class PolicyEngine(Protocol):
-    name: str
-    revision: str
-    loaded_at: datetime
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def revision(self) -> str: ...
+
+    @property
+    def loaded_at(self) -> datetime: ...
 
     async def evaluate(self, entrypoint: str, policy_input: dict[str, Any]) -> dict[str, Any]:
         """The document at data.gateway.<entrypoint>; raises PolicyUnavailable on any failure."""

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
-from dataclasses import dataclass
-from pathlib import Path
+import tarfile
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from core.errors import ConfigurationError
+from gateway.policy.signatures import SIGNATURES, VerificationKey, sign_files, verify_files
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,30 +33,110 @@ def _mount(data: dict[str, Any], parts: tuple[str, ...], document: Any) -> None:
     node.update(document)
 
 
-def read_bundle(root: Path) -> PolicyBundle:
-    """Load every .rego and data.json under root; the revision is a hash of their contents."""
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
+MAX_ARCHIVE_BYTES = 64 * 1024 * 1024  # unpacked, all files together
+MANIFEST = ".manifest"
+
+
+def read_bundle(root: Path, key: VerificationKey | None = None) -> PolicyBundle:
+    """A policies directory (every .rego and data.json under it; the revision is a hash of their
+    contents) or an OPA bundle file (`.tar.gz`, see `read_archive`)."""
+    if root.name.endswith(ARCHIVE_SUFFIXES) and root.is_file():
+        return read_archive(root.read_bytes(), root, key)
+    if key is not None:
+        raise ConfigurationError(f"{root}: a verification key is configured, so policies must come as a signed bundle")
     if not root.is_dir():
         raise ConfigurationError(f"policies directory not found: {root}")
+    files = {
+        path.relative_to(root).as_posix(): path.read_text(encoding="utf-8")
+        for path in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in {".rego", ".json"})
+    }
+    return bundle_from_files(root, files)
+
+
+def bundle_from_files(root: Path, files: Mapping[str, str]) -> PolicyBundle:
+    """A bundle from (relative path -> content): modules, `_test.rego` tests, and `data.json`
+    documents mounted by directory; other files are ignored. The revision hashes what is read."""
     digest = hashlib.sha256()
     modules: list[tuple[str, str]] = []
     tests: list[tuple[str, str]] = []
     data: dict[str, Any] = {}
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in {".rego", ".json"}):
-        relative = path.relative_to(root).as_posix()
-        content = path.read_text(encoding="utf-8")
-        if path.suffix == ".rego":
-            (tests if path.name.endswith("_test.rego") else modules).append((relative, content))
-            if path.name.endswith("_test.rego"):
+    for relative in sorted(files):
+        content = files[relative]
+        name = PurePosixPath(relative)
+        if name.suffix == ".rego":
+            (tests if name.name.endswith("_test.rego") else modules).append((relative, content))
+            if name.name.endswith("_test.rego"):
                 continue
-        elif path.name == "data.json":
+        elif name.name == "data.json":
             try:
                 document = json.loads(content)
             except json.JSONDecodeError as exc:
                 raise ConfigurationError(f"{relative}:{exc.lineno}: invalid JSON: {exc.msg}") from exc
-            _mount(data, path.relative_to(root).parent.parts, document)
+            _mount(data, name.parent.parts, document)
         else:
             continue
         digest.update(relative.encode() + b"\0" + content.encode() + b"\0")
     if not modules:
         raise ConfigurationError(f"no Rego modules under {root}")
     return PolicyBundle(root, tuple(modules), tuple(tests), data, "sha256:" + digest.hexdigest()[:16])
+
+
+def read_archive(archive: bytes, source: Path, key: VerificationKey | None = None) -> PolicyBundle:
+    """An OPA bundle: a gzipped tarball of Rego modules, `data.json` documents, a `.manifest`
+    (its `revision` becomes the bundle's) and, when `key` is set, a `.signatures.json` that must
+    verify (gateway/policy/signatures.py). Only regular files inside the bundle root are read."""
+    files: dict[str, bytes] = {}
+    size = 0
+    try:
+        with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
+            for member in tar:
+                if member.isdir():
+                    continue
+                name = PurePosixPath(member.name.lstrip("/")).as_posix().removeprefix("./")
+                if not member.isfile() or ".." in name.split("/") or not name:
+                    raise ConfigurationError(f"{source}: {member.name!r} is not a regular file inside the bundle")
+                size += member.size
+                if size > MAX_ARCHIVE_BYTES:
+                    raise ConfigurationError(f"{source}: larger than {MAX_ARCHIVE_BYTES} bytes unpacked")
+                extracted = tar.extractfile(member)
+                assert extracted is not None
+                files[name] = extracted.read()
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise ConfigurationError(f"{source}: not a gzipped tar bundle ({type(exc).__name__})") from exc
+    if key is not None:
+        verify_files(files, key)
+    revision = ""
+    if MANIFEST in files:
+        try:
+            manifest = json.loads(files[MANIFEST])
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigurationError(f"{source}: .manifest is not JSON") from exc
+        revision = manifest.get("revision", "") if isinstance(manifest, dict) else ""
+        if not isinstance(revision, str):
+            raise ConfigurationError(f"{source}: .manifest revision must be a string")
+    try:
+        texts = {name: content.decode("utf-8") for name, content in files.items() if name.endswith((".rego", ".json"))}
+    except UnicodeDecodeError as exc:
+        raise ConfigurationError(f"{source}: a module or data file is not UTF-8") from exc
+    bundle = bundle_from_files(source, texts)
+    return replace(bundle, revision=revision) if revision else bundle
+
+
+def write_archive(root: Path, revision: str = "", signing_key: str | None = None, algorithm: str = "RS256") -> bytes:
+    """A policies directory as an OPA bundle (`.manifest` with `revision`; signed when a key is given)."""
+    files: dict[str, bytes] = {
+        path.relative_to(root).as_posix(): path.read_bytes()
+        for path in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in {".rego", ".json"})
+        if not path.name.endswith("_test.rego")
+    }
+    files[MANIFEST] = json.dumps({"revision": revision, "roots": [""]}).encode()
+    if signing_key is not None:
+        files[SIGNATURES] = sign_files(files, signing_key, algorithm)
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as tar:
+        for name, content in files.items():
+            info = tarfile.TarInfo("/" + name)
+            info.size = len(content)
+            tar.addfile(info, io.BytesIO(content))
+    return out.getvalue()

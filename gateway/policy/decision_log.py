@@ -260,6 +260,11 @@ class LoggedEngine:
         self._log(entrypoint, policy_input, result, started, None)
         return result
 
+    async def evaluate_path(self, path: str, policy_input: dict[str, Any]) -> Any:
+        """Another document (explain), not an entry point: not logged; None when the engine reads entry points only."""
+        reader = getattr(self.inner, "evaluate_path", None)
+        return None if reader is None else await reader(path, policy_input)
+
     def _log(self, entrypoint: str, policy_input: dict[str, Any], result: Any, started: int, error: str | None) -> None:
         erased_input, erased = erase(policy_input)
         entry: dict[str, Any] = {

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import queue
+import re
 import select
 import subprocess
 import sys
@@ -52,6 +53,7 @@ def first_value(raw: str) -> Any:
     return result[0]["expressions"][0]["value"]
 
 
+DOCUMENT_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")  # evaluate_path
 EVAL_TIMEOUT_S = 5.0  # an evaluation still running after this is a runaway policy: its process is ended
 WORKERS = 2  # policy processes: a long verify of one call never queues a short decision behind it
 
@@ -162,6 +164,31 @@ class EmbeddedEngine:
         except RuntimeError as exc:  # executor shut down
             raise PolicyUnavailable("the embedded policy engine is closed") from exc
         return await asyncio.wrap_future(future)
+
+    async def evaluate_path(self, path: str, policy_input: dict[str, Any]) -> Any:
+        """The document at data.<path> (`gateway.items.failures`, for explain), or None where the
+        policy does not define it; any failure is PolicyUnavailable, as for an entry point."""
+        if not DOCUMENT_PATH.fullmatch(path):
+            raise ValueError("a document path is dotted Rego names")
+        try:
+            future = self._threads.submit(self._path_sync, path, policy_input)
+        except RuntimeError as exc:  # executor shut down
+            raise PolicyUnavailable("the embedded policy engine is closed") from exc
+        return await asyncio.wrap_future(future)
+
+    def _path_sync(self, path: str, policy_input: dict[str, Any]) -> Any:
+        worker = self._idle.get()
+        try:
+            answer = worker.evaluate("data." + path, json.dumps(policy_input))
+        except ConfigurationError as exc:  # the process could not be started again
+            raise PolicyUnavailable(f"embedded policy evaluation failed: {exc.message}") from exc
+        finally:
+            self._idle.put(worker)
+        if answer == b"!":
+            return None
+        if not answer.startswith(b"+"):
+            raise PolicyUnavailable("embedded policy evaluation failed: " + (answer[1:].decode() or "no answer"))
+        return json.loads(answer[1:])
 
     async def ready(self) -> bool:
         try:

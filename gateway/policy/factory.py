@@ -1,23 +1,58 @@
-"""Builds the configured policy engine: embedded Rego or an OPA server, self-checked, logged."""
+"""Builds the configured policy engine: embedded Rego or an OPA server, self-checked, logged, and
+switchable to a new revision while it serves (gateway/policy/reload.py)."""
 
 from __future__ import annotations
 
+import anyio.to_thread
+
 from gateway.policy.base import PolicyEngine, self_check
-from gateway.policy.bundle import read_bundle
-from gateway.policy.decision_log import LoggedEngine, open_sink
+from gateway.policy.bundle import PolicyBundle
+from gateway.policy.decision_log import DecisionSink, LoggedEngine, open_sink
 from gateway.policy.embedded import EmbeddedEngine
 from gateway.policy.opa import OpaServerEngine
+from gateway.policy.reload import ReloadingEngine
+from gateway.policy.signatures import VerificationKey
+from gateway.policy.source import PolicySource
 from gateway.settings import Settings
 
 
-async def load_engine(settings: Settings) -> PolicyEngine:
+def policy_source(settings: Settings) -> PolicySource:
+    """GATEWAY_POLICY_BUNDLE (a bundle file or URL) when set, else the policies directory."""
+    key = (VerificationKey.load(settings.policy_bundle_key, settings.policy_bundle_key_alg, settings.policy_bundle_scope or "")
+           if settings.policy_bundle_key else None)
+    return PolicySource(settings.policy_bundle or str(settings.policies_dir), key)
+
+
+async def load_engine(settings: Settings) -> ReloadingEngine:
     """The OPA engine when an OPA URL is set, else the embedded one; both checked before use."""
-    bundle = read_bundle(settings.policies_dir)
+    source = policy_source(settings)
+    bundle = await source.fetch()
+    assert bundle is not None  # the first fetch has no ETag to match
+    sink = open_sink(settings)
+
+    async def build(candidate: PolicyBundle) -> PolicyEngine:
+        return await build_engine(settings, candidate, sink)
+
+    engine = await build(bundle)
+    try:
+        await self_check(engine)
+    except BaseException:
+        await engine.aclose()
+        raise
+    return ReloadingEngine(engine, bundle, build, source)
+
+
+async def build_engine(settings: Settings, bundle: PolicyBundle, sink: DecisionSink | None) -> PolicyEngine:
+    """One revision's engine (not yet probed). For an OPA server that gets the policies pushed, the
+    candidate is first compiled and probed in a policy process of its own, so a broken one is
+    refused before OPA sees it."""
     engine: PolicyEngine
     if settings.opa_url:
+        if settings.opa_push_policies:
+            from gateway.policy.candidate import open_candidate
+
+            await (await open_candidate(bundle)).aclose()
         engine = await OpaServerEngine.connect(settings, bundle)
     else:
-        engine = EmbeddedEngine(bundle)
-    await self_check(engine)
-    sink = open_sink(settings)
+        engine = await anyio.to_thread.run_sync(EmbeddedEngine, bundle)
     return LoggedEngine(engine, sink) if sink is not None else engine

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Collection, Iterable
 
 from core.actor import Actor
 from core.errors import PolicyUnavailable
@@ -21,6 +21,36 @@ class Verdict:
     ms: float
 
 
+def items_input(
+    actor: Actor, task: Task, constraints: Constraints, records: dict[str, Record], linked: Iterable[Record] = ()
+) -> dict[str, Any]:
+    """The documented `input` of data.gateway.items for these records (by id) and linked entities."""
+    return {
+        "actor": actor.as_policy_input(),
+        "task": task.model_dump(),
+        "constraints": constraints.policy_result,
+        "subjects": list(constraints.subjects),
+        "items": [record.envelope() for record in records.values()],
+        "entities": {entity.id: entity.envelope() for entity in linked},
+    }
+
+
+def verdict_from(result: Any, ids: Collection[str], started: float | None = None) -> Verdict:
+    """Read the policy's answer about `ids`: only ids it allows and does not deny survive."""
+    result = check_items_result(result)
+    allowed = {i for i in result["allowed"] if isinstance(i, str)} & set(ids)
+    denied_reasons: dict[str, str] = {}
+    for entry in result.get("denied") or ():
+        if isinstance(entry, dict) and isinstance(entry.get("id"), str):
+            denied_reasons[entry["id"]] = str(entry.get("reason", "denied"))
+    if allowed & denied_reasons.keys():
+        raise PolicyUnavailable("policy both allowed and denied the same item")
+    # Fail closed: an id neither allowed nor denied is dropped like a denial.
+    denied = tuple(sorted((i, denied_reasons.get(i, "not_allowed")) for i in set(ids) - allowed))
+    ms = 0.0 if started is None else (time.perf_counter() - started) * 1000
+    return Verdict(frozenset(allowed), denied, ms)
+
+
 async def verify(
     engine: PolicyEngine, actor: Actor, task: Task, constraints: Constraints, records: Iterable[Record],
     linked: Iterable[Record] = (),
@@ -31,26 +61,5 @@ async def verify(
     if not unique:
         return Verdict(frozenset(), (), 0.0)
     started = time.perf_counter()
-    result = check_items_result(
-        await engine.evaluate(
-            "items",
-            {
-                "actor": actor.as_policy_input(),
-                "task": task.model_dump(),
-                "constraints": constraints.policy_result,
-                "subjects": list(constraints.subjects),
-                "items": [record.envelope() for record in unique.values()],
-                "entities": {entity.id: entity.envelope() for entity in linked},
-            },
-        )
-    )
-    allowed = {i for i in result["allowed"] if isinstance(i, str)} & unique.keys()
-    denied_reasons: dict[str, str] = {}
-    for entry in result.get("denied") or ():
-        if isinstance(entry, dict) and isinstance(entry.get("id"), str):
-            denied_reasons[entry["id"]] = str(entry.get("reason", "denied"))
-    if allowed & denied_reasons.keys():
-        raise PolicyUnavailable("policy both allowed and denied the same item")
-    # Fail closed: an id neither allowed nor denied is dropped like a denial.
-    denied = tuple(sorted((i, denied_reasons.get(i, "not_allowed")) for i in unique.keys() - allowed))
-    return Verdict(frozenset(allowed), denied, (time.perf_counter() - started) * 1000)
+    result = await engine.evaluate("items", items_input(actor, task, constraints, unique, linked))
+    return verdict_from(result, unique.keys(), started)

@@ -4,6 +4,7 @@ policies fail at start-up, and an engine that errors, hangs or is unreachable fa
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -141,8 +142,13 @@ def test_opa_failure_fails_closed_with_503_and_a_trace(sqlite_url: str, tmp_path
         assert gateway.retrieve(key, {"task": SALES_TASK, "query": "wombatacl"}).status_code == 200
         opa.mode = mode
         opa.hang_seconds = 3
+        opa.clear_requests()
+        started = time.monotonic()
         response = gateway.retrieve(key, {"task": SALES_TASK, "query": "wombatacl"})
         assert response.status_code == 503, response.text
+        # One call, one deadline: the client never retries a failed or hung decision.
+        assert len(opa.requests_to("/v1/data/gateway/request", method="POST")) == 1
+        assert time.monotonic() - started < 2.5
         assert response.json()["error"]["code"] == "policy_unavailable"
         assert "wombat" not in response.text
         row = gateway.trace(response.headers["x-trace-id"])

@@ -10,6 +10,7 @@ from starlette.responses import JSONResponse, Response
 
 from core.store import store_reachable
 from gateway.http.traced import Call, requires, traced
+from gateway.reloads import tell_siblings
 
 
 async def healthz(request: Request) -> JSONResponse:
@@ -33,8 +34,30 @@ async def readyz(request: Request) -> JSONResponse:
 @requires()
 async def _policy(call: Call) -> tuple[int, dict[str, Any]]:
     policy = call.context.policy
-    return 200, {"engine": policy.name, "revision": policy.revision, "loaded_at": policy.loaded_at.isoformat()}
+    last = policy.last.as_json() if policy.last is not None else None
+    return 200, {"engine": policy.name, "revision": policy.revision, "loaded_at": policy.loaded_at.isoformat(),
+                 "source": policy.source.location if not policy.source.remote else "bundle server", "last_reload": last}
 
 
 async def policy_route(request: Request) -> Response:
     return await traced(request, "policy", _policy)
+
+
+@requires("policy_admin")
+async def _reload(call: Call) -> tuple[int, dict[str, Any]]:
+    """Read the policy source again and switch to its revision when it compiles and passes the
+    probe; a broken one is refused with its errors (422) while the old revision serves on."""
+    result = await call.context.policy.reload("http")
+    call.trace.lineage.policy_reload = result.as_json()
+    if result.status == "switched":
+        tell_siblings()
+    if result.status == "rejected":
+        call.trace.error_code = "policy_rejected"
+        message = f"the new policy revision was refused; {result.revision} keeps serving"
+        return 422, {"error": {"code": "policy_rejected", "message": message, "trace_id": call.trace.trace_id},
+                     "reload": result.as_json()}
+    return 200, {"reload": result.as_json()}
+
+
+async def policy_reload_route(request: Request) -> Response:
+    return await traced(request, "policy_reload", _reload)

@@ -1,0 +1,58 @@
+"""POST /v1/policy/explain: what a policy (in force, or a candidate) decides for an actor, and why."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from core.errors import BadRequest, ConfigurationError, Forbidden, SchemaError
+from core.instants import utc_now
+from gateway.http.traced import Call, requires, traced
+from gateway.pipeline.subjects import request_subjects
+from gateway.policy.candidate import inline_bundle, open_candidate
+from gateway.policy.explain import differences, explain, parse_actor, parse_items, parse_request
+
+FIELDS = frozenset({"actor", "request", "items", "policies"})
+CANDIDATE_COST = 4  # admission units: a candidate compiles in a policy process of its own
+
+
+@requires("policy_admin", admit=False)
+async def handle(call: Call) -> tuple[int, dict[str, Any]]:
+    """The caller's tenant only: the hypothetical actor may be anyone of it, never of another."""
+    body = await call.json()
+    if not isinstance(body, dict):
+        raise BadRequest("body: expected a JSON object {actor, request, items, policies}")
+    unknown = sorted(set(body) - FIELDS)
+    if unknown:
+        raise BadRequest(f"{unknown[0]}: unknown field")
+    actor = parse_actor(body.get("actor"))
+    if actor.tenant != call.actor.tenant:
+        raise Forbidden("actor.tenant: must be the caller's own tenant")
+    request, ids = parse_request(body.get("request")), parse_items(body.get("items"))
+    bundle = inline_bundle(body["policies"]) if body.get("policies") is not None else None
+    context, now = call.context, utc_now()
+    subjects = request_subjects(context.connectors.exact, actor, request)
+    note: dict[str, Any] = {"actor": actor.principal, "task": request.task.type, "items": len(ids),
+                            "in_force": context.policy.revision, "candidate": bundle and bundle.revision}
+    call.trace.lineage.policy_explain = note
+    with call.admitted(1 + (CANDIDATE_COST if bundle else 0)):
+        in_force = await explain(context.policy, context.store, actor, request, ids, now, subjects)
+        answer: dict[str, Any] = {"in_force": in_force.as_json()}
+        if bundle is None:
+            return 200, answer
+        try:
+            engine = await open_candidate(bundle)
+        except ConfigurationError as exc:  # the candidate's own compile error, with file:line
+            raise SchemaError(f"policies: {exc.message}") from exc
+        try:
+            candidate = await explain(engine, context.store, actor, request, ids, now, subjects)
+        finally:
+            await engine.aclose()
+    answer.update(candidate=candidate.as_json(), differences=differences(in_force, candidate))
+    return 200, answer
+
+
+async def policy_explain_route(request: Request) -> Response:
+    return await traced(request, "policy_explain", handle)
