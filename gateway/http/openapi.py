@@ -121,7 +121,11 @@ WRITTEN: dict[str, Schema] = {
     "MergeRequest": obj({"into": {"type": "string", "pattern": ID, "description": "The id of the surviving entity"}}, closed=True),
     "MergeResult": obj({"id": STRING, "into": STRING, "survivor": STRING, "changed": BOOLEAN}),
     "TombstoneResult": obj({"id": STRING, "status": {"const": "pending_deletion"}, "changed": BOOLEAN, "hidden_items": COUNT}),
-    "PolicyInfo": obj({"engine": STRING, "revision": STRING, "loaded_at": {"type": "string", "format": "date-time"}}),
+    "PolicyInfo": obj({"engine": STRING, "revision": STRING, "loaded_at": {"type": "string", "format": "date-time"},
+                       "source": STRING, "last_reload": nullable(OPEN_OBJECT)}),
+    "PolicyReload": obj({"reload": obj({"trigger": STRING, "status": {"type": "string", "enum": ["switched", "unchanged", "rejected"]},
+                                        "revision": STRING, "previous": STRING, "candidate": nullable(STRING), "errors": STRINGS,
+                                        "ms": {"type": "number"}})}),
     "ImpactRequest": obj({
         "policies": obj({"modules": {"type": "object", "additionalProperties": STRING, "description": "Path (ending in .rego) -> Rego source"},
                          "data": OPEN_OBJECT}, required=["modules"], description="The candidate policy, inline"),
@@ -162,7 +166,7 @@ WRITTEN: dict[str, Schema] = {
         "engine": STRING, "revision": STRING,
         "decision": obj({"allow": BOOLEAN, "reasons": STRINGS, "constraints": nullable(OPEN_OBJECT)}),
         "subjects": {**STRINGS, "description": "The entities the request is about, as resolved and verified"},
-        "all_failures_listed": {**BOOLEAN, "description": "Every failing check is listed (the policy defines data.gateway.items.failures)"},
+        "failures_document": {**BOOLEAN, "description": "`denied_by` is read from data.gateway.items.failures (else from `denied`)"},
         "items": {"type": "array", "items": obj({
             "id": STRING,
             "status": {"enum": ["allowed", "denied", "excluded", "request_denied", "not_found"]},
@@ -464,6 +468,14 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         role="ingest", body=batch_body("edge", "EdgeIn")),
     ("/v1/policy", "get"): Operation(
         "The loaded policy revision", "policy", v1({"200": json_answer("The engine and revision", ref("PolicyInfo"))}, errors={})),
+    ("/v1/policy/reload", "post"): Operation(
+        "Switch to the policy source's revision now", "policy",
+        v1({"200": json_answer("Switched, or unchanged", ref("PolicyReload"))}, errors={
+            403: "the key lacks the `policy_admin` role",
+            422: "the new revision was refused (`policy_rejected`; `reload.errors` says why); the old one serves on"}),
+        role="policy_admin",
+        description="Reads the policy directory or bundle again; a revision that compiles and passes the probe replaces "
+                    "the one in force atomically, on every worker; calls in flight finish on the revision they started with."),
     ("/v1/policy/impact", "post"): Operation(
         "Replay the tenant's recorded calls against a candidate policy", "policy",
         v1({"200": json_answer("Decisions that flip and items newly allowed or denied", ref("ImpactReport"))}, body=True, errors={

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import regorus
 
 from core.errors import ConfigurationError
-from gateway.policy.base import PROBE_ACTOR, ENTRYPOINTS
+from gateway.policy.base import ENTRYPOINTS, PROBE_ACTOR
 from gateway.policy.bundle import PolicyBundle, read_bundle
 from gateway.policy.schema import validate
 
@@ -118,10 +118,10 @@ def compile_modules(bundle: PolicyBundle) -> list[Finding]:
     if findings:
         return findings
     engine = regorus.Engine()
-    for path, source in bundle.modules + bundle.tests:
-        engine.add_policy(str(bundle.root / path), source)
-    engine.add_data_json(json.dumps(bundle.data))
     try:
+        for path, source in bundle.modules + bundle.tests:
+            engine.add_policy(str(bundle.root / path), source)
+        engine.add_data_json(json.dumps(bundle.data))
         engine.eval_query_as_json("1")  # the analysis of every rule: unsafe variables and the like
         for package in sorted(_packages(bundle)):
             engine.eval_query_as_json(f"data.{package}")  # conflicts and unknown functions in rules
@@ -264,7 +264,8 @@ def _parse_null(rule: str) -> list[tuple[int, str, str]]:
 
 def _arguments(text: str, start: int) -> list[str]:
     """The top-level arguments of a call whose opening parenthesis ends just before start."""
-    depth, args, current = 0, [], start
+    depth, current = 0, start
+    args: list[str] = []
     for i in range(start, len(text)):
         c = text[i]
         if c in "([{":

@@ -243,9 +243,10 @@ def open_sink(settings: Settings) -> DecisionSink | None:
 class LoggedEngine:
     """A policy engine whose every evaluation is also written to the decision log."""
 
-    def __init__(self, inner: PolicyEngine, sink: DecisionSink) -> None:
+    def __init__(self, inner: PolicyEngine, sink: DecisionSink, *, owns_sink: bool = True) -> None:
         self.inner = inner
         self.sink = sink
+        self.owns_sink = owns_sink  # False when the sink outlives this revision (gateway/policy/reload.py closes it)
         self.name = inner.name
         self.revision = inner.revision  # fixed once loaded, as the trace stamps it
         self.loaded_at: datetime = inner.loaded_at
@@ -291,4 +292,5 @@ class LoggedEngine:
 
     async def aclose(self) -> None:
         await self.inner.aclose()
-        await anyio.to_thread.run_sync(self.sink.close)  # the HTTP sink may spend seconds uploading
+        if self.owns_sink:
+            await anyio.to_thread.run_sync(self.sink.close)  # the HTTP sink may spend seconds uploading

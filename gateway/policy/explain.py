@@ -1,9 +1,10 @@
 """Explain: what a policy decides for one actor and request, and why each named item is in or out.
 
 Three answers, each from the real thing rather than a copy of its logic: the decision from
-data.gateway.request; each item's verdict from data.gateway.items (and every failing check from
-data.gateway.items.failures where the policy defines it); and whether the SQL pushdown would even
-consider the item, from the pushdown's own condition run against the store, part by part.
+data.gateway.request; each item's verdict from data.gateway.items (and the checks it fails from
+data.gateway.items.failures where the policy defines it: the project's policy reports the first failing
+check of each item); and whether the SQL pushdown would even consider the item, from the pushdown's
+own condition run against the store, part by part (every part that excludes it is named).
 
 Items are read in the actor's tenant only: an id of another tenant is `not_found`, exactly as an id
 nobody holds. Only envelopes are read out, never an item's text, name or any other free text.
@@ -29,13 +30,13 @@ from core.constraints import ItemFilter
 from core.errors import BadRequest, ConnectorError, PolicyUnavailable
 from core.records import Record
 from core.request import RetrieveRequest, parse_retrieve
-from core.validation import PRINCIPAL_ID, describe_validation_error, has_nul
+from core.validation import describe_validation_error, has_nul, principal_id_problem, tenant_problem
 from gateway.policy.base import PolicyEngine
 from gateway.policy.decide import Constraints, Decision, decide
 from gateway.policy.verify import items_input, verdict_from
 
 MAX_ITEMS = 50
-FAILURES = "gateway.items.failures"  # every failing check, as [id, reason]; a policy may not define it
+FAILURES = "gateway.items.failures"  # failing checks, as [id, reason]; a policy may not define it
 
 # What each failing check of policies/gateway/items/items.rego means, in its reason order.
 CHECKS = {
@@ -70,11 +71,27 @@ Subjects = Callable[[PolicyEngine, Constraints], Awaitable[tuple[str, ...]]]
 class _ActorBody(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    id: str = Field(pattern=PRINCIPAL_ID.pattern)
-    tenant: str = Field(min_length=1, max_length=63)
+    id: str
+    tenant: str
     roles: list[str] = Field(default_factory=list, max_length=50)
     groups: list[str] = Field(default_factory=list, max_length=200)
     clearance: str = Field(min_length=1, max_length=50)
+
+    @field_validator("id")
+    @classmethod
+    def principal_id(cls, value: str) -> str:
+        problem = principal_id_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("tenant")
+    @classmethod
+    def tenant_name(cls, value: str) -> str:
+        problem = tenant_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
     @field_validator("roles", "groups")
     @classmethod
@@ -175,7 +192,7 @@ class Explanation:
     constraints: dict[str, Any] | None
     subjects: tuple[str, ...]
     items: tuple[ItemExplanation, ...]
-    all_failures: bool  # every failing check was listed (the policy defines data.gateway.items.failures)
+    failures_document: bool  # denied_by was read from data.gateway.items.failures (the policy defines it)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -183,7 +200,7 @@ class Explanation:
             "revision": self.revision,
             "decision": {"allow": self.allow, "reasons": list(self.reasons), "constraints": self.constraints},
             "subjects": list(self.subjects),
-            "all_failures_listed": self.all_failures,
+            "failures_document": self.failures_document,
             "items": [i.as_json() for i in self.items],
         }
 

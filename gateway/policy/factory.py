@@ -33,17 +33,12 @@ async def load_engine(settings: Settings) -> ReloadingEngine:
     async def build(candidate: PolicyBundle) -> PolicyEngine:
         return await build_engine(settings, candidate, sink)
 
-    engine = await build(bundle)
-    try:
-        await self_check(engine)
-    except BaseException:
-        await engine.aclose()
-        raise
-    return ReloadingEngine(engine, bundle, build, source)
+    return ReloadingEngine(await build(bundle), bundle, build, source, sink)
 
 
 async def build_engine(settings: Settings, bundle: PolicyBundle, sink: DecisionSink | None) -> PolicyEngine:
-    """One revision's engine (not yet probed). For an OPA server that gets the policies pushed, the
+    """One revision's engine, probed on both entry points (the probe is not logged as a decision);
+    ConfigurationError when it fails to compile or to answer the probe. For an OPA server that gets the policies pushed, the
     candidate is first compiled and probed in a policy process of its own, so a broken one is
     refused before OPA sees it."""
     engine: PolicyEngine
@@ -55,4 +50,9 @@ async def build_engine(settings: Settings, bundle: PolicyBundle, sink: DecisionS
         engine = await OpaServerEngine.connect(settings, bundle)
     else:
         engine = await anyio.to_thread.run_sync(EmbeddedEngine, bundle)
-    return LoggedEngine(engine, sink) if sink is not None else engine
+    try:
+        await self_check(engine)
+    except BaseException:
+        await engine.aclose()
+        raise
+    return LoggedEngine(engine, sink, owns_sink=False) if sink is not None else engine

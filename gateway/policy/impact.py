@@ -40,6 +40,11 @@ CONCURRENCY = 8  # calls replayed at once
 TRACES_PER_GROUP = 100  # trace ids listed per flip group (the count is exact)
 REACH_PER_CALL = 500  # items of a call's subjects verified at most
 ID_CHUNK = 500  # ids per IN (...) read
+FAILURE_LIMIT = 10  # calls a policy may fail on before the run stops
+# The reasons a report may name. A candidate's own reason strings are reported as `other`: a reason is
+# the candidate's text, and a candidate could otherwise spell out envelope fields in it.
+REASONS = frozenset({"tenant", "acl", "sensitivity", "validity", "scope", "kind", "status", "attachment", "linked_entity",
+                     "not_allowed"})
 NO_GRAPH = {"max_depth": None, "relations": None}  # the request's graph options when it gave none
 key_table = ApiKey.__table__  # type: ignore[attr-defined]
 
@@ -333,15 +338,25 @@ async def impact(store: Engine, current: PolicyEngine, candidate: PolicyEngine, 
         tenant: await anyio.to_thread.run_sync(load_envelopes, store, tenant, replays) for tenant, replays in by_tenant.items()
     }
     outcomes: list[Outcome] = []
+    failures: Counter[str] = Counter()
     limiter = anyio.CapacityLimiter(CONCURRENCY)
 
     async def run(replay: Replay) -> None:
         async with limiter:
-            outcomes.append(await replay_one(current, candidate, replay, envelopes[replay.tenant]))
+            if max(failures.values(), default=0) >= FAILURE_LIMIT:
+                return  # a policy that keeps failing would only make the run slow
+            outcome = await replay_one(current, candidate, replay, envelopes[replay.tenant])
+            outcomes.append(outcome)
+            if outcome.failed:
+                failures[outcome.failed] += 1
 
     async with anyio.create_task_group() as group:
         for replay in prepared.replays:
             group.start_soon(run, replay)
+    if failures["candidate"] >= FAILURE_LIMIT:
+        raise BadRequest(f"policies: the candidate failed (it would answer 503) on {FAILURE_LIMIT} recorded calls; impact stopped")
+    if failures["current"] >= FAILURE_LIMIT:
+        raise PolicyUnavailable(f"the policy in force failed on {FAILURE_LIMIT} recorded calls; impact stopped")
     order = {r.trace_id: n for n, r in enumerate(prepared.replays)}
     outcomes.sort(key=lambda o: order[o.replay.trace_id])
     return report(prepared, outcomes, window, current.revision, candidate.revision)
@@ -396,7 +411,7 @@ def _items(pairs: Iterable[tuple[Record, str]]) -> dict[str, Any]:
     """Distinct items, counted by sensitivity, reason (the policy's denial on the other side) and kind."""
     seen: dict[str, tuple[Record, str]] = {}
     for record, reason in pairs:
-        seen.setdefault(record.id, (record, reason))
+        seen.setdefault(record.id, (record, reason if reason in REASONS else "other"))
     counted = seen.values()
     return {
         "count": len(seen),

@@ -20,15 +20,17 @@ from datetime import datetime
 from typing import Any
 
 import anyio
+import anyio.to_thread
 
 from core.errors import GatewayError
-from gateway.policy.base import PolicyEngine, self_check
+from gateway.policy.base import PolicyEngine
 from gateway.policy.bundle import PolicyBundle
+from gateway.policy.decision_log import DecisionSink
 from gateway.policy.source import PolicySource
 
 log = logging.getLogger("gateway.policy")
 
-Build = Callable[[PolicyBundle], Awaitable[PolicyEngine]]
+Build = Callable[[PolicyBundle], Awaitable[PolicyEngine]]  # compiles and probes one revision, or raises
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +62,10 @@ class _Slot:
 class ReloadingEngine:
     """A PolicyEngine whose revision can change while it serves (see the module doc)."""
 
-    def __init__(self, engine: PolicyEngine, bundle: PolicyBundle, build: Build, source: PolicySource) -> None:
+    def __init__(self, engine: PolicyEngine, bundle: PolicyBundle, build: Build, source: PolicySource,
+                 sink: DecisionSink | None = None) -> None:
         self._slot = _Slot(engine, bundle)
+        self.sink = sink  # the decision log every revision writes to; closed with the last one
         self._build = build
         self.source = source
         self._pinned: ContextVar[_Slot | None] = ContextVar(f"policy_pin_{id(self)}", default=None)
@@ -117,6 +121,8 @@ class ReloadingEngine:
 
     async def aclose(self) -> None:
         await self._slot.engine.aclose()
+        if self.sink is not None:
+            await anyio.to_thread.run_sync(self.sink.close)  # the HTTP sink may spend seconds uploading
 
     async def reload(self, trigger: str) -> ReloadResult:
         """Read the source; when its revision differs, build, probe and switch to it. Never raises
@@ -135,11 +141,6 @@ class ReloadingEngine:
             except Exception as exc:  # noqa: BLE001 - whatever fails, the candidate is rejected, never half-used
                 why = exc.message if isinstance(exc, GatewayError) else f"the candidate failed to start: {type(exc).__name__}"
                 return self._done(ReloadResult(trigger, "rejected", previous, previous, bundle.revision, (why,)), started)
-            try:
-                await self_check(engine)
-            except GatewayError as exc:
-                await engine.aclose()
-                return self._done(ReloadResult(trigger, "rejected", previous, previous, bundle.revision, (exc.message,)), started)
             old, self._slot = self._slot, _Slot(engine, bundle)
             old.retired = True
             if old.users == 0:

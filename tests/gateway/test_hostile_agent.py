@@ -131,7 +131,8 @@ def test_the_item_policy_alone_keeps_the_edge_out(gateway: Gateway, monkeypatch:
     from sqlalchemy import true
 
     monkeypatch.setattr(connectors.sql.pushdown, "_linked_entity_visible", lambda *_: true())
-    built = (connectors.sql.pushdown._permitted, connectors.sql.graph._reachable_edges)  # templates built once per process
+    built = (connectors.sql.pushdown._permitted, connectors.sql.pushdown._conjuncts,
+             connectors.sql.graph._reachable_edges)  # templates built once per process
     for cached in built:
         cached.cache_clear()
     seller = agent(gateway, "sales")

@@ -232,3 +232,25 @@ def test_a_replay_asks_the_policy_what_the_call_asked() -> None:
     assert replay_input(shape, actor, now) == request_input(actor, request, now)
     older = shape.model_copy(update={"graph": None})  # a row written before the graph options were kept
     assert replay_input(older, actor, now)["request"]["graph"] == {"max_depth": None, "relations": None}
+
+
+def test_a_candidate_failing_on_calls_counts_them_never_as_an_allow_or_a_deny(planted: Planted) -> None:
+    failing = candidate()
+    # Passes the start-up probe; fails (a built-in given null) on every account_followup call.
+    failing["modules"]["gateway/request/request.rego"] += (
+        '\nboom := time.parse_rfc3339_ns(object.get(input.request, "as_of", null)) if input.task.type == "account_followup"\n')
+    report = run_impact(planted, {"policies": failing}).json()
+    assert report["failed"]["candidate"]["count"] == 4 and sorted(report["failed"]["candidate"]["traces"]) == sorted(planted.sam)
+    assert report["replayed"] == 4 and report["flips"] == {"allow_to_deny": [], "deny_to_allow": []}
+    assert "candidate policy failed on 4 calls" in report["summary"]
+
+
+def test_a_candidates_own_reasons_are_not_echoed(planted: Planted) -> None:
+    leaky = candidate(lambda config: config["task_types"]["support_ticket"]["kinds"].remove("memory"))
+    items = leaky["modules"]["gateway/items/items.rego"]
+    assert "\ndenied := " in items
+    leaky["modules"]["gateway/items/items.rego"] = items.replace("\ndenied := ", "\nshipped_denied := ") + (
+        '\ndenied := [{"id": d.id, "reason": sprintf("leak-%s", [d.id])} | some d in shipped_denied]\n')
+    response = run_impact(planted, {"policies": leaky})
+    assert response.json()["items"]["newly_denied"]["by_reason"] == {"other": 1}  # mem_support, for sue's calls
+    assert "leak-" not in response.text

@@ -102,6 +102,25 @@ def _canonical(value: object) -> str:
     return json.dumps(value, sort_keys=True)
 
 
+# The lines of the shipped request.rego that the break-glass copy changes on purpose.
+BREAK_GLASS_CHANGES = {
+    "# title: Request decision",
+    "#   every connector pushes down into its own query.",
+    "count(reasons) == 0",
+    "else := set()",
+    "# The sensitivity ceiling is the lower of the actor's clearance and the task's maximum.",
+    "ceiling_rank := min({",
+    "scopes := [input.task.scope] if {",
+}
+
+
+def test_the_break_glass_copy_keeps_every_other_line_of_the_shipped_request_policy() -> None:
+    """A change to the shipped request.rego fails here until the copy in the example follows it."""
+    shipped = {line.strip() for line in (PROJECT_POLICIES / "gateway/request/request.rego").read_text().splitlines()}
+    copy = {line.strip() for line in (EXAMPLES / "break_glass/gateway/request/request.rego").read_text().splitlines()}
+    assert shipped - copy == BREAK_GLASS_CHANGES
+
+
 def test_every_rego_block_in_the_guide_is_taken_from_a_tested_file() -> None:
     sources = [squeezed(p.read_text()) for root in (PROJECT_POLICIES, EXAMPLES) for p in root.rglob("*.rego")]
     blocks = REGO_BLOCK.findall(GUIDE.read_text())

@@ -23,7 +23,7 @@ def test_every_schema_is_draft_2020_12_and_loads() -> None:
     for name in NAMES:
         document = json.loads((SCHEMA_DIR / f"{name}.schema.json").read_text())
         assert document["$schema"] == "https://json-schema.org/draft/2020-12/schema"
-        assert validate({}, name) != [] or name.endswith("result") is False  # each requires something
+        assert validate({}, name) != []  # each requires something
     with pytest.raises(ValueError, match="no policy schema named"):
         validate({}, "nope")
 
@@ -119,7 +119,7 @@ def test_every_recorded_input_and_result_matches_the_schemas(sqlite_url: str, tm
     assert seen["request"] >= 7 and seen["items"] >= 4
     assert {tuple(e["result"]["reasons"]) for e in requests if not e["result"]["allow"]} >= {
         ("task_not_granted",), ("unknown_task_type",), ("as_of_in_future",)}
-    assert any(e["input"]["request"]["as_of"] and e["input"]["request"]["include_historical"] for e in requests)
-    assert any(e["input"]["entities"] for e in items)  # linked entity envelopes were sent
+    assert any(e["input"]["request"].get("as_of") and e["input"]["request"].get("include_historical") for e in requests)
+    assert any(e["input"].get("entities") for e in items)  # linked entity envelopes were sent
     assert any(i["kind"] == "edge" for e in items for i in e["input"]["items"])  # the graph walk
     assert any(e["result"]["denied"] for e in items) or any(e["result"]["allowed"] for e in items)

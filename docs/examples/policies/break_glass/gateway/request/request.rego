@@ -54,6 +54,7 @@ task_granted if {
 # true, such as an embargoed document; only principals the task's `future_reads` names may.
 refusals contains "as_of_in_future" if {
 	is_string(input.request.as_of)
+	is_string(input.now)
 	time.parse_rfc3339_ns(input.request.as_of) > time.parse_rfc3339_ns(input.now) + skew_ns
 	not future_reads_granted
 }
