@@ -41,7 +41,8 @@ from schemathesis.specs.openapi.checks import (
 from gateway.http.app import create_app
 from gateway.http.audit_pages import SESSION_COOKIE
 from gateway.http.openapi import document
-from gateway.settings import Settings, load_settings
+from gateway.policy.bundle import read_bundle
+from gateway.settings import PROJECT_POLICIES, Settings, load_settings
 from tests.conftest import Gateway, fresh_database, open_gateway
 
 EXAMPLES = int(os.environ.get("GATEWAY_FUZZ_EXAMPLES", "20"))
@@ -281,6 +282,13 @@ def test_the_documented_answers(fuzzed: Fuzzed) -> None:
     call("POST /v1/traces/{trace_id}/feedback", "agent", 200, path_parameters={"trace_id": state["trace"]},
          body={"rating": 4, "comment": "useful"}, media_type="application/json")
     call("GET /v1/policy", "policy_admin", 200)
+    call("POST /v1/policy/reload", "policy_admin", 200)
+    actor = {"id": "fuzz-agent", "tenant": TENANT, "roles": ["agent"], "groups": list(GROUPS), "clearance": "confidential"}
+    call("POST /v1/policy/explain", "policy_admin", 200, body={"actor": actor, "request": {"task": SALES, "query": "pricing"},
+                                                               "items": ["mem_pricing", "mem_missing"]}, media_type="application/json")
+    shipped = read_bundle(PROJECT_POLICIES)
+    candidate = {"modules": dict(shipped.modules), "data": shipped.data}
+    call("POST /v1/policy/impact", "policy_admin", 200, body={"policies": candidate, "limit": 50}, media_type="application/json")
     listed = call("GET /v1/audit/traces", "auditor", 200, query={"limit": "3", "actor": "user:fuzz-agent"}).json()
     call("GET /v1/audit/traces", "auditor", 200, query={"limit": "3", "cursor": listed["cursor"]})
     call("GET /v1/audit/traces/{trace_id}", "auditor", 200, path_parameters={"trace_id": state["trace"]})
