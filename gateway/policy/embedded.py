@@ -143,7 +143,7 @@ class EmbeddedEngine:
         query = "data." + ENTRYPOINTS[entrypoint].replace("/", ".")
         worker = self._idle.get()
         try:
-            answer = worker.evaluate(query, json.dumps(policy_input))
+            answer = worker.evaluate(query, json.dumps(policy_input, separators=(",", ":")))
         except ConfigurationError as exc:  # the process could not be started again
             raise PolicyUnavailable(f"embedded policy evaluation failed: {exc.message}") from exc
         finally:
@@ -179,7 +179,7 @@ class EmbeddedEngine:
     def _path_sync(self, path: str, policy_input: dict[str, Any]) -> Any:
         worker = self._idle.get()
         try:
-            answer = worker.evaluate("data." + path, json.dumps(policy_input))
+            answer = worker.evaluate("data." + path, json.dumps(policy_input, separators=(",", ":")))
         except ConfigurationError as exc:  # the process could not be started again
             raise PolicyUnavailable(f"embedded policy evaluation failed: {exc.message}") from exc
         finally:
