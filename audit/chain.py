@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import bindparam, delete, func, insert, select
+from sqlalchemy import String, bindparam, delete, func, insert, select
 from sqlalchemy.engine import Connection, Engine
 
 from audit.keys import seal, sealed
@@ -99,6 +99,9 @@ CHAIN_HEAD = (
     .limit(1)
 )
 INSERT_ROW = insert(audit_trace).returning(audit_trace.c.pk)
+CHAIN_LOCK_CLASS = 0x61756474  # "audt": the first key of every chain's append lock
+CHAIN_LOCK = select(func.pg_advisory_xact_lock(
+    CHAIN_LOCK_CLASS, func.hashtext(func.concat(func.current_schema(), "/", bindparam("chain", type_=String)))))
 
 
 def append(conn: Connection, values: dict[str, Any], seal_key: bytes | None = None) -> Appended:
@@ -107,10 +110,13 @@ def append(conn: Connection, values: dict[str, Any], seal_key: bytes | None = No
 
     On PostgreSQL a transaction-scoped advisory lock per chain makes appenders of one chain take
     turns, across processes and replicas, instead of racing for the head and retrying; on SQLite the
-    write transaction (BEGIN IMMEDIATE) already does. The unique (chain, seq) index stays the guard."""
+    write transaction (BEGIN IMMEDIATE) already does. The unique (chain, seq) index stays the guard.
+    The lock takes the two-key form, whose key space no single-key advisory lock can reach (the
+    background lease holds one of those for its whole session: a tenant named like its key must not
+    wait on it forever), and names the schema, so stores sharing a database do not wait on each other."""
     chain = chain_of(values.get("tenant"))
     if conn.dialect.name == "postgresql":
-        conn.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(chain, 0))))
+        conn.execute(CHAIN_LOCK, {"chain": chain})
     head = conn.execute(CHAIN_HEAD, {"chain": chain}).first()
     facts = derived(values.get("lineage"))
     row = {**values, "chain": chain, "seq": (head.seq + 1) if head else 1, "prev_hash": head.row_hash if head else GENESIS,

@@ -42,7 +42,7 @@ from sqlmodel import SQLModel
 from audit.chain import append, audit_item, audit_trace
 from audit.integrity import verify
 from audit.trace import Trace, new_trace_id
-from core.store import open_store, writer
+from core.store import migrate_store, open_store, writer
 from gateway.auth import create_api_key
 from gateway.writes.items import ingest
 
@@ -91,6 +91,7 @@ def postgres_schema(base_url: str) -> Iterator[str]:
         with admin.begin() as conn:
             conn.execute(text(f"CREATE SCHEMA {schema}"))
         try:
+            migrate_store(f"{base_url}{'&' if '?' in base_url else '?'}options=-csearch_path%3D{schema}")
             yield f"{base_url}{'&' if '?' in base_url else '?'}options=-csearch_path%3D{schema}"
         finally:
             with admin.begin() as conn:

@@ -30,7 +30,7 @@ from harness import Server, code_revision, free_port
 from retrieve_bench import TASK
 from sqlalchemy import create_engine, text
 
-from core.store import close_store, open_store
+from core.store import close_store, migrate_store, open_store
 from gateway.auth import create_api_key
 from gateway.writes.items import ingest
 
@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="gateway-fault-"))
     server = None
     try:
+        migrate_store(url)  # a PostgreSQL store is migrated before it is opened
         engine = open_store(url)
         ingest(engine, "acme", [{"id": f"n{i}", "kind": "memory", "text": f"renewal pricing note {i}", "acl": ["*"]} for i in range(200)])
         reader = create_api_key(engine, tenant="acme", principal="user:alice", roles=["agent"], groups=["sales"], clearance="confidential")

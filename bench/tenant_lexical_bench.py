@@ -40,7 +40,7 @@ from sqlalchemy.engine import Engine
 from connectors.sql.lexical import FullTextConnector
 from core.constraints import ItemFilter
 from core.records import RecallQuery
-from core.store import open_store
+from core.store import migrate_store, open_store
 from gateway.pipeline.recall import run_source
 from gateway.writes.items import ingest
 
@@ -208,6 +208,7 @@ def postgres_engine(url: str) -> tuple[Engine, Engine, str]:
     schema = "gw_bench_" + secrets.token_hex(6)
     with admin.begin() as conn:
         conn.execute(text(f"CREATE SCHEMA {schema}"))
+    migrate_store(f"{url}?options=-csearch_path%3D{schema}")  # a PostgreSQL store is migrated before it is opened
     return open_store(f"{url}?options=-csearch_path%3D{schema}"), admin, schema
 
 

@@ -9,14 +9,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event, inspect, text
+from sqlalchemy import event, text
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
-from sqlmodel import SQLModel, create_engine
+from sqlmodel import create_engine
 
 import core.audit_tables  # noqa: F401  (registers the audit table)
 import core.tables  # noqa: F401  (registers the item tables)
 from core.errors import StoreUnavailable
+from core.migrate import Upgrade, behind_message, check_known, head_revision, store_revision, upgrade
 
 log = logging.getLogger("gateway.store")
 
@@ -24,48 +25,10 @@ log = logging.getLogger("gateway.store")
 # the candidate space of a search hold only that tenant's items: no other tenant's data changes a
 # tenant's scores, timing or status. Each table is external-content over `item` and kept by three
 # triggers that fire only for its tenant; both are created, in the writer's transaction, before the
-# tenant's first item is written (`ensure_tenant_index`). A store made before this holds one shared
-# `item_fts` for every tenant; `open_store` moves it to per-tenant tables (`_split_shared_fts`).
+# tenant's first item is written (`ensure_tenant_index`). Everything else of the schema (tables,
+# indexes, PostgreSQL's generated `tsv` column and its full-text index) is made by the migrations
+# in core/migrations, which also give the tenants of an older store their tables.
 FTS_TOKENIZE = "porter unicode61"
-SHARED_FTS = ("item_fts", ("item_fts_insert", "item_fts_delete", "item_fts_update"))
-
-POSTGRES_FTS = [
-    "ALTER TABLE item ADD COLUMN IF NOT EXISTS tsv tsvector "
-    "GENERATED ALWAYS AS (to_tsvector('english', coalesce(text, ''))) STORED",
-]
-# With btree_gin the full-text index leads with the tenant, so a search reads only the caller
-# tenant's part of each word's posting list (and its rows): another tenant's volume costs nothing.
-# fastupdate off: no pending list of fresh (other tenants') rows that every search would scan.
-# The index without the tenant, from earlier stores, goes.
-POSTGRES_TENANT_FTS = [
-    "CREATE INDEX IF NOT EXISTS ix_item_tenant_tsv ON item USING gin (tenant, tsv) WITH (fastupdate = off)",
-    "DROP INDEX IF EXISTS ix_item_tsv",
-]
-# Only where btree_gin cannot be had: full text as before, on an index without the tenant.
-POSTGRES_SHARED_FTS = ["CREATE INDEX IF NOT EXISTS ix_item_tsv ON item USING gin (tsv)"]
-
-
-# Indexes added after the first release: created on open, so existing stores get them too.
-LATER_INDEXES = [
-    "CREATE INDEX IF NOT EXISTS ix_item_tenant_document_section ON item (tenant, document, section)",
-    "CREATE INDEX IF NOT EXISTS ix_item_tenant_edge_from ON item (tenant, edge_from)",
-    "CREATE INDEX IF NOT EXISTS ix_item_tenant_merged_into ON item (tenant, merged_into)",
-    "CREATE UNIQUE INDEX IF NOT EXISTS ux_audit_chain_seq ON audit_trace (chain, seq)",
-    "CREATE INDEX IF NOT EXISTS ix_audit_trace_about ON audit_trace (about)",
-]
-
-# Columns added after the first release, as (table, column, SQL type): added on open when missing.
-LATER_COLUMNS = [
-    ("item", "profile", "VARCHAR"),
-    ("item", "merged_into", "VARCHAR"),
-    ("audit_trace", "chain", "VARCHAR"),
-    ("audit_trace", "seq", "INTEGER"),
-    ("audit_trace", "prev_hash", "VARCHAR"),
-    ("audit_trace", "row_hash", "VARCHAR"),
-    ("audit_trace", "task_type", "VARCHAR"),
-    ("audit_trace", "about", "VARCHAR"),
-    ("audit_trace", "seal", "VARCHAR"),
-]
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -115,7 +78,24 @@ def close_store(engine: Engine) -> None:
 
 
 def open_store(database_url: str) -> Engine:
-    """Create the engine and make sure the schema exists; raises StoreUnavailable if unreachable."""
+    """The engine over a store whose schema is at the code's head revision; raises StoreUnavailable
+    if unreachable. The embedded default (SQLite) migrates itself here, after a backup copy of its
+    file; a PostgreSQL store behind head is refused: it is upgraded by `gateway migrate`, once, before
+    replicas start (core.migrate)."""
+    engine = create_store_engine(database_url)
+    try:
+        if engine.dialect.name == "sqlite":
+            upgrade(engine)
+        else:
+            require_head(engine)
+    except StoreUnavailable:
+        engine.dispose()
+        raise
+    return engine
+
+
+def create_store_engine(database_url: str) -> Engine:
+    """The engine alone, schema untouched (for `gateway migrate`); no connection is made yet."""
     if database_url.startswith("sqlite:///"):
         Path(database_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         # The driver's own transaction handling is off (isolation_level=None) so SQLAlchemy's BEGIN,
@@ -131,20 +111,24 @@ def open_store(database_url: str) -> Engine:
     else:
         raise StoreUnavailable("database_url: only sqlite:/// and postgresql:// URLs are supported")
     event.listen(engine, "checkin", _closing_checkin(engine))
-    try:
-        SQLModel.metadata.create_all(engine)
-        _add_later_columns(engine)
-        with engine.begin() as conn:
-            for statement in ([] if engine.dialect.name == "sqlite" else POSTGRES_FTS) + LATER_INDEXES:
-                conn.execute(text(statement))
-        if engine.dialect.name == "sqlite":
-            _split_shared_fts(engine)
-        else:
-            _tenant_leading_fts(engine)
-    except SQLAlchemyError as exc:
-        engine.dispose()
-        raise StoreUnavailable(f"store unreachable ({engine.dialect.name}): {type(exc).__name__}") from exc
     return engine
+
+
+def migrate_store(database_url: str) -> Upgrade:
+    """`gateway migrate`: bring the store to head (after a backup copy, on SQLite), then let go of it."""
+    engine = create_store_engine(database_url)
+    try:
+        return upgrade(engine)
+    finally:
+        close_store(engine)
+
+
+def require_head(engine: Engine) -> None:
+    """Refuse a store whose schema is not at head (an empty database included), saying what to run."""
+    revision, head = store_revision(engine), head_revision()
+    check_known(revision)
+    if revision != head:
+        raise StoreUnavailable(behind_message(engine, revision, head))
 
 
 DISK_FULL = "the store's disk is full; writes resume once space is freed"
@@ -211,63 +195,6 @@ def ensure_tenant_index(conn: Connection, tenant: str) -> None:
     for statement in tenant_index_statements(tenant):
         conn.exec_driver_sql(statement)
     conn.exec_driver_sql(f"INSERT INTO {table}(rowid, text) SELECT pk, text FROM item WHERE tenant = ?", (tenant,))
-
-
-def _split_shared_fts(engine: Engine) -> None:
-    """Move a store from the one shared FTS5 table to per-tenant tables, in one transaction:
-    build each present tenant's table, then drop the shared table and its triggers. Idempotent;
-    on a store without the shared table it costs one catalogue read."""
-    shared, triggers = SHARED_FTS
-    names = (shared, *triggers)
-    marks = ", ".join("?" for _ in names)
-    probe = f"SELECT count(*) FROM sqlite_master WHERE name IN ({marks})"
-    with engine.connect() as conn:
-        if not conn.exec_driver_sql(probe, names).scalar_one():
-            return
-    with writer(engine).begin() as conn:
-        if not conn.exec_driver_sql(probe, names).scalar_one():
-            return  # another process moved it meanwhile
-        for trigger in triggers:
-            conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {trigger}")
-        conn.exec_driver_sql(f"DROP TABLE IF EXISTS {shared}")
-        for (tenant,) in conn.exec_driver_sql("SELECT DISTINCT tenant FROM item").all():
-            ensure_tenant_index(conn, tenant)
-
-
-def _tenant_leading_fts(engine: Engine) -> None:
-    """On PostgreSQL, the full-text index leads with the tenant (btree_gin), replacing the earlier
-    index on `tsv` alone. If the extension cannot be created here, that earlier index is what full
-    text gets, and a warning says so."""
-    with engine.connect() as conn:
-        present = conn.execute(text("SELECT 1 FROM pg_extension WHERE extname = 'btree_gin'")).first()
-    if present is None:
-        for statement in (
-            "CREATE EXTENSION IF NOT EXISTS btree_gin SCHEMA public",  # outlives any one schema of a shared database
-            "CREATE EXTENSION IF NOT EXISTS btree_gin",
-        ):
-            try:
-                with engine.begin() as conn:
-                    conn.execute(text(statement))
-                break
-            except SQLAlchemyError:
-                continue
-        else:
-            log.warning("store: extension btree_gin unavailable; full text uses a GIN index without the tenant leading")
-            with engine.begin() as conn:
-                for statement in POSTGRES_SHARED_FTS:
-                    conn.execute(text(statement))
-            return
-    with engine.begin() as conn:
-        for statement in POSTGRES_TENANT_FTS:
-            conn.execute(text(statement))
-
-
-def _add_later_columns(engine: Engine) -> None:
-    present = {(t, c["name"]) for t in {t for t, _, _ in LATER_COLUMNS} for c in inspect(engine).get_columns(t)}
-    with engine.begin() as conn:
-        for table, column, sql_type in LATER_COLUMNS:
-            if (table, column) not in present:
-                conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}"))
 
 
 def writer(engine: Engine) -> Engine:

@@ -3,21 +3,33 @@
 `step()` does one batch and returns how many items it finished; `count()` says how many wait.
 Writes `nudge()` the worker awake; otherwise it looks again every `idle_s`. A failing batch is
 logged (type and place only, never values) and retried later; the worker never dies.
+
+With several processes on one store (`gateway serve --workers N`, replicas on one PostgreSQL),
+the jobs run in one of them: the one holding the store's lease (`lease_for`): a lock file beside
+the SQLite database, or a PostgreSQL advisory lock per schema. The others stand by, count what
+waits (so their answers still report it), and take the lease over when its holder dies.
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Protocol
 
 import anyio
 import anyio.to_thread
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from core.errors import where
 
 log = logging.getLogger("gateway.background")
 LAG_EVERY_S = 2.0
+LEASE_EVERY_S = 1.0  # how often a standby tries the lease, and the holder checks it still holds it
 
 
 class PendingWorker:
@@ -49,3 +61,153 @@ class PendingWorker:
             with anyio.move_on_after(self.idle_s):
                 await self._wake.wait()
             self._wake = anyio.Event()
+
+    async def stand_by(self) -> None:
+        """While another process runs the jobs: count what waits, after a write here and every
+        `idle_s`, so this process's answers report the lag too; runs until cancelled."""
+        while True:
+            try:
+                self.lag = await anyio.to_thread.run_sync(self.count)
+            except Exception as exc:  # an unknown lag is reported as unknown, never as zero
+                self.lag = None
+                log.warning("%s lag count failed: %s", self.name, where(exc))
+            with anyio.move_on_after(self.idle_s):
+                await self._wake.wait()
+            self._wake = anyio.Event()
+
+
+class Lease(Protocol):
+    """The right to run the store's background jobs; `acquire` never blocks."""
+
+    def acquire(self) -> bool: ...
+    def held(self) -> bool: ...
+    def release(self) -> None: ...
+
+
+class FileLease:
+    """flock on a file beside the SQLite database: the kernel drops it when the holding process
+    dies, however it dies. The holder's pid is written in the file, for operators."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def acquire(self) -> bool:
+        if self._fd is not None:
+            return True
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:  # SQLite could not write beside its file either; say so, retry later
+            log.warning("background lease file %s: %s", self.path, exc.strerror)
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+        return True
+
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the only descriptor drops the lock
+            self._fd = None
+
+
+class AdvisoryLease:
+    """A session-level PostgreSQL advisory lock on a connection of its own, keyed by the schema
+    the store lives in (one runner per store, across hosts). PostgreSQL drops it when the session
+    ends: the process died, or its connection did, and then `held` says so."""
+
+    SQL = "SELECT pg_try_advisory_lock(hashtextextended('gateway.background:' || coalesce(current_schema(), ''), 0))"
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._conn: Connection | None = None
+
+    def acquire(self) -> bool:
+        if self._conn is not None:
+            return True
+        try:
+            conn = self.engine.connect()
+        except SQLAlchemyError:
+            return False
+        try:
+            got = bool(conn.exec_driver_sql(self.SQL).scalar())
+            conn.commit()  # no transaction left open on the held session
+        except SQLAlchemyError:
+            got = False
+        if not got:
+            conn.close()
+            return False
+        self._conn = conn
+        return True
+
+    def held(self) -> bool:
+        if self._conn is None:
+            return False
+        try:
+            self._conn.exec_driver_sql("SELECT 1")
+            self._conn.commit()
+            return True
+        except SQLAlchemyError:
+            self.release()
+            return False
+
+    def release(self) -> None:
+        if self._conn is not None:
+            try:  # at once, rather than when the server notices the session closing
+                self._conn.exec_driver_sql("SELECT pg_advisory_unlock_all()")
+                self._conn.commit()
+            except SQLAlchemyError:
+                pass  # the session is gone, and the lock with it
+            # Closed, not pooled: a pooled session would keep the lock for whoever borrowed it next.
+            self._conn.invalidate()
+            self._conn.close()
+            self._conn = None
+
+
+def lease_for(engine: Engine) -> Lease | None:
+    """The store's lease, or None for a store no other process can open (in-memory SQLite)."""
+    if engine.dialect.name == "postgresql":
+        return AdvisoryLease(engine)
+    database = engine.url.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return FileLease(Path(database).with_name(Path(database).name + ".background"))
+
+
+async def run_background(workers: Sequence[PendingWorker], lease: Lease | None) -> None:
+    """Run the workers while this process holds the lease; stand by while another does, trying
+    again every LEASE_EVERY_S. Runs until cancelled; the lease is let go on the way out."""
+    if not workers:
+        return
+    if lease is None:
+        async with anyio.create_task_group() as running:
+            for worker in workers:
+                running.start_soon(worker.run)
+        return
+    try:
+        while True:
+            async with anyio.create_task_group() as waiting:
+                for worker in workers:
+                    waiting.start_soon(worker.stand_by)
+                while not await anyio.to_thread.run_sync(lease.acquire):
+                    await anyio.sleep(LEASE_EVERY_S)
+                waiting.cancel_scope.cancel()
+            log.info("background jobs (%s) run in process %d", ", ".join(w.name for w in workers), os.getpid())
+            async with anyio.create_task_group() as running:
+                for worker in workers:
+                    running.start_soon(worker.run)
+                while await anyio.to_thread.run_sync(lease.held):
+                    await anyio.sleep(LEASE_EVERY_S)
+                running.cancel_scope.cancel()
+            log.warning("background jobs stopped in process %d: the lease was lost", os.getpid())
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(lease.release)

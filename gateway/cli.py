@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -45,7 +46,8 @@ def main() -> None:
 @click.option("--port", type=int, help="Port (GATEWAY_PORT, default 8080).")
 @click.option("--policies", "policies_dir", type=click.Path(path_type=Path), help="Policies directory (GATEWAY_POLICIES_DIR).")
 @click.option("--opa-url", help="Use a running OPA server instead of the embedded engine (GATEWAY_OPA_URL).")
-@click.option("--workers", type=int, default=1, show_default=True, help="Worker processes.")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Worker processes sharing the port (background jobs run in one of them).")
 def serve(workers: int, **flags: Any) -> None:
     """Run the HTTP service (embedded default: one SQLite file, in-process Rego)."""
     import uvicorn
@@ -69,7 +71,25 @@ def serve(workers: int, **flags: Any) -> None:
     os.environ["GATEWAY_SUPERVISOR_PID"] = str(os.getpid())  # a worker answering POST /v1/policy/reload signals here
     config = uvicorn.Config("gateway.http.server:app", host=settings.host, port=settings.port, workers=workers,
                             log_level="info", access_log=False)
-    Supervisor(config, sockets=[config.bind_socket()]).run()
+    Supervisor(config, sockets=[listening_socket(settings.host, settings.port)]).run()
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The socket the workers share. Its protocol is named because asyncio turns TCP_NODELAY on
+    only for accepted sockets whose `proto` is IPPROTO_TCP, and they inherit the listener's:
+    uvicorn's `Config.bind_socket()` leaves it 0, so Nagle held every response body back until
+    the client's delayed ACK, ~44 ms per keep-alive call (Kludex/uvicorn#3149)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # Linux copies it to accepted sockets too
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    click.echo(f"Listening on {host} port {port} (Ctrl+C to quit)")
+    return sock
 
 
 def _export(settings: Settings) -> None:
@@ -104,6 +124,26 @@ def demo(**flags: Any) -> None:
                        "entities": [{"email": "Jane@Globex.example"}]})
     click.echo(f"\nStart the service with `gateway serve`, then:\n\n  curl -s http://{settings.host}:{settings.port}/v1/retrieve \\\n"
                f"    -H 'Authorization: Bearer {alice}' \\\n    -H 'Content-Type: application/json' \\\n    -d '{body}'\n")
+
+
+@main.command()
+@store_options
+def migrate(**flags: Any) -> None:
+    """Upgrade the store's schema to this release (run it before starting PostgreSQL replicas)."""
+    from sqlalchemy.engine import make_url
+
+    from core.store import migrate_store
+
+    settings = settings_from(**flags)
+    try:
+        done = migrate_store(settings.effective_database_url)
+    except GatewayError as exc:
+        raise click.ClickException(exc.message) from exc
+    click.echo(f"store: {make_url(settings.effective_database_url).render_as_string(hide_password=True)}")
+    click.echo(f"revision before: {done.before or 'none (no version table)'}")
+    click.echo(f"revision after: {done.after} (head{'' if done.changed else ', nothing to do'})")
+    if done.backup is not None:
+        click.echo(f"backup: {done.backup}")
 
 
 @main.group()

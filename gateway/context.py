@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 from dataclasses import dataclass, field
 
 from sqlalchemy.engine import Engine
@@ -13,7 +14,10 @@ from audit.store import AuditStore, load_or_create_key
 from connectors.sql.exact import SqlExactConnector
 from connectors.sql.graph import SqlGraphConnector
 from connectors.sql.lexical import FullTextConnector
+from connectors.sql.pgvector import PgvectorConnector
+from connectors.sql.pgvector import prepare as prepare_pgvector
 from connectors.sql.vectors import VectorConnector, VectorIndex
+from core.errors import ConfigurationError
 from core.store import open_store
 from gateway.admission import Admission, load_admission
 from gateway.auth import Authenticator
@@ -27,6 +31,8 @@ from gateway.synthesis.client import Synthesizer
 from gateway.telemetry import NOOP, Telemetry, build_telemetry
 from gateway.writes.embeddings import load_embedder
 from gateway.writes.vectorize import EmbeddingWorker, publish_to_weaviate
+
+log = logging.getLogger("gateway.context")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +67,7 @@ async def build_context(settings: Settings, telemetry: Telemetry | None = None) 
     hand in one with in-memory exporters)."""
     store = open_store(settings.effective_database_url)
     try:
+        semantic = build_semantic(settings, store)  # first: it may refuse to start, before policy workers exist
         policy = await load_engine(settings)
     except BaseException:
         store.dispose()
@@ -73,7 +80,7 @@ async def build_context(settings: Settings, telemetry: Telemetry | None = None) 
         connectors=Connectors(
             exact=SqlExactConnector(store),
             lexical=FullTextConnector(store),
-            semantic=build_semantic(settings, store),
+            semantic=semantic,
             graph=SqlGraphConnector(store),
         ),
         audit=AuditStore(store, settings.audit_key.encode() if settings.audit_key else load_or_create_key(store),
@@ -117,6 +124,14 @@ def build_semantic(settings: Settings, store: Engine) -> Semantic:
         publish = functools.partial(publish_to_weaviate, weaviate)
         worker = EmbeddingWorker(store, embedder, publish=publish) if settings.background_embedding else None
         return Semantic(embedder, StoreConfirmed(weaviate, store), worker)
-    index = VectorIndex(store, embedder.model_id, embedder.dims)
     worker = EmbeddingWorker(store, embedder) if settings.background_embedding else None
+    if settings.vector_index != "memory":
+        # pgvector: the index lives in the store, so nothing vector-shaped is held (or warmed) here.
+        reason = prepare_pgvector(store, embedder.dims)
+        if reason is None:
+            return Semantic(embedder, PgvectorConnector(store, embedder.model_id, embedder.dims), worker)
+        if settings.vector_index == "pgvector":
+            raise ConfigurationError(f"GATEWAY_VECTOR_INDEX=pgvector: {reason}")
+        log.info("vector index: in-process (%s)", reason)
+    index = VectorIndex(store, embedder.model_id, embedder.dims)
     return Semantic(embedder, VectorConnector(index), worker)

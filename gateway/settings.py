@@ -80,6 +80,9 @@ class Settings:
     weaviate_grpc_port: int = 50051
     weaviate_api_key: str | None = None
     weaviate_collection: str = "GatewayItem"
+    # Where semantic search runs (unless weaviate_url is set): `memory` the in-process index,
+    # `pgvector` an HNSW index inside PostgreSQL, `auto` pgvector when the store has the extension.
+    vector_index: str = "auto"
     host: str = "127.0.0.1"
     port: int = 8080
 
@@ -176,6 +179,8 @@ def load_settings(overrides: Mapping[str, Any] | None = None, environ: Mapping[s
         raise ConfigurationError("GATEWAY_OTEL_EXPORTER: expected none or otlp")
     if settings.decision_log_url is not None and not settings.decision_log_url.startswith(("http://", "https://")):
         raise ConfigurationError("GATEWAY_DECISION_LOG_URL: expected an http:// or https:// URL")
+    if settings.vector_index not in ("auto", "memory", "pgvector"):
+        raise ConfigurationError("GATEWAY_VECTOR_INDEX: expected auto, memory or pgvector")
     if settings.pii not in ("presidio", "none"):
         raise ConfigurationError("GATEWAY_PII: expected presidio or none")
     if settings.jwt_secret is not None and len(settings.jwt_secret.encode()) < 32:

@@ -18,6 +18,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine
 from starlette.testclient import TestClient
 
+from core.store import migrate_store
 from gateway.auth import create_api_key
 from gateway.http.app import create_app
 from gateway.settings import PROJECT_POLICIES, Settings, load_settings
@@ -60,10 +61,17 @@ def fresh_database(backend: str, directory: Path) -> Iterator[str]:
     admin = create_engine(POSTGRES_URL)
     with admin.begin() as conn:
         conn.execute(text(f"CREATE SCHEMA {schema}"))
-    yield f"{POSTGRES_URL}?options=-csearch_path%3D{schema}"
+    url = f"{POSTGRES_URL}?options=-csearch_path%3D{schema}"
+    migrate_postgres(url)
+    yield url
     with admin.begin() as conn:
         conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
     admin.dispose()
+
+
+def migrate_postgres(url: str) -> None:
+    """What `gateway migrate` does before a PostgreSQL service starts (it refuses a store behind)."""
+    migrate_store(url)
 
 
 @pytest.fixture(params=BACKENDS)

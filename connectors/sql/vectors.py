@@ -26,7 +26,10 @@ from core.tables import ItemVector
 item_vector = ItemVector.__table__  # type: ignore[attr-defined]
 Strategy = Literal["auto", "exact", "approximate"]
 REFRESH_EVERY_S = 0.0  # one indexed max(seq) per search: the mirror is never behind the store
-SEQ_MARGIN_NS = 5_000_000_000  # re-read the last 5 s of writes: concurrent writers may commit out of order
+# Re-read the last 5 s of writes: concurrent writers (replicas) stamp a row with their clock before
+# they commit, so rows can commit out of order. Until the reader's clock is past the newest stamp by
+# the margin, a row stamped earlier may still appear, so the window is read again on every search.
+SEQ_MARGIN_NS = 5_000_000_000
 
 
 @dataclass
@@ -41,6 +44,7 @@ class TenantVectors:
     size: int = 0
     last_seq: int = 0
     refreshed: float = 0.0
+    window_read_ns: int = 0  # wall clock of the last read of the window (see SEQ_MARGIN_NS)
     graph: Any = None  # hnswlib.Index over rows, built once the tenant is large enough
     graph_rows: int = 0
     building: bool = False  # a graph is being built in the background; exact search serves meanwhile
@@ -132,9 +136,11 @@ class VectorIndex:
 
     def _refresh(self, conn: Connection, tenant: str, vectors: TenantVectors) -> None:
         newest = conn.execute(select(func.max(item_vector.c.seq)).where(item_vector.c.model == self.model)).scalar()
-        if newest is None or (vectors.size and int(newest) <= vectors.last_seq):
+        settled = vectors.window_read_ns - vectors.last_seq > SEQ_MARGIN_NS  # no late commit can land in the window now
+        if newest is None or (vectors.size and int(newest) <= vectors.last_seq and settled):
             vectors.refreshed = time.monotonic()  # nothing written since the last look
             return
+        read_at = time.time_ns()
         rows = conn.execute(
             select(item_vector.c.item_pk, item_vector.c.vector, item_vector.c.seq)
             .select_from(item_vector.join(item, item.c.pk == item_vector.c.item_pk))
@@ -150,6 +156,7 @@ class VectorIndex:
             vectors.last_seq = max(vectors.last_seq, max(int(r.seq) for r in rows))
         if vectors.graph is None and vectors.size >= self.ann_min_items:
             vectors.build_in_background()
+        vectors.window_read_ns = read_at
         vectors.refreshed = time.monotonic()
 
     def nearest(

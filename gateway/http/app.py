@@ -17,6 +17,7 @@ from starlette.routing import Route
 
 from core.errors import GatewayError, MethodNotAllowed, NotFound, where
 from core.store import close_store
+from gateway.background import lease_for, run_background
 from gateway.context import GatewayContext, build_context
 from gateway.http import audit_pages
 from gateway.http.errors import error_answer
@@ -31,7 +32,7 @@ from gateway.http.routes.policy_explain import policy_explain_route
 from gateway.http.routes.policy_impact import policy_impact_route
 from gateway.http.routes.retrieve import retrieve_route
 from gateway.http.traced import refusal, traced
-from gateway.reloads import watch
+from gateway.reloads import follow, watch
 from gateway.settings import Settings
 from gateway.telemetry import Telemetry
 
@@ -88,15 +89,17 @@ def create_app(settings: Settings, context: GatewayContext | None = None, teleme
             # longer walks millions of objects and pauses every call in flight for ~100 ms.
             gc.collect()
             gc.freeze()
-        workers = (app.state.context.connectors.semantic.worker, app.state.context.privacy.worker,
-                   app.state.context.audit.checkpointer)
+        pending = [w for w in (app.state.context.connectors.semantic.worker, app.state.context.privacy.worker) if w is not None]
+        checkpointer = app.state.context.audit.checkpointer
         try:
             async with anyio.create_task_group() as background:
-                for worker in workers:
-                    if worker is not None:
-                        background.start_soon(worker.run)
+                # Embedding and analysis: in one process per store (the lease's holder), not in each worker.
+                background.start_soon(run_background, pending, lease_for(app.state.context.store))
+                if checkpointer is not None:  # counts the rows this process appended: one per process
+                    background.start_soon(checkpointer.run)
                 background.start_soon(warm_vector_index, app.state.context)
                 background.start_soon(watch, app.state.context)  # policy reloads on SIGHUP and polling
+                background.start_soon(follow, app.state.context)  # and when another replica switched
                 yield
                 background.cancel_scope.cancel()
         finally:

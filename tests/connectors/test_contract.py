@@ -24,6 +24,7 @@ from connectors.confirm import StoreConfirmed
 from connectors.sql.exact import SqlExactConnector
 from connectors.sql.graph import SqlGraphConnector
 from connectors.sql.lexical import FullTextConnector
+from connectors.sql.pgvector import PgvectorConnector
 from connectors.sql.vectors import VectorConnector, VectorIndex
 from connectors.weaviate import WeaviateConnector
 from core.constraints import ItemFilter
@@ -225,6 +226,7 @@ IMPLEMENTATIONS: list[tuple[type, type]] = [
     (ExactConnector, SqlExactConnector),
     (LexicalConnector, FullTextConnector),
     (SemanticConnector, VectorConnector),
+    (SemanticConnector, PgvectorConnector),  # its contract runs in tests/connectors/test_pgvector.py (pgvector server)
     (SemanticConnector, StoreConfirmed),
     (SemanticConnector, WeaviateConnector),
     (GraphConnector, SqlGraphConnector),

@@ -10,7 +10,7 @@ from starlette.responses import JSONResponse, Response
 
 from core.store import store_reachable
 from gateway.http.traced import Call, requires, traced
-from gateway.reloads import tell_siblings
+from gateway.reloads import announce
 
 
 async def healthz(request: Request) -> JSONResponse:
@@ -50,7 +50,7 @@ async def _reload(call: Call) -> tuple[int, dict[str, Any]]:
     result = await call.context.policy.reload("http")
     call.trace.lineage.policy_reload = result.as_json()
     if result.status == "switched":
-        tell_siblings()
+        await announce(call.context, result.revision)  # the other workers, and the other replicas on PostgreSQL
     if result.status == "rejected":
         call.trace.error_code = "policy_rejected"
         message = f"the new policy revision was refused; {result.revision} keeps serving"

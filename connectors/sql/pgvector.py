@@ -1,0 +1,267 @@
+"""Semantic connector on PostgreSQL's pgvector: an HNSW index inside the store, searched inside the
+policy pushdown, so a replica holds no vector state in memory.
+
+Layout. `item_vector` (core/tables.py) stays the record of every embedding (float32 bytes, any
+model). `item_pgvector` mirrors the rows of one dimension count as a `vector(dims)` column with an
+HNSW index (cosine). A trigger on `item_vector` writes the mirror row in the same statement, so
+every writer (the embedding worker, `gateway embed`, another replica, a restore) keeps the two in
+one transaction without knowing pgvector exists; a deleted item takes both rows with it (FK cascade).
+The mirror carries the item's tenant, so the tenant condition is checked on the index's own heap
+row before the item is joined, and a btree on (tenant, model) lets the planner read a small
+tenant exactly instead of walking the shared graph.
+
+Search. One statement: the mirror joined to `item` (current content only), the policy's
+`permitted()` condition and the caller's tags ANDed in, ordered by cosine distance, with pgvector
+0.8's iterative index scan (`hnsw.iterative_scan = relaxed_order`) so that the scan goes on past
+forbidden neighbours until k permitted rows are found or `max_scan_tuples` is spent. When it comes
+back short, the same statement runs once more with the order by an expression the index cannot
+serve: an exact search over the permitted rows, so k permitted results come back whenever k exist.
+
+The DDL is plain SQL in functions (`ddl`, `backfill_sql`) so that a migration can run the same
+statements; `prepare` runs them on demand at start-up, under an advisory lock (replicas starting
+together), with IF NOT EXISTS throughout.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import BigInteger, Column, Float, ForeignKey, MetaData, String, Table, and_, bindparam, cast, select, text
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.types import UserDefinedType
+
+from connectors.sql.cancel import cancellable, watched
+from connectors.sql.pushdown import bound, item, permitted, record_from_row, tagged, value
+from core.constraints import ItemFilter
+from core.errors import ConnectorError
+from core.records import Candidate, RecallQuery, SkipReason, SourceResult
+
+log = logging.getLogger("gateway.connectors.pgvector")
+
+TABLE = "item_pgvector"
+HNSW_M = 16
+HNSW_EF_CONSTRUCTION = 64
+LOCK_KEY = 0x6777_7067_7663  # pg_advisory_xact_lock key: one replica creates the objects at a time
+MAX_DIMS = 2000  # pgvector's HNSW limit for `vector`
+
+
+class Vector(UserDefinedType[Any]):
+    """pgvector's `vector` type; values are bound as its text form '[x,y,...]' and cast."""
+
+    cache_ok = True
+
+    def get_col_spec(self, **_: Any) -> str:
+        return "vector"
+
+
+mirror = Table(
+    TABLE,
+    MetaData(),  # not the store's metadata: SQLite stores never get this table
+    Column("item_pk", BigInteger, ForeignKey("item_vector.item_pk", ondelete="CASCADE"), primary_key=True),
+    Column("tenant", String(200), nullable=False),
+    Column("model", String(200), nullable=False),
+    Column("content_hash", String(64), nullable=False),
+    Column("embedding", Vector(), nullable=False),
+)
+
+
+def ddl(dims: int) -> list[str]:
+    """The statements that create the mirror for `dims`-dimensional vectors, idempotently (the
+    extension itself is created separately: it may need more privilege than the rest)."""
+    dims = _checked(dims)
+    return [
+        # float32 little-endian bytes (item_vector.vector) -> vector, in SQL: IEEE 754 by hand,
+        # since PostgreSQL has no bytea -> float4 cast. Normal and subnormal numbers; a NaN or an
+        # infinity (exponent 255) fails the write, as pgvector rejects them anyway.
+        """
+        CREATE OR REPLACE FUNCTION gw_float4le_to_vector(b bytea, dims integer) RETURNS vector
+        LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+          SELECT array_agg(
+            (CASE WHEN s = 1 THEN -1.0::float8 ELSE 1.0::float8 END)
+            * (CASE WHEN e = 0 THEN m::float8 * 2.0::float8 ^ (-149)
+                    WHEN e = 255 THEN 'NaN'::float8
+                    ELSE (8388608 + m)::float8 * 2.0::float8 ^ (e - 150) END)
+            ORDER BY i)::real[]::vector
+          FROM (
+            SELECT i,
+                   get_byte(b, 4 * i + 3) >> 7 AS s,
+                   ((get_byte(b, 4 * i + 3) & 127) << 1) | (get_byte(b, 4 * i + 2) >> 7) AS e,
+                   ((get_byte(b, 4 * i + 2) & 127) << 16) | (get_byte(b, 4 * i + 1) << 8) | get_byte(b, 4 * i) AS m
+            FROM generate_series(0, dims - 1) AS i
+          ) AS parts
+        $$
+        """,
+        f"""
+        CREATE TABLE IF NOT EXISTS {TABLE} (
+          item_pk bigint PRIMARY KEY REFERENCES item_vector (item_pk) ON DELETE CASCADE,
+          tenant varchar(200) NOT NULL,
+          model varchar(200) NOT NULL,
+          content_hash varchar(64) NOT NULL,
+          embedding vector({dims}) NOT NULL
+        )
+        """,
+        # The mirror follows item_vector in the writer's own statement (same transaction). Rows of
+        # another dimension count have no place in the column: their mirror row is removed.
+        f"""
+        CREATE OR REPLACE FUNCTION gw_item_pgvector_sync() RETURNS trigger
+        LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+        BEGIN
+          IF NEW.dims <> {dims} OR length(NEW.vector) <> 4 * {dims} THEN
+            DELETE FROM {TABLE} WHERE item_pk = NEW.item_pk;
+            RETURN NULL;
+          END IF;
+          INSERT INTO {TABLE} (item_pk, tenant, model, content_hash, embedding)
+          SELECT NEW.item_pk, i.tenant, NEW.model, NEW.content_hash, gw_float4le_to_vector(NEW.vector, {dims})
+          FROM item AS i WHERE i.pk = NEW.item_pk
+          ON CONFLICT (item_pk) DO UPDATE
+            SET tenant = EXCLUDED.tenant, model = EXCLUDED.model,
+                content_hash = EXCLUDED.content_hash, embedding = EXCLUDED.embedding;
+          RETURN NULL;
+        END
+        $$
+        """,
+        "DROP TRIGGER IF EXISTS gw_item_pgvector_sync ON item_vector",
+        "CREATE TRIGGER gw_item_pgvector_sync AFTER INSERT OR UPDATE ON item_vector "
+        "FOR EACH ROW EXECUTE FUNCTION gw_item_pgvector_sync()",
+        f"CREATE INDEX IF NOT EXISTS ix_{TABLE}_tenant ON {TABLE} (tenant, model)",
+    ]
+
+
+def backfill_sql(dims: int) -> str:
+    """Mirror the rows written before the mirror existed (run once, before the HNSW index is built)."""
+    dims = _checked(dims)
+    return f"""
+        INSERT INTO {TABLE} (item_pk, tenant, model, content_hash, embedding)
+        SELECT v.item_pk, i.tenant, v.model, v.content_hash, gw_float4le_to_vector(v.vector, {dims})
+        FROM item_vector AS v JOIN item AS i ON i.pk = v.item_pk
+        WHERE v.dims = {dims} AND length(v.vector) = 4 * {dims}
+        ON CONFLICT (item_pk) DO NOTHING
+    """
+
+
+def index_sql() -> str:
+    """The HNSW index over the mirror (cosine distance)."""
+    return (
+        f"CREATE INDEX IF NOT EXISTS ix_{TABLE}_hnsw ON {TABLE} USING hnsw (embedding vector_cosine_ops) "
+        f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION})"
+    )
+
+
+def _checked(dims: int) -> int:
+    if not isinstance(dims, int) or not 0 < dims <= MAX_DIMS:
+        raise ValueError(f"pgvector: dims must be an integer in 1..{MAX_DIMS}, got {dims!r}")
+    return dims
+
+
+def prepare(engine: Engine, dims: int) -> str | None:
+    """Make the mirror ready for `dims`; None when it is, else why pgvector cannot serve this store.
+    Never raises for an unusable store: `auto` falls back to the in-process index on the reason."""
+    if engine.dialect.name != "postgresql":
+        return "the store is not PostgreSQL"
+    try:
+        with engine.begin() as conn:
+            if not conn.execute(text("SELECT 1 FROM pg_extension WHERE extname = 'vector'")).first():
+                conn.execute(text("CREATE EXTENSION IF NOT EXISTS vector"))  # may need privilege
+            if conn.execute(text("SELECT to_regtype('vector')")).scalar() is None:
+                return "the vector extension is installed in a schema outside the search_path"
+        with engine.begin() as conn:
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": LOCK_KEY})
+            found = conn.execute(
+                text("SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+                     "WHERE a.attrelid = to_regclass(:table) AND a.attname = 'embedding' AND NOT a.attisdropped"),
+                {"table": TABLE},
+            ).scalar()
+            if found is not None and found != f"vector({dims})":
+                return f"{TABLE}.embedding is {found}, the embedding model makes vector({dims}); drop the table to rebuild it"
+            ready = found is not None and conn.execute(
+                text("SELECT to_regclass(:index) IS NOT NULL AND EXISTS "
+                     "(SELECT 1 FROM pg_trigger WHERE tgname = 'gw_item_pgvector_sync' AND tgrelid = to_regclass('item_vector'))"),
+                {"index": f"ix_{TABLE}_hnsw"},
+            ).scalar()
+            if ready:  # a replica restarting: take no lock on item_vector, change nothing
+                return None
+            for statement in ddl(dims):
+                conn.execute(text(statement))
+            if found is None:
+                conn.execute(text(backfill_sql(dims)))
+            conn.execute(text(index_sql()))
+            if found is None:  # the planner's first plans need the mirror's size, not a guess of one row
+                conn.execute(text(f"ANALYZE {TABLE}"))
+    except SQLAlchemyError as exc:
+        return f"pgvector is not available ({type(exc).__name__}: {str(exc.orig if hasattr(exc, 'orig') else exc).splitlines()[0]})"
+    return None
+
+
+def literal(vector: Sequence[float]) -> str:
+    """pgvector's text form of a vector."""
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+
+
+class PgvectorConnector:
+    """The semantic connector on pgvector: the search is one SQL statement inside the pushdown."""
+
+    name = "semantic"
+
+    def __init__(self, engine: Engine, model: str, dims: int, ef_search: int = 100, max_scan_tuples: int = 20_000) -> None:
+        self.engine = engine
+        self.model = model
+        self.dims = _checked(dims)
+        self.ef_search = ef_search
+        self.max_scan_tuples = max_scan_tuples
+
+    async def search(self, where: ItemFilter, query: RecallQuery) -> SourceResult:
+        started = time.perf_counter()
+        if query.vector is None:
+            return SourceResult.skipped(self.name, SkipReason.NO_QUERY_VECTOR)
+        if query.model != self.model or len(query.vector) != self.dims:
+            raise ConnectorError("query vector is of another model than the index")
+        candidates, strategy = await cancellable(self._search, where, query)
+        ms = (time.perf_counter() - started) * 1000
+        return SourceResult(self.name, "ok" if candidates else "empty", candidates, ms, detail=f"{strategy} search")
+
+    def _statement(self, tags: tuple[str, ...], limit: int, *, exact: bool) -> Any:
+        probe = cast(bindparam("pgv_query"), Vector())
+        distance = mirror.c.embedding.op("<=>", return_type=Float())(probe)
+        joined = mirror.join(item, and_(item.c.pk == mirror.c.item_pk, item.c.content_hash == mirror.c.content_hash))
+        # `+ 0` is the same order the HNSW index cannot serve: the planner then reads the permitted
+        # rows through the btrees and sorts them, an exact search.
+        order = (distance + 0) if exact else distance
+        return (
+            select(item, distance.label("pgv_distance"))
+            .select_from(joined)
+            .where(mirror.c.tenant == value("tenant"), mirror.c.model == bindparam("pgv_model"), permitted(), tagged(tags))
+            .order_by(order)
+            .limit(limit)
+        )
+
+    def _search(self, where: ItemFilter, query: RecallQuery) -> tuple[tuple[Candidate, ...], str]:
+        assert query.vector is not None
+        parameters = {**bound(where), "pgv_query": literal(query.vector), "pgv_model": self.model}
+        limit = max(1, query.limit)
+        try:
+            with watched(self.engine) as conn, conn.begin():
+                self._tune(conn, limit)
+                rows = conn.execute(self._statement(query.tags, limit, exact=False), parameters).all()
+                strategy = "hnsw iterative"
+                if len(rows) < limit:  # the scan gave up (or fewer exist): exact over the permitted rows
+                    rows = conn.execute(self._statement(query.tags, limit, exact=True), parameters).all()
+                    strategy = "exact"
+        except SQLAlchemyError as exc:
+            raise ConnectorError(f"semantic search failed: {type(exc).__name__}") from exc
+        # relaxed_order may return neighbours slightly out of order: order them by their distance.
+        ranked = sorted(rows, key=lambda row: float(row._mapping["pgv_distance"]))
+        return tuple(
+            Candidate(record_from_row(row), self.name, rank, 1.0 - float(row._mapping["pgv_distance"]))
+            for rank, row in enumerate(ranked, start=1)
+        ), strategy
+
+    def _tune(self, conn: Connection, limit: int) -> None:
+        """pgvector 0.8's iterative scan, for this transaction only (SET LOCAL)."""
+        ef_search = min(1000, max(self.ef_search, 2 * limit))
+        conn.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
+        conn.execute(text(f"SET LOCAL hnsw.ef_search = {int(ef_search)}"))
+        conn.execute(text(f"SET LOCAL hnsw.max_scan_tuples = {int(self.max_scan_tuples)}"))

@@ -1,0 +1,242 @@
+"""pgvector as the semantic connector, on a real PostgreSQL 18 with pgvector 0.8 (tests/embedded_pg.py):
+the shared connector contract, planted forbidden items that are the query's nearest neighbours,
+the mirror kept in step with item_vector, and the gateway's choice of index."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import Engine
+
+import tests.connectors.test_contract as contract
+from connectors.sql.pgvector import PgvectorConnector, prepare
+from connectors.sql.vectors import VectorConnector, VectorIndex
+from core.errors import ConfigurationError
+from core.records import RecallQuery
+from core.store import open_store
+from gateway.writes.items import ingest
+from gateway.writes.vectorize import embed_all
+from tests.conftest import make_gateway, open_gateway
+from tests.connectors.test_contract import CONSTRAINTS, note, store  # noqa: F401 - `store` is a fixture
+from tests.embedded_pg import embedded_postgres, module_pgvector_url, pgvector_url  # noqa: F401 - fixtures
+
+DIMS = 384
+PLANTED = "planted-model"
+
+
+@pytest.fixture
+def database_url(pgvector_url: str) -> str:  # noqa: F811 - the contract's stores, on the pgvector server
+    return pgvector_url
+
+
+class TestPgvectorContract(contract.TestSemanticContract):
+    """The semantic contract (every filter, tags, tenants, no principals, dead store) on pgvector."""
+
+    def connector(self, store: Engine) -> PgvectorConnector:  # noqa: F811 - the contract fixture
+        embedder = contract.minilm()
+        if store.url.port != 1:  # the unreachable-store case has nothing to embed
+            assert prepare(store, embedder.dims) is None
+            embed_all(store, embedder)
+        return PgvectorConnector(store, embedder.model_id, embedder.dims)
+
+
+# ---------------------------------------------------------------- planted nearest neighbours
+
+
+def unit(rng: np.random.Generator, n: int) -> np.ndarray[Any, Any]:
+    return normalized(rng.standard_normal((n, DIMS)))
+
+
+def normalized(m: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    return (m / np.linalg.norm(m, axis=1, keepdims=True)).astype(np.float32)
+
+
+def put_vectors(engine: Engine, tenant: str, vectors: dict[str, np.ndarray[Any, Any]]) -> None:
+    """Store vectors for items by id, through item_vector (the trigger fills the mirror)."""
+    with engine.begin() as conn:
+        pks = dict(conn.execute(text("SELECT id, pk FROM item WHERE tenant = :t"), {"t": tenant}).all())
+        hashes = dict(conn.execute(text("SELECT pk, content_hash FROM item WHERE tenant = :t"), {"t": tenant}).all())
+        conn.execute(
+            text("INSERT INTO item_vector (item_pk, model, dims, vector, content_hash, seq) VALUES (:pk, :m, :d, :v, :h, 1) "
+                 "ON CONFLICT (item_pk) DO UPDATE SET vector = EXCLUDED.vector, content_hash = EXCLUDED.content_hash"),
+            [{"pk": pks[i], "m": PLANTED, "d": DIMS, "v": v.astype(np.float32).tobytes(), "h": hashes[pks[i]]}
+             for i, v in vectors.items()],
+        )
+
+
+HIDING = {  # every way the policy hides an item, each planted at the query's own vector
+    **contract.FORBIDDEN_VARIANTS,
+    "hidden_entity": {"entity": "ent_hidden"},
+    "tombstoned_entity": {"entity": "ent_gone"},
+    "untagged": {},  # permitted, but the caller asks for a tag it lacks
+}
+
+
+@pytest.fixture(scope="module")
+def planted(module_pgvector_url: str) -> Iterator[tuple[Engine, np.ndarray[Any, Any]]]:  # noqa: F811
+    """~1,900 items: 1,800 forbidden ones (of every kind) sitting on the query vector, 60 permitted
+    ones scattered (a 3% selectivity for the permitted-and-tagged), and another tenant's copies."""
+    engine = open_store(module_pgvector_url)
+    assert prepare(engine, DIMS) is None
+    rng = np.random.default_rng(17)
+    q = unit(rng, 1)[0]
+    rows = [{"id": "ent_jane", "kind": "entity", "entity_type": "contact", "acl": ["*"]},
+            {"id": "ent_hidden", "kind": "entity", "entity_type": "contact", "acl": ["group:x"]},
+            {"id": "ent_gone", "kind": "entity", "entity_type": "contact", "acl": ["*"]}]
+    rows += [note(f"forbidden_{name}_{i}", f"x {name} {i}", **variant) for name, variant in HIDING.items() for i in range(150)]
+    rows += [note(f"permitted_{i}", f"y {i}", tags=["t"]) for i in range(60)]
+    assert ingest(engine, "acme", rows).rejected == []
+    assert ingest(engine, "globex", [note(f"globex_{i}", f"z {i}", tags=["t"]) for i in range(300)]).rejected == []
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO entity_tombstone (tenant, entity_id, deleted_at) VALUES ('acme', 'ent_gone', :at)"),
+                     {"at": datetime(2026, 1, 1, tzinfo=timezone.utc)})
+    near = q + 0.001 * unit(rng, 1)[0]
+    put_vectors(engine, "acme", {
+        **{f"forbidden_{name}_{i}": near for name in HIDING for i in range(150)},
+        **dict(zip((f"permitted_{i}" for i in range(60)), normalized(0.3 * q + unit(rng, 60)))),
+    })
+    put_vectors(engine, "globex", {f"globex_{i}": q for i in range(300)})
+    with engine.begin() as conn:  # as autovacuum would soon: without statistics the planner guesses one row a table
+        conn.execute(text("ANALYZE"))
+    yield engine, q
+    engine.dispose()
+
+
+def run(connector: PgvectorConnector, where: Any, q: np.ndarray[Any, Any], limit: int, tags: tuple[str, ...] = ("t",)) -> Any:
+    query = RecallQuery(text="q", vector=tuple(float(x) for x in q), model=PLANTED, tags=tags, limit=limit)
+    return asyncio.run(connector.search(where, query))
+
+
+@pytest.mark.parametrize("max_scan_tuples", [20_000, 200])
+def test_forbidden_nearest_neighbours_never_come_back_and_k_permitted_do(
+    planted: tuple[Engine, np.ndarray[Any, Any]], max_scan_tuples: int
+) -> None:
+    """With the scan budget ample (the iterative scan finds them) or spent (the exact fallback does)."""
+    engine, q = planted
+    connector = PgvectorConnector(engine, PLANTED, DIMS, ef_search=40, max_scan_tuples=max_scan_tuples)
+    result = run(connector, CONSTRAINTS, q, 10)
+    ids = [c.record.id for c in result.candidates]
+    assert len(ids) == 10 and all(i.startswith("permitted_") for i in ids), ids
+    # The exact answer over the permitted items, computed here from the same vectors.
+    with engine.connect() as conn:
+        stored = conn.execute(text("SELECT i.id, v.vector FROM item_vector v JOIN item i ON i.pk = v.item_pk "
+                                   "WHERE i.tenant = 'acme' AND i.id LIKE 'permitted_%'")).all()
+    scores = {row.id: float(np.frombuffer(row.vector, dtype=np.float32) @ q) for row in stored}
+    expected = sorted(scores, key=lambda i: -scores[i])[:10]
+    assert set(ids) == set(expected)
+    got = [c.score for c in result.candidates]
+    assert got == sorted(got, reverse=True)
+    assert got == pytest.approx([scores[i] for i in ids], abs=1e-5)
+
+
+def test_every_permitted_item_and_nothing_else_at_a_large_k(planted: tuple[Engine, np.ndarray[Any, Any]]) -> None:
+    engine, q = planted
+    result = run(PgvectorConnector(engine, PLANTED, DIMS), CONSTRAINTS, q, 500)
+    assert sorted(c.record.id for c in result.candidates) == sorted(f"permitted_{i}" for i in range(60))
+
+
+def test_the_untagged_ask_sees_the_untagged_but_still_no_forbidden(planted: tuple[Engine, np.ndarray[Any, Any]]) -> None:
+    engine, q = planted
+    result = run(PgvectorConnector(engine, PLANTED, DIMS), CONSTRAINTS, q, 10, tags=())
+    assert [c.record.id.rsplit("_", 1)[0] for c in result.candidates] == ["forbidden_untagged"] * 10
+
+
+def test_another_tenant_never_leaks_in(planted: tuple[Engine, np.ndarray[Any, Any]]) -> None:
+    engine, q = planted
+    globex = replace(CONSTRAINTS, tenant="globex", subjects=())
+    result = run(PgvectorConnector(engine, PLANTED, DIMS), globex, q, 50)
+    assert len(result.candidates) == 50 and all(c.record.id.startswith("globex_") for c in result.candidates)
+
+
+# ---------------------------------------------------------------- the mirror follows item_vector
+
+
+def test_the_mirror_holds_exactly_the_stored_float32_and_follows_updates_and_deletes(pgvector_url: str) -> None:  # noqa: F811
+    engine = open_store(pgvector_url)
+    assert prepare(engine, DIMS) is None
+    assert ingest(engine, "acme", [note("a", "first"), note("b", "second")]).rejected == []
+    v = unit(np.random.default_rng(3), 1)[0]
+    v[0], v[1], v[2] = 1e-40, -0.0, -3.5e30  # a subnormal, a negative zero, a large exponent
+    put_vectors(engine, "acme", {"a": v, "b": v})
+    mirrored = "SELECT m.embedding::real[], m.content_hash FROM item_pgvector m JOIN item i ON i.pk = m.item_pk WHERE i.id = :id"
+    with engine.connect() as conn:
+        stored, _ = conn.execute(text(mirrored), {"id": "a"}).one()
+    assert np.array_equal(np.array(stored, dtype=np.float32), v)
+    put_vectors(engine, "acme", {"a": -v})  # an update in place
+    with engine.connect() as conn:
+        stored, _ = conn.execute(text(mirrored), {"id": "a"}).one()
+    assert np.array_equal(np.array(stored, dtype=np.float32), -v)
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM item WHERE id = 'b'"))
+        assert conn.execute(text("SELECT count(*) FROM item_pgvector")).scalar() == 1
+        # A vector of another size has no place in the column: its mirror row goes.
+        conn.execute(text("UPDATE item_vector SET dims = 3, vector = :v"), {"v": np.ones(3, np.float32).tobytes()})
+        assert conn.execute(text("SELECT count(*) FROM item_pgvector")).scalar() == 0
+    engine.dispose()
+
+
+def test_an_existing_store_is_backfilled_and_prepare_is_idempotent(pgvector_url: str) -> None:  # noqa: F811
+    engine = open_store(pgvector_url)
+    assert ingest(engine, "acme", [note(f"n{i}", f"text {i}") for i in range(5)]).rejected == []
+    put_vectors(engine, "acme", {f"n{i}": unit(np.random.default_rng(i), 1)[0] for i in range(5)})
+    assert prepare(engine, DIMS) is None and prepare(engine, DIMS) is None
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM item_pgvector")).scalar() == 5
+        indexes = set(conn.execute(text("SELECT indexdef FROM pg_indexes WHERE tablename = 'item_pgvector'")).scalars())
+    assert any("hnsw (embedding vector_cosine_ops)" in i for i in indexes), indexes
+    assert "item_pgvector.embedding is vector(384)" in (prepare(engine, 768) or "")
+    engine.dispose()
+
+
+def test_a_store_without_the_extension_is_refused_with_the_reason(sqlite_url: str) -> None:
+    engine = open_store(sqlite_url)
+    assert prepare(engine, DIMS) == "the store is not PostgreSQL"
+    engine.dispose()
+
+
+# ---------------------------------------------------------------- the gateway's choice of index
+
+
+def live_vector_indexes(engine: Engine) -> list[VectorIndex]:
+    gc.collect()
+    return [o for o in gc.get_objects() if isinstance(o, VectorIndex) and o.engine is engine]
+
+
+def test_auto_on_pgvector_holds_no_vector_state_and_searches_in_the_store(pgvector_url: str, tmp_path: Path) -> None:  # noqa: F811
+    for gateway in make_gateway(pgvector_url, tmp_path, background_embedding=False):
+        semantic = gateway.client.app.state.context.connectors.semantic  # type: ignore[attr-defined]
+        assert isinstance(semantic.connector, PgvectorConnector)
+        assert not hasattr(semantic.connector, "warm") and live_vector_indexes(gateway.store) == []
+        jane = {"id": "ent_jane", "kind": "entity", "entity_type": "contact", "email": "jane@globex.example", "acl": ["*"]}
+        gateway.ingest("acme", [jane, note("kiwi", "kiwi fruit harvest in the orchard"), note("bolt", "steel bolts and nuts")])
+        gateway.embed_all()
+        key = gateway.key("alice", groups=("sales",), clearance="confidential")
+        ask = {"task": {"type": "account_followup", "scope": "sales"}, "query": "fruit harvest",
+               "entities": [{"email": "jane@globex.example"}]}
+        response = gateway.retrieve(key, ask, semantic=True)
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert body["sources"]["semantic"]["status"] == "ok", body["sources"]
+        assert body["sources"]["semantic"]["detail"].startswith(("hnsw iterative search", "exact search"))
+        assert "semantic" in next(i["found_by"] for i in body["items"] if i["id"] == "kiwi")
+        assert live_vector_indexes(gateway.store) == []
+
+
+def test_memory_keeps_the_in_process_index(pgvector_url: str, tmp_path: Path) -> None:  # noqa: F811
+    with open_gateway(pgvector_url, tmp_path, vector_index="memory", background_embedding=False) as gateway:
+        assert isinstance(gateway.client.app.state.context.connectors.semantic.connector, VectorConnector)  # type: ignore[attr-defined]
+
+
+def test_pgvector_on_sqlite_refuses_to_start_and_says_why(sqlite_url: str, tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="GATEWAY_VECTOR_INDEX=pgvector: the store is not PostgreSQL"):
+        with open_gateway(sqlite_url, tmp_path, vector_index="pgvector"):
+            pass
