@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import os
 import sqlite3
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -147,6 +148,10 @@ def backup_sqlite(conn: Connection, revision: str | None) -> Path | None:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
     target = path.with_name(f"{path.name}.{revision or 'unversioned'}-{stamp}.bak")
     try:
+        # The copy holds everything the store holds: it is made with the store's own permissions
+        # (never the process's umask, which could leave it readable by others).
+        os.close(os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        os.chmod(target, path.stat().st_mode & 0o777)
         source = sqlite3.connect(path)
         try:
             copy = sqlite3.connect(target)

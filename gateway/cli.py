@@ -35,7 +35,18 @@ def settings_from(**overrides: Any) -> Settings:
         raise click.ClickException(exc.message) from exc
 
 
-@click.group()
+class Gateway(click.Group):
+    """Every command's own failure (a store that cannot be reached or is behind, a bad setting)
+    ends in one line naming what is wrong, never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except GatewayError as exc:
+            raise click.ClickException(exc.message) from exc
+
+
+@click.group(cls=Gateway)
 def main() -> None:
     """A policy-first governed retrieval gateway."""
 
@@ -52,10 +63,19 @@ def serve(workers: int, **flags: Any) -> None:
     """Run the HTTP service (embedded default: one SQLite file, in-process Rego)."""
     import uvicorn
 
+    from core.store import close_store, open_store
+
     settings = settings_from(**flags)
     _export(settings)
+    # Before any worker starts: the embedded store is migrated here, once (with its backup copy),
+    # and a PostgreSQL store behind this release stops the command with one line saying to run
+    # `gateway migrate`, instead of every worker failing its start-up with a traceback.
+    close_store(open_store(settings.effective_database_url))
+    # On SIGTERM uvicorn stops accepting and waits for the calls in flight, at most drain_seconds;
+    # then the lifespan flushes the decision log and signs the last audit checkpoint.
     if workers <= 1:  # one process: it reloads its policy on SIGHUP itself (gateway/reloads.py)
-        uvicorn.run("gateway.http.server:app", host=settings.host, port=settings.port, log_level="info", access_log=False)
+        uvicorn.run("gateway.http.server:app", host=settings.host, port=settings.port, log_level="info",
+                    access_log=False, timeout_graceful_shutdown=settings.drain_seconds)
         return
     from uvicorn.supervisors import Multiprocess
 
@@ -70,7 +90,7 @@ def serve(workers: int, **flags: Any) -> None:
 
     os.environ["GATEWAY_SUPERVISOR_PID"] = str(os.getpid())  # a worker answering POST /v1/policy/reload signals here
     config = uvicorn.Config("gateway.http.server:app", host=settings.host, port=settings.port, workers=workers,
-                            log_level="info", access_log=False)
+                            log_level="info", access_log=False, timeout_graceful_shutdown=settings.drain_seconds)
     Supervisor(config, sockets=[listening_socket(settings.host, settings.port)]).run()
 
 

@@ -83,6 +83,7 @@ class Settings:
     # Where semantic search runs (unless weaviate_url is set): `memory` the in-process index,
     # `pgvector` an HNSW index inside PostgreSQL, `auto` pgvector when the store has the extension.
     vector_index: str = "auto"
+    drain_seconds: int = 30
     host: str = "127.0.0.1"
     port: int = 8080
 

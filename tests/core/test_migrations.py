@@ -61,6 +61,7 @@ def legacy_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tup
     if backend == "sqlite":
         (tmp_path / "data").mkdir()
         shutil.copyfile(FIXTURES / "legacy_store.sqlite", tmp_path / "data" / "gateway.db")
+        (tmp_path / "data" / "gateway.db").chmod(0o600)  # a private store: its backup copy must stay private
         yield backend, f"sqlite:///{tmp_path / 'data' / 'gateway.db'}", MANIFEST["sqlite"]
         return
     require_postgres()
@@ -159,6 +160,8 @@ def test_a_store_from_before_migrations_upgrades_and_keeps_working(legacy_store:
     if backend == "sqlite":
         backups = list((tmp_path / "data").glob("gateway.db.unversioned-*.bak"))
         assert len(backups) == 1, backups
+        store_mode = (tmp_path / "data" / "gateway.db").stat().st_mode & 0o777
+        assert backups[0].stat().st_mode & 0o777 == store_mode  # as private as the store, whatever the umask
         copy = sqlite3.connect(backups[0])
         try:
             assert copy.execute("SELECT count(*) FROM item").fetchone() == (before["item"],)
@@ -236,6 +239,16 @@ def test_postgres_behind_head_refuses_to_start_and_says_what_to_run(tmp_path: Pa
             assert inspect(engine).get_table_names() == []  # refused, not half made
         finally:
             engine.dispose()
+
+
+def test_serve_on_a_postgres_store_behind_head_stops_with_one_line(tmp_path: Path) -> None:
+    """`gateway serve` checks the store before any worker starts: one line saying what to run, no
+    traceback, and nothing listening."""
+    for url in empty_schema():
+        result = CliRunner().invoke(main, ["serve", "--data", str(tmp_path), "--database-url", url, "--port", "0"])
+        assert result.exit_code == 1
+        assert result.output.startswith("Error: ") and "run `gateway migrate --database-url " in result.output
+        assert "Traceback" not in result.output and len(result.output.strip().splitlines()) <= 2
 
 
 # ---------------------------------------------------------------- failures and concurrency

@@ -297,6 +297,14 @@ def test_shutdown_leaves_the_service_first_and_has_time_to_drain(rendered: dict[
     assert grace >= int(sleep[1]) + 30  # after the sleep: calls in flight, the decision log, the last checkpoint
     assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
     assert gateway["args"][:3] == ["gateway", "serve", "--host"]
+    drain = int(env(gateway)["GATEWAY_DRAIN_SECONDS"]["value"])  # uvicorn's bound on waiting for calls in flight
+    assert int(sleep[1]) + drain < grace
+
+
+def test_a_drain_longer_than_the_grace_period_is_refused(chart: helm.Chart) -> None:
+    """Else the kubelet kills the pod mid-drain, before the decision log is flushed."""
+    with pytest.raises(helm.HelmError, match="drainSeconds must stay under terminationGracePeriodSeconds"):
+        render(chart, {"shutdown": {"preStopSleepSeconds": 10, "drainSeconds": 50, "terminationGracePeriodSeconds": 60}})
 
 
 # --- network policy ---------------------------------------------------------------------------------
@@ -339,7 +347,7 @@ def test_migration_job_runs_before_install_and_upgrade(rendered: dict[str, dict[
     assert annotations["helm.sh/hook"] == "pre-install,pre-upgrade"
     assert "before-hook-creation" in annotations["helm.sh/hook-delete-policy"]
     migrate = container(job, "migrate")
-    assert migrate["args"] == ["gateway", "migrate", "--database-url", "$(GATEWAY_DATABASE_URL)"]
+    assert migrate["args"] == ["gateway", "migrate"]  # reads GATEWAY_DATABASE_URL: no password in argv
     assert pod_spec(job)["restartPolicy"] == "Never"
     # not one of the serving pods: the Service never sends it a call
     service = one(objects_of(rendered, "postgres-opa-sidecar-bundle"), "Service")

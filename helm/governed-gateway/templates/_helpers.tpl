@@ -130,6 +130,12 @@ Refuse value combinations that would deploy something broken or unsafe, with a m
   value: "0.0.0.0"
 - name: GATEWAY_PORT
   value: {{ .Values.service.port | quote }}
+{{- $shutdown := .Values.shutdown }}
+{{- if ge (add $shutdown.preStopSleepSeconds $shutdown.drainSeconds) (int $shutdown.terminationGracePeriodSeconds) }}
+{{- fail "shutdown: preStopSleepSeconds + drainSeconds must stay under terminationGracePeriodSeconds, or the kubelet kills the pod before the decision log is flushed and the last checkpoint signed" }}
+{{- end }}
+- name: GATEWAY_DRAIN_SECONDS
+  value: {{ $shutdown.drainSeconds | quote }}
 {{- include "governed-gateway.secretEnv" (list "GATEWAY_DATABASE_URL" .Values.secrets.databaseUrl) }}
 {{- include "governed-gateway.secretEnv" (list "GATEWAY_JWT_SECRET" .Values.secrets.jwtSecret) }}
 {{- include "governed-gateway.secretEnv" (list "GATEWAY_JWT_PUBLIC_KEY" .Values.secrets.jwtPublicKey) }}
