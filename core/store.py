@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import sqlite3
+import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -33,7 +35,7 @@ FTS_TOKENIZE = "porter unicode61"
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
+    _wal(cursor)
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA busy_timeout=10000")
     cursor.execute("PRAGMA foreign_keys=ON")
@@ -41,6 +43,23 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA mmap_size=268435456")
     cursor.execute("PRAGMA cache_size=-32768")
     cursor.close()
+
+
+def _wal(cursor: Any, wait_s: float = 10.0) -> None:
+    """WAL mode, which the file keeps once set. Switching a new file to it needs the file to
+    itself, and SQLite answers "database is locked" at once, without its busy handler, while another
+    connection (a second worker or migrator starting at the same moment) holds it: so look first,
+    and try again for a while."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            if cursor.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
 
 
 def _postgres_session(dbapi_connection: Any, _record: Any) -> None:

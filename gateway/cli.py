@@ -66,11 +66,11 @@ def serve(workers: int, **flags: Any) -> None:
     from core.store import close_store, open_store
 
     settings = settings_from(**flags)
-    _export(settings)
     # Before any worker starts: the embedded store is migrated here, once (with its backup copy),
     # and a PostgreSQL store behind this release stops the command with one line saying to run
     # `gateway migrate`, instead of every worker failing its start-up with a traceback.
     close_store(open_store(settings.effective_database_url))
+    _export(settings)
     # On SIGTERM uvicorn stops accepting and waits for the calls in flight, at most drain_seconds;
     # then the lifespan flushes the decision log and signs the last audit checkpoint.
     if workers <= 1:  # one process: it reloads its policy on SIGHUP itself (gateway/reloads.py)

@@ -6,6 +6,7 @@ failing revision leaves the store where it was; two migrators at once take turns
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import shutil
 import sqlite3
@@ -241,9 +242,10 @@ def test_postgres_behind_head_refuses_to_start_and_says_what_to_run(tmp_path: Pa
             engine.dispose()
 
 
-def test_serve_on_a_postgres_store_behind_head_stops_with_one_line(tmp_path: Path) -> None:
+def test_serve_on_a_postgres_store_behind_head_stops_with_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`gateway serve` checks the store before any worker starts: one line saying what to run, no
     traceback, and nothing listening."""
+    monkeypatch.setattr(os, "environ", dict(os.environ))  # serve hands its settings on through os.environ
     for url in empty_schema():
         result = CliRunner().invoke(main, ["serve", "--data", str(tmp_path), "--database-url", url, "--port", "0"])
         assert result.exit_code == 1
