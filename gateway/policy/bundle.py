@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import tarfile
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -47,11 +48,28 @@ def read_bundle(root: Path, key: VerificationKey | None = None) -> PolicyBundle:
         raise ConfigurationError(f"{root}: a verification key is configured, so policies must come as a signed bundle")
     if not root.is_dir():
         raise ConfigurationError(f"policies directory not found: {root}")
-    files = {
-        path.relative_to(root).as_posix(): path.read_text(encoding="utf-8")
-        for path in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in {".rego", ".json"})
-    }
+    files = {path.relative_to(root).as_posix(): path.read_text(encoding="utf-8") for path in _policy_files(root)}
     return bundle_from_files(root, files)
+
+
+def _policy_files(root: Path) -> list[Path]:
+    """Every .rego and .json file under `root`, through linked directories, each once, in order.
+
+    Kubernetes mounts a ConfigMap as `..<timestamp>/` (the files), `..data` (a link to it, swapped
+    atomically on a change) and, per top-level name, a link to `..data/<name>`: the policies are read
+    through those links, never again under the `..` staging names. A link back to a directory
+    already walked is not followed twice."""
+    found: list[Path] = []
+    walked: set[str] = set()
+    for directory, subdirectories, names in os.walk(root, followlinks=True):
+        real = os.path.realpath(directory)
+        if real in walked:
+            subdirectories[:] = []
+            continue
+        walked.add(real)
+        subdirectories[:] = sorted(d for d in subdirectories if not d.startswith(".."))
+        found += [Path(directory) / n for n in names if Path(n).suffix in {".rego", ".json"} and not n.startswith("..")]
+    return sorted(p for p in found if p.is_file())
 
 
 def bundle_from_files(root: Path, files: Mapping[str, str]) -> PolicyBundle:

@@ -217,6 +217,43 @@ def test_a_directory_and_its_bundle_decide_alike() -> None:
     assert bundle.revision == "r7" and bundle.data == directory.data and bundle.modules == directory.modules
 
 
+def kubernetes_mount(target: Path, source: Path, stamp: str) -> None:
+    """`source` laid out the way the kubelet mounts a ConfigMap volume with item paths: the files
+    under `..<stamp>/`, `..data` linking to it, and each top-level name linking to `..data/<name>`."""
+    staged = target / f"..{stamp}"
+    for path in source.rglob("*"):
+        if path.is_file():
+            (staged / path.relative_to(source)).parent.mkdir(parents=True, exist_ok=True)
+            (staged / path.relative_to(source)).write_bytes(path.read_bytes())
+    data = target / "..data"
+    if data.is_symlink():  # a change: the new staging directory is swapped in atomically
+        (target / "..data_tmp").symlink_to(staged.name)
+        (target / "..data_tmp").rename(data)
+    else:
+        data.symlink_to(staged.name)
+    for name in {p.relative_to(staged).parts[0] for p in staged.rglob("*")}:
+        if not (target / name).is_symlink():
+            (target / name).symlink_to(f"..data/{name}")
+
+
+def test_a_configmap_mount_reads_each_policy_once_and_follows_its_changes(tmp_path: Path, policy_copy: Path) -> None:
+    """A ConfigMap volume holds every file three times over (staging directory, `..data`, the
+    links): the policies are read once, through the links, and a change swapped in by the kubelet
+    is a new revision."""
+    mount = tmp_path / "mount"
+    mount.mkdir()
+    kubernetes_mount(mount, policy_copy, "2026_12_01_01_00_00.1")
+    first = read_bundle(mount)
+    assert first.modules == read_bundle(policy_copy).modules and first.data == read_bundle(policy_copy).data
+    config = policy_copy / "gateway" / "config" / "data.json"
+    document = json.loads(config.read_text())
+    document["as_of_skew_seconds"] = document["as_of_skew_seconds"] + 1
+    config.write_text(json.dumps(document))
+    kubernetes_mount(mount, policy_copy, "2026_12_01_01_05_00.2")
+    second = read_bundle(mount)
+    assert second.revision != first.revision and second.data == read_bundle(policy_copy).data
+
+
 class BundleServer:
     """A loopback bundle server: serves one archive with an ETag, answers 304 to a matching
     If-None-Match, and records what it was asked."""
