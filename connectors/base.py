@@ -40,8 +40,11 @@ class ExactConnector(Protocol):
         judge an item's links (an edge shows only when both ends may be seen); never returned."""
         ...
 
-    async def sections(self, where: ItemFilter, keys: tuple[tuple[str, str], ...]) -> tuple[Record, ...]:
-        """Every piece of the given (document, section) pairs the filter admits, in order."""
+    async def sections(
+        self, where: ItemFilter, keys: tuple[tuple[str, str], ...], known: tuple[Record, ...] = ()
+    ) -> tuple[Record, ...]:
+        """Every piece of the given (document, section) pairs the filter admits, in order; a piece
+        among the `known` records just read (the candidates) may be returned as that record."""
         ...
 
 

@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -276,23 +277,42 @@ def ingest_command(tenant: str, files: tuple[Path, ...], **flags: Any) -> None:
     sys.exit(1 if failed else 0)
 
 
+def cores() -> int:
+    """The cores this process may run on (a container's CPU set, not the host's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def rate_bar(length: int, label: str) -> Any:
+    """A progress bar with items/s (and the percentage and ETA click shows when the length is known)."""
+    started = time.monotonic()
+
+    def rate(_: Any) -> str:
+        seconds = time.monotonic() - started
+        return f"{bar.pos / seconds:.1f} items/s" if bar.pos and seconds > 0 else ""
+
+    bar = click.progressbar(length=length, label=label, file=sys.stderr, show_eta=True, show_percent=True, item_show_func=rate)
+    return bar
+
+
 @main.command()
 @store_options
-@click.option("--batch", type=int, default=64, show_default=True, help="Passages per model call.")
-@click.option("--threads", type=int, default=2, show_default=True, help="Model threads.")
-def embed(batch: int, threads: int, **flags: Any) -> None:
+@click.option("--batch", type=click.IntRange(min=1, max=1024), default=8, show_default=True,
+              help="Passages per model call (passages of similar length run together).")
+@click.option("--threads", type=click.IntRange(min=1, max=256), default=None,
+              help="Model runs side by side, one core each (default: the cores this process may use).")
+def embed(batch: int, threads: int | None, **flags: Any) -> None:
     """Embed every item still waiting for a vector (the service also does this in the background)."""
     from core.store import open_store
     from gateway.writes.embeddings import load_embedder
     from gateway.writes.vectorize import embed_all, lag
 
     settings = settings_from(**flags)
-    embedder, unavailable = load_embedder(settings, threads=threads)
+    embedder, unavailable = load_embedder(settings, threads=threads or cores(), bulk=True)
     if embedder is None:
         raise click.ClickException(unavailable or "no embedder")
     engine = open_store(settings.effective_database_url)
     waiting = lag(engine, embedder.model_id)
-    with click.progressbar(length=waiting, label=f"embedding with {embedder.model_id}", file=sys.stderr) as bar:
+    with rate_bar(waiting, f"embedding with {embedder.model_id}") as bar:
         done = embed_all(engine, embedder, batch, progress=bar.update)
     click.echo(f"{done} items embedded; {lag(engine, embedder.model_id)} waiting")
 
@@ -439,21 +459,27 @@ def pii() -> None:
 
 @pii.command("analyze")
 @store_options
-@click.option("--batch", type=int, default=64, show_default=True, help="Items per batch.")
-def pii_analyze(batch: int, **flags: Any) -> None:
+@click.option("--batch", type=click.IntRange(min=1, max=4096), default=32, show_default=True, help="Items per batch.")
+@click.option("--processes", type=click.IntRange(min=1, max=256), default=None,
+              help="Analysing processes (default: the cores this process may use).")
+def pii_analyze(batch: int, processes: int | None, **flags: Any) -> None:
     """Analyse every item whose stored spans are missing, older than its text, or from another
     analyzer configuration (the service also does this in the background)."""
     from core.store import open_store
-    from gateway.privacy.detect import Detector
-    from gateway.privacy.store import analyze_all, pending
+    from gateway.privacy.detect import Detector, analyzer_version
+    from gateway.privacy.store import analyze_all, analyze_all_processes, pending
 
     settings = settings_from(**flags)
     engine = open_store(settings.effective_database_url)
-    detector = Detector()
-    waiting = pending(engine, detector.version)
-    with click.progressbar(length=waiting, label=f"analysing with {detector.version}", file=sys.stderr) as bar:
-        done = analyze_all(engine, detector, batch, progress=bar.update)
-    click.echo(f"{done} items analysed; {pending(engine, detector.version)} waiting")
+    processes = processes or cores()
+    version = analyzer_version()
+    waiting = pending(engine, version)
+    with rate_bar(waiting, f"analysing with {version}") as bar:
+        if processes > 1 and waiting > batch:
+            done = analyze_all_processes(engine, version, processes, batch, progress=bar.update)
+        else:
+            done = analyze_all(engine, Detector(), batch, progress=bar.update)
+    click.echo(f"{done} items analysed; {pending(engine, version)} waiting")
 
 
 @main.group()

@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, or_, select
+from sqlalchemy import ColumnElement, and_, bindparam, or_, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from connectors.sql.cancel import cancellable, watched
-from connectors.sql.pushdown import bound, item, permitted, record_from_row, tagged
+from connectors.sql.pushdown import bound, item, permitted, record_from_row, tagged, value
 from core.constraints import ItemFilter
 from core.errors import ConnectorError
 from core.records import Candidate, Identifier, RecallQuery, Record, SkipReason, SourceResult
@@ -27,6 +27,20 @@ IDENTIFIER_TYPES = {"email": "contact", "phone": "contact", "profile": "contact"
 SUBJECT_KINDS = ("property", "memory")
 MAX_SECTION_PIECES = 200
 MAX_ENTITIES = 50
+# Built once: building a statement over the constraint's template (and its cache key) cost more than running it.
+SECTION_PIECES = (
+    select(item.c.pk, item.c.id, item.c.document, item.c.section)
+    .where(
+        permitted(("document",)),
+        item.c.document.in_(bindparam("section_documents", expanding=True)),
+        # `section || ''` keeps the index to (tenant, document): probing every document x section
+        # pair of the two lists (10,000 for 100 hits) cost ~5x more than checking each row's section.
+        item.c.section.concat("").in_(bindparam("section_names", expanding=True)),
+    )
+    .order_by(item.c.document, item.c.id)
+    .limit(MAX_SECTION_PIECES * 4)
+)
+PIECE_ROWS = select(item).where(permitted(("document",)), item.c.pk.in_(bindparam("piece_pks", expanding=True)))
 
 
 class SqlExactConnector:
@@ -44,7 +58,8 @@ class SqlExactConnector:
         """The tenant's entities with these ids, for the item policy's link check; never returned."""
         if not ids:
             return ()
-        statement = select(item).where(item.c.tenant == tenant, item.c.kind == "entity", item.c.id.in_(ids))
+        named = select(item.c.pk).where(item.c.tenant == tenant, item.c.id.in_(ids))  # the unique index: see _search
+        statement = select(item).where(item.c.kind == "entity", item.c.pk.in_(named.scalar_subquery()))
         return await cancellable(self._entities, statement, {}, "linked entity lookup")
 
     async def search(self, where: ItemFilter, query: RecallQuery) -> SourceResult:
@@ -55,32 +70,38 @@ class SqlExactConnector:
         ms = (time.perf_counter() - started) * 1000
         return SourceResult(self.name, "ok" if candidates else "empty", candidates, ms)
 
-    async def sections(self, where: ItemFilter, keys: tuple[tuple[str, str], ...]) -> tuple[Record, ...]:
-        """Every permitted piece of the given (document, section) pairs, in document order."""
+    async def sections(
+        self, where: ItemFilter, keys: tuple[tuple[str, str], ...], known: tuple[Record, ...] = ()
+    ) -> tuple[Record, ...]:
+        """Every permitted piece of the given (document, section) pairs, in document order; pieces
+        among the `known` records are not read again (a one-piece section is its own hit)."""
         if not keys:
             return ()
-        return await cancellable(self._sections, where, keys)
+        return await cancellable(self._sections, where, keys, known)
 
-    def _sections(self, where: ItemFilter, keys: tuple[tuple[str, str], ...]) -> tuple[Record, ...]:
+    def _sections(self, where: ItemFilter, keys: tuple[tuple[str, str], ...], known: tuple[Record, ...]) -> tuple[Record, ...]:
         # One IN over the indexed (tenant, document, section) columns; the exact pairs are picked
         # here, since an OR of fifty (document AND section) terms makes SQLite scan the tenant.
+        # The pieces are found by their keys first; only those not already in hand are read whole.
         wanted = set(keys)
-        statement = (
-            select(item)
-            .where(
-                permitted(("document",)),
-                item.c.document.in_(sorted({document for document, _ in keys})),
-                item.c.section.in_(sorted({section for _, section in keys})),
-            )
-            .order_by(item.c.document, item.c.id)
-            .limit(MAX_SECTION_PIECES * 4)
-        )
+        values = {
+            **bound(where),
+            "section_documents": sorted({document for document, _ in keys}),
+            "section_names": sorted({section for _, section in keys}),
+        }
         try:
             with watched(self.engine) as conn:
-                rows = [record_from_row(row) for row in conn.execute(statement, bound(where))]
+                found = [row for row in conn.execute(SECTION_PIECES, values) if (row.document, row.section) in wanted]
+                found = found[:MAX_SECTION_PIECES]
+                have = {r.id: r for r in known if r.kind == "document"}
+                missing = [row.pk for row in found if row.id not in have]
+                if missing:
+                    read = conn.execute(PIECE_ROWS, {**bound(where), "piece_pks": missing})
+                    have.update((record.id, record) for record in map(record_from_row, read))
         except SQLAlchemyError as exc:
             raise ConnectorError(f"section lookup failed: {type(exc).__name__}") from exc
-        return tuple(r for r in rows if (r.document, r.section) in wanted)[:MAX_SECTION_PIECES]
+        # A piece whose row could not be read again (changed in between) is left out, never guessed.
+        return tuple(have[row.id] for row in found if row.id in have)
 
     async def merged_into(self, where: ItemFilter, survivors: tuple[str, ...]) -> tuple[Record, ...]:
         """Entities merged into any of the survivors, inside the constraints."""
@@ -136,7 +157,11 @@ class SqlExactConnector:
     def _search(self, where: ItemFilter, query: RecallQuery) -> tuple[Candidate, ...]:
         wanted: tuple[ColumnElement[bool], ...]
         if query.ids:
-            wanted = (permitted(), item.c.id.in_(query.ids))
+            # The named rows by the unique (tenant, id) index first, then the constraints on those
+            # few: given `id IN (...)` beside the constraints' `kind IN (...)`, SQLite walked the
+            # tenant's (tenant, kind) index instead, ~130 ms for 10 ids among 90,000 items.
+            named = select(item.c.pk).where(item.c.tenant == value("tenant"), item.c.id.in_(query.ids))
+            wanted = (permitted(), item.c.pk.in_(named.scalar_subquery()))
         elif where.subjects:
             wanted = (permitted(SUBJECT_KINDS), item.c.entity.in_(where.subjects))
         else:  # filter mode: whatever carries every tag

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import re
 import time
+from functools import cache, lru_cache
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, literal_column, select, text
+from sqlalchemy import ColumnElement, Integer, bindparam, func, literal_column, select, text
 from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.sql import Select
 
 from connectors.sql.cancel import cancellable, watched
 from connectors.sql.pushdown import bound, item, permitted, record_from_row, tagged
+from connectors.sql.walk import walk
 from core.constraints import ItemFilter
 from core.errors import ConnectorError
 from core.records import Candidate, RecallQuery, SkipReason, SourceResult
@@ -52,12 +54,40 @@ def fts_match(terms: list[str]) -> str:
     return " OR ".join(f'"{term}"' for term in terms)
 
 
+@lru_cache(maxsize=1024)
+def best_matches(fts: str) -> Select:  # type: ignore[type-arg]
+    """A tenant's best `window` FTS5 matches by BM25 (pk, score), best first: the engine alone,
+    built once per tenant table (building a statement cost more than running it)."""
+    return (
+        select(literal_column("rowid").label("pk"), func.bm25(literal_column(fts)).label("score"))
+        .select_from(text(fts))
+        .where(text(f"{fts} MATCH :match"))
+        .order_by(literal_column("score"))
+        .limit(bindparam("window", type_=Integer()))
+    )
+
+
+@cache
+def _matched_rows() -> Select:  # type: ignore[type-arg]
+    return select(item).where(permitted(), item.c.pk.in_(bindparam("walk_pks", expanding=True)))
+
+
+def matched_rows(tags: tuple[str, ...]) -> Select:  # type: ignore[type-arg]
+    """The rows of the pks bound as `walk_pks` that the filter (and the caller's tags) admit."""
+    if not tags:
+        return _matched_rows()
+    return select(item).where(permitted(), tagged(tags), item.c.pk.in_(bindparam("walk_pks", expanding=True)))
+
+
 class FullTextConnector:
     name = "lexical"
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.dialect = engine.dialect.name
+        # Tenants whose FTS5 table was seen: a table is never dropped while the service runs, so it
+        # is looked up until found, then no more (a statement less per call).
+        self._indexed: set[str] = set()
 
     async def search(self, where: ItemFilter, query: RecallQuery) -> SourceResult:
         started = time.perf_counter()
@@ -67,32 +97,6 @@ class FullTextConnector:
         candidates = await cancellable(self._search, where, query, terms)
         ms = (time.perf_counter() - started) * 1000
         return SourceResult(self.name, "ok" if candidates else "empty", candidates, ms)
-
-    def _sqlite_statement(self, where: ItemFilter, query: RecallQuery, terms: list[str], window: int) -> Select:  # type: ignore[type-arg]
-        """The best `window` FTS matches by BM25, then the constraints, then the top `limit` of what remains.
-
-        FTS5 scores every match anyway; taking its best window before the join to `item` avoids
-        reading thousands of rows that could never make the top. `_search` widens the window until
-        `limit` permitted rows are found or every match has been seen, so the answer is exactly the
-        BM25 top `limit` of the permitted matches.
-        """
-        match = fts_match(terms)
-        fts = lexical_table(where.tenant)  # hex digits after a fixed prefix: safe to name in SQL
-        best = (
-            select(literal_column("rowid").label("pk"), func.bm25(literal_column(fts)).label("score"))
-            .select_from(text(fts))
-            .where(text(f"{fts} MATCH :match").bindparams(match=match))
-            .order_by(literal_column("score"))
-            .limit(window)
-            .cte("best")
-        )
-        return (
-            select(item, best.c.score)
-            .select_from(best.join(item, item.c.pk == best.c.pk))
-            .where(permitted(), tagged(query.tags))
-            .order_by(best.c.score, item.c.pk)
-            .limit(query.limit)
-        )
 
     def _postgres_statement(self, where: ItemFilter, query: RecallQuery, terms: list[str]) -> Select:  # type: ignore[type-arg]
         tsquery = func.websearch_to_tsquery("english", " or ".join(terms))
@@ -108,24 +112,40 @@ class FullTextConnector:
     def _search(self, where: ItemFilter, query: RecallQuery, terms: list[str]) -> tuple[Candidate, ...]:
         try:
             with watched(self.engine) as conn:
-                rows = self._rows(conn, where, query, terms)
+                found = self._rows(conn, where, query, terms)
         except SQLAlchemyError as exc:
             raise ConnectorError(f"lexical search failed: {type(exc).__name__}") from exc
         return tuple(
-            Candidate(record_from_row(row), self.name, rank, abs(float(row._mapping["score"])))
-            for rank, row in enumerate(rows, start=1)
+            Candidate(record_from_row(row), self.name, rank, abs(score)) for rank, (row, score) in enumerate(found, start=1)
         )
 
-    def _rows(self, conn: Connection, where: ItemFilter, query: RecallQuery, terms: list[str]) -> list[Row[Any]]:
+    def _rows(self, conn: Connection, where: ItemFilter, query: RecallQuery, terms: list[str]) -> list[tuple[Row[Any], float]]:
         if self.dialect != "sqlite":
-            return list(conn.execute(self._postgres_statement(where, query, terms), bound(where)).all())
-        if not tenant_index_exists(conn, where.tenant):
-            return []  # the tenant never wrote an item: nothing of its can match
+            rows = conn.execute(self._postgres_statement(where, query, terms), bound(where)).all()
+            return [(row, float(row._mapping["score"])) for row in rows]
+        if where.tenant not in self._indexed:
+            if not tenant_index_exists(conn, where.tenant):
+                return []  # the tenant never wrote an item: nothing of its can match
+            self._indexed.add(where.tenant)
+        try:
+            return self._sqlite_rows(conn, where, query, terms)
+        except SQLAlchemyError:
+            self._indexed.discard(where.tenant)  # a store restored under the service: look again
+            raise
+
+    def _sqlite_rows(self, conn: Connection, where: ItemFilter, query: RecallQuery, terms: list[str]) -> list[tuple[Row[Any], float]]:
+        """The best `window` FTS matches by BM25, then the permitted rows among them, best first
+        (ties by pk), until `limit` are found; the window widens until they are or every match has
+        been seen. The answer is exactly the BM25 top `limit` of the permitted matches; FTS5 scores
+        every match anyway, and the constraints run only on the pks read (`walk`), not the window."""
+        best = best_matches(lexical_table(where.tenant))  # hex digits after a fixed prefix: safe to name in SQL
+        statement, match = matched_rows(query.tags), fts_match(terms)
         window = max(FIRST_WINDOW, query.limit * 5)
         while True:
-            rows = list(conn.execute(self._sqlite_statement(where, query, terms, window), bound(where)).all())
-            if len(rows) >= query.limit or self._match_count(conn, where.tenant, terms, window) < window:
-                return rows
+            ranked = sorted(conn.execute(best, {"match": match, "window": window}).all(), key=lambda r: (r.score, r.pk))
+            done = walk(conn, statement, bound(where), [r.pk for r in ranked], query.limit)
+            if len(done.rows) >= query.limit or len(ranked) < window:
+                return [(row, float(ranked[position].score)) for row, position in done.rows]
             window *= 4
 
     @staticmethod

@@ -8,16 +8,18 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
-from sqlalchemy import and_, func, select
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy import Select, and_, bindparam, func, select
+from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.exc import SQLAlchemyError
 
 from connectors.sql.cancel import cancellable, watched
 from connectors.sql.pushdown import bound, item, permitted, record_from_row, tagged
+from connectors.sql.walk import Walk, walk
 from core.constraints import ItemFilter
 from core.errors import ConnectorError
 from core.records import Candidate, RecallQuery, SkipReason, SourceResult
@@ -163,6 +165,14 @@ class VectorIndex:
         self, where: ItemFilter, query: RecallQuery, strategy: Strategy = "auto"
     ) -> tuple[list[tuple[int, float]], str]:
         """The best (pk, cosine) pairs among permitted items, best first, and the strategy used."""
+        found, used = self.nearest_rows(where, query, strategy)
+        return [(int(row._mapping["pk"]), score) for row, score in found], used
+
+    def nearest_rows(
+        self, where: ItemFilter, query: RecallQuery, strategy: Strategy = "auto"
+    ) -> tuple[list[tuple[Row[Any], float]], str]:
+        """The permitted items' rows with their cosine, best first, and the strategy used: the
+        rows come from the same statement that applies the constraints, so no second read."""
         assert query.vector is not None
         q = np.asarray(query.vector, dtype=np.float32)
         with watched(self.engine) as conn:
@@ -192,34 +202,39 @@ class VectorIndex:
             for tenant in tenants:
                 self.tenant(conn, tenant)
 
-    def _current(self, where: ItemFilter, query: RecallQuery) -> Any:
-        """Permitted items whose stored vector is of this model and of their current text."""
-        joined = item.join(
-            item_vector,
-            and_(
-                item_vector.c.item_pk == item.c.pk,
-                item_vector.c.model == self.model,
-                item_vector.c.content_hash == item.c.content_hash,
-            ),
-        )
-        return select(item.c.pk).select_from(joined).where(permitted(), tagged(query.tags))
+    def _values(self, where: ItemFilter, **more: Any) -> dict[str, Any]:
+        return {**bound(where), "vector_model": self.model, **more}
+
+    def _read(
+        self, conn: Connection, where: ItemFilter, query: RecallQuery, pks: npt.NDArray[np.int64],
+        scores: npt.NDArray[np.float32], *, give_up: bool = False,
+    ) -> tuple[list[tuple[Row[Any], float]], Walk]:
+        """The permitted rows among `pks` (best first) with their scores: the first `limit` of them."""
+        done = walk(conn, admitted_rows(query.tags), self._values(where), pks.tolist(), query.limit, give_up=give_up)
+        return [(row, float(scores[position])) for row, position in done.rows], done
 
     def _exact(
         self, conn: Connection, vectors: TenantVectors, where: ItemFilter, query: RecallQuery, q: npt.NDArray[np.float32]
-    ) -> list[tuple[int, float]]:
-        pks = [int(pk) for (pk,) in conn.execute(self._current(where, query), bound(where))]
+    ) -> list[tuple[Row[Any], float]]:
+        """Every vector of the tenant scored, then permitted rows read best first; when few of the
+        nearest are permitted, the permitted set is read from SQL and only its vectors scored."""
+        size = vectors.size
+        scores = vectors.matrix[:size] @ q
+        order = np.argsort(-scores, kind="stable")
+        found, done = self._read(conn, where, query, vectors.pks[:size][order], scores[order], give_up=True)
+        if len(found) >= query.limit or done.done >= size:
+            return found
+        pks = [int(pk) for (pk,) in conn.execute(permitted_pks(query.tags), self._values(where))]
         rows = np.array([vectors.row_of[pk] for pk in pks if pk in vectors.row_of], dtype=np.int64)
         if not len(rows):
             return []
-        scores = vectors.matrix[rows] @ q
-        k = min(query.limit, len(rows))
-        top = np.argpartition(-scores, k - 1)[:k]
-        top = top[np.argsort(-scores[top], kind="stable")]
-        return [(int(vectors.pks[rows[i]]), float(scores[i])) for i in top]
+        scored = vectors.matrix[rows] @ q
+        best = np.argsort(-scored, kind="stable")[: max(query.limit * 2, query.limit + 16)]
+        return self._read(conn, where, query, vectors.pks[rows[best]], scored[best])[0]
 
     def _approximate(
         self, conn: Connection, vectors: TenantVectors, where: ItemFilter, query: RecallQuery, q: npt.NDArray[np.float32]
-    ) -> list[tuple[int, float]] | None:
+    ) -> list[tuple[Row[Any], float]] | None:
         window = max(query.limit * 4, 64)
         cap = max(vectors.size // 8, query.limit * 4)
         while True:
@@ -228,16 +243,58 @@ class VectorIndex:
                 graph.set_ef(max(window, 128))
                 labels, _ = graph.knn_query(q, k=min(window, vectors.graph_rows))
             rows = labels[0].astype(np.int64)
-            by_pk = {int(vectors.pks[r]): r for r in rows}
-            admitted = [int(pk) for (pk,) in conn.execute(self._current(where, query).where(item.c.pk.in_(list(by_pk))), bound(where))]
-            if len(admitted) >= query.limit or window >= vectors.graph_rows:
-                scored = sorted(((pk, float(vectors.matrix[by_pk[pk]] @ q)) for pk in admitted), key=lambda p: -p[1])
-                return scored[: query.limit]
+            scores = vectors.matrix[rows] @ q
+            order = np.argsort(-scores, kind="stable")
+            # A wider window is read afresh: the answer is the best permitted items of one window.
+            found, _ = self._read(conn, where, query, vectors.pks[rows[order]], scores[order])
+            if len(found) >= query.limit or window >= vectors.graph_rows:
+                return found
             # The share admitted so far predicts the window that would hold k permitted items.
-            needed = window * query.limit / len(admitted) if admitted else float("inf")
+            needed = window * query.limit / len(found) if found else float("inf")
             if needed > cap:
                 return None  # too few permitted items near the query: exact search over them is cheaper
             window = max(window * 4, int(needed * 1.5))
+
+
+def _current(tags: tuple[str, ...]) -> Any:
+    """Permitted items whose stored vector is of this model (bound as `vector_model`) and of their current text."""
+    joined = item.join(
+        item_vector,
+        and_(
+            item_vector.c.item_pk == item.c.pk,
+            item_vector.c.model == bindparam("vector_model"),
+            item_vector.c.content_hash == item.c.content_hash,
+        ),
+    )
+    return joined, and_(permitted(), tagged(tags))
+
+
+@cache
+def _admitted_rows() -> Select[Any]:
+    joined, condition = _current(())
+    return select(item).select_from(joined).where(condition, item.c.pk.in_(bindparam("walk_pks", expanding=True)))
+
+
+@cache
+def _permitted_pks() -> Select[Any]:
+    joined, condition = _current(())
+    return select(item.c.pk).select_from(joined).where(condition)
+
+
+def admitted_rows(tags: tuple[str, ...]) -> Select[Any]:
+    """The rows of the pks bound as `walk_pks` that the filter admits. Without tags the statement
+    is built once per process: building it (and its cache key) cost more than running it."""
+    if not tags:
+        return _admitted_rows()
+    joined, condition = _current(tags)
+    return select(item).select_from(joined).where(condition, item.c.pk.in_(bindparam("walk_pks", expanding=True)))
+
+
+def permitted_pks(tags: tuple[str, ...]) -> Select[Any]:
+    if not tags:
+        return _permitted_pks()
+    joined, condition = _current(tags)
+    return select(item.c.pk).select_from(joined).where(condition)
 
 
 class VectorConnector:
@@ -263,15 +320,9 @@ class VectorConnector:
 
     def _search(self, where: ItemFilter, query: RecallQuery) -> tuple[tuple[Candidate, ...], str]:
         try:
-            best, strategy = self.index.nearest(where, query)
-            if not best:
-                return (), strategy
-            with watched(self.index.engine) as conn:
-                rows = conn.execute(
-                    select(item).where(item.c.pk.in_([pk for pk, _ in best]), permitted(), tagged(query.tags)), bound(where)
-                ).all()
+            best, strategy = self.index.nearest_rows(where, query)
         except SQLAlchemyError as exc:
             raise ConnectorError(f"semantic search failed: {type(exc).__name__}") from exc
-        records = {int(row._mapping["pk"]): record_from_row(row) for row in rows}
-        ranked = [(records[pk], score) for pk, score in best if pk in records]
-        return tuple(Candidate(record, self.name, rank, score) for rank, (record, score) in enumerate(ranked, start=1)), strategy
+        return tuple(
+            Candidate(record_from_row(row), self.name, rank, score) for rank, (row, score) in enumerate(best, start=1)
+        ), strategy

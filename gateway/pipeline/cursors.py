@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import threading
+import time
+import weakref
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -28,6 +31,9 @@ cursor_table = RetrieveCursor.__table__  # type: ignore[attr-defined]
 PREFIX = "cur_"
 MAX_REMAINING = 500
 UNKNOWN = "cursor: unknown or expired"  # the same words for a cursor of another actor
+SWEEP_EVERY_S = 30.0
+_SWEPT: weakref.WeakKeyDictionary[Engine, float] = weakref.WeakKeyDictionary()
+_SWEEP_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +45,18 @@ class Cursor:
     version: int
 
 
+def _sweep_due(engine: Engine) -> bool:
+    """Whether this process should delete expired cursors now: at most once per SWEEP_EVERY_S per
+    store. An expired cursor is refused when loaded whatever its row says; the sweep only bounds the
+    table, and one more statement in every call's write cost more than it saved."""
+    now = time.monotonic()
+    with _SWEEP_LOCK:
+        if now - _SWEPT.get(engine, -SWEEP_EVERY_S) < SWEEP_EVERY_S:
+            return False
+        _SWEPT[engine] = now
+        return True
+
+
 def _hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
@@ -48,7 +66,8 @@ def issue(engine: Engine, actor: Actor, request: dict[str, Any], remaining: list
     now = utc_now()
     try:
         with writer(engine).begin() as conn:
-            conn.execute(delete(cursor_table).where(cursor_table.c.last_used_at < now - timedelta(seconds=idle_seconds)))
+            if _sweep_due(engine):
+                conn.execute(delete(cursor_table).where(cursor_table.c.last_used_at < now - timedelta(seconds=idle_seconds)))
             conn.execute(
                 insert(cursor_table).values(
                     token_hash=_hash(token),

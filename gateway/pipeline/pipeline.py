@@ -244,7 +244,7 @@ class Pipeline:
         """Every piece of the sections the document hits belong to, inside the filter."""
         with timer.stage("sections", "sections_ms"):
             try:
-                return await self.connectors.exact.sections(constraints.items, section_keys(candidates))
+                return await self.connectors.exact.sections(constraints.items, section_keys(candidates), tuple(candidates))
             except ConnectorError as exc:  # hits are still returned, as the pieces that were found
                 trace.lineage.section_lookup_error = exc.message
                 return ()

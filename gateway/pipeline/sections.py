@@ -35,5 +35,7 @@ def read_whole(fused: list[Fused], pieces: tuple[Record, ...], allowed_ids: froz
         seen.add(key)
         parts = sorted(by_key[key], key=lambda p: p.id)
         text = join_section([p.text for p in parts])
-        whole.append(replace(entry, record=replace(record, text=text), pieces=tuple(p.id for p in parts)))
+        # A one-piece section is usually its own hit, text and all: copying the record is then waste.
+        whole_record = record if text == record.text else replace(record, text=text)
+        whole.append(replace(entry, record=whole_record, pieces=tuple(p.id for p in parts)))
     return whole, merged

@@ -140,12 +140,34 @@ class Detector:
             offset = end + len(SEPARATOR)
         return out
 
-    def _found(self, text: str) -> list[Span]:
+    def analyze_batch(self, texts: Sequence[str], batch_size: int = 32) -> list[tuple[Span, ...]]:
+        """Each text's spans exactly as `analyze` gives them (each text is still analysed on its
+        own, unlike `analyze_many`), with the language model run over the texts by spaCy's `pipe`,
+        `batch_size` at a time: one pass of each network per batch instead of per text."""
+        out: list[tuple[Span, ...]] = [() for _ in texts]
+        todo = [i for i, text in enumerate(texts) if text.strip()]
+        if not todo:
+            return out
         with self._lock:
-            found = self._analyzer.analyze(text=text, language="en", entities=list(ENTITY_TYPES), score_threshold=MIN_SCORE)
+            artifacts = self._analyzer.nlp_engine.process_batch([texts[i] for i in todo], "en", batch_size=batch_size)
+            for i, (_, nlp_artifacts) in zip(todo, artifacts, strict=True):
+                out[i] = clean(self._found(texts[i], nlp_artifacts, locked=True), texts[i])
+        return out
+
+    def _found(self, text: str, nlp_artifacts: Any = None, locked: bool = False) -> list[Span]:
+        if locked:  # the caller holds the lock (`analyze_batch`)
+            found = self._results(text, nlp_artifacts)
+        else:
+            with self._lock:
+                found = self._results(text, nlp_artifacts)
         from gateway.privacy import names
 
         return names.refine([Span(r.entity_type, r.start, r.end, float(r.score)) for r in found], text)
+
+    def _results(self, text: str, nlp_artifacts: Any) -> Any:
+        return self._analyzer.analyze(
+            text=text, language="en", entities=list(ENTITY_TYPES), score_threshold=MIN_SCORE, nlp_artifacts=nlp_artifacts
+        )
 
 
 def clean(spans: Iterable[Span], text: str) -> tuple[Span, ...]:

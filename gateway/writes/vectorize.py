@@ -10,7 +10,7 @@ ingest volume.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,7 +23,7 @@ from connectors.sql.pushdown import record_from_row
 from core.store import writer
 from core.tables import Item, ItemVector
 from gateway.background import LAG_EVERY_S, PendingWorker
-from gateway.writes.embeddings import Embedder
+from gateway.writes.embeddings import Embedder, Vectors, embed_many
 
 item = Item.__table__  # type: ignore[attr-defined]
 item_vector = ItemVector.__table__  # type: ignore[attr-defined]
@@ -85,6 +85,12 @@ def embed_pending(engine: Engine, embedder: Embedder, batch: int = 32, publish: 
     vectors = embedder.embed([_passage(r.text, r.section) for r in rows])
     if publish is not None:
         publish(engine, {r.pk: [float(x) for x in v] for r, v in zip(rows, vectors)})
+    _store(engine, embedder, rows, vectors)
+    return len(rows)
+
+
+def _store(engine: Engine, embedder: Embedder, rows: Sequence[Any], vectors: Vectors) -> None:
+    """Row i's vector is vectors[i], stored against row i's item and the text hash it was made from."""
     seq = time.time_ns()
     values = [
         {
@@ -95,11 +101,10 @@ def embed_pending(engine: Engine, embedder: Embedder, batch: int = 32, publish: 
             "content_hash": r.content_hash,
             "seq": seq,
         }
-        for r, v in zip(rows, vectors)
+        for r, v in zip(rows, vectors, strict=True)
     ]
     with writer(engine).begin() as conn:
         conn.execute(_upsert(engine.dialect.name, values))
-    return len(rows)
 
 
 def _upsert(dialect: str, values: list[dict[str, Any]]) -> Any:
@@ -116,16 +121,38 @@ def _passage(text: str, section: str | None) -> str:
     return f"{section}\n{text}" if section and not text.startswith(section) else text
 
 
-def embed_all(engine: Engine, embedder: Embedder, batch: int = 64, progress: Callable[[int], None] | None = None) -> int:
-    """Embed everything waiting (the CLI's `gateway embed`)."""
+def embed_all(
+    engine: Engine, embedder: Embedder, batch: int = 32, progress: Callable[[int], None] | None = None, chunk: int = 512
+) -> int:
+    """Embed everything waiting (the CLI's `gateway embed`). Reads `chunk` waiting items at a time
+    in key order, each read starting after the last key seen (so the store is not scanned again
+    from its start for every chunk), embeds them length-sorted in batches of `batch`
+    (`embed_many`) and stores each chunk in one transaction: memory holds one chunk, whatever the
+    store's size. Passes repeat until one finds nothing, so an item rewritten behind the cursor
+    meanwhile is embedded too."""
+    joined, condition = _stale(embedder.model_id)
     total = 0
     while True:
-        done = embed_pending(engine, embedder, batch)
+        done, after = 0, None
+        while True:
+            where = condition if after is None else and_(condition, item.c.pk > after)
+            with engine.connect() as conn:
+                rows = conn.execute(
+                    select(item.c.pk, item.c.text, item.c.content_hash, item.c.section)
+                    .select_from(joined)
+                    .where(where)
+                    .order_by(item.c.pk)
+                    .limit(max(chunk, 1))
+                ).all()
+            if not rows:
+                break
+            after = rows[-1].pk
+            vectors = embed_many(embedder, [_passage(r.text, r.section) for r in rows], batch, progress)
+            _store(engine, embedder, rows, vectors)
+            done += len(rows)
         if not done:
             return total
         total += done
-        if progress:
-            progress(done)
 
 
 class EmbeddingWorker(PendingWorker):
