@@ -86,6 +86,17 @@ LAYERS = (
 EXTRA = ("sections", "recall", "mask", "pipeline")  # reported without a floor
 
 
+def permitted_ids(index: Any, where: Any, limit: int) -> tuple[Any, dict[str, Any]]:
+    """The statement (and values) that lists the permitted pks with a current vector: the set the
+    numpy floor scores. The index's own statement where it has one (since issue 18,
+    connectors.sql.vectors.permitted_pks), else its older per-call `_current`."""
+    from connectors.sql import vectors
+
+    if hasattr(vectors, "permitted_pks"):
+        return vectors.permitted_pks(()), index._values(where)
+    return index._current(where, RecallQuery(limit=limit)), bound(where)
+
+
 @dataclass(frozen=True, slots=True)
 class Corpus:
     name: str
@@ -275,7 +286,7 @@ class FloorKit:
         q = self.embedder.embed([query])[0]
         tenant = self.index._tenants[where.tenant]
         with self.context.store.connect() as conn:
-            pks = [int(pk) for (pk,) in conn.execute(self.index._current(where, RecallQuery(limit=request.limit)), bound(where))]
+            pks = [int(pk) for (pk,) in conn.execute(*permitted_ids(self.index, where, request.limit))]
         rows = np.array([tenant.row_of[pk] for pk in pks if pk in tenant.row_of], dtype=np.int64)
         exact_ms = floors.numpy_exact(tenant.matrix, rows, q, request.limit)
         detail = (body["sources"].get("semantic") or {}).get("detail") or ""
