@@ -8,6 +8,7 @@ import json
 import os
 import secrets
 import shutil
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -207,3 +208,24 @@ def edit_json(path: Path, change: Any) -> None:
     document = json.loads(path.read_text())
     change(document)
     path.write_text(json.dumps(document, indent=2))
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on now (for a real `gateway serve` in a test)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def children(pid: int) -> set[int]:
+    """The processes whose parent is `pid` (Linux /proc), uvicorn's helper processes left out."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            command = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and b"resource_tracker" not in command:
+            found.add(int(stat.parent.name))
+    return found

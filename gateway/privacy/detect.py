@@ -145,12 +145,12 @@ class Detector:
         own, unlike `analyze_many`), with the language model run over the texts by spaCy's `pipe`,
         `batch_size` at a time: one pass of each network per batch instead of per text."""
         out: list[tuple[Span, ...]] = [() for _ in texts]
-        todo = [i for i, text in enumerate(texts) if text.strip()]
-        if not todo:
+        worded = [i for i, text in enumerate(texts) if text.strip()]
+        if not worded:
             return out
         with self._lock:
-            artifacts = self._analyzer.nlp_engine.process_batch([texts[i] for i in todo], "en", batch_size=batch_size)
-            for i, (_, nlp_artifacts) in zip(todo, artifacts, strict=True):
+            artifacts = self._analyzer.nlp_engine.process_batch([texts[i] for i in worded], "en", batch_size=batch_size)
+            for i, (_, nlp_artifacts) in zip(worded, artifacts, strict=True):
                 out[i] = clean(self._found(texts[i], nlp_artifacts, locked=True), texts[i])
         return out
 

@@ -9,7 +9,6 @@ import json
 import os
 import random
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -39,7 +38,7 @@ from gateway.admission import (
 from gateway.auth import create_api_key
 from gateway.settings import load_settings
 from gateway.writes.items import ingest
-from tests.conftest import open_gateway
+from tests.conftest import free_port, open_gateway
 from tests.gateway.fixtures import SALES_TASK
 
 LIGHT = TenantLimits(Limits(concurrency=4, rate=10), Limits(concurrency=2, rate=5))
@@ -155,12 +154,6 @@ def test_the_policy_data_sets_one_tenants_limits(sqlite_url: str, tmp_path: Path
 
 
 # ---------------------------------------------------------------- one tenant's flood, another's latency
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def p95(values: list[float]) -> float:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -20,7 +19,7 @@ import pytest
 
 from gateway.policy import decision_log
 from gateway.policy.decision_log import HttpSink, erase
-from tests.conftest import Gateway, open_gateway
+from tests.conftest import Gateway, free_port, open_gateway
 from tests.gateway.fixtures import SALES_TASK, memory
 
 PLANTED = "jane.secret@northwind.com"
@@ -131,13 +130,6 @@ def wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.02)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def test_decisions_are_uploaded_as_gzipped_json_arrays_in_opas_format(sqlite_url: str, tmp_path: Path) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -24,16 +23,11 @@ from core.tables import Item, ItemTag
 from gateway.auth import create_api_key
 from gateway.privacy.detect import Detector
 from gateway.privacy.store import pending
+from tests.conftest import free_port
 from tests.gateway.fixtures import SALES_TASK
 
 GATEWAY = Path(sys.executable).parent / "gateway"
 BATCH = 20
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def start(data_dir: Path, port: int) -> subprocess.Popen[bytes]:

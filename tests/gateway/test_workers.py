@@ -24,32 +24,12 @@ from core.store import close_store, open_store
 from gateway.auth import create_api_key
 from gateway.background import AdvisoryLease, FileLease, PendingWorker, run_background
 from gateway.cli import listening_socket
-from tests.conftest import POSTGRES_URL, require_postgres
+from tests.conftest import POSTGRES_URL, children, free_port, require_postgres
 
 GATEWAY = Path(sys.executable).parent / "gateway"
 needs_gateway = pytest.mark.skipif(not GATEWAY.exists(), reason="no gateway command beside this Python")
 LIGHT = {"GATEWAY_PII": "none", "GATEWAY_EMBEDDINGS": "none", "GATEWAY_BACKGROUND_EMBEDDING": "false",
          "GATEWAY_PII_BACKGROUND": "false"}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def children(pid: int) -> set[int]:
-    """The processes whose parent is `pid` (Linux /proc), uvicorn's helper processes left out."""
-    found = set()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            command = (stat.parent / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and b"resource_tracker" not in command:
-            found.add(int(stat.parent.name))
-    return found
 
 
 def flock_holders(path: Path) -> list[int]:

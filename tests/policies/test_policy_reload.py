@@ -6,7 +6,6 @@ import io
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tarfile
@@ -29,7 +28,7 @@ from core.store import close_store, open_store
 from gateway.auth import create_api_key
 from gateway.policy.bundle import read_archive, read_bundle, write_archive
 from gateway.policy.signatures import VerificationKey
-from tests.conftest import Gateway, edit_json, open_gateway
+from tests.conftest import Gateway, children, edit_json, free_port, open_gateway
 from tests.gateway.fixtures import SALES_TASK, seed
 
 CONFIG = Path("gateway/config/data.json")
@@ -339,25 +338,6 @@ def test_polling_switches_without_being_asked(sqlite_url: str, tmp_path: Path, p
 # ------------------------------------------------------------------ several worker processes
 
 GATEWAY = Path(sys.executable).parent / "gateway"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def children(pid: int) -> set[int]:
-    """The processes whose parent is `pid` (Linux /proc)."""
-    found = set()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            found.add(int(stat.parent.name))
-    return found
 
 
 def revisions_seen(url: str, key: str, calls: int = 24) -> set[str]:
