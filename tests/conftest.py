@@ -159,6 +159,48 @@ def make_gateway(database_url: str, tmp_path: Path, **overrides: Any) -> Iterato
 open_gateway = contextlib.contextmanager(make_gateway)
 
 
+@dataclass
+class LiveGateway:
+    """A gateway served by uvicorn on a loopback port, in a thread of the test process: for clients
+    that need a real socket (the MCP SDK's client, the typed client, the retriever adapters).
+    `gateway` is the same app seen through Starlette's TestClient, for setting up keys and data."""
+
+    url: str
+    gateway: Gateway
+
+
+@contextlib.contextmanager
+def serve_gateway(database_url: str, tmp_path: Path, **overrides: Any) -> Iterator[LiveGateway]:
+    """The app of `make_gateway`, served over HTTP on a free port until the block ends."""
+    import threading
+    import time
+
+    import uvicorn
+
+    with open_gateway(database_url, tmp_path, **overrides) as gateway:
+        port = free_port()
+        config = uvicorn.Config(gateway.client.app, host="127.0.0.1", port=port, lifespan="off", log_level="warning")
+        server = uvicorn.Server(config)
+        thread = threading.Thread(target=server.run, name="live-gateway", daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "the live gateway did not start"
+            time.sleep(0.01)
+        try:
+            yield LiveGateway(f"http://127.0.0.1:{port}", gateway)
+        finally:
+            server.should_exit = True
+            thread.join(timeout=10)
+
+
+@pytest.fixture
+def live_gateway(sqlite_url: str, tmp_path: Path) -> Iterator[LiveGateway]:
+    """A SQLite gateway served over a real socket (its lifespan run by the TestClient)."""
+    with serve_gateway(sqlite_url, tmp_path) as live:
+        yield live
+
+
 @pytest.fixture
 def gateway(database_url: str, tmp_path: Path) -> Iterator[Gateway]:
     """A gateway on each backend (SQLite and PostgreSQL), with the project's policies."""
