@@ -1,0 +1,75 @@
+"""The gateway as a LangChain retriever: `GatewayRetriever(BaseRetriever)`, the extra
+`governed-gateway[langchain]`. Each packed item becomes a Document whose page_content is the item's
+text and whose metadata says what it is and which call found it (`item_metadata`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import ConfigDict
+
+from gateway.adapters import item_metadata, missing_extra
+from gateway.client import AsyncGatewayClient, GatewayClient, RetrieveResult
+
+try:
+    from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
+    from langchain_core.documents import Document
+    from langchain_core.retrievers import BaseRetriever
+except ImportError as exc:  # the extra is not installed: say which one to install
+    raise missing_extra("LangChain (langchain-core)", "langchain") from exc
+
+
+class GatewayRetriever(BaseRetriever):
+    """Retrieve for one task. `client` serves the sync path and `async_client` the async one; with
+    only `client`, the async path runs it in a thread (LangChain's default). `from_url` makes both.
+
+    The task type must be granted to the key's actor by the policy; the other fields narrow what the
+    policy allows, never widen it (the gateway's rule). Documents come in the gateway's order."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    client: GatewayClient | None = None
+    async_client: AsyncGatewayClient | None = None
+    task: str | Mapping[str, Any]
+    mode: str | None = None
+    depth: str | None = None
+    budget_bytes: int | None = None
+    kinds: Sequence[str] | None = None
+    sources: Mapping[str, bool] | None = None
+    entities: Sequence[Mapping[str, str]] | None = None
+
+    @classmethod
+    def from_url(cls, base_url: str, token: str, task: str | Mapping[str, Any], **fields: Any) -> GatewayRetriever:
+        """A retriever with its own clients (sync and async) for `base_url` and `token`."""
+        return cls(client=GatewayClient(base_url, token), async_client=AsyncGatewayClient(base_url, token), task=task, **fields)
+
+    def close(self) -> None:
+        """Close the sync client (one of `from_url`'s, or your own)."""
+        if self.client is not None:
+            self.client.close()
+
+    async def aclose(self) -> None:
+        """Close both clients; the async one on the event loop that used it."""
+        self.close()
+        if self.async_client is not None:
+            await self.async_client.aclose()
+
+    def _arguments(self) -> dict[str, Any]:
+        return {"mode": self.mode, "depth": self.depth, "budget_bytes": self.budget_bytes, "kinds": self.kinds,
+                "sources": self.sources, "entities": self.entities}
+
+    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
+        if self.client is None:
+            raise ValueError("client: this retriever was built without a GatewayClient (give one, or use from_url)")
+        return documents(self.client.retrieve(self.task, query, **self._arguments()))
+
+    async def _aget_relevant_documents(self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun) -> list[Document]:
+        if self.async_client is None:
+            return await super()._aget_relevant_documents(query, run_manager=run_manager)
+        return documents(await self.async_client.retrieve(self.task, query, **self._arguments()))
+
+
+def documents(result: RetrieveResult) -> list[Document]:
+    return [Document(page_content=item.text or "", metadata=item_metadata(item, result.trace_id), id=item.id)
+            for item in result.items]

@@ -1,0 +1,69 @@
+"""The gateway as a LlamaIndex retriever: `GatewayRetriever(BaseRetriever)`, the extra
+`governed-gateway[llamaindex]`. Each packed item becomes a TextNode (its id the item's, its text the
+item's text, its metadata `item_metadata`) in a NodeWithScore. The gateway ranks but publishes no
+score, so `score` is None and the order is the gateway's."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import anyio.to_thread
+
+from gateway.adapters import item_metadata, missing_extra
+from gateway.client import AsyncGatewayClient, GatewayClient, RetrieveResult
+
+try:
+    from llama_index.core.retrievers import BaseRetriever
+    from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+except ImportError as exc:  # the extra is not installed: say which one to install
+    raise missing_extra("LlamaIndex (llama-index-core)", "llamaindex") from exc
+
+
+class GatewayRetriever(BaseRetriever):
+    """Retrieve for one task through `client` (`_retrieve`) or `async_client` (`_aretrieve`; without
+    one, the sync client runs in a thread). `from_url` makes both. The task type must be granted to
+    the key's actor by the policy; the other fields narrow what it allows, never widen it."""
+
+    def __init__(self, task: str | Mapping[str, Any], *, client: GatewayClient | None = None,
+                 async_client: AsyncGatewayClient | None = None, mode: str | None = None, depth: str | None = None,
+                 budget_bytes: int | None = None, kinds: Sequence[str] | None = None,
+                 sources: Mapping[str, bool] | None = None, entities: Sequence[Mapping[str, str]] | None = None,
+                 **options: Any) -> None:
+        if client is None and async_client is None:
+            raise ValueError("client: give a GatewayClient or an AsyncGatewayClient (or use from_url)")
+        super().__init__(**options)
+        self.client, self.async_client, self.task = client, async_client, task
+        self.arguments: dict[str, Any] = {"mode": mode, "depth": depth, "budget_bytes": budget_bytes, "kinds": kinds,
+                                          "sources": sources, "entities": entities}
+
+    @classmethod
+    def from_url(cls, base_url: str, token: str, task: str | Mapping[str, Any], **fields: Any) -> GatewayRetriever:
+        """A retriever with its own clients (sync and async) for `base_url` and `token`."""
+        return cls(task, client=GatewayClient(base_url, token), async_client=AsyncGatewayClient(base_url, token), **fields)
+
+    def close(self) -> None:
+        """Close the sync client (one of `from_url`'s, or your own)."""
+        if self.client is not None:
+            self.client.close()
+
+    async def aclose(self) -> None:
+        """Close both clients; the async one on the event loop that used it."""
+        self.close()
+        if self.async_client is not None:
+            await self.async_client.aclose()
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        if self.client is None:
+            raise ValueError("client: this retriever has only an async client; call aretrieve")
+        return nodes(self.client.retrieve(self.task, query_bundle.query_str, **self.arguments))
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        if self.async_client is None:
+            return await anyio.to_thread.run_sync(self._retrieve, query_bundle)
+        return nodes(await self.async_client.retrieve(self.task, query_bundle.query_str, **self.arguments))
+
+
+def nodes(result: RetrieveResult) -> list[NodeWithScore]:
+    return [NodeWithScore(node=TextNode(id_=item.id, text=item.text or "", metadata=item_metadata(item, result.trace_id)),
+                          score=None) for item in result.items]
