@@ -193,6 +193,9 @@ class Lineage(Record):
     what they wrote or read (`ingest`, `merge`, `audit_read`, `used`, ...)."""
 
     version: int = LINEAGE_VERSION
+    # How the call came: "mcp" for an MCP tool call; absent for the HTTP API (and in older rows), so
+    # an HTTP row is stored exactly as before.
+    channel: str | None = None
     otel: OtelRecord | None = None
     request: RequestShape | None = None
     actor: ActorRecord | None = None  # absent in older rows

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, fields, replace
 from functools import cache
 from pathlib import Path
@@ -84,6 +85,11 @@ class Settings:
     # `pgvector` an HNSW index inside PostgreSQL, `auto` pgvector when the store has the extension.
     vector_index: str = "auto"
     drain_seconds: int = 30
+    # The MCP server at /mcp (gateway/http/mcp.py), and the browser origins it answers: a comma list
+    # of `scheme://host[:port]` (`:*` for any port). A request with no Origin (an agent, not a
+    # browser page) is always heard; none is allowed by default, as a page could be rebinding DNS.
+    mcp: bool = True
+    mcp_allowed_origins: str = ""
     host: str = "127.0.0.1"
     port: int = 8080
 
@@ -108,6 +114,10 @@ class Settings:
     def jwt_enabled(self) -> bool:
         return bool(self.jwt_secret or self.jwt_public_key)
 
+    @property
+    def mcp_origins(self) -> frozenset[str]:
+        return parse_origins(self.mcp_allowed_origins)
+
 
 
 
@@ -130,6 +140,19 @@ def parse_split(text: str) -> Mapping[str, float]:
     if total <= 0:
         raise ConfigurationError("GATEWAY_BUDGET_SPLIT: the shares add up to nothing")
     return MappingProxyType({name: shares.get(name, 0.0) / total for name in BUDGET_SOURCES})
+
+
+ORIGIN = re.compile(r"https?://[A-Za-z0-9.-]+(:([0-9]{1,5}|\*))?|https?://\[[0-9A-Fa-f:.]+\](:([0-9]{1,5}|\*))?", re.ASCII)
+
+
+@cache
+def parse_origins(text: str) -> frozenset[str]:
+    """`https://agents.example.com,http://localhost:*` as a set of origins, each as a browser sends it."""
+    origins = frozenset(part.strip() for part in text.split(",") if part.strip())
+    for origin in origins:
+        if not ORIGIN.fullmatch(origin):
+            raise ConfigurationError(f"GATEWAY_MCP_ALLOWED_ORIGINS: {origin!r} is not an origin such as https://agents.example.com")
+    return origins
 
 
 def _convert(name: str, raw: str, kind: Any) -> Any:
@@ -170,6 +193,7 @@ def load_settings(overrides: Mapping[str, Any] | None = None, environ: Mapping[s
             values[key] = value
     settings = replace(Settings(), **values)
     settings.budget_shares  # noqa: B018  (validated once, here: a bad split stops start-up)
+    settings.mcp_origins  # noqa: B018  (likewise a malformed origin)
     if settings.audit_key is not None and len(settings.audit_key.encode()) < 32:
         raise ConfigurationError("GATEWAY_AUDIT_KEY: use at least 32 bytes")
     if settings.audit_session_key is not None and len(settings.audit_session_key.encode()) < 32:

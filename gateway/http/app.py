@@ -21,6 +21,7 @@ from gateway.background import lease_for, run_background
 from gateway.context import GatewayContext, build_context
 from gateway.http import audit_pages
 from gateway.http.errors import error_answer
+from gateway.http.mcp import mcp_endpoint
 from gateway.http.openapi import openapi_route
 from gateway.http.routes.audit import export_route, feedback_route, trace_route, traces_route, usage_route, verify_route
 from gateway.http.routes.documents import document_route
@@ -112,6 +113,9 @@ def create_app(settings: Settings, context: GatewayContext | None = None, teleme
                 await anyio.to_thread.run_sync(app.state.context.telemetry.shutdown)  # flushes the exporters
                 close_store(app.state.context.store)
 
+    # MCP over streamable HTTP (gateway/http/mcp.py): every method goes to the SDK's transport, which
+    # answers those it does not serve; stateless, so it needs nothing from the lifespan.
+    mcp = [Route("/mcp", mcp_endpoint(settings.mcp_origins, settings.max_body_bytes))] if settings.mcp else []
     return Starlette(
         routes=[
             Route("/healthz", healthz, methods=["GET"]),
@@ -140,6 +144,7 @@ def create_app(settings: Settings, context: GatewayContext | None = None, teleme
             Route("/audit/sign-out", audit_pages.sign_out_route, methods=["POST"]),
             Route("/audit/traces/{trace_id}", audit_pages.trace_route, methods=["GET"]),
             Route("/audit/verify", audit_pages.verify_route, methods=["GET"]),
+            *mcp,
         ],
         exception_handlers={
             404: unknown_route,  # a status handler takes the router's HTTPException before the class handler

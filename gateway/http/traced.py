@@ -1,15 +1,17 @@
-"""Runs one /v1 handler: reads the body within its limit, maps errors, builds the answer, writes the trace, then answers."""
+"""Runs one governed call: reads the body within its limit, maps errors, builds the answer, writes the
+trace, then answers. `governed` is the part every channel shares (an HTTP route, an MCP tool call);
+`traced` shapes its answer for HTTP."""
 
 from __future__ import annotations
 
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import wraps
-from typing import Any, Awaitable, Callable, TypeAlias, TypeVar, cast
+from typing import Any, Awaitable, Callable, Generic, TypeAlias, TypeVar, cast
 
 import anyio
 from opentelemetry.trace import Status, StatusCode
@@ -33,15 +35,24 @@ REFUSAL_WAIT_S = 0.5  # how long a 429 takes to come back (at most its Retry-Aft
 Answer: TypeAlias = "dict[str, Any] | Stream | Response"  # what a handler returns with its status
 Handler = Callable[["Call"], Awaitable[tuple[int, Answer]]]
 H = TypeVar("H", bound=Callable[..., Awaitable[Any]])
+R = TypeVar("R")
+# Shapes a call's status, body and error headers into what its channel sends (an HTTP response, an
+# MCP tool result); it runs before the audit write, so the row says what the client is sent.
+Render = Callable[[TraceBuilder, int, Answer, Mapping[str, str]], tuple[int, R]]
 
 
 class Call:
-    """One authenticated call: its context, actor, trace and raw request."""
+    """One authenticated call: its context, actor, trace and raw request. A call that did not come as
+    an HTTP body (an MCP tool call) is given its `body` (read only when the handler asks, after the
+    credential was checked, as an HTTP body is) and its path `params`."""
 
-    def __init__(self, request: Request, context: GatewayContext, trace: TraceBuilder) -> None:
+    def __init__(self, request: Request, context: GatewayContext, trace: TraceBuilder,
+                 body: Callable[[], Any] | None = None, params: Mapping[str, Any] | None = None) -> None:
         self.request = request
         self.context = context
         self.trace = trace
+        self.params: Mapping[str, Any] = request.path_params if params is None else params
+        self._body = body
         self._actor: Actor | None = None
 
     @property
@@ -84,6 +95,8 @@ class Call:
         return b"".join(chunks)
 
     async def json(self) -> Any:
+        if self._body is not None:
+            return self._body()
         raw = await self.body()
         if not raw.strip():
             raise BadRequest("body: empty; expected a JSON object")
@@ -122,30 +135,65 @@ class Stream:
     media_type: str
 
 
+@dataclass(frozen=True, slots=True)
+class Outcome(Generic[R]):
+    """A governed call once its row is written: what its channel sends, and for the HTTP headers, its
+    trace id, span and timings."""
+
+    status: int
+    answer: R
+    trace_id: str
+    traceparent: str | None
+    handled_ms: float
+    audited_ms: float
+
+
 async def traced(request: Request, endpoint: str, handler: Handler) -> Response:
-    """Run `handler`, build its answer, write its trace, then answer. The answer is built before the
-    row is written (building a JSON answer renders it), so the row says what the client is sent: a
-    body that cannot be rendered is a 500 in the row as on the wire. A handler returns a status and
-    a JSON body, a Stream (its chunks go out after the row, by design), or a ready Response (the
-    audit pages). Every answer carries the trace id, the OpenTelemetry `traceparent` of its request
-    span, and a Server-Timing header (`app` is the handler and its answer, `audit` the trace write)."""
+    """Run `handler` as an HTTP call. A handler returns a status and a JSON body, a Stream (its chunks
+    go out after the row, by design), or a ready Response (the audit pages). Every answer carries
+    the trace id, the OpenTelemetry `traceparent` of its request span, and a Server-Timing header
+    (`app` is the handler and its answer, `audit` the trace write)."""
+    outcome = await governed(request, endpoint, handler, _answer)
+    response = outcome.answer
+    response.headers.update({
+        "x-trace-id": outcome.trace_id,
+        "server-timing": f"app;dur={outcome.handled_ms:.3f}, audit;dur={outcome.audited_ms:.3f}",
+    })
+    if outcome.traceparent:
+        response.headers["traceparent"] = outcome.traceparent
+    return response
+
+
+async def governed(request: Request, endpoint: str, handler: Handler, render: Render[R], *,
+                   channel: str | None = None, body: Callable[[], Any] | None = None,
+                   params: Mapping[str, Any] | None = None) -> Outcome[R]:
+    """Run `handler`, build its answer with `render`, write its trace: the one path every channel's
+    call takes (one policy revision, the same errors, admission, audit row and telemetry). The answer
+    is built before the row is written (building a JSON answer renders it), so the row says what the
+    client is sent: a body that cannot be rendered is a 500 in the row as on the wire. `channel`
+    marks the row of a call that did not come over the HTTP API (`mcp`); `body` and `params` stand in
+    for the HTTP body and path of such a call."""
     context: GatewayContext = request.app.state.context
     telemetry = context.telemetry
     route = request.scope.get("route")
     name = f"{request.method} {getattr(route, 'path', endpoint)}"
     attributes = {"http.request.method": request.method, "http.route": getattr(route, "path", ""), "gateway.endpoint": endpoint}
+    if channel:
+        attributes["gateway.channel"] = channel
     with active(telemetry), telemetry.request(name, request.headers, attributes) as span:
         started = time.perf_counter()
         trace = TraceBuilder(new_trace_id(), endpoint, utc_now(), key=context.audit.key)
+        trace.lineage.channel = channel
         ids = span_ids(span)
         trace.lineage.otel = OtelRecord.model_validate(ids) if ids else None
         span.set_attribute("gateway.trace_id", trace.trace_id)
         with context.policy.pin() as policy:  # one revision decides, verifies and is stamped, whatever reloads meanwhile
             trace.policy_engine, trace.policy_revision = policy.name, policy.revision
-            status, body = await _run(Call(request, context, trace), endpoint, handler)
-        if status != CLIENT_CLOSED and await _client_left(request):
-            status, body = _closed(trace)
-        status, response = _answer(trace, status, body)
+            status, answer, headers = await _run(Call(request, context, trace, body, params), endpoint, handler)
+        # Over MCP the SDK's transport owns the request's receive channel: it is not read here.
+        if status != CLIENT_CLOSED and channel is None and await _client_left(request):
+            status, answer = _closed(trace)
+        status, rendered = render(trace, status, answer, headers)
         handled = time.perf_counter()
         try:
             with telemetry.layer("audit.write"):
@@ -153,7 +201,7 @@ async def traced(request: Request, endpoint: str, handler: Handler) -> Response:
         except AuditWriteError as exc:
             log.error("audit write failed for %s", trace.trace_id)
             status, error = error_answer(exc, trace.trace_id)
-            response = JSONResponse(error, status_code=status)
+            status, rendered = render(trace, status, error, {})
         audited = time.perf_counter()
         span.set_attributes({"http.response.status_code": status, "gateway.decision": trace.decision})
         if status >= 500:
@@ -161,42 +209,35 @@ async def traced(request: Request, endpoint: str, handler: Handler) -> Response:
         telemetry.answered(endpoint, status, trace.decision)
         if trace.decision == "deny":
             telemetry.denied(endpoint)
-    response.headers.update({
-        "x-trace-id": trace.trace_id,
-        "server-timing": f"app;dur={(handled - started) * 1000:.3f}, audit;dur={(audited - handled) * 1000:.3f}",
-    })
-    parent = traceparent(span)
-    if parent:
-        response.headers["traceparent"] = parent
-    return response
+    return Outcome(status, rendered, trace.trace_id, traceparent(span), (handled - started) * 1000, (audited - handled) * 1000)
 
 
-async def _run(call: Call, endpoint: str, handler: Handler) -> tuple[int, Answer]:
-    """The handler's answer, or the error it raised as an error body; the trace notes which."""
+async def _run(call: Call, endpoint: str, handler: Handler) -> tuple[int, Answer, Mapping[str, str]]:
+    """The handler's answer, or the error it raised as an error body with the headers it needs
+    (Retry-After); the trace notes which."""
     trace = call.trace
     try:
-        return await handler(call)
+        status, answer = await handler(call)
+        return status, answer, {}
     except ClientDisconnect:  # the client left while its body was being read: not our failure
-        return _closed(trace)
+        return (*_closed(trace), {})
     except RateLimited as exc:
         # Answered after a short wait (never beyond Retry-After): a client that ignores Retry-After
         # and retries at once cannot turn refusals into a flood of its own. The wait costs nothing.
         trace.error_code = exc.code
         await anyio.sleep(min(exc.retry_after, REFUSAL_WAIT_S))
-        status, body = error_answer(exc, trace.trace_id)
-        return status, JSONResponse(body, status_code=status, headers=exc.headers)
+        return (*error_answer(exc, trace.trace_id), exc.headers)
     except GatewayError as exc:
         trace.error_code = exc.code
         if exc.status >= 500:
             trace.decision = "error" if trace.decision in ("none", "allow") else trace.decision
             log.warning("%s %s: %s", endpoint, exc.code, exc.message)
-        status, body = error_answer(exc, trace.trace_id)
-        return status, (JSONResponse(body, status_code=status, headers=exc.headers) if exc.headers else body)
+        return (*error_answer(exc, trace.trace_id), exc.headers)
     except Exception as exc:  # never a stack trace on the wire; the log has the type only
         log.error("%s failed unexpectedly: %s", endpoint, where(exc))
         status, body = error_answer(exc, trace.trace_id)  # a 500, or a 503 for a full disk
         trace.error_code, trace.decision = body["error"]["code"], "error"
-        return status, body
+        return status, body, {}
 
 
 async def _client_left(request: Request) -> bool:
@@ -219,18 +260,26 @@ def _closed(trace: TraceBuilder) -> tuple[int, dict[str, Any]]:
     return closed_answer(trace.trace_id)
 
 
-def _answer(trace: TraceBuilder, status: int, body: Answer) -> tuple[int, Response]:
+def _answer(trace: TraceBuilder, status: int, body: Answer, headers: Mapping[str, str]) -> tuple[int, Response]:
     """The answer as it goes on the wire. Rendering can fail (JSON has no NaN or infinity, nor an
     arbitrary object): then the call failed, as a bare 500 that names nothing, and what it packed
     was never delivered."""
     try:
-        return status, _response(status, body)
+        response = _response(status, body)
+        response.headers.update(headers)
+        return status, response
     except Exception as exc:  # never a stack trace on the wire; the log has the type only
-        log.error("%s answer could not be rendered: %s", trace.endpoint, where(exc))
-        trace.error_code, trace.decision = "internal_error", "error"
-        _withhold(trace)
-        status, error = error_answer(exc, trace.trace_id)
-        return status, JSONResponse(error, status_code=status)
+        return unrendered(trace, exc, lambda status, error: JSONResponse(error, status_code=status))
+
+
+def unrendered(trace: TraceBuilder, error: Exception, shape: Callable[[int, dict[str, Any]], R]) -> tuple[int, R]:
+    """An answer that could not be rendered: the call failed, as a bare 500 (shaped for its channel)
+    that names nothing, and what it packed was never delivered."""
+    log.error("%s answer could not be rendered: %s", trace.endpoint, where(error))
+    trace.error_code, trace.decision = "internal_error", "error"
+    _withhold(trace)
+    status, body = error_answer(error, trace.trace_id)
+    return status, shape(status, body)
 
 
 def _response(status: int, body: Answer) -> Response:

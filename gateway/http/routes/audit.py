@@ -94,7 +94,7 @@ async def export_traces(call: Call) -> tuple[int, dict[str, Any] | Stream]:
 async def _own_trace(call: Call) -> dict[str, Any]:
     """The caller's own trace; any other (another actor's, another tenant's, none) is the same 404."""
     actor = call.actor
-    trace_id = call.request.path_params["trace_id"]
+    trace_id = call.params["trace_id"]
     found = await anyio.to_thread.run_sync(get_trace, call.context.store, actor.tenant, trace_id)
     if found is None or found["actor"] != actor.principal or found["endpoint"] != "retrieve":
         raise NotFound(UNKNOWN_TRACE)
