@@ -144,6 +144,16 @@ def test_fetch_expand_usage_and_feedback_each_leave_an_audit_row(live: LiveGatew
     # and the HTTP API's own rows carry no mark
     plain = live.gateway.retrieve(key(live, "alice"), {"task": SALES_TASK, "query": "kiwifruit"})
     assert "channel" not in live.gateway.trace(plain.headers["x-trace-id"])["lineage"]
+    # a reviewer reading the audit page sees which way each call came
+    auditor = live.gateway.key("mcp-auditor", roles=("auditor",))
+    client = live.gateway.client
+    client.cookies.clear()
+    signed = client.post("/audit/sign-in", data={"key": auditor}, headers={"Origin": "http://testserver"}, follow_redirects=False)
+    assert signed.status_code == 303, signed.text
+    for trace_id, shown in ((answer["trace_id"], "MCP tool call"), (plain.headers["x-trace-id"], "HTTP API")):
+        page = client.get(f"/audit/traces/{trace_id}")
+        assert page.status_code == 200 and f'<dd id="trace-channel">{shown}</dd>' in page.text
+    client.cookies.clear()
 
 
 def test_only_the_actor_of_a_trace_reports_on_it(live: LiveGateway) -> None:
@@ -227,6 +237,21 @@ def test_past_the_admission_limit_a_call_is_a_rate_limited_tool_error(tmp_path: 
         assert "retry after 1 s" in text(second)
         audited = row(served, second)
         assert (audited["status_code"], audited["error_code"], audited["lineage"]["channel"]) == (429, "rate_limited", "mcp")
+
+
+def test_a_failing_policy_engine_is_a_policy_unavailable_tool_error(tmp_path: Path, policy_copy: Path) -> None:
+    """Fail closed over MCP as over HTTP: the 503's code and message, audited, and nothing retrieved."""
+    rego = policy_copy / "gateway/request/request.rego"
+    # regorus fails the whole evaluation when a built-in gets a bad argument: here, any task with a scope.
+    rego.write_text(rego.read_text() + '\nrefusals contains "never" if time.parse_rfc3339_ns(input.task.scope) < 0\n')
+    with serve_gateway(f"sqlite:///{tmp_path / 'gateway.db'}", tmp_path, policies_dir=policy_copy) as served:
+        seed(served.gateway)
+        result = anyio.run(lambda: _calls(served.url, key(served, "alice"), [("retrieve", {"task": SALES_TASK, "query": "wombatacl"})]))[1][0]
+        assert result.is_error and body(result)["error"]["code"] == "policy_unavailable", text(result)
+        assert "wombat" not in text(result) and "items" not in body(result)
+        audited = row(served, result)
+        assert (audited["status_code"], audited["error_code"], audited["lineage"]["channel"]) == (503, "policy_unavailable", "mcp")
+        assert "packed" not in audited["lineage"]
 
 
 def test_with_mcp_off_there_is_no_mcp_route(sqlite_url: str, tmp_path: Path) -> None:

@@ -122,7 +122,7 @@ async def trace_page(call: Call) -> tuple[int, Response]:
         raise NotFound(UNKNOWN_TRACE)
     call.trace.lineage.audit_read = AuditReadRecord(trace=found["trace_id"])
     lineage = read_lineage(found.get("lineage"))
-    return page(200, "trace.html", actor, trace=found, stages=lineage_stages(found),
+    return page(200, "trace.html", actor, trace=found, stages=lineage_stages(found), channel=lineage.channel or "http",
                 reasons=lineage.decision.reasons if lineage.decision else [],
                 sources=sorted((name, s.wire()) for name, s in (lineage.sources or {}).items()),
                 lineage_json=json.dumps(found.get("lineage") or {}, indent=2, sort_keys=True))
