@@ -145,6 +145,8 @@ def demo(**flags: Any) -> None:
                        "entities": [{"email": "Jane@Globex.example"}]})
     click.echo(f"\nStart the service with `gateway serve`, then:\n\n  curl -s http://{settings.host}:{settings.port}/v1/retrieve \\\n"
                f"    -H 'Authorization: Bearer {alice}' \\\n    -H 'Content-Type: application/json' \\\n    -d '{body}'\n")
+    click.echo(f"An MCP client reaches the same calls as tools at http://{settings.host}:{settings.port}/mcp with the same\n"
+               "Authorization header; Python agents use gateway.client (README: Connecting agents).")
 
 
 @main.command()

@@ -10,7 +10,7 @@ import logging
 import re
 import threading
 from functools import cache
-from typing import Any, Iterable, Sequence, cast
+from typing import Any, Iterable, Sequence
 
 from gateway.privacy.spans import Span as Span  # also found here by its older importers
 
@@ -67,12 +67,6 @@ def _analyzer() -> Any:
     logging.getLogger("presidio-analyzer").setLevel(logging.INFO)
     configuration = {"nlp_engine_name": "spacy", "models": [{"lang_code": "en", "model_name": MODEL}]}
     engine = NlpEngineProvider(nlp_configuration=configuration).create_engine()
-    # Presidio reads entities, tokens and lemmas; nothing reads the dependency parse, which took a
-    # quarter of the analysis (the named entities have a tok2vec of their own, and the lemmas come
-    # from the tagger: the spans are the same without it).
-    for model in cast(Any, engine).nlp.values():  # SpacyNlpEngine: its spaCy pipeline per language
-        if "parser" in model.pipe_names:
-            model.disable_pipe("parser")
     analyzer = AnalyzerEngine(nlp_engine=engine, supported_languages=["en"])
     analyzer.registry.remove_recognizer("EmailRecognizer")  # it knows public suffixes only
     analyzer.registry.add_recognizer(_email_recognizer())

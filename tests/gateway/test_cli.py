@@ -220,7 +220,7 @@ def test_demo_loads_data_and_prints_working_tokens(cli_gateway: Gateway, data_di
     result = ok(run("demo", "--data", data_dir))
     output = result.stdout
     assert "Demo data loaded" in output
-    assert "curl" in output and "/v1/retrieve" in output
+    assert "curl" in output and "/v1/retrieve" in output and "/mcp" in output
     tokens = demo_tokens(output)
     assert {"alice@acme", "bob@acme", "gina@globex"} <= set(tokens)
     assert all(token.startswith("gw_") for token in tokens.values())

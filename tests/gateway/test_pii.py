@@ -42,22 +42,15 @@ def test_every_planted_value_is_found_with_its_type_and_masked_away(detector: De
     assert "<PERSON_1>" in masked and "<CREDIT_CARD_1>" in masked
 
 
-def test_the_dependency_parse_is_not_run_and_its_absence_changes_no_span(detector: Detector) -> None:
-    """The parser is off for speed; turned back on, every span over varied text is the same."""
+def test_the_dependency_parser_stays_in_the_pipeline() -> None:
+    """Nothing reads the parse, but the entity recogniser respects the sentence boundaries it sets:
+    without it (or with spaCy's cheaper `senter`) 2 to 3 of the first 1,000 SciFact abstracts
+    gained a false PERSON ("mm Hg", "Pre-eclampsia"; bench/README.md, issue 18). Speed is not
+    bought with spans."""
     from gateway.privacy.detect import _analyzer
 
-    texts = [TEXT, "Dr. Aisha Rahman met Jean-Luc Picard in Lyon on 3 May; mail aisha@rahman-lab.org.",
-             "Ring Tomás García on (415) 555-0199 or tomas.garcia@example.co.uk about invoice 4417.",
-             "No personal data here: the quarterly revenue rose 4% on strong renewals."]
     model = _analyzer().nlp_engine.nlp["en"]
-    assert "parser" not in model.pipe_names and "parser" in model.component_names
-    without = detector.analyze_many(texts)
-    model.enable_pipe("parser")
-    try:
-        assert detector.analyze_many(texts) == without
-    finally:
-        model.disable_pipe("parser")
-    assert any(s.type == "PERSON" for s in without[1]) and any(s.type == "EMAIL_ADDRESS" for s in without[2])
+    assert "parser" in model.pipe_names and model.pipe_names.index("parser") < model.pipe_names.index("ner")
 
 
 def test_an_ip_address_is_not_also_a_phone_number(detector: Detector) -> None:
