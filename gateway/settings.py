@@ -9,6 +9,7 @@ from functools import cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
+from urllib.parse import urlsplit
 
 from core.errors import ConfigurationError
 
@@ -90,6 +91,10 @@ class Settings:
     # browser page) is always heard; none is allowed by default, as a page could be rebinding DNS.
     mcp: bool = True
     mcp_allowed_origins: str = ""
+    # The gateway's own public `scheme://host[:port]`, as clients reach it through its ingress: the
+    # base of the URLs it names of itself (the OAuth protected-resource metadata of /mcp). Unset, a
+    # request's own scheme and Host stand in, which only a gateway reached under one name can trust.
+    public_url: str | None = None
     host: str = "127.0.0.1"
     port: int = 8080
 
@@ -140,6 +145,20 @@ def parse_split(text: str) -> Mapping[str, float]:
     if total <= 0:
         raise ConfigurationError("GATEWAY_BUDGET_SPLIT: the shares add up to nothing")
     return MappingProxyType({name: shares.get(name, 0.0) / total for name in BUDGET_SOURCES})
+
+
+# A host name or bracketed IP literal and an optional port: nothing that could close a quoted string
+# or start another header parameter (a quote, a comma, a space), where a URL built on it is quoted.
+HOST = re.compile(r"([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?", re.ASCII)
+PUBLIC_URL = re.compile(rf"https?://{HOST.pattern}/?", re.ASCII)
+
+
+def _port_in_range(url: str) -> bool:
+    try:
+        urlsplit(url).port  # noqa: B018  (raises past 65535)
+    except ValueError:
+        return False
+    return True
 
 
 ORIGIN = re.compile(r"https?://[A-Za-z0-9.-]+(:([0-9]{1,5}|\*))?|https?://\[[0-9A-Fa-f:.]+\](:([0-9]{1,5}|\*))?", re.ASCII)
@@ -204,6 +223,11 @@ def load_settings(overrides: Mapping[str, Any] | None = None, environ: Mapping[s
         raise ConfigurationError("GATEWAY_OTEL_EXPORTER: expected none or otlp")
     if settings.decision_log_url is not None and not settings.decision_log_url.startswith(("http://", "https://")):
         raise ConfigurationError("GATEWAY_DECISION_LOG_URL: expected an http:// or https:// URL")
+    if settings.public_url is not None:
+        # No path, query or user (a password there would only be echoed back): the gateway serves at its root.
+        if not PUBLIC_URL.fullmatch(settings.public_url) or not _port_in_range(settings.public_url):
+            raise ConfigurationError("GATEWAY_PUBLIC_URL: expected a scheme and host (and port) only, such as https://gateway.example.com")
+        settings = replace(settings, public_url=settings.public_url.rstrip("/"))
     if settings.vector_index not in ("auto", "memory", "pgvector"):
         raise ConfigurationError("GATEWAY_VECTOR_INDEX: expected auto, memory or pgvector")
     if settings.pii not in ("presidio", "none"):

@@ -60,6 +60,8 @@ SAME_ORIGIN = {"Origin": "http://testserver"}  # what a browser sends with the a
 # Limits the fuzzing would otherwise reach (it sends far more calls per second than an agent).
 LIMITS = {"admission_actor_rate": 100_000, "admission_tenant_rate": 100_000, "admission_actor_concurrency": 1_000,
           "admission_tenant_concurrency": 1_000, "admission_capacity": 1_000}
+# A JWT issuer that is a URL, so the OAuth metadata of /mcp is published (without one it is a 404).
+OAUTH = {"jwt_secret": "fuzz-hs256-secret-" + "x" * 46, "jwt_issuer": "https://idp.example.com"}
 
 # (METHOD /path, failure kind as `failure_key` spells it) -> the bug, with where it is.
 KNOWN_BUGS: dict[tuple[str, str], str] = {}
@@ -125,7 +127,7 @@ class Fuzzed:
 def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzzed]:
     directory = tmp_path_factory.mktemp("fuzz")
     known_settings = {f.name for f in fields(Settings)}
-    overrides = {key: value for key, value in LIMITS.items() if key in known_settings}
+    overrides = {key: value for key, value in {**LIMITS, **OAUTH}.items() if key in known_settings}
     database = fresh_database(BACKEND, directory)
     with open_gateway(next(database), directory, **overrides) as gateway:
         keys = {role: gateway.key(f"fuzz-{role}", tenant=TENANT, roles=(role,), groups=GROUPS, clearance="confidential")
@@ -244,7 +246,7 @@ def test_the_documented_answers(fuzzed: Fuzzed) -> None:
             succeeded.add(label)
         return response
 
-    for label in ("GET /healthz", "GET /readyz", "GET /openapi.json"):
+    for label in ("GET /healthz", "GET /readyz", "GET /openapi.json", "GET /.well-known/oauth-protected-resource/mcp"):
         call(label, "anonymous", 200)
     ingested = [{"id": "mem_scenario", "kind": "memory", "text": "Globex renewal is due in March.", "entity": "ent_globex",
                  "acl": ["*"], "scope": ["sales"], "valid_from": "2026-01-01T00:00:00Z"}]

@@ -21,7 +21,7 @@ from gateway.background import lease_for, run_background
 from gateway.context import GatewayContext, build_context
 from gateway.http import audit_pages
 from gateway.http.errors import error_answer
-from gateway.http.mcp import mcp_endpoint
+from gateway.http.mcp import MCP_PATH, METADATA_PATH, ProtectedResource, mcp_endpoint
 from gateway.http.openapi import openapi_route
 from gateway.http.routes.audit import export_route, feedback_route, trace_route, traces_route, usage_route, verify_route
 from gateway.http.routes.documents import document_route
@@ -115,12 +115,16 @@ def create_app(settings: Settings, context: GatewayContext | None = None, teleme
 
     # MCP over streamable HTTP (gateway/http/mcp.py): every method goes to the SDK's transport, which
     # answers those it does not serve; stateless, so it needs nothing from the lifespan.
-    mcp = [Route("/mcp", mcp_endpoint(settings.mcp_origins, settings.max_body_bytes))] if settings.mcp else []
+    # The OAuth protected-resource metadata of /mcp is routed whatever the settings (a 404 naming the
+    # setting when nothing is published), so every configuration serves the same OpenAPI document.
+    resource = ProtectedResource.of(settings)
+    mcp = [Route(MCP_PATH, mcp_endpoint(settings, resource))] if settings.mcp else []
     return Starlette(
         routes=[
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
             Route("/openapi.json", openapi_route, methods=["GET"]),
+            Route(METADATA_PATH, resource.route, methods=["GET"]),
             Route("/v1/retrieve", retrieve_route, methods=["POST"]),
             Route("/v1/items", items_route, methods=["PUT"]),
             Route("/v1/documents/{document_id}", document_route, methods=["PUT"]),

@@ -8,11 +8,17 @@ asks of a server and a resource server; a tool call then runs the HTTP route's o
 revision, admission, the same errors, one audit row marked `mcp`, the same telemetry. A tool's
 arguments are a model built from `RetrieveRequest`'s own fields, and what they become is validated
 again by `parse_retrieve`, as an HTTP body is.
+
+When the gateway trusts a JWT issuer that is an http(s) URL, /mcp is also an OAuth 2.0 protected
+resource (RFC 9728): its metadata, at `METADATA_PATH`, names that issuer as the authorization server,
+and every 401 of /mcp points at it (`resource_metadata`), so an OAuth-capable client can find where
+to get a token. API keys have no authorization server; without such an issuer nothing is published.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from copy import copy
 from dataclasses import dataclass
 from functools import partial
@@ -20,8 +26,10 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Callable, Literal, Mapping
 
 from mcp.server import Server, ServerRequestContext
+from mcp.server.auth.routes import build_resource_metadata_url
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.auth import ProtectedResourceMetadata
 from mcp_types import (
     CallToolRequestParams,
     CallToolResult,
@@ -31,10 +39,11 @@ from mcp_types import (
     Tool,
     ToolAnnotations,
 )
-from pydantic import BaseModel, Field, ValidationError, create_model
+from pydantic import AnyHttpUrl, BaseModel, Field, TypeAdapter, ValidationError, create_model
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 from starlette.requests import Request
+from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from audit.trace import TraceBuilder
@@ -42,15 +51,27 @@ from core.errors import BadRequest, Forbidden, NotFound, SchemaError, Unauthenti
 from core.request import IDENTITY_FIELDS, RetrieveRequest, Strict
 from core.validation import describe_validation_error
 from gateway.context import GatewayContext
+from gateway.http.errors import error_answer
 from gateway.http.routes.audit import report_feedback, report_usage
 from gateway.http.routes.retrieve import handle as retrieve_handler
 from gateway.http.traced import Answer, Call, Handler, governed, traced, unrendered
+from gateway.settings import HOST, Settings
 
+log = logging.getLogger("gateway.mcp")
 CHANNEL = "mcp"
 TRACE_META = "gateway/trace_id"  # the result's own audit row, as `x-trace-id` names it over HTTP
 REALM = "governed-gateway"
 TRACE_ID = r"^tr_[0-9a-f]{24}$"
 FIELDS = RetrieveRequest.model_fields
+MCP_PATH = "/mcp"
+# RFC 9728 §3.1: the well-known name goes between the host and the resource's path, as the SDK's
+# `build_resource_metadata_url` (and so its client) puts it.
+METADATA_PATH = "/.well-known/oauth-protected-resource" + MCP_PATH
+RESOURCE_NAME = "Governed retrieval gateway (MCP tools)"
+METADATA_CACHE = "public, max-age=3600"  # what the SDK's own metadata route says: it changes with a restart only
+HTTP_URL: TypeAdapter[AnyHttpUrl] = TypeAdapter(AnyHttpUrl)
+UNPUBLISHED = ("no protected-resource metadata is published here: it takes GATEWAY_MCP on, GATEWAY_JWT_ISSUER set to the "
+               "authorization server's URL, and GATEWAY_JWT_SECRET or GATEWAY_JWT_PUBLIC_KEY")
 
 
 def _field(name: str) -> tuple[Any, FieldInfo]:
@@ -269,12 +290,97 @@ def origin_allowed(origin: str | None, allowed: frozenset[str]) -> bool:
     return port.isascii() and port.isdigit() and "//" in base and f"{base}:*" in allowed
 
 
-def challenge(error: Unauthenticated, had_credential: bool) -> str:
-    """RFC 6750's challenge: a request with no credential is told only the scheme and realm."""
-    if not had_credential:
-        return f'Bearer realm="{REALM}"'
-    description = error.message.replace("\\", "").replace('"', "'")
-    return f'Bearer realm="{REALM}", error="invalid_token", error_description="{description}"'
+def challenge(error: Unauthenticated, had_credential: bool, metadata_url: str | None = None) -> str:
+    """RFC 6750's challenge: a request with no credential is told only the scheme and realm, and
+    where the resource's metadata is when there is some (RFC 9728 §5.1)."""
+    parameters = [f'realm="{REALM}"']
+    if had_credential:
+        description = error.message.replace("\\", "").replace('"', "'")
+        parameters += ['error="invalid_token"', f'error_description="{description}"']
+    if metadata_url is not None:  # built on a checked host (`ProtectedResource.urls`): nothing in it to escape
+        parameters.append(f'resource_metadata="{metadata_url}"')
+    return "Bearer " + ", ".join(parameters)
+
+
+def _unpublished(settings: Settings) -> str | None:
+    """Why /mcp has no protected-resource metadata on this gateway, or None when it has."""
+    if not settings.mcp:
+        return "GATEWAY_MCP is off: there is no /mcp resource to describe"
+    issuer = settings.jwt_issuer
+    if issuer is None:
+        return "GATEWAY_JWT_ISSUER is not set: no authorization server issues this gateway's credentials"
+    if not settings.jwt_enabled:
+        return "GATEWAY_JWT_ISSUER is set, but no JWT is accepted without GATEWAY_JWT_SECRET or GATEWAY_JWT_PUBLIC_KEY"
+    # An issuer that is only a name (`idp`) is still checked in every token's `iss`, as it always was,
+    # but names no authorization server a client could find: nothing is published for it.
+    not_a_url = "GATEWAY_JWT_ISSUER is not an http(s) URL, so it names no authorization server a client could find"
+    if not issuer.startswith(("http://", "https://")):  # pydantic would read `http:idp` as http://idp/
+        return not_a_url
+    try:
+        HTTP_URL.validate_python(issuer)
+    except ValidationError:
+        return not_a_url
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class ProtectedResource:
+    """/mcp as an OAuth 2.0 protected resource: its metadata (RFC 9728), and where that is. `issuer`
+    is the authorization server it names, None when nothing is published (`unpublished` says why)."""
+
+    issuer: str | None
+    public_url: str | None
+    unpublished: str = ""
+
+    @classmethod
+    def of(cls, settings: Settings) -> ProtectedResource:
+        problem = _unpublished(settings)
+        if problem and settings.jwt_issuer:  # an operator who set an issuer learns here why nothing is published
+            log.info("no OAuth protected-resource metadata for /mcp: %s", problem)
+        return cls(settings.jwt_issuer if problem is None else None, settings.public_url, problem or "")
+
+    def urls(self, request: Request) -> tuple[str, str] | None:
+        """The resource's URL and its metadata's: on GATEWAY_PUBLIC_URL, else on the request's own
+        scheme and host as Starlette parsed them (it falls back to the server's address when the
+        Host is not a host and port). Checked again here, as the URL goes into the challenge's quoted
+        string: an authority with a quote, a comma or a space names no URL, and neither does a
+        gateway that publishes nothing."""
+        if self.issuer is None:
+            return None
+        base = self.public_url
+        if base is None:
+            try:
+                scheme, netloc = request.url.scheme, request.url.netloc
+            except ValueError:  # urllib refuses what it cannot split; never a 500 for a header
+                return None
+            if scheme not in ("http", "https") or not HOST.fullmatch(netloc):
+                return None
+            base = f"{scheme}://{netloc}"
+        try:
+            resource = HTTP_URL.validate_python(base + MCP_PATH)
+        except ValidationError:  # a host name of dots, a port past 65535
+            return None
+        return str(resource), str(build_resource_metadata_url(resource))
+
+    def metadata_url(self, request: Request) -> str | None:
+        urls = self.urls(request)
+        return None if urls is None else urls[1]
+
+    async def route(self, request: Request) -> JSONResponse:
+        """GET /.well-known/oauth-protected-resource/mcp: public and holding no data, like /healthz,
+        so not audited. 404 naming the setting when nothing is published; a request whose Host names
+        no URL is a 400 (GATEWAY_PUBLIC_URL takes the Host out of it)."""
+        if self.issuer is None:  # one answer for every reason: an anonymous caller learns nothing of the set-up
+            return JSONResponse(error_answer(NotFound(UNPUBLISHED), None)[1], 404)
+        urls = self.urls(request)
+        if urls is None:
+            bad_host = BadRequest("Host: not a host name and port to name this gateway by; set GATEWAY_PUBLIC_URL")
+            return JSONResponse(error_answer(bad_host, None)[1], 400)
+        metadata = ProtectedResourceMetadata.model_validate({
+            "resource": urls[0], "authorization_servers": [self.issuer], "bearer_methods_supported": ["header"],
+            "resource_name": RESOURCE_NAME,
+        })
+        return JSONResponse(metadata.model_dump(mode="json", exclude_none=True), headers={"Cache-Control": METADATA_CACHE})
 
 
 class McpEndpoint:
@@ -282,10 +388,12 @@ class McpEndpoint:
     inside the event loop serving it, so no call depends on which replica, worker or loop served
     the one before."""
 
-    def __init__(self, server: Server[Any], allowed_origins: frozenset[str], max_body_bytes: int) -> None:
+    def __init__(self, server: Server[Any], allowed_origins: frozenset[str], max_body_bytes: int,
+                 resource: ProtectedResource) -> None:
         self.server = server
         self.allowed_origins = allowed_origins
         self.max_body_bytes = max_body_bytes
+        self.resource = resource
         # Host and Origin are checked here, not by the SDK (whose check ties the Origin to a Host list):
         # the gateway answers whatever name its Service or ingress gives it. Content-Type stays checked.
         self.security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
@@ -301,7 +409,7 @@ class McpEndpoint:
         except Exception as exc:
             response = await traced(request, CHANNEL, _refused(exc))
             if isinstance(exc, Unauthenticated):
-                response.headers["www-authenticate"] = challenge(exc, bool(authorization))
+                response.headers["www-authenticate"] = challenge(exc, bool(authorization), self.resource.metadata_url(request))
             await response(scope, receive, send)
             return
         manager = StreamableHTTPSessionManager(self.server, json_response=True, stateless=True,
@@ -310,6 +418,6 @@ class McpEndpoint:
             await manager.handle_request(scope, receive, send)
 
 
-def mcp_endpoint(allowed_origins: frozenset[str], max_body_bytes: int) -> McpEndpoint:
-    return McpEndpoint(build_server(), allowed_origins, max_body_bytes)
+def mcp_endpoint(settings: Settings, resource: ProtectedResource) -> McpEndpoint:
+    return McpEndpoint(build_server(), settings.mcp_origins, settings.max_body_bytes, resource)
 

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from mcp.shared.auth import ProtectedResourceMetadata
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 from starlette.requests import Request
@@ -31,6 +32,7 @@ from audit.lineage import DepthRecord, SourceRecord
 from core.errors import GatewayError
 from core.request import RetrieveRequest
 from gateway.http.audit_pages import SESSION_COOKIE
+from gateway.http.mcp import METADATA_CACHE, METADATA_PATH
 from gateway.http.routes.keys import NewKey
 from gateway.writes.envelope import ID, ItemIn
 
@@ -108,7 +110,8 @@ WRITTEN: dict[str, Schema] = {
         "error": obj({
             "code": STRING,
             "message": {"type": "string", "description": "Names the field at fault; never a stored value"},
-            "trace_id": {**nullable(STRING), "description": "The audit row of the call (null only for a failure before any handler ran)"},
+            "trace_id": {**nullable(STRING), "description": "The audit row of the call (null for a failure before any handler "
+                                                             "ran, and on the unaudited OAuth metadata route)"},
             "reasons": {**STRINGS, "description": "Why the policy denied the call (`policy_denied` only)"},
         }, required=["code", "message", "trace_id"]),
     }),
@@ -266,7 +269,7 @@ def model_schemas() -> dict[str, Schema]:
     """The models' schemas, each under its own name, their `$defs` beside them."""
     inputs: list[tuple[type[BaseModel], JsonSchemaMode]] = [
         (RetrieveRequest, "validation"), (ItemIn, "validation"), (NewKey, "validation"),
-        (SourceRecord, "serialization"), (DepthRecord, "serialization"),
+        (SourceRecord, "serialization"), (DepthRecord, "serialization"), (ProtectedResourceMetadata, "serialization"),
     ]
     _, defs = models_json_schema(inputs, ref_template=SCHEMAS + "{model}")
     schemas: dict[str, Schema] = dict(defs["$defs"])  # every model is among them, under its class name
@@ -416,6 +419,19 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         auth=None),
     ("/openapi.json", "get"): Operation(
         "This document", "operations", {"200": json_answer("The OpenAPI 3.1 document", OPEN_OBJECT, traced=False)}, auth=None),
+    (METADATA_PATH, "get"): Operation(
+        "The OAuth 2.0 protected-resource metadata of /mcp (RFC 9728)", "operations",
+        {"200": json_answer("`resource` is the URL of /mcp, `authorization_servers` the JWT issuer (`GATEWAY_JWT_ISSUER`)",
+                            ref("ProtectedResourceMetadata"), traced=False,
+                            headers={"Cache-Control": {"required": True, "schema": {"const": METADATA_CACHE}}}),
+         "400": json_answer("`bad_request`: the request's Host names no URL (`GATEWAY_PUBLIC_URL` takes it out of the answer)",
+                            ref("Error"), traced=False),
+         "404": json_answer("`not_found`: nothing is published: no `GATEWAY_JWT_ISSUER`, one that is not an http(s) URL, no JWT "
+                            "key, or no /mcp (the message says which)", ref("Error"), traced=False)},
+        auth=None,
+        description="Where an OAuth-capable MCP client finds the authorization server of the gateway's JWTs; every 401 of "
+                    "/mcp names this URL in its `WWW-Authenticate` (`resource_metadata`) when it is published. Public and "
+                    "holding no data, like /healthz: not audited."),
     ("/v1/retrieve", "post"): Operation(
         "Retrieve the context for one task", "retrieve",
         v1({"200": json_answer("The packed context", ref("RetrieveResponse"))}, body=True, errors={
