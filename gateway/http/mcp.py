@@ -95,7 +95,7 @@ BRIEF_OR_SCOUT: Any = Literal["brief", "scout"]  # the retrieving modes; fetch a
 RetrieveArguments = _arguments(
     "RetrieveArguments",
     mode=(BRIEF_OR_SCOUT, Field(default="scout", description="brief: a short context for the task; scout: a wider look")),
-    **{name: _field(name) for name in ("task", "query", "entities", "depth", "budget")},
+    **{name: _field(name) for name in ("task", "query", "entities", "depth", "budget", "kinds", "as_of", "include_historical")},
 )
 FetchArguments = _arguments("FetchArguments", task=_field("task"), ids=_required("fetch", list[str]), budget=_field("budget"))
 ExpandArguments = _arguments("ExpandArguments", task=_field("task"), cursor=_required("cursor", str), budget=_field("budget"))

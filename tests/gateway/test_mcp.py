@@ -84,7 +84,7 @@ def test_the_tools_are_listed_with_the_http_models_schemas(live: LiveGateway, mo
     assert names == ["retrieve", "fetch", "expand", "report_usage", "feedback"]
     schema = TOOLS["retrieve"].listing().input_schema
     assert schema["required"] == ["task"] and schema["additionalProperties"] is False
-    assert set(schema["properties"]) == {"mode", "task", "query", "entities", "depth", "budget"}
+    assert set(schema["properties"]) == {"mode", "task", "query", "entities", "depth", "budget", "kinds", "as_of", "include_historical"}
     assert schema["properties"]["mode"]["enum"] == ["brief", "scout"]
     assert schema["$defs"]["Budget"]["properties"]["bytes"]["maximum"] == 200_000  # RetrieveRequest's own bound
     assert not any({"tenant", "actor"} & set(tool.listing().input_schema["properties"]) for tool in TOOLS.values())
@@ -176,6 +176,20 @@ def test_a_task_the_actor_was_not_granted_is_a_tool_error(live: LiveGateway) -> 
     audited = row(live, result)
     assert (audited["decision"], audited["status_code"], audited["actor"], audited["lineage"]["channel"]) == (
         "deny", 403, "user:alice", "mcp")
+
+
+def test_retrieve_narrows_by_kind_and_asks_for_a_future_instant_only_when_granted(live: LiveGateway) -> None:
+    """The HTTP body's narrowing fields pass through unchanged, and so do the policy's limits on them."""
+    kiwi = call(live, "alice", "retrieve", {"task": SALES_TASK, "query": "kiwifruit shipment"})
+    assert ids(kiwi) and all(i.startswith("mem_kiwi_") for i in ids(kiwi))
+    narrowed = call(live, "alice", "retrieve", {"task": SALES_TASK, "query": "kiwifruit shipment", "kinds": ["document"]})
+    assert not narrowed.is_error and ids(narrowed) == []  # the kiwi notes are memories
+    assert row(live, narrowed)["lineage"]["request"]["kinds"] == ["document"]
+    future = call(live, "alice", "retrieve", {"task": SALES_TASK, "query": "kiwifruit", "as_of": "2099-01-01T00:00:00Z"})
+    assert future.is_error and body(future)["error"]["code"] == "policy_denied"
+    assert "as_of_in_future" in body(future)["error"]["reasons"]
+    malformed = call(live, "alice", "retrieve", {"task": SALES_TASK, "query": "kiwifruit", "as_of": "yesterday"})
+    assert malformed.is_error and body(malformed)["error"]["message"].startswith("as_of")
 
 
 @pytest.mark.parametrize(("arguments", "code", "field"), [
