@@ -427,7 +427,7 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
          "400": json_answer("`bad_request`: the request's Host names no URL (`GATEWAY_PUBLIC_URL` takes it out of the answer)",
                             ref("Error"), traced=False),
          "404": json_answer("`not_found`: nothing is published: no `GATEWAY_JWT_ISSUER`, one that is not an http(s) URL, no JWT "
-                            "key, or no /mcp (the message says which)", ref("Error"), traced=False)},
+                            "key, or no /mcp (one message for all of them; the service's log says which)", ref("Error"), traced=False)},
         auth=None,
         description="Where an OAuth-capable MCP client finds the authorization server of the gateway's JWTs; every 401 of "
                     "/mcp names this URL in its `WWW-Authenticate` (`resource_metadata`) when it is published. Public and "
