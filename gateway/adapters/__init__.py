@@ -9,7 +9,26 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.client import AsyncGatewayClient, GatewayClient
 from gateway.client.models import Item
+
+
+class Closing:
+    """What both retrievers do with the clients they hold (`client`, `async_client`)."""
+
+    client: GatewayClient | None
+    async_client: AsyncGatewayClient | None
+
+    def close(self) -> None:
+        """Close the sync client (one of `from_url`'s, or your own)."""
+        if self.client is not None:
+            self.client.close()
+
+    async def aclose(self) -> None:
+        """Close both clients; the async one on the event loop that used it."""
+        self.close()
+        if self.async_client is not None:
+            await self.async_client.aclose()
 
 
 def item_metadata(item: Item, trace_id: str) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ConfigDict
 
-from gateway.adapters import item_metadata, missing_extra
+from gateway.adapters import Closing, item_metadata, missing_extra
 from gateway.client import AsyncGatewayClient, GatewayClient, RetrieveResult
 
 try:
@@ -20,7 +20,7 @@ except ImportError as exc:  # the extra is not installed: say which one to insta
     raise missing_extra("LangChain (langchain-core)", "langchain") from exc
 
 
-class GatewayRetriever(BaseRetriever):
+class GatewayRetriever(Closing, BaseRetriever):
     """Retrieve for one task. `client` serves the sync path and `async_client` the async one; with
     only `client`, the async path runs it in a thread (LangChain's default). `from_url` makes both.
 
@@ -43,17 +43,6 @@ class GatewayRetriever(BaseRetriever):
     def from_url(cls, base_url: str, token: str, task: str | Mapping[str, Any], **fields: Any) -> GatewayRetriever:
         """A retriever with its own clients (sync and async) for `base_url` and `token`."""
         return cls(client=GatewayClient(base_url, token), async_client=AsyncGatewayClient(base_url, token), task=task, **fields)
-
-    def close(self) -> None:
-        """Close the sync client (one of `from_url`'s, or your own)."""
-        if self.client is not None:
-            self.client.close()
-
-    async def aclose(self) -> None:
-        """Close both clients; the async one on the event loop that used it."""
-        self.close()
-        if self.async_client is not None:
-            await self.async_client.aclose()
 
     def _arguments(self) -> dict[str, Any]:
         return {"mode": self.mode, "depth": self.depth, "budget_bytes": self.budget_bytes, "kinds": self.kinds,

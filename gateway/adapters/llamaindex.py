@@ -10,7 +10,7 @@ from typing import Any
 
 import anyio.to_thread
 
-from gateway.adapters import item_metadata, missing_extra
+from gateway.adapters import Closing, item_metadata, missing_extra
 from gateway.client import AsyncGatewayClient, GatewayClient, RetrieveResult
 
 try:
@@ -20,7 +20,7 @@ except ImportError as exc:  # the extra is not installed: say which one to insta
     raise missing_extra("LlamaIndex (llama-index-core)", "llamaindex") from exc
 
 
-class GatewayRetriever(BaseRetriever):
+class GatewayRetriever(Closing, BaseRetriever):
     """Retrieve for one task through `client` (`_retrieve`) or `async_client` (`_aretrieve`; without
     one, the sync client runs in a thread). `from_url` makes both. The task type must be granted to
     the key's actor by the policy; the other fields narrow what it allows, never widen it."""
@@ -41,17 +41,6 @@ class GatewayRetriever(BaseRetriever):
     def from_url(cls, base_url: str, token: str, task: str | Mapping[str, Any], **fields: Any) -> GatewayRetriever:
         """A retriever with its own clients (sync and async) for `base_url` and `token`."""
         return cls(task, client=GatewayClient(base_url, token), async_client=AsyncGatewayClient(base_url, token), **fields)
-
-    def close(self) -> None:
-        """Close the sync client (one of `from_url`'s, or your own)."""
-        if self.client is not None:
-            self.client.close()
-
-    async def aclose(self) -> None:
-        """Close both clients; the async one on the event loop that used it."""
-        self.close()
-        if self.async_client is not None:
-            await self.async_client.aclose()
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         if self.client is None:
