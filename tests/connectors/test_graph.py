@@ -28,7 +28,7 @@ from core.records import RecallQuery, SourceResult
 from core.store import open_store
 from core.tables import EntityTombstone
 from gateway.writes.items import ingest
-from tests.conftest import BACKENDS, POSTGRES_URL, migrate_postgres, require_postgres
+from tests.conftest import BACKENDS, migrate_postgres, require_postgres
 
 NOW = datetime(2026, 6, 1, tzinfo=timezone.utc)
 PAST = datetime(2020, 6, 1, tzinfo=timezone.utc)
@@ -70,13 +70,13 @@ def store(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         yield engine
         engine.dispose()
         return
-    require_postgres()
+    postgres = require_postgres()
     schema = "gw_test_" + secrets.token_hex(6)
-    admin = create_engine(POSTGRES_URL)
+    admin = create_engine(postgres)
     with admin.begin() as conn:
         conn.execute(text(f"CREATE SCHEMA {schema}"))
-    migrate_postgres(f"{POSTGRES_URL}?options=-csearch_path%3D{schema}")
-    engine = open_store(f"{POSTGRES_URL}?options=-csearch_path%3D{schema}")
+    migrate_postgres(f"{postgres}?options=-csearch_path%3D{schema}")
+    engine = open_store(f"{postgres}?options=-csearch_path%3D{schema}")
     try:
         yield engine
     finally:

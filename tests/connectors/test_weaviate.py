@@ -48,6 +48,7 @@ from core.tables import KINDS, SENSITIVITIES, STATUSES
 from gateway.pipeline.recall import run_source
 from gateway.writes.items import ingest
 from tests.connectors.test_contract import CONSTRAINTS, FORBIDDEN_VARIANTS, note
+from tests.engines import WeaviateServer, weaviate_server  # noqa: F401 - fixture
 
 MODEL = "test-embedding-v1"
 DIMS = 16
@@ -410,12 +411,34 @@ def test_an_unreachable_weaviate_is_an_error_status_not_a_crash() -> None:
 
 # ---------------------------------------------------------------- the contract against a live Weaviate
 
-WEAVIATE_URL = os.environ.get("GATEWAY_WEAVIATE_URL")
-live = pytest.mark.skipif(
-    not WEAVIATE_URL,
-    reason="no Weaviate to test against: set GATEWAY_WEAVIATE_URL (e.g. http://127.0.0.1:8080; "
-    "GATEWAY_WEAVIATE_GRPC_PORT if gRPC is not on 50051)",
-)
+@dataclass(frozen=True)
+class Endpoint:
+    url: str
+    grpc_port: int
+    api_key: str | None = None
+
+    def client(self) -> Any:
+        import weaviate
+
+        host_port = self.url.rstrip("/").split("://", 1)[1]
+        host, _, port = host_port.partition(":")
+        secure = self.url.startswith("https")
+        return weaviate.connect_to_custom(
+            http_host=host, http_port=int(port or 8080), http_secure=secure, grpc_host=host, grpc_port=self.grpc_port,
+            grpc_secure=secure, auth_credentials=self.api_key or None,
+        )
+
+
+@pytest.fixture(scope="session")
+def weaviate_endpoint(request: pytest.FixtureRequest) -> Endpoint:
+    """GATEWAY_WEAVIATE_URL's Weaviate when it is set (GATEWAY_WEAVIATE_GRPC_PORT, GATEWAY_WEAVIATE_API_KEY),
+    else a weaviate-server the session starts itself (tests/engines.py)."""
+    configured = os.environ.get("GATEWAY_WEAVIATE_URL")
+    if configured:
+        return Endpoint(configured, int(os.environ.get("GATEWAY_WEAVIATE_GRPC_PORT", "50051")),
+                        os.environ.get("GATEWAY_WEAVIATE_API_KEY"))
+    server: WeaviateServer = request.getfixturevalue("weaviate_server")
+    return Endpoint(server.url, server.grpc_port)
 
 
 def unit(values: list[float]) -> tuple[float, ...]:
@@ -430,21 +453,11 @@ class Loaded:
 
 
 @pytest.fixture
-def weaviate_store(contract_store: tuple[Engine, dict[str, list[Record]]]) -> Iterator[Loaded]:
+def weaviate_store(contract_store: tuple[Engine, dict[str, list[Record]]], weaviate_endpoint: Endpoint) -> Iterator[Loaded]:
     """The contract data in a fresh collection: random unit vectors, except that every forbidden and
     every globex item lies right next to the query vector, so a dropped filter would return them first."""
-    import weaviate
-
-    assert WEAVIATE_URL
     _, records = contract_store
-    url = WEAVIATE_URL.rstrip("/")
-    host_port = url.split("://", 1)[1]
-    host, _, port = host_port.partition(":")
-    client = weaviate.connect_to_custom(
-        http_host=host, http_port=int(port or 8080), http_secure=url.startswith("https"),
-        grpc_host=host, grpc_port=int(os.environ.get("GATEWAY_WEAVIATE_GRPC_PORT", "50051")),
-        grpc_secure=url.startswith("https"), auth_credentials=os.environ.get("GATEWAY_WEAVIATE_API_KEY") or None,
-    )
+    client = weaviate_endpoint.client()
     collection = f"GatewayItemTest{secrets.token_hex(4)}"
     rng = random.Random(7)
     query = unit([rng.gauss(0, 1) for _ in range(DIMS)])
@@ -469,7 +482,6 @@ def live_search(loaded: Loaded, constraints: ItemFilter, **overrides: Any) -> An
     return asyncio.run(loaded.connector.search(constraints, replace(loaded.query, **overrides)))
 
 
-@live
 def test_live_returns_only_what_the_constraints_admit(weaviate_store: Loaded) -> None:
     result = live_search(weaviate_store, CONSTRAINTS, limit=100)
     ids = [c.record.id for c in result.candidates]
@@ -480,7 +492,6 @@ def test_live_returns_only_what_the_constraints_admit(weaviate_store: Loaded) ->
     assert [c.rank for c in result.candidates] == list(range(1, len(ids) + 1))
 
 
-@live
 def test_live_forbidden_nearest_neighbours_never_take_a_result_slot(weaviate_store: Loaded) -> None:
     everything = replace(CONSTRAINTS, principals=tuple(PRINCIPAL_POOL), sensitivities=SENSITIVITIES, statuses=STATUSES,
                          kinds=KINDS, scopes=tuple(SCOPE_POOL), subjects=tuple(SUBJECT_POOL),
@@ -492,13 +503,11 @@ def test_live_forbidden_nearest_neighbours_never_take_a_result_slot(weaviate_sto
     assert all(c.record.id.startswith("permitted_") for c in result.candidates)
 
 
-@live
 def test_live_caller_tags_narrow_and_never_replace_the_constraints(weaviate_store: Loaded) -> None:
     result = live_search(weaviate_store, CONSTRAINTS, tags=("pricing",), limit=100)
     assert {c.record.id for c in result.candidates} == {f"permitted_{i}" for i in range(12) if i % 2}
 
 
-@live
 def test_live_another_tenant_sees_nothing_of_this_one(weaviate_store: Loaded) -> None:
     globex = live_search(weaviate_store, replace(CONSTRAINTS, tenant="globex", subjects=()), limit=100)
     assert globex.candidates and all(c.record.id.startswith("globex_") for c in globex.candidates)
@@ -507,13 +516,11 @@ def test_live_another_tenant_sees_nothing_of_this_one(weaviate_store: Loaded) ->
     assert stranger.status == "empty" and stranger.candidates == ()
 
 
-@live
 def test_live_no_principals_means_nothing(weaviate_store: Loaded) -> None:
     result = live_search(weaviate_store, replace(CONSTRAINTS, principals=()), limit=100)
     assert result.candidates == () and result.status in ("empty", "skipped")
 
 
-@live
 def test_live_records_come_back_whole(weaviate_store: Loaded, contract_store: tuple[Engine, dict[str, list[Record]]]) -> None:
     _, records = contract_store
     stored = {r.id: r for r in records["acme"]}

@@ -31,7 +31,7 @@ from core.store import create_store_engine, open_store
 from gateway.cli import main
 from gateway.http.app import create_app
 from gateway.settings import load_settings
-from tests.conftest import BACKENDS, POSTGRES_URL, fresh_database, open_gateway, require_postgres
+from tests.conftest import BACKENDS, fresh_database, open_gateway, require_postgres
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 MANIFEST = json.loads((FIXTURES / "legacy_store.json").read_text())
@@ -42,13 +42,13 @@ TABLES = ("item", "item_principal", "item_scope", "item_tag", "item_vector", "it
 
 def empty_schema() -> Iterator[str]:
     """A PostgreSQL schema of its own, with nothing in it (not migrated)."""
-    require_postgres()
+    postgres = require_postgres()
     schema = "gw_test_" + secrets.token_hex(6)
-    admin = create_engine(POSTGRES_URL)
+    admin = create_engine(postgres)
     with admin.begin() as conn:
         conn.execute(text(f"CREATE SCHEMA {schema}"))
     try:
-        yield f"{POSTGRES_URL}?options=-csearch_path%3D{schema}"
+        yield f"{postgres}?options=-csearch_path%3D{schema}"
     finally:
         with admin.begin() as conn:
             conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
@@ -65,14 +65,17 @@ def legacy_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tup
         (tmp_path / "data" / "gateway.db").chmod(0o600)  # a private store: its backup copy must stay private
         yield backend, f"sqlite:///{tmp_path / 'data' / 'gateway.db'}", MANIFEST["sqlite"]
         return
-    require_postgres()
+    postgres = require_postgres()
     schema = "gw_test_" + secrets.token_hex(6)
     dump = (FIXTURES / "legacy_store_postgres.sql").read_text().replace(DUMP_SCHEMA, schema)
-    conninfo = POSTGRES_URL.replace("postgresql+psycopg://", "postgresql://")
+    conninfo = postgres.replace("postgresql+psycopg://", "postgresql://")
     with psycopg.connect(conninfo, autocommit=True) as raw:
+        # The store of before migrations had made btree_gin itself (its full-text index leads with
+        # the tenant); a fresh server has not, so it comes first, as it did then.
+        raw.execute(b"CREATE EXTENSION IF NOT EXISTS btree_gin SCHEMA public")
         raw.execute(dump.encode())  # no parameters: run as one script
     try:
-        yield backend, f"{POSTGRES_URL}?options=-csearch_path%3D{schema}", MANIFEST["postgres"]
+        yield backend, f"{postgres}?options=-csearch_path%3D{schema}", MANIFEST["postgres"]
     finally:
         with psycopg.connect(conninfo, autocommit=True) as raw:
             raw.execute(f"DROP SCHEMA {schema} CASCADE".encode())

@@ -83,8 +83,7 @@ INGRESS_HPA: dict[str, Any] = {
 def policy_files() -> dict[str, str]:
     """The project's policies, as a platform team would pass them (`--set-file`)."""
     return {path.relative_to(PROJECT_POLICIES).as_posix(): path.read_text(encoding="utf-8")
-            for path in sorted(PROJECT_POLICIES.rglob("*")) if path.is_file() and path.suffix in {".rego", ".json"}
-            and "schema" not in path.relative_to(PROJECT_POLICIES).parts}
+            for path in sorted(PROJECT_POLICIES.rglob("*")) if path.is_file() and path.suffix in {".rego", ".json"}}
 
 
 CONFIGMAP: dict[str, Any] = {"policies": {"source": "configMap", "files": policy_files()}}

@@ -33,7 +33,7 @@ from core.store import close_store, open_store
 from gateway.auth import create_api_key
 from gateway.policy.broadcast import LISTENER_NAME
 from gateway.settings import PROJECT_POLICIES
-from tests.conftest import POSTGRES_URL, edit_json, require_postgres
+from tests.conftest import edit_json, require_postgres
 from tests.policies.test_policy_reload import CONFIG, free_port, without_sales
 
 GATEWAY = Path(sys.executable).parent / "gateway"
@@ -149,12 +149,12 @@ def eventually(check: Callable[[], Any], seconds: float, what: str, replica: Rep
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """Two replicas on a database of their own; B embeds nothing itself, so every vector it
     searches was written by A."""
-    require_postgres()
+    postgres = require_postgres()
     name = "gw_replicas_" + secrets.token_hex(5)
-    admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+    admin = create_engine(isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f"CREATE DATABASE {name}"))
-    database_url = make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
+    database_url = make_url(postgres).set(database=name).render_as_string(hide_password=False)
     directory = tmp_path_factory.mktemp("replicas")
     policies = (directory / "policies-a", directory / "policies-b")
     for copy in policies:

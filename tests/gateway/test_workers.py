@@ -24,7 +24,7 @@ from core.store import close_store, open_store
 from gateway.auth import create_api_key
 from gateway.background import AdvisoryLease, FileLease, PendingWorker, run_background
 from gateway.cli import listening_socket
-from tests.conftest import POSTGRES_URL, children, free_port, require_postgres
+from tests.conftest import children, free_port, require_postgres
 
 GATEWAY = Path(sys.executable).parent / "gateway"
 needs_gateway = pytest.mark.skipif(not GATEWAY.exists(), reason="no gateway command beside this Python")
@@ -271,13 +271,13 @@ APP = f"gw_lease_test_{os.getpid()}"
 
 @pytest.fixture
 def two_schemas() -> Iterator[tuple[str, str]]:
-    require_postgres()
-    admin = create_engine(POSTGRES_URL)
+    postgres = require_postgres()
+    admin = create_engine(postgres)
     names = [f"gw_lease_{os.getpid()}_{n}" for n in range(2)]
     with admin.begin() as conn:
         for name in names:
             conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {name}"))
-    yield tuple(f"{POSTGRES_URL}?options=-csearch_path%3D{name}&application_name={APP}" for name in names)  # type: ignore[misc]
+    yield tuple(f"{postgres}?options=-csearch_path%3D{name}&application_name={APP}" for name in names)  # type: ignore[misc]
     with admin.begin() as conn:
         for name in names:
             conn.execute(text(f"DROP SCHEMA {name} CASCADE"))

@@ -1,4 +1,4 @@
-"""The policy contract as JSON Schemas (policies/schema/): every input the gateway sends and every
+"""The policy contract as JSON Schemas (gateway/policy/contract/): every input the gateway sends and every
 result the shipped policies return, recorded through real retrieve calls, matches them; the shipped
 data document does too; a malformed document does not; and the schema files are never policy data."""
 
@@ -66,16 +66,13 @@ def test_the_start_up_and_readiness_probes_match_the_input_schemas() -> None:
         assert validate(items_probe, "items.input") == []
 
 
-def test_schema_files_are_not_policy_data_and_do_not_change_the_revision(tmp_path: Path) -> None:
-    assert "schema" not in read_bundle(PROJECT_POLICIES).data
-    copy = tmp_path / "policies"
-    shutil.copytree(PROJECT_POLICIES, copy, ignore=shutil.ignore_patterns("schema"))
-    without = read_bundle(copy)
-    shutil.copytree(PROJECT_POLICIES / "schema", copy / "schema")
-    with_schemas = read_bundle(copy)
-    assert with_schemas.revision == without.revision and with_schemas.data == without.data
-    (copy / "schema" / "data.schema.json").write_text("{}")
-    assert read_bundle(copy).revision == without.revision
+def test_the_policies_directory_holds_only_what_opa_reads_as_policy() -> None:
+    """OPA's own tools load every .json under a directory as data (`opa test policies/`, `opa run
+    policies/`), its bundle reader only data.json: with nothing but modules and data.json files there,
+    both read what the gateway reads. The schemas live with the package, not among the policies."""
+    files = [p.relative_to(PROJECT_POLICIES) for p in PROJECT_POLICIES.rglob("*") if p.is_file()]
+    assert files and all(p.suffix == ".rego" or p.name == "data.json" for p in files), files
+    assert SCHEMA_DIR.is_dir() and not SCHEMA_DIR.is_relative_to(PROJECT_POLICIES)
 
 
 def recorded_decisions(gateway: Gateway) -> None:

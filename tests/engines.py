@@ -1,0 +1,193 @@
+"""The real servers of the live-engine tests: OPA (`opa run --server`) and Weaviate (`weaviate-server`).
+
+`./scripts/engines` builds both with `go install` at pinned versions into a cache outside the
+checkout, and `./scripts/test` runs it when Go is present, passing the paths on as
+GATEWAY_TEST_OPA_BIN and GATEWAY_TEST_WEAVIATE_BIN. Without them the live tests skip and say how
+to run them; under CI (GATEWAY_TEST_REQUIRE_ENGINES=1) they fail instead.
+
+Each server listens on loopback ports of its own, keeps its data in a temporary folder, and is
+stopped (and the folder deleted) when its fixture ends.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+REQUIRED = os.environ.get("GATEWAY_TEST_REQUIRE_ENGINES") == "1"
+HOW = ("build them with ./scripts/engines (needs Go 1.26 and the Go module proxy), or run ./scripts/test, which does; "
+       "or point GATEWAY_TEST_OPA_BIN / GATEWAY_TEST_WEAVIATE_BIN at binaries")
+CACHE = Path(os.environ.get("GATEWAY_ENGINES_DIR")
+             or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "governed-gateway" / "bin")
+
+
+def unavailable(reason: str) -> None:
+    if REQUIRED:
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+def binary(name: str, variable: str) -> str:
+    """The binary named by `variable`, else the newest `name-v*` that ./scripts/engines built."""
+    configured = os.environ.get(variable)
+    if configured:
+        if not os.access(configured, os.X_OK):
+            unavailable(f"{variable}={configured} is not an executable file")
+        return configured
+    built = sorted(CACHE.glob(f"{name}-v*"), key=lambda p: p.stat().st_mtime)
+    if not built:
+        unavailable(f"no {name} to test against: {HOW}")
+    return str(built[-1])
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free loopback ports (held open together while chosen, so never one twice)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+class Server:
+    """A child process answering HTTP on loopback; `ready_path` says when it is up."""
+
+    def __init__(self, command: list[str], url: str, ready_path: str, *, env: dict[str, str] | None = None,
+                 directory: Path, start_s: float = 60.0) -> None:
+        self.url = url
+        self.directory = directory
+        self.log_path = directory / "server.log"
+        self._log = self.log_path.open("wb")
+        self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=directory,
+                                        start_new_session=True)
+        deadline = time.monotonic() + start_s
+        while True:
+            if self.process.poll() is not None:
+                self.stop()
+                raise RuntimeError(f"{command[0]} exited with {self.process.returncode}: {self.log_tail()}")
+            try:
+                if httpx.get(url + ready_path, timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"{command[0]} not ready within {start_s:.0f} s: {self.log_tail()}")
+            time.sleep(0.1)
+
+    def log_tail(self) -> str:
+        return self.log_path.read_text(errors="replace")[-3000:] if self.log_path.exists() else ""
+
+    def pause(self) -> None:
+        """Stop the process where it stands (SIGSTOP): connections are accepted, nothing answers."""
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.process.send_signal(signal.SIGCONT)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+            self.process.terminate()
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        self._log.close()
+
+
+class OpaServer(Server):
+    """`opa run --server` on a free loopback port, loading `paths` (as bundles when `bundle`)."""
+
+    def __init__(self, paths: tuple[str | Path, ...] = (), *, bundle: bool = False, extra: tuple[str, ...] = ()) -> None:
+        executable = binary("opa", "GATEWAY_TEST_OPA_BIN")
+        (port,) = free_ports(1)
+        directory = Path(tempfile.mkdtemp(prefix="gw-opa-"))
+        command = [executable, "run", "--server", "--addr", f"127.0.0.1:{port}", "--skip-version-check",
+                   "--log-level", "error", *(("--bundle",) if bundle else ()), *extra, *(str(p) for p in paths)]
+        super().__init__(command, f"http://127.0.0.1:{port}", "/health", directory=directory, start_s=30)
+
+    def stop(self) -> None:
+        super().stop()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __enter__(self) -> "OpaServer":
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+
+def opa_command(*args: str | Path, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """One `opa` command (test, check, build, ...), its output captured."""
+    executable = binary("opa", "GATEWAY_TEST_OPA_BIN")
+    return subprocess.run([executable, *(str(a) for a in args)], capture_output=True, text=True, cwd=cwd, timeout=timeout)
+
+
+class WeaviateServer(Server):
+    """`weaviate-server` alone on loopback: anonymous access, no vectorizer module, telemetry off,
+    every port (HTTP, gRPC, gossip, data, Raft, profiling) a free one, data in a temporary folder."""
+
+    def __init__(self) -> None:
+        executable = binary("weaviate-server", "GATEWAY_TEST_WEAVIATE_BIN")
+        http_port, grpc_port, gossip, data_port, raft, raft_rpc, profiling = free_ports(7)
+        directory = Path(tempfile.mkdtemp(prefix="gw-weaviate-"))
+        env = {
+            "PATH": os.environ.get("PATH", ""),
+            "HOME": str(directory),
+            "PERSISTENCE_DATA_PATH": str(directory / "data"),
+            "AUTHENTICATION_ANONYMOUS_ACCESS_ENABLED": "true",
+            "DEFAULT_VECTORIZER_MODULE": "none",
+            "ENABLE_MODULES": "",
+            "DISABLE_TELEMETRY": "true",
+            "QUERY_DEFAULTS_LIMIT": "25",
+            "LOG_LEVEL": "warning",
+            "CLUSTER_HOSTNAME": "node1",
+            "CLUSTER_ADVERTISE_ADDR": "127.0.0.1",
+            "CLUSTER_BIND_ADDR": "127.0.0.1",
+            "CLUSTER_GOSSIP_BIND_PORT": str(gossip),
+            "CLUSTER_DATA_BIND_PORT": str(data_port),
+            "RAFT_PORT": str(raft),
+            "RAFT_INTERNAL_RPC_PORT": str(raft_rpc),
+            "RAFT_BOOTSTRAP_EXPECT": "1",
+            "RAFT_JOIN": f"node1:{raft}",
+            "GRPC_PORT": str(grpc_port),
+            "GO_PROFILING_PORT": str(profiling),
+            "GO_PROFILING_DISABLE": "true",
+            "PROMETHEUS_MONITORING_ENABLED": "false",
+            "GOMAXPROCS": "2",
+        }
+        self.grpc_port = grpc_port
+        command = [executable, "--host", "127.0.0.1", "--port", str(http_port), "--scheme", "http"]
+        super().__init__(command, f"http://127.0.0.1:{http_port}", "/v1/.well-known/ready", env=env,
+                         directory=directory, start_s=90)
+
+    def stop(self) -> None:
+        super().stop()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def weaviate_server() -> Iterator[WeaviateServer]:
+    """One Weaviate for the session (each test uses a collection of its own)."""
+    try:
+        server = WeaviateServer()
+    except RuntimeError as exc:
+        unavailable(str(exc))
+        return
+    yield server
+    server.stop()
