@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import Engine
 
@@ -29,8 +30,11 @@ from gateway.privacy.store import Privacy, load_privacy
 from gateway.settings import Settings
 from gateway.synthesis.client import Synthesizer
 from gateway.telemetry import NOOP, Telemetry, build_telemetry
-from gateway.writes.embeddings import load_embedder
+from gateway.writes.embeddings import Embedder, load_embedder
 from gateway.writes.vectorize import EmbeddingWorker, publish_to_weaviate
+
+if TYPE_CHECKING:  # Weaviate's client is imported only by a deployment that sets GATEWAY_WEAVIATE_URL
+    from connectors.weaviate import WeaviateConnector
 
 log = logging.getLogger("gateway.context")
 
@@ -104,6 +108,21 @@ def build_checkpointer(settings: Settings, store: Engine) -> Checkpointer | None
                         settings.audit_checkpoint_rows, settings.audit_checkpoint_seconds)
 
 
+def build_weaviate(settings: Settings, embedder: Embedder) -> "WeaviateConnector":
+    """The Weaviate connector of GATEWAY_WEAVIATE_URL, for the model's vectors."""
+    from connectors.weaviate import WeaviateConnector
+
+    assert settings.weaviate_url
+    return WeaviateConnector(
+        settings.weaviate_url,
+        model=embedder.model_id,
+        dims=embedder.dims,
+        collection=settings.weaviate_collection,
+        grpc_port=settings.weaviate_grpc_port,
+        api_key=settings.weaviate_api_key,
+    )
+
+
 def build_semantic(settings: Settings, store: Engine) -> Semantic:
     """The embedded vector index and its embedding worker, or the reason semantic search is off."""
     embedder, unavailable = load_embedder(settings)
@@ -111,19 +130,11 @@ def build_semantic(settings: Settings, store: Engine) -> Semantic:
         return Semantic(None, None, None, unavailable)
     if settings.weaviate_url:
         from connectors.confirm import StoreConfirmed
-        from connectors.weaviate import WeaviateConnector
 
-        weaviate = WeaviateConnector(
-            settings.weaviate_url,
-            model=embedder.model_id,
-            dims=embedder.dims,
-            collection=settings.weaviate_collection,
-            grpc_port=settings.weaviate_grpc_port,
-            api_key=settings.weaviate_api_key,
-        )
+        weaviate = build_weaviate(settings, embedder)
         publish = functools.partial(publish_to_weaviate, weaviate)
         worker = EmbeddingWorker(store, embedder, publish=publish) if settings.background_embedding else None
-        return Semantic(embedder, StoreConfirmed(weaviate, store), worker)
+        return Semantic(embedder, StoreConfirmed(weaviate, store), worker, close=weaviate.close)
     worker = EmbeddingWorker(store, embedder) if settings.background_embedding else None
     if settings.vector_index != "memory":
         # pgvector: the index lives in the store, so nothing vector-shaped is held (or warmed) here.

@@ -151,7 +151,8 @@ class Gateway:
 
         semantic = self.client.app.state.context.connectors.semantic  # type: ignore[attr-defined]
         assert semantic.embedder is not None, semantic.unavailable
-        return embed_all(self.store, semantic.embedder)
+        publish = semantic.worker.publish if semantic.worker is not None else None  # Weaviate's copy
+        return embed_all(self.store, semantic.embedder, publish=publish)
 
     def trace(self, trace_id: str) -> dict[str, Any]:
         row = self.client.app.state.context.audit.get(trace_id)  # type: ignore[attr-defined]

@@ -19,7 +19,9 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -191,3 +193,33 @@ def weaviate_server() -> Iterator[WeaviateServer]:
         return
     yield server
     server.stop()
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    url: str
+    grpc_port: int
+    api_key: str | None = None
+
+    def client(self) -> Any:
+        import weaviate
+
+        host_port = self.url.rstrip("/").split("://", 1)[1]
+        host, _, port = host_port.partition(":")
+        secure = self.url.startswith("https")
+        return weaviate.connect_to_custom(
+            http_host=host, http_port=int(port or 8080), http_secure=secure, grpc_host=host, grpc_port=self.grpc_port,
+            grpc_secure=secure, auth_credentials=self.api_key or None,
+        )
+
+
+@pytest.fixture(scope="session")
+def weaviate_endpoint(request: pytest.FixtureRequest) -> Endpoint:
+    """GATEWAY_WEAVIATE_URL's Weaviate when it is set (GATEWAY_WEAVIATE_GRPC_PORT, GATEWAY_WEAVIATE_API_KEY),
+    else a weaviate-server the session starts itself (tests/engines.py)."""
+    configured = os.environ.get("GATEWAY_WEAVIATE_URL")
+    if configured:
+        return Endpoint(configured, int(os.environ.get("GATEWAY_WEAVIATE_GRPC_PORT", "50051")),
+                        os.environ.get("GATEWAY_WEAVIATE_API_KEY"))
+    server: WeaviateServer = request.getfixturevalue("weaviate_server")
+    return Endpoint(server.url, server.grpc_port)

@@ -32,7 +32,7 @@ from connectors.weaviate.schema import (
     weaviate_tenant,
 )
 from core.constraints import ItemFilter
-from core.errors import ConnectorError
+from core.errors import ConfigurationError, ConnectorError
 from core.records import Candidate, RecallQuery, Record, SkipReason, SourceResult
 
 COLLECTION: Final = "GatewayItem"
@@ -78,7 +78,10 @@ class WeaviateConnector:
         if isinstance(client, str):
             self._url = urlsplit(client)
             if self._url.scheme not in ("http", "https") or not self._url.hostname:
-                raise ValueError("the Weaviate URL must be http(s)://host[:port]")
+                raise ConfigurationError("GATEWAY_WEAVIATE_URL must be http(s)://host[:port]")
+            http_port = self._url.port or (443 if self._url.scheme == "https" else 8080)
+            if http_port == grpc_port:  # the client refuses it on first use; say so at start instead
+                raise ConfigurationError(f"GATEWAY_WEAVIATE_GRPC_PORT ({grpc_port}) must differ from the URL's HTTP port")
             self._client: weaviate.WeaviateClient | None = None
             self._owned = True
         else:
@@ -120,10 +123,18 @@ class WeaviateConnector:
     # -- schema
 
     def ensure_schema(self) -> None:
-        """Create the collection if it is missing, then check it fits (blocking)."""
+        """Create the collection if it is missing, then check it fits (blocking). Writing and
+        searching do this on first use, so a new deployment needs no separate step."""
         try:
-            client = self._connected()
-            if not client.collections.exists(self.collection):
+            self._prepare(self._connected())
+        except WeaviateBaseError as exc:
+            raise _error("schema", exc) from exc
+
+    def _prepare(self, client: weaviate.WeaviateClient) -> None:
+        if self._verified:
+            return
+        if not client.collections.exists(self.collection):
+            try:
                 client.collections.create(
                     self.collection,
                     description=schema_description(self.model, self.dims),
@@ -135,13 +146,9 @@ class WeaviateConnector:
                     multi_tenancy_config=Configure.multi_tenancy(enabled=True, auto_tenant_creation=True),
                     inverted_index_config=Configure.inverted_index(index_null_state=True),
                 )
-            self._verify(client)
-        except WeaviateBaseError as exc:
-            raise _error("schema", exc) from exc
-
-    def _verify(self, client: weaviate.WeaviateClient) -> None:
-        if self._verified:
-            return
+            except WeaviateBaseError:
+                if not client.collections.exists(self.collection):  # not another replica creating it meanwhile
+                    raise
         problems = schema_problems(client.collections.use(self.collection).config.get(), self.model, self.dims)
         if problems:
             raise ConnectorError("semantic: the Weaviate collection does not fit: " + "; ".join(problems))
@@ -163,7 +170,7 @@ class WeaviateConnector:
             )
         try:
             client = self._connected()
-            self._verify(client)
+            self._prepare(client)
             data = client.collections.use(self.collection).with_tenant(shard).data
             for start in range(0, len(objects), INSERT_CHUNK):
                 outcome = data.insert_many(objects[start : start + INSERT_CHUNK])
@@ -196,7 +203,7 @@ class WeaviateConnector:
         assert query.vector is not None
         try:
             client = self._connected()
-            self._verify(client)
+            self._prepare(client)
             collection = client.collections.use(self.collection).with_tenant(shard)
             response = collection.query.near_vector(
                 near_vector=list(query.vector),

@@ -108,6 +108,7 @@ def create_app(settings: Settings, context: GatewayContext | None = None, teleme
                 await anyio.to_thread.run_sync(app.state.context.audit.checkpointer.checkpoint, True)
             if own:
                 await app.state.context.policy.aclose()
+                await anyio.to_thread.run_sync(app.state.context.connectors.semantic.close)
                 if app.state.context.synthesizer is not None:
                     await app.state.context.synthesizer.aclose()
                 await anyio.to_thread.run_sync(app.state.context.telemetry.shutdown)  # flushes the exporters

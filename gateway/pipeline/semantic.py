@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 import time
 from dataclasses import dataclass, replace
 
@@ -24,6 +25,8 @@ class Semantic:
     connector: SemanticConnector | None
     worker: EmbeddingWorker | None
     unavailable: str | None = None
+    # Releases what the connector holds outside the process (Weaviate's connections) at shutdown.
+    close: Callable[[], None] = lambda: None
 
 
 async def semantic_search(semantic: Semantic, where: ItemFilter, query: RecallQuery) -> SourceResult:

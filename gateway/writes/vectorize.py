@@ -122,14 +122,21 @@ def _passage(text: str, section: str | None) -> str:
 
 
 def embed_all(
-    engine: Engine, embedder: Embedder, batch: int = 32, progress: Callable[[int], None] | None = None, chunk: int = 512
+    engine: Engine,
+    embedder: Embedder,
+    batch: int = 32,
+    progress: Callable[[int], None] | None = None,
+    chunk: int = 512,
+    publish: Publish | None = None,
 ) -> int:
     """Embed everything waiting (the CLI's `gateway embed`). Reads `chunk` waiting items at a time
     in key order, each read starting after the last key seen (so the store is not scanned again
     from its start for every chunk), embeds them length-sorted in batches of `batch`
     (`embed_many`) and stores each chunk in one transaction: memory holds one chunk, whatever the
     store's size. Passes repeat until one finds nothing, so an item rewritten behind the cursor
-    meanwhile is embedded too."""
+    meanwhile is embedded too. With `publish` (a Weaviate deployment), each chunk is copied there
+    before its vectors are stored, as the background worker does: an item is never marked embedded
+    while the index that serves it lacks its vector."""
     joined, condition = _stale(embedder.model_id)
     total = 0
     while True:
@@ -148,6 +155,8 @@ def embed_all(
                 break
             after = rows[-1].pk
             vectors = embed_many(embedder, [_passage(r.text, r.section) for r in rows], batch, progress)
+            if publish is not None:
+                publish(engine, {r.pk: [float(x) for x in v] for r, v in zip(rows, vectors)})
             _store(engine, embedder, rows, vectors)
             done += len(rows)
         if not done:

@@ -5,9 +5,11 @@ result slot, and caller filters narrow the constraints without replacing them.""
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import inspect
 import pkgutil
+import secrets
 import typing
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -35,7 +37,8 @@ from gateway.pipeline.recall import run_source
 from gateway.settings import load_settings
 from gateway.writes.embeddings import load_embedder
 from gateway.writes.items import ingest
-from gateway.writes.vectorize import embed_all
+from gateway.writes.vectorize import embed_all, publish_to_weaviate
+from tests.engines import Endpoint, weaviate_endpoint, weaviate_server  # noqa: F401 - fixtures
 
 CONSTRAINTS = ItemFilter(
     tenant="acme",
@@ -215,6 +218,48 @@ class TestSemanticApproximateContract(TestSemanticContract):
     """The same index forced onto its HNSW path, widening its window past forbidden neighbours."""
 
     ann_min_items = 1
+
+
+class TestWeaviateContract(TestSemanticContract):
+    """The same contract on a live Weaviate (tests/engines.py), as the service serves it: the store's
+    items embedded and copied there (`embed_all` with the publisher), behind `StoreConfirmed`."""
+
+    @pytest.fixture(autouse=True)
+    def _weaviate(self, weaviate_endpoint: Endpoint) -> Iterator[None]:  # noqa: F811
+        self.endpoint = weaviate_endpoint
+        self.made: list[WeaviateConnector] = []
+        yield
+        client = weaviate_endpoint.client()
+        try:
+            for connector in self.made:
+                client.collections.delete(connector.collection)
+                connector.close()
+        finally:
+            client.close()
+
+    def weaviate(self, **overrides: Any) -> WeaviateConnector:
+        embedder = minilm()
+        options: dict[str, Any] = {"grpc_port": self.endpoint.grpc_port, "api_key": self.endpoint.api_key,
+                                   "collection": f"GatewayItemContract{secrets.token_hex(4)}", **overrides}
+        connector = WeaviateConnector(options.pop("url", self.endpoint.url), model=embedder.model_id, dims=embedder.dims,
+                                      timeout_s=3, **options)
+        self.made.append(connector)
+        return connector
+
+    def connector(self, store: Engine) -> StoreConfirmed:
+        weaviate = self.weaviate()
+        embed_all(store, minilm(), publish=functools.partial(publish_to_weaviate, weaviate))
+        return StoreConfirmed(weaviate, store)
+
+    def test_an_unreachable_store_is_an_error_status_not_a_crash(self, store: Engine) -> None:
+        dead_store = create_engine("postgresql+psycopg://postgres@127.0.0.1:1/none", connect_args={"connect_timeout": 1})
+        served = self.connector(store)
+        for connector in (StoreConfirmed(served.inner, dead_store),  # Weaviate answers, the store does not
+                          StoreConfirmed(self.weaviate(url="http://127.0.0.1:9", grpc_port=10), store)):  # nor Weaviate
+            result = asyncio.run(run_source(connector.name, lambda: connector.search(CONSTRAINTS, self.query()), 5000))
+            assert result.status == "error" and result.candidates == ()
+            with pytest.raises(ConnectorError):
+                search(connector, CONSTRAINTS, self.query())
 
 
 # ---------------------------------------------------------------- each backend has its protocol's methods

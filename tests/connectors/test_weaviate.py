@@ -48,7 +48,7 @@ from core.tables import KINDS, SENSITIVITIES, STATUSES
 from gateway.pipeline.recall import run_source
 from gateway.writes.items import ingest
 from tests.connectors.test_contract import CONSTRAINTS, FORBIDDEN_VARIANTS, note
-from tests.engines import WeaviateServer, weaviate_server  # noqa: F401 - fixture
+from tests.engines import Endpoint, weaviate_endpoint, weaviate_server  # noqa: F401 - fixtures
 
 MODEL = "test-embedding-v1"
 DIMS = 16
@@ -411,36 +411,6 @@ def test_an_unreachable_weaviate_is_an_error_status_not_a_crash() -> None:
 
 # ---------------------------------------------------------------- the contract against a live Weaviate
 
-@dataclass(frozen=True)
-class Endpoint:
-    url: str
-    grpc_port: int
-    api_key: str | None = None
-
-    def client(self) -> Any:
-        import weaviate
-
-        host_port = self.url.rstrip("/").split("://", 1)[1]
-        host, _, port = host_port.partition(":")
-        secure = self.url.startswith("https")
-        return weaviate.connect_to_custom(
-            http_host=host, http_port=int(port or 8080), http_secure=secure, grpc_host=host, grpc_port=self.grpc_port,
-            grpc_secure=secure, auth_credentials=self.api_key or None,
-        )
-
-
-@pytest.fixture(scope="session")
-def weaviate_endpoint(request: pytest.FixtureRequest) -> Endpoint:
-    """GATEWAY_WEAVIATE_URL's Weaviate when it is set (GATEWAY_WEAVIATE_GRPC_PORT, GATEWAY_WEAVIATE_API_KEY),
-    else a weaviate-server the session starts itself (tests/engines.py)."""
-    configured = os.environ.get("GATEWAY_WEAVIATE_URL")
-    if configured:
-        return Endpoint(configured, int(os.environ.get("GATEWAY_WEAVIATE_GRPC_PORT", "50051")),
-                        os.environ.get("GATEWAY_WEAVIATE_API_KEY"))
-    server: WeaviateServer = request.getfixturevalue("weaviate_server")
-    return Endpoint(server.url, server.grpc_port)
-
-
 def unit(values: list[float]) -> tuple[float, ...]:
     norm = math.sqrt(sum(v * v for v in values))
     return tuple(v / norm for v in values)
@@ -528,3 +498,27 @@ def test_live_records_come_back_whole(weaviate_store: Loaded, contract_store: tu
     for candidate in result.candidates:
         expected = stored[candidate.record.id]
         assert candidate.record == replace(expected, name=None, entity_type=None, email=None, domain=None, phone=None)
+
+
+RELAXED: dict[str, dict[str, Any]] = {  # per forbidden variant: CONSTRAINTS widened in that one dimension only
+    "acl": {"principals": CONSTRAINTS.principals + ("group:finance",)},
+    "sensitivity": {"sensitivities": SENSITIVITIES},
+    "expired": {"valid_at": parse_rfc3339("2025-06-01T00:00:00Z")},
+    "future": {"valid_at": parse_rfc3339("2027-06-01T00:00:00Z")},
+    "scope": {"scopes": CONSTRAINTS.scopes + ("support",)},
+    "status": {"statuses": STATUSES},
+    "attachment": {"subjects": CONSTRAINTS.subjects + ("ent_other",)},
+    "kind": {"kinds": KINDS},
+}
+
+
+@pytest.mark.parametrize("variant", sorted(FORBIDDEN_VARIANTS))
+def test_live_each_hard_filter_keeps_its_twins_on_the_query_vector_out(weaviate_store: Loaded, variant: str) -> None:
+    """Each variant's items lie on the query's own vector: widened in that one dimension, Weaviate
+    returns them first; with the constraints, it never returns one."""
+    assert sorted(RELAXED) == sorted(FORBIDDEN_VARIANTS)
+    twins = f"forbidden_{variant}_"
+    widened = live_search(weaviate_store, replace(CONSTRAINTS, **RELAXED[variant]), limit=4)
+    assert [c.record.id.startswith(twins) for c in widened.candidates] == [True] * 4, [c.record.id for c in widened.candidates]
+    held = live_search(weaviate_store, CONSTRAINTS, limit=100)
+    assert held.candidates and not any(c.record.id.startswith(twins) for c in held.candidates)

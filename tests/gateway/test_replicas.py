@@ -151,7 +151,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     searches was written by A."""
     postgres = require_postgres()
     name = "gw_replicas_" + secrets.token_hex(5)
-    admin = create_engine(isolation_level="AUTOCOMMIT")
+    admin = create_engine(postgres, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f"CREATE DATABASE {name}"))
     database_url = make_url(postgres).set(database=name).render_as_string(hide_password=False)
