@@ -284,3 +284,7 @@ def children(pid: int) -> set[int]:
         if int(fields[1]) == pid and b"resource_tracker" not in command:
             found.add(int(stat.parent.name))
     return found
+
+
+# The live engines' fixtures (tests/engines.py), for any test that names them.
+from tests.engines import opa_live, weaviate_endpoint, weaviate_server  # noqa: E402, F401

@@ -223,3 +223,49 @@ def weaviate_endpoint(request: pytest.FixtureRequest) -> Endpoint:
                         os.environ.get("GATEWAY_WEAVIATE_API_KEY"))
     server: WeaviateServer = request.getfixturevalue("weaviate_server")
     return Endpoint(server.url, server.grpc_port)
+
+
+class Opa:
+    """What the tests do to a running OPA over its REST API (the gateway's own client is under test)."""
+
+    def __init__(self, server: OpaServer) -> None:
+        self.server = server
+        self.url = server.url
+
+    def put_policy(self, policy_id: str, source: str) -> None:
+        response = httpx.put(f"{self.url}/v1/policies/{policy_id}", content=source.encode(), timeout=10)
+        assert response.status_code == 200, response.text
+
+    def delete_policy(self, policy_id: str) -> None:
+        response = httpx.delete(f"{self.url}/v1/policies/{policy_id}", timeout=10)
+        assert response.status_code == 200, response.text
+
+    def policy_ids(self) -> list[str]:
+        return sorted(p["id"] for p in httpx.get(f"{self.url}/v1/policies", timeout=10).json()["result"])
+
+    def decisions(self) -> list[dict[str, Any]]:
+        """The decisions OPA logged to its console (`decision_logs.console=true`), each as OPA wrote it."""
+        import json
+
+        found = []
+        for line in self.server.log_path.read_text(errors="replace").splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and entry.get("msg") == "Decision Log":
+                found.append(entry)
+        return found
+
+
+@pytest.fixture
+def opa_live() -> Iterator[Opa]:
+    """A fresh `opa run --server` with nothing loaded (the gateway pushes its policies), logging
+    every decision to its console."""
+    try:
+        server = OpaServer(extra=("--set", "decision_logs.console=true", "--log-level", "info"))
+    except RuntimeError as exc:
+        unavailable(str(exc))
+        return
+    yield Opa(server)
+    server.stop()

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import anyio.to_thread

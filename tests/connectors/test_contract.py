@@ -38,7 +38,7 @@ from gateway.settings import load_settings
 from gateway.writes.embeddings import load_embedder
 from gateway.writes.items import ingest
 from gateway.writes.vectorize import embed_all, publish_to_weaviate
-from tests.engines import Endpoint, weaviate_endpoint, weaviate_server  # noqa: F401 - fixtures
+from tests.engines import Endpoint
 
 CONSTRAINTS = ItemFilter(
     tenant="acme",
@@ -225,7 +225,7 @@ class TestWeaviateContract(TestSemanticContract):
     items embedded and copied there (`embed_all` with the publisher), behind `StoreConfirmed`."""
 
     @pytest.fixture(autouse=True)
-    def _weaviate(self, weaviate_endpoint: Endpoint) -> Iterator[None]:  # noqa: F811
+    def _weaviate(self, weaviate_endpoint: Endpoint) -> Iterator[None]:
         self.endpoint = weaviate_endpoint
         self.made: list[WeaviateConnector] = []
         yield

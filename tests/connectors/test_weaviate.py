@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 import random
 import secrets
 from collections.abc import Iterator
@@ -48,7 +47,7 @@ from core.tables import KINDS, SENSITIVITIES, STATUSES
 from gateway.pipeline.recall import run_source
 from gateway.writes.items import ingest
 from tests.connectors.test_contract import CONSTRAINTS, FORBIDDEN_VARIANTS, note
-from tests.engines import Endpoint, weaviate_endpoint, weaviate_server  # noqa: F401 - fixtures
+from tests.engines import Endpoint
 
 MODEL = "test-embedding-v1"
 DIMS = 16

@@ -14,7 +14,7 @@ import pytest
 
 from gateway.writes.vectorize import lag
 from tests.conftest import Gateway, open_gateway
-from tests.engines import Endpoint, weaviate_endpoint, weaviate_server  # noqa: F401 - fixtures
+from tests.engines import Endpoint
 from tests.gateway.fixtures import SALES_TASK
 
 SEMANTIC_ONLY = {"exact": False, "lexical": False, "semantic": True, "graph": False}
@@ -119,7 +119,7 @@ def on_weaviate(endpoint: Endpoint, collection: str, tmp_path: Path, **overrides
 
 
 @pytest.fixture
-def drop(weaviate_endpoint: Endpoint) -> Iterator[Callable[[str], None]]:  # noqa: F811
+def drop(weaviate_endpoint: Endpoint) -> Iterator[Callable[[str], None]]:
     made: list[str] = []
     yield made.append
     client = weaviate_endpoint.client()
@@ -131,7 +131,7 @@ def drop(weaviate_endpoint: Endpoint) -> Iterator[Callable[[str], None]]:  # noq
 
 
 def test_weaviate_answers_as_the_in_process_index_through_writes_merges_and_deletes(
-    weaviate_endpoint: Endpoint, collection: str, drop: Callable[[str], None], tmp_path: Path  # noqa: F811
+    weaviate_endpoint: Endpoint, collection: str, drop: Callable[[str], None], tmp_path: Path
 ) -> None:
     with open_gateway(f"sqlite:///{tmp_path / 'memory.db'}", tmp_path / "memory", vector_index="memory") as gateway:
         expected = scenario(gateway)
@@ -153,7 +153,7 @@ def test_weaviate_answers_as_the_in_process_index_through_writes_merges_and_dele
 
 
 def test_gateway_embed_copies_into_weaviate_before_it_counts_an_item_embedded(
-    weaviate_endpoint: Endpoint, collection: str, drop: Callable[[str], None], tmp_path: Path  # noqa: F811
+    weaviate_endpoint: Endpoint, collection: str, drop: Callable[[str], None], tmp_path: Path
 ) -> None:
     from click.testing import CliRunner
 

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from core.errors import ConfigurationError
+from gateway.settings import PROJECT_POLICIES
 from tests.conftest import Gateway, edit_json, open_gateway
+from tests.engines import Opa, OpaServer, opa_command
 from tests.gateway.fixtures import SALES_TASK, seed
 from tests.opa_double import OpaDouble
 
@@ -97,15 +99,12 @@ def test_item_the_policy_denies_after_pushdown_is_dropped_and_counted(
         assert sorted(lineage["retrieved"]["lexical"]) == ["mem_acl_ok", "mem_confidential_ok"]
 
 
-@pytest.fixture
-def opa() -> Iterator[OpaDouble]:
-    with OpaDouble(mode="ok") as double:
-        yield double
+# ---------------------------------------------------------------- the OPA server engine, on a real `opa run --server`
+
+REQUEST_MODULE = "gateway/request/request.rego"  # the id the gateway pushes it under (its path in the bundle)
 
 
-def test_opa_backend_gives_the_same_answers_as_the_embedded_engine(
-    database_url: str, tmp_path: Path, opa: OpaDouble
-) -> None:
+def test_opa_backend_gives_the_same_answers_as_the_embedded_engine(database_url: str, tmp_path: Path, opa_live: Opa) -> None:
     questions = [
         {"task": SALES_TASK, "query": "wombatacl wombatsens wombatscope quokkaacl quokkasens"},
         {"task": SALES_TASK, "mode": "brief", "entities": [{"email": "jane@globex.example"}]},
@@ -114,16 +113,19 @@ def test_opa_backend_gives_the_same_answers_as_the_embedded_engine(
         {"task": SALES_TASK, "query": "quokkaexpired", "as_of": "2025-06-01T00:00:00Z"},
     ]
     answers = {}
-    for engine, overrides in (("embedded", {}), ("opa", {"opa_url": opa.url})):
+    for engine, overrides in (("embedded", {}), ("opa", {"opa_url": opa_live.url})):
         with gateway_with(database_url, tmp_path / engine, **overrides) as gateway:
             key = seed(gateway)
             answers[engine] = [_essence(gateway.retrieve(key, q)) for q in questions]
-            assert gateway.client.get("/v1/policy", headers=gateway.auth(key)).json()["engine"] == engine
+            policy = gateway.client.get("/v1/policy", headers=gateway.auth(key)).json()
+            assert policy["engine"] == engine
     assert answers["opa"] == answers["embedded"]
     assert any(a[1] for a in answers["opa"])  # the comparison is not between two empty answers
-    decisions = opa.requests_to("/v1/data/gateway/request", method="POST")
-    assert decisions and all("input" in r["body"] for r in decisions)
-    assert "wombatacl" not in str(decisions)  # the query text never goes to the policy engine
+    assert any(a[0] == 403 for a in answers["opa"])  # nor between two allows
+    assert REQUEST_MODULE in opa_live.policy_ids()  # pushed through OPA's policy API
+    decisions = [d for d in opa_live.decisions() if d.get("path") == "gateway/request"]
+    assert len(decisions) >= len(questions) and all("input" in d for d in decisions)
+    assert "wombat" not in opa_live.server.log_tail() and "quokka" not in str(opa_live.decisions())  # no query text
 
 
 def _essence(response: Any) -> tuple[int, list[str], str | None]:
@@ -133,34 +135,52 @@ def _essence(response: Any) -> tuple[int, list[str], str | None]:
     return 200, sorted(i["id"] for i in body["items"]), body["empty_reason"]
 
 
-@pytest.mark.parametrize("mode", ["error", "garbage", "undefined", "hang"])
-def test_opa_failure_fails_closed_with_503_and_a_trace(sqlite_url: str, tmp_path: Path, opa: OpaDouble, mode: str) -> None:
-    # The OPA double answers from a thread of this process, beside the app's background analysis of
-    # the seeded items: a deadline with room for that, and a hang well past it.
-    with gateway_with(sqlite_url, tmp_path, opa_url=opa.url, opa_timeout_ms=1000) as gateway:
+# What each way of breaking the live OPA does to it; "garbage" needs the double (a real OPA always answers JSON).
+BREAKS = {
+    # an evaluation error: two complete definitions of `allow` both true -> 500 eval_conflict_error
+    "error": lambda opa: opa.put_policy(REQUEST_MODULE, "package gateway.request\n\nallow := true if input.actor\n"
+                                                       "allow := false if input.actor\n"),
+    # the decision's package gone -> 200 without a result
+    "undefined": lambda opa: opa.delete_policy(REQUEST_MODULE),
+    # the process stopped where it stands: the connection is accepted, no answer comes
+    "hang": lambda opa: opa.server.pause(),
+}
+
+
+@pytest.mark.parametrize("mode", sorted(BREAKS))
+def test_opa_failure_fails_closed_with_503_and_a_trace(sqlite_url: str, tmp_path: Path, opa_live: Opa, mode: str) -> None:
+    with gateway_with(sqlite_url, tmp_path, opa_url=opa_live.url, opa_timeout_ms=1000) as gateway:
         key = seed(gateway)
         assert gateway.retrieve(key, {"task": SALES_TASK, "query": "wombatacl"}).status_code == 200
-        opa.mode = mode
-        opa.hang_seconds = 3
-        opa.clear_requests()
+        BREAKS[mode](opa_live)
         started = time.monotonic()
         response = gateway.retrieve(key, {"task": SALES_TASK, "query": "wombatacl"})
         assert response.status_code == 503, response.text
-        # One call, one deadline: the client never retries a failed or hung decision.
-        assert len(opa.requests_to("/v1/data/gateway/request", method="POST")) == 1
-        assert time.monotonic() - started < 2.5
+        assert time.monotonic() - started < 2.5  # one call, one deadline: a hung decision is never retried
         assert response.json()["error"]["code"] == "policy_unavailable"
         assert "wombat" not in response.text
         row = gateway.trace(response.headers["x-trace-id"])
         assert row["status_code"] == 503 and row["policy_engine"] == "opa"
-        opa.mode = "ok"
+        opa_live.server.resume()
 
 
-def test_opa_unreachable_after_start_fails_closed(sqlite_url: str, tmp_path: Path) -> None:
-    double = OpaDouble(mode="ok")
-    with gateway_with(sqlite_url, tmp_path, opa_url=double.url, opa_timeout_ms=300) as gateway:
+def test_opa_answering_garbage_fails_closed(sqlite_url: str, tmp_path: Path) -> None:
+    """The one fault a real OPA cannot be made to show: a 200 whose body is not JSON (the double)."""
+    with OpaDouble(mode="ok") as double, gateway_with(sqlite_url, tmp_path, opa_url=double.url, opa_timeout_ms=1000) as gateway:
         key = seed(gateway)
-        double.close()
+        assert gateway.retrieve(key, {"task": SALES_TASK, "query": "wombatacl"}).status_code == 200
+        double.mode = "garbage"
+        double.clear_requests()
+        response = gateway.retrieve(key, {"task": SALES_TASK, "query": "wombatacl"})
+        assert response.status_code == 503 and response.json()["error"]["code"] == "policy_unavailable"
+        assert len(double.requests_to("/v1/data/gateway/request", method="POST")) == 1
+        assert gateway.trace(response.headers["x-trace-id"])["error_code"] == "policy_unavailable"
+
+
+def test_opa_unreachable_after_start_fails_closed(sqlite_url: str, tmp_path: Path, opa_live: Opa) -> None:
+    with gateway_with(sqlite_url, tmp_path, opa_url=opa_live.url, opa_timeout_ms=300) as gateway:
+        key = seed(gateway)
+        opa_live.server.stop()  # connection refused from now on
         response = gateway.retrieve(key, {"task": SALES_TASK, "query": "wombatacl"})
         assert response.status_code == 503
         assert gateway.trace(response.headers["x-trace-id"])["error_code"] == "policy_unavailable"
@@ -172,21 +192,39 @@ def test_opa_unreachable_at_start_refuses_to_start(sqlite_url: str, tmp_path: Pa
             pass
 
 
-def test_opa_items_denial_midway_fails_closed(sqlite_url: str, tmp_path: Path, opa: OpaDouble) -> None:
+def test_opa_items_denial_midway_fails_closed(sqlite_url: str, tmp_path: Path, opa_live: Opa) -> None:
     """The request decision succeeds, then the batch verify fails: nothing is returned."""
-    with gateway_with(sqlite_url, tmp_path, opa_url=opa.url, opa_timeout_ms=300) as gateway:
+    with gateway_with(sqlite_url, tmp_path, opa_url=opa_live.url, opa_timeout_ms=1000) as gateway:
         key = seed(gateway)
-        opa.put_policy("gateway/items/items.rego", "package gateway.items\n\nallowed := x if { x := 1 / 0 }\n")
+        assert gateway.retrieve(key, {"task": SALES_TASK, "query": "wombatacl"}).status_code == 200
+        opa_live.put_policy("gateway/items/items.rego", "package gateway.items\n\nallowed := 1 if input.items\n"
+                                                        "allowed := 2 if input.items\n")
         response = gateway.retrieve(key, {"task": SALES_TASK, "query": "wombatacl"})
         assert response.status_code == 503
         assert "wombat" not in response.text
 
 
-def test_readyz_names_the_policy_engine_when_opa_goes_away(sqlite_url: str, tmp_path: Path) -> None:
-    double = OpaDouble(mode="ok")
-    with gateway_with(sqlite_url, tmp_path, opa_url=double.url, opa_timeout_ms=300) as gateway:
+def test_readyz_names_the_policy_engine_when_opa_goes_away(sqlite_url: str, tmp_path: Path, opa_live: Opa) -> None:
+    with gateway_with(sqlite_url, tmp_path, opa_url=opa_live.url, opa_timeout_ms=300) as gateway:
         assert gateway.client.get("/readyz").json()["checks"]["policy"] == "ok"
-        double.close()
+        opa_live.server.stop()
         response = gateway.client.get("/readyz")
         assert response.status_code == 503
         assert response.json()["checks"] == {"policy": "opa engine not answering", "store": "ok", "admission": "ok"}
+
+
+def test_a_bundle_opa_loads_itself_names_its_revision_from_provenance(sqlite_url: str, tmp_path: Path) -> None:
+    """GATEWAY_OPA_PUSH_POLICIES=false: OPA serves a bundle `opa build` wrote; the gateway pushes
+    nothing and names the revision OPA reports."""
+    bundle = tmp_path / "bundle.tar.gz"
+    built = opa_command("build", "--bundle", ".", "--revision", "rev-2026-12-01", "--output", bundle, cwd=PROJECT_POLICIES)
+    assert built.returncode == 0, built.stderr
+    with OpaServer((bundle,), bundle=True) as server:
+        with gateway_with(sqlite_url, tmp_path, opa_url=server.url, opa_push_policies=False) as gateway:
+            key = seed(gateway)
+            response = gateway.retrieve(key, {"task": SALES_TASK, "query": "wombatacl"})
+            assert response.status_code == 200 and [i["id"] for i in response.json()["items"]] == ["mem_acl_ok"]
+            revision = response.json()["decision"]["policy_revision"]
+            assert revision.startswith("opa:") and revision.endswith("@rev-2026-12-01"), revision
+            assert gateway.trace(response.headers["x-trace-id"])["policy_revision"] == revision
+        assert httpx.get(f"{server.url}/v1/policies", timeout=10).json()["result"]  # the bundle's, not pushed ones

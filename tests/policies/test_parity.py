@@ -1,5 +1,6 @@
-"""Parity: the embedded engine (regorus) and OPA (1.20.2, in-process via opa_bindings) decide alike
-on the same inputs, nulls and malformed values included. Where regorus fails the whole evaluation
+"""Parity: the embedded engine (regorus) and OPA decide alike on the same inputs, nulls and malformed
+values included; OPA both as a library in this process (1.20.2, opa_bindings) and as the `opa` binary
+a platform team deploys (tests/engines.py, serving policies/ as a bundle). Where regorus fails the whole evaluation
 (the gateway answers 503), OPA must not allow either."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 from opa_bindings import OpaEngine, OpaError
 
@@ -17,18 +19,47 @@ from core.errors import PolicyUnavailable
 from gateway.policy.bundle import read_bundle
 from gateway.policy.embedded import EmbeddedEngine
 from gateway.settings import PROJECT_POLICIES
+from tests.engines import OpaServer, unavailable
 
 UNAVAILABLE = "unavailable"
 
 
-@pytest.fixture(scope="module")
-def engines() -> Iterator[tuple[EmbeddedEngine, OpaEngine]]:
+class OpaBinary:
+    """The `opa` binary (`opa run --server --bundle policies/`), asked over its REST API as the
+    gateway's OPA engine asks it; a non-200 answer or an undefined document is an OpaError."""
+
+    def __init__(self) -> None:
+        self.server = OpaServer((PROJECT_POLICIES,), bundle=True)
+        self.client = httpx.Client(base_url=self.server.url, timeout=30)
+
+    def eval_document(self, path: str, policy_input: dict[str, Any]) -> Any:
+        response = self.client.post("/v1/data/" + path.replace(".", "/"), json={"input": policy_input})
+        body = response.json()
+        if response.status_code != 200 or "result" not in body:
+            raise OpaError(f"{response.status_code}: {body.get('code', 'undefined')}")
+        return body["result"]
+
+    def close(self) -> None:
+        self.client.close()
+        self.server.stop()
+
+
+@pytest.fixture(scope="module", params=["library", "binary"])
+def engines(request: pytest.FixtureRequest) -> Iterator[tuple[EmbeddedEngine, Any]]:
+    """regorus beside OPA: compiled into this process (opa_bindings), and the `opa` binary."""
     bundle = read_bundle(PROJECT_POLICIES)
     embedded = EmbeddedEngine(bundle)
-    opa = OpaEngine()
-    opa.add_data(bundle.data)
-    for path, source in bundle.modules:
-        opa.add_policy(path, source)
+    opa: Any
+    if request.param == "library":
+        opa = OpaEngine()
+        opa.add_data(bundle.data)
+        for path, source in bundle.modules:
+            opa.add_policy(path, source)
+    else:
+        try:
+            opa = OpaBinary()
+        except RuntimeError as exc:
+            unavailable(str(exc))
     yield embedded, opa
     asyncio.run(embedded.aclose())
     opa.close()
@@ -41,7 +72,7 @@ def on_embedded(engine: EmbeddedEngine, entrypoint: str, policy_input: dict[str,
         return UNAVAILABLE
 
 
-def on_opa(engine: OpaEngine, entrypoint: str, policy_input: dict[str, Any]) -> Any:
+def on_opa(engine: Any, entrypoint: str, policy_input: dict[str, Any]) -> Any:
     try:
         return engine.eval_document(f"gateway/{entrypoint}".replace("/", "."), policy_input)
     except OpaError:
@@ -94,7 +125,7 @@ def constraints_for(engine: EmbeddedEngine, task: dict[str, Any]) -> dict[str, A
     return result["constraints"]  # type: ignore[no-any-return]
 
 
-def test_items_parity_on_200_random_batches(engines: tuple[EmbeddedEngine, OpaEngine]) -> None:
+def test_items_parity_on_200_random_batches(engines: tuple[EmbeddedEngine, Any]) -> None:
     embedded, opa = engines
     rng = random.Random(20261130)
     constraints = constraints_for(embedded, {"type": "account_followup", "scope": "sales"})
@@ -134,7 +165,7 @@ REQUEST_CASES: list[dict[str, Any]] = [
 
 
 @pytest.mark.parametrize("case", range(len(REQUEST_CASES)))
-def test_request_parity(engines: tuple[EmbeddedEngine, OpaEngine], case: int) -> None:
+def test_request_parity(engines: tuple[EmbeddedEngine, Any], case: int) -> None:
     embedded, opa = engines
     policy_input = REQUEST_CASES[case]
     keys = ("allow", "reasons", "constraints")

@@ -5,7 +5,6 @@ data document does too; a malformed document does not; and the schema files are 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
