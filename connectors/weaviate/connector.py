@@ -16,7 +16,7 @@ import weaviate
 from weaviate.classes.config import Configure, VectorDistances
 from weaviate.classes.data import DataObject
 from weaviate.classes.init import AdditionalConfig, Auth, Timeout
-from weaviate.classes.query import FilterReturn, MetadataQuery
+from weaviate.classes.query import Filter, FilterReturn, MetadataQuery
 from weaviate.exceptions import WeaviateBaseError
 from weaviate.util import generate_uuid5
 
@@ -179,6 +179,19 @@ class WeaviateConnector:
         except WeaviateBaseError as exc:
             raise _error("upsert", exc) from exc
         return len(objects)
+
+    def forget(self, tenant: str, ids: tuple[str, ...]) -> int:
+        """Delete the tenant's copies of these items (ones the store no longer holds); blocking."""
+        if not ids:
+            return 0
+        try:
+            client = self._connected()
+            self._prepare(client)
+            data = client.collections.use(self.collection).with_tenant(weaviate_tenant(tenant)).data
+            outcome = data.delete_many(where=Filter.by_id().contains_any([generate_uuid5(i) for i in ids]))
+        except WeaviateBaseError as exc:
+            raise _error("delete", exc) from exc
+        return int(outcome.successful)
 
     # -- searching
 

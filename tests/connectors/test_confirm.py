@@ -19,15 +19,24 @@ from tests.connectors.test_contract import CONSTRAINTS, note
 
 
 class StaleIndex:
-    """Stands in for Weaviate, which cannot run here: returns whatever envelopes it was given."""
+    """An index holding stale copies: returns the first `limit` of the envelopes it was given, and
+    records what it was asked and told to forget (the live Weaviate runs in test_weaviate*.py)."""
 
     name = "semantic"
 
     def __init__(self, candidates: tuple[Candidate, ...]) -> None:
         self.candidates = candidates
+        self.asked: list[int] = []
+        self.forgotten: list[tuple[str, tuple[str, ...]]] = []
 
     async def search(self, constraints: ItemFilter, query: RecallQuery) -> SourceResult:
-        return SourceResult(self.name, "ok", self.candidates)
+        self.asked.append(query.limit)
+        return SourceResult(self.name, "ok", self.candidates[: query.limit])
+
+    def forget(self, tenant: str, ids: tuple[str, ...]) -> int:
+        self.forgotten.append((tenant, ids))
+        self.candidates = tuple(c for c in self.candidates if c.record.id not in ids)
+        return len(ids)
 
 
 def test_stale_copies_are_dropped_and_fresh_envelopes_used(database_url: str) -> None:
@@ -75,3 +84,34 @@ def test_items_naming_an_entity_the_filter_hides_are_dropped(database_url: str) 
 def _records(engine: Engine) -> dict[str, Record]:
     with engine.connect() as conn:
         return {row._mapping["id"]: record_from_row(row) for row in conn.execute(select(item))}
+
+
+def test_stale_copies_nearer_than_k_admitted_items_widen_the_window_and_gone_ones_are_forgotten(database_url: str) -> None:
+    """Twelve nearest copies are of pieces the store removed and of items re-shared away: asking for
+    5 still returns 5 admitted ones, and the index is told to drop the removed pieces' copies only."""
+    engine: Engine = open_store(database_url)
+    ingest(engine, "acme", [note(f"removed_{i}", "note") for i in range(6)] + [note(f"reshared_{i}", "note") for i in range(6)]
+           + [note(f"kept_{i}", "note") for i in range(5)])
+    copied = _records(engine)
+    ingest(engine, "acme", [note(f"reshared_{i}", "note", acl=["group:finance"]) for i in range(6)])
+    with engine.begin() as conn:
+        conn.execute(item.delete().where(item.c.id.like("removed_%")))
+    order = [f"removed_{i}" for i in range(6)] + [f"reshared_{i}" for i in range(6)] + [f"kept_{i}" for i in range(5)]
+    index = StaleIndex(tuple(Candidate(copied[i], "semantic", n, 1 - n / 100) for n, i in enumerate(order, start=1)))
+    result = asyncio.run(StoreConfirmed(index, engine).search(CONSTRAINTS, RecallQuery(text="x", limit=5)))
+    assert [c.record.id for c in result.candidates] == [f"kept_{i}" for i in range(5)]
+    assert [c.rank for c in result.candidates] == [1, 2, 3, 4, 5]
+    assert index.asked == [5, 20]  # one wider ask
+    forgotten = [i for tenant, ids in index.forgotten for i in ids]
+    assert sorted(forgotten) == [f"removed_{i}" for i in range(6)] and {t for t, _ in index.forgotten} == {"acme"}
+    engine.dispose()
+
+
+def test_a_full_page_of_admitted_items_asks_once(database_url: str) -> None:
+    engine: Engine = open_store(database_url)
+    ingest(engine, "acme", [note(f"kept_{i}", "note") for i in range(8)])
+    copied = _records(engine)
+    index = StaleIndex(tuple(Candidate(copied[f"kept_{i}"], "semantic", i + 1, 0.5) for i in range(8)))
+    result = asyncio.run(StoreConfirmed(index, engine).search(CONSTRAINTS, RecallQuery(text="x", limit=5)))
+    assert len(result.candidates) == 5 and index.asked == [5] and index.forgotten == []
+    engine.dispose()

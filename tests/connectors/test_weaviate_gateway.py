@@ -195,3 +195,50 @@ def test_a_weaviate_grpc_port_equal_to_its_http_port_is_refused_at_start(tmp_pat
     with pytest.raises(ConfigurationError, match="GATEWAY_WEAVIATE_GRPC_PORT \\(8080\\) must differ"):
         with open_gateway(f"sqlite:///{tmp_path / 'g.db'}", tmp_path, weaviate_url="http://127.0.0.1:8080", weaviate_grpc_port=8080):
             pass
+
+
+GUIDE = """---
+acl: ["*"]
+scope: [sales]
+title: Travel guide
+---
+# Hotels
+Hotel stays are booked through the travel desk and capped at two hundred euros a night.
+# Trains
+Second class train tickets are the default for trips under four hours.
+# Flights
+Economy flights need a manager's approval when they cost more than five hundred euros.
+"""
+
+
+def test_a_documents_removed_pieces_leave_weaviate_when_a_search_meets_them(
+    weaviate_endpoint: Endpoint, collection: str, drop: Callable[[str], None], tmp_path: Path
+) -> None:
+    drop(collection)
+    with on_weaviate(weaviate_endpoint, collection, tmp_path) as gateway:
+        key = gateway.key("alice", groups=("sales",), clearance="confidential")
+        writer = gateway.auth(gateway.key("writer-acme", roles=("ingest",)))
+
+        def put(body: str) -> None:
+            response = gateway.client.put("/v1/documents/travel", content=body.encode(), headers=writer)
+            assert response.status_code == 200, response.text
+
+        def copies() -> int:
+            client = weaviate_endpoint.client()
+            try:
+                return len(client.collections.use(collection).with_tenant("acme").query.fetch_objects(limit=100).objects)
+            finally:
+                client.close()
+
+        put(GUIDE)
+        wait_embedded(gateway)
+        assert copies() == 3
+        put(GUIDE.split("# Trains")[0])  # only the hotels section is left: two pieces removed from the store
+        wait_embedded(gateway)
+        assert copies() == 3  # Weaviate still holds the removed pieces' copies
+        question = {"task": SALES_TASK, "query": "which class of train ticket and which flights need approval",
+                    "sources": SEMANTIC_ONLY, "limit": 3}
+        response = gateway.retrieve(key, question, semantic=True)
+        assert response.status_code == 200, response.text
+        assert [i["id"] for i in response.json()["items"]] in ([], ["travel:0000"])
+        assert copies() == 1  # met by that search, confirmed gone from the store, dropped from Weaviate

@@ -365,7 +365,7 @@ def test_opa_sidecar_serves_the_bundle_and_the_gateway_asks_it(rendered: dict[st
     deployment = one(objects, "Deployment")
     opa = container(deployment, "opa")
     assert opa in pod_spec(deployment)["initContainers"] and opa["restartPolicy"] == "Always"  # native sidecar
-    assert opa["image"] == "openpolicyagent/opa:1.20.2-static"
+    assert opa["image"] == "openpolicyagent/opa:1.22.3-static"
     assert opa["args"][:2] == ["run", "--server"]
     assert "--addr=localhost:8181" in opa["args"]  # only the pod's own containers reach the API
     assert "--set-file=keys.gateway.key=/etc/opa-keys/bundle-key" in opa["args"]
