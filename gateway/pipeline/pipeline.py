@@ -172,7 +172,7 @@ class Pipeline:
         body = respond(trace.trace_id, request.effective_mode, revision, packed, sources, timings, depth, cursor)
         body["entities"] = entities_report(resolution)
         if masking is not None:  # every other string of the items and entities, with the text's placeholders
-            await self.mask_response(body, constraints, masking, trace, timer)
+            await self.mask_response(body, constraints, masking, trace, timer, request.query or "")
         if request.synthesize and self.synthesizer is not None:
             body["answer"] = await self.synthesize(request, constraints, packed, pieces, masking, trace, timer)
             timings.update(synthesis_ms=round(timer.timings.synthesis_ms or 0.0, 3), total_ms=timer.finish()["total_ms"])
@@ -290,13 +290,14 @@ class Pipeline:
         return masking, masked
 
     async def mask_response(
-        self, body: dict[str, Any], constraints: Constraints, masking: Masking, trace: TraceBuilder, timer: StageTimer
+        self, body: dict[str, Any], constraints: Constraints, masking: Masking, trace: TraceBuilder, timer: StageTimer,
+        question: str = "",
     ) -> None:
         """Every string of the body's items and entities but ids, enumerations, instants and the text
         (masked already) masked with the same placeholders, at response building (outside the
         budget, which counts text only). Detection runs now, once per distinct string, batched."""
         with timer.stage("pii.mask_fields", "mask_ms") as span:
-            await mask_fields(body, masking, frozenset(constraints.disclosure.reveal))
+            await mask_fields(body, masking, frozenset(constraints.disclosure.reveal), question)
             span.set_attributes({f"gateway.pii.masked.{kind}": n for kind, n in masking.masker.counts().items()})
         finished, timings = timer.finish(), body["timings"]
         timings.update({key: finished[key] for key in ("mask_ms", "total_ms") if key in timings})

@@ -163,10 +163,15 @@ def entities_report(resolution: Resolution) -> list[dict[str, Any]]:
     return report
 
 
-async def mask_fields(body: dict[str, Any], masking: Masking, keep: frozenset[str]) -> None:
+async def mask_fields(body: dict[str, Any], masking: Masking, keep: frozenset[str], question: str = "") -> None:
     """The body's items and entities with every string but the allowlisted fields masked, in place,
-    with the request's placeholders (those of the text), the types in `keep` left in clear."""
+    with the request's placeholders (those of the text), the types in `keep` left in clear. Then one
+    mask per value: whatever was masked in a field or named in the question is masked in every
+    item's text too, where the analyzer missed it."""
     items, entities = body["items"], body["entities"]
     objects = [(item, ITEM_NOT_MASKED) for item in items] + [(entity, ENTITY_NOT_MASKED) for entity in entities]
-    masked = await masking.fields(objects, keep, IDENTIFIER_TYPES)
+    masked = await masking.fields(objects, keep, IDENTIFIER_TYPES, also=(question,) if question else ())
     body["items"], body["entities"] = masked[: len(items)], masked[len(items) :]
+    for item in body["items"]:
+        if isinstance(item.get("text"), str):
+            item["text"] = masking.sweep(item["text"], keep)

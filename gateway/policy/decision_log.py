@@ -27,7 +27,9 @@ from gateway.settings import Settings
 
 log = logging.getLogger("gateway.decision_log")
 
-ERASED_KEYS = frozenset({"text", "value", "query", "name", "email", "phone", "website", "comment", "body"})
+# `slot` is an envelope field the policy may read, but free text that responses mask (it can hold
+# a name or an address): like the text, it never reaches the log.
+ERASED_KEYS = frozenset({"text", "value", "query", "name", "email", "phone", "website", "comment", "body", "slot"})
 
 
 def erase(value: Any, path: str = "input") -> tuple[Any, list[str]]:

@@ -150,6 +150,12 @@ class Failure:
     meaning: str
 
 
+def shown(record: Record) -> dict[str, Any]:
+    """The envelope as explain shows it: what the policy reads, but for `slot`, free text that
+    responses mask (a name or an address can stand in it), left out as the decision log leaves it out."""
+    return {key: value for key, value in record.envelope().items() if key != "slot"}
+
+
 @dataclass(frozen=True, slots=True)
 class ItemExplanation:
     """One named item: `allowed`, `denied` (the pushdown reads it, the policy drops it), `excluded`
@@ -213,7 +219,7 @@ async def explain(
     decision = await decide(engine, actor, request, now)
     found = await cancellable(_read_items, store, actor.tenant, tuple(ids))
     if decision.constraints is None:
-        items = tuple(ItemExplanation(i, "request_denied", found[i].envelope()) if i in found else _missing(i) for i in ids)
+        items = tuple(ItemExplanation(i, "request_denied", shown(found[i])) if i in found else _missing(i) for i in ids)
         return _explanation(decision, (), items, True)
     constraints = decision.constraints.with_subjects(await subjects_of(engine, decision.constraints))
     items, listed = await _items(engine, store, actor, request, constraints, ids, found)
@@ -271,7 +277,7 @@ async def _items(
                 if failures is not None
                 else (Failure("data.gateway.items.denied", reasons[item_id], CHECKS.get(reasons[item_id], "a check of this policy")),)
             )
-        items.append(ItemExplanation(item_id, status, record.envelope(), allowed, reasons.get(item_id), denied_by,
+        items.append(ItemExplanation(item_id, status, shown(record), allowed, reasons.get(item_id), denied_by,
                                      admits, excluded_by))
     return tuple(items), failures is not None
 

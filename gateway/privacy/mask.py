@@ -19,7 +19,7 @@ from sqlalchemy.engine import Engine
 
 from core.errors import MaskingUnavailable
 from core.records import Fused, Record
-from gateway.privacy.detect import Detector, Masker, Span, clean
+from gateway.privacy.detect import PLACEHOLDER, Detector, Masker, Span, clean
 from gateway.privacy.store import Privacy, stored_spans
 from gateway.writes.documents import join_section
 
@@ -36,24 +36,42 @@ class Masking:
     detector: Detector | None = None
 
     def text(self, entry: Fused, keep: frozenset[str]) -> str:
-        """The entry's text with every type but `keep` replaced by placeholders."""
-        if entry.pieces:
-            return join_section([self.masker.mask(self.originals[p], self.spans.get(p, ()), keep) for p in entry.pieces])
-        return self.masker.mask(self.originals[entry.record.id], self.spans.get(entry.record.id, ()), keep)
+        """The entry's text with every type but `keep` replaced by placeholders: its own spans, and
+        every value this request has masked anywhere else."""
+        ids = list(entry.pieces or (entry.record.id,))
+        masked = self._masked(ids, keep)
+        return join_section(masked) if entry.pieces else masked[0]
 
     def apply(self, entries: list[Fused], keep: frozenset[str]) -> list[Fused]:
-        """`text` of every entry, masked in one pass over all the texts they are made of."""
+        """`text` of every entry, masked in one pass over all the texts they are made of. A value
+        found in one text is masked in all of them, where the analyzer missed it too."""
         ids = [piece for e in entries for piece in (e.pieces or (e.record.id,))]
-        masked = iter(self.masker.mask_many([(self.originals[i], self.spans.get(i, ())) for i in ids], keep))
+        self.masker.register([(self.originals[i], self.spans.get(i, ())) for i in ids], keep)
+        masked = iter(self._masked(ids, keep))
         out = []
         for e in entries:
             text = join_section([next(masked) for _ in e.pieces]) if e.pieces else next(masked)
             out.append(replace(e, record=replace(e.record, text=text)))
         return out
 
+    def _masked(self, ids: Sequence[str], keep: frozenset[str]) -> list[str]:
+        texts = [self.originals[i] for i in ids]
+        known = self.masker.known(texts)
+        return self.masker.mask_many(
+            [(text, clean(list(self.spans.get(i, ())) + extra, text)) for i, text, extra in zip(ids, texts, known)], keep
+        )
+
+    def sweep(self, text: str, keep: frozenset[str]) -> str:
+        """Text masked already, with the values masked since (in a heading, a slot, another item,
+        the question) replaced wherever they still stand in clear. Its placeholders stay as they are."""
+        found = [s for s in self.masker.known([text])[0] if s.type not in keep]
+        inside = [(m.start(), m.end()) for m in PLACEHOLDER.finditer(text)]
+        found = [s for s in found if not any(a < s.end and s.start < b for a, b in inside)]
+        return self.masker.mask(text, found, keep) if found else text
+
     async def fields(
         self, objects: Sequence[tuple[dict[str, Any], frozenset[str]]], keep: frozenset[str],
-        whole: Mapping[str, str] | None = None,
+        whole: Mapping[str, str] | None = None, also: Sequence[str] = (),
     ) -> list[dict[str, Any]]:
         """Each object with every string in it masked, at any depth, but for the values of its own
         top-level keys listed with it (an allowlist: ids, enumerations, instants, text masked
@@ -73,7 +91,10 @@ class Masking:
         for value, kind in found:
             if kind is not None and value:
                 self.masker.mask(value, (Span(kind, 0, len(value), 1.0),), keep)
-        free = list(dict.fromkeys(value for value, kind in found if kind is None and value.strip()))
+        # `also`: strings of the request (the question) analysed with these, so what they name is masked
+        # in the response too, though they are not returned.
+        free = list(dict.fromkeys([value for value, kind in found if kind is None and value.strip()]
+                                  + [value for value in also if value.strip()]))
         if free and self.detector is None:
             raise MaskingUnavailable("masking is required but no detector is loaded")
         masked = await anyio.to_thread.run_sync(self._mask_strings, free, keep) if free else {}

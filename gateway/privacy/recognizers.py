@@ -53,7 +53,7 @@ from collections.abc import Iterable
 from functools import cache, lru_cache
 from typing import Any, NamedTuple
 
-VERSION = "3"  # bump when a recognizer here changes: stored spans are analysed again
+VERSION = "4"  # bump when a recognizer here changes: stored spans are analysed again (4: IBANs in any case)
 
 # ---------------------------------------------------------------------------------------- cards
 
@@ -433,28 +433,45 @@ def version_not_address(text: str, start: int, end: int) -> bool:
     return context(text, start, end, IP_CONTEXT, VERSION_CONTEXT)[1] or _VERSION_SUFFIX.match(text, end) is not None
 
 
+_TOKEN = re.compile(r"[0-9A-Za-z]+")
+_UPPER = str.maketrans("abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def iban_case(text: str) -> str:
+    """`text` with the tokens that can be part of an IBAN in capitals, the same length: a token with
+    a digit in it (`de89`, `0532`), and a token of up to four letters between two such tokens (the
+    bank code of `gb29 nwbk 6016 ...`). Words around an IBAN stay as they are: read case-blind,
+    `ES91 ... 1332 from` took "from" for a last group and failed its checksum."""
+    tokens = list(_TOKEN.finditer(text))
+    digits = [any(c.isdigit() for c in t.group(0)) for t in tokens]
+    out = list(text)
+    for i, token in enumerate(tokens):
+        word = token.group(0)
+        sandwiched = 0 < i < len(tokens) - 1 and digits[i - 1] and digits[i + 1] and len(word) <= 4
+        if digits[i] or sandwiched:
+            out[token.start() : token.end()] = word.translate(_UPPER)
+    return "".join(out)
+
+
 def register(registry: Any) -> None:
-    """Replace Presidio's card and phone recognizers in `registry` with the ones here; read IBANs
-    in capitals only (ISO 13616 prints them so; read case-blind, `ES91 ... 1332 from` took "from"
-    for a last group and failed its checksum); keep version numbers from being IP addresses."""
-    import re as regex
-
-    from presidio_analyzer.predefined_recognizers import IbanRecognizer
-
-    card_class, phone_class, ip_class = _recognizer_classes()
+    """Replace Presidio's card, phone and IBAN recognizers in `registry` with the ones here (IBANs in
+    any letter case, `iban_case`); keep version numbers from being IP addresses."""
+    card_class, phone_class, ip_class, iban_class = _recognizer_classes()
     for name in ("CreditCardRecognizer", "PhoneRecognizer", "IbanRecognizer", "IpRecognizer"):
         registry.remove_recognizer(name)
     registry.add_recognizer(card_class())
     registry.add_recognizer(phone_class())
-    registry.add_recognizer(IbanRecognizer(regex_flags=regex.DOTALL | regex.MULTILINE))
+    registry.add_recognizer(iban_class())
     registry.add_recognizer(ip_class())
 
 
 @cache
-def _recognizer_classes() -> tuple[type[Any], type[Any], type[Any]]:
+def _recognizer_classes() -> tuple[type[Any], type[Any], type[Any], type[Any]]:
+    import re as regex
+
     from presidio_analyzer import AnalysisExplanation, LocalRecognizer, RecognizerResult
     from presidio_analyzer.nlp_engine import NlpArtifacts
-    from presidio_analyzer.predefined_recognizers import IpRecognizer
+    from presidio_analyzer.predefined_recognizers import IbanRecognizer, IpRecognizer
 
     def result(name: str, identifier: str, entity: str, start: int, end: int, score: float, why: str) -> RecognizerResult:
         return RecognizerResult(
@@ -516,4 +533,15 @@ def _recognizer_classes() -> tuple[type[Any], type[Any], type[Any]]:
             found = super().analyze(text, entities, nlp_artifacts, regex_flags)
             return [r for r in found if ":" in text[r.start:r.end] or not version_not_address(text, r.start, r.end)]
 
-    return CardNumberRecognizer, PhoneNumberRecognizer, VersionAwareIpRecognizer
+    class AnyCaseIbanRecognizer(IbanRecognizer):
+        """Presidio's IBAN patterns and checksum, read on `iban_case(text)`: `de89370400440532013000`
+        as well as `DE89 3704 0044 0532 0130 00`. The offsets are the text's own (same length)."""
+
+        def __init__(self) -> None:
+            super().__init__(regex_flags=regex.DOTALL | regex.MULTILINE, name="AnyCaseIbanRecognizer")
+
+        def analyze(self, text: str, entities: list[str], nlp_artifacts: NlpArtifacts | None = None,
+                    regex_flags: int | None = None) -> list[RecognizerResult]:
+            return list(super().analyze(iban_case(text), entities, nlp_artifacts, regex_flags))
+
+    return CardNumberRecognizer, PhoneNumberRecognizer, VersionAwareIpRecognizer, AnyCaseIbanRecognizer

@@ -8,6 +8,7 @@ masking) never costs the caller the context: `answer` is `{"text": null, "error"
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import anyio.to_thread
@@ -20,6 +21,21 @@ from gateway.privacy.detect import ENTITY_TYPES, clean
 from gateway.privacy.mask import Masking
 from gateway.privacy.store import Privacy
 from gateway.synthesis.client import ContextItem, Synthesizer
+
+
+ENTITY = "ENTITY"  # an entity id an edge names, as the model sees it: <ENTITY_1>
+
+
+def _for_model(entry: Fused, masking: Masking) -> str:
+    """The entry's text masked for every type; an edge's ends (entity ids, which can spell a name
+    or an address) become per-request placeholders, the same one for the same entity in every edge."""
+    text = masking.text(entry, frozenset())
+    record = entry.record
+    if record.kind == "edge":
+        for end in dict.fromkeys(e for e in (record.edge_from, record.edge_to) if e):
+            pattern = re.compile(rf"(?<![\w.-]){re.escape(end)}(?![\w-])")
+            text = pattern.sub(lambda _: masking.masker.placeholder(ENTITY, end), text)
+    return text
 
 
 async def synthesize(
@@ -37,12 +53,15 @@ async def synthesize(
         return {"text": None, "error": f"synthesis skipped: {reason}"}
     # Only the citation, the kind (an enumeration) and the text masked for every type are sent: no
     # section, slot, source or other field of an item reaches the model (see ContextItem).
+    # One mask per value: what the question names is masked in the context, and what the context (or
+    # any field of the response) masked is masked in the question, where the analyzer missed it.
+    question_spans = await anyio.to_thread.run_sync(privacy.detector.analyze, question)
+    masking.masker.register([(question, question_spans)])
     context = [
-        ContextItem(citation, entry.record.id, entry.record.kind, masking.text(entry, frozenset()))
+        ContextItem(citation, entry.record.id, entry.record.kind, _for_model(entry, masking))
         for citation, entry in cited
     ]
-    question_spans = await anyio.to_thread.run_sync(privacy.detector.analyze, question)
-    known = masking.masker.known([question])[0]  # a value masked in the context is masked in the question too
+    known = masking.masker.known([question])[0]
     masked_question = masking.masker.mask(question, clean(list(question_spans) + known, question))
     result = await synthesizer.answer(masked_question, context)
     by_citation = {item.citation: item.id for item in context}
@@ -59,8 +78,8 @@ async def synthesize(
     if result.text is None:
         return {"text": None, "error": result.error or "synthesis failed"}
     reveal = frozenset(disclosure.reveal) if disclosure.mask else frozenset(ENTITY_TYPES)
-    return {
-        "text": masking.masker.restore(result.text, reveal),
+    return {  # entity ids come back: the reader sees them in the items' `from` and `to` anyway
+        "text": masking.masker.restore(result.text, reveal | {ENTITY}),
         "citations": list(result.citations),
         "confidence": result.confidence,
         "grounded": result.grounded,

@@ -28,7 +28,7 @@ OPA_FIELDS = {"decision_id", "path", "input", "result", "bundles", "timestamp", 
 
 def plant_and_decide(gateway: Gateway) -> str:
     """Ingest planted values, retrieve with them (one allowed call, one denied); the policy revision."""
-    gateway.ingest("acme", [memory("mem_1", f"quokka note, write to {PLANTED}"),
+    gateway.ingest("acme", [memory("mem_1", f"quokka note, write to {PLANTED}", slot=f"contact:{PLANTED}"),
                             {"id": "ent_j", "kind": "entity", "entity_type": "contact", "email": PLANTED, "acl": ["*"]}])
     key = gateway.key("alice", groups=("sales",), clearance="confidential")
     ok = gateway.retrieve(key, {"task": SALES_TASK, "query": f"quokka {PLANTED}", "entities": [{"email": PLANTED}]})
@@ -53,6 +53,7 @@ def test_each_decision_is_a_line_in_opas_format_without_planted_values(sqlite_ur
         assert entry["metrics"]["timer_rego_query_eval_ns"] > 0
     assert any(e["result"]["allow"] is False for e in request_decisions)
     assert any(e["input"]["items"] for e in item_decisions)
+    assert all("slot" not in item for e in item_decisions for item in e["input"]["items"])  # free text, like the text
     assert PLANTED not in log.read_text() and "quokka" not in log.read_text()
 
 

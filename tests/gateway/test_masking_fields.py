@@ -298,7 +298,8 @@ def test_a_value_masked_elsewhere_is_masked_where_the_analyzer_alone_misses_it(d
     assert detector.analyze(hidden) == ()  # too little context for the language model
     mask.masker.mask("Zorblat Quenk called", detector.analyze("Zorblat Quenk called"))
     [out] = fields(mask, [({"uri": hidden, "other": "Zorblat Quenk2"}, frozenset())])
-    assert out == {"uri": "notes://<PERSON_1>/2024", "other": "Zorblat Quenk2"}  # whole words only
+    # whole words only: "Quenk2" is no word of the name; "Zorblat" alone names its person too
+    assert out == {"uri": "notes://<PERSON_1>/2024", "other": "<PERSON_2> Quenk2"}
 
 
 def test_nothing_to_mask_needs_no_detector() -> None:

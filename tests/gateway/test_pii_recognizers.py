@@ -355,3 +355,21 @@ def test_an_email_address_beside_a_bare_number_is_context(detector: Detector) ->
     for text in ("questions go to shill@gmail.com\n2073868690 was the batch", "Order 2073868690 from shill@gmail.com",
                  "shill@gmail.com wrote that the reference is 2073868690", "Reference 94727916 noted."):
         assert "PHONE_NUMBER" not in types_of(detector, text), text
+
+
+@pytest.mark.parametrize("iban", ["de89370400440532013000", "de89 3704 0044 0532 0130 00", "De89 3704 0044 0532 0130 00",
+                                  "gb29 nwbk 6016 1331 9268 19", "GB29NWBK60161331926819"])
+def test_an_iban_in_any_letter_case_is_found_whole(iban: str) -> None:
+    from gateway.privacy.detect import Detector
+
+    text = f"Refunds go to {iban} from next month."
+    found = [text[s.start : s.end] for s in Detector().analyze(text) if s.type == "IBAN_CODE"]
+    assert found == [iban]
+
+
+def test_iban_case_keeps_the_length_and_the_words_around() -> None:
+    from gateway.privacy.recognizers import iban_case
+
+    text = "pay es91 2100 0418 4502 0005 1332 from the account, or gb29 nwbk 6016 as before"
+    assert len(iban_case(text)) == len(text)
+    assert iban_case(text) == "pay ES91 2100 0418 4502 0005 1332 from the account, or GB29 NWBK 6016 as before"

@@ -135,8 +135,10 @@ def test_the_answer_holds_envelopes_never_text(seeded: Gateway) -> None:
     for marker in TEXT_MARKERS:
         assert marker not in response.text
     envelope = items_of(response.json())["ent_jane"]["envelope"]
+    # never the slot: free text that responses mask (the decision log leaves it out too)
     assert set(envelope) <= {"id", "kind", "tenant", "acl", "sensitivity", "scope", "authority", "status", "valid_from",
-                             "valid_to", "slot", "attached_to", "entity", "edge_from", "edge_to"}
+                             "valid_to", "attached_to", "entity", "edge_from", "edge_to"}
+    assert all("slot" not in (i["envelope"] or {}) for i in response.json()["in_force"]["items"])
     # A note about an entity alice may not see: the pushdown names the link as well as the attachment.
     note = items_of(response.json())["mem_secret_note"]
     assert note["policy"]["reason"] == "attachment"
@@ -268,3 +270,15 @@ def test_cli_refuses_a_bad_actor(cli_store: str) -> None:
     result = CliRunner().invoke(main, ["policy", "explain", "--database-url", cli_store, "--actor", "{}",
                                        "--request", json.dumps(REQUEST)])
     assert result.exit_code != 0 and "actor" in result.output
+
+
+def test_a_slot_holding_personal_data_is_never_shown(seeded: Gateway) -> None:
+    """Responses mask a slot (it is free text); explain, which shows envelopes, leaves it out."""
+    seeded.ingest("acme", [{"id": "mem_slotted", "kind": "memory", "text": "note", "acl": ["*"], "scope": ["sales"],
+                            "slot": "contact:marta.quell@northwind.example"}])
+    for body in ({"actor": ALICE, "request": REQUEST, "items": ["mem_slotted"]},
+                 {"actor": ALICE, "request": {"task": {"type": "no_such_task"}}, "items": ["mem_slotted"]}):
+        response = explain(seeded, body)
+        assert response.status_code == 200, response.text
+        assert "marta.quell" not in response.text and "northwind" not in response.text
+        assert items_of(response.json())["mem_slotted"]["envelope"]["id"] == "mem_slotted"
