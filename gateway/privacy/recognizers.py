@@ -542,6 +542,7 @@ def _recognizer_classes() -> tuple[type[Any], type[Any], type[Any], type[Any]]:
 
         def analyze(self, text: str, entities: list[str], nlp_artifacts: NlpArtifacts | None = None,
                     regex_flags: int | None = None) -> list[RecognizerResult]:
-            return list(super().analyze(iban_case(text), entities, nlp_artifacts, regex_flags))
+            # Presidio annotates both as required though it defaults them to None.
+            return list(super().analyze(iban_case(text), entities, nlp_artifacts, regex_flags))  # type: ignore[arg-type]
 
     return CardNumberRecognizer, PhoneNumberRecognizer, VersionAwareIpRecognizer, AnyCaseIbanRecognizer

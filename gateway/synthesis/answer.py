@@ -22,7 +22,6 @@ from gateway.privacy.mask import Masking
 from gateway.privacy.store import Privacy
 from gateway.synthesis.client import ContextItem, Synthesizer
 
-
 ENTITY = "ENTITY"  # an entity id an edge names, as the model sees it: <ENTITY_1>
 
 
