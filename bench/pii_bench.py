@@ -45,6 +45,7 @@ import phonenumbers
 from harness import code_revision
 
 from gateway.privacy.detect import ENTITY_TYPES, LITERAL, Detector, Masker, Span, _analyzer
+from gateway.privacy.mask import Masking
 
 SEED = 20261201
 NOTES = 600
@@ -762,7 +763,11 @@ def time_masking(contexts: list[list[Note]], rounds_warm: int = 10) -> dict[str,
         return ["".join((text, "")) for text, _, _ in ctx]
 
     def mask(ctx: list[tuple[str, tuple[Span, ...], list[list[Any]]]]) -> list[str]:
-        return Masker().mask_many([(text, spans) for text, spans, _ in ctx])
+        # What `Masking.apply` does: every value registered, each text masked with its own spans and
+        # every value found elsewhere in the context (one mask per value).
+        ids = [str(i) for i in range(len(ctx))]
+        masking = Masking(Masker(), {i: spans for i, (_, spans, _) in zip(ids, ctx)}, {i: text for i, (text, _, _) in zip(ids, ctx)})
+        return masking.texts(ids, frozenset())
 
     def decode_mask(ctx: list[tuple[str, tuple[Span, ...], list[list[Any]]]]) -> list[str]:
         return Masker().mask_many([(text, tuple(Span.from_json(v) for v in stored)) for text, _, stored in ctx])

@@ -5,7 +5,9 @@ See docs/personal-data.md.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import itertools
 import logging
 import re
 import threading
@@ -325,9 +327,41 @@ class Masker:
                     types.setdefault(part, kind)
         if not types:
             return [[] for _ in texts]
-        alternatives = "|".join(re.escape(v) for v in sorted(types, key=len, reverse=True))
-        finder = re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)")
-        return [[Span(types[m.group(0)], m.start(), m.end(), MIN_SCORE) for m in finder.finditer(t)] for t in texts]
+        # Every text at once: the values are searched for in the texts joined (str.find runs in C),
+        # each occurrence checked for word boundaries and mapped back to its text.
+        joined = "\x00".join(texts)
+        starts = list(itertools.accumulate((len(t) + 1 for t in texts), initial=0))
+        # A value that starts with a word is looked up where that word starts (one pass over the
+        # words); any other (`+44 ...`) is searched for.
+        words: dict[str, list[int]] = {}
+        for m in _WORD_RUN.finditer(joined):
+            words.setdefault(m.group(), []).append(m.start())
+        hits: list[tuple[int, int, str]] = []
+        for value, kind in types.items():
+            head = _WORD_RUN.match(value)
+            if head is not None:
+                places = [at for at in words.get(head.group(), ()) if joined.startswith(value, at)]
+            else:
+                places, at = [], joined.find(value)
+                while at != -1:
+                    places.append(at)
+                    at = joined.find(value, at + 1)
+            for at in places:
+                end = at + len(value)
+                if not (at and _word_char(joined[at - 1])) and not (end < len(joined) and _word_char(joined[end])):
+                    hits.append((at, -len(value), kind))
+        found: list[list[Span]] = [[] for _ in texts]
+        cursor = 0
+        for at, negative, kind in sorted(hits):  # the longest value at a position wins; no overlaps
+            end = at - negative
+            if at < cursor:
+                continue
+            index = bisect.bisect_right(starts, at) - 1
+            base = starts[index]
+            if end <= base + len(texts[index]):
+                found[index].append(Span(kind, at - base, end - base, MIN_SCORE))
+                cursor = end
+        return found
 
     def register(self, texts: Sequence[tuple[str, Sequence[Span]]], keep: frozenset[str] = frozenset()) -> None:
         """Issue placeholders for the values the spans cover (types in `keep` aside), in text order,
@@ -344,6 +378,13 @@ class Masker:
 
 
 _WORD = re.compile(r"[^\W\d_][\w'’-]*")
+
+
+_WORD_RUN = re.compile(r"\w+")
+
+
+def _word_char(char: str) -> bool:
+    return char.isalnum() or char == "_"
 
 
 def name_parts(value: str, min_chars: int = 3) -> list[str]:

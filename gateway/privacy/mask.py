@@ -46,20 +46,24 @@ class Masking:
         """`text` of every entry, masked in one pass over all the texts they are made of. A value
         found in one text is masked in all of them, where the analyzer missed it too."""
         ids = [piece for e in entries for piece in (e.pieces or (e.record.id,))]
-        self.masker.register([(self.originals[i], self.spans.get(i, ())) for i in ids], keep)
-        masked = iter(self._masked(ids, keep))
+        masked = iter(self.texts(ids, keep))
         out = []
         for e in entries:
             text = join_section([next(masked) for _ in e.pieces]) if e.pieces else next(masked)
             out.append(replace(e, record=replace(e.record, text=text)))
         return out
 
+    def texts(self, ids: Sequence[str], keep: frozenset[str]) -> list[str]:
+        """The texts of `ids` masked together: every value their spans cover is registered first,
+        then each text is masked with its own spans and every registered value standing in it."""
+        self.masker.register([(self.originals[i], self.spans.get(i, ())) for i in ids], keep)
+        return self._masked(ids, keep)
+
     def _masked(self, ids: Sequence[str], keep: frozenset[str]) -> list[str]:
         texts = [self.originals[i] for i in ids]
         known = self.masker.known(texts)
-        return self.masker.mask_many(
-            [(text, clean(list(self.spans.get(i, ())) + extra, text)) for i, text, extra in zip(ids, texts, known)], keep
-        )
+        return self.masker.mask_many([(text, _with(self.spans.get(i, ()), extra, text)) for i, text, extra in zip(ids, texts, known)],
+                                     keep)
 
     def sweep(self, text: str, keep: frozenset[str]) -> str:
         """Text masked already, with the values masked since (in a heading, a slot, another item,
@@ -152,3 +156,10 @@ def _walk(
     if isinstance(value, (list, tuple)):
         return [_walk(v, plain, whole, mask, key) for v in value]
     return value
+
+
+def _with(spans: Sequence[Span], extra: Sequence[Span], text: str) -> Sequence[Span]:
+    """A text's own spans (cleaned when stored) and the known values outside them, cleaned again
+    only when there are any: most known values in a text are its own spans, found once more."""
+    outside = [e for e in extra if not any(s.start < e.end and e.start < s.end for s in spans)]
+    return clean(list(spans) + outside, text) if outside else spans
