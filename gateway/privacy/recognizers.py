@@ -53,7 +53,7 @@ from collections.abc import Iterable
 from functools import cache, lru_cache
 from typing import Any, NamedTuple
 
-VERSION = "4"  # bump when a recognizer here changes: stored spans are analysed again (4: IBANs in any case)
+VERSION = "5"  # bump when a recognizer here changes: stored spans are analysed again (4: IBANs in any case; 5: cards of unlisted ranges beside a card word)
 
 # ---------------------------------------------------------------------------------------- cards
 
@@ -105,6 +105,11 @@ def luhn_ok(digits: str) -> bool:
     return total % 10 == 0
 
 
+# A Luhn-valid number of card length outside every scheme's ranges ("card 3519833257665853", test
+# and private-label cards): a card only when a card word stands beside it.
+UNLISTED = "card number (range of no listed scheme)"
+
+
 def card_scheme(digits: str) -> str | None:
     """The scheme of a card number (ASCII digits only), or None: IIN range, length and Luhn."""
     length = len(digits)
@@ -127,6 +132,8 @@ def card_numbers(text: str) -> list[tuple[int, int, str]]:
         while i < len(groups):
             for j in range(min(len(groups) - 1, i + _MAX_CARD_GROUPS - 1), i - 1, -1):
                 scheme = _card_candidate(text, groups, i, j)
+                if scheme == UNLISTED and not _card_word_near(text, groups[i][0], groups[j][1]):
+                    scheme = None
                 if scheme:
                     start, end = groups[i][0], groups[j][1]
                     if i != j or end - start > 15 or not context(text, start, end, CARD_CONTEXT, NOT_CARD_CONTEXT)[1]:
@@ -151,7 +158,13 @@ def _card_candidate(text: str, groups: list[tuple[int, int]], i: int, j: int) ->
         if any(text[groups[k][1] : groups[k + 1][0]] != separator for k in range(i + 1, j)):
             return None
     digits = "".join(text[s:e] for s, e in groups[i : j + 1])
-    return card_scheme(digits)
+    return card_scheme(digits) or (UNLISTED if luhn_ok(digits) else None)
+
+
+def _card_word_near(text: str, start: int, end: int) -> bool:
+    """A card word ("card", "cc", "credit", ...) supports the number, and nothing negates it."""
+    word, negated = context(text, start, end, CARD_CONTEXT, NOT_CARD_CONTEXT)
+    return bool(word) and not negated
 
 
 # ---------------------------------------------------------------------------------------- phones

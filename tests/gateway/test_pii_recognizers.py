@@ -373,3 +373,20 @@ def test_iban_case_keeps_the_length_and_the_words_around() -> None:
     text = "pay es91 2100 0418 4502 0005 1332 from the account, or gb29 nwbk 6016 as before"
     assert len(iban_case(text)) == len(text)
     assert iban_case(text) == "pay ES91 2100 0418 4502 0005 1332 from the account, or GB29 NWBK 6016 as before"
+
+
+@pytest.mark.parametrize("text", ["my credit card 3590730093437731 has been lost", "card number 3519833257665853 is lost",
+                                  "cc 3509413199654323 on my e-mail", "points won on credit card 060426070011 transactions"])
+def test_a_luhn_valid_number_of_no_listed_range_is_a_card_beside_a_card_word(text: str) -> None:
+    from gateway.privacy.recognizers import card_numbers
+
+    [(start, end, _)] = card_numbers(text)
+    assert text[start:end].isdigit()
+
+
+@pytest.mark.parametrize("text", ["order 3519833257665853 shipped", "SKU 3519833257665853", "3519833257665853",
+                                  "card reader serial 3519833257665853", "card 3519833257665854"])  # the last fails Luhn
+def test_an_unlisted_number_without_a_card_word_or_checksum_is_no_card(text: str) -> None:
+    from gateway.privacy.recognizers import card_numbers
+
+    assert card_numbers(text) == []
