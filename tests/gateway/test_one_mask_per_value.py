@@ -17,7 +17,7 @@ from tests.llm_double import LlmDouble, echo_placeholders
 
 FOUND = "Sales lead Tomomi Nishiyama approved the renewal discount."  # the analyzer finds the name here
 MISSED_PART = "Tomomi lives near the Osaka office and prefers renewal calls after lunch."  # and misses "Tomomi" here
-MISSED_FROM_QUESTION = "My name is Rubija and I signed for the renewal."  # misses "Rubija"
+MISSED_FROM_QUESTION = "Notes -- Rubija / renewal signed"  # misses "Rubija"
 QUESTION = "What did Rubija Kovač and Tomomi Nishiyama agree about the renewal?"  # names both
 HIDDEN = "see notes://Zorblat Quenk/2024 before the renewal call"  # a name too bare to find here...
 SOURCE = "notes from Zorblat Quenk"  # ... and found in another item's source field
@@ -89,7 +89,7 @@ def test_what_the_question_names_is_masked_in_the_response_and_the_prompt(gatewa
     llm.requests.clear()
     body = ask(gateway, synthesize=True)
     texts = {item["id"]: item["text"] for item in body["items"]}
-    assert "Rubija" not in texts["mem_question"] and texts["mem_question"].startswith("My name is <PERSON_")
+    assert "Rubija" not in texts["mem_question"] and texts["mem_question"].startswith("Notes -- <PERSON_")
     assert len(llm.requests) == 1
     sent = "\n".join(r.raw_text for r in llm.requests)
     for name in NAMES:

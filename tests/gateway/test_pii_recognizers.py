@@ -358,11 +358,12 @@ def test_an_email_address_beside_a_bare_number_is_context(detector: Detector) ->
 
 
 @pytest.mark.parametrize("iban", ["de89370400440532013000", "de89 3704 0044 0532 0130 00", "De89 3704 0044 0532 0130 00",
-                                  "gb29 nwbk 6016 1331 9268 19", "GB29NWBK60161331926819"])
+                                  "gb29 nwbk 6016 1331 9268 19", "GB29NWBK60161331926819", "SE8769685974711154155224",
+                                  "SE82 6557 6178 8218 5071 4641"])
 def test_an_iban_in_any_letter_case_is_found_whole(iban: str) -> None:
     from gateway.privacy.detect import Detector
 
-    text = f"Refunds go to {iban} from next month."
+    text = f"Refunds go to {iban} from 04/27/27 onwards."
     found = [text[s.start : s.end] for s in Detector().analyze(text) if s.type == "IBAN_CODE"]
     assert found == [iban]
 
@@ -370,9 +371,9 @@ def test_an_iban_in_any_letter_case_is_found_whole(iban: str) -> None:
 def test_iban_case_keeps_the_length_and_the_words_around() -> None:
     from gateway.privacy.recognizers import iban_case
 
-    text = "pay es91 2100 0418 4502 0005 1332 from the account, or gb29 nwbk 6016 as before"
+    text = "pay es91 2100 0418 4502 0005 1332 from the account, or gb29 nwbk 6016 from 04/27 as before"
     assert len(iban_case(text)) == len(text)
-    assert iban_case(text) == "pay ES91 2100 0418 4502 0005 1332 from the account, or GB29 NWBK 6016 as before"
+    assert iban_case(text) == "pay ES91 2100 0418 4502 0005 1332 from the account, or GB29 NWBK 6016 from 04/27 as before"
 
 
 @pytest.mark.parametrize("text", ["my credit card 3590730093437731 has been lost", "card number 3519833257665853 is lost",
