@@ -35,23 +35,16 @@ class Masking:
     report: dict[str, Any] = field(default_factory=dict)
     detector: Detector | None = None
 
-    def text(self, entry: Fused, keep: frozenset[str]) -> str:
-        """The entry's text with every type but `keep` replaced by placeholders: its own spans, and
-        every value this request has masked anywhere else."""
-        ids = list(entry.pieces or (entry.record.id,))
-        masked = self._masked(ids, keep)
-        return join_section(masked) if entry.pieces else masked[0]
-
     def apply(self, entries: list[Fused], keep: frozenset[str]) -> list[Fused]:
         """`text` of every entry, masked in one pass over all the texts they are made of. A value
         found in one text is masked in all of them, where the analyzer missed it too."""
+        return [replace(e, record=replace(e.record, text=text)) for e, text in zip(entries, self.entry_texts(entries, keep))]
+
+    def entry_texts(self, entries: Sequence[Fused], keep: frozenset[str]) -> list[str]:
+        """Each entry's text (a section's pieces joined), all masked together (`texts`)."""
         ids = [piece for e in entries for piece in (e.pieces or (e.record.id,))]
         masked = iter(self.texts(ids, keep))
-        out = []
-        for e in entries:
-            text = join_section([next(masked) for _ in e.pieces]) if e.pieces else next(masked)
-            out.append(replace(e, record=replace(e.record, text=text)))
-        return out
+        return [join_section([next(masked) for _ in e.pieces]) if e.pieces else next(masked) for e in entries]
 
     def texts(self, ids: Sequence[str], keep: frozenset[str]) -> list[str]:
         """The texts of `ids` masked together: every value their spans cover is registered first,

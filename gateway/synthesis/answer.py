@@ -25,10 +25,9 @@ from gateway.synthesis.client import ContextItem, Synthesizer
 ENTITY = "ENTITY"  # an entity id an edge names, as the model sees it: <ENTITY_1>
 
 
-def _for_model(entry: Fused, masking: Masking) -> str:
-    """The entry's text masked for every type; an edge's ends (entity ids, which can spell a name
+def _for_model(entry: Fused, text: str, masking: Masking) -> str:
+    """The entry's text, masked for every type; an edge's ends (entity ids, which can spell a name
     or an address) become per-request placeholders, the same one for the same entity in every edge."""
-    text = masking.text(entry, frozenset())
     record = entry.record
     if record.kind == "edge":
         for end in dict.fromkeys(e for e in (record.edge_from, record.edge_to) if e):
@@ -56,9 +55,10 @@ async def synthesize(
     # any field of the response) masked is masked in the question, where the analyzer missed it.
     question_spans = await anyio.to_thread.run_sync(privacy.detector.analyze, question)
     masking.masker.register([(question, question_spans)])
+    texts = masking.entry_texts([entry for _, entry in cited], frozenset())  # every type, masked together
     context = [
-        ContextItem(citation, entry.record.id, entry.record.kind, _for_model(entry, masking))
-        for citation, entry in cited
+        ContextItem(citation, entry.record.id, entry.record.kind, _for_model(entry, text, masking))
+        for (citation, entry), text in zip(cited, texts)
     ]
     known = masking.masker.known([question])[0]
     masked_question = masking.masker.mask(question, clean(list(question_spans) + known, question))

@@ -5,6 +5,7 @@ analyzer on its own missed it."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -99,3 +100,16 @@ def test_what_the_question_names_is_masked_in_the_response_and_the_prompt(gatewa
     assert "edge_works" in gateway.trace(body["trace_id"])["lineage"]["synthesis"]["sent"]
     assert "ent_" not in sent and "tomomi" not in sent.lower() and "northwind" not in sent
     assert "<ENTITY_1> works_at <ENTITY_2>" in sent
+
+
+def test_a_reader_who_sees_names_still_sends_none_to_the_model(tmp_path: Path, llm: LlmDouble) -> None:
+    """account_followup does not mask for the reader (the shipped policies): the response shows the
+    names, the prompt masks them all, a name missed in one item included, whichever item comes first."""
+    with open_gateway(f"sqlite:///{tmp_path / 'g.db'}", tmp_path, llm_url=llm.url, llm_timeout_ms=5000) as gateway:
+        gateway.ingest("acme", ITEMS)
+        llm.requests.clear()
+        body = ask(gateway, query="renewal Tomomi", synthesize=True)
+        assert any("Tomomi" in item["text"] for item in body["items"])  # the reader may see names
+        assert {"mem_found", "mem_part"} <= set(gateway.trace(body["trace_id"])["lineage"]["synthesis"]["sent"])
+        sent = "\n".join(r.raw_text for r in llm.requests)
+        assert "Tomomi" not in sent and "Nishiyama" not in sent
