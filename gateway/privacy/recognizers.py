@@ -53,7 +53,7 @@ from collections.abc import Iterable
 from functools import cache, lru_cache
 from typing import Any, NamedTuple
 
-VERSION = "5"  # bump when a recognizer here changes: stored spans are analysed again (4: IBANs in any case; 5: cards of unlisted ranges beside a card word)
+VERSION = "6"  # bump when a recognizer here changes: stored spans are analysed again (4: IBANs in any case; 5: cards of unlisted ranges beside a card word; 6: local phone numbers under a phone word)
 
 # ---------------------------------------------------------------------------------------- cards
 
@@ -180,6 +180,7 @@ NATIONAL_SHAPED = 0.5  # valid in a region and written like a phone number: foun
 NATIONAL_BARE = 0.15  # valid in a region, but a bare or oddly grouped number: needs context
 CONTEXT_BOOST = 0.35  # as Presidio's enhancer: 0.15 + 0.35 = 0.5 passes the threshold 0.4
 MIN_DIGITS, MAX_NATIONAL_DIGITS, MAX_INTERNATIONAL_DIGITS = 6, 15, 17
+LOCAL_MIN_DIGITS, LOCAL_SCORE = 7, 0.5  # a number valid in no region, kept only under a phone word
 
 PHONE_CONTEXT = frozenset("""
     phone phones phoned phoning telephone telephones tel tele ph phone# ph# call calls called calling
@@ -243,7 +244,7 @@ class PhoneFinding(NamedTuple):
     start: int
     end: int
     score: float  # after context
-    kind: str  # "international", "international-possible", "national-shaped", "national-bare"
+    kind: str  # "international", "international-possible", "national-shaped", "national-bare", "local"
     context: str  # the supporting context word, "" when none
 
 
@@ -255,13 +256,20 @@ def phone_numbers(text: str) -> list[PhoneFinding]:
         digits = sum(ch.isdigit() for ch in chunk.group("number"))
         if not MIN_DIGITS <= digits <= MAX_INTERNATIONAL_DIGITS:
             continue
-        for rel_start, rel_end, base, kind in _chunk_numbers(chunk.group(), chunk.end("number") - chunk.start()):
+        candidates = _chunk_numbers(chunk.group(), chunk.end("number") - chunk.start())
+        for rel_start, rel_end, base, kind in candidates:
             start, end = chunk.start() + rel_start, chunk.start() + rel_end
             word, negated = context(text, start, end, PHONE_CONTEXT, NOT_PHONE_CONTEXT)
             if (negated or _CURRENCY_AFTER.match(text, end)) and kind != "international":
                 continue
             word = word or beside_email(text, start, end)
             found.append(PhoneFinding(start, end, min(1.0, base + CONTEXT_BOOST) if word else base, kind, word))
+        if not candidates and digits >= LOCAL_MIN_DIGITS and chunk.group("number")[0].isdigit():
+            # A local number no region's plan knows ("Phone:\n780 6326"): a phone only under a phone word.
+            start, end = chunk.start("number"), chunk.end("number")
+            word, negated = context(text, start, end, PHONE_CONTEXT, NOT_PHONE_CONTEXT)
+            if word and not negated and not _CURRENCY_AFTER.match(text, end) and not _DATE.fullmatch(chunk.group("number")):
+                found.append(PhoneFinding(start, end, LOCAL_SCORE, "local", word))
     return found
 
 

@@ -391,3 +391,16 @@ def test_an_unlisted_number_without_a_card_word_or_checksum_is_no_card(text: str
     from gateway.privacy.recognizers import card_numbers
 
     assert card_numbers(text) == []
+
+
+@pytest.mark.parametrize(("text", "found"), [
+    ("Personal Info:\nPhone:\n780 6326\n\nE-mail:\nsilvia@fleckens.hu", "780 6326"),  # a label on the line before
+    ("Tel 555 0199 after six", "555 0199"),
+    ("order 7806326 shipped; call me", None),  # an order number, though a phone word follows
+    ("SKU 1234567 is back", None),
+    ("Phone: 12.03.2026", None),  # a date
+])
+def test_a_local_number_of_no_region_is_a_phone_only_under_a_phone_word(text: str, found: str | None) -> None:
+    from gateway.privacy.recognizers import phone_numbers
+
+    assert [text[f.start : f.end] for f in phone_numbers(text)] == ([found] if found else [])
