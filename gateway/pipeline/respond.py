@@ -172,6 +172,6 @@ async def mask_fields(body: dict[str, Any], masking: Masking, keep: frozenset[st
     objects = [(item, ITEM_NOT_MASKED) for item in items] + [(entity, ENTITY_NOT_MASKED) for entity in entities]
     masked = await masking.fields(objects, keep, IDENTIFIER_TYPES, also=(question,) if question else ())
     body["items"], body["entities"] = masked[: len(items)], masked[len(items) :]
-    for item in body["items"]:
-        if isinstance(item.get("text"), str):
-            item["text"] = masking.sweep(item["text"], keep)
+    texts = [item for item in body["items"] if isinstance(item.get("text"), str)]
+    for item, text in zip(texts, masking.sweep([item["text"] for item in texts], keep)):
+        item["text"] = text

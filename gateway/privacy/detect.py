@@ -379,6 +379,11 @@ class Masker:
                 if span.type != LITERAL and span.type not in keep and 0 <= span.start < span.end <= len(text):
                     self.placeholder(span.type, text[span.start : span.end])
 
+    def size(self) -> int:
+        """How many distinct values this masker has replaced so far."""
+        with self._lock:
+            return len(self._by_value)
+
     def counts(self) -> dict[str, int]:
         """Distinct values masked per type (never the values)."""
         with self._lock:

@@ -34,6 +34,7 @@ class Masking:
     analysed_now: int = 0
     report: dict[str, Any] = field(default_factory=dict)
     detector: Detector | None = None
+    texts_masked_at: int = -1  # the masker's size when the texts were last masked (`sweep` skips if unchanged)
 
     def apply(self, entries: list[Fused], keep: frozenset[str]) -> list[Fused]:
         """`text` of every entry, masked in one pass over all the texts they are made of. A value
@@ -50,7 +51,9 @@ class Masking:
         """The texts of `ids` masked together: every value their spans cover is registered first,
         then each text is masked with its own spans and every registered value standing in it."""
         self.masker.register([(self.originals[i], self.spans.get(i, ())) for i in ids], keep)
-        return self._masked(ids, keep)
+        masked = self._masked(ids, keep)
+        self.texts_masked_at = self.masker.size()
+        return masked
 
     def _masked(self, ids: Sequence[str], keep: frozenset[str]) -> list[str]:
         texts = [self.originals[i] for i in ids]
@@ -58,13 +61,18 @@ class Masking:
         return self.masker.mask_many([(text, _with(self.spans.get(i, ()), extra, text)) for i, text, extra in zip(ids, texts, known)],
                                      keep)
 
-    def sweep(self, text: str, keep: frozenset[str]) -> str:
-        """Text masked already, with the values masked since (in a heading, a slot, another item,
-        the question) replaced wherever they still stand in clear. Its placeholders stay as they are."""
-        found = [s for s in self.masker.known([text])[0] if s.type not in keep]
-        inside = [(m.start(), m.end()) for m in PLACEHOLDER.finditer(text)]
-        found = [s for s in found if not any(a < s.end and s.start < b for a, b in inside)]
-        return self.masker.mask(text, found, keep) if found else text
+    def sweep(self, texts: Sequence[str], keep: frozenset[str]) -> list[str]:
+        """Texts masked already, with the values masked since (in a heading, a slot, another item,
+        the question) replaced wherever they still stand in clear; their placeholders stay as they
+        are. One search over all of them, and none when nothing was masked since the texts were."""
+        if self.masker.size() == self.texts_masked_at:
+            return list(texts)
+        out = []
+        for text, known in zip(texts, self.masker.known(texts)):
+            inside = [(m.start(), m.end()) for m in PLACEHOLDER.finditer(text)] if known else []
+            found = [s for s in known if s.type not in keep and not any(a < s.end and s.start < b for a, b in inside)]
+            out.append(self.masker.mask(text, found, keep) if found else text)
+        return out
 
     async def fields(
         self, objects: Sequence[tuple[dict[str, Any], frozenset[str]]], keep: frozenset[str],
