@@ -335,12 +335,11 @@ class Masker:
                     types.setdefault(part, kind)
         if not types:
             return [[] for _ in texts]
-        # Every text at once: the values are searched for in the texts joined (str.find runs in C),
-        # each occurrence checked for word boundaries and mapped back to its text.
+        # Every text at once, joined: a value that starts with a word is looked up where that word
+        # starts (one pass over the words), any other (`+44 ...`) searched for; each occurrence is
+        # checked for word boundaries and mapped back to its text.
         joined = "\x00".join(texts)
         starts = list(itertools.accumulate((len(t) + 1 for t in texts), initial=0))
-        # A value that starts with a word is looked up where that word starts (one pass over the
-        # words); any other (`+44 ...`) is searched for.
         words: dict[str, list[int]] = {}
         for m in _WORD_RUN.finditer(joined):
             words.setdefault(m.group(), []).append(m.start())
@@ -390,9 +389,7 @@ class Masker:
             return {kind: n for kind, n in self._counts.items() if kind != LITERAL}
 
 
-_WORD = re.compile(r"[^\W\d_][\w'’-]*")
-
-
+_WORD = re.compile(r"[^\W\d_][\w'’-]*")  # a word of a name
 _WORD_RUN = re.compile(r"\w+")
 
 

@@ -115,3 +115,17 @@ def test_a_full_page_of_admitted_items_asks_once(database_url: str) -> None:
     result = asyncio.run(StoreConfirmed(index, engine).search(CONSTRAINTS, RecallQuery(text="x", limit=5)))
     assert len(result.candidates) == 5 and index.asked == [5] and index.forgotten == []
     engine.dispose()
+
+
+def test_an_index_full_of_stale_copies_is_asked_at_most_three_times_within_a_bounded_window(database_url: str) -> None:
+    """A flood of copies re-shared away from the caller: the widening stops after two wider asks, its
+    window capped, and the answer is empty rather than a scan of the whole index."""
+    engine: Engine = open_store(database_url)
+    ingest(engine, "acme", [note(f"reshared_{i}", "note") for i in range(300)])
+    copied = _records(engine)
+    ingest(engine, "acme", [note(f"reshared_{i}", "note", acl=["group:finance"]) for i in range(300)])
+    index = StaleIndex(tuple(Candidate(copied[f"reshared_{i}"], "semantic", i + 1, 0.5) for i in range(300)))
+    result = asyncio.run(StoreConfirmed(index, engine).search(CONSTRAINTS, RecallQuery(text="x", limit=10)))
+    assert result.candidates == () and result.status == "empty"
+    assert index.asked == [10, 40, 160] and index.forgotten == []  # re-shared, not gone: nothing is deleted
+    engine.dispose()

@@ -16,6 +16,7 @@ from gateway.writes.vectorize import lag
 from tests.conftest import Gateway, open_gateway
 from tests.engines import Endpoint
 from tests.gateway.fixtures import SALES_TASK
+from tests.gateway.test_semantic import TOPICS as SEMANTIC_TOPICS
 
 SEMANTIC_ONLY = {"exact": False, "lexical": False, "semantic": True, "graph": False}
 
@@ -28,13 +29,7 @@ def memory(item_id: str, text: str, **envelope: Any) -> dict[str, Any]:
     return {"id": item_id, "kind": "memory", "text": text, "acl": ["*"], "scope": ["sales"], **envelope}
 
 
-TOPICS = [
-    doc("doc_refunds", "Refunds for annual plans are prorated to the remaining months of the contract."),
-    doc("doc_discounts", "Discounts above twenty percent require approval from the sales director."),
-    doc("doc_onboarding", "New customers get a kickoff call and a dedicated onboarding specialist."),
-    doc("doc_security", "Customer data is encrypted at rest and in transit with modern ciphers."),
-    doc("doc_invoices", "Invoices are issued on the first business day and are due within thirty days."),
-]
+TOPICS = [{**topic, "scope": ["sales"]} for topic in SEMANTIC_TOPICS[:5]]  # refunds, discounts, onboarding, security, invoices
 # The refunds question's nearest neighbours, each forbidden by one hard filter: none may surface.
 TWINS = [
     doc("twin_acl", "Refunds for annual plans are prorated to the remaining months, board only.", acl=["group:executives"]),
