@@ -183,9 +183,10 @@ class WeaviateServer(Server):
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def weaviate_server() -> Iterator[WeaviateServer]:
-    """One Weaviate for the session (each test uses a collection of its own)."""
+    """One Weaviate per test module that needs one (each test uses a collection of its own), stopped
+    when the module ends, so no idle server shares the cores with the timed tests that follow."""
     try:
         server = WeaviateServer()
     except RuntimeError as exc:
@@ -213,7 +214,7 @@ class Endpoint:
         )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def weaviate_endpoint(request: pytest.FixtureRequest) -> Endpoint:
     """GATEWAY_WEAVIATE_URL's Weaviate when it is set (GATEWAY_WEAVIATE_GRPC_PORT, GATEWAY_WEAVIATE_API_KEY),
     else a weaviate-server the session starts itself (tests/engines.py)."""
