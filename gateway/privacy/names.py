@@ -53,7 +53,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from presidio_analyzer import EntityRecognizer, RecognizerResult
 from presidio_analyzer.nlp_engine import NlpArtifacts
@@ -528,18 +528,28 @@ def _unknown_name(w: _Word, g: Gazetteer) -> bool:
     letters only, not an English word, a company word or a brand, no CamelCase."""
     if w.kind or w.style not in ("capital", "nocase") or len(w.key) < 2:
         return False
-    if w.key in NOT_NAMES or w.key in BRANDS or w.key in PRODUCT_WORDS or _english(w.key, g):
+    if w.key in NOT_NAMES or w.key in BRANDS or w.key in PRODUCT_WORDS or is_english(w.key, g):
         return False
     return not _camel(w.text)
 
 
-def _english(key: str, g: Gazetteer) -> bool:
+def is_english(key: str, g: Gazetteer) -> bool:
     """An English word, inflected forms too ("logs", "admins", "dashboards", "retried", "pinging"):
     WordNet's index holds lemmas only."""
-    if key in g.english:
+    return _inflected(key, g.english)
+
+
+def is_common(key: str, g: Gazetteer) -> bool:
+    """A common English word (`Gazetteer.common`: no noun of WordNet's, which lists people and
+    places among them), inflected forms too."""
+    return _inflected(key, g.common)
+
+
+def _inflected(key: str, words: frozenset[str]) -> bool:
+    if key in words:
         return True
     for suffix, base in (("s", ""), ("es", ""), ("ies", "y"), ("ed", ""), ("ed", "e"), ("ing", ""), ("ing", "e")):
-        if key.endswith(suffix) and len(key) > len(suffix) + 2 and key[: -len(suffix)] + base in g.english:
+        if key.endswith(suffix) and len(key) > len(suffix) + 2 and key[: -len(suffix)] + base in words:
             return True
     return False
 
@@ -554,7 +564,7 @@ def _rare(w: _Word, g: Gazetteer) -> bool:
 
 def _lower_unknown(w: _Word, g: Gazetteer) -> bool:
     """A word in lower case that could be a name the gazetteer lacks (after a cue): not English."""
-    return not w.kind and len(w.key) >= 3 and w.key not in NOT_NAMES and w.key not in BRANDS and not _english(w.key, g)
+    return not w.kind and len(w.key) >= 3 and w.key not in NOT_NAMES and w.key not in BRANDS and not is_english(w.key, g)
 
 
 def _camel(word: str) -> bool:
@@ -771,26 +781,37 @@ def register(registry: Any) -> None:
 # ---------------------------------------------------------------- refining every result
 
 
-def refine(spans: list[Span], text: str) -> list[Span]:
+def refine(spans: list[Span], text: str, read: Sequence[Span] = (), places: Sequence[Span] = ()) -> list[Span]:
     """The analyzer's spans, with names it should not have taken for persons dropped: each PERSON
     span is trimmed of titles, cue words and capitalised common words at its edges, dropped when it
     names a company or a product (`_company_or_product`), and overlapping ones are merged. Spans of
-    other types pass untouched."""
-    if not any(s.type == ENTITY for s in spans):
+    other types pass untouched. `read`: PERSON spans of the token classifier (`rampart.py`), which
+    reads a list of surnames or "the Ruoho novel" better than the rules here do: only a company
+    word, an organisation word before it or a brand drops one of those; and a PERSON span of the
+    other stages mostly inside `places` (parts of an address the classifier read) is dropped."""
+    if not any(s.type == ENTITY for s in spans) and not read:
         return spans
     g = gazetteer()
     others: list[Span] = []
     persons: list[Span] = []
-    for span in spans:
+    for span in [*spans, *read]:
         if span.type != ENTITY:
             others.append(span)
             continue
+        if places and not any(span is r for r in read) and _placed(span, places):
+            continue
         for start, end in _lines(text, span.start, span.end):  # a name never reaches over a line break
-            kept = _refined(Span(span.type, start, end, span.score), text, g)
+            kept = _refined(Span(span.type, start, end, span.score), text, g, strict=not any(span is r for r in read))
             if kept is not None:
                 persons.append(kept)
     persons = _affiliations(_merge(persons), text, g)
     return others + _merge(persons + _repeated(persons, text, g))
+
+
+def _placed(span: Span, places: Sequence[Span]) -> bool:
+    """Half or more of `span` inside `places`."""
+    inside = sum(max(0, min(span.end, p.end) - max(span.start, p.start)) for p in places)
+    return 2 * inside >= span.end - span.start
 
 
 def _lines(text: str, start: int, end: int) -> list[tuple[int, int]]:
@@ -808,7 +829,7 @@ _DETERMINERS = _folded("the a an this that our their your its his her")
 WINDOW = 40  # characters of context read on each side of a span
 
 
-def _refined(span: Span, text: str, g: Gazetteer) -> Span | None:
+def _refined(span: Span, text: str, g: Gazetteer, strict: bool = True) -> Span | None:
     lo, hi = max(0, span.start - WINDOW), min(len(text), span.end + WINDOW)
     words = _words(text, g, lo, hi)
     inside = [k for k, w in enumerate(words) if w.start >= span.start and w.end <= span.end]
@@ -821,7 +842,7 @@ def _refined(span: Span, text: str, g: Gazetteer) -> Span | None:
         j -= 1
     if i > j or words[j].end - words[i].start < 2 or all(w.key in PARTICLES for w in words[i : j + 1]):
         return None
-    if _company_or_product(text, words, i, j, g):
+    if _company_or_product(text, words, i, j, g, strict):
         return None
     return Span(span.type, words[i].start, words[j].end, span.score)
 
@@ -839,7 +860,7 @@ def _trimmed(w: _Word, g: Gazetteer, more: bool, titled: bool) -> bool:
     return not titled and not w.kind and w.key in g.frequent and w.key not in PRODUCT_WORDS and w.key not in COMPANY_WORDS
 
 
-def _company_or_product(text: str, words: list[_Word], i: int, j: int, g: Gazetteer) -> bool:
+def _company_or_product(text: str, words: list[_Word], i: int, j: int, g: Gazetteer, strict: bool = True) -> bool:
     """Whether the PERSON span of words[i..j] names a company or a product, not a person.
 
     Always, unless a title stands before it: a company word in it or right after it ("Jordan
@@ -870,7 +891,7 @@ def _company_or_product(text: str, words: list[_Word], i: int, j: int, g: Gazett
     whole = text[start : rest.end() if rest else end]  # "Evrard S.A.R" of "Evrard S.A.R.L."
     if any(_company_word(chunk, g, bool(first_name)) for chunk in whole.split()[1:]) or _company_word(after_raw, g):
         return True
-    if _surname_list(text, start, end) or _surname_pair(span, text, words, i, g):
+    if _surname_list(text, start, end, strict) or strict and _surname_pair(span, text, words, i, g):
         return True
     if after_raw.startswith(("&", "+")) or before_raw.endswith(("&", "+")):
         return True
@@ -881,6 +902,8 @@ def _company_or_product(text: str, words: list[_Word], i: int, j: int, g: Gazett
         return True
     if _brand([w.key for w in span], after, before, g):
         return True
+    if not strict:
+        return False
     plain = [w for w in span if w.plain]
     if len(span) == 1 and span[0].style == "lower" and not plain and not _greeting_before(text, words, i):
         return True  # "ask terraform plan": a lower-case word the gazetteer lacks needs a greeting or sign-off
@@ -974,13 +997,19 @@ _TO_SPACE = re.compile(r"[^\s|,;:()]*")
 # Nadi e Ajello" (a firm's name; a list of people names them in full, or with titles).
 _WORD_LIST = re.compile(r"(?<![\w'’.-])[^\W\d_][\w'’-]*(?:, [^\W\d_][\w'’-]*){1,3},? (?:and|&|y|e|et|und|i|och|og|en|и) "
                         r"[^\W\d_][\w'’-]*(?![\w'’-])")
+_COLON_BEFORE = re.compile(r":[ \t]*(?:[^\W\d_][\w'’-]*,[ \t]*)*$")  # ": " before the list, maybe with items before it
 _LAST_WORD = re.compile(r"([^\W\d_][\w'’-]*) $")
 _LIST_SPLIT = re.compile(r",? (?:and|&|y|e|et|und|i|och|og|en|и) |, ")
 
 
-def _surname_list(text: str, start: int, end: int) -> bool:
+def _surname_list(text: str, start: int, end: int, strict: bool = True) -> bool:
+    """Whether the span is an item of a firm's list of surnames. Not strict (a name the classifier
+    read): not after a colon, where a list names people ("They had 6: Kateřina, James ... and
+    Michael")."""
     for m in _WORD_LIST.finditer(text, max(0, start - 80), min(len(text), end + 80)):
         if not (m.start() <= start and end <= m.end()):
+            continue
+        if not strict and _COLON_BEFORE.search(text, max(0, m.start() - 60), m.start()):
             continue
         items = _LIST_SPLIT.split(m.group())
         previous = _LAST_WORD.search(text, max(0, m.start() - 40), m.start())

@@ -53,7 +53,7 @@ from collections.abc import Iterable
 from functools import cache, lru_cache
 from typing import Any, NamedTuple
 
-VERSION = "6"  # bump when a recognizer here changes: stored spans are analysed again (4: IBANs in any case; 5: cards of unlisted ranges beside a card word; 6: local phone numbers under a phone word)
+VERSION = "7"  # bump when a recognizer here changes: stored spans are analysed again (4: IBANs in any case; 5: cards of unlisted ranges beside a card word; 6: local phone numbers under a phone word; 7: "registered" right before one, a number after a comma)
 
 # ---------------------------------------------------------------------------------------- cards
 
@@ -191,6 +191,8 @@ PHONE_CONTEXT = frozenset("""
     handynummer mobil mobilnummer mobiltelefon móvil movil celular cel portable portátil cellulare
     puhelin puh tlf tfn telefonu телефон тел телефона мобильный
 """.split())
+# Words that say "phone" only right before the number: "on my registered 668 5702".
+PHONE_CONTEXT_ADJACENT = frozenset({"registered"})
 PHONE_CONTEXT_CJK = ("電話", "电话", "전화", "手机", "手機", "携帯", "휴대")
 NOT_PHONE_CONTEXT = frozenset("""
     sku skus order orders po invoice invoices inv ref reference ticket tickets case cases version
@@ -217,7 +219,7 @@ _EMAIL_REACH = 12  # characters between a number and an e-mail address that coun
 _JOINT = r"(?=[ \u00a0.\-\u2013/()])[ \u00a0]?[-.\u2013/()]{0,2}[ \u00a0]?"
 _EXTENSION = r"[ \u00a0]?(?:[xX]|[eE]xt\.?|[eE]xtension)[ \u00a0]?[0-9]{1,7}"  # 555-0143 x12, ext. 12
 _PHONE_CHUNK = re.compile(
-    rf"(?<![{_LATIN}+#@$€£¥%&/.,-])(?P<number>(?:\(?\+[ \u00a0]?|\()?[0-9]++(?:{_JOINT}[0-9]++){{0,11}}+\)?)"
+    rf"(?<![{_LATIN}+#@$€£¥%&/.-])(?<![0-9],)(?P<number>(?:\(?\+[ \u00a0]?|\()?[0-9]++(?:{_JOINT}[0-9]++){{0,11}}+\)?)"
     rf"(?:{_EXTENSION})?(?![{_LATIN}%@]|[.,/-][0-9])"
 )
 _DATE = re.compile(
@@ -284,7 +286,7 @@ def context(text: str, start: int, end: int, positive: frozenset[str], negative:
     line = text.rfind("\n", low, start)
     before = [(m.group().lower(), m.start() > line) for m in _WORD.finditer(text, low, start)][-_WORDS_BEFORE:]
     for distance, (word, same_line) in enumerate(reversed(before)):
-        if word in positive or _cjk(word, positive):
+        if word in positive or _cjk(word, positive) or distance == 0 and positive is PHONE_CONTEXT and word in PHONE_CONTEXT_ADJACENT:
             return word, False
         if word in negative and same_line and distance < _NEGATIVE_REACH:
             return "", True

@@ -4,6 +4,8 @@ analyzer on its own missed it."""
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,8 +19,8 @@ from tests.gateway.test_masking_fields import policies_masking_account_followup
 from tests.llm_double import LlmDouble, echo_placeholders
 
 FOUND = "Sales lead Tomomi Nishiyama approved the renewal discount."  # the analyzer finds the name here
-MISSED_PART = "Tomomi lives near the Osaka office and prefers renewal calls after lunch."  # and misses "Tomomi" here
-MISSED_FROM_QUESTION = "Notes -- Rubija / renewal signed"  # misses "Rubija"
+MISSED_PART = "Osaka renewal - Tomomi - after lunch"  # and misses "Tomomi" here
+MISSED_FROM_QUESTION = "Osaka renewal - Rubija - signed"  # misses "Rubija"
 QUESTION = "What did Rubija Kovač and Tomomi Nishiyama agree about the renewal?"  # names both
 HIDDEN = "see notes://Zorblat Quenk/2024 before the renewal call"  # a name too bare to find here...
 SOURCE = "notes from Zorblat Quenk"  # ... and found in another item's source field
@@ -77,8 +79,8 @@ def test_every_value_masked_somewhere_is_masked_everywhere_in_the_response(gatew
     body = ask(gateway, query="renewal")  # the question names no one here
     texts = {item["id"]: item["text"] for item in body["items"]}
     assert set(texts) >= {"mem_found", "mem_part", "mem_hidden", "mem_source"}
-    assert texts["mem_found"] == "Sales lead <PERSON_1> approved the renewal discount."
-    assert texts["mem_part"].startswith("<PERSON_") and "Tomomi" not in texts["mem_part"]  # a part of a masked name
+    assert re.fullmatch(r"Sales lead <PERSON_\d+> approved the renewal discount\.", texts["mem_found"]), texts["mem_found"]
+    assert re.fullmatch(r"Osaka renewal - <PERSON_\d+> - after lunch", texts["mem_part"]), texts["mem_part"]  # a part of a masked name
     assert "Zorblat" not in texts["mem_hidden"] and "Quenk" not in texts["mem_hidden"]  # found in another item's source
     source = next(i for i in body["items"] if i["id"] == "mem_source")["source"]["system"]
     placeholder = source.removeprefix("notes from ")
@@ -90,7 +92,7 @@ def test_what_the_question_names_is_masked_in_the_response_and_the_prompt(gatewa
     llm.requests.clear()
     body = ask(gateway, synthesize=True)
     texts = {item["id"]: item["text"] for item in body["items"]}
-    assert "Rubija" not in texts["mem_question"] and texts["mem_question"].startswith("Notes -- <PERSON_")
+    assert "Rubija" not in texts["mem_question"] and texts["mem_question"].startswith("Osaka renewal - <PERSON_")
     assert len(llm.requests) == 1
     sent = "\n".join(r.raw_text for r in llm.requests)
     for name in NAMES:
