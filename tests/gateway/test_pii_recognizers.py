@@ -404,3 +404,14 @@ def test_a_local_number_of_no_region_is_a_phone_only_under_a_phone_word(text: st
     from gateway.privacy.recognizers import phone_numbers
 
     assert [text[f.start : f.end] for f in phone_numbers(text)] == ([found] if found else [])
+
+
+@pytest.mark.parametrize(("text", "found"), [
+    ("didn't get any message on my registered 668 5702. Could you look into it?", ["668 5702"]),
+    ("registered office: company number 1234567", []),  # "registered" only right before the number
+    ("Registered 12.03.2026", []),  # a date
+    ("085 175 7641-Office\\,3660170548-Fax", ["085 175 7641", "3660170548"]),  # glued to a comma
+    ("Totals: 1,2345678 units", []),  # a digit before the comma: one number
+])
+def test_a_phone_right_after_registered_or_a_comma(detector: Detector, text: str, found: list[str]) -> None:
+    assert sorted(text[s.start : s.end] for s in detector.analyze(text) if s.type == "PHONE_NUMBER") == sorted(found)
