@@ -124,7 +124,7 @@ WRITTEN: dict[str, Schema] = {
     "MergeRequest": obj({"into": {"type": "string", "pattern": ID, "description": "The id of the surviving entity"}}, closed=True),
     "MergeResult": obj({"id": STRING, "into": STRING, "survivor": STRING, "changed": BOOLEAN}),
     "TombstoneResult": obj({"id": STRING, "status": {"const": "pending_deletion"}, "changed": BOOLEAN, "hidden_items": COUNT}),
-    "PolicyInfo": obj({"engine": STRING, "revision": STRING, "loaded_at": {"type": "string", "format": "date-time"},
+    "PolicyInfo": obj({"engine": STRING, "revision": STRING, "label": STRING, "loaded_at": {"type": "string", "format": "date-time"},
                        "source": STRING, "last_reload": nullable(OPEN_OBJECT)}),
     "PolicyReload": obj({"reload": obj({"trigger": STRING, "status": {"type": "string", "enum": ["switched", "unchanged", "rejected"]},
                                         "revision": STRING, "previous": STRING, "candidate": nullable(STRING), "errors": STRINGS,

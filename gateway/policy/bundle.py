@@ -22,7 +22,8 @@ class PolicyBundle:
     modules: tuple[tuple[str, str], ...]  # (relative path, source), tests excluded
     tests: tuple[tuple[str, str], ...]
     data: dict[str, Any]
-    revision: str
+    revision: str  # "sha256:..." of the modules and data read: what decides, whatever a manifest says
+    label: str = ""  # an OPA bundle's `.manifest` revision, shown beside it; never the revision itself
 
 
 def _mount(data: dict[str, Any], parts: tuple[str, ...], document: Any) -> None:
@@ -41,6 +42,7 @@ READ_SUFFIXES = frozenset({".rego", ".json", ".yaml", ".yml"})
 YAML_DATA = frozenset({"data.yaml", "data.yml"})
 MAX_ARCHIVE_BYTES = 64 * 1024 * 1024  # unpacked, all files together
 MANIFEST = ".manifest"
+MAX_LABEL = 128  # characters of a manifest revision
 
 
 def read_bundle(root: Path, key: VerificationKey | None = None) -> PolicyBundle:
@@ -107,9 +109,12 @@ def bundle_from_files(root: Path, files: Mapping[str, str]) -> PolicyBundle:
 
 
 def read_archive(archive: bytes, source: Path, key: VerificationKey | None = None) -> PolicyBundle:
-    """An OPA bundle: a gzipped tarball of Rego modules, `data.json` documents, a `.manifest`
-    (its `revision` becomes the bundle's) and, when `key` is set, a `.signatures.json` that must
-    verify (gateway/policy/signatures.py). Only regular files inside the bundle root are read."""
+    """An OPA bundle: a gzipped tarball of Rego modules, `data.json` documents, a `.manifest` and,
+    when `key` is set, a `.signatures.json` that must verify (gateway/policy/signatures.py). Only
+    regular files inside the bundle root are read. The revision is the digest of the modules and
+    data, as for a directory: a bundle re-signed with other content under the same manifest
+    revision is a new revision. The manifest's `revision` is kept as the bundle's `label`
+    (printable, at most MAX_LABEL characters)."""
     files: dict[str, bytes] = {}
     size = 0
     try:
@@ -137,14 +142,14 @@ def read_archive(archive: bytes, source: Path, key: VerificationKey | None = Non
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ConfigurationError(f"{source}: .manifest is not JSON") from exc
         revision = manifest.get("revision", "") if isinstance(manifest, dict) else ""
-        if not isinstance(revision, str):
-            raise ConfigurationError(f"{source}: .manifest revision must be a string")
+        if not isinstance(revision, str) or len(revision) > MAX_LABEL or not revision.isprintable():
+            raise ConfigurationError(f"{source}: .manifest revision must be a string of at most {MAX_LABEL} "
+                                     "printable characters")
     try:
         texts = {name: content.decode("utf-8") for name, content in files.items() if PurePosixPath(name).suffix in READ_SUFFIXES}
     except UnicodeDecodeError as exc:
         raise ConfigurationError(f"{source}: a module or data file is not UTF-8") from exc
-    bundle = bundle_from_files(source, texts)
-    return replace(bundle, revision=revision) if revision else bundle
+    return replace(bundle_from_files(source, texts), label=revision)
 
 
 def write_archive(root: Path, revision: str = "", signing_key: str | None = None, algorithm: str = "RS256") -> bytes:

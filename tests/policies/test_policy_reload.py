@@ -162,7 +162,7 @@ def test_a_signed_bundle_verifies_and_a_wrong_signature_is_refused(tmp_path: Pat
     other_private, _ = rsa_pair()
     good = write_archive(Path(__file__).parents[2] / "policies", "r1", private)
     key = VerificationKey("dummy", "RS256").load(public, "RS256")
-    assert read_archive(good, Path("good.tar.gz"), key).revision == "r1"
+    assert read_archive(good, Path("good.tar.gz"), key).label == "r1"
     forged = write_archive(Path(__file__).parents[2] / "policies", "r1", other_private)
     with pytest.raises(ConfigurationError, match="signature not valid"):
         read_archive(forged, Path("forged.tar.gz"), key)
@@ -193,7 +193,7 @@ def test_a_tampered_or_padded_signed_bundle_is_refused() -> None:
     secret = "s" * 40
     key = VerificationKey(secret, "HS256")
     good = write_archive(Path(__file__).parents[2] / "policies", "r1", secret, "HS256")
-    assert read_archive(good, Path("b.tar.gz"), key).revision == "r1"
+    assert read_archive(good, Path("b.tar.gz"), key).label == "r1"
     widened = b"package gateway.items\n\nallowed := [item.id | some item in input.items]\ndenied := []\n"
     with pytest.raises(ConfigurationError, match="digest mismatch"):
         read_archive(repack(good, {"/gateway/items/items.rego": widened}), Path("b.tar.gz"), key)
@@ -213,7 +213,34 @@ def test_a_directory_and_its_bundle_decide_alike() -> None:
     root = Path(__file__).parents[2] / "policies"
     bundle = read_archive(write_archive(root, "r7"), Path("b.tar.gz"))
     directory = read_bundle(root)
-    assert bundle.revision == "r7" and bundle.data == directory.data and bundle.modules == directory.modules
+    assert bundle.label == "r7" and bundle.data == directory.data and bundle.modules == directory.modules
+    assert bundle.revision == directory.revision  # the content names the revision, not the manifest
+
+
+def test_a_bundle_re_signed_with_other_content_under_the_same_manifest_revision_is_a_new_revision(
+        policy_copy: Path) -> None:
+    """The attack of issue 29: a widened grant re-signed under the manifest revision in force was
+    "unchanged" on reload, and every audit row named the old revision."""
+    secret = "s" * 40
+    key = VerificationKey(secret, "HS256")
+    first = read_archive(write_archive(policy_copy, "2026-12-01", secret, "HS256"), Path("b.tar.gz"), key)
+    config = policy_copy / "gateway" / "config" / "data.json"
+    document = json.loads(config.read_text())
+    document["as_of_skew_seconds"] = document["as_of_skew_seconds"] + 1
+    config.write_text(json.dumps(document))
+    second = read_archive(write_archive(policy_copy, "2026-12-01", secret, "HS256"), Path("b.tar.gz"), key)
+    assert first.label == second.label == "2026-12-01"
+    assert second.revision != first.revision and second.revision.startswith("sha256:")
+    again = read_archive(write_archive(policy_copy, "another label", secret, "HS256"), Path("b.tar.gz"), key)
+    assert again.revision == second.revision  # the same content under another label: the same revision
+
+
+@pytest.mark.parametrize("label", ["r1\nrevision: forged", "x" * 129, "tab\there", 7])
+def test_a_manifest_revision_must_be_a_short_printable_string(label: object) -> None:
+    good = write_archive(Path(__file__).parents[2] / "policies", "r1")
+    manifest = json.dumps({"revision": label, "roots": [""]}).encode()
+    with pytest.raises(ConfigurationError, match="printable characters"):
+        read_archive(repack(good, {"/.manifest": manifest}), Path("b.tar.gz"))
 
 
 def kubernetes_mount(target: Path, source: Path, stamp: str) -> None:
@@ -300,7 +327,10 @@ def test_a_bundle_server_is_polled_with_etags_and_a_forged_revision_never_serves
                           policy_poll_seconds=3600) as gateway:
             alice, admin = seed(gateway), gateway.key("pat", roles=("policy_admin",))
             policy = gateway.client.app.state.context.policy  # type: ignore[attr-defined]
-            assert policy.revision == "v1" and gateway.retrieve(alice, QUESTION).status_code == 200
+            v1 = policy.revision
+            assert v1.startswith("sha256:") and policy.bundle.label == "v1" and gateway.retrieve(alice, QUESTION).status_code == 200
+            info = gateway.client.get("/v1/policy", headers=gateway.auth(admin)).json()
+            assert info["revision"] == v1 and info["label"] == "v1"
             assert reload(gateway, admin).json()["reload"]["status"] == "unchanged"
             assert server.requests[-1].get("If-None-Match")  # asked with the ETag, answered 304
             # a revision signed by another key: refused, v1 serves on
@@ -309,10 +339,10 @@ def test_a_bundle_server_is_polled_with_etags_and_a_forged_revision_never_serves
             server.archive = forged
             refused = reload(gateway, admin)
             assert refused.status_code == 422 and "signature not valid" in " ".join(refused.json()["reload"]["errors"])
-            assert policy.revision == "v1" and gateway.retrieve(alice, QUESTION).status_code == 200
+            assert policy.revision == v1 and gateway.retrieve(alice, QUESTION).status_code == 200
             # the real v2: switched
             server.archive = write_archive(policy_copy, "v2", private)
-            assert reload(gateway, admin).json()["reload"]["revision"] == "v2"
+            assert reload(gateway, admin).json()["reload"]["revision"] not in ("v2", v1) and policy.bundle.label == "v2"
             assert gateway.retrieve(alice, QUESTION).status_code == 403
     finally:
         server.close()

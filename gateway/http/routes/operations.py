@@ -35,7 +35,8 @@ async def readyz(request: Request) -> JSONResponse:
 async def _policy(call: Call) -> tuple[int, dict[str, Any]]:
     policy = call.context.policy
     last = policy.last.as_json() if policy.last is not None else None
-    return 200, {"engine": policy.name, "revision": policy.revision, "loaded_at": policy.loaded_at.isoformat(),
+    return 200, {"engine": policy.name, "revision": policy.revision, "label": policy.bundle.label,
+                 "loaded_at": policy.loaded_at.isoformat(),
                  "source": policy.source.location if not policy.source.remote else "bundle server", "last_reload": last}
 
 
