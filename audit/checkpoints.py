@@ -9,6 +9,14 @@ signed note (audit.notes), appended to a file the database's writer cannot reach
 The `Checkpointer` signs what it has checked: the rows since its last checkpoint must link, match
 their hashes and carry the gateway's seal (audit.keys). A row that does not is never signed; the
 checkpoint that stops before it says so (`refused`), which verify reports as a failure.
+
+No trust on first use: a chain is signed from its start only when this process wrote its first row
+(its genesis, sealed like every row), and every one of its rows must carry the seal. A chain found in
+the store without a checkpoint of it (the checkpoint file lost, another replica's chain) is signed
+only from a checkpoint published before: the checkpoint file, read again when such a chain is met.
+Otherwise it is refused, in the log and in `/readyz` (`readiness`), until its checkpoint is restored
+or an operator adopts it as found (`gateway audit checkpoint --adopt`, marked `adopted` in the
+note, which verify reports).
 """
 
 from __future__ import annotations
@@ -48,12 +56,15 @@ class Checkpoint:
     oldest: int = 1
     refused: tuple[int, str] | None = None
     line: int = 0  # where it starts in its file (0: not read from one)
+    adopted: bool = False  # signed as found by an operator's `--adopt`, not as seen written
 
     def text(self) -> str:
         lines = [ORIGIN_PREFIX + quote(self.chain, safe=""), str(self.size),
                  base64.b64encode(bytes.fromhex(self.head)).decode(), f"time {self.time}", f"oldest {self.oldest}"]
         if self.refused is not None:
             lines.append(f"refused {self.refused[0]} {self.refused[1]}")
+        if self.adopted:
+            lines.append("adopted as found")
         return "\n".join(lines) + "\n"
 
     @classmethod
@@ -72,12 +83,14 @@ class Checkpoint:
             refused = (int(position), reason) if position.isdigit() else None
         oldest = extensions.get("oldest", "1")
         return cls(chain=unquote(lines[0][len(ORIGIN_PREFIX):]), size=int(lines[1]), head=head, time=extensions.get("time", ""),
-                   oldest=int(oldest) if oldest.isdigit() else 1, refused=refused, line=line)
+                   oldest=int(oldest) if oldest.isdigit() else 1, refused=refused, line=line, adopted="adopted" in extensions)
 
     def as_dict(self) -> dict[str, object]:
         body: dict[str, object] = {"size": self.size, "head": self.head, "time": self.time, "line": self.line}
         if self.refused is not None:
             body["refused"] = {"seq": self.refused[0], "reason": self.refused[1]}
+        if self.adopted:
+            body["adopted"] = True
         return body
 
 
@@ -132,6 +145,7 @@ class Attested:
     by_chain: dict[str, list[Checkpoint]] = field(default_factory=dict)
     problems: list[tuple[int, str]] = field(default_factory=list)  # (line, what is wrong)
     notes: int = 0
+    newest: str = ""  # the time of the newest checkpoint that verifies, of any chain (read for one chain too)
 
     def last(self, chains: Iterable[str] | None = None) -> Checkpoint | None:
         names = self.by_chain if chains is None else chains
@@ -151,6 +165,11 @@ def read_checkpoints(path: Path, verifier: Verifier, tenant_chain: str | None = 
         if tenant_chain is not None and chain != tenant_chain:
             if chain is None:
                 attested.problems.append((line, "malformed checkpoint"))
+                continue
+            try:  # another tenant's: not this reader's business, but its time says how far the signer got
+                attested.newest = max(attested.newest, Checkpoint.parse(open_note(note, verifier), line).time)
+            except NoteError:
+                pass
             continue
         attested.notes += 1
         try:
@@ -159,6 +178,7 @@ def read_checkpoints(path: Path, verifier: Verifier, tenant_chain: str | None = 
             attested.problems.append((line, f"checkpoint {chain or '?'}: {exc}"))
             continue
         attested.by_chain.setdefault(checkpoint.chain, []).append(checkpoint)
+        attested.newest = max(attested.newest, checkpoint.time)
     return attested
 
 
@@ -187,6 +207,10 @@ class Checkpointer:
         self._refused: set[tuple[str, int]] = set()
         self._stuck: set[str] = set()  # chains with a refused row: nothing past it is ever signed
         self._grown: set[str] = set()
+        self._born: set[str] = set()  # chains whose first row this process wrote: signed from their genesis
+        self.refusing: dict[str, str] = {}  # chains found without a checkpoint of them, and why they are not signed
+        self.started_without_checkpoints = False  # the file held none when chains were found (see `readiness`)
+        self.started_at = datetime.now(timezone.utc)
         self._fresh = 0
         self._last = clock()
         self._counter = threading.Lock()
@@ -194,28 +218,45 @@ class Checkpointer:
         self.caught_up = threading.Event()  # set once the start-up catch-up has signed (or failed)
         self._load()
 
-    def _load(self) -> None:
-        attested = read_checkpoints(self.log.path, self.signer.verifier)
-        for chain, checkpoints in attested.by_chain.items():
+    def _load(self, chain: str | None = None) -> None:
+        """What this signer signed before, from its published checkpoints (every chain, or one)."""
+        attested = read_checkpoints(self.log.path, self.signer.verifier, chain)
+        for name, checkpoints in attested.by_chain.items():
             newest = max(checkpoints, key=lambda c: c.size)
-            self._signed[chain] = _Signed(newest.size, newest.head, max(c.oldest for c in checkpoints))
-            self._refused.update((chain, c.refused[0]) for c in checkpoints if c.refused)
+            known = self._signed.get(name)
+            if known is None or newest.size > known.size:
+                self._signed[name] = _Signed(newest.size, newest.head, max(c.oldest for c in checkpoints))
+            self._refused.update((name, c.refused[0]) for c in checkpoints if c.refused)
 
     def appended(self, rows: Iterable[Appended]) -> None:
-        """Called after a commit (from the writer's thread): counts towards the next checkpoint."""
+        """Called after a commit (from the writer's thread): counts towards the next checkpoint. A
+        chain whose first row this process wrote is born here: it is signed from its genesis (a
+        process that ends without signing, killed before its shutdown checkpoint, leaves the chain
+        to be found without a checkpoint by the next)."""
         with self._counter:
             for row in rows:
                 self._grown.add(row.chain)
                 self._fresh += 1
+                if row.seq == 1:
+                    self._born.add(row.chain)
 
     def due(self) -> bool:
         with self._counter:
             return self._fresh >= self.rows or (self._fresh > 0 and self.clock() - self._last >= self.seconds)
 
-    def checkpoint(self, every_chain: bool = False) -> list[Checkpoint]:
+    def readiness(self) -> str:
+        """"ok", or why this signer cannot vouch for the trail: it started without its checkpoints
+        while the store held chains, so it refuses to sign them (`/readyz`)."""
+        if self.started_without_checkpoints and self.refusing:
+            return (f"refusing to sign {len(self.refusing)} audit chain(s) found without a checkpoint: restore the "
+                    "checkpoint file (GATEWAY_AUDIT_CHECKPOINTS), or adopt them as found with `gateway audit checkpoint --adopt`")
+        return "ok"
+
+    def checkpoint(self, every_chain: bool = False, adopt: bool = False) -> list[Checkpoint]:
         """Sign the chains that grew since the last checkpoint (or, with `every_chain`, any chain
         whose head is past what this signer signed: rows of other replicas, or from before a
-        restart). Returns what was appended to the file."""
+        restart). `adopt` (an operator's decision): sign chains found without a checkpoint as they
+        are, marked `adopted`. Returns what was appended to the file."""
         with self._turn:
             with self._counter:
                 grown, self._grown, self._fresh, self._last = self._grown, set(), 0, self.clock()
@@ -231,7 +272,9 @@ class Checkpointer:
                                         .scalar_one() or 0) for chain in sorted(grown)}
                 chains = sorted(c for c, head in heads.items()
                                 if (every_chain or c in grown) and head > self._size(c) and c not in self._stuck)
-                made = [c for c in (self._segment(conn, chain) for chain in chains) if c is not None]
+                if every_chain and not self._signed and any(c not in self._born for c in chains):
+                    self.started_without_checkpoints = True
+                made = [c for c in (self._segment(conn, chain, adopt) for chain in chains) if c is not None]
             self.log.append(sign(c.text(), self.signer) for c in made)
             for c in made:
                 self._signed[c.chain] = _Signed(c.size, c.head, c.oldest)
@@ -241,15 +284,30 @@ class Checkpointer:
         signed = self._signed.get(chain)
         return signed.size if signed else 0
 
-    def _segment(self, conn: Connection, chain: str) -> Checkpoint | None:
+    def _segment(self, conn: Connection, chain: str, adopt: bool = False) -> Checkpoint | None:
         """The checkpoint of one chain's rows since the last one, stopping before the first row this
         signer will not vouch for (and saying so, once). Past a signed position only links and seals
-        are read (a narrow query): verify binds each row's content to its hash."""
+        are read (a narrow query): verify binds each row's content to its hash. A chain without a
+        signed position is signed from its start only when it was born here (every row sealed) or
+        adopted; otherwise it is refused (see the module doc)."""
         signed = self._signed.get(chain)
+        if signed is None and chain not in self._born:
+            self._load(chain)  # published since this signer read its file: another process of the same file
+            signed = self._signed.get(chain)
         if signed is not None:
+            self.refusing.pop(chain, None)
             walk = walk_links(conn, chain, (signed.size, signed.head), self.seal_key)
-        else:  # the first checkpoint of this chain: the whole chain, contents too, as found (trust on first use)
+        elif chain in self._born:  # its genesis was written here: the whole chain, every row sealed
+            walk = walk_chain(conn, chain, seal_key=self.seal_key, sealed_after=0)
+        elif adopt:  # an operator's trust on first use, said in the note
+            log.warning("audit chain %s: adopted as found, without a checkpoint of it", chain)
             walk = walk_chain(conn, chain, seal_key=self.seal_key)
+        else:
+            if chain not in self.refusing:
+                log.error("audit chain %s: found without a checkpoint of it; not signing rows this signer did not see "
+                          "written (restore the checkpoint file, or adopt it with `gateway audit checkpoint --adopt`)", chain)
+            self.refusing[chain] = "found without a checkpoint of it"
+            return None
         problem = walk.unsealed or walk.broken  # an unsealed row, when there is one, comes first
         size, head = (walk.head, walk.head_hash) if walk.unsealed is None else walk.before_unsealed
         oldest = signed.oldest if signed else walk.first
@@ -262,7 +320,8 @@ class Checkpointer:
             log.error("audit chain %s: not signing row %s: %s", chain, problem.seq, problem.reason)
         if refused is None and size <= (signed.size if signed else 0):
             return None
-        return Checkpoint(chain, size, head, now_rfc3339(), oldest, refused)
+        self.refusing.pop(chain, None)
+        return Checkpoint(chain, size, head, now_rfc3339(), oldest, refused, adopted=signed is None and chain not in self._born)
 
     def pruned(self, prunes: dict[str, tuple[int, str]]) -> list[Checkpoint]:
         """Sign what a prune removed: per chain, the position below its new oldest row and the hash

@@ -9,22 +9,28 @@ are reported as not yet checkpointed, never as verified. See docs/audit-chain.md
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from sqlalchemy.engine import Engine
+from sqlalchemy import func, select
+from sqlalchemy.engine import Connection, Engine
 
-from audit.chain import Break, Walk, chain_of, chains_in, moved_out_of_chains, unchained_rows, walk_chain
+from audit.chain import Break, Walk, audit_trace, chain_of, chains_in, moved_out_of_chains, unchained_rows, walk_chain
 from audit.checkpoints import Attested, Checkpoint
 
 
 def verify(engine: Engine, tenant: str | None = None, attested: Attested | None = None,
-           seal_key: bytes | None = None) -> dict[str, Any]:
+           seal_key: bytes | None = None, known: Attested | None = None,
+           signer_since: datetime | None = None) -> dict[str, Any]:
     """Check one tenant's chain, or every chain; `ok` is false at the first problem of any, and
     `first_broken` names it. `attested`: the checkpoints to hold the chains against. `seal_key`
     (the service has it, an offline auditor does not): rows past the last checkpoint must carry
-    the gateway's seal."""
+    the gateway's seal. `known`: checkpoints the auditor holds from before (`hold_to_known`).
+    `signer_since`: the service's own verify, see `_never_checkpointed`."""
     report: dict[str, Any] = {"ok": True, "chains": {}, "first_broken": None}
     problems: list[Break] = []
+    if attested is not None and known is not None:
+        problems += hold_to_known(attested, known)
     with engine.connect() as conn:
         stored = [chain_of(tenant)] if tenant is not None else chains_in(conn)
         signed = attested.by_chain if attested is not None else {}
@@ -34,9 +40,14 @@ def verify(engine: Engine, tenant: str | None = None, attested: Attested | None 
             problems.append(emptied)
         for name in names:
             checkpoints = signed.get(name, [])
+            # With the seal key every row past the last checkpoint must carry the seal, from the
+            # chain's first row on when it has none: no row is exempt for coming first.
             walk = walk_chain(conn, name, want=frozenset(c.size for c in checkpoints), seal_key=seal_key,
-                              sealed_after=max((c.size for c in checkpoints), default=0) if checkpoints else None)
+                              sealed_after=max((c.size for c in checkpoints), default=0))
             found, entry = _judge(walk, checkpoints, attested is not None)
+            if attested is not None and not checkpoints and walk.rows and walk.broken is None:
+                found += _never_checkpointed(conn, walk, attested, name, signer_since)
+            entry["ok"] = not found
             report["chains"][name] = entry
             problems.extend(found)
         if tenant is None:
@@ -51,6 +62,56 @@ def verify(engine: Engine, tenant: str | None = None, attested: Attested | None 
         report["ok"], report["first_broken"] = False, problems[0].as_dict()
         report["problems"] = [p.as_dict() for p in problems]
     return report
+
+
+GRACE = timedelta(minutes=10)  # a chain may wait this long past the file's newest checkpoint for its first
+
+
+def _never_checkpointed(conn: Connection, walk: Walk, attested: Attested, chain: str,
+                        signer_since: datetime | None) -> list[Break]:
+    """A chain with rows and no checkpoint in the file: fine while it is new (its rows came after
+    the file's newest checkpoint), not when its rows are dated before the file's newest checkpoint
+    (the signer would have signed them, or refused them, by then: rows it never saw written, or a
+    file cut short), nor, offline, when the file attests nothing at all. The service's own verify
+    (`signer_since`: when its signer started) holds an empty file to that instant instead: a chain
+    dated before it was found, not seen written."""
+    if not attested.newest and signer_since is None:
+        return [Break(chain, walk.first, None, f"the checkpoint file attests nothing, but the chain holds {walk.rows} rows "
+                      "(a file emptied or replaced, or rows the signer never saw written)")]
+    oldest = conn.execute(select(func.min(audit_trace.c.created_at)).where(audit_trace.c.chain == chain)).scalar_one()
+    signed_at = _instant(attested.newest) if attested.newest else signer_since
+    what = f"the file's newest checkpoint ({attested.newest})" if attested.newest else "this signer started (with no checkpoints)"
+    if oldest is not None and signed_at is not None and _aware(oldest) < signed_at - GRACE:
+        return [Break(chain, walk.first, None, f"no checkpoint covers this chain, though its rows date from before {what}: "
+                      "rows the signer never saw written, or a checkpoint file cut short or lost")]
+    return []
+
+
+def _instant(value: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+
+
+def hold_to_known(attested: Attested, known: Attested) -> list[Break]:
+    """Monotonic verify: every checkpoint the auditor was given before (`known`: saved from an
+    earlier verify, or cosigned by a witness) must still be in the file, so a file emptied,
+    truncated or replaced with an older one fails. The known checkpoints are then held against the
+    chains too."""
+    problems = [Break("-", None, None, f"known checkpoints, line {line}: {what}") for line, what in known.problems]
+    for chain, checkpoints in sorted(known.by_chain.items()):
+        present = {(c.size, c.head) for c in attested.by_chain.get(chain, [])}
+        for c in sorted(checkpoints, key=lambda c: c.size):
+            if (c.size, c.head) not in present:
+                problems.append(Break(chain, None, None, f"the checkpoint file lacks a checkpoint you hold (size {c.size}, "
+                                      f"signed {c.time}): the file was emptied, truncated or replaced"))
+        attested.by_chain.setdefault(chain, []).extend(c for c in checkpoints if (c.size, c.head) not in present)
+    return problems
 
 
 def _last(checkpoint: Checkpoint | None) -> dict[str, Any] | None:

@@ -107,7 +107,7 @@ class AuditStore:
         checkpointer = self.checkpointer
         attested = read_checkpoints(checkpointer.log.path, checkpointer.signer.verifier,
                                     chain_of(tenant) if tenant is not None else None)
-        report = verify(self.engine, tenant, attested, checkpointer.seal_key)
+        report = verify(self.engine, tenant, attested, checkpointer.seal_key, signer_since=checkpointer.started_at)
         report["checkpoints"].pop("file", None)  # where the service keeps it is not a reviewer's business
         return report
 

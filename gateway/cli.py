@@ -355,7 +355,11 @@ def audit_keygen(out_dir: Path) -> None:
 @click.option("--tenant", help="Check this tenant's chain only (default: every chain).")
 @click.option("--checkpoints", type=click.Path(path_type=Path), help="The signed checkpoint file to hold the chains against.")
 @click.option("--public-key", type=click.Path(path_type=Path), help="The public key (PEM or verifier key) the checkpoints are signed with.")
-def audit_verify(tenant: str | None, checkpoints: Path | None, public_key: Path | None, **flags: Any) -> None:
+@click.option("--known", type=click.Path(path_type=Path), help="Checkpoints you hold from before (an earlier copy of the "
+              "file, or notes a witness cosigned): each must still be in --checkpoints, so an emptied, truncated or "
+              "replaced file fails.")
+def audit_verify(tenant: str | None, checkpoints: Path | None, public_key: Path | None, known: Path | None,
+                 **flags: Any) -> None:
     """Recompute the audit hash chains, and hold them against the signed checkpoints when given;
     print the report, name the first problem and exit 1 if there is one."""
     from audit.checkpoints import read_checkpoints
@@ -365,8 +369,10 @@ def audit_verify(tenant: str | None, checkpoints: Path | None, public_key: Path 
 
     if (checkpoints is None) != (public_key is None):
         raise click.ClickException("--checkpoints and --public-key: give both, or neither")
+    if known is not None and checkpoints is None:
+        raise click.ClickException("--known: give --checkpoints and --public-key too")
     settings = settings_from(**flags)
-    attested = None
+    attested = held = None
     if checkpoints is not None and public_key is not None:
         if not checkpoints.is_file():
             raise click.ClickException(f"--checkpoints: {checkpoints} cannot be read")
@@ -375,9 +381,13 @@ def audit_verify(tenant: str | None, checkpoints: Path | None, public_key: Path 
         except GatewayError as exc:
             raise click.ClickException(exc.message) from exc
         attested = read_checkpoints(checkpoints, verifier, tenant if tenant is not None else None)
+        if known is not None:
+            if not known.is_file():
+                raise click.ClickException(f"--known: {known} cannot be read")
+            held = read_checkpoints(known, verifier, tenant if tenant is not None else None)
     engine = open_store(settings.effective_database_url)
     try:
-        report = verify(engine, tenant, attested)
+        report = verify(engine, tenant, attested, known=held)
     finally:
         close_store(engine)
     click.echo(json.dumps(report, indent=2))
@@ -400,9 +410,12 @@ def verdict(report: dict[str, Any]) -> str:
 
 @audit.command("checkpoint")
 @store_options
-def audit_checkpoint(**flags: Any) -> None:
+@click.option("--adopt", is_flag=True, help="Also sign chains found without a checkpoint of them, as they are (marked "
+              "'adopted' in the note): an operator's decision to trust what the store holds.")
+def audit_checkpoint(adopt: bool, **flags: Any) -> None:
     """Sign a checkpoint of every chain now (GATEWAY_AUDIT_SIGNING_KEY, GATEWAY_AUDIT_CHECKPOINTS);
-    the service does this on its own as rows arrive and at shutdown."""
+    the service does this on its own as rows arrive and at shutdown. A chain with no checkpoint in
+    the file is refused (exit 1) unless --adopt: this process did not see it written."""
     from core.store import close_store, open_store
     from gateway.context import build_checkpointer
 
@@ -413,13 +426,17 @@ def audit_checkpoint(**flags: Any) -> None:
     try:
         checkpointer = build_checkpointer(settings, engine)
         assert checkpointer is not None
-        made = checkpointer.checkpoint(every_chain=True)
+        made = checkpointer.checkpoint(every_chain=True, adopt=adopt)
     except GatewayError as exc:
         raise click.ClickException(exc.message) from exc
     finally:
         close_store(engine)
-    click.echo(json.dumps({"signed": [{"chain": c.chain, **c.as_dict()} for c in made]}, indent=2))
-    sys.exit(1 if any(c.refused for c in made) else 0)
+    click.echo(json.dumps({"signed": [{"chain": c.chain, **c.as_dict()} for c in made],
+                           "refused": checkpointer.refusing}, indent=2))
+    if checkpointer.refusing:
+        click.echo(f"REFUSED: {len(checkpointer.refusing)} chain(s) found without a checkpoint of them were not signed "
+                   "(restore the checkpoint file, or --adopt them as found)", err=True)
+    sys.exit(1 if any(c.refused for c in made) or checkpointer.refusing else 0)
 
 
 @audit.command("prune")

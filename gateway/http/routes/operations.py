@@ -26,6 +26,9 @@ async def readyz(request: Request) -> JSONResponse:
         # Honest under a flood: past its capacity the process asks the balancer for no more calls.
         "admission": "ok" if not load["saturated"] else f"saturated: {load['in_flight']} of {load['capacity']} units in flight",
     }
+    checkpointer = context.audit.checkpointer
+    if checkpointer is not None:  # a signer that started without its checkpoints vouches for nothing it found
+        checks["audit_checkpoints"] = checkpointer.readiness()
     ready = all(v == "ok" for v in checks.values())
     return JSONResponse({"status": "ready" if ready else "not ready", "checks": checks, "admission": load},
                         status_code=200 if ready else 503)

@@ -1,0 +1,172 @@
+"""No trust on first use in the audit trail (issue 29): the checkpointer signs a chain from its start
+only when it wrote the chain's first row, with every row sealed; a chain found without a checkpoint
+of it is refused (log, `/readyz`, `gateway audit checkpoint` exits 1) unless an operator adopts it;
+the offline verify fails on a checkpoint file that is emptied, truncated, replaced, or silent about
+rows dated before its newest checkpoint."""
+
+from __future__ import annotations
+
+import shutil
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from click.testing import CliRunner
+from sqlalchemy import insert, update
+
+from audit.chain import GENESIS, audit_trace, row_hash
+from audit.checkpoints import Checkpointer, CheckpointLog, read_checkpoints
+from audit.keys import generate, load_signer, load_verifier
+from core import store as db
+from gateway.cli import main
+from tests.conftest import open_gateway
+from tests.gateway.test_audit_checkpoints import TENANT, Signed, chain_rows, rehash, signed  # noqa: F401 - the fixture
+
+__all__ = ["signed"]
+
+
+def forge_a_new_chain(signed: Signed, tenant: str, rows: int = 3) -> None:
+    """What an insider with write access did: open a chain for a tenant that made no call yet, with
+    valid hashes and links, dated three days back, and no seal (the key is not theirs)."""
+    prev = GENESIS
+    with db.writer(signed.gateway.store).begin() as conn:
+        for seq in range(1, rows + 1):
+            row = {"trace_id": f"tr_forged_{seq}", "created_at": datetime.now(timezone.utc) - timedelta(days=3),
+                   "tenant": tenant, "actor": "user:ceo", "endpoint": "retrieve", "status_code": 200, "decision": "allow",
+                   "policy_engine": "embedded", "policy_revision": "r1", "error_code": None,
+                   "lineage": {"version": 2, "request": {"task": {"type": "account_followup"}}, "packed": []},
+                   "chain": tenant, "seq": seq, "prev_hash": prev, "task_type": "account_followup", "about": None}
+            row["row_hash"] = row_hash(row)
+            conn.execute(insert(audit_trace).values(**row))
+            prev = row["row_hash"]
+
+
+def offline(signed: Signed, tenant: str, checkpoints: Path | None = None, known: Path | None = None) -> tuple[int, str]:
+    args = ["audit", "verify", "--database-url", signed.gateway.settings.effective_database_url, "--tenant", tenant,
+            "--checkpoints", str(checkpoints or signed.checkpoints), "--public-key", str(signed.keys["public"])]
+    if known is not None:
+        args += ["--known", str(known)]
+    result = CliRunner().invoke(main, args)
+    return result.exit_code, result.output
+
+
+def checkpoint_cli(signed: Signed, *extra: str) -> tuple[int, str]:
+    env = {"GATEWAY_AUDIT_SIGNING_KEY": str(signed.keys["private"]), "GATEWAY_AUDIT_CHECKPOINTS": str(signed.checkpoints)}
+    result = CliRunner(env=env).invoke(main, ["audit", "checkpoint", "--database-url",
+                                             signed.gateway.settings.effective_database_url, *extra])
+    return result.exit_code, result.output
+
+
+def test_a_chain_opened_by_forged_rows_is_never_signed(signed: Signed) -> None:
+    forge_a_new_chain(signed, "newco")
+    signed.write(1, tenant="newco")  # one real call: position 4, sealed, but the chain was not born here
+    made = signed.checkpointer.checkpoint(every_chain=True)
+    assert "newco" not in {c.chain for c in made} and "newco" in signed.checkpointer.refusing
+    attested = read_checkpoints(signed.checkpoints, load_verifier(signed.keys["public"]))
+    assert "newco" not in attested.by_chain  # nothing of it signed
+    audit = signed.gateway.client.app.state.context.audit  # type: ignore[attr-defined]
+    live = audit.verify("newco")  # the service holds the seal key: the first rows carry none
+    assert live["ok"] is False and live["first_broken"]["seq"] == 1 and "no valid seal" in live["first_broken"]["reason"]
+    code, output = offline(signed, "newco")  # the auditor has no seal key: the dates give it away
+    assert code == 1 and "rows date from before the file's newest checkpoint" in output, output
+
+
+def test_a_chain_born_here_is_signed_from_its_genesis(signed: Signed) -> None:
+    signed.write(2, tenant="freshco")
+    made = signed.checkpointer.checkpoint()
+    assert [(c.chain, c.size, c.adopted) for c in made if c.chain == "freshco"] == [("freshco", 2, False)]
+    code, output = offline(signed, "freshco")
+    assert code == 0 and "OK: 2 rows match signed checkpoints" in output, output
+
+
+def test_a_checkpointer_without_its_file_re_signs_nothing(signed: Signed) -> None:
+    """The attack of issue 29: rewrite a row, re-hash forward, strip every seal, delete the file,
+    run `gateway audit checkpoint`."""
+    known = signed.checkpoints.with_name("held-by-the-auditor")
+    shutil.copy(signed.checkpoints, known)
+    with db.writer(signed.gateway.store).begin() as conn:
+        conn.execute(update(audit_trace).where(audit_trace.c.pk == chain_rows(conn)[2]["pk"]).values(decision="deny"))
+        rehash(conn)
+        conn.execute(update(audit_trace).where(audit_trace.c.chain == TENANT).values(seal=None))
+    signed.checkpoints.unlink()
+    code, output = checkpoint_cli(signed)
+    assert code == 1 and "REFUSED" in output and '"acme": "found without a checkpoint of it"' in output, output
+    assert not signed.checkpoints.exists()  # nothing re-signed: not even a file
+    code, output = offline(signed, TENANT)
+    assert code == 1 and "cannot be read" in output, output
+    signed.checkpoints.write_text("")
+    code, output = offline(signed, TENANT)
+    assert code == 1 and "attests nothing" in output, output  # the file holds no checkpoint of anyone
+    code, output = offline(signed, TENANT, known=known)
+    assert code == 1 and "lacks a checkpoint you hold" in output, output
+
+
+def test_adopting_a_chain_is_an_operators_decision_said_in_the_note(signed: Signed) -> None:
+    forge_a_new_chain(signed, "legacy")
+    code, output = checkpoint_cli(signed)
+    assert code == 1 and "legacy" in output
+    code, output = checkpoint_cli(signed, "--adopt")
+    assert code == 0 and '"adopted": true' in output, output
+    (note,) = [c for c in read_checkpoints(signed.checkpoints, load_verifier(signed.keys["public"])).by_chain["legacy"]]
+    assert note.adopted and note.size == 3 and "adopted as found" in note.text()
+    code, output = offline(signed, "legacy")
+    assert code == 0 and '"adopted": true' in output, output  # verified, and said to be adopted, not seen written
+
+
+def test_offline_verify_is_monotonic(signed: Signed) -> None:
+    earlier = signed.checkpoints.with_name("earlier")
+    shutil.copy(signed.checkpoints, earlier)
+    signed.write(5)
+    signed.checkpointer.checkpoint()
+    known = signed.checkpoints.with_name("known")
+    shutil.copy(signed.checkpoints, known)  # what the auditor saved at the last visit
+    assert offline(signed, TENANT, known=known)[0] == 0
+    # replaced with the earlier file, the last five rows deleted: consistent on its own...
+    shutil.copy(earlier, signed.checkpoints)
+    with db.writer(signed.gateway.store).begin() as conn:
+        from tests.gateway.test_audit_checkpoints import delete_rows
+
+        delete_rows(conn, [r["pk"] for r in chain_rows(conn)[-5:]])
+    assert offline(signed, TENANT)[0] == 0
+    # ... but not with what the auditor holds
+    code, output = offline(signed, TENANT, known=known)
+    assert code == 1 and "lacks a checkpoint you hold (size 17" in output, output
+    # emptied: fails without --known too
+    signed.checkpoints.write_text("")
+    code, output = offline(signed, TENANT)
+    assert code == 1 and "attests nothing" in output, output
+
+
+def test_a_service_that_starts_without_its_checkpoints_says_so(sqlite_url: str, tmp_path: Path) -> None:
+    from tests.gateway.fixtures import SALES_TASK
+
+    keys = generate(tmp_path / "keys")
+    first, lost = tmp_path / "pvc" / "audit.checkpoints", tmp_path / "emptydir" / "audit.checkpoints"
+    with open_gateway(sqlite_url, tmp_path, audit_signing_key=keys["private"], audit_checkpoints=first) as gateway:
+        agent = gateway.key("alice", groups=("sales",), clearance="confidential")
+        assert gateway.retrieve(agent, {"task": SALES_TASK, "query": "renewal"}).status_code == 200
+        assert gateway.client.get("/readyz").json()["checks"]["audit_checkpoints"] == "ok"
+    # a new pod whose checkpoint file was on an emptyDir: it finds chains it never saw written
+    with open_gateway(sqlite_url, tmp_path, audit_signing_key=keys["private"], audit_checkpoints=lost) as gateway:
+        checkpointer = gateway.client.app.state.context.audit.checkpointer  # type: ignore[attr-defined]
+        assert checkpointer.caught_up.wait(30)
+        ready = gateway.client.get("/readyz")
+        assert ready.status_code == 503 and "refusing to sign" in ready.json()["checks"]["audit_checkpoints"], ready.text
+        assert TENANT in checkpointer.refusing
+    # back on its own volume: it recovers what it signed and is ready
+    with open_gateway(sqlite_url, tmp_path, audit_signing_key=keys["private"], audit_checkpoints=first) as gateway:
+        checkpointer = gateway.client.app.state.context.audit.checkpointer  # type: ignore[attr-defined]
+        assert checkpointer.caught_up.wait(30)
+        assert gateway.client.get("/readyz").status_code == 200 and not checkpointer.refusing
+
+
+def test_a_chain_published_by_another_process_is_recovered_from_the_file(signed: Signed) -> None:
+    """Two processes on one checkpoint file: the second meets the first one's chain, reads the file
+    again and continues from what was published, instead of refusing or re-signing it."""
+    other = Checkpointer(signed.gateway.store, load_signer(signed.keys["private"]), CheckpointLog(signed.checkpoints),
+                         rows=100_000, seconds=86_400)
+    signed.write(3, tenant="globex")
+    signed.checkpointer.checkpoint()  # the first process signs globex up to 6
+    signed.write(2, tenant="globex")
+    made = other.checkpoint(every_chain=True)
+    assert [(c.chain, c.size, c.adopted) for c in made if c.chain == "globex"] == [("globex", 8, False)]
+    assert not other.refusing
