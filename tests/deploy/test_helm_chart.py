@@ -57,6 +57,7 @@ SCALE_OUT: dict[str, Any] = {
         "embeddingsKey": {"name": "gw-embed", "key": "key"},
         "policyBundleKey": {"name": "gw-bundle", "key": "pub.pem"},
     },
+    "audit": {"checkpointsClaim": "gw-audit-checkpoints"},
     "policies": {"source": "bundle", "bundle": {"url": "https://bundles.example.com/v1/gateway.tar.gz", "scope": "prod"}},
     "opa": {"sidecar": {"enabled": True, "decisionLogs": {"serviceUrl": "https://decisions.example.com"}}},
     "otel": {"exporter": "otlp", "endpoint": "http://otel-collector.observability:4318", "serviceName": "gateway-prod"},
@@ -219,6 +220,11 @@ def test_secrets_are_referenced_never_inlined(rendered: dict[str, dict[str, str]
     volumes = {v["name"]: v for v in pod_spec(one(objects, "Deployment"))["volumes"]}
     assert volumes["audit-signing-key"]["secret"]["secretName"] == "gw-audit"
     assert gateway["GATEWAY_AUDIT_SIGNING_KEY"]["value"] == "/etc/gateway/audit/signing-key.pem"
+    # the checkpoints on a claim of their own, outside the data volume
+    assert volumes["audit-checkpoints"]["persistentVolumeClaim"] == {"claimName": "gw-audit-checkpoints"}
+    assert gateway["GATEWAY_AUDIT_CHECKPOINTS"]["value"] == "/var/lib/gateway-audit/checkpoints.jsonl"
+    mounts = {m["name"]: m["mountPath"] for m in container(one(objects, "Deployment"), "gateway")["volumeMounts"]}
+    assert mounts["audit-checkpoints"] == "/var/lib/gateway-audit" and not mounts["audit-checkpoints"].startswith(mounts["data"] + "/")
     # the migration Job reads the database URL from the same Secret
     job = env(container(one(objects, "Job"), "migrate"))
     assert job["GATEWAY_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {"name": "gw-db", "key": "url"}
@@ -524,3 +530,18 @@ def test_notes_say_how_to_reach_the_service_and_warn_about_the_embedded_store(re
     assert "WARNING: no secrets.databaseUrl" in notes
     scaled = rendered["postgres-opa-sidecar-bundle"]["governed-gateway/templates/NOTES.txt"]
     assert "WARNING" not in scaled and "pre-install/pre-upgrade Job" in scaled
+
+
+SIGNING = {"secrets": {"auditSigningKey": {"name": "gw-audit", "key": "signing.pem"}}}
+
+
+@pytest.mark.parametrize("values, refusal", [
+    (SIGNING, "audit.checkpointsClaim is required"),  # an emptyDir: every new pod starts without its checkpoints
+    ({**SIGNING, "persistence": {"existingClaim": "gw-data"}, "audit": {"checkpointsClaim": "gw-data"}},
+     "must not be persistence.existingClaim"),
+    ({**SIGNING, "audit": {"checkpointsClaim": "gw-ckpt", "checkpointsMountPath": "/var/lib/gateway/audit"}},
+     "must lie outside gateway.dataDir"),
+])
+def test_checkpoints_on_an_emptydir_or_the_data_volume_are_refused(chart: helm.Chart, values: dict[str, Any], refusal: str) -> None:
+    with pytest.raises(helm.HelmError, match=refusal):
+        render(chart, values)

@@ -145,10 +145,19 @@ Refuse value combinations that would deploy something broken or unsafe, with a m
 {{- include "governed-gateway.secretEnv" (list "GATEWAY_EMBEDDINGS_KEY" .Values.secrets.embeddingsKey) }}
 {{- include "governed-gateway.secretEnv" (list "GATEWAY_WEAVIATE_API_KEY" .Values.secrets.weaviateApiKey) }}
 {{- if .Values.secrets.auditSigningKey.name }}
+{{- if not .Values.audit.checkpointsClaim }}
+{{- fail "audit.checkpointsClaim is required with secrets.auditSigningKey: the signed checkpoints need a PersistentVolumeClaim of their own (on an emptyDir or the data volume every new pod starts without them, and refuses to sign the chains it finds)" }}
+{{- end }}
+{{- if eq .Values.audit.checkpointsClaim .Values.persistence.existingClaim }}
+{{- fail "audit.checkpointsClaim must not be persistence.existingClaim: the checkpoints must live outside the data volume" }}
+{{- end }}
+{{- if or (eq (clean .Values.audit.checkpointsMountPath) (clean .Values.gateway.dataDir)) (hasPrefix (printf "%s/" (clean .Values.gateway.dataDir)) (clean .Values.audit.checkpointsMountPath)) }}
+{{- fail "audit.checkpointsMountPath must lie outside gateway.dataDir" }}
+{{- end }}
 - name: GATEWAY_AUDIT_SIGNING_KEY
   value: /etc/gateway/audit/signing-key.pem
 - name: GATEWAY_AUDIT_CHECKPOINTS
-  value: {{ printf "%s/%s" .Values.gateway.dataDir .Values.audit.checkpointsFile | quote }}
+  value: {{ printf "%s/%s" .Values.audit.checkpointsMountPath .Values.audit.checkpointsFile | quote }}
 {{- end }}
 {{- if eq .Values.policies.source "configMap" }}
 - name: GATEWAY_POLICIES_DIR
