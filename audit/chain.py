@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -15,6 +16,7 @@ from sqlalchemy import String, bindparam, delete, func, insert, select
 from sqlalchemy.engine import Connection, Engine
 
 from audit.keys import seal, sealed
+from audit.merkle import Range, leaf_hash
 from core.audit_tables import AuditAnchor, AuditItem, AuditTrace
 from core.store import writer
 
@@ -155,20 +157,29 @@ class Walk:
     broken: Break | None = None
     unsealed: Break | None = None
     before_unsealed: tuple[int, str] = (0, GENESIS)  # the position and hash just before `unsealed`
+    leaves: list[str] | None = None  # the row hashes walked, in order (when asked for: `collect`)
+    roots: dict[int, str] = field(default_factory=dict)  # the Merkle root at the positions asked for (with `tree`)
 
 
 def walk_chain(conn: Connection, chain: str, want: frozenset[int] = frozenset(), seal_key: bytes | None = None,
-               sealed_after: int | None = None, after: tuple[int, str] | None = None) -> Walk:
+               sealed_after: int | None = None, after: tuple[int, str] | None = None, collect: bool = False,
+               tree: Range | None = None) -> Walk:
     """Walk a chain in order, streamed (a server-side cursor on PostgreSQL), checking each link,
     hash, derived column and the item index rows of each call. A pruned chain starts at its anchor;
     `after` = (position, hash) walks only the rows past a known position. Rows past `sealed_after`
-    must carry a valid seal (rows before the chain's first sealed row are exempt when it is None)."""
+    must carry a valid seal (rows before the chain's first sealed row are exempt when it is None).
+    `collect`: keep the row hashes (`Walk.leaves`). `tree`: the Merkle tree of the positions before
+    the first walked (audit.merkle), extended row by row, its root kept at the `want` positions."""
     if after is not None:
         walk = Walk(chain, first=after[0] + 1, start_hash=after[1], head=after[0], head_hash=after[1])
     else:
         anchor = conn.execute(select(audit_anchor).where(audit_anchor.c.chain == chain)).first()
         first, start = (anchor.seq, anchor.prev_hash) if anchor else (1, GENESIS)
         walk = Walk(chain, first=first, start_hash=start, head=first - 1, head_hash=start)
+    if collect:
+        walk.leaves = []
+    if tree is not None and tree.size != walk.first - 1:
+        tree = None  # not the tree of what comes before this walk: no roots
     statement = select(audit_trace).where(audit_trace.c.chain == chain, audit_trace.c.seq >= walk.first).order_by(audit_trace.c.seq)
     result = conn.execution_options(stream_results=True, yield_per=WALK_BATCH).execute(statement)
     legacy, seen_seal = after is None, False  # hash version 1 is accepted until the chain's first version 2 row
@@ -189,19 +200,25 @@ def walk_chain(conn: Connection, chain: str, want: frozenset[int] = frozenset(),
                         walk.unsealed = Break(chain, m["seq"], m["trace_id"], UNSEALED)
                         walk.before_unsealed = (walk.head, walk.head_hash)
                 walk.head, walk.head_hash = m["seq"], m["row_hash"]
+                if walk.leaves is not None:
+                    walk.leaves.append(m["row_hash"])
+                if tree is not None:
+                    tree.append(leaf_hash(m["row_hash"]))
                 if m["seq"] in want:
                     walk.hashes[m["seq"]] = m["row_hash"]
+                    if tree is not None:
+                        walk.roots[m["seq"]] = tree.root().hex()
     finally:
         result.close()
     return walk
 
 
-def walk_links(conn: Connection, chain: str, after: tuple[int, str], seal_key: bytes) -> Walk:
+def walk_links(conn: Connection, chain: str, after: tuple[int, str], seal_key: bytes, collect: bool = False) -> Walk:
     """The checkpointer's walk past its last signed position: positions, links and seals only, from
     a narrow query. A row's content is bound to its hash by verify, at any time; what a checkpoint
     needs is that the gateway made each hash (its seal) and that they link. Stops at the first row
     that is out of place, does not link, or is not sealed."""
-    walk = Walk(chain, first=after[0] + 1, start_hash=after[1], head=after[0], head_hash=after[1])
+    walk = Walk(chain, first=after[0] + 1, start_hash=after[1], head=after[0], head_hash=after[1], leaves=[] if collect else None)
     statement = (select(audit_trace.c.seq, audit_trace.c.trace_id, audit_trace.c.prev_hash, audit_trace.c.row_hash, audit_trace.c.seal)
                  .where(audit_trace.c.chain == chain, audit_trace.c.seq > after[0]).order_by(audit_trace.c.seq))
     for row in conn.execute(statement):
@@ -216,7 +233,22 @@ def walk_links(conn: Connection, chain: str, after: tuple[int, str], seal_key: b
             return walk
         walk.rows += 1
         walk.head, walk.head_hash = row.seq, row.row_hash
+        if walk.leaves is not None:
+            walk.leaves.append(row.row_hash)
     return walk
+
+
+def row_hashes(conn: Connection, chain: str, first: int, last: int) -> list[str]:
+    """The row hashes of positions first..last of a chain, in order (one narrow query)."""
+    statement = (select(audit_trace.c.row_hash).where(audit_trace.c.chain == chain, audit_trace.c.seq >= first,
+                                                      audit_trace.c.seq <= last).order_by(audit_trace.c.seq))
+    return [h for (h,) in conn.execute(statement)]
+
+
+def anchor_of(conn: Connection, chain: str) -> int:
+    """A chain's oldest kept position (1 unless a prune removed what came before)."""
+    found = conn.execute(select(audit_anchor.c.seq).where(audit_anchor.c.chain == chain)).scalar_one_or_none()
+    return int(found) if found is not None else 1
 
 
 WALK_BATCH = 1000
@@ -291,10 +323,13 @@ class Pruned:
     prev_hash: str
 
 
-def prune(engine: Engine, before: datetime, chains: list[str] | None = None) -> dict[str, Pruned]:
+def prune(engine: Engine, before: datetime, chains: list[str] | None = None,
+          before_cut: Callable[[Connection, str, int], None] | None = None) -> dict[str, Pruned]:
     """Remove rows recorded before `before`, chain by chain (every chain, or those named), keeping
     each chain verifiable: the oldest kept row becomes the chain's anchor (its position and the hash
-    it links to). A chain is only cut below a row that stays, so its newest row is never removed."""
+    it links to). A chain is only cut below a row that stays, so its newest row is never removed.
+    `before_cut(conn, chain, oldest kept position)` runs just before a chain's rows go (the
+    checkpointer keeps the Merkle range of what is removed)."""
     removed: dict[str, Pruned] = {}
     with writer(engine).begin() as conn:
         for chain in chains_in(conn) if chains is None else chains:
@@ -313,6 +348,9 @@ def prune(engine: Engine, before: datetime, chains: list[str] | None = None) -> 
                 ).first()
             if keep is None:
                 continue
+            if before_cut is not None and conn.execute(select(func.count()).select_from(audit_trace).where(
+                    audit_trace.c.chain == chain, audit_trace.c.seq < keep.seq)).scalar_one():
+                before_cut(conn, chain, keep.seq)
             doomed = select(audit_trace.c.pk).where(audit_trace.c.chain == chain, audit_trace.c.seq < keep.seq)
             conn.execute(delete(audit_item).where(audit_item.c.trace_pk.in_(doomed)))
             count = conn.execute(delete(audit_trace).where(audit_trace.c.chain == chain, audit_trace.c.seq < keep.seq)).rowcount

@@ -39,7 +39,8 @@ import anyio.to_thread
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection, Engine
 
-from audit.chain import Appended, audit_trace, walk_chain, walk_links
+from audit.chain import Appended, Walk, anchor_of, audit_trace, row_hashes, walk_chain, walk_links
+from audit.merkle import Range, leaf_hash
 from audit.keys import KEY_NAME, seal_key
 from audit.notes import NoteError, Signer, Verifier, open_note, sign
 
@@ -57,12 +58,18 @@ class Checkpoint:
     refused: tuple[int, str] | None = None
     line: int = 0  # where it starts in its file (0: not read from one)
     adopted: bool = False  # signed as found by an operator's `--adopt`, not as seen written
+    tree: str = ""  # hex RFC 6962 root of the chain's Merkle tree at `size` (audit.merkle); "" before trees
+    range: tuple[str, ...] = ()  # a prune's: hex nodes of the compact range of what it removed (size leaves)
 
     def text(self) -> str:
         lines = [ORIGIN_PREFIX + quote(self.chain, safe=""), str(self.size),
                  base64.b64encode(bytes.fromhex(self.head)).decode(), f"time {self.time}", f"oldest {self.oldest}"]
         if self.refused is not None:
             lines.append(f"refused {self.refused[0]} {self.refused[1]}")
+        if self.tree:
+            lines.append(f"tree {_b64(self.tree)}")
+        if self.range:
+            lines.append("range " + " ".join(_b64(h) for h in self.range))
         if self.adopted:
             lines.append("adopted as found")
         return "\n".join(lines) + "\n"
@@ -82,8 +89,23 @@ class Checkpoint:
             position, _, reason = extensions["refused"].partition(" ")
             refused = (int(position), reason) if position.isdigit() else None
         oldest = extensions.get("oldest", "1")
+        try:
+            tree = base64.b64decode(extensions["tree"], validate=True).hex() if "tree" in extensions else ""
+            cut = tuple(base64.b64decode(h, validate=True).hex() for h in extensions.get("range", "").split())
+        except (binascii.Error, ValueError) as exc:
+            raise NoteError("a tree or range hash is not base64") from exc
         return cls(chain=unquote(lines[0][len(ORIGIN_PREFIX):]), size=int(lines[1]), head=head, time=extensions.get("time", ""),
-                   oldest=int(oldest) if oldest.isdigit() else 1, refused=refused, line=line, adopted="adopted" in extensions)
+                   oldest=int(oldest) if oldest.isdigit() else 1, refused=refused, line=line, adopted="adopted" in extensions,
+                   tree=tree, range=cut)
+
+    def cut(self) -> Range | None:
+        """The Merkle range of what a prune removed (positions 1..size), when this note carries it."""
+        if not self.range:
+            return None
+        try:
+            return Range.of(self.size, [bytes.fromhex(h) for h in self.range])
+        except ValueError:
+            return None
 
     def as_dict(self) -> dict[str, object]:
         body: dict[str, object] = {"size": self.size, "head": self.head, "time": self.time, "line": self.line}
@@ -91,7 +113,13 @@ class Checkpoint:
             body["refused"] = {"seq": self.refused[0], "reason": self.refused[1]}
         if self.adopted:
             body["adopted"] = True
+        if self.tree:
+            body["tree"] = self.tree
         return body
+
+
+def _b64(hex_hash: str) -> str:
+    return base64.b64encode(bytes.fromhex(hex_hash)).decode()
 
 
 class CheckpointLog:
@@ -191,6 +219,15 @@ class _Signed:
     size: int
     head: str
     oldest: int
+    tree: str = ""  # its Merkle root, when the checkpoint carried one
+
+
+def cut_of(checkpoints: Iterable[Checkpoint], oldest: int) -> Range | None:
+    """The Merkle range a signed prune kept of positions 1..oldest-1, among a chain's checkpoints."""
+    for c in checkpoints:
+        if c.size == oldest - 1 and c.range:
+            return c.cut()
+    return None
 
 
 class Checkpointer:
@@ -208,6 +245,9 @@ class Checkpointer:
         self._stuck: set[str] = set()  # chains with a refused row: nothing past it is ever signed
         self._grown: set[str] = set()
         self._born: set[str] = set()  # chains whose first row this process wrote: signed from their genesis
+        self._trees: dict[str, Range] = {}  # each chain's Merkle tree at its signed size, as far as this signer built it
+        self._cuts: dict[str, list[Checkpoint]] = {}  # each chain's checkpoints that carry a prune's range
+        self._pending_cuts: dict[str, Range] = {}  # ranges of what a prune is removing, for its checkpoint
         self.refusing: dict[str, str] = {}  # chains found without a checkpoint of them, and why they are not signed
         self.started_without_checkpoints = False  # the file held none when chains were found (see `readiness`)
         self.started_at = datetime.now(timezone.utc)
@@ -225,8 +265,9 @@ class Checkpointer:
             newest = max(checkpoints, key=lambda c: c.size)
             known = self._signed.get(name)
             if known is None or newest.size > known.size:
-                self._signed[name] = _Signed(newest.size, newest.head, max(c.oldest for c in checkpoints))
+                self._signed[name] = _Signed(newest.size, newest.head, max(c.oldest for c in checkpoints), newest.tree)
             self._refused.update((name, c.refused[0]) for c in checkpoints if c.refused)
+            self._cuts[name] = [c for c in checkpoints if c.range]
 
     def appended(self, rows: Iterable[Appended]) -> None:
         """Called after a commit (from the writer's thread): counts towards the next checkpoint. A
@@ -296,12 +337,12 @@ class Checkpointer:
             signed = self._signed.get(chain)
         if signed is not None:
             self.refusing.pop(chain, None)
-            walk = walk_links(conn, chain, (signed.size, signed.head), self.seal_key)
+            walk = walk_links(conn, chain, (signed.size, signed.head), self.seal_key, collect=True)
         elif chain in self._born:  # its genesis was written here: the whole chain, every row sealed
-            walk = walk_chain(conn, chain, seal_key=self.seal_key, sealed_after=0)
+            walk = walk_chain(conn, chain, seal_key=self.seal_key, sealed_after=0, collect=True)
         elif adopt:  # an operator's trust on first use, said in the note
             log.warning("audit chain %s: adopted as found, without a checkpoint of it", chain)
-            walk = walk_chain(conn, chain, seal_key=self.seal_key)
+            walk = walk_chain(conn, chain, seal_key=self.seal_key, collect=True)
         else:
             if chain not in self.refusing:
                 log.error("audit chain %s: found without a checkpoint of it; not signing rows this signer did not see "
@@ -321,18 +362,72 @@ class Checkpointer:
         if refused is None and size <= (signed.size if signed else 0):
             return None
         self.refusing.pop(chain, None)
-        return Checkpoint(chain, size, head, now_rfc3339(), oldest, refused, adopted=signed is None and chain not in self._born)
+        tree = self._grown_tree(conn, chain, signed, walk, size)
+        return Checkpoint(chain, size, head, now_rfc3339(), oldest, refused, adopted=signed is None and chain not in self._born,
+                          tree=tree.root().hex() if tree is not None else "")
+
+    def _grown_tree(self, conn: Connection, chain: str, signed: _Signed | None, walk: Walk, size: int) -> Range | None:
+        """The chain's Merkle tree at `size`: the one at its signed size (kept, or built again from
+        the rows and checked against the signed root) extended by the rows walked. None when it
+        cannot be built (a pruned chain without its prune's range, or rows that no longer give the
+        signed root, which is logged)."""
+        start = signed.size if signed is not None else walk.first - 1
+        tree = self._tree_at(conn, chain, start, signed.tree if signed is not None else "")
+        if tree is None or walk.leaves is None:
+            return None
+        grown = Range(tree.size, list(tree.nodes))
+        grown.extend(leaf_hash(h) for h in walk.leaves[: max(0, size - start)])
+        if grown.size != size:
+            return None
+        self._trees[chain] = grown
+        return grown
+
+    def _tree_at(self, conn: Connection, chain: str, size: int, signed_root: str) -> Range | None:
+        kept = self._trees.get(chain)
+        if kept is not None and kept.size == size:
+            return kept
+        oldest = anchor_of(conn, chain)
+        if oldest > 1:
+            cut = cut_of(self._cuts.get(chain, ()), oldest)
+            if cut is None:
+                return None  # pruned before trees, or the prune's checkpoint is not in this file
+            tree = Range(cut.size, list(cut.nodes))
+        else:
+            tree = Range()
+        if size > tree.size:
+            tree.extend(leaf_hash(h) for h in row_hashes(conn, chain, tree.size + 1, size))
+        if tree.size != size:
+            return None
+        if signed_root and tree.root().hex() != signed_root:
+            log.error("audit chain %s: the rows up to %s no longer give the Merkle root signed for them", chain, size)
+            return None
+        return tree
+
+    def cut_before(self, conn: Connection, chain: str, oldest: int) -> None:
+        """Before a prune removes positions below `oldest`: keep the Merkle range of them, for the
+        prune's checkpoint (`pruned`)."""
+        signed = self._signed.get(chain)
+        tree = self._tree_at(conn, chain, oldest - 1, signed.tree if signed is not None and signed.size == oldest - 1 else "")
+        if tree is not None:
+            self._pending_cuts[chain] = Range(tree.size, list(tree.nodes))
 
     def pruned(self, prunes: dict[str, tuple[int, str]]) -> list[Checkpoint]:
         """Sign what a prune removed: per chain, the position below its new oldest row and the hash
         that row links to, with `oldest` raised, so verify can tell a prune from a deletion."""
-        made = [Checkpoint(chain, oldest - 1, prev_hash, now_rfc3339(), oldest) for chain, (oldest, prev_hash) in sorted(prunes.items())]
+        made = []
+        for chain, (oldest, prev_hash) in sorted(prunes.items()):
+            cut = self._pending_cuts.pop(chain, None)
+            made.append(Checkpoint(chain, oldest - 1, prev_hash, now_rfc3339(), oldest,
+                                   tree=cut.root().hex() if cut is not None else "",
+                                   range=tuple(h.hex() for h in cut.hashes()) if cut is not None else ()))
         with self._turn:
             self.log.append(sign(c.text(), self.signer) for c in made)
             for c in made:
                 signed = self._signed.get(c.chain)
                 if signed is not None:
                     signed.oldest = max(signed.oldest, c.oldest)
+                if c.range:
+                    self._cuts.setdefault(c.chain, []).append(c)
         return made
 
     async def run(self) -> None:

@@ -15,8 +15,9 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection, Engine
 
-from audit.chain import Break, Walk, audit_trace, chain_of, chains_in, moved_out_of_chains, unchained_rows, walk_chain
-from audit.checkpoints import Attested, Checkpoint
+from audit.chain import Break, Walk, anchor_of, audit_trace, chain_of, chains_in, moved_out_of_chains, unchained_rows, walk_chain
+from audit.checkpoints import Attested, Checkpoint, cut_of
+from audit.merkle import Range
 
 
 def verify(engine: Engine, tenant: str | None = None, attested: Attested | None = None,
@@ -43,7 +44,8 @@ def verify(engine: Engine, tenant: str | None = None, attested: Attested | None 
             # With the seal key every row past the last checkpoint must carry the seal, from the
             # chain's first row on when it has none: no row is exempt for coming first.
             walk = walk_chain(conn, name, want=frozenset(c.size for c in checkpoints), seal_key=seal_key,
-                              sealed_after=max((c.size for c in checkpoints), default=0))
+                              sealed_after=max((c.size for c in checkpoints), default=0),
+                              tree=_tree_before(conn, name, checkpoints) if any(c.tree for c in checkpoints) else None)
             found, entry = _judge(walk, checkpoints, attested is not None)
             if attested is not None and not checkpoints and walk.rows and walk.broken is None:
                 found += _never_checkpointed(conn, walk, attested, name, signer_since)
@@ -114,6 +116,13 @@ def hold_to_known(attested: Attested, known: Attested) -> list[Break]:
     return problems
 
 
+def _tree_before(conn: Connection, chain: str, checkpoints: list[Checkpoint]) -> Range | None:
+    """The Merkle tree of the positions before a chain's oldest kept row: empty, or the range its
+    signed prune kept (None when there is none: its roots are then not checked)."""
+    oldest = anchor_of(conn, chain)
+    return Range() if oldest == 1 else cut_of(checkpoints, oldest)
+
+
 def _last(checkpoint: Checkpoint | None) -> dict[str, Any] | None:
     return None if checkpoint is None else {"chain": checkpoint.chain, **checkpoint.as_dict()}
 
@@ -158,4 +167,6 @@ def _against(walk: Walk, checkpoint: Checkpoint) -> Break | None:
         return None  # pruned, and checked by the oldest position a signed prune kept
     if walk.hashes.get(size) != checkpoint.head:
         return Break(chain, size, None, f"row {size} does not match {at}: rows rewritten")
+    if checkpoint.tree and size in walk.roots and walk.roots[size] != checkpoint.tree:
+        return Break(chain, size, None, f"the Merkle root of rows 1 to {size} does not match {at}")
     return None

@@ -17,7 +17,7 @@ from audit.checkpoints import Checkpointer, read_checkpoints
 from audit.integrity import verify
 from audit.trace import Trace
 from core.audit_tables import AuditSecret, AuditTrace
-from core.errors import AuditWriteError
+from core.errors import AuditWriteError, Conflict
 from core.store import DISK_FULL, disk_full, writer
 
 APPEND_ATTEMPTS = 20
@@ -110,6 +110,17 @@ class AuditStore:
         report = verify(self.engine, tenant, attested, checkpointer.seal_key, signer_since=checkpointer.started_at)
         report["checkpoints"].pop("file", None)  # where the service keeps it is not a reviewer's business
         return report
+
+    def proof(self, tenant: str | None, trace_id: str) -> dict[str, Any] | None:
+        """The proof of one of the tenant's traces (audit.proofs); None when it is not the tenant's.
+        Conflict when this store signs no checkpoints, or none covers the trace yet."""
+        from audit.proofs import proof_of
+
+        if self.checkpointer is None:
+            raise Conflict("trace: this gateway signs no audit checkpoints (GATEWAY_AUDIT_SIGNING_KEY), so there is no proof")
+        checkpointer = self.checkpointer
+        attested = read_checkpoints(checkpointer.log.path, checkpointer.signer.verifier, chain_of(tenant))
+        return proof_of(self.engine, tenant, trace_id, attested, checkpointer.log)
 
     def get(self, trace_id: str) -> dict[str, Any] | None:
         with Session(self.engine) as session:

@@ -408,6 +408,29 @@ def verdict(report: dict[str, Any]) -> str:
             "checkpointed (checked for links and hashes only)")
 
 
+@audit.command("verify-proof")
+@click.argument("proof", type=click.Path(path_type=Path))
+@click.option("--public-key", type=click.Path(path_type=Path), required=True,
+              help="The public key (PEM or verifier key) the checkpoint was signed with.")
+def audit_verify_proof(proof: Path, public_key: Path) -> None:
+    """Check one trace's proof (GET /v1/audit/traces/{id}/proof) with nothing but the public key:
+    the row's hash from its content, its inclusion path to the Merkle root, the checkpoint's
+    signature over that root. Exits 1 and says what does not hold."""
+    from audit.keys import load_verifier
+    from audit.proofs import verify_proof
+
+    try:
+        verifier = load_verifier(public_key)
+        document = json.loads(proof.read_text(encoding="utf-8"))
+    except GatewayError as exc:
+        raise click.ClickException(exc.message) from exc
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise click.ClickException(f"{proof}: not a readable JSON proof ({type(exc).__name__})") from exc
+    ok, line = verify_proof(document, verifier)
+    click.echo(line if ok else f"FAILED: {line}", err=not ok)
+    sys.exit(0 if ok else 1)
+
+
 @audit.command("checkpoint")
 @store_options
 @click.option("--adopt", is_flag=True, help="Also sign chains found without a checkpoint of them, as they are (marked "
@@ -478,7 +501,7 @@ def _prune(settings: Settings, engine: "Engine", before: "datetime") -> tuple[di
     checker = AuditStore(engine, checkpointer=checkpointer)
     with engine.connect() as conn:
         reports = {chain: checker.verify(chain) for chain in chains_in(conn)}
-    removed = prune(engine, before, [chain for chain, report in reports.items() if report["ok"]])
+    removed = prune(engine, before, [chain for chain, report in reports.items() if report["ok"]], checkpointer.cut_before)
     checkpointer.pruned({chain: (p.oldest, p.prev_hash) for chain, p in removed.items()})
     return removed, {chain: report["first_broken"]["reason"] for chain, report in reports.items() if not report["ok"]}
 

@@ -128,6 +128,10 @@ def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzzed]:
     directory = tmp_path_factory.mktemp("fuzz")
     known_settings = {f.name for f in fields(Settings)}
     overrides = {key: value for key, value in {**LIMITS, **OAUTH}.items() if key in known_settings}
+    # Signed checkpoints, so the proof of a trace answers too.
+    from audit.keys import generate
+
+    overrides |= {"audit_signing_key": generate(directory / "keys")["private"], "audit_checkpoints": directory / "audit.checkpoints"}
     database = fresh_database(BACKEND, directory)
     with open_gateway(next(database), directory, **overrides) as gateway:
         keys = {role: gateway.key(f"fuzz-{role}", tenant=TENANT, roles=(role,), groups=GROUPS, clearance="confidential")
@@ -294,6 +298,8 @@ def test_the_documented_answers(fuzzed: Fuzzed) -> None:
     listed = call("GET /v1/audit/traces", "auditor", 200, query={"limit": "3", "actor": "user:fuzz-agent"}).json()
     call("GET /v1/audit/traces", "auditor", 200, query={"limit": "3", "cursor": listed["cursor"]})
     call("GET /v1/audit/traces/{trace_id}", "auditor", 200, path_parameters={"trace_id": state["trace"]})
+    fuzzed.gateway.client.app.state.context.audit.checkpointer.checkpoint(every_chain=True)  # type: ignore[attr-defined]
+    call("GET /v1/audit/traces/{trace_id}/proof", "auditor", 200, path_parameters={"trace_id": state["trace"]})
     call("GET /v1/audit/verify", "auditor", 200)
     call("GET /v1/audit/export", "auditor", 200, query={"format": "csv", "since": "2000-01-01T00:00:00Z"})
     call("GET /v1/audit/export", "auditor", 200)

@@ -23,7 +23,15 @@ from gateway.http import audit_pages
 from gateway.http.errors import error_answer
 from gateway.http.mcp import MCP_PATH, METADATA_PATH, ProtectedResource, mcp_endpoint
 from gateway.http.openapi import openapi_route
-from gateway.http.routes.audit import export_route, feedback_route, trace_route, traces_route, usage_route, verify_route
+from gateway.http.routes.audit import (
+    export_route,
+    feedback_route,
+    proof_route,
+    trace_route,
+    traces_route,
+    usage_route,
+    verify_route,
+)
 from gateway.http.routes.documents import document_route
 from gateway.http.routes.entities import edges_route, entity_route, merge_route
 from gateway.http.routes.ingest import items_route
@@ -141,6 +149,7 @@ def create_app(settings: Settings, context: GatewayContext | None = None, teleme
             Route("/v1/audit/verify", verify_route, methods=["GET"]),
             Route("/v1/audit/traces", traces_route, methods=["GET"]),
             Route("/v1/audit/traces/{trace_id}", trace_route, methods=["GET"]),
+            Route("/v1/audit/traces/{trace_id}/proof", proof_route, methods=["GET"]),
             Route("/v1/audit/export", export_route, methods=["GET"]),
             Route("/v1/traces/{trace_id}/usage", usage_route, methods=["POST"]),
             Route("/v1/traces/{trace_id}/feedback", feedback_route, methods=["POST"]),

@@ -124,6 +124,8 @@ WRITTEN: dict[str, Schema] = {
     "MergeRequest": obj({"into": {"type": "string", "pattern": ID, "description": "The id of the surviving entity"}}, closed=True),
     "MergeResult": obj({"id": STRING, "into": STRING, "survivor": STRING, "changed": BOOLEAN}),
     "TombstoneResult": obj({"id": STRING, "status": {"const": "pending_deletion"}, "changed": BOOLEAN, "hidden_items": COUNT}),
+    "TraceProof": obj({"format": {"const": "gateway.audit.proof/1"}, "trace": OPEN_OBJECT, "leaf_index": COUNT,
+                       "tree_size": COUNT, "inclusion_proof": STRINGS, "checkpoint": STRING}),
     "PolicyInfo": obj({"engine": STRING, "revision": STRING, "label": STRING, "loaded_at": {"type": "string", "format": "date-time"},
                        "source": STRING, "last_reload": nullable(OPEN_OBJECT)}),
     "PolicyReload": obj({"reload": obj({"trigger": STRING, "status": {"type": "string", "enum": ["switched", "unchanged", "rejected"]},
@@ -537,6 +539,12 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         "One trace, whole", "audit",
         v1({"200": json_answer("The trace with the usage and feedback its agent reported", ref("Trace"))},
            errors={404: "no such trace in this tenant"}),
+        role="auditor", parameters=(TRACE_ID,)),
+    ("/v1/audit/traces/{trace_id}/proof", "get"): Operation(
+        "One trace with its inclusion proof and the signed checkpoint it is under", "audit",
+        v1({"200": json_answer("The proof, for `gateway audit verify-proof`", ref("TraceProof"))},
+           errors={404: "no such trace in this tenant",
+                   409: "no signed checkpoint with a Merkle root covers the trace yet, or this gateway signs none"}),
         role="auditor", parameters=(TRACE_ID,)),
     ("/v1/audit/export", "get"): Operation(
         "Every matching trace, streamed", "audit",

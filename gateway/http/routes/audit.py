@@ -78,6 +78,20 @@ async def one_trace(call: Call) -> tuple[int, dict[str, Any]]:
 
 
 @requires("auditor")
+async def trace_proof(call: Call) -> tuple[int, dict[str, Any]]:
+    """GET /v1/audit/traces/{trace_id}/proof: the row, its inclusion proof and the signed checkpoint
+    it is under (audit.proofs), for `gateway audit verify-proof`."""
+    actor = call.actor
+    call.trace.decision = "read"
+    trace_id = call.request.path_params["trace_id"]
+    found = await anyio.to_thread.run_sync(call.context.audit.proof, actor.tenant, trace_id)
+    if found is None:
+        raise NotFound(UNKNOWN_TRACE)
+    call.trace.lineage.audit_read = AuditReadRecord(trace=trace_id)
+    return 200, found
+
+
+@requires("auditor")
 async def export_traces(call: Call) -> tuple[int, dict[str, Any] | Stream]:
     """GET /v1/audit/export?format=jsonl|csv: every matching row, streamed."""
     actor = call.actor
@@ -161,6 +175,10 @@ async def traces_route(request: Request) -> Response:
 
 async def trace_route(request: Request) -> Response:
     return await traced(request, "audit_trace", one_trace)
+
+
+async def proof_route(request: Request) -> Response:
+    return await traced(request, "audit_proof", trace_proof)
 
 
 async def export_route(request: Request) -> Response:
