@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote
 
 import anyio
@@ -40,9 +41,12 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Connection, Engine
 
 from audit.chain import Appended, Walk, anchor_of, audit_trace, row_hashes, walk_chain, walk_links
-from audit.merkle import Range, leaf_hash
+from audit.merkle import Range, consistency_proof, leaf_hash
 from audit.keys import KEY_NAME, seal_key
 from audit.notes import NoteError, Signer, Verifier, open_note, sign
+
+if TYPE_CHECKING:
+    from audit.witness import WitnessClient
 
 log = logging.getLogger("gateway.audit.checkpoints")
 ORIGIN_PREFIX = KEY_NAME + "/"
@@ -236,8 +240,11 @@ class Checkpointer:
     before from its own file, so a restart continues from there."""
 
     def __init__(self, engine: Engine, signer: Signer, log_file: CheckpointLog, rows: int = 100, seconds: int = 60,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, witness: WitnessClient | None = None) -> None:
         self.engine, self.signer, self.log = engine, signer, log_file
+        self.witness = witness
+        self._witnessed: dict[str, int] = {}  # the size the witness last cosigned, per chain
+        self.witness_refused: dict[str, str] = {}  # chains whose checkpoint the witness refused as a fork
         self.rows, self.seconds, self.clock = rows, seconds, clock
         self.seal_key = seal_key(signer)
         self._signed: dict[str, _Signed] = {}
@@ -291,6 +298,9 @@ class Checkpointer:
         if self.started_without_checkpoints and self.refusing:
             return (f"refusing to sign {len(self.refusing)} audit chain(s) found without a checkpoint: restore the "
                     "checkpoint file (GATEWAY_AUDIT_CHECKPOINTS), or adopt them as found with `gateway audit checkpoint --adopt`")
+        if self.witness_refused:
+            chain, why = sorted(self.witness_refused.items())[0]
+            return f"the audit witness refused a checkpoint of chain {chain!r}: {why}"
         return "ok"
 
     def checkpoint(self, every_chain: bool = False, adopt: bool = False) -> list[Checkpoint]:
@@ -316,10 +326,79 @@ class Checkpointer:
                 if every_chain and not self._signed and any(c not in self._born for c in chains):
                     self.started_without_checkpoints = True
                 made = [c for c in (self._segment(conn, chain, adopt) for chain in chains) if c is not None]
-            self.log.append(sign(c.text(), self.signer) for c in made)
+            notes = [sign(c.text(), self.signer) for c in made]
+            self.log.append(notes)
             for c in made:
-                self._signed[c.chain] = _Signed(c.size, c.head, c.oldest)
+                self._signed[c.chain] = _Signed(c.size, c.head, c.oldest, c.tree)
+            if self.witness is not None:
+                self._submit(made, notes)
             return made
+
+    def _submit(self, made: list[Checkpoint], notes: list[str]) -> None:
+        """Each new checkpoint with a Merkle root to the witness, with the consistency proof from
+        the size it last cosigned (asked for when unknown: its 409 names it). A refusal for
+        inconsistency is a fork: logged, and `readiness` says so; an unreachable witness is logged
+        and tried again with the next checkpoint."""
+        assert self.witness is not None
+        for c, note in zip(made, notes):
+            if not c.tree or c.refused is not None:
+                continue
+            old = self._witnessed.get(c.chain, 0)
+            answer = None
+            for _ in range(2):
+                try:
+                    with self.engine.connect() as conn:
+                        proof = self._consistency(conn, c.chain, old, c.size)
+                except ValueError as exc:  # the witness holds more than this chain has: it was cut back
+                    answer = None
+                    self.witness_refused[c.chain] = f"the witness cosigned {old} rows; this chain's checkpoint has {c.size} ({exc})"
+                    log.error("audit chain %s: %s", c.chain, self.witness_refused[c.chain])
+                    break
+                answer = self.witness.add(old, proof, note)
+                if answer.status == 409 and answer.text.strip().isdigit():
+                    old = int(answer.text.strip())
+                    continue
+                break
+            if answer is None:
+                continue
+            if answer.status == 200:
+                self._witnessed[c.chain] = c.size
+                self.witness_refused.pop(c.chain, None)
+            elif answer.status == 422:
+                self.witness_refused[c.chain] = answer.text.strip()
+                log.error("audit chain %s: the witness refused the checkpoint of %s rows: %s", c.chain, c.size, answer.text.strip())
+            else:
+                log.warning("audit chain %s: the witness did not cosign (%s): %s", c.chain, answer.status, answer.text.strip()[:200])
+
+    def _consistency(self, conn: Connection, chain: str, old: int, size: int) -> list[bytes]:
+        oldest = anchor_of(conn, chain)
+        cut = cut_of(self._cuts.get(chain, ()), oldest) if oldest > 1 else None
+
+        def leaves(start: int, end: int) -> list[bytes]:
+            found = row_hashes(conn, chain, start + 1, end)
+            if len(found) != end - start:
+                raise ValueError(f"positions {start + 1} to {end} are not all in the store")
+            return [leaf_hash(h) for h in found]
+
+        return consistency_proof(old, size, leaves, cut)
+
+    def _recover(self, chain: str) -> None:
+        """A chain without a checkpoint in the file: the latest one the witness cosigned, when it
+        verifies with this signer's key, is where this signer goes on from."""
+        if self.witness is None:
+            return
+        note = self.witness.latest(ORIGIN_PREFIX + quote(chain, safe=""))
+        if note is None:
+            return
+        try:
+            found = Checkpoint.parse(open_note(note, self.signer.verifier))
+        except NoteError:
+            log.error("audit chain %s: the witness's checkpoint does not verify with this signer's key", chain)
+            return
+        if found.chain == chain and found.refused is None:
+            self._signed[chain] = _Signed(found.size, found.head, found.oldest, found.tree)
+            self._witnessed[chain] = found.size
+            log.warning("audit chain %s: recovered from the witness at %s rows", chain, found.size)
 
     def _size(self, chain: str) -> int:
         signed = self._signed.get(chain)
@@ -334,6 +413,8 @@ class Checkpointer:
         signed = self._signed.get(chain)
         if signed is None and chain not in self._born:
             self._load(chain)  # published since this signer read its file: another process of the same file
+            if chain not in self._signed:
+                self._recover(chain)  # or by the witness
             signed = self._signed.get(chain)
         if signed is not None:
             self.refusing.pop(chain, None)
@@ -366,11 +447,15 @@ class Checkpointer:
         return Checkpoint(chain, size, head, now_rfc3339(), oldest, refused, adopted=signed is None and chain not in self._born,
                           tree=tree.root().hex() if tree is not None else "")
 
+    trees = True  # False: checkpoints without a Merkle root, as before trees (bench/audit_integrity_bench.py's baseline)
+
     def _grown_tree(self, conn: Connection, chain: str, signed: _Signed | None, walk: Walk, size: int) -> Range | None:
         """The chain's Merkle tree at `size`: the one at its signed size (kept, or built again from
         the rows and checked against the signed root) extended by the rows walked. None when it
         cannot be built (a pruned chain without its prune's range, or rows that no longer give the
         signed root, which is logged)."""
+        if not self.trees:
+            return None
         start = signed.size if signed is not None else walk.first - 1
         tree = self._tree_at(conn, chain, start, signed.tree if signed is not None else "")
         if tree is None or walk.leaves is None:

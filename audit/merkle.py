@@ -144,3 +144,59 @@ def verify_inclusion(index: int, size: int, leaf: bytes, proof: Sequence[bytes],
         fn >>= 1
         sn >>= 1
     return sn == 0 and value == expected_root
+
+
+def consistency_proof(old: int, size: int, leaves: Callable[[int, int], Sequence[bytes]], cut: Range | None = None) -> list[bytes]:
+    """RFC 9162 §2.1.4.1: the proof that the tree of the first `old` leaves is a prefix of the tree
+    of the first `size` (empty when old is 0 or old == size)."""
+    if not 0 <= old <= size:
+        raise ValueError(f"a tree of {old} leaves is no prefix of one of {size}")
+    if old == 0 or old == size:
+        return []
+
+    def sub(m: int, start: int, end: int, whole: bool) -> list[bytes]:
+        n = end - start
+        if m == n:
+            return [] if whole else [subtree(start, end, leaves, cut)]
+        k = _split(n)
+        if m <= k:
+            return sub(m, start, start + k, whole) + [subtree(start + k, end, leaves, cut)]
+        return sub(m - k, start + k, end, False) + [subtree(start, start + k, leaves, cut)]
+
+    return sub(old, 0, size, True)
+
+
+def verify_consistency(old: int, size: int, old_root: bytes, new_root: bytes, proof: Sequence[bytes]) -> bool:
+    """RFC 9162 §2.1.4.2: whether `proof` shows the tree of `old` leaves (root `old_root`) to be a
+    prefix of the tree of `size` leaves (root `new_root`)."""
+    if not 0 <= old <= size:
+        return False
+    if old == 0:
+        return not proof
+    if old == size:
+        return not proof and old_root == new_root
+    path = list(proof)
+    if old & (old - 1) == 0:  # a power of two: the old tree is a node of the new one
+        path.insert(0, old_root)
+    if not path:
+        return False
+    fn, sn = old - 1, size - 1
+    while fn & 1:
+        fn >>= 1
+        sn >>= 1
+    fr = sr = path[0]
+    for c in path[1:]:
+        if sn == 0:
+            return False
+        if fn & 1 or fn == sn:
+            fr = node_hash(c, fr)
+            sr = node_hash(c, sr)
+            if not fn & 1:
+                while not fn & 1 and fn != 0:
+                    fn >>= 1
+                    sn >>= 1
+        else:
+            sr = node_hash(sr, c)
+        fn >>= 1
+        sn >>= 1
+    return sn == 0 and fr == old_root and sr == new_root

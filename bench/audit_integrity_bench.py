@@ -1,8 +1,13 @@
 """Audit integrity benchmark: what signed checkpoints cost.
 
 1. Signing: one Ed25519 signed note, and one checkpoint of 100 new rows (the segment walk that
-   checks links, hashes, seals and the item index, then the signature and the fsync'd append),
-   against appending those 100 rows (the baseline, measured in the same run).
+   checks links, hashes, seals and the item index, the Merkle tree extended by those rows, then
+   the signature and the fsync'd append), against appending those 100 rows (the baseline,
+   measured in the same run), and against the same checkpoints without a Merkle root (the chain
+   as it was before trees, filled in a second store in the same run).
+1b. Proofs: `proof_of` (a trace's inclusion path to the newest signed root, built from the
+   chain's row hashes) and `verify_proof` for a sample of traces, against reading the same trace
+   (`get_trace`).
 2. Verify: `gateway audit verify` over a chain of N traces (default 100,000), rows/s with the
    checkpoints (held against every signed checkpoint) and without (the hash chain alone).
 3. Retrieve p50 with checkpoints on against off: two servers on copies of one store, up at the
@@ -99,6 +104,36 @@ def note_costs(signer: Any, repeats: int = 2000) -> tuple[float, float]:
     return (signed - started) / repeats * 1e6, (time.perf_counter() - signed) / repeats * 1e6
 
 
+def proof_costs(engine: Any, checkpointer: Checkpointer, signer: Any, traces: int,
+                count: int) -> tuple[list[float], list[float], list[float], bool]:
+    """ms per proof (`proof_of`), per offline check (`verify_proof`) and per plain read of the same
+    trace, for `count` traces spread over the chain."""
+    from sqlalchemy import select
+
+    from audit.chain import audit_trace
+    from audit.proofs import proof_of, verify_proof
+    from audit.review import get_trace
+
+    attested = read_checkpoints(checkpointer.log.path, signer.verifier, TENANT)
+    with engine.connect() as conn:
+        ids = [t for (t,) in conn.execute(select(audit_trace.c.trace_id).where(audit_trace.c.chain == TENANT)
+                                          .order_by(audit_trace.c.seq))]
+    rng = random.Random(11)
+    sample = [ids[rng.randrange(len(ids))] for _ in range(count)]
+    proofs, checks, reads, ok = [], [], [], True
+    for trace_id in sample:
+        started = time.perf_counter()
+        document = proof_of(engine, TENANT, trace_id, attested, checkpointer.log)
+        proofs.append((time.perf_counter() - started) * 1000)
+        started = time.perf_counter()
+        ok = ok and document is not None and verify_proof(document, signer.verifier)[0]
+        checks.append((time.perf_counter() - started) * 1000)
+        started = time.perf_counter()
+        get_trace(engine, TENANT, trace_id)
+        reads.append((time.perf_counter() - started) * 1000)
+    return proofs, checks, reads, ok
+
+
 def timed_verify(engine: Any, attested: Any) -> tuple[float, dict[str, Any]]:
     started = time.perf_counter()
     report = verify(engine, TENANT, attested)
@@ -154,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="10,000 traces and 300 calls")
     parser.add_argument("--traces", type=int, help="chain length for the verify figure (default 100,000)")
     parser.add_argument("--skip-retrieve", action="store_true", help="only signing and verify")
+    parser.add_argument("--proofs", type=int, default=50, help="traces to prove (default 50)")
     args = parser.parse_args(argv)
     traces = args.traces or (10_000 if args.quick else 100_000)
     calls = 300 if args.quick else 2000
@@ -166,17 +202,30 @@ def main(argv: list[str] | None = None) -> int:
         checkpointer = Checkpointer(engine, signer, CheckpointLog(work / "trail.checkpoints"), rows=CHECKPOINT_ROWS)
         print(f"code {code_revision()}; filling a chain of {traces:,} traces, a checkpoint every {CHECKPOINT_ROWS} rows", flush=True)
         append_s, checkpoint_s = fill(engine, traces, checkpointer)
+        plain_engine = open_store(f"sqlite:///{work / 'chain-only.db'}")
+        chain_only = Checkpointer(plain_engine, signer, CheckpointLog(work / "chain-only.checkpoints"), rows=CHECKPOINT_ROWS)
+        chain_only.trees = False
+        print(f"filling a second chain of {traces:,} traces, checkpoints without a Merkle root (the baseline)", flush=True)
+        plain_append_s, plain_checkpoint_s = fill(plain_engine, traces, chain_only)
+        close_store(plain_engine)
         attested = read_checkpoints(checkpointer.log.path, signer.verifier, TENANT)
+        proof_ms, verify_proof_ms, read_ms, proofs_ok = proof_costs(engine, checkpointer, signer, traces, args.proofs)
         timed_verify(engine, None)  # once unmeasured, so that both measured walks read a warm page cache
         plain_s, plain = timed_verify(engine, None)
         signed_s, signed = timed_verify(engine, attested)
         close_store(engine)
-        ok = plain["ok"] and signed["ok"] and signed["checkpointed"] == traces
+        ok = plain["ok"] and signed["ok"] and signed["checkpointed"] == traces and proofs_ok
         print()
         print("Signing")
         print(f"  one signed note: {sign_us:.0f} us to sign, {open_us:.0f} us to verify")
         print(f"  a checkpoint of {CHECKPOINT_ROWS} rows: {checkpoint_s / (traces / CHECKPOINT_ROWS) * 1000:.2f} ms, "
               f"{checkpoint_s / append_s:.2f}x the time to append those rows ({append_s / traces * 1e6:.0f} us/row)")
+        print(f"  the same without a Merkle root: {plain_checkpoint_s / (traces / CHECKPOINT_ROWS) * 1000:.2f} ms "
+              f"({plain_checkpoint_s / plain_append_s:.2f}x its appends); with the tree {checkpoint_s / plain_checkpoint_s:.2f}x that")
+        print(f"Proofs ({args.proofs} traces of the {traces:,}-row chain)")
+        print(f"  proof p50 {percentile(proof_ms, 50):.1f} ms, p95 {percentile(proof_ms, 95):.1f} ms; reading the trace alone "
+              f"p50 {percentile(read_ms, 50):.2f} ms: {percentile(proof_ms, 50) / percentile(read_ms, 50):.0f}x")
+        print(f"  verify-proof p50 {percentile(verify_proof_ms, 50):.2f} ms  {'ok' if proofs_ok else 'NOT OK'}")
         print(f"Verify over {traces:,} traces ({attested.notes} checkpoints)")
         print(f"  hash chain alone:     {traces / plain_s:,.0f} rows/s")
         print(f"  against checkpoints:  {traces / signed_s:,.0f} rows/s  ({signed_s / plain_s:.2f}x the time)  "

@@ -408,6 +408,32 @@ def verdict(report: dict[str, Any]) -> str:
             "checkpointed (checked for links and hashes only)")
 
 
+@audit.command("witness")
+@click.option("--state", type=click.Path(path_type=Path), required=True,
+              help="The witness's own directory: the latest cosigned checkpoint of each chain (never the gateway's volume).")
+@click.option("--log-key", type=click.Path(path_type=Path), required=True,
+              help="The gateway's public key (PEM or verifier key): only checkpoints it signed are cosigned.")
+@click.option("--key", type=click.Path(path_type=Path), required=True,
+              help="The witness's own Ed25519 private key (PEM, `gateway audit keygen`).")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, default=8090, show_default=True)
+def audit_witness(state: Path, log_key: Path, key: Path, host: str, port: int) -> None:
+    """Run a witness of the audit checkpoints (C2SP tlog-witness's add-checkpoint): it cosigns a
+    checkpoint only when a consistency proof shows it extends the last one it cosigned, and
+    refuses a fork. Point GATEWAY_AUDIT_WITNESS_URL at it."""
+    import uvicorn
+
+    from audit.keys import load_signer, load_verifier
+
+    try:
+        load_verifier(log_key)
+        load_signer(key)
+    except GatewayError as exc:
+        raise click.ClickException(exc.message) from exc
+    os.environ.update({"GATEWAY_WITNESS_STATE": str(state), "GATEWAY_WITNESS_LOG_KEY": str(log_key), "GATEWAY_WITNESS_KEY": str(key)})
+    uvicorn.run("gateway.http.witness:app", factory=True, host=host, port=port, log_level="info")
+
+
 @audit.command("verify-proof")
 @click.argument("proof", type=click.Path(path_type=Path))
 @click.option("--public-key", type=click.Path(path_type=Path), required=True,

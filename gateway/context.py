@@ -104,8 +104,11 @@ def build_checkpointer(settings: Settings, store: Engine) -> Checkpointer | None
     """With GATEWAY_AUDIT_SIGNING_KEY: the signer of the audit chains' checkpoints."""
     if settings.audit_signing_key is None or settings.audit_checkpoints is None:
         return None
+    from audit.witness import WitnessClient
+
+    witness = WitnessClient(settings.audit_witness_url) if settings.audit_witness_url else None
     return Checkpointer(store, load_signer(settings.audit_signing_key), CheckpointLog(settings.audit_checkpoints),
-                        settings.audit_checkpoint_rows, settings.audit_checkpoint_seconds)
+                        settings.audit_checkpoint_rows, settings.audit_checkpoint_seconds, witness=witness)
 
 
 def build_weaviate(settings: Settings, embedder: Embedder) -> "WeaviateConnector":

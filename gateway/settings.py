@@ -72,6 +72,7 @@ class Settings:
     audit_checkpoints: Path | None = None
     audit_checkpoint_rows: int = 100
     audit_checkpoint_seconds: int = 60
+    audit_witness_url: str | None = None
     llm_url: str | None = None
     llm_model: str = "gpt-4o-mini"
     llm_key: str | None = None
@@ -221,6 +222,9 @@ def load_settings(overrides: Mapping[str, Any] | None = None, environ: Mapping[s
         raise ConfigurationError("GATEWAY_AUDIT_SIGNING_KEY and GATEWAY_AUDIT_CHECKPOINTS: set both (the key signs, the file keeps the checkpoints) or neither")
     if settings.otel_exporter not in ("none", "otlp"):
         raise ConfigurationError("GATEWAY_OTEL_EXPORTER: expected none or otlp")
+    if settings.audit_witness_url is not None and (not settings.audit_witness_url.startswith(("http://", "https://"))
+                                                   or settings.audit_signing_key is None):
+        raise ConfigurationError("GATEWAY_AUDIT_WITNESS_URL: an http:// or https:// URL, with GATEWAY_AUDIT_SIGNING_KEY set")
     if settings.decision_log_url is not None and not settings.decision_log_url.startswith(("http://", "https://")):
         raise ConfigurationError("GATEWAY_DECISION_LOG_URL: expected an http:// or https:// URL")
     if settings.public_url is not None:

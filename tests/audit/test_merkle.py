@@ -84,3 +84,21 @@ def test_a_pruned_prefix_is_enough_as_its_compact_range() -> None:
 def test_a_range_that_does_not_fit_its_size_is_refused() -> None:
     with pytest.raises(ValueError, match="right edge"):
         Range.of(5, [b"\x00" * 32])
+
+
+def test_every_prefix_of_every_tree_up_to_40_has_a_consistency_proof_and_a_fork_has_none() -> None:
+    from audit.merkle import consistency_proof, verify_consistency
+
+    leaves = [leaf(i.to_bytes(4, "big")) for i in range(40)]
+    forked = leaves[:]
+    forked[3] = leaf(b"rewritten")
+    for n in range(1, 41):
+        for m in range(0, n + 1):
+            proof = consistency_proof(m, n, lambda a, b: leaves[a:b])
+            old_root = mth(leaves[:m]) if m else b""
+            assert verify_consistency(m, n, old_root, mth(leaves[:n]), proof), (m, n)
+            if 3 < m < n:  # a log that rewrote leaf 3 after the old tree was cosigned
+                fork = consistency_proof(m, n, lambda a, b: forked[a:b])
+                assert not verify_consistency(m, n, old_root, mth(forked[:n]), fork), (m, n)
+            if proof and m:
+                assert not verify_consistency(m, n, old_root, mth(leaves[:n]), proof[:-1]), (m, n)
