@@ -133,3 +133,33 @@ def test_a_pruned_chain_keeps_its_tree_and_its_proofs(signed: Signed, tmp_path: 
         conn.execute(update(audit_trace).where(audit_trace.c.pk == kept[0]["pk"]).values(row_hash="1" * 64))
     response = signed.gateway.client.get(f"/v1/audit/traces/{kept[-1]['trace_id']}/proof", headers=signed.gateway.auth(auditor))
     assert response.status_code != 200 or verify_file(signed, response.json(), tmp_path)[0] == 1
+
+
+def test_a_trail_checkpointed_before_trees_keeps_verifying_and_gains_them(database_url: str, tmp_path: Path) -> None:
+    """The upgrade: checkpoints the code before Merkle trees wrote (no `tree` line) stay valid; the
+    next signer builds the tree from the rows, and its checkpoints carry it, proofs included."""
+    from audit.checkpoints import Checkpointer, CheckpointLog
+    from audit.keys import load_signer
+    from tests.conftest import open_gateway
+
+    keys = generate(tmp_path / "keys")
+    checkpoints = tmp_path / "audit.checkpoints"
+    with open_gateway(database_url, tmp_path, audit_signing_key=keys["private"], audit_checkpoints=checkpoints,
+                      audit_checkpoint_rows=100_000, audit_checkpoint_seconds=86_400) as gateway:
+        run = Signed(gateway, keys, checkpoints)
+        assert run.checkpointer.caught_up.wait(30)
+        run.checkpointer.trees = False  # what the code before trees signed
+        run.write(6)
+        run.checkpointer.checkpoint()
+        (old,) = read_checkpoints(checkpoints, load_verifier(keys["public"])).by_chain[TENANT]
+        assert old.size == 6 and not old.tree and "tree" not in old.text()
+        upgraded = Checkpointer(gateway.store, load_signer(keys["private"]), CheckpointLog(checkpoints))  # a new process
+        run.write(3)
+        (made,) = upgraded.checkpoint(every_chain=True)
+        with gateway.store.connect() as conn:
+            assert made.size == 9 and made.tree == root([leaf_hash(r["row_hash"]) for r in chain_rows(conn)]).hex()
+            first = chain_rows(conn)[0]
+        assert run.offline()[0] == 0
+        status, document = proof(run, first["trace_id"])
+        assert status == 200 and document["tree_size"] == 9, document
+        assert verify_file(run, document, tmp_path)[0] == 0
