@@ -28,7 +28,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -185,9 +185,25 @@ class Attested:
         return max(found, key=lambda c: (c.time, c.line)) if found else None
 
 
-def read_checkpoints(path: Path, verifier: Verifier, tenant_chain: str | None = None) -> Attested:
+def open_by_any(note: str, verifiers: Verifier | Sequence[Verifier]) -> str:
+    """The note's text once one of `verifiers` (the signing key, and the keys it replaced) checks
+    its signature; NoteError otherwise."""
+    keys = [verifiers] if isinstance(verifiers, Verifier) else list(verifiers)
+    problem: NoteError | None = None
+    for verifier in keys:
+        try:
+            return open_note(note, verifier)
+        except NoteError as exc:
+            problem = problem or exc
+            if "altered" in str(exc):
+                raise
+    raise problem or NoteError("no key to check the note with")
+
+
+def read_checkpoints(path: Path, verifier: Verifier | Sequence[Verifier], tenant_chain: str | None = None) -> Attested:
     """Every checkpoint in `path` (of one chain only, when `tenant_chain` is given), its signature
-    checked with `verifier`. A note that does not verify is a problem, never a checkpoint."""
+    checked with `verifier` (or any of several: the signing key and the keys it replaced). A note
+    that does not verify is a problem, never a checkpoint."""
     attested = Attested(str(path))
     for line, note in CheckpointLog(path).notes():
         try:
@@ -199,13 +215,13 @@ def read_checkpoints(path: Path, verifier: Verifier, tenant_chain: str | None = 
                 attested.problems.append((line, "malformed checkpoint"))
                 continue
             try:  # another tenant's: not this reader's business, but its time says how far the signer got
-                attested.newest = max(attested.newest, Checkpoint.parse(open_note(note, verifier), line).time)
+                attested.newest = max(attested.newest, Checkpoint.parse(open_by_any(note, verifier), line).time)
             except NoteError:
                 pass
             continue
         attested.notes += 1
         try:
-            checkpoint = Checkpoint.parse(open_note(note, verifier), line)
+            checkpoint = Checkpoint.parse(open_by_any(note, verifier), line)
         except NoteError as exc:
             attested.problems.append((line, f"checkpoint {chain or '?'}: {exc}"))
             continue
@@ -240,8 +256,11 @@ class Checkpointer:
     before from its own file, so a restart continues from there."""
 
     def __init__(self, engine: Engine, signer: Signer, log_file: CheckpointLog, rows: int = 100, seconds: int = 60,
-                 clock: Callable[[], float] = time.monotonic, witness: WitnessClient | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, witness: WitnessClient | None = None,
+                 previous: Sequence[Verifier] = ()) -> None:
         self.engine, self.signer, self.log = engine, signer, log_file
+        # The signing key, then the keys it replaced: checkpoints they signed are this signer's history.
+        self.verifiers: list[Verifier] = [signer.verifier, *previous]
         self.witness = witness
         self._witnessed: dict[str, int] = {}  # the size the witness last cosigned, per chain
         self.witness_refused: dict[str, str] = {}  # chains whose checkpoint the witness refused as a fork
@@ -267,7 +286,7 @@ class Checkpointer:
 
     def _load(self, chain: str | None = None) -> None:
         """What this signer signed before, from its published checkpoints (every chain, or one)."""
-        attested = read_checkpoints(self.log.path, self.signer.verifier, chain)
+        attested = read_checkpoints(self.log.path, self.verifiers, chain)
         for name, checkpoints in attested.by_chain.items():
             newest = max(checkpoints, key=lambda c: c.size)
             known = self._signed.get(name)
@@ -391,9 +410,9 @@ class Checkpointer:
         if note is None:
             return
         try:
-            found = Checkpoint.parse(open_note(note, self.signer.verifier))
+            found = Checkpoint.parse(open_by_any(note, self.verifiers))
         except NoteError:
-            log.error("audit chain %s: the witness's checkpoint does not verify with this signer's key", chain)
+            log.error("audit chain %s: the witness's checkpoint does not verify with this signer's keys", chain)
             return
         if found.chain == chain and found.refused is None:
             self._signed[chain] = _Signed(found.size, found.head, found.oldest, found.tree)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -17,9 +18,9 @@ from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
 from audit.chain import HASHED, HASHED_V1, anchor_of, audit_trace, row_hash, row_hash_v1, row_hashes, utc_instant
-from audit.checkpoints import Attested, Checkpoint, CheckpointLog, cut_of
+from audit.checkpoints import Attested, Checkpoint, CheckpointLog, cut_of, open_by_any
 from audit.merkle import inclusion_proof, leaf_hash, verify_inclusion
-from audit.notes import NoteError, Verifier, open_note
+from audit.notes import NoteError, Verifier
 from core.errors import Conflict
 
 FORMAT = "gateway.audit.proof/1"
@@ -63,12 +64,13 @@ def proof_of(engine: Engine, tenant: str | None, trace_id: str, attested: Attest
             "inclusion_proof": [base64.b64encode(h).decode() for h in path], "checkpoint": notes[checkpoint.line]}
 
 
-def verify_proof(document: Any, verifier: Verifier) -> tuple[bool, str]:
-    """(ok, one line saying what holds or the first thing that does not) for a proof document."""
+def verify_proof(document: Any, verifier: Verifier | Sequence[Verifier]) -> tuple[bool, str]:
+    """(ok, one line saying what holds or the first thing that does not) for a proof document,
+    whose checkpoint must be signed by `verifier` (or one of several: keys before a rotation)."""
     try:
         if not isinstance(document, dict) or document.get("format") != FORMAT:
             return False, f"not a proof document ({FORMAT})"
-        checkpoint = Checkpoint.parse(open_note(str(document["checkpoint"]), verifier))
+        checkpoint = Checkpoint.parse(open_by_any(str(document["checkpoint"]), verifier))
         trace, index, size = document["trace"], int(document["leaf_index"]), int(document["tree_size"])
         if not isinstance(trace, dict):
             return False, "trace: expected an object"

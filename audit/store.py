@@ -105,7 +105,7 @@ class AuditStore:
         if self.checkpointer is None:
             return verify(self.engine, tenant)
         checkpointer = self.checkpointer
-        attested = read_checkpoints(checkpointer.log.path, checkpointer.signer.verifier,
+        attested = read_checkpoints(checkpointer.log.path, checkpointer.verifiers,
                                     chain_of(tenant) if tenant is not None else None)
         report = verify(self.engine, tenant, attested, checkpointer.seal_key, signer_since=checkpointer.started_at)
         report["checkpoints"].pop("file", None)  # where the service keeps it is not a reviewer's business
@@ -119,7 +119,7 @@ class AuditStore:
         if self.checkpointer is None:
             raise Conflict("trace: this gateway signs no audit checkpoints (GATEWAY_AUDIT_SIGNING_KEY), so there is no proof")
         checkpointer = self.checkpointer
-        attested = read_checkpoints(checkpointer.log.path, checkpointer.signer.verifier, chain_of(tenant))
+        attested = read_checkpoints(checkpointer.log.path, checkpointer.verifiers, chain_of(tenant))
         return proof_of(self.engine, tenant, trace_id, attested, checkpointer.log)
 
     def get(self, trace_id: str) -> dict[str, Any] | None:

@@ -354,11 +354,12 @@ def audit_keygen(out_dir: Path) -> None:
 @store_options
 @click.option("--tenant", help="Check this tenant's chain only (default: every chain).")
 @click.option("--checkpoints", type=click.Path(path_type=Path), help="The signed checkpoint file to hold the chains against.")
-@click.option("--public-key", type=click.Path(path_type=Path), help="The public key (PEM or verifier key) the checkpoints are signed with.")
+@click.option("--public-key", type=click.Path(path_type=Path), multiple=True,
+              help="The public key (PEM or verifier key) the checkpoints are signed with; again for each key it replaced.")
 @click.option("--known", type=click.Path(path_type=Path), help="Checkpoints you hold from before (an earlier copy of the "
               "file, or notes a witness cosigned): each must still be in --checkpoints, so an emptied, truncated or "
               "replaced file fails.")
-def audit_verify(tenant: str | None, checkpoints: Path | None, public_key: Path | None, known: Path | None,
+def audit_verify(tenant: str | None, checkpoints: Path | None, public_key: tuple[Path, ...], known: Path | None,
                  **flags: Any) -> None:
     """Recompute the audit hash chains, and hold them against the signed checkpoints when given;
     print the report, name the first problem and exit 1 if there is one."""
@@ -367,17 +368,17 @@ def audit_verify(tenant: str | None, checkpoints: Path | None, public_key: Path 
     from audit.keys import load_verifier
     from core.store import close_store, open_store
 
-    if (checkpoints is None) != (public_key is None):
+    if (checkpoints is None) != (not public_key):
         raise click.ClickException("--checkpoints and --public-key: give both, or neither")
     if known is not None and checkpoints is None:
         raise click.ClickException("--known: give --checkpoints and --public-key too")
     settings = settings_from(**flags)
     attested = held = None
-    if checkpoints is not None and public_key is not None:
+    if checkpoints is not None and public_key:
         if not checkpoints.is_file():
             raise click.ClickException(f"--checkpoints: {checkpoints} cannot be read")
         try:
-            verifier = load_verifier(public_key)
+            verifier = [load_verifier(key) for key in public_key]
         except GatewayError as exc:
             raise click.ClickException(exc.message) from exc
         attested = read_checkpoints(checkpoints, verifier, tenant if tenant is not None else None)
@@ -436,9 +437,9 @@ def audit_witness(state: Path, log_key: Path, key: Path, host: str, port: int) -
 
 @audit.command("verify-proof")
 @click.argument("proof", type=click.Path(path_type=Path))
-@click.option("--public-key", type=click.Path(path_type=Path), required=True,
-              help="The public key (PEM or verifier key) the checkpoint was signed with.")
-def audit_verify_proof(proof: Path, public_key: Path) -> None:
+@click.option("--public-key", type=click.Path(path_type=Path), required=True, multiple=True,
+              help="The public key (PEM or verifier key) the checkpoint was signed with; again for each key it replaced.")
+def audit_verify_proof(proof: Path, public_key: tuple[Path, ...]) -> None:
     """Check one trace's proof (GET /v1/audit/traces/{id}/proof) with nothing but the public key:
     the row's hash from its content, its inclusion path to the Merkle root, the checkpoint's
     signature over that root. Exits 1 and says what does not hold."""
@@ -446,7 +447,7 @@ def audit_verify_proof(proof: Path, public_key: Path) -> None:
     from audit.proofs import verify_proof
 
     try:
-        verifier = load_verifier(public_key)
+        verifier = [load_verifier(key) for key in public_key]
         document = json.loads(proof.read_text(encoding="utf-8"))
     except GatewayError as exc:
         raise click.ClickException(exc.message) from exc

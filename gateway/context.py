@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import Engine
@@ -106,9 +107,12 @@ def build_checkpointer(settings: Settings, store: Engine) -> Checkpointer | None
         return None
     from audit.witness import WitnessClient
 
+    from audit.keys import load_verifier
+
     witness = WitnessClient(settings.audit_witness_url) if settings.audit_witness_url else None
+    previous = [load_verifier(Path(p.strip())) for p in (settings.audit_previous_keys or "").split(",") if p.strip()]
     return Checkpointer(store, load_signer(settings.audit_signing_key), CheckpointLog(settings.audit_checkpoints),
-                        settings.audit_checkpoint_rows, settings.audit_checkpoint_seconds, witness=witness)
+                        settings.audit_checkpoint_rows, settings.audit_checkpoint_seconds, witness=witness, previous=previous)
 
 
 def build_weaviate(settings: Settings, embedder: Embedder) -> "WeaviateConnector":

@@ -73,6 +73,7 @@ class Settings:
     audit_checkpoint_rows: int = 100
     audit_checkpoint_seconds: int = 60
     audit_witness_url: str | None = None
+    audit_previous_keys: str | None = None  # comma-separated public key files: keys the signing key replaced
     llm_url: str | None = None
     llm_model: str = "gpt-4o-mini"
     llm_key: str | None = None

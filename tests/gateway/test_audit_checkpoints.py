@@ -154,6 +154,16 @@ def delete_the_whole_chain(conn: Connection) -> None:
     delete_rows(conn, [r["pk"] for r in chain_rows(conn)])
 
 
+def reorder_and_rehash(conn: Connection) -> None:
+    """Swap two rows' positions (say, to put a read before the grant that allowed it), then re-hash."""
+    rows = chain_rows(conn)
+    a, b = rows[3], rows[7]
+    conn.execute(update(audit_trace).where(audit_trace.c.pk == a["pk"]).values(seq=-1))
+    conn.execute(update(audit_trace).where(audit_trace.c.pk == b["pk"]).values(seq=a["seq"]))
+    conn.execute(update(audit_trace).where(audit_trace.c.pk == a["pk"]).values(seq=b["seq"]))
+    rehash(conn)
+
+
 def edit_task_type(conn: Connection) -> None:
     conn.execute(update(audit_trace).where(audit_trace.c.pk == chain_rows(conn)[4]["pk"]).values(task_type="compliance_review"))
 
@@ -175,6 +185,7 @@ CASES: dict[str, tuple[Tamper, str]] = {
     "delete the last 5 rows": (delete_last_five, "5 deleted at the end"),
     "delete, renumber and rehash": (delete_renumber_rehash, "shorter than the checkpoint"),
     "edit a row and rehash every later one": (edit_and_rehash, "does not match the checkpoint"),
+    "reorder two rows and rehash": (reorder_and_rehash, "does not match the checkpoint"),
     "delete the first 5 rows and forge the anchor": (delete_first_five_and_forge_the_anchor, "no signed prune removed them"),
     "empty the chain of the last row": (empty_the_chain_of_the_last_row, "no longer names its chain"),
     "delete the tenant's whole chain": (delete_the_whole_chain, "the chain is gone"),

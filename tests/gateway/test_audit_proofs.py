@@ -163,3 +163,45 @@ def test_a_trail_checkpointed_before_trees_keeps_verifying_and_gains_them(databa
         status, document = proof(run, first["trace_id"])
         assert status == 200 and document["tree_size"] == 9, document
         assert verify_file(run, document, tmp_path)[0] == 0
+
+
+def test_a_proof_for_a_trace_from_before_a_key_rotation(database_url: str, tmp_path: Path) -> None:
+    """The signing key is replaced: the new one takes the old one's checkpoints as its history
+    (GATEWAY_AUDIT_PREVIOUS_KEYS), signs on from them, and proves a trace written under the old key;
+    the proof handed out before the rotation still checks with the old key."""
+    from tests.conftest import open_gateway
+
+    old_keys, new_keys = generate(tmp_path / "old"), generate(tmp_path / "new")
+    checkpoints = tmp_path / "audit.checkpoints"
+    settings = {"audit_checkpoints": checkpoints, "audit_checkpoint_rows": 100_000, "audit_checkpoint_seconds": 86_400}
+    with open_gateway(database_url, tmp_path, audit_signing_key=old_keys["private"], **settings) as gateway:
+        before = Signed(gateway, old_keys, checkpoints)
+        assert before.checkpointer.caught_up.wait(30)
+        before.write(5)
+        before.checkpointer.checkpoint()
+        with gateway.store.connect() as conn:
+            early = chain_rows(conn)[1]
+        status, handed_out = proof(before, early["trace_id"])
+        assert status == 200
+    with open_gateway(database_url, tmp_path, audit_signing_key=new_keys["private"],
+                      audit_previous_keys=str(old_keys["public"]), **settings) as gateway:
+        after = Signed(gateway, new_keys, checkpoints)
+        assert after.checkpointer.caught_up.wait(30) and not after.checkpointer.refusing
+        assert gateway.client.get("/readyz").status_code == 200
+        after.write(3)
+        made = after.checkpointer.checkpoint()
+        (signed_now,) = [c for c in made if c.chain == TENANT]  # the 5 rows, the proof call's own, these 3
+        assert signed_now.size == 9 and signed_now.tree
+        status, document = proof(after, early["trace_id"])  # under the new key's checkpoint
+        assert status == 200 and document["tree_size"] == 9, document
+        served = after.served()
+        assert served["ok"] is True, served
+        after.keys["old"] = old_keys["public"]
+        assert verify_file(after, document, tmp_path)[0] == 0  # the new key
+        assert verify_file(after, handed_out, tmp_path, public="old")[0] == 0  # the old proof, the old key
+        args = ["audit", "verify", "--database-url", gateway.settings.effective_database_url, "--tenant", TENANT,
+                "--checkpoints", str(checkpoints), "--public-key", str(new_keys["public"])]
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 1 and "not signed by this key" in result.output  # the auditor needs both keys
+        result = CliRunner().invoke(main, [*args, "--public-key", str(old_keys["public"])])
+        assert result.exit_code == 0, result.output
