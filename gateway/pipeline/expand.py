@@ -83,7 +83,11 @@ async def _page(
         packed = pipeline.pack(page, limit)
     packed_ids = [r.record.id for r in packed.items]
     gone = [e["id"] for e in entries if e["id"] not in {r.record.id for r in page}]
-    remaining = [e for e in cursor.remaining if e["id"] not in set(packed_ids) | set(gone)]
+    # A page that placed nothing: what it left out is larger than the whole page budget, and would
+    # be left out of every page after it (a client following the cursor would loop for ever). Those
+    # entries are spent with the page, named in its trace as dropped for budget.
+    oversized = set(packed.dropped_ids) if not packed_ids else set()
+    remaining = [e for e in cursor.remaining if e["id"] not in set(packed_ids) | set(gone) | oversized]
     if result.status == "error":  # nothing was read: keep every entry for a later page
         remaining, gone = list(cursor.remaining), []
     if not await anyio.to_thread.run_sync(advance, pipeline.store, cursor, packed_ids, remaining):

@@ -208,3 +208,25 @@ def test_expand_must_continue_the_same_task(seeded_pages: tuple[Gateway, list[st
     cursor = ask(gateway, query="walrus pricing", budget={"bytes": 700})["cursor"]
     other = gateway.retrieve(alice(gateway), {"task": {"type": "support_ticket"}, "cursor": cursor})
     assert other.status_code == 400 and "task" in other.json()["error"]["message"]
+
+
+def test_an_expand_that_can_place_nothing_spends_what_it_left_out(gateway: Gateway) -> None:
+    """Issue 30: an item larger than the page budget made every later expand empty with the same
+    cursor, and the client's pages() looped for ever. A page that places nothing spends the
+    entries it could not place (named in its trace), so following the cursor ends."""
+    gateway.ingest("acme", [memory("mem_small_a", "narwhal tusk note " + "n" * 40),
+                            memory("mem_huge", "narwhal tusk note " + "h" * 3000),
+                            memory("mem_small_b", "narwhal tusk note " + "m" * 60)])
+    first = ask(gateway, query="narwhal tusk", budget={"bytes": 400})
+    seen = [i["id"] for i in first["items"]]
+    cursor, pages = first["cursor"], 0
+    assert cursor, first
+    while cursor:
+        page = ask(gateway, cursor=cursor, budget={"bytes": 400})
+        seen += [i["id"] for i in page["items"]]
+        if not page["items"]:
+            trace = gateway.trace(page["trace_id"])
+            assert "mem_huge" in trace["lineage"]["dropped_for_budget"], trace["lineage"]
+        cursor, pages = page["cursor"], pages + 1
+        assert pages <= 3, "the cursor is never spent"
+    assert "mem_huge" not in seen and {"mem_small_a", "mem_small_b"} <= set(seen)
