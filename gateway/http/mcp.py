@@ -69,6 +69,9 @@ MCP_PATH = "/mcp"
 METADATA_PATH = "/.well-known/oauth-protected-resource" + MCP_PATH
 RESOURCE_NAME = "Governed retrieval gateway (MCP tools)"
 METADATA_CACHE = "public, max-age=3600"  # what the SDK's own metadata route says: it changes with a restart only
+# Without GATEWAY_PUBLIC_URL the answer names the request's Host: a shared cache must not hand one
+# caller's answer (a Host it chose) to another.
+METADATA_CACHE_BY_HOST = "private, max-age=3600"
 HTTP_URL: TypeAdapter[AnyHttpUrl] = TypeAdapter(AnyHttpUrl)
 UNPUBLISHED = ("no protected-resource metadata is published here: it takes GATEWAY_MCP on, GATEWAY_JWT_ISSUER set to the "
                "authorization server's URL, and GATEWAY_JWT_SECRET or GATEWAY_JWT_PUBLIC_KEY")
@@ -380,7 +383,8 @@ class ProtectedResource:
             "resource": urls[0], "authorization_servers": [self.issuer], "bearer_methods_supported": ["header"],
             "resource_name": RESOURCE_NAME,
         })
-        return JSONResponse(metadata.model_dump(mode="json", exclude_none=True), headers={"Cache-Control": METADATA_CACHE})
+        headers = {"Cache-Control": METADATA_CACHE} if self.public_url else {"Cache-Control": METADATA_CACHE_BY_HOST, "Vary": "Host"}
+        return JSONResponse(metadata.model_dump(mode="json", exclude_none=True), headers=headers)
 
 
 class McpEndpoint:

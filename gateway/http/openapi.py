@@ -32,7 +32,7 @@ from audit.lineage import DepthRecord, SourceRecord
 from core.errors import GatewayError
 from core.request import RetrieveRequest
 from gateway.http.audit_pages import SESSION_COOKIE
-from gateway.http.mcp import METADATA_CACHE, METADATA_PATH
+from gateway.http.mcp import METADATA_CACHE, METADATA_CACHE_BY_HOST, METADATA_PATH
 from gateway.http.routes.keys import NewKey
 from gateway.writes.envelope import ID, ItemIn
 
@@ -425,7 +425,10 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         "The OAuth 2.0 protected-resource metadata of /mcp (RFC 9728)", "operations",
         {"200": json_answer("`resource` is the URL of /mcp, `authorization_servers` the JWT issuer (`GATEWAY_JWT_ISSUER`)",
                             ref("ProtectedResourceMetadata"), traced=False,
-                            headers={"Cache-Control": {"required": True, "schema": {"const": METADATA_CACHE}}}),
+                            headers={"Cache-Control": {"required": True, "schema": {"enum": [METADATA_CACHE, METADATA_CACHE_BY_HOST]},
+                                                       "description": "public with GATEWAY_PUBLIC_URL; private, with `Vary: Host`, "
+                                                                      "when the answer names the request's Host"},
+                                     "Vary": {"schema": {"const": "Host"}}}),
          "400": json_answer("`bad_request`: the request's Host names no URL (`GATEWAY_PUBLIC_URL` takes it out of the answer)",
                             ref("Error"), traced=False),
          "404": json_answer("`not_found`: nothing is published: no `GATEWAY_JWT_ISSUER`, one that is not an http(s) URL, no JWT "

@@ -545,3 +545,14 @@ SIGNING = {"secrets": {"auditSigningKey": {"name": "gw-audit", "key": "signing.p
 def test_checkpoints_on_an_emptydir_or_the_data_volume_are_refused(chart: helm.Chart, values: dict[str, Any], refusal: str) -> None:
     with pytest.raises(helm.HelmError, match=refusal):
         render(chart, values)
+
+
+def test_behind_an_ingress_the_public_url_is_its_first_host(chart: helm.Chart) -> None:
+    """So the MCP OAuth metadata names the gateway's URL, never a caller's Host (issue 30)."""
+    objects = manifests(render(chart, INGRESS_HPA))
+    gateway = env(container(one(objects, "Deployment"), "gateway"))
+    assert gateway["GATEWAY_PUBLIC_URL"]["value"] == "https://gateway.example.com"
+    chosen = manifests(render(chart, {**INGRESS_HPA, "gateway": {"env": {"GATEWAY_PUBLIC_URL": "https://gw.example.org"}}}))
+    names = [e["name"] for e in container(one(chosen, "Deployment"), "gateway")["env"]]
+    assert names.count("GATEWAY_PUBLIC_URL") == 1
+    assert env(container(one(chosen, "Deployment"), "gateway"))["GATEWAY_PUBLIC_URL"]["value"] == "https://gw.example.org"

@@ -84,7 +84,8 @@ def test_the_metadata_names_the_issuer_and_the_mcp_url(oauth: Gateway) -> None:
     assert response.status_code == 200, response.text
     assert response.json() == {"resource": "http://testserver/mcp", "authorization_servers": [ISSUER],
                                "bearer_methods_supported": ["header"], "resource_name": "Governed retrieval gateway (MCP tools)"}
-    assert response.headers["cache-control"] == "public, max-age=3600"
+    # it names the request's Host (no GATEWAY_PUBLIC_URL): a shared cache must not serve it to another caller
+    assert response.headers["cache-control"] == "private, max-age=3600" and response.headers["vary"] == "Host"
     assert "x-trace-id" not in response.headers  # public and holding no data, like /healthz: no audit row
     assert oauth.client.get("/.well-known/oauth-protected-resource").status_code == 404  # only the path-suffixed form
 
@@ -147,6 +148,7 @@ def test_the_public_url_wins_over_the_host(sqlite_url: str, tmp_path: Path) -> N
         for host in ("testserver", "attacker.example", "attacker.example:8443"):
             metadata = gateway.client.get(METADATA, headers={"Host": host})
             assert metadata.status_code == 200 and metadata.json()["resource"] == f"{PUBLIC}/mcp", host
+            assert metadata.headers["cache-control"] == "public, max-age=3600" and "vary" not in metadata.headers  # one answer for all
             challenge = parameters(unauthenticated(gateway, Host=host).headers["www-authenticate"])
             assert challenge["resource_metadata"] == PUBLIC + METADATA
 

@@ -206,6 +206,11 @@ Refuse value combinations that would deploy something broken or unsafe, with a m
 {{- end }}
 - name: GATEWAY_OTEL_SERVICE_NAME
   value: {{ .Values.otel.serviceName | quote }}
+{{- if and .Values.ingress.enabled .Values.ingress.hosts (not (hasKey .Values.gateway.env "GATEWAY_PUBLIC_URL")) }}
+{{- /* The URL clients reach the gateway by (the MCP OAuth metadata names it instead of the request's Host). */}}
+- name: GATEWAY_PUBLIC_URL
+  value: {{ printf "%s://%s" (ternary "https" "http" (not (empty .Values.ingress.tls))) (index .Values.ingress.hosts 0).host | quote }}
+{{- end }}
 {{- range $name, $value := .Values.gateway.env }}
 - name: {{ $name }}
   value: {{ $value | quote }}
