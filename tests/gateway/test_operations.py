@@ -117,3 +117,12 @@ def test_policy_endpoint_is_open_to_any_authenticated_role(gateway: Gateway) -> 
     response = gateway.client.get("/v1/policy", headers=gateway.auth(writer))
     assert response.status_code == 200
     assert response.json()["engine"] == "embedded"
+
+
+def test_only_a_policy_admin_is_shown_where_the_policies_are_read_from(gateway: Gateway) -> None:
+    """Issue 30: `GET /v1/policy` showed any agent the policy source's server path."""
+    agent, admin = gateway.key("alice", groups=("sales",)), gateway.key("pat", roles=("policy_admin",))
+    seen_by_agent = gateway.client.get("/v1/policy", headers=gateway.auth(agent)).json()
+    seen_by_admin = gateway.client.get("/v1/policy", headers=gateway.auth(admin)).json()
+    assert "source" not in seen_by_agent and str(gateway.settings.policies_dir) not in str(seen_by_agent)
+    assert seen_by_admin["source"] and seen_by_admin["revision"] == seen_by_agent["revision"]

@@ -38,9 +38,13 @@ async def readyz(request: Request) -> JSONResponse:
 async def _policy(call: Call) -> tuple[int, dict[str, Any]]:
     policy = call.context.policy
     last = policy.last.as_json() if policy.last is not None else None
-    return 200, {"engine": policy.name, "revision": policy.revision, "label": policy.bundle.label,
-                 "loaded_at": policy.loaded_at.isoformat(),
-                 "source": policy.source.location if not policy.source.remote else "bundle server", "last_reload": last}
+    body = {"engine": policy.name, "revision": policy.revision, "label": policy.bundle.label,
+            "loaded_at": policy.loaded_at.isoformat(), "last_reload": last}
+    # Where the policies are read from (a server path, a bundle server) is the policy admins' business:
+    # any other caller learns only which revision decides its calls.
+    if "policy_admin" in call.actor.roles:
+        body["source"] = policy.source.location if not policy.source.remote else "bundle server"
+    return 200, body
 
 
 async def policy_route(request: Request) -> Response:
