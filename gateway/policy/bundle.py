@@ -41,6 +41,7 @@ ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
 READ_SUFFIXES = frozenset({".rego", ".json", ".yaml", ".yml"})
 YAML_DATA = frozenset({"data.yaml", "data.yml"})
 MAX_ARCHIVE_BYTES = 64 * 1024 * 1024  # unpacked, all files together
+MAX_ARCHIVE_FILES = 10_000  # members of a bundle: counted as the tar is read, before any is parsed
 MANIFEST = ".manifest"
 MAX_LABEL = 128  # characters of a manifest revision
 
@@ -119,7 +120,9 @@ def read_archive(archive: bytes, source: Path, key: VerificationKey | None = Non
     size = 0
     try:
         with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
-            for member in tar:
+            for count, member in enumerate(tar, 1):
+                if count > MAX_ARCHIVE_FILES:
+                    raise ConfigurationError(f"{source}: more than {MAX_ARCHIVE_FILES} members")
                 if member.isdir():
                     continue
                 name = PurePosixPath(member.name.lstrip("/")).as_posix().removeprefix("./")

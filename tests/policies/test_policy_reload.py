@@ -421,3 +421,17 @@ def test_every_worker_switches_on_sighup_and_on_a_reload_call(tmp_path: Path, po
     finally:
         server.terminate()
         server.wait(30)
+
+
+def test_a_bundle_of_too_many_members_is_refused_before_any_is_read() -> None:
+    """Issue 30: 300,000 empty members took 26 s and 170 MB before "not signed"."""
+    from gateway.policy.bundle import MAX_ARCHIVE_FILES
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as tar:
+        for i in range(MAX_ARCHIVE_FILES + 5):
+            tar.addfile(tarfile.TarInfo(f"/gateway/x{i}.json"), io.BytesIO(b""))
+    started = time.monotonic()
+    with pytest.raises(ConfigurationError, match=f"more than {MAX_ARCHIVE_FILES} members"):
+        read_archive(out.getvalue(), Path("b.tar.gz"), VerificationKey("s" * 40, "HS256"))
+    assert time.monotonic() - started < 10
