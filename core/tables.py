@@ -149,6 +149,8 @@ class RetrieveCursor(SQLModel, table=True):
     cursor take turns (optimistic update), so no item is ever returned twice."""
 
     __tablename__ = "retrieve_cursor"
+    # An actor's live cursors, newest first: the cap drops the oldest (gateway/pipeline/cursors.py).
+    __table_args__ = (Index("ix_retrieve_cursor_actor", "tenant", "principal", "created_at"),)
 
     token_hash: str = Field(primary_key=True, max_length=64)
     tenant: str = Field(max_length=200)

@@ -50,6 +50,7 @@ class Settings:
     default_budget_bytes: int = 16_000
     budget_split: str = DEFAULT_SPLIT
     cursor_idle_seconds: int = 3600
+    cursor_max_per_actor: int = 100
     embeddings: str = "minilm"
     embeddings_url: str | None = None
     embeddings_model: str | None = None

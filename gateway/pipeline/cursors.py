@@ -61,7 +61,10 @@ def _hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def issue(engine: Engine, actor: Actor, request: dict[str, Any], remaining: list[dict[str, Any]], returned: list[str], idle_seconds: int) -> str:
+def issue(engine: Engine, actor: Actor, request: dict[str, Any], remaining: list[dict[str, Any]], returned: list[str], idle_seconds: int,
+          per_actor: int = 100) -> str:
+    """A new cursor of the actor's; beyond `per_actor` live cursors of theirs, the oldest are dropped
+    (a client that never follows its cursors cannot fill the table)."""
     token = PREFIX + secrets.token_urlsafe(24)
     now = utc_now()
     try:
@@ -81,6 +84,10 @@ def issue(engine: Engine, actor: Actor, request: dict[str, Any], remaining: list
                     last_used_at=now,
                 )
             )
+            mine = (cursor_table.c.tenant == actor.tenant, cursor_table.c.principal == actor.principal)
+            kept = select(cursor_table.c.token_hash).where(*mine).order_by(cursor_table.c.created_at.desc(),
+                                                                             cursor_table.c.token_hash).offset(per_actor)
+            conn.execute(delete(cursor_table).where(*mine, cursor_table.c.token_hash.in_(kept.scalar_subquery())))
     except SQLAlchemyError as exc:
         raise StoreUnavailable(f"cursor could not be stored: {type(exc).__name__}") from exc
     return token

@@ -329,7 +329,8 @@ class Pipeline:
         returned = [r.record.id for r in packed.items]
         with timer.stage("cursor.issue"):
             return await anyio.to_thread.run_sync(
-                lambda: issue(self.store, actor, shape, entries, returned, self.settings.cursor_idle_seconds)
+                lambda: issue(self.store, actor, shape, entries, returned, self.settings.cursor_idle_seconds,
+                              self.settings.cursor_max_per_actor)
             )
 
     async def synthesize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -230,3 +231,19 @@ def test_an_expand_that_can_place_nothing_spends_what_it_left_out(gateway: Gatew
         cursor, pages = page["cursor"], pages + 1
         assert pages <= 3, "the cursor is never spent"
     assert "mem_huge" not in seen and {"mem_small_a", "mem_small_b"} <= set(seen)
+
+
+def test_an_actors_live_cursors_are_capped_oldest_dropped(database_url: str, tmp_path: Path) -> None:
+    """Issue 30: nothing bounded an actor's live cursors. Past the cap the oldest go; another
+    actor's are not touched."""
+    from tests.conftest import open_gateway
+
+    with open_gateway(database_url, tmp_path, cursor_max_per_actor=3) as capped:
+        seed_pages(capped)
+        cursors = [ask(capped, query="walrus pricing", budget={"bytes": 700})["cursor"] for _ in range(5)]
+        bob = capped.key("bob", groups=("sales",), clearance="confidential")
+        bobs = capped.retrieve(bob, {"task": SALES_TASK, "query": "walrus pricing", "budget": {"bytes": 700}}).json()["cursor"]
+        alive = [capped.retrieve(alice(capped), {"task": SALES_TASK, "cursor": c, "budget": {"bytes": 700}}).status_code
+                 for c in cursors]
+        assert alive == [404, 404, 200, 200, 200], alive
+        assert capped.retrieve(bob, {"task": SALES_TASK, "cursor": bobs, "budget": {"bytes": 700}}).status_code == 200
