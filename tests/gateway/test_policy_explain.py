@@ -227,6 +227,17 @@ def test_a_broken_candidate_is_a_422_with_its_file_and_line(seeded: Gateway) -> 
     assert error["message"].startswith("policies: ") and "broken.rego:" in error["message"]
 
 
+def test_a_candidate_that_fails_at_evaluation_is_a_400_naming_the_failure(seeded: Gateway) -> None:
+    """As impact answers it (issue 30): the candidate's failure, not the service's, so never a 503."""
+    policies = project_policies()  # it passes the start-up self-check (no items), and fails on real ones
+    policies["modules"]["gateway/items/items.rego"] = ("package gateway.items\n\nallowed := [] if count(input.items) == 0\n"
+                                                       'allowed := "broken" if count(input.items) > 0\n\ndenied := []\n')
+    response = explain(seeded, {"actor": ALICE, "request": REQUEST, "items": ["mem_acl_ok"], "policies": policies})
+    assert response.status_code == 400, response.text
+    message = response.json()["error"]["message"]
+    assert message.startswith("policies: the candidate failed at evaluation (it would answer 503): "), message
+
+
 @pytest.fixture
 def cli_store(tmp_path: Path) -> Iterator[str]:
     url = f"sqlite:///{tmp_path / 'gateway.db'}"

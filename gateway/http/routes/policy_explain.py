@@ -7,7 +7,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from core.errors import BadRequest, ConfigurationError, Forbidden, SchemaError
+from core.errors import BadRequest, ConfigurationError, Forbidden, PolicyUnavailable, SchemaError
 from core.instants import utc_now
 from gateway.http.traced import Call, requires, traced
 from gateway.pipeline.subjects import request_subjects
@@ -48,6 +48,8 @@ async def handle(call: Call) -> tuple[int, dict[str, Any]]:
             raise SchemaError(f"policies: {exc.message}") from exc
         try:
             candidate = await explain(engine, context.store, actor, request, ids, now, subjects)
+        except PolicyUnavailable as exc:  # the candidate's failure, not the service's: as impact answers it
+            raise BadRequest(f"policies: the candidate failed at evaluation (it would answer 503): {exc.message}") from exc
         finally:
             await engine.aclose()
     answer.update(candidate=candidate.as_json(), differences=differences(in_force, candidate))
