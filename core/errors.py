@@ -15,6 +15,7 @@
      ├── StoreUnavailable      503
      ├── AuditWriteError       503  no record, no answer
      ├── MaskingUnavailable    503  the policy requires masking and nothing can detect personal data
+     ├── DeadlineExceeded      504  a long operation (an impact replay) ran past its total deadline
      ├── ConnectorError            one source failed; the answer degrades
      │    └── ConnectorTimeout
      └── ConfigurationError        bad settings or policies at start-up
@@ -116,6 +117,11 @@ class AuditWriteError(GatewayError):
 class MaskingUnavailable(GatewayError):
     status = 503
     code = "masking_unavailable"
+
+
+class DeadlineExceeded(GatewayError):
+    status = 504
+    code = "deadline_exceeded"
 
 
 class ConnectorError(GatewayError):

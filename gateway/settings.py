@@ -51,6 +51,7 @@ class Settings:
     budget_split: str = DEFAULT_SPLIT
     cursor_idle_seconds: int = 3600
     cursor_max_per_actor: int = 100
+    impact_deadline_seconds: int = 120
     embeddings: str = "minilm"
     embeddings_url: str | None = None
     embeddings_model: str | None = None

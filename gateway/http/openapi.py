@@ -55,6 +55,7 @@ ERROR_WHEN = {
     429: "over a per-actor or per-tenant admission limit; `Retry-After` says when to try again",
     500: "a fault of the gateway, never by design; the message names nothing",
     503: "no decision, no audit record, no store, or no way to mask what the policy says to mask",
+    504: "a long operation ran past its total deadline",
 }
 
 
@@ -504,6 +505,7 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         v1({"200": json_answer("Decisions that flip and items newly allowed or denied", ref("ImpactReport"))}, body=True, errors={
             400: "malformed JSON, an unknown field, a bad `since` or `limit`, a candidate that does not compile (file:line)",
             403: "a `tenant` other than the caller's",
+            504: "`deadline_exceeded`: the replay ran past `GATEWAY_IMPACT_DEADLINE_SECONDS`",
         }),
         role="policy_admin", body=json_body(ref("ImpactRequest")),
         description="Reads envelopes and request shapes only; the report holds counts, task types, roles and trace ids."),

@@ -4,6 +4,7 @@ candidate find exactly the planted flips and newly allowed items, and nothing of
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -254,3 +255,42 @@ def test_a_candidates_own_reasons_are_not_echoed(planted: Planted) -> None:
     response = run_impact(planted, {"policies": leaky})
     assert response.json()["items"]["newly_denied"]["by_reason"] == {"other": 1}  # mem_support, for sue's calls
     assert "leak-" not in response.text
+
+
+def test_a_replay_stops_at_its_deadline_or_when_its_client_leaves() -> None:
+    """Issue 30: impact had no overall deadline and kept running after the client left."""
+    from types import SimpleNamespace
+
+    import anyio
+
+    from core.errors import BadRequest, DeadlineExceeded
+    from gateway.http.routes.policy_impact import _bounded
+
+    async def slow() -> dict[str, Any]:
+        await anyio.sleep(30)
+        return {"never": True}
+
+    async def quick() -> dict[str, Any]:
+        return {"replayed": 1}
+
+    def call(deadline: int, gone_after: float | None) -> Any:
+        started = time.monotonic()
+
+        async def is_disconnected() -> bool:
+            return gone_after is not None and time.monotonic() - started >= gone_after
+
+        return SimpleNamespace(context=SimpleNamespace(settings=SimpleNamespace(impact_deadline_seconds=deadline)),
+                               request=SimpleNamespace(is_disconnected=is_disconnected))
+
+    async def main() -> None:
+        assert await _bounded(call(5, None), quick()) == {"replayed": 1}
+        started = time.monotonic()
+        with pytest.raises(DeadlineExceeded, match="ran past its 1 s deadline"):
+            await _bounded(call(1, None), slow())
+        assert time.monotonic() - started < 5
+        started = time.monotonic()
+        with pytest.raises(BadRequest, match="the client left"):
+            await _bounded(call(60, 0.2), slow())
+        assert time.monotonic() - started < 5
+
+    anyio.run(main)

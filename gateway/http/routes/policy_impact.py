@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
 from typing import Any
 
+import anyio
 from starlette.requests import Request
 from starlette.responses import Response
 
-from core.errors import BadRequest, ConfigurationError, Forbidden
+from core.errors import BadRequest, ConfigurationError, DeadlineExceeded, Forbidden
 from core.validation import has_nul
 from gateway.http.traced import Call, requires, traced
 from gateway.policy.candidate import inline_bundle, open_candidate
@@ -15,6 +17,7 @@ from gateway.policy.impact import impact, parse_window, summary
 
 FIELDS = ("policies", "since", "limit", "tenant")
 COST = 4  # admission units: a run replays up to 10,000 calls on both policies
+DISCONNECT_POLL_S = 0.5  # how often a running replay looks whether its client is still there
 
 
 @requires("policy_admin", admit=False)
@@ -40,7 +43,7 @@ async def handle(call: Call) -> tuple[int, dict[str, Any]]:
         except ConfigurationError as exc:
             raise BadRequest(f"policies: {exc.message}") from exc
         try:
-            report = await impact(call.context.store, call.context.policy, candidate, window)
+            report = await _bounded(call, impact(call.context.store, call.context.policy, candidate, window))
         finally:
             await candidate.aclose()
     call.trace.lineage.policy_impact = {
@@ -49,6 +52,36 @@ async def handle(call: Call) -> tuple[int, dict[str, Any]]:
         "newly_allowed": report["items"]["newly_allowed"]["count"], "newly_denied": report["items"]["newly_denied"]["count"],
     }
     return 200, {**report, "summary": summary(report)}
+
+
+async def _bounded(call: Call, run: Coroutine[Any, Any, dict[str, Any]]) -> dict[str, Any]:
+    """The replay, stopped at its total deadline (504) or as soon as the client has gone (a 400 in
+    its audit row: nobody is left to read the answer)."""
+    deadline = call.context.settings.impact_deadline_seconds
+    done: dict[str, Any] = {}
+    left = False
+
+    async def watch(scope: anyio.CancelScope) -> None:
+        nonlocal left
+        while not await call.request.is_disconnected():
+            await anyio.sleep(DISCONNECT_POLL_S)
+        left = True
+        scope.cancel()
+
+    async def replay(scope: anyio.CancelScope) -> None:
+        done["report"] = await run
+        scope.cancel()
+
+    with anyio.move_on_after(deadline) as timer:
+        async with anyio.create_task_group() as group:
+            group.start_soon(watch, group.cancel_scope)
+            group.start_soon(replay, group.cancel_scope)
+    if "report" in done:
+        return dict(done["report"])
+    if left:
+        raise BadRequest("the client left before the replay ended; impact stopped")
+    assert timer.cancelled_caught
+    raise DeadlineExceeded(f"impact: the replay ran past its {deadline} s deadline; narrow it with `limit` or `since`")
 
 
 async def policy_impact_route(request: Request) -> Response:
