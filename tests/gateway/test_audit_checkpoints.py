@@ -52,6 +52,18 @@ class Signed:
         result = CliRunner().invoke(main, args)
         return result.exit_code, result.output
 
+    def prune_old_initech(self) -> str:
+        """Five old rows and three new ones for tenant initech, checkpointed, then `gateway audit
+        prune --days 30` (which removes the five and signs what it removed); its output."""
+        self.write(5, tenant="initech", age=timedelta(days=365))
+        self.write(3, tenant="initech")
+        self.checkpointer.checkpoint(every_chain=True)
+        env = {"GATEWAY_AUDIT_SIGNING_KEY": str(self.keys["private"]), "GATEWAY_AUDIT_CHECKPOINTS": str(self.checkpoints)}
+        result = CliRunner(env=env).invoke(main, ["audit", "prune", "--days", "30", "--database-url",
+                                                 self.gateway.settings.effective_database_url])
+        assert result.exit_code == 0, result.output
+        return result.output
+
     def served(self) -> dict[str, Any]:
         auditor = self.gateway.key("auditor", roles=("auditor",))
         response = self.gateway.client.get("/v1/audit/verify", headers=self.gateway.auth(auditor))
@@ -254,14 +266,7 @@ def test_checkpoints_signed_by_another_key_or_altered_are_rejected(signed: Signe
 
 
 def test_a_signed_prune_is_told_apart_from_a_deletion(signed: Signed) -> None:
-    signed.write(5, tenant="initech", age=timedelta(days=365))
-    signed.write(3, tenant="initech")
-    signed.checkpointer.checkpoint(every_chain=True)
-    env = {"GATEWAY_AUDIT_SIGNING_KEY": str(signed.keys["private"]), "GATEWAY_AUDIT_CHECKPOINTS": str(signed.checkpoints)}
-    result = CliRunner(env=env).invoke(main, ["audit", "prune", "--days", "30", "--database-url",
-                                             signed.gateway.settings.effective_database_url])
-    assert result.exit_code == 0, result.output
-    assert '"initech": 5' in result.output
+    assert '"initech": 5' in signed.prune_old_initech()
     code, output = signed.offline(tenant="initech")
     assert code == 0 and "OK: 3 rows match signed checkpoints" in output, output
     with db.writer(signed.gateway.store).begin() as conn:  # a deletion below the anchor is still caught
