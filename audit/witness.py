@@ -29,7 +29,7 @@ from pathlib import Path
 
 from audit.checkpoints import Checkpoint
 from audit.merkle import verify_consistency
-from audit.notes import SIGNATURE_PREFIX, NoteError, Signer, Verifier, open_note, sign
+from audit.notes import NoteError, Signer, Verifier, open_note, sign
 
 log = logging.getLogger("gateway.audit.witness")
 WITNESS_NAME = "gateway.witness"
@@ -112,14 +112,6 @@ def cosignature(note: str, signer: Signer) -> str:
 def witness_signer(log_signer: Signer) -> Signer:
     """A key file made by `gateway audit keygen`, as the witness's signer (its own name)."""
     return Signer(WITNESS_NAME, log_signer.private)
-
-
-def cosigned_by(note: str, witness: Verifier) -> bool:
-    try:
-        open_note(note, witness)
-    except NoteError:
-        return False
-    return note.count("\n" + SIGNATURE_PREFIX) >= 1
 
 
 class WitnessClient:

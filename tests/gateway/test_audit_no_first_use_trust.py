@@ -151,6 +151,7 @@ def test_a_service_that_starts_without_its_checkpoints_says_so(sqlite_url: str, 
         assert checkpointer.caught_up.wait(30)
         ready = gateway.client.get("/readyz")
         assert ready.status_code == 503 and "refusing to sign" in ready.json()["checks"]["audit_checkpoints"], ready.text
+        assert TENANT not in ready.text  # /readyz answers anyone: it names no tenant
         assert TENANT in checkpointer.refusing
     # back on its own volume: it recovers what it signed and is ready
     with open_gateway(sqlite_url, tmp_path, audit_signing_key=keys["private"], audit_checkpoints=first) as gateway:

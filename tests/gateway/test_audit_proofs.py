@@ -198,3 +198,22 @@ def test_a_proof_for_a_trace_from_before_a_key_rotation(database_url: str, tmp_p
         assert result.exit_code == 1 and "not signed by this key" in result.output  # the auditor needs both keys
         result = CliRunner().invoke(main, [*args, "--public-key", str(old_keys["public"])])
         assert result.exit_code == 0, result.output
+
+
+def test_a_proof_is_admitted_at_its_cost(database_url: str, tmp_path: Path) -> None:
+    """A proof reads its whole chain: at 4 units of an actor's 4 a second, a second proof right
+    after the first waits (429), where a one-unit call would not have."""
+    from tests.conftest import open_gateway
+
+    keys = generate(tmp_path / "keys")
+    with open_gateway(database_url, tmp_path, audit_signing_key=keys["private"], audit_checkpoints=tmp_path / "ckpt",
+                      audit_checkpoint_rows=100_000, audit_checkpoint_seconds=86_400, admission_actor_rate=4) as gateway:
+        run = Signed(gateway, keys, tmp_path / "ckpt")
+        assert run.checkpointer.caught_up.wait(30)
+        run.write(3)
+        run.checkpointer.checkpoint()
+        with gateway.store.connect() as conn:
+            trace_id = chain_rows(conn)[0]["trace_id"]
+        assert proof(run, trace_id)[0] == 200
+        status, body = proof(run, trace_id)
+        assert status == 429 and body["error"]["code"] == "rate_limited", body
