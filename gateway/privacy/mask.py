@@ -24,6 +24,12 @@ from gateway.privacy.store import Privacy, stored_spans
 from gateway.writes.documents import join_section
 
 
+# Of the strings analysed while a request is answered (the question, headings, slots, sources), at
+# most this much goes to the token classifier (rampart.py): about two of its windows. The rules and
+# spaCy's model still read all of it, and a name masked anywhere is masked everywhere (`known`).
+REQUEST_READ_CHARS = 1_000
+
+
 @dataclass(slots=True)
 class Masking:
     """One request's masking: its Masker, and every text's spans, by item id."""
@@ -113,7 +119,7 @@ class Masking:
 
     def _mask_strings(self, texts: list[str], keep: frozenset[str]) -> dict[str, str]:
         assert self.detector is not None
-        detected = self.detector.analyze_many(texts)
+        detected = self.detector.analyze_many(texts, read_chars=REQUEST_READ_CHARS)
         for text, spans in zip(texts, detected):  # register every value found, before propagating
             self.masker.mask(text, spans, keep)
         known = self.masker.known(texts)

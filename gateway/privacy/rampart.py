@@ -252,6 +252,17 @@ def unread(text: str, covered: Sequence[Span]) -> list[tuple[int, int]]:
     return out
 
 
+def within(ranges: Sequence[tuple[int, int]], chars: int) -> list[tuple[int, int]]:
+    """The first `chars` characters of `ranges`, in text order (the last range cut short)."""
+    out: list[tuple[int, int]] = []
+    for start, end in ranges:
+        if chars <= 0:
+            break
+        out.append((start, min(end, start + chars)))
+        chars -= end - start
+    return out
+
+
 def _candidate(word: str, opening: bool, g: Any) -> bool:
     from gateway.privacy.names import fold, is_common, is_english
 

@@ -91,3 +91,25 @@ def test_the_analyzer_version_changes_with_the_model(monkeypatch: pytest.MonkeyP
     before = analyzer_version()
     monkeypatch.setattr(rampart, "VERSION", rampart.VERSION + "-next")
     assert analyzer_version() != before
+
+
+def test_a_request_time_string_costs_the_classifier_a_bounded_read(monkeypatch: pytest.MonkeyPatch, detector: Detector) -> None:
+    """A question of 4,000 characters of made-up capitalised words (each one a candidate) would
+    have the classifier read all of it, about half a second per call: during a request it reads
+    at most REQUEST_READ_CHARS."""
+    from gateway.privacy.mask import REQUEST_READ_CHARS
+
+    question = " ".join(f"Zorbel{chr(97 + i % 26)}{chr(97 + i // 26 % 26)}x" for i in range(400))[:4000]
+    read: list[int] = []
+    original = rampart.Reader.read
+
+    def spy(self: rampart.Reader, text: str, ranges: list[tuple[int, int]]) -> list[object]:
+        read.append(sum(b - a for a, b in ranges))
+        return original(self, text, ranges)
+
+    monkeypatch.setattr(rampart.Reader, "read", spy)
+    detector.analyze_many([question])
+    assert read[-1] > 3000  # at ingest (no limit) it reads everything
+    detector.analyze_many([question], read_chars=REQUEST_READ_CHARS)
+    assert 0 < read[-1] <= REQUEST_READ_CHARS
+    assert rampart.within([(0, 600), (700, 1500), (1600, 1700)], 1000) == [(0, 600), (700, 1100)]
