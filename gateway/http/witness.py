@@ -22,9 +22,11 @@ from audit.witness import MAX_BODY, Witness, witness_signer
 
 def create_witness_app(witness: Witness) -> Starlette:
     async def add_checkpoint(request: Request) -> Response:
-        body = await request.body()
-        if len(body) > MAX_BODY:
-            return PlainTextResponse("body too large\n", status_code=413)
+        body = b""  # read up to MAX_BODY only: anyone who reaches the witness may send anything
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_BODY:
+                return PlainTextResponse("body too large\n", status_code=413)
         try:
             text = body.decode("utf-8")
         except UnicodeDecodeError:

@@ -155,6 +155,8 @@ def test_the_witness_refuses_what_it_must(witnessed: tuple[Signed, WitnessProces
     assert client.add(12, [], forged).status == 403  # not the gateway's key
     bogus = httpx.post(f"{witness.url}/add-checkpoint", content=b"not the protocol", timeout=5)
     assert bogus.status_code == 400
+    flood = httpx.post(f"{witness.url}/add-checkpoint", content=(b"x" * 65536 for _ in range(64)), timeout=10)
+    assert flood.status_code == 413  # 4 MiB offered, 64 KiB read
 
 
 def test_a_signer_that_lost_its_file_recovers_from_the_witness(witnessed: tuple[Signed, WitnessProcess], tmp_path: Path) -> None:
