@@ -178,21 +178,59 @@ def _tenant_literal(tenant: str) -> str:
     return f"CAST(X'{tenant.encode('utf-8').hex()}' AS TEXT)"
 
 
+# What decides visibility without a clock, as tokens of the FTS5 table's second column `vis`: the
+# item's kind, sensitivity, status, scopes (or that it has none) and ACL principals, each value hex
+# encoded after a one-letter prefix and ending in a digit (so the porter stemmer never changes it,
+# and no query word can be one: the caller's words are searched in `text` only). A search ANDs the
+# caller's words with the caller's filter over these tokens, so FTS5 never scores a row the filter
+# excludes and the window never widens for them (connectors/sql/lexical.py). The constraints are
+# still applied to every row read, from `item` itself: a stale or forged token can hide a row,
+# never show one.
+def visibility_tokens(row: str) -> str:
+    """SQL computing the `vis` column of the item row called `row` (new, old or a table alias)."""
+    def each(column: str, letter: str) -> str:
+        return f"coalesce((SELECT group_concat('{letter}' || hex(value) || '0', ' ') FROM json_each({row}.{column})), '')"
+    scopes = f"CASE WHEN {row}.scoped THEN {each('scope', 'c')} ELSE 'u0' END"
+    return (f"('k' || hex({row}.kind) || '0 s' || hex({row}.sensitivity) || '0 t' || hex({row}.status) || '0 ' "
+            f"|| {scopes} || ' ' || {each('acl', 'p')})")
+
+
+def visibility_value(letter: str, value: str) -> str:
+    """The token `visibility_tokens` writes for one value (for the query side)."""
+    return f"{letter}{value.encode('utf-8').hex()}0"
+
+
+# Columns whose change rewrites a row's index entry: its text and what `visibility_tokens` reads.
+INDEXED_COLUMNS = "text, tenant, kind, sensitivity, status, scope, scoped, acl"
+
+
 def tenant_index_statements(tenant: str) -> list[str]:
-    """The DDL of a tenant's FTS5 table and the triggers that keep it in step with `item`."""
+    """The DDL of a tenant's FTS5 table and the triggers that keep it in step with `item`. The table
+    is contentless (its columns are read from `item` when needed), so a row is removed with the
+    values it was indexed with, computed from the old row by the same expression."""
     table, tenant_sql = lexical_table(tenant), _tenant_literal(tenant)
-    remove = f"INSERT INTO {table}({table}, rowid, text) SELECT 'delete', old.pk, old.text"
-    add = f"INSERT INTO {table}(rowid, text) SELECT new.pk, new.text"
+    remove = f"INSERT INTO {table}({table}, rowid, text, vis) SELECT 'delete', old.pk, old.text, {visibility_tokens('old')}"
+    add = f"INSERT INTO {table}(rowid, text, vis) SELECT new.pk, new.text, {visibility_tokens('new')}"
     return [
-        f"CREATE VIRTUAL TABLE IF NOT EXISTS {table} USING fts5(text, content='item', content_rowid='pk', "
-        f"tokenize='{FTS_TOKENIZE}')",
+        f"CREATE VIRTUAL TABLE IF NOT EXISTS {table} USING fts5(text, vis, content='', tokenize='{FTS_TOKENIZE}')",
         f"CREATE TRIGGER IF NOT EXISTS {table}_ins AFTER INSERT ON item WHEN new.tenant = {tenant_sql} BEGIN {add}; END",
         f"CREATE TRIGGER IF NOT EXISTS {table}_del AFTER DELETE ON item WHEN old.tenant = {tenant_sql} BEGIN {remove}; END",
         # An update moves the row out of the old tenant's index and into the new one's (the same tenant, in practice).
-        f"CREATE TRIGGER IF NOT EXISTS {table}_upd AFTER UPDATE OF text, tenant ON item "
+        f"CREATE TRIGGER IF NOT EXISTS {table}_upd AFTER UPDATE OF {INDEXED_COLUMNS} ON item "
         f"WHEN old.tenant = {tenant_sql} OR new.tenant = {tenant_sql} BEGIN "
         f"{remove} WHERE old.tenant = {tenant_sql}; {add} WHERE new.tenant = {tenant_sql}; END",
     ]
+
+
+def drop_tenant_indexes(conn: Connection) -> None:
+    """Drop every tenant's FTS5 table (with its shadow tables) and triggers, for a migration that
+    builds them again in a new shape."""
+    found = conn.exec_driver_sql(
+        "SELECT type, name FROM sqlite_master WHERE substr(name, 1, 9) = 'item_fts_' "
+        "AND (type = 'trigger' OR sql LIKE 'CREATE VIRTUAL TABLE%') ORDER BY type = 'table'"
+    ).all()
+    for kind, name in found:
+        conn.exec_driver_sql(f'DROP {"TRIGGER" if kind == "trigger" else "TABLE"} IF EXISTS "{name}"')
 
 
 def tenant_index_exists(conn: Connection, tenant: str) -> bool:
@@ -213,7 +251,8 @@ def ensure_tenant_index(conn: Connection, tenant: str) -> None:
     table = lexical_table(tenant)
     for statement in tenant_index_statements(tenant):
         conn.exec_driver_sql(statement)
-    conn.exec_driver_sql(f"INSERT INTO {table}(rowid, text) SELECT pk, text FROM item WHERE tenant = ?", (tenant,))
+    conn.exec_driver_sql(f"INSERT INTO {table}(rowid, text, vis) SELECT pk, text, {visibility_tokens('item')} FROM item "
+                         "WHERE tenant = ?", (tenant,))
 
 
 def writer(engine: Engine) -> Engine:

@@ -23,7 +23,7 @@ from connectors.sql.walk import walk
 from core.constraints import ItemFilter
 from core.errors import ConnectorError
 from core.records import Candidate, RecallQuery, SkipReason, SourceResult
-from core.store import lexical_table, tenant_index_exists
+from core.store import lexical_table, tenant_index_exists, visibility_value
 
 MAX_TERMS = 32
 FIRST_WINDOW = 250
@@ -54,12 +54,30 @@ def fts_match(terms: list[str]) -> str:
     return " OR ".join(f'"{term}"' for term in terms)
 
 
+def visible_match(terms: list[str], where: ItemFilter) -> str | None:
+    """The caller's words in `text`, ANDed with its filter over the `vis` tokens (core/store.py
+    `visibility_tokens`): kind, sensitivity, status, scope and principals. FTS5 then reads and
+    scores only rows the filter may admit, so rows the caller may not see cost it no window, no
+    walk and no score. None when the filter admits nothing. Tokens are hex: nothing in them is syntax."""
+    groups = [
+        [visibility_value("k", kind) for kind in where.kinds],
+        [visibility_value("s", sensitivity) for sensitivity in where.sensitivities],
+        [visibility_value("t", status) for status in where.statuses],
+        ["u0", *(visibility_value("c", scope) for scope in where.scopes)],
+        [visibility_value("p", principal) for principal in where.principals],
+    ]
+    if not all(groups):
+        return None
+    return " AND ".join([f"text : ({fts_match(terms)})", *(f"vis : ({fts_match(group)})" for group in groups)])
+
+
 @lru_cache(maxsize=1024)
 def best_matches(fts: str) -> Select:  # type: ignore[type-arg]
-    """A tenant's best `window` FTS5 matches by BM25 (pk, score), best first: the engine alone,
-    built once per tenant table (building a statement cost more than running it)."""
+    """A tenant's best `window` FTS5 matches by BM25 over `text` (pk, score), best first: the engine
+    alone, built once per tenant table (building a statement cost more than running it). The `vis`
+    column weighs nothing, so scores are those of the text alone."""
     return (
-        select(literal_column("rowid").label("pk"), func.bm25(literal_column(fts)).label("score"))
+        select(literal_column("rowid").label("pk"), func.bm25(literal_column(fts), 1.0, 0.0).label("score"))
         .select_from(text(fts))
         .where(text(f"{fts} MATCH :match"))
         .order_by(literal_column("score"))
@@ -139,7 +157,9 @@ class FullTextConnector:
         been seen. The answer is exactly the BM25 top `limit` of the permitted matches; FTS5 scores
         every match anyway, and the constraints run only on the pks read (`walk`), not the window."""
         best = best_matches(lexical_table(where.tenant))  # hex digits after a fixed prefix: safe to name in SQL
-        statement, match = matched_rows(query.tags), fts_match(terms)
+        statement, match = matched_rows(query.tags), visible_match(terms, where)
+        if match is None:
+            return []
         window = max(FIRST_WINDOW, query.limit * 5)
         while True:
             ranked = sorted(conn.execute(best, {"match": match, "window": window}).all(), key=lambda r: (r.score, r.pk))
@@ -153,4 +173,4 @@ class FullTextConnector:
         """How many of the tenant's rows match, counting no further than `cap`."""
         fts = lexical_table(tenant)
         capped = text(f"SELECT count(*) FROM (SELECT rowid FROM {fts} WHERE {fts} MATCH :match LIMIT :cap)")
-        return int(conn.execute(capped, {"match": fts_match(terms), "cap": cap}).scalar_one())
+        return int(conn.execute(capped, {"match": f"text : ({fts_match(terms)})", "cap": cap}).scalar_one())
