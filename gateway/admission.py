@@ -34,6 +34,7 @@ from typing import Any
 import anyio
 
 from connectors.sql.cancel import pausing
+from core import work
 from core.errors import ConfigurationError, RateLimited
 from core.request import RetrieveRequest
 from gateway.settings import Settings
@@ -41,6 +42,8 @@ from gateway.settings import Settings
 COURTESY_STEP_S = 0.005  # how often a heavy call that gives way looks again
 COURTESY_MAX_S = 0.05  # the longest it waits at one stage boundary
 IDLE_SECONDS = 300  # a bucket nobody used for this long is forgotten (bounded memory under many actors)
+DEBT_SECONDS = 10  # the most a bucket can owe for calls that used more than they were admitted at
+LONG_QUERY_CHARS = 1_000  # a retrieve costs a unit more per this many characters of query
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +90,20 @@ class Ticket:
     tenant: str = ""
     cost: int = 1
     gave_way_ms: float = 0.0
+    actor: str = ""
+    meter: work.Meter = field(default_factory=work.Meter)
+    weight: int = 0  # units counted in flight for this call: its cost, raised as its measured work grows
+    used: float = 0.0  # measured units, once the call has ended
+
+    def heavy(self) -> bool:
+        """Whether the call is heavy: admitted at more than one unit, or measured at more so far;
+        a call that turns out heavy weighs its measured units from then on (`reweigh`)."""
+        if self.admission is None:
+            return False
+        units = math.ceil(self.meter.units())
+        if units > self.weight:
+            self.admission.reweigh(self, units)
+        return self.weight > 1
 
 
 _HELD: ContextVar[Ticket | None] = ContextVar("gateway_admission_ticket", default=None)
@@ -98,19 +115,25 @@ def holding(ticket: Ticket) -> Iterator[Ticket]:
     heavy call's SQLite statements give way too, from inside (connectors/sql/cancel.py `pausing`)."""
     token = _HELD.set(ticket)
     try:
-        if ticket.cost > 1 and ticket.admission is not None:
-            with pausing(lambda: _wait_sync(ticket)):
+        with work.metering(ticket.meter):
+            if ticket.admission is not None:
+                with pausing(lambda: _wait_sync(ticket)):
+                    yield ticket
+            else:
                 yield ticket
-        else:
-            yield ticket
     finally:
         _HELD.reset(token)
         ticket.release()
+        ticket.used = ticket.meter.units()
+        if ticket.admission is not None and ticket.used > ticket.cost:
+            ticket.admission.settle(ticket.tenant, ticket.actor, ticket.used - ticket.cost)
 
 
 def _wait_sync(ticket: Ticket) -> None:
     """`give_way` for a worker thread (a running statement): sleeps instead of awaiting."""
     assert ticket.admission is not None
+    if not ticket.heavy():
+        return
     started = time.perf_counter()
     while ticket.admission.outweighed(ticket.tenant) and time.perf_counter() - started < COURTESY_MAX_S:
         time.sleep(COURTESY_STEP_S)
@@ -124,7 +147,7 @@ async def give_way() -> None:
     running, a few milliseconds at a time and at most COURTESY_MAX_S, so the interpreter serves that
     tenant first. Light calls (one unit) and calls outside admission go on at once."""
     ticket = _HELD.get()
-    if ticket is None or ticket.admission is None or ticket.cost <= 1:
+    if ticket is None or ticket.admission is None or not ticket.heavy():
         return
     started = time.perf_counter()
     while ticket.admission.outweighed(ticket.tenant) and time.perf_counter() - started < COURTESY_MAX_S:
@@ -167,6 +190,7 @@ class Admission:
                 bucket.in_flight += cost
             self._in_flight += cost
             self._tenants[tenant] = self._tenants.get(tenant, 0) + cost
+        ticket = Ticket(lambda: None, self, tenant, cost, actor=actor, weight=cost)
         released = False
 
         def release() -> None:
@@ -178,13 +202,36 @@ class Admission:
                 for bucket in buckets:
                     bucket.in_flight -= cost
                 self._in_flight -= cost
-                left = self._tenants[tenant] - cost
-                if left:
+                left = self._tenants[tenant] - ticket.weight
+                if left > 0:
                     self._tenants[tenant] = left
                 else:
                     del self._tenants[tenant]
 
-        return Ticket(release, self, tenant, cost)
+        ticket.release = release
+        return ticket
+
+    def reweigh(self, ticket: Ticket, units: int) -> None:
+        """A running call measured heavier than it was admitted at weighs its measured units in its
+        tenant's share of the work in flight (what `outweighed` compares); its buckets are settled
+        when it ends."""
+        with self._lock:
+            if units <= ticket.weight or ticket.tenant not in self._tenants:
+                return
+            self._tenants[ticket.tenant] += units - ticket.weight
+            ticket.weight = units
+
+    def settle(self, tenant: str, actor: str, extra: float) -> None:
+        """Charge a call's measured units beyond what it was admitted at to its tenant's and actor's
+        buckets, which may owe up to DEBT_SECONDS of their rate: until refilled, their next calls
+        get 429 with a Retry-After of when they could run."""
+        now = self.clock()
+        limits = self.limits(tenant)
+        with self._lock:
+            for key, bucket_limits in ((("tenant", tenant), limits.tenant), ((tenant, actor), limits.actor)):
+                bucket = self._bucket(key, bucket_limits, now)
+                bucket.refill(now)
+                bucket.tokens = max(-DEBT_SECONDS * bucket.limits.rate, bucket.tokens - extra)
 
     def outweighed(self, tenant: str) -> bool:
         """Whether another tenant with fewer units in flight than `tenant` has calls running."""
@@ -213,11 +260,12 @@ class Admission:
 
 
 def retrieve_cost(request: RetrieveRequest, default_budget: int) -> int:
-    """What a retrieve costs in admission units: 1, plus 3 for a deep walk, 1 for a deep graph
-    (depth 3 or more than 5 entities to walk from), 1 for a budget over twice the default, 2 for
-    synthesis (a model call). At the default actor limit (8 units) one actor runs one deep graph
-    walk at a time (5 units) beside a few light calls."""
-    cost = 1
+    """What a retrieve is estimated to cost at the door, in admission units: 1, plus 3 for a deep
+    walk, 1 for a deep graph (depth 3 or more than 5 entities to walk from), 1 for a budget over
+    twice the default, 2 for synthesis (a model call), and 1 per LONG_QUERY_CHARS of query after the
+    first. At the default actor limit (8 units) one actor runs one deep graph walk at a time (5
+    units) beside a few light calls. The call is settled against what it measured when it ends."""
+    cost = 1 + len(request.query or "") // LONG_QUERY_CHARS
     if request.depth == "deep":
         cost += 3
     if (request.graph.max_depth or 0) >= 3 or len(request.entities) > 5:

@@ -24,6 +24,9 @@ import anyio
 import anyio.to_thread
 from sqlalchemy.engine import Connection, Engine
 
+from core import work
+from core.work import timed
+
 log = logging.getLogger("gateway.connectors.cancel")
 T = TypeVar("T")
 
@@ -87,7 +90,7 @@ _WATCH: ContextVar[Watch | None] = ContextVar("gateway_watch", default=None)
 # caller set one (`pausing`): it may sleep, so that a heavy statement gives its core to other work
 # (gateway/admission.py decides when), then the statement goes on where it was.
 _PAUSE: ContextVar[Callable[[], None] | None] = ContextVar("gateway_pause", default=None)
-PAUSE_EVERY = 20_000
+PAUSE_EVERY = 10_000  # also how the running call's meter counts a statement's steps (core/work.py)
 
 
 @contextmanager
@@ -125,12 +128,12 @@ def _quietly(cancel: Callable[[], Any]) -> None:
 def watched(engine: Engine) -> Iterator[Connection]:
     """`engine.connect()`, with the connection registered to the running work's watch (if any), so
     a cancelled caller interrupts its statements."""
-    watch, pause = _WATCH.get(), _PAUSE.get()
+    watch, pause, meter = _WATCH.get(), _PAUSE.get(), work.current()
     with engine.connect() as conn:
         dbapi = conn.connection.dbapi_connection
-        paused = pause is not None and isinstance(dbapi, sqlite3.Connection)
+        paused = (pause is not None or meter is not None) and isinstance(dbapi, sqlite3.Connection)
         if paused:
-            dbapi.set_progress_handler(_pauser(pause), PAUSE_EVERY)  # type: ignore[union-attr]
+            dbapi.set_progress_handler(_pauser(pause, meter), PAUSE_EVERY)  # type: ignore[union-attr]
         try:
             if watch is None:
                 yield conn
@@ -146,8 +149,10 @@ def watched(engine: Engine) -> Iterator[Connection]:
                 dbapi.set_progress_handler(None, 0)  # type: ignore[union-attr]
 
 
-def _pauser(pause: Callable[[], None] | None) -> Callable[[], int]:
+def _pauser(pause: Callable[[], None] | None, meter: work.Meter | None) -> Callable[[], int]:
     def handler() -> int:
+        if meter is not None:
+            meter.add(steps=PAUSE_EVERY)
         if pause is not None:
             pause()
         return 0  # go on (an interrupt, not this handler, stops a statement)
@@ -155,13 +160,14 @@ def _pauser(pause: Callable[[], None] | None) -> Callable[[], int]:
     return handler
 
 
-async def cancellable(work: Callable[..., T], *args: Any) -> T:
-    """`work(*args)` in a worker thread; if the caller is cancelled (its deadline passed), the work's
-    database statements are interrupted and its thread ends, while the caller moves on at once."""
+async def cancellable(job: Callable[..., T], *args: Any) -> T:
+    """`job(*args)` in a worker thread; if the caller is cancelled (its deadline passed), the job's
+    database statements are interrupted and its thread ends, while the caller moves on at once. Its
+    thread's CPU time is charged to the running call (core/work.py)."""
     watch = Watch()
     token = _WATCH.set(watch)  # worker threads run in a copy of this context, so they see the watch
     try:
-        return await anyio.to_thread.run_sync(work, *args, abandon_on_cancel=True)
+        return await anyio.to_thread.run_sync(timed(job), *args, abandon_on_cancel=True)
     except anyio.get_cancelled_exc_class():
         watch.cancel()
         raise

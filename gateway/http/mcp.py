@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import json
 import logging
+from contextlib import nullcontext
 from copy import copy
 from dataclasses import dataclass
 from functools import partial
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Callable, Literal, Mapping
 
+import anyio
 from mcp.server import Server, ServerRequestContext
 from mcp.server.auth.routes import build_resource_metadata_url
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
@@ -44,12 +46,13 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from audit.trace import TraceBuilder
-from core.errors import BadRequest, Forbidden, NotFound, SchemaError, Unauthenticated
+from core.errors import BadRequest, Forbidden, NotFound, PayloadTooLarge, SchemaError, Unauthenticated
 from core.request import IDENTITY_FIELDS, RetrieveRequest, Strict
 from core.validation import describe_validation_error
+from gateway.admission import holding
 from gateway.context import GatewayContext
 from gateway.http.errors import error_answer
 from gateway.http.routes.audit import report_feedback, report_usage
@@ -59,6 +62,8 @@ from gateway.settings import HOST, Settings
 
 log = logging.getLogger("gateway.mcp")
 CHANNEL = "mcp"
+DOOR_COST = 1  # admission units every /mcp request holds while it runs
+REQUEST_SECONDS = 60  # the longest one /mcp request (a GET stream included) stays open
 TRACE_META = "gateway/trace_id"  # the result's own audit row, as `x-trace-id` names it over HTTP
 REALM = "governed-gateway"
 TRACE_ID = r"^tr_[0-9a-f]{24}$"
@@ -409,7 +414,13 @@ class McpEndpoint:
         try:
             if not origin_allowed(request.headers.get("origin"), self.allowed_origins):
                 raise Forbidden("Origin: this origin may not call /mcp (GATEWAY_MCP_ALLOWED_ORIGINS)")
-            context.authenticator.authenticate(authorization)
+            actor = context.authenticator.authenticate(authorization)
+            body = await self._body(request)
+            # Every request to /mcp is admitted at the door, whatever its method (`initialize`,
+            # `tools/list`, `ping`, a malformed frame, a GET stream), and holds its unit until it
+            # ends: an actor's open streams count against its concurrency limit. A single tool call
+            # is admitted instead, at its own cost, by the route it stands for.
+            ticket = None if _tool_call(body) else context.admission.admit(actor.tenant, actor.principal, DOOR_COST)
         except Exception as exc:
             response = await traced(request, CHANNEL, _refused(exc))
             if isinstance(exc, Unauthenticated):
@@ -418,8 +429,50 @@ class McpEndpoint:
             return
         manager = StreamableHTTPSessionManager(self.server, json_response=True, stateless=True,
                                                security_settings=self.security, max_request_body_size=self.max_body_bytes)
-        async with manager.run():
-            await manager.handle_request(scope, receive, send)
+        replayed = _replay(body, receive) if body is not None else receive
+        with holding(ticket) if ticket is not None else nullcontext(), anyio.move_on_after(REQUEST_SECONDS):
+            async with manager.run():  # a stream that never ends is closed after REQUEST_SECONDS
+                await manager.handle_request(scope, replayed, send)
+
+    async def _body(self, request: Request) -> bytes | None:
+        """A POST's body, read here (at most the body limit) to see its method; None for a GET."""
+        if request.method != "POST":
+            return None
+        declared = request.headers.get("content-length")
+        if declared and declared.isascii() and declared.isdigit() and int(declared) > self.max_body_bytes:
+            raise PayloadTooLarge(f"body: larger than the {self.max_body_bytes}-byte limit")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                raise PayloadTooLarge(f"body: larger than the {self.max_body_bytes}-byte limit")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def _tool_call(body: bytes | None) -> bool:
+    """Whether a body is one JSON-RPC `tools/call` request (admitted by its route, not the door)."""
+    if not body:
+        return False
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(message, dict) and message.get("method") == "tools/call"
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that hands the transport the body already read, then what the client sends next."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
 
 
 def mcp_endpoint(settings: Settings, resource: ProtectedResource) -> McpEndpoint:

@@ -74,12 +74,15 @@ class Call:
         limit, RateLimited (429 with Retry-After), audited like any refusal."""
         actor = self.actor
         admission = self.trace.lineage.admission = {"cost": cost}
-        with holding(self.context.admission.admit(actor.tenant, actor.principal, cost)) as ticket:
-            try:
+        ticket = self.context.admission.admit(actor.tenant, actor.principal, cost)
+        try:
+            with holding(ticket):
                 yield
-            finally:
-                if ticket.gave_way_ms:
-                    admission["gave_way_ms"] = round(ticket.gave_way_ms, 3)
+        finally:  # after `holding` settled the call: what it measured is in the trace
+            admission["used"] = round(ticket.used, 3)
+            admission["work"] = ticket.meter.report()
+            if ticket.gave_way_ms:
+                admission["gave_way_ms"] = round(ticket.gave_way_ms, 3)
 
     async def body(self) -> bytes:
         limit = self.context.settings.max_body_bytes

@@ -11,6 +11,7 @@ import anyio.to_thread
 
 from connectors.base import SemanticConnector
 from core.constraints import ItemFilter
+from core import work
 from core.errors import ConnectorError
 from core.records import RecallQuery, SourceResult
 from gateway.writes.embeddings import Embedder
@@ -34,7 +35,9 @@ async def semantic_search(semantic: Semantic, where: ItemFilter, query: RecallQu
     assert semantic.embedder is not None and semantic.connector is not None and query.text
     started = time.perf_counter()
     try:
-        vector = await anyio.to_thread.run_sync(functools.partial(semantic.embedder.embed, [query.text]), abandon_on_cancel=True)
+        work.charge(chars=len(query.text))
+        embed = work.timed(functools.partial(semantic.embedder.embed, [query.text]))
+        vector = await anyio.to_thread.run_sync(embed, abandon_on_cancel=True)
     except Exception as exc:  # an embedder that fails degrades this source only
         raise ConnectorError(f"query embedding failed: {type(exc).__name__}") from exc
     embed_ms = (time.perf_counter() - started) * 1000

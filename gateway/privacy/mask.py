@@ -17,6 +17,7 @@ from typing import Any
 import anyio.to_thread
 from sqlalchemy.engine import Engine
 
+from core import work
 from core.errors import MaskingUnavailable
 from core.records import Fused, Record
 from gateway.privacy.detect import PLACEHOLDER, Detector, Masker, Span, clean
@@ -119,6 +120,7 @@ class Masking:
 
     def _mask_strings(self, texts: list[str], keep: frozenset[str]) -> dict[str, str]:
         assert self.detector is not None
+        work.charge(analysed=sum(min(len(text), REQUEST_READ_CHARS) for text in texts))
         detected = self.detector.analyze_many(texts, read_chars=REQUEST_READ_CHARS)
         for text, spans in zip(texts, detected):  # register every value found, before propagating
             self.masker.mask(text, spans, keep)
@@ -142,10 +144,11 @@ async def prepare(store: Engine, privacy: Privacy, tenant: str, entries: list[Fu
             originals.update({p: piece_text[p] for p in entry.pieces if p in piece_text})
         else:
             originals[entry.record.id] = entry.record.text
-    spans = await anyio.to_thread.run_sync(stored_spans, store, tenant, originals, detector.version)
+    spans = await anyio.to_thread.run_sync(work.timed(stored_spans), store, tenant, originals, detector.version)
     missing = [i for i in originals if i not in spans]
     for item_id in missing:
-        spans[item_id] = await anyio.to_thread.run_sync(detector.analyze, originals[item_id])
+        work.charge(analysed=len(originals[item_id]))
+        spans[item_id] = await anyio.to_thread.run_sync(work.timed(detector.analyze), originals[item_id])
     return Masking(Masker(), spans, originals, analysed_now=len(missing), detector=detector)
 
 

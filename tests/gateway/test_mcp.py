@@ -242,7 +242,9 @@ def test_a_browser_origin_must_be_allowed(live: LiveGateway) -> None:
 
 
 def test_past_the_admission_limit_a_call_is_a_rate_limited_tool_error(tmp_path: Path) -> None:
-    with serve_gateway(f"sqlite:///{tmp_path / 'gateway.db'}", tmp_path, admission_actor_rate=1) as served:
+    # 3 units a second: the session's `initialize` and `notifications/initialized` take two at the
+    # door (every /mcp request is admitted), the first fetch the third.
+    with serve_gateway(f"sqlite:///{tmp_path / 'gateway.db'}", tmp_path, admission_actor_rate=3) as served:
         served.gateway.key("alice", groups=("sales",))
         fetch = ("fetch", {"task": SALES_TASK, "ids": ["mem_none"]})
         _, (first, second) = anyio.run(lambda: _calls(served.url, key(served, "alice"), [fetch, fetch]))
@@ -251,6 +253,27 @@ def test_past_the_admission_limit_a_call_is_a_rate_limited_tool_error(tmp_path: 
         assert "retry after 1 s" in text(second)
         audited = row(served, second)
         assert (audited["status_code"], audited["error_code"], audited["lineage"]["channel"]) == (429, "rate_limited", "mcp")
+
+
+def test_every_mcp_request_is_admitted_so_a_tools_list_flood_is_refused_and_audited(tmp_path: Path) -> None:
+    with serve_gateway(f"sqlite:///{tmp_path / 'gateway.db'}", tmp_path, admission_actor_rate=5) as served:
+        served.gateway.key("alice", groups=("sales",))
+        headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
+                   "Authorization": f"Bearer {key(served, 'alice')}"}
+        listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+        with httpx.Client(base_url=served.url, headers=headers, timeout=30) as client:
+            answers = [client.post("/mcp", json=listing) for _ in range(12)]
+            malformed = client.post("/mcp", content=b"{not json")
+        statuses = [answer.status_code for answer in answers]
+        assert statuses[0] == 200 and 429 in statuses, statuses
+        refused = next(answer for answer in answers if answer.status_code == 429)
+        assert refused.json()["error"]["code"] == "rate_limited" and int(refused.headers["retry-after"]) >= 1
+        audited = served.gateway.trace(refused.headers["x-trace-id"])
+        assert (audited["endpoint"], audited["status_code"], audited["lineage"]["channel"]) == ("mcp", 429, "mcp")
+        assert malformed.status_code in (400, 429)  # a malformed frame is admitted too: never a free request
+        served.gateway.key("gina", tenant="globex", groups=("sales",))
+        other = httpx.post(f"{served.url}/mcp", json=listing, headers={**headers, "Authorization": f"Bearer {key(served, 'gina')}"})
+        assert other.status_code == 200  # another tenant's actor is not held back
 
 
 def test_a_failing_policy_engine_is_a_policy_unavailable_tool_error(tmp_path: Path, policy_copy: Path) -> None:

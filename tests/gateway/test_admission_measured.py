@@ -1,0 +1,106 @@
+"""Admission settles each call against the work it measured: a call rated cheap at the door that
+turns out heavy is charged for it (its actor and tenant wait, 429 with Retry-After), gives way to
+lighter tenants between stages like a call declared heavy, and the trace says what it used."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from core.errors import RateLimited
+from core.request import parse_retrieve
+from core.work import CHARS_PER_UNIT, CPU_MS_PER_UNIT, Meter, charge, metering
+from gateway.admission import COURTESY_MAX_S, DEBT_SECONDS, Admission, Limits, TenantLimits, give_way, holding, retrieve_cost
+from gateway.writes.items import ingest
+from tests.conftest import open_gateway
+from tests.gateway.fixtures import SALES_TASK
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_call_that_used_more_than_it_was_admitted_at_is_charged_and_its_actor_waits() -> None:
+    clock = Clock()
+    admission = Admission(TenantLimits(Limits(concurrency=16, rate=100), Limits(concurrency=8, rate=10)), clock=clock)
+    with holding(admission.admit("acme", "user:heavy", 1)) as ticket:
+        charge(cpu_s=0.2)  # 200 ms of a core: 20 units, at a door price of 1
+    assert ticket.used == pytest.approx(0.2 * 1000 / CPU_MS_PER_UNIT)
+    with pytest.raises(RateLimited, match="actor's rate") as refused:
+        admission.admit("acme", "user:heavy", 1)
+    # 10 tokens - 1 at the door - 19 settled = -10: a unit is back after 1.1 s at 10 a second
+    assert refused.value.retry_after == 2
+    admission.admit("acme", "user:light", 1).release()  # another actor of the tenant is not held back
+    clock.now += 2.0
+    admission.admit("acme", "user:heavy", 1).release()  # and the heavy one runs again once refilled
+
+
+def test_the_debt_is_bounded_so_one_call_never_locks_an_actor_out_for_long() -> None:
+    clock = Clock()
+    admission = Admission(TenantLimits(Limits(concurrency=16, rate=100), Limits(concurrency=8, rate=10)), clock=clock)
+    with holding(admission.admit("acme", "user:heavy", 1)):
+        charge(cpu_s=1000.0)
+    with pytest.raises(RateLimited) as refused:
+        admission.admit("acme", "user:heavy", 1)
+    assert refused.value.retry_after == DEBT_SECONDS + 1
+
+
+def test_a_call_that_stays_cheap_is_not_charged_more() -> None:
+    clock = Clock()
+    admission = Admission(TenantLimits(Limits(concurrency=16, rate=100), Limits(concurrency=8, rate=3)), clock=clock)
+    for _ in range(3):
+        with holding(admission.admit("acme", "user:a", 1)) as ticket:
+            charge(cpu_s=0.001)
+        assert ticket.used < 1
+    with pytest.raises(RateLimited):  # three light calls spent exactly three units
+        admission.admit("acme", "user:a", 1)
+
+
+def test_a_call_rated_light_gives_way_once_it_has_measured_heavy() -> None:
+    admission = Admission(TenantLimits(Limits(concurrency=16, rate=100), Limits(concurrency=8, rate=100)))
+    flood, reader = admission.admit("acme", "user:flood", 1), admission.admit("globex", "user:gina", 1)
+
+    async def stage(ticket_cpu_s: float) -> float:
+        with holding(flood) as ticket:
+            charge(cpu_s=ticket_cpu_s)
+            await give_way()
+        return ticket.gave_way_ms
+
+    assert not admission.outweighed("acme")  # equal work in flight: nobody waits
+    waited = asyncio.run(stage(0.05))  # 5 units measured: it now outweighs the reader's one
+    assert COURTESY_MAX_S * 1000 <= waited < COURTESY_MAX_S * 1000 + 200
+    reader.release()
+    assert admission._tenants == {}  # the reweighed units were given back whole
+
+
+def test_the_meter_counts_what_the_stages_report() -> None:
+    meter = Meter()
+    with metering(meter):
+        charge(chars=CHARS_PER_UNIT * 2, steps=10_000)
+    charge(chars=10**9)  # outside a call: nowhere to go, nothing breaks
+    assert meter.units() >= 2 and meter.report()["embedded_chars"] == CHARS_PER_UNIT * 2
+
+
+def test_a_long_query_costs_more_at_the_door() -> None:
+    short = parse_retrieve({"task": SALES_TASK, "query": "renewal"})
+    long = parse_retrieve({"task": SALES_TASK, "query": "renewal " * 500})
+    assert retrieve_cost(short, 16_000) == 1 and retrieve_cost(long, 16_000) == 1 + 4000 // 1000
+
+
+def test_the_trace_says_what_a_retrieve_used(tmp_path: Path) -> None:
+    with open_gateway(f"sqlite:///{tmp_path / 'gateway.db'}", tmp_path) as gateway:
+        notes = [{"id": f"note_{i}", "kind": "memory", "acl": ["*"], "text": f"renewal pricing review {i} for the account"}
+                 for i in range(3000)]
+        assert ingest(gateway.store, "acme", notes).rejected == []
+        key = gateway.key("alice", groups=("sales",))
+        response = gateway.retrieve(key, {"task": SALES_TASK, "query": "renewal pricing review"})
+        assert response.status_code == 200, response.text
+        admission = gateway.trace(response.json()["trace_id"])["lineage"]["admission"]
+        assert admission["cost"] == 1 and admission["used"] > 0
+        assert admission["work"]["cpu_ms"] > 0 and admission["work"]["sql_steps"] > 0
