@@ -42,6 +42,7 @@ from gateway.settings import Settings
 COURTESY_STEP_S = 0.005  # how often a heavy call that gives way looks again
 COURTESY_MAX_S = 0.05  # the longest it waits at one stage boundary
 IDLE_SECONDS = 300  # a bucket nobody used for this long is forgotten (bounded memory under many actors)
+CROWDED_UNITS = 4  # a tenant with this many units in flight gives way with every call, light ones too
 DEBT_SECONDS = 10  # the most a bucket can owe for calls that used more than they were admitted at
 LONG_QUERY_CHARS = 1_000  # a retrieve costs a unit more per this many characters of query
 
@@ -94,6 +95,8 @@ class Ticket:
     meter: work.Meter = field(default_factory=work.Meter)
     weight: int = 0  # units counted in flight for this call: its cost, raised as its measured work grows
     used: float = 0.0  # measured units, once the call has ended
+    estimate: int = 1  # the door's estimate; `cost` is the price, the estimate or what the shape measured lately
+    shape: str = ""
 
     def heavy(self) -> bool:
         """Whether the call is heavy: admitted at more than one unit, or measured at more so far;
@@ -104,6 +107,11 @@ class Ticket:
         if units > self.weight:
             self.admission.reweigh(self, units)
         return self.weight > 1
+
+    def yields(self) -> bool:
+        """Whether the call gives way to lighter tenants: it is heavy, or its tenant is crowded
+        (CROWDED_UNITS or more in flight: a flood of light calls, which have no heavy stage to wait in)."""
+        return self.admission is not None and (self.heavy() or self.admission.crowded(self.tenant))
 
 
 _HELD: ContextVar[Ticket | None] = ContextVar("gateway_admission_ticket", default=None)
@@ -125,14 +133,14 @@ def holding(ticket: Ticket) -> Iterator[Ticket]:
         _HELD.reset(token)
         ticket.release()
         ticket.used = ticket.meter.units()
-        if ticket.admission is not None and ticket.used > ticket.cost:
-            ticket.admission.settle(ticket.tenant, ticket.actor, ticket.used - ticket.cost)
+        if ticket.admission is not None:
+            ticket.admission.settle(ticket)
 
 
 def _wait_sync(ticket: Ticket) -> None:
     """`give_way` for a worker thread (a running statement): sleeps instead of awaiting."""
     assert ticket.admission is not None
-    if not ticket.heavy():
+    if not ticket.yields():
         return
     started = time.perf_counter()
     while ticket.admission.outweighed(ticket.tenant) and time.perf_counter() - started < COURTESY_MAX_S:
@@ -147,7 +155,7 @@ async def give_way() -> None:
     running, a few milliseconds at a time and at most COURTESY_MAX_S, so the interpreter serves that
     tenant first. Light calls (one unit) and calls outside admission go on at once."""
     ticket = _HELD.get()
-    if ticket is None or ticket.admission is None or not ticket.heavy():
+    if ticket is None or ticket.admission is None or not ticket.yields():
         return
     started = time.perf_counter()
     while ticket.admission.outweighed(ticket.tenant) and time.perf_counter() - started < COURTESY_MAX_S:
@@ -167,16 +175,20 @@ class Admission:
     _tenants: dict[str, int] = field(default_factory=dict)  # units in flight per tenant with calls running
     _refused: int = 0
     _swept: float = 0.0
+    _learned: dict[tuple[str, str, str], tuple[float, float]] = field(default_factory=dict)  # (mean units, when)
 
     def limits(self, tenant: str) -> TenantLimits:
         return self.overrides.get(tenant, self.defaults)
 
-    def admit(self, tenant: str, actor: str, cost: int) -> Ticket:
-        """Take `cost` units from the tenant's and the actor's buckets, or raise RateLimited."""
+    def admit(self, tenant: str, actor: str, cost: int, shape: str = "") -> Ticket:
+        """Take the call's price from the tenant's and the actor's buckets, or raise RateLimited. The
+        price is `cost`, the estimate, or what this actor's calls of the same `shape` (an endpoint
+        and its estimate) measured lately, whichever is more (`price`)."""
         now = self.clock()
         limits = self.limits(tenant)
         with self._lock:
             self._sweep(now)
+            estimate, cost = cost, max(cost, self._price(tenant, actor, shape))
             buckets = (self._bucket(("tenant", tenant), limits.tenant, now), self._bucket((tenant, actor), limits.actor, now))
             for scope, bucket in zip(("tenant", "actor"), buckets):
                 bucket.refill(now)
@@ -190,7 +202,7 @@ class Admission:
                 bucket.in_flight += cost
             self._in_flight += cost
             self._tenants[tenant] = self._tenants.get(tenant, 0) + cost
-        ticket = Ticket(lambda: None, self, tenant, cost, actor=actor, weight=cost)
+        ticket = Ticket(lambda: None, self, tenant, cost, actor=actor, weight=cost, estimate=estimate, shape=shape)
         released = False
 
         def release() -> None:
@@ -221,17 +233,34 @@ class Admission:
             self._tenants[ticket.tenant] += units - ticket.weight
             ticket.weight = units
 
-    def settle(self, tenant: str, actor: str, extra: float) -> None:
-        """Charge a call's measured units beyond what it was admitted at to its tenant's and actor's
-        buckets, which may owe up to DEBT_SECONDS of their rate: until refilled, their next calls
-        get 429 with a Retry-After of when they could run."""
+    def settle(self, ticket: Ticket) -> None:
+        """Settle an ended call against what it measured (`ticket.used`, at least one unit): the
+        difference from its price is charged to (or, for a call priced above its use, given back to)
+        its tenant's and actor's buckets, which may owe up to DEBT_SECONDS of their rate; until
+        refilled, their next calls get 429 with a Retry-After of when they could run. What it used
+        also teaches the price of the actor's next calls of its shape."""
+        used = max(1.0, ticket.used)
+        extra = used - ticket.cost
         now = self.clock()
-        limits = self.limits(tenant)
+        limits = self.limits(ticket.tenant)
         with self._lock:
-            for key, bucket_limits in ((("tenant", tenant), limits.tenant), ((tenant, actor), limits.actor)):
-                bucket = self._bucket(key, bucket_limits, now)
+            key = (ticket.tenant, ticket.actor, ticket.shape)
+            learned = self._learned.get(key)
+            self._learned[key] = (used if learned is None else (learned[0] + used) / 2, now)
+            for bucket_key, bucket_limits in ((("tenant", ticket.tenant), limits.tenant), ((ticket.tenant, ticket.actor), limits.actor)):
+                bucket = self._bucket(bucket_key, bucket_limits, now)
                 bucket.refill(now)
-                bucket.tokens = max(-DEBT_SECONDS * bucket.limits.rate, bucket.tokens - extra)
+                bucket.tokens = min(bucket.limits.rate, max(-DEBT_SECONDS * bucket.limits.rate, bucket.tokens - extra))
+
+    def _price(self, tenant: str, actor: str, shape: str) -> int:
+        """What the actor's recent calls of this shape measured (a running mean, halving the weight
+        of each older call), in whole units; 0 when none was seen lately."""
+        learned = self._learned.get((tenant, actor, shape))
+        return 0 if learned is None else math.floor(learned[0])
+
+    def crowded(self, tenant: str) -> bool:
+        with self._lock:
+            return self._tenants.get(tenant, 0) >= CROWDED_UNITS
 
     def outweighed(self, tenant: str) -> bool:
         """Whether another tenant with fewer units in flight than `tenant` has calls running."""
@@ -251,6 +280,8 @@ class Admission:
         self._swept = now
         for key in [k for k, b in self._buckets.items() if not b.in_flight and now - b.stamp > IDLE_SECONDS]:
             del self._buckets[key]
+        for shape in [k for k, (_, when) in self._learned.items() if now - when > IDLE_SECONDS]:
+            del self._learned[shape]
 
     def saturation(self) -> dict[str, Any]:
         """For /readyz: units in flight against capacity, and refusals so far."""

@@ -131,7 +131,8 @@ def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzzed]:
     # Signed checkpoints, so the proof of a trace answers too.
     from audit.keys import generate
 
-    overrides |= {"audit_signing_key": generate(directory / "keys")["private"], "audit_checkpoints": directory / "audit.checkpoints"}
+    overrides |= {"audit_signing_key": generate(directory / "keys")["private"], "audit_checkpoints": directory / "audit.checkpoints",
+                  "platform_tenant": TENANT}  # its policy_admin may reload
     database = fresh_database(BACKEND, directory)
     with open_gateway(next(database), directory, **overrides) as gateway:
         keys = {role: gateway.key(f"fuzz-{role}", tenant=TENANT, roles=(role,), groups=GROUPS, clearance="confidential")

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-from contextlib import nullcontext
 from copy import copy
 from dataclasses import dataclass
 from functools import partial
@@ -45,25 +44,25 @@ from pydantic import AnyHttpUrl, BaseModel, Field, TypeAdapter, ValidationError,
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.types import Message, Receive, Scope, Send
 
 from audit.trace import TraceBuilder
-from core.errors import BadRequest, Forbidden, NotFound, PayloadTooLarge, SchemaError, Unauthenticated
+from core.errors import BadRequest, DeadlineExceeded, Forbidden, MethodNotAllowed, NotFound, PayloadTooLarge, SchemaError, Unauthenticated
 from core.request import IDENTITY_FIELDS, RetrieveRequest, Strict
 from core.validation import describe_validation_error
-from gateway.admission import holding
+from gateway.admission import give_way
 from gateway.context import GatewayContext
 from gateway.http.errors import error_answer
 from gateway.http.routes.audit import report_feedback, report_usage
 from gateway.http.routes.retrieve import handle as retrieve_handler
-from gateway.http.traced import Answer, Call, Handler, governed, traced, unrendered
+from gateway.http.traced import Answer, Call, Handler, governed, requires, traced, unrendered
 from gateway.settings import HOST, Settings
 
 log = logging.getLogger("gateway.mcp")
 CHANNEL = "mcp"
-DOOR_COST = 1  # admission units every /mcp request holds while it runs
-REQUEST_SECONDS = 60  # the longest one /mcp request (a GET stream included) stays open
+DOOR_COST = 1  # admission units every /mcp message but a tool call holds while it runs
+REQUEST_SECONDS = 60  # the longest one /mcp request may take, its body included
 TRACE_META = "gateway/trace_id"  # the result's own audit row, as `x-trace-id` names it over HTTP
 REALM = "governed-gateway"
 TRACE_ID = r"^tr_[0-9a-f]{24}$"
@@ -414,25 +413,35 @@ class McpEndpoint:
         try:
             if not origin_allowed(request.headers.get("origin"), self.allowed_origins):
                 raise Forbidden("Origin: this origin may not call /mcp (GATEWAY_MCP_ALLOWED_ORIGINS)")
-            actor = context.authenticator.authenticate(authorization)
-            body = await self._body(request)
-            # Every request to /mcp is admitted at the door, whatever its method (`initialize`,
-            # `tools/list`, `ping`, a malformed frame, a GET stream), and holds its unit until it
-            # ends: an actor's open streams count against its concurrency limit. A single tool call
-            # is admitted instead, at its own cost, by the route it stands for.
-            ticket = None if _tool_call(body) else context.admission.admit(actor.tenant, actor.principal, DOOR_COST)
+            context.authenticator.authenticate(authorization)
+            if request.method != "POST":
+                # Stateless: no session to end and nothing the server could ever send on a stream of
+                # its own, so GET and DELETE are a 405 (as the MCP transport allows), never an open stream.
+                raise MethodNotAllowed("/mcp: POST JSON-RPC messages; this stateless server keeps no stream or session")
+            with anyio.fail_after(REQUEST_SECONDS):
+                body = await self._body(request)
         except Exception as exc:
+            if isinstance(exc, TimeoutError):
+                exc = BadRequest(f"body: not received within {REQUEST_SECONDS} s")
             response = await traced(request, CHANNEL, _refused(exc))
             if isinstance(exc, Unauthenticated):
                 response.headers["www-authenticate"] = challenge(exc, bool(authorization), self.resource.metadata_url(request))
+            if isinstance(exc, MethodNotAllowed):
+                response.headers["allow"] = "POST"
             await response(scope, receive, send)
             return
         manager = StreamableHTTPSessionManager(self.server, json_response=True, stateless=True,
                                                security_settings=self.security, max_request_body_size=self.max_body_bytes)
-        replayed = _replay(body, receive) if body is not None else receive
-        with holding(ticket) if ticket is not None else nullcontext(), anyio.move_on_after(REQUEST_SECONDS):
-            async with manager.run():  # a stream that never ends is closed after REQUEST_SECONDS
-                await manager.handle_request(scope, replayed, send)
+        if _tool_call(body):  # admitted and audited at its own cost by the route it stands for
+            with anyio.move_on_after(REQUEST_SECONDS):
+                async with manager.run():
+                    await manager.handle_request(scope, _replay(body, receive), send)
+            return
+        # Every other message (`initialize`, `notifications/initialized`, `tools/list`, `ping`, a
+        # batch, a malformed frame) is a governed call of its own: admitted at DOOR_COST, answered by
+        # the SDK's transport, and one audit row (endpoint `mcp`) with the status it was sent.
+        response = await traced(request, CHANNEL, _door(manager, scope, _replay(body, receive)))
+        await response(scope, receive, send)
 
     async def _body(self, request: Request) -> bytes | None:
         """A POST's body, read here (at most the body limit) to see its method; None for a GET."""
@@ -448,6 +457,40 @@ class McpEndpoint:
                 raise PayloadTooLarge(f"body: larger than the {self.max_body_bytes}-byte limit")
             chunks.append(chunk)
         return b"".join(chunks)
+
+
+def _door(manager: StreamableHTTPSessionManager, scope: Scope, receive: Receive) -> Handler:
+    @requires(admit=False)
+    async def door(call: Call) -> tuple[int, Answer]:
+        call.trace.lineage.channel = CHANNEL
+        with call.admitted(DOOR_COST):
+            await give_way()  # a crowded tenant's messages wait for lighter tenants' calls first
+            try:
+                with anyio.fail_after(REQUEST_SECONDS):
+                    status, headers, content = await _captured(manager, scope, receive)
+            except TimeoutError as exc:
+                raise DeadlineExceeded(f"/mcp: not answered within {REQUEST_SECONDS} s") from exc
+        response = Response(content, status_code=status)
+        response.raw_headers = [(k, v) for k, v in headers if k.lower() != b"content-length"] + response.raw_headers
+        return status, response
+
+    return door
+
+
+async def _captured(manager: StreamableHTTPSessionManager, scope: Scope, receive: Receive) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """What the SDK's transport answers one POST (a JSON body: the server answers JSON, never SSE)."""
+    start: dict[str, Any] = {}
+    chunks: list[bytes] = []
+
+    async def send(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            start.update(message)
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    async with manager.run():
+        await manager.handle_request(scope, receive, send)
+    return int(start.get("status", 500)), list(start.get("headers", [])), b"".join(chunks)
 
 
 def _tool_call(body: bytes | None) -> bool:

@@ -495,7 +495,7 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("/v1/policy/reload", "post"): Operation(
         "Switch to the policy source's revision now", "policy",
         v1({"200": json_answer("Switched, or unchanged", ref("PolicyReload"))}, errors={
-            403: "the key lacks the `policy_admin` role",
+            403: "the key is not a `policy_admin` of the platform tenant (`GATEWAY_PLATFORM_TENANT`)",
             422: "the new revision was refused (`policy_rejected`; `reload.errors` says why); the old one serves on"}),
         role="policy_admin",
         description="Reads the policy directory or bundle again; a revision that compiles and passes the probe replaces "

@@ -70,11 +70,13 @@ class Call:
 
     @contextmanager
     def admitted(self, cost: int) -> Iterator[None]:
-        """Hold `cost` admission units of the caller's actor and tenant while the block runs; past a
-        limit, RateLimited (429 with Retry-After), audited like any refusal."""
+        """Hold the call's price (`cost`, the estimate, or more when the actor's calls of this endpoint
+        and estimate measured more lately) of the caller's actor and tenant while the block runs; past
+        a limit, RateLimited (429 with Retry-After), audited like any refusal."""
         actor = self.actor
         admission = self.trace.lineage.admission = {"cost": cost}
-        ticket = self.context.admission.admit(actor.tenant, actor.principal, cost)
+        ticket = self.context.admission.admit(actor.tenant, actor.principal, cost, shape=f"{self.trace.endpoint}:{cost}")
+        admission["price"] = ticket.cost
         try:
             with holding(ticket):
                 yield

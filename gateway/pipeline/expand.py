@@ -14,10 +14,12 @@ import anyio.to_thread
 
 from audit.lineage import DepthRecord, Dropped, FallbackReason, SourceRecord
 from audit.trace import TraceBuilder
+from core import work
 from core.actor import Actor
 from core.errors import BadRequest, Conflict, ConnectorError
 from core.records import Fused, RecallQuery, Record, SkipReason, SourceResult
 from core.request import RetrieveRequest
+from gateway.admission import give_way
 from gateway.pipeline.cursors import Cursor, advance, load
 from gateway.pipeline.ranking import Ranked
 from gateway.pipeline.recall import SOURCES
@@ -40,7 +42,8 @@ async def expand(pipeline: Pipeline, actor: Actor, request: RetrieveRequest, tra
         raise BadRequest("cursor: mode expand needs the cursor of an earlier call")
     token, settings = request.cursor, pipeline.settings
     for _ in range(ATTEMPTS):
-        cursor = await anyio.to_thread.run_sync(load, pipeline.store, actor, token, settings.cursor_idle_seconds)
+        await give_way()  # between its stages, as a retrieve does (gateway/admission.py)
+        cursor = await anyio.to_thread.run_sync(work.timed(load), pipeline.store, actor, token, settings.cursor_idle_seconds)
         page = await _page(pipeline, actor, request, cursor, trace)
         if page is not None:
             return page
@@ -90,7 +93,8 @@ async def _page(
     remaining = [e for e in cursor.remaining if e["id"] not in set(packed_ids) | set(gone) | oversized]
     if result.status == "error":  # nothing was read: keep every entry for a later page
         remaining, gone = list(cursor.remaining), []
-    if not await anyio.to_thread.run_sync(advance, pipeline.store, cursor, packed_ids, remaining):
+    await give_way()
+    if not await anyio.to_thread.run_sync(work.timed(advance), pipeline.store, cursor, packed_ids, remaining):
         return None
     lineage = trace.lineage
     lineage.retrieved = {"expand": [e["id"] for e in entries]}

@@ -16,6 +16,7 @@ from sqlalchemy.engine import Engine
 from audit.lineage import ActorRecord, DecisionRecord, Dropped, EntitiesRecord, PiiRecord, RelevanceRecord
 from audit.trace import TraceBuilder
 from connectors.base import ExactConnector, GraphConnector, LexicalConnector
+from core import work
 from core.actor import Actor
 from core.errors import BadRequest, ConnectorError, MaskingUnavailable, PolicyDenied, PolicyUnavailable
 from core.instants import utc_now
@@ -328,10 +329,10 @@ class Pipeline:
         ]
         returned = [r.record.id for r in packed.items]
         with timer.stage("cursor.issue"):
-            return await anyio.to_thread.run_sync(
+            return await anyio.to_thread.run_sync(work.timed(
                 lambda: issue(self.store, actor, shape, entries, returned, self.settings.cursor_idle_seconds,
                               self.settings.cursor_max_per_actor)
-            )
+            ))
 
     async def synthesize(
         self, request: RetrieveRequest, constraints: Constraints, packed: Packed, pieces: tuple[Record, ...],

@@ -104,3 +104,45 @@ def test_the_trace_says_what_a_retrieve_used(tmp_path: Path) -> None:
         admission = gateway.trace(response.json()["trace_id"])["lineage"]["admission"]
         assert admission["cost"] == 1 and admission["used"] > 0
         assert admission["work"]["cpu_ms"] > 0 and admission["work"]["sql_steps"] > 0
+
+
+def test_the_price_of_a_shape_is_what_the_actors_calls_of_it_measured_lately() -> None:
+    clock = Clock()
+    admission = Admission(TenantLimits(Limits(concurrency=16, rate=100), Limits(concurrency=8, rate=100)), clock=clock)
+    with holding(admission.admit("acme", "user:flood", 1, shape="retrieve:1")):
+        charge(cpu_s=0.05)  # measured at 5 units
+    priced = admission.admit("acme", "user:flood", 1, shape="retrieve:1")
+    assert priced.cost == 5 and priced.estimate == 1
+    with pytest.raises(RateLimited, match="actor's concurrency"):  # 5 + 5 > 8: one such call at a time
+        admission.admit("acme", "user:flood", 1, shape="retrieve:1")
+    other_shape = admission.admit("acme", "user:flood", 1, shape="policy:1")  # another shape keeps its own price
+    assert other_shape.cost == 1
+    other_shape.release()
+    other_actor = admission.admit("acme", "user:reader", 1, shape="retrieve:1")  # and another actor its own
+    assert other_actor.cost == 1
+    other_actor.release()
+    tokens = admission._buckets[("acme", "user:flood")].tokens
+    with holding(priced):
+        charge(cpu_s=0.001)  # it turned out light: the price beyond one unit is given back
+    assert admission._buckets[("acme", "user:flood")].tokens == pytest.approx(tokens + 4)
+    assert admission.admit("acme", "user:flood", 1, shape="retrieve:1").cost == 3  # the mean of 5 and 1
+
+
+def test_a_crowded_tenants_light_calls_give_way_to_a_lighter_tenant() -> None:
+    admission = Admission(TenantLimits(Limits(concurrency=16, rate=100), Limits(concurrency=8, rate=100)))
+    crowd = [admission.admit("acme", f"user:{n}", 1) for n in range(4)]
+    reader = admission.admit("globex", "user:gina", 1)
+
+    async def stage(ticket_index: int) -> float:
+        with holding(crowd[ticket_index]) as ticket:
+            await give_way()
+        return ticket.gave_way_ms
+
+    assert asyncio.run(stage(0)) >= COURTESY_MAX_S * 1000  # four light calls in flight: the tenant is crowded
+    assert asyncio.run(stage(1)) < COURTESY_MAX_S * 1000  # three left after the first ended: no longer crowded
+    with holding(reader) as ticket:
+        asyncio.run(give_way())
+    assert ticket.gave_way_ms == 0.0  # the lighter tenant never waits
+    for ticket in crowd[2:]:
+        ticket.release()
+    assert admission._tenants == {}

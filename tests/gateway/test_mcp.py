@@ -271,9 +271,25 @@ def test_every_mcp_request_is_admitted_so_a_tools_list_flood_is_refused_and_audi
         audited = served.gateway.trace(refused.headers["x-trace-id"])
         assert (audited["endpoint"], audited["status_code"], audited["lineage"]["channel"]) == ("mcp", 429, "mcp")
         assert malformed.status_code in (400, 429)  # a malformed frame is admitted too: never a free request
+        for answer in (answers[0], malformed):  # every message is a row, answered or refused
+            audited = served.gateway.trace(answer.headers["x-trace-id"])
+            assert (audited["endpoint"], audited["status_code"], audited["lineage"]["channel"]) == ("mcp", answer.status_code, "mcp")
+        assert served.gateway.trace(answers[0].headers["x-trace-id"])["lineage"]["admission"]["cost"] == 1
         served.gateway.key("gina", tenant="globex", groups=("sales",))
         other = httpx.post(f"{served.url}/mcp", json=listing, headers={**headers, "Authorization": f"Bearer {key(served, 'gina')}"})
         assert other.status_code == 200  # another tenant's actor is not held back
+
+
+def test_a_get_or_delete_opens_no_stream_and_is_an_audited_405(live: LiveGateway) -> None:
+    """Stateless: the server has nothing to send on a stream of its own, so none is ever held open."""
+    headers = {"Accept": "text/event-stream", "Authorization": f"Bearer {key(live, 'alice')}"}
+    for method in ("GET", "DELETE"):
+        answer = httpx.request(method, f"{live.url}/mcp", headers=headers, timeout=10)
+        assert answer.status_code == 405 and answer.headers["allow"] == "POST", method
+        assert answer.json()["error"]["code"] == "method_not_allowed"
+        audited = live.gateway.trace(answer.headers["x-trace-id"])
+        assert (audited["endpoint"], audited["status_code"], audited["lineage"]["channel"]) == ("mcp", 405, "mcp")
+    assert httpx.get(f"{live.url}/mcp", headers={"Accept": "text/event-stream"}, timeout=10).status_code == 401  # credential first
 
 
 def test_a_failing_policy_engine_is_a_policy_unavailable_tool_error(tmp_path: Path, policy_copy: Path) -> None:

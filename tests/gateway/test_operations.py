@@ -119,10 +119,23 @@ def test_policy_endpoint_is_open_to_any_authenticated_role(gateway: Gateway) -> 
     assert response.json()["engine"] == "embedded"
 
 
-def test_only_a_policy_admin_is_shown_where_the_policies_are_read_from(gateway: Gateway) -> None:
-    """Issue 30: `GET /v1/policy` showed any agent the policy source's server path."""
-    agent, admin = gateway.key("alice", groups=("sales",)), gateway.key("pat", roles=("policy_admin",))
-    seen_by_agent = gateway.client.get("/v1/policy", headers=gateway.auth(agent)).json()
-    seen_by_admin = gateway.client.get("/v1/policy", headers=gateway.auth(admin)).json()
-    assert "source" not in seen_by_agent and str(gateway.settings.policies_dir) not in str(seen_by_agent)
-    assert seen_by_admin["source"] and seen_by_admin["revision"] == seen_by_agent["revision"]
+def test_only_the_platforms_policy_admin_is_shown_where_the_policies_are_read_from(gateway: Gateway) -> None:
+    """Issue 30: `GET /v1/policy` showed any agent the policy source's server path; the policy is
+    every tenant's, so a tenant's own policy_admin is not shown it either."""
+    agent, tenant_admin = gateway.key("alice", groups=("sales",)), gateway.key("pat", roles=("policy_admin",))
+    platform = gateway.key("ops", tenant=gateway.settings.platform_tenant, roles=("policy_admin",))
+    seen = {name: gateway.client.get("/v1/policy", headers=gateway.auth(key)).json()
+            for name, key in (("agent", agent), ("tenant_admin", tenant_admin), ("platform", platform))}
+    for name in ("agent", "tenant_admin"):
+        assert "source" not in seen[name] and str(gateway.settings.policies_dir) not in str(seen[name]), name
+    assert seen["platform"]["source"] and seen["platform"]["revision"] == seen["agent"]["revision"]
+
+
+def test_only_the_platforms_policy_admin_may_reload_the_policy(gateway: Gateway) -> None:
+    tenant_admin = gateway.key("pat", roles=("policy_admin",))
+    refused = gateway.client.post("/v1/policy/reload", headers=gateway.auth(tenant_admin))
+    assert refused.status_code == 403 and "GATEWAY_PLATFORM_TENANT" in refused.json()["error"]["message"]
+    assert gateway.trace(refused.json()["error"]["trace_id"])["status_code"] == 403  # audited like any refusal
+    platform = gateway.key("ops", tenant=gateway.settings.platform_tenant, roles=("policy_admin",))
+    answered = gateway.client.post("/v1/policy/reload", headers=gateway.auth(platform))
+    assert answered.status_code == 200 and answered.json()["reload"]["status"] == "unchanged"

@@ -87,11 +87,11 @@ def prepare(database_url: str) -> dict[str, str]:
         migrate_in_process(database_url)
     engine = open_store(database_url)
     try:
-        def key(principal: str, roles: list[str], groups: tuple[str, ...] = (), clearance: str = "internal") -> str:
-            return create_api_key(engine, tenant="acme", principal=principal, roles=roles, groups=list(groups), clearance=clearance)
+        def key(principal: str, roles: list[str], groups: tuple[str, ...] = (), clearance: str = "internal", tenant: str = "acme") -> str:
+            return create_api_key(engine, tenant=tenant, principal=principal, roles=roles, groups=list(groups), clearance=clearance)
 
         return {"writer": key("user:writer", ["ingest"]), "alice": key("user:alice", ["agent"], ("sales",), "confidential"),
-                "auditor": key("user:audrey", ["auditor"]), "admin": key("user:pat", ["policy_admin"])}
+                "auditor": key("user:audrey", ["auditor"]), "admin": key("user:pat", ["policy_admin"], tenant="platform")}
     finally:
         close_store(engine)
 

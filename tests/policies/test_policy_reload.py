@@ -57,7 +57,7 @@ def reload(gateway: Gateway, key: str) -> Any:
 def reloading(sqlite_url: str, tmp_path: Path, policy_copy: Path) -> Iterator[tuple[Gateway, str, str]]:
     with open_gateway(sqlite_url, tmp_path, policies_dir=policy_copy) as gateway:
         alice = seed(gateway)
-        admin = gateway.key("pat", roles=("policy_admin",))
+        admin = gateway.key("pat", tenant="platform", roles=("policy_admin",))
         yield gateway, alice, admin
 
 
@@ -325,7 +325,7 @@ def test_a_bundle_server_is_polled_with_etags_and_a_forged_revision_never_serves
     try:
         with open_gateway(sqlite_url, tmp_path, policy_bundle=server.url, policy_bundle_key=public,
                           policy_poll_seconds=3600) as gateway:
-            alice, admin = seed(gateway), gateway.key("pat", roles=("policy_admin",))
+            alice, admin = seed(gateway), gateway.key("pat", tenant="platform", roles=("policy_admin",))
             policy = gateway.client.app.state.context.policy  # type: ignore[attr-defined]
             v1 = policy.revision
             assert v1.startswith("sha256:") and policy.bundle.label == "v1" and gateway.retrieve(alice, QUESTION).status_code == 200
@@ -383,7 +383,7 @@ def revisions_seen(url: str, key: str, calls: int = 24) -> set[str]:
 @pytest.mark.skipif(not GATEWAY.exists(), reason="no gateway command beside this Python")
 def test_every_worker_switches_on_sighup_and_on_a_reload_call(tmp_path: Path, policy_copy: Path) -> None:
     engine = open_store(f"sqlite:///{tmp_path / 'gateway.db'}")
-    admin = create_api_key(engine, tenant="acme", principal="user:pat", roles=["policy_admin"], groups=[], clearance="internal")
+    admin = create_api_key(engine, tenant="platform", principal="user:pat", roles=["policy_admin"], groups=[], clearance="internal")
     close_store(engine)
     port = free_port()
     url = f"http://127.0.0.1:{port}"

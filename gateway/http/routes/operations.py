@@ -8,6 +8,7 @@ import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from core.errors import Forbidden
 from core.store import store_reachable
 from gateway.http.traced import Call, requires, traced
 from gateway.reloads import announce
@@ -40,11 +41,15 @@ async def _policy(call: Call) -> tuple[int, dict[str, Any]]:
     last = policy.last.as_json() if policy.last is not None else None
     body = {"engine": policy.name, "revision": policy.revision, "label": policy.bundle.label,
             "loaded_at": policy.loaded_at.isoformat(), "last_reload": last}
-    # Where the policies are read from (a server path, a bundle server) is the policy admins' business:
-    # any other caller learns only which revision decides its calls.
-    if "policy_admin" in call.actor.roles:
+    # Where the policies are read from (a server path, a bundle server) is the platform's business:
+    # any other caller, a tenant's own policy_admin included, learns only which revision decides its calls.
+    if _platform_admin(call):
         body["source"] = policy.source.location if not policy.source.remote else "bundle server"
     return 200, body
+
+
+def _platform_admin(call: Call) -> bool:
+    return "policy_admin" in call.actor.roles and call.actor.tenant == call.context.settings.platform_tenant
 
 
 async def policy_route(request: Request) -> Response:
@@ -54,7 +59,10 @@ async def policy_route(request: Request) -> Response:
 @requires("policy_admin")
 async def _reload(call: Call) -> tuple[int, dict[str, Any]]:
     """Read the policy source again and switch to its revision when it compiles and passes the
-    probe; a broken one is refused with its errors (422) while the old revision serves on."""
+    probe; a broken one is refused with its errors (422) while the old revision serves on. The policy
+    decides every tenant's calls, so only a policy_admin of the platform tenant may reload it."""
+    if not _platform_admin(call):
+        raise Forbidden("reloading the policy needs a policy_admin key of the platform tenant (GATEWAY_PLATFORM_TENANT)")
     result = await call.context.policy.reload("http")
     call.trace.lineage.policy_reload = result.as_json()
     if result.status == "switched":

@@ -1,0 +1,217 @@
+"""One tenant floods the gateway with each cheap-looking call shape; another tenant's latency is measured.
+
+One `gateway serve` on the embedded default (SQLite), two tenants:
+
+- acme, the flooder: 20,000 notes that all match the flood's lexical query, and a dense graph (300
+  entities, 3,000 edges) for deep walks;
+- globex, the probe: 200 notes, read by one client with a light lexical retrieve, one call at a time.
+
+For each mix the probe's p95 is measured idle, then while the flood runs, in the same run, and the
+benchmark prints the ratio (target: at most 3x for every mix, on 2 cores), with how many flood
+calls were answered and refused (429) and whether the probe was ever refused or partial:
+
+- `lexical`: 16 clients, a lexical query over the 20,000 matching rows;
+- `long query`: 30 clients, 4,000-character queries with semantic search (embedding);
+- `deep graph`: 20 clients, deep walks from 20 entities at depth 3;
+- `mcp tools/list`: 16 clients listing the MCP tools;
+- `expand loop`: 8 clients paging with a tiny budget: retrieve, then expand until the cursor ends.
+
+The flood clients run in this process, on the same 2 cores as the server, as an attacker's would
+on a shared node: the figure is what a tenant beside them sees.
+
+    .venv/bin/python bench/flood_bench.py                  # every mix, 8 s of flood each
+    .venv/bin/python bench/flood_bench.py --mix lexical --seconds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.harness import Server, code_revision, create_key, free_port, percentile  # noqa: E402
+from core.store import close_store, open_store  # noqa: E402
+from gateway.writes.items import ingest  # noqa: E402
+
+TASK = {"type": "account_followup", "scope": "sales"}
+PROBE = {"task": TASK, "query": "renewal pricing", "depth": "fast", "sources": {"semantic": False}}
+LONG_WORDS = "contract renewal pricing discount quarterly review account escalation security audit budget".split()
+
+
+def seed(data_dir: Path) -> None:
+    engine = open_store(f"sqlite:///{data_dir / 'gateway.db'}")
+    try:
+        rng = random.Random(14)
+        notes = [{"id": f"acme_note_{i}", "kind": "memory", "acl": ["*"],
+                  "text": f"renewal pricing review {i} for the account, {' '.join(rng.choices(LONG_WORDS, k=12))}"}
+                 for i in range(20_000)]
+        entities = [{"id": f"ent_{i}", "kind": "entity", "entity_type": "contact", "acl": ["*"], "text": f"contact {i}"}
+                    for i in range(300)]
+        edges = [{"id": f"edge_{n}", "kind": "edge", "from": f"ent_{rng.randrange(300)}", "to": f"ent_{rng.randrange(300)}",
+                  "relation": rng.choice(["works_at", "reports_to", "knows"]), "confidence": 0.5 + rng.random() / 2,
+                  "acl": ["*"]} for n in range(3000)]
+        for start in range(0, len(notes), 2000):
+            assert not ingest(engine, "acme", notes[start:start + 2000]).rejected
+        assert not ingest(engine, "acme", entities + edges).rejected
+        probe_notes = [{"id": f"note_{i}", "kind": "memory", "acl": ["*"], "text": f"renewal pricing note {i} for the account"}
+                       for i in range(200)]
+        assert not ingest(engine, "globex", probe_notes).rejected
+    finally:
+        close_store(engine)
+
+
+def long_query(rng: random.Random) -> str:
+    words: list[str] = []
+    while sum(len(w) + 1 for w in words) < 3990:
+        words.append(rng.choice(LONG_WORDS))
+    return " ".join(words)[:4000]
+
+
+def mixes() -> dict[str, tuple[int, Callable[[httpx.Client, str, random.Random], int]]]:
+    def retrieve(body: dict[str, Any]) -> Callable[[httpx.Client, str, random.Random], int]:
+        return lambda client, key, rng: client.post("/v1/retrieve", json=body, headers=auth(key)).status_code
+
+    def long(client: httpx.Client, key: str, rng: random.Random) -> int:
+        body = {"task": TASK, "query": long_query(rng), "depth": "standard"}
+        return client.post("/v1/retrieve", json=body, headers=auth(key)).status_code
+
+    def tools_list(client: httpx.Client, key: str, rng: random.Random) -> int:
+        headers = {**auth(key), "Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+        return client.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}, headers=headers).status_code
+
+    def expand_loop(client: httpx.Client, key: str, rng: random.Random) -> int:
+        first = client.post("/v1/retrieve", json={"task": TASK, "query": "renewal pricing review", "depth": "fast",
+                                                  "budget": {"bytes": 300}}, headers=auth(key))
+        status, cursor = first.status_code, first.json().get("cursor") if first.status_code == 200 else None
+        for _ in range(20):
+            if not cursor:
+                break
+            page = client.post("/v1/retrieve", json={"task": TASK, "mode": "expand", "cursor": cursor, "budget": {"bytes": 300}},
+                               headers=auth(key))
+            status, cursor = page.status_code, page.json().get("cursor") if page.status_code == 200 else None
+        return status
+
+    lexical = {"task": TASK, "query": "renewal pricing review account", "depth": "fast", "sources": {"semantic": False}}
+    deep = {"task": TASK, "mode": "brief", "depth": "deep", "graph": {"max_depth": 3},
+            "entities": [{"id": f"ent_{i}"} for i in range(20)], "sources": {"semantic": False}}
+    return {
+        "lexical": (16, retrieve(lexical)),
+        "long query": (30, long),
+        "deep graph": (20, retrieve(deep)),
+        "mcp tools/list": (16, tools_list),
+        "expand loop": (8, expand_loop),
+    }
+
+
+def auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+SERVER_TIMING: dict[str, list[float]] = {"app": [], "audit": []}  # the probe's own, from its Server-Timing header
+
+
+def probe(url: str, key: str, calls: int) -> tuple[list[float], Counter[str]]:
+    times, outcomes = [], Counter[str]()
+    with httpx.Client(base_url=url, timeout=60) as client:
+        for _ in range(calls):
+            started = time.perf_counter()
+            response = client.post("/v1/retrieve", json=PROBE, headers=auth(key))
+            times.append((time.perf_counter() - started) * 1000)
+            for part in response.headers.get("server-timing", "").split(","):
+                name, _, duration = part.strip().partition(";dur=")
+                if name in SERVER_TIMING and duration:
+                    SERVER_TIMING[name].append(float(duration))
+            outcomes[str(response.status_code) + (" partial" if response.status_code == 200 and response.json()["partial"] else "")] += 1
+    return times, outcomes
+
+
+def flood(url: str, key: str, clients: int, call: Callable[[httpx.Client, str, random.Random], int],
+          stop: threading.Event) -> tuple[list[threading.Thread], Counter[int]]:
+    statuses: Counter[int] = Counter()
+    lock = threading.Lock()
+
+    def client_loop(seed_: int) -> None:
+        rng = random.Random(seed_)
+        with httpx.Client(base_url=url, timeout=60) as client:
+            while not stop.is_set():
+                try:
+                    status = call(client, key, rng)
+                except httpx.HTTPError:
+                    status = 0
+                with lock:
+                    statuses[status] += 1
+                if status == 429:
+                    time.sleep(0.05)  # an attacker retries at once; a little pause keeps this process's own CPU in check
+
+    threads = [threading.Thread(target=client_loop, args=(n,), daemon=True) for n in range(clients)]
+    for thread in threads:
+        thread.start()
+    return threads, statuses
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mix", action="append", choices=sorted(mixes()), help="run only this mix (repeatable)")
+    parser.add_argument("--seconds", type=float, default=8.0, help="how long each flood runs while the probe reads")
+    parser.add_argument("--calls", type=int, default=100, help="probe calls idle and under each flood")
+    args = parser.parse_args()
+    chosen = {name: mix for name, mix in mixes().items() if not args.mix or name in args.mix}
+    with tempfile.TemporaryDirectory() as tmp:
+        data_dir = Path(tmp)
+        started = time.perf_counter()
+        seed(data_dir)
+        flooder = create_key(data_dir, "acme", "user:flood", "agent", "confidential", groups="sales")
+        reader = create_key(data_dir, "globex", "user:gina", "agent", "confidential", groups="sales")
+        print(f"seeded in {time.perf_counter() - started:.0f} s; code {code_revision()}")
+        server = Server(data_dir, free_port(), env={"GATEWAY_BACKGROUND_EMBEDDING": "false"}, label="flood")
+        server.start()
+        try:
+            server.wait_ready()
+            probe(server.url, reader, 20)  # warm-up
+            rows = []
+            for name, (clients, call) in chosen.items():
+                idle, _ = probe(server.url, reader, args.calls)
+                stop = threading.Event()
+                threads, statuses = flood(server.url, flooder, clients, call, stop)
+                time.sleep(1.0)
+                for values in SERVER_TIMING.values():
+                    values.clear()
+                finish = time.monotonic() + args.seconds
+                during: list[float] = []
+                outcomes: Counter[str] = Counter()
+                while time.monotonic() < finish or len(during) < args.calls:
+                    times, seen = probe(server.url, reader, 10)
+                    during += times
+                    outcomes += seen
+                stop.set()
+                for thread in threads:
+                    thread.join(60)
+                ratio = percentile(during, 95) / percentile(idle, 95)
+                rows.append((name, clients, percentile(idle, 95), percentile(during, 95), ratio, statuses, outcomes))
+                print(f"  {name}: probe p95 {percentile(idle, 95):.1f} -> {percentile(during, 95):.1f} ms ({ratio:.2f}x); "
+                      f"in the server: handler p95 {percentile(SERVER_TIMING['app'], 95):.1f} ms, "
+                      f"audit write p95 {percentile(SERVER_TIMING['audit'], 95):.1f} ms")
+                time.sleep(2.0)  # the flood's last calls and its debt drain before the next idle baseline
+        finally:
+            server.stop()
+    print(f"\n=== another tenant's probe p95 under each flood (2 cores, one process; target at most 3x) ===")
+    print(f"{'mix':<16} {'clients':>7} {'idle p95':>9} {'flood p95':>10} {'ratio':>7}  flood answers            probe answers")
+    for name, clients, idle95, flood95, ratio, statuses, outcomes in rows:
+        answered = ", ".join(f"{status}: {count}" for status, count in sorted(statuses.items()))
+        seen = ", ".join(f"{status}: {count}" for status, count in sorted(outcomes.items()))
+        print(f"{name:<16} {clients:>7} {idle95:>8.1f}  {flood95:>9.1f} {ratio:>6.2f}x  {answered:<24} {seen}")
+
+
+if __name__ == "__main__":
+    main()
