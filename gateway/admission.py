@@ -41,6 +41,7 @@ from gateway.settings import Settings
 
 COURTESY_STEP_S = 0.005  # how often a heavy call that gives way looks again
 COURTESY_MAX_S = 0.05  # the longest it waits at one stage boundary
+DOOR_COURTESY_MAX_S = 0.25  # the longest a crowded tenant's call waits before it starts (`give_way` at the door)
 IDLE_SECONDS = 300  # a bucket nobody used for this long is forgotten (bounded memory under many actors)
 CROWDED_UNITS = 4  # a tenant with this many units in flight gives way with every call, light ones too
 DEBT_SECONDS = 10  # the most a bucket can owe for calls that used more than they were admitted at
@@ -150,7 +151,7 @@ def _wait_sync(ticket: Ticket) -> None:
         ticket.gave_way_ms += waited  # approximate under concurrent sources: a report, not a limit
 
 
-async def give_way() -> None:
+async def give_way(longest_s: float = COURTESY_MAX_S) -> None:
     """At a heavy call's stage boundary: wait while a tenant with fewer units in flight has calls
     running, a few milliseconds at a time and at most COURTESY_MAX_S, so the interpreter serves that
     tenant first. Light calls (one unit) and calls outside admission go on at once."""
@@ -158,7 +159,7 @@ async def give_way() -> None:
     if ticket is None or ticket.admission is None or not ticket.yields():
         return
     started = time.perf_counter()
-    while ticket.admission.outweighed(ticket.tenant) and time.perf_counter() - started < COURTESY_MAX_S:
+    while ticket.admission.outweighed(ticket.tenant) and time.perf_counter() - started < longest_s:
         await anyio.sleep(COURTESY_STEP_S)
     ticket.gave_way_ms += (time.perf_counter() - started) * 1000
 

@@ -51,7 +51,7 @@ from audit.trace import TraceBuilder
 from core.errors import BadRequest, DeadlineExceeded, Forbidden, MethodNotAllowed, NotFound, PayloadTooLarge, SchemaError, Unauthenticated
 from core.request import IDENTITY_FIELDS, RetrieveRequest, Strict
 from core.validation import describe_validation_error
-from gateway.admission import give_way
+from gateway.admission import DOOR_COURTESY_MAX_S, give_way
 from gateway.context import GatewayContext
 from gateway.http.errors import error_answer
 from gateway.http.routes.audit import report_feedback, report_usage
@@ -464,7 +464,7 @@ def _door(manager: StreamableHTTPSessionManager, scope: Scope, receive: Receive)
     async def door(call: Call) -> tuple[int, Answer]:
         call.trace.lineage.channel = CHANNEL
         with call.admitted(DOOR_COST):
-            await give_way()  # a crowded tenant's messages wait for lighter tenants' calls first
+            await give_way(DOOR_COURTESY_MAX_S)  # a crowded tenant's messages wait for lighter tenants' calls first
             try:
                 with anyio.fail_after(REQUEST_SECONDS):
                     status, headers, content = await _captured(manager, scope, receive)

@@ -19,7 +19,7 @@ from core.actor import Actor
 from core.errors import BadRequest, Conflict, ConnectorError
 from core.records import Fused, RecallQuery, Record, SkipReason, SourceResult
 from core.request import RetrieveRequest
-from gateway.admission import give_way
+from gateway.admission import DOOR_COURTESY_MAX_S, give_way
 from gateway.pipeline.cursors import Cursor, advance, load
 from gateway.pipeline.ranking import Ranked
 from gateway.pipeline.recall import SOURCES
@@ -42,7 +42,7 @@ async def expand(pipeline: Pipeline, actor: Actor, request: RetrieveRequest, tra
         raise BadRequest("cursor: mode expand needs the cursor of an earlier call")
     token, settings = request.cursor, pipeline.settings
     for _ in range(ATTEMPTS):
-        await give_way()  # between its stages, as a retrieve does (gateway/admission.py)
+        await give_way(DOOR_COURTESY_MAX_S)  # before it starts, then between its stages (gateway/admission.py)
         cursor = await anyio.to_thread.run_sync(work.timed(load), pipeline.store, actor, token, settings.cursor_idle_seconds)
         page = await _page(pipeline, actor, request, cursor, trace)
         if page is not None:
