@@ -1,19 +1,26 @@
 """Admission: how much work each actor and each tenant may have in flight, and start per second.
 
-Every authenticated call costs units: 1 for a light call, more for heavy ones (a deep or
-entity-heavy graph walk, a large budget, synthesis; `retrieve_cost`). Each actor and each tenant
-has a concurrency limit (units in flight at once) and a token bucket (units per second, with a
-burst of one second's worth). A call past either gets 429 `rate_limited` with `Retry-After`, is
-audited like any refusal, and costs the gateway almost nothing: one tenant's flood is turned away
-at the door instead of queueing for the cores another tenant needs. `/readyz` reports saturation
-(units in flight against the process's capacity) instead of staying green.
+Every authenticated call has a price in units. The door estimates it (1 for a light call, more for a
+deep or entity-heavy graph walk, a large budget, synthesis, a long query; `retrieve_cost`), and
+the price is the larger of that estimate and what the actor's recent calls of the same shape
+measured (`Admission.admit`, `_price`). Each actor and each tenant has a concurrency limit (units in
+flight at once) and a token bucket (units per second, with a burst of one second's worth). A call
+past either gets 429 `rate_limited` with `Retry-After`, is audited like any refusal, and costs the
+gateway almost nothing: one tenant's flood is turned away at the door instead of queueing for the
+cores another tenant needs. `/readyz` reports saturation (units in flight against the process's
+capacity) instead of staying green.
+
+While a call runs, a meter (core/work.py) measures what it does; when it ends it is settled
+(`Admission.settle`): what it used beyond its price is taken from its buckets, which may owe up to
+DEBT_SECONDS of their rate, and a price above its use is given back down to one unit.
 
 Admission bounds how much work a tenant has in flight; it cannot make that work polite. On a
-machine with few cores, a flooding tenant's admitted heavy calls still compete for the interpreter
-with another tenant's light ones. So a heavy call gives way at its stage boundaries (`give_way`):
-while a tenant with fewer units in flight has calls running, it waits a few milliseconds at a time
-(at most COURTESY_MAX_S per boundary) and the trace records how long. Light calls never wait, and
-tenants with equal work in flight never wait for each other.
+machine with few cores, a flooding tenant's admitted calls still compete for the interpreter with
+another tenant's. So a call gives way at its stage boundaries (`give_way`) when it is heavy (priced
+or measured above one unit) or its tenant is crowded (CROWDED_UNITS in flight): while a tenant with
+fewer units in flight has calls running, it waits a few milliseconds at a time (at most
+COURTESY_MAX_S per boundary, DOOR_COURTESY_MAX_S before it starts) and the trace records how long.
+A tenant with fewer units in flight never waits, nor do tenants with equal work in flight.
 
 Limits come from settings; a tenant's own can be set in the policy's data document
 (policies/gateway/config/data.json) under `data.gateway.config.admission.tenants.<tenant>`
@@ -152,9 +159,10 @@ def _wait_sync(ticket: Ticket) -> None:
 
 
 async def give_way(longest_s: float = COURTESY_MAX_S) -> None:
-    """At a heavy call's stage boundary: wait while a tenant with fewer units in flight has calls
-    running, a few milliseconds at a time and at most COURTESY_MAX_S, so the interpreter serves that
-    tenant first. Light calls (one unit) and calls outside admission go on at once."""
+    """At a stage boundary of a call that yields (heavy, or of a crowded tenant): wait while a tenant
+    with fewer units in flight has calls running, a few milliseconds at a time and at most
+    `longest_s`, so the interpreter serves that tenant first. Other calls, and calls outside
+    admission, go on at once."""
     ticket = _HELD.get()
     if ticket is None or ticket.admission is None or not ticket.yields():
         return
