@@ -12,7 +12,9 @@ Every figure is measured in the same run as its baselines (these machines are no
   (encoding here, parsing in regorus) — so `verify - transfer` is the cost of evaluating the Rego;
 - `json`: json.dumps + json.loads of the verify's input in this process.
 With `--before DIR` (default: HEAD's `policies/`, read with `git show`), the same rounds run on those
-policies too, interleaved, and their verdicts must equal this tree's. See bench/README.md.
+policies too, interleaved, and their verdicts must equal this tree's; so do this tree's policies on
+regorus's interpreter path (`interpreter`, GATEWAY_POLICY_COMPILED=false) against the compiled
+path (`after`). See bench/README.md.
 """
 
 from __future__ import annotations
@@ -101,10 +103,10 @@ def summary(values: list[float]) -> dict[str, float]:
 class Subject:
     """One policy set loaded in an engine (for decide + verify) and in a bare policy process (baselines)."""
 
-    def __init__(self, label: str, policies: Path) -> None:
+    def __init__(self, label: str, policies: Path, compiled: bool = True) -> None:
         self.label = label
         bundle = read_bundle(policies)
-        self.engine = EmbeddedEngine(bundle)
+        self.engine = EmbeddedEngine(bundle, compiled=compiled)
         self.worker = _Worker(bundle, 5.0)
         self.worker.start()
 
@@ -157,12 +159,16 @@ def main() -> int:
     parser.add_argument("--policies", type=Path, default=ROOT / "policies", help="the policies measured ('after')")
     parser.add_argument("--before", default="HEAD",
                         help="a git ref whose policies/ run as the 'before' in the same run, a directory, or 'none'")
+    parser.add_argument("--compiled-only", action="store_true",
+                        help="leave out the 'interpreter' subject (this tree's policies with GATEWAY_POLICY_COMPILED=false)")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     args = parser.parse_args()
 
     records, entities = candidates(args.candidates)
     with tempfile.TemporaryDirectory(prefix="policy-cost-") as scratch:
         subjects = [Subject("after", args.policies)]
+        if not args.compiled_only:  # the same policies on regorus's interpreter path, in the same run
+            subjects.insert(0, Subject("interpreter", args.policies, compiled=False))
         if args.before != "none":
             before = Path(args.before) if Path(args.before).is_dir() else before_policies(args.before, Path(scratch))
             subjects.insert(0, Subject("before", before))
@@ -219,7 +225,7 @@ def report(f: dict[str, Any]) -> None:
           f"rounds {f['rounds']}")
     print(f"baselines  floor (pipe round trip) p50 {floor:.3f} ms   transfer (pipe + JSON of the verify input) "
           f"p50 {f['transfer']['p50']:.3f} ms   json in-process p50 {f['json']['p50']:.3f} ms")
-    for label in ("before", "after"):
+    for label in ("before", "interpreter", "after"):
         if f"{label}.total" not in f:
             continue
         for part in ("decide", "verify", "total"):
@@ -233,8 +239,11 @@ def report(f: dict[str, Any]) -> None:
           f"({total:.3f} ms)")
     if "before.total" in f:
         print(f"after/before total p50: {f['after.total']['p50'] / f['before.total']['p50']:.2f}")
+    if "interpreter.total" in f:
+        print(f"compiled/interpreter verify p50: {f['after.verify']['p50'] / f['interpreter.verify']['p50']:.2f}, "
+              f"p95: {f['after.verify']['p95'] / f['interpreter.verify']['p95']:.2f}")
     if not f["verdicts_equal"]:
-        print("!!! the verdicts of before and after differ: the figures must not be used")
+        print("!!! the verdicts of the subjects differ: the figures must not be used")
 
 
 if __name__ == "__main__":

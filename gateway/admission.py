@@ -245,20 +245,25 @@ class Admission:
     def settle(self, ticket: Ticket) -> None:
         """Settle an ended call against what it measured (`ticket.used`, at least one unit): the
         difference from its price is charged to (or, for a call priced above its use, given back to)
-        its tenant's and actor's buckets, which may owe up to DEBT_SECONDS of their rate; until
-        refilled, their next calls get 429 with a Retry-After of when they could run. What it used
+        its tenant's and actor's buckets, at most one second of a bucket's rate for one call; a
+        bucket may owe up to DEBT_SECONDS of its rate, and until refilled its next calls get 429
+        with a Retry-After of when they could run. What it used (at most the actor's concurrency)
         also teaches the price of the actor's next calls of its shape."""
         used = max(1.0, ticket.used)
-        extra = used - ticket.cost
         now = self.clock()
         limits = self.limits(ticket.tenant)
         with self._lock:
+            # One call teaches at most the actor's concurrency (a price past it already runs alone), so
+            # an outlier (a store's first request-time analysis) is forgotten within a few calls.
             key = (ticket.tenant, ticket.actor, ticket.shape)
             learned = self._learned.get(key)
-            self._learned[key] = (used if learned is None else (learned[0] + used) / 2, now)
+            taught = min(used, float(limits.actor.concurrency))
+            self._learned[key] = (taught if learned is None else (learned[0] + taught) / 2, now)
             for bucket_key, bucket_limits in ((("tenant", ticket.tenant), limits.tenant), ((ticket.tenant, ticket.actor), limits.actor)):
                 bucket = self._bucket(bucket_key, bucket_limits, now)
                 bucket.refill(now)
+                # One call owes at most one second of the bucket's rate; many heavy calls, up to DEBT_SECONDS.
+                extra = min(used, ticket.cost + bucket.limits.rate) - ticket.cost
                 bucket.tokens = min(bucket.limits.rate, max(-DEBT_SECONDS * bucket.limits.rate, bucket.tokens - extra))
 
     def _price(self, tenant: str, actor: str, shape: str) -> int:

@@ -52,6 +52,7 @@ class Settings:
     cursor_idle_seconds: int = 3600
     cursor_max_per_actor: int = 100
     impact_deadline_seconds: int = 120
+    policy_compiled: bool = True  # the embedded engine verifies on regorus's compiled path (gateway/policy/compiled.py)
     # The tenant whose policy_admin keys run the platform: they alone reload the policy (which every
     # tenant shares) over HTTP and see where it is read from (gateway/http/routes/operations.py).
     platform_tenant: str = "platform"

@@ -61,9 +61,10 @@ WORKERS = 2  # policy processes: a long verify of one call never queues a short 
 class _Worker:
     """One policy process and its pipes; used by one thread at a time (the pool hands it out)."""
 
-    def __init__(self, bundle: PolicyBundle, timeout_s: float) -> None:
+    def __init__(self, bundle: PolicyBundle, timeout_s: float, compiled: bool = True) -> None:
         self.bundle = bundle
         self.timeout_s = timeout_s
+        self.compiled = compiled  # verify on regorus's compiled path when the bundle compiles (gateway/policy/compiled.py)
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -76,7 +77,8 @@ class _Worker:
                                         stdout=subprocess.PIPE)
 
     def load(self) -> None:
-        bundle = {"root": str(self.bundle.root), "modules": self.bundle.modules, "data": self.bundle.data}
+        bundle = {"root": str(self.bundle.root), "modules": self.bundle.modules, "data": self.bundle.data,
+                  "compiled": self.compiled}
         answer = self._ask(json.dumps(bundle, separators=(",", ":")).encode(), timeout=60.0)
         if not answer.startswith(b"+"):
             self.stop()
@@ -122,11 +124,12 @@ class EmbeddedEngine:
 
     name = "embedded"
 
-    def __init__(self, bundle: PolicyBundle, workers: int = WORKERS, timeout_s: float = EVAL_TIMEOUT_S) -> None:
+    def __init__(self, bundle: PolicyBundle, workers: int = WORKERS, timeout_s: float = EVAL_TIMEOUT_S, *,
+                 compiled: bool = True) -> None:
         self.revision = bundle.revision
         self.loaded_at = datetime.now(timezone.utc)
         self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
-        self._workers = [_Worker(bundle, timeout_s) for _ in range(workers)]
+        self._workers = [_Worker(bundle, timeout_s, compiled) for _ in range(workers)]
         self._threads = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rego")
         try:
             for worker in self._workers:  # started side by side, then loaded

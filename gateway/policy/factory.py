@@ -49,7 +49,7 @@ async def build_engine(settings: Settings, bundle: PolicyBundle, sink: DecisionS
             await (await open_candidate(bundle)).aclose()
         engine = await OpaServerEngine.connect(settings, bundle)
     else:
-        engine = await anyio.to_thread.run_sync(EmbeddedEngine, bundle)
+        engine = await anyio.to_thread.run_sync(lambda: EmbeddedEngine(bundle, compiled=settings.policy_compiled))
     try:
         await self_check(engine)
     except BaseException:

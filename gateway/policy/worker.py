@@ -5,7 +5,8 @@ regorus holds the interpreter lock for the whole of an evaluation, so evaluated 
 process of its own, on a core of its own, while the service's threads go on.
 
 The protocol, on stdin and stdout, one line each way:
-- first the bundle, as one JSON line `{"root", "modules": [[path, source]...], "data"}`; the answer
+- first the bundle, as one JSON line `{"root", "modules": [[path, source]...], "data", "compiled"}`
+  (`compiled`: verify on regorus's compiled path, gateway/policy/compiled.py); the answer
   is `+` when it compiled, `-<error>` (file:line) when it did not;
 - then any number of `<query> <input as JSON>` lines; each answer is `+<the query's first value as
   JSON>`, `!` when the document is undefined, or `-<what failed>`.
@@ -20,10 +21,13 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from core.errors import ConfigurationError, PolicyUnavailable
 from gateway.policy.bundle import PolicyBundle
+from gateway.policy.compiled import CompiledItems
+
+ITEMS_QUERY = b"data.gateway.items"  # verify's document: on the compiled path when the bundle compiles
 
 
 def serve(requests: BinaryIO, answers: BinaryIO) -> None:
@@ -38,20 +42,27 @@ def serve(requests: BinaryIO, answers: BinaryIO) -> None:
         answers.write(b"-" + exc.message.replace("\n", " ").encode() + b"\n")
         answers.flush()
         return
+    compiled = CompiledItems.compile(bundle) if message.get("compiled", True) else None
     answers.write(b"+\n")
     answers.flush()
+
+    def interpret(query: str, policy_input: str) -> Any:
+        engine.set_input_json(policy_input)
+        return first_value(engine.eval_query_as_json(query))
+
     for line in requests:
         query, _, policy_input = line.rstrip(b"\n").partition(b" ")
         try:
-            engine.set_input_json(policy_input.decode())
-            raw = engine.eval_query_as_json(query.decode())
+            if compiled is not None and query == ITEMS_QUERY:
+                value = compiled.evaluate(json.loads(policy_input), lambda chunk: interpret(ITEMS_QUERY.decode(), json.dumps(chunk)))
+            else:
+                value = interpret(query.decode(), policy_input.decode())
+        except PolicyUnavailable:
+            answers.write(b"!\n")
         except Exception as exc:  # the engine's own failure: the service answers 503, never a decision
             answers.write(b"-" + type(exc).__name__.encode() + b"\n")
         else:
-            try:
-                answers.write(b"+" + json.dumps(first_value(raw), separators=(",", ":")).encode() + b"\n")
-            except PolicyUnavailable:
-                answers.write(b"!\n")
+            answers.write(b"+" + json.dumps(value, separators=(",", ":")).encode() + b"\n")
         answers.flush()
 
 

@@ -12,7 +12,7 @@ import pytest
 from core.errors import RateLimited
 from core.request import parse_retrieve
 from core.work import CHARS_PER_UNIT, CPU_MS_PER_UNIT, Meter, charge, metering
-from gateway.admission import COURTESY_MAX_S, DEBT_SECONDS, Admission, Limits, TenantLimits, give_way, holding, retrieve_cost
+from gateway.admission import COURTESY_MAX_S, DEBT_SECONDS, Admission, Limits, TenantLimits, Ticket, give_way, holding, retrieve_cost
 from gateway.writes.items import ingest
 from tests.conftest import open_gateway
 from tests.gateway.fixtures import SALES_TASK
@@ -30,12 +30,12 @@ def test_a_call_that_used_more_than_it_was_admitted_at_is_charged_and_its_actor_
     clock = Clock()
     admission = Admission(TenantLimits(Limits(concurrency=16, rate=100), Limits(concurrency=8, rate=10)), clock=clock)
     with holding(admission.admit("acme", "user:heavy", 1)) as ticket:
-        charge(cpu_s=0.2)  # 200 ms of a core: 20 units, at a door price of 1
-    assert ticket.used == pytest.approx(0.2 * 1000 / CPU_MS_PER_UNIT)
+        charge(cpu_s=0.08)  # 80 ms of a core: 8 units, at a door price of 1
+    assert ticket.used == pytest.approx(0.08 * 1000 / CPU_MS_PER_UNIT)
+    # 10 tokens - 1 at the door - 7 settled = 2 left, and the next call of the shape is priced at 8
     with pytest.raises(RateLimited, match="actor's rate") as refused:
         admission.admit("acme", "user:heavy", 1)
-    # 10 tokens - 1 at the door - 19 settled = -10: a unit is back after 1.1 s at 10 a second
-    assert refused.value.retry_after == 2
+    assert refused.value.retry_after == 1
     admission.admit("acme", "user:light", 1).release()  # another actor of the tenant is not held back
     clock.now += 2.0
     admission.admit("acme", "user:heavy", 1).release()  # and the heavy one runs again once refilled
@@ -45,7 +45,13 @@ def test_the_debt_is_bounded_so_one_call_never_locks_an_actor_out_for_long() -> 
     clock = Clock()
     admission = Admission(TenantLimits(Limits(concurrency=16, rate=100), Limits(concurrency=8, rate=10)), clock=clock)
     with holding(admission.admit("acme", "user:heavy", 1)):
-        charge(cpu_s=1000.0)
+        charge(cpu_s=1000.0)  # one call owes at most one second of the rate: 9 - 10 = -1
+    with pytest.raises(RateLimited) as refused:
+        admission.admit("acme", "user:heavy", 1)
+    assert refused.value.retry_after == 1
+    assert admission._price("acme", "user:heavy", "") == 8  # and teaches at most the actor's concurrency
+    for _ in range(30):  # many heavy calls: the debt stops at DEBT_SECONDS of the rate
+        admission.settle(Ticket(lambda: None, admission, "acme", 1, actor="user:heavy", used=1000.0))
     with pytest.raises(RateLimited) as refused:
         admission.admit("acme", "user:heavy", 1)
     assert refused.value.retry_after == DEBT_SECONDS + 1

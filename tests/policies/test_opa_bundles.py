@@ -60,7 +60,7 @@ def test_a_signed_opa_build_bundle_serves_and_hot_reloads(tmp_path: Path, policy
     with open_gateway(f"sqlite:///{tmp_path / 'g.db'}", tmp_path, policy_bundle=str(bundle),
                       policy_bundle_key=str(public)) as gateway:
         alice = seed(gateway)
-        admin = gateway.key("pat", roles=("policy_admin",))
+        admin = gateway.key("pat", tenant="platform", roles=("policy_admin",))
         key = VerificationKey.load(str(public), "RS256")
         r1 = read_bundle(bundle, key).revision  # the digest of what it holds; "r1" is its label
         before = gateway.retrieve(alice, QUESTION)
