@@ -3,19 +3,51 @@
 from __future__ import annotations
 
 import functools
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import anyio.to_thread
 
 from connectors.base import SemanticConnector
-from core.constraints import ItemFilter
 from core import work
+from core.constraints import ItemFilter
 from core.errors import ConnectorError
 from core.records import RecallQuery, SourceResult
 from gateway.writes.embeddings import Embedder
 from gateway.writes.vectorize import EmbeddingWorker
+
+
+class QueryVectors:
+    """The vectors of recent queries, so a query asked again is not embedded again: at most
+    `size`, the least recently used dropped first. Keyed by the caller's tenant and principals as
+    well as the model and the text, so how fast a query is answered never tells one caller that
+    another asked it (a shared cache would: a hit skips the embedding's milliseconds)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._vectors: OrderedDict[tuple[Any, ...], tuple[float, ...]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[Any, ...]) -> tuple[float, ...] | None:
+        with self._lock:
+            vector = self._vectors.get(key)
+            if vector is not None:
+                self._vectors.move_to_end(key)
+            return vector
+
+    def put(self, key: tuple[Any, ...], vector: tuple[float, ...]) -> None:
+        with self._lock:
+            self._vectors[key] = vector
+            self._vectors.move_to_end(key)
+            while len(self._vectors) > self.size:
+                self._vectors.popitem(last=False)
+
+
+QUERY_VECTORS = 512  # recent query vectors kept per service (~5 MB at 384 dimensions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,22 +60,26 @@ class Semantic:
     unavailable: str | None = None
     # Releases what the connector holds outside the process (Weaviate's connections) at shutdown.
     close: Callable[[], None] = lambda: None
+    vectors: QueryVectors = field(default_factory=lambda: QueryVectors(QUERY_VECTORS))
 
 
 async def semantic_search(semantic: Semantic, where: ItemFilter, query: RecallQuery) -> SourceResult:
     """One source result; the query embedding's time is part of its `ms` and reported in detail."""
     assert semantic.embedder is not None and semantic.connector is not None and query.text
     started = time.perf_counter()
-    try:
-        work.charge(chars=len(query.text))
-        embed = work.timed(functools.partial(semantic.embedder.embed, [query.text]))
-        vector = await anyio.to_thread.run_sync(embed, abandon_on_cancel=True)
-    except Exception as exc:  # an embedder that fails degrades this source only
-        raise ConnectorError(f"query embedding failed: {type(exc).__name__}") from exc
+    key = (where.tenant, where.principals, semantic.embedder.model_id, query.text)
+    vector = semantic.vectors.get(key)
+    reused = vector is not None
+    if vector is None:
+        try:
+            work.charge(chars=len(query.text))
+            embed = work.timed(functools.partial(semantic.embedder.embed, [query.text]))
+            vector = tuple(float(x) for x in (await anyio.to_thread.run_sync(embed, abandon_on_cancel=True))[0])
+        except Exception as exc:  # an embedder that fails degrades this source only
+            raise ConnectorError(f"query embedding failed: {type(exc).__name__}") from exc
+        semantic.vectors.put(key, vector)
     embed_ms = (time.perf_counter() - started) * 1000
-    result = await semantic.connector.search(
-        where, replace(query, vector=tuple(float(x) for x in vector[0]), model=semantic.embedder.model_id)
-    )
+    result = await semantic.connector.search(where, replace(query, vector=vector, model=semantic.embedder.model_id))
     # The caller's tenant's waiting items only: another tenant's ingest volume is not ours to see.
     worker = semantic.worker
     lag = worker.lag if worker is not None else None
@@ -51,7 +87,8 @@ async def semantic_search(semantic: Semantic, where: ItemFilter, query: RecallQu
         # Not abandoned at the deadline: one indexed COUNT, and a thread left holding a pooled
         # connection would outlive the store it came from.
         lag = await anyio.to_thread.run_sync(worker.tenant_lag, where.tenant)
-    details = [d for d in (result.detail, f"query embedded in {embed_ms:.1f} ms") if d]
+    embedded = "query embedding reused" if reused else f"query embedded in {embed_ms:.1f} ms"
+    details = [d for d in (result.detail, embedded) if d]
     if lag:
         details.append(f"{lag} items not embedded yet")
     return replace(result, ms=(time.perf_counter() - started) * 1000, detail="; ".join(details), lag=lag, embed_ms=embed_ms)

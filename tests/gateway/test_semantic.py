@@ -285,3 +285,35 @@ def test_the_floor_is_read_from_the_environment_as_a_number() -> None:
     assert load_settings(environ={"GATEWAY_SEMANTIC_FLOOR": "0.42"}).semantic_floor == 0.42
     with pytest.raises(ConfigurationError, match="GATEWAY_SEMANTIC_FLOOR"):
         load_settings(environ={"GATEWAY_SEMANTIC_FLOOR": "high"})
+
+
+def test_a_query_asked_again_by_the_same_caller_is_not_embedded_again_and_no_other_caller_shares_it(
+    seeded: tuple[Gateway, str],
+) -> None:
+    gateway, key = seeded
+    query = {"task": RESEARCH, "query": "how are annual refunds approved for a cancelled plan"}
+    first, again = (gateway.retrieve(key, query, semantic=True).json() for _ in range(2))
+    assert "query embedded in" in first["sources"]["semantic"]["detail"]
+    assert "query embedding reused" in again["sources"]["semantic"]["detail"]
+    assert ids_of(first) == ids_of(again)  # the same vector, the same answer
+    assert gateway.trace(again["trace_id"])["lineage"]["admission"]["work"]["embedded_chars"] == 0
+    # Another caller asking the same words has it embedded for itself: a hit would tell it, by the
+    # time it saves, that someone else asked them.
+    other = gateway.key("rita", groups=("sales",))
+    theirs = gateway.retrieve(other, query, semantic=True).json()
+    assert "query embedded in" in theirs["sources"]["semantic"]["detail"], theirs["sources"]["semantic"]
+
+
+def ids_of(body: dict[str, Any]) -> list[str]:
+    return [item["id"] for item in body["items"]]
+
+
+def test_the_query_vectors_keep_the_most_recent_within_their_size() -> None:
+    from gateway.pipeline.semantic import QueryVectors
+
+    vectors = QueryVectors(2)
+    vectors.put(("a",), (1.0,))
+    vectors.put(("b",), (2.0,))
+    assert vectors.get(("a",)) == (1.0,)  # "a" is now the most recent
+    vectors.put(("c",), (3.0,))
+    assert vectors.get(("b",)) is None and vectors.get(("a",)) == (1.0,) and vectors.get(("c",)) == (3.0,)
