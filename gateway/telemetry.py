@@ -17,6 +17,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -158,7 +159,8 @@ def documents(entries: Sequence[tuple[str, float]]) -> str:
 def build_telemetry(settings: Settings, span_processors: Sequence[SpanProcessor] = (),
                     metric_readers: Sequence[MetricReader] = ()) -> Telemetry:
     """Spans always get real trace ids (the audit row and the response header carry them); they are
-    exported only with GATEWAY_OTEL_EXPORTER=otlp, or to the processors and readers given (tests)."""
+    recorded and exported only with GATEWAY_OTEL_EXPORTER=otlp, or to the processors and readers
+    given (tests)."""
     resource = Resource.create({"service.name": settings.otel_service_name})
     processors = list(span_processors)
     readers = list(metric_readers)
@@ -174,7 +176,10 @@ def build_telemetry(settings: Settings, span_processors: Sequence[SpanProcessor]
         processors.append(BatchSpanProcessor(span_exporter, export_timeout_millis=EXPORT_TIMEOUT_SECONDS * 1000))
         metric_exporter = OTLPMetricExporter(endpoint=f"{base}/v1/metrics" if base else None, timeout=EXPORT_TIMEOUT_SECONDS)
         readers.append(PeriodicExportingMetricReader(metric_exporter, export_timeout_millis=EXPORT_TIMEOUT_SECONDS * 1000))
-    tracer_provider = TracerProvider(resource=resource)
+    # With nowhere to send spans, they are not recorded at all (ALWAYS_OFF): a non-recording span
+    # still carries a real trace and span id, for the audit row and the traceparent header, but
+    # setting its attributes and ending it costs nothing.
+    tracer_provider = TracerProvider(resource=resource, sampler=ALWAYS_ON if processors else ALWAYS_OFF)
     for processor in processors:
         tracer_provider.add_span_processor(processor)
     meter_provider = MeterProvider(resource=resource, metric_readers=readers) if readers else None

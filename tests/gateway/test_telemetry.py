@@ -177,3 +177,19 @@ def test_the_otlp_exporter_sends_spans_and_metrics_to_the_configured_collector(s
     metric_names = {m.name for request in collector.metrics for rm in request.resource_metrics
                     for sm in rm.scope_metrics for m in sm.metrics}
     assert {"gateway.layer.duration", "gateway.requests", "gen_ai.retrieval.duration"} <= metric_names
+
+
+def test_without_an_exporter_spans_are_not_recorded_but_carry_real_ids() -> None:
+    """Nothing to export to: no attributes are recorded (the cost of every layer's span), yet the
+    audit row and the traceparent header still get the trace and span ids, continuing the caller's."""
+    from gateway.settings import load_settings
+    from gateway.telemetry import build_telemetry, span_ids
+
+    telemetry = build_telemetry(load_settings({}, environ={}))
+    with telemetry.request("POST /v1/retrieve", {}, {"gateway.endpoint": "retrieve"}) as span:
+        assert not span.is_recording()
+        ids = span_ids(span)
+        assert ids is not None and int(ids["trace_id"], 16) and int(ids["span_id"], 16)
+    inbound = "4bf92f3577b34da6a3ce929d0e0e4736"
+    with telemetry.request("POST /v1/retrieve", {"traceparent": f"00-{inbound}-00f067aa0ba902b7-01"}, {}) as span:
+        assert span_ids(span)["trace_id"] == inbound  # type: ignore[index]
