@@ -48,7 +48,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Message, Receive, Scope, Send
 
 from audit.trace import TraceBuilder
-from core.errors import BadRequest, DeadlineExceeded, Forbidden, MethodNotAllowed, NotFound, PayloadTooLarge, SchemaError, Unauthenticated
+from core.errors import BadRequest, DeadlineExceeded, Forbidden, MethodNotAllowed, NotFound, SchemaError, Unauthenticated
 from core.request import IDENTITY_FIELDS, RetrieveRequest, Strict
 from core.validation import describe_validation_error
 from gateway.admission import DOOR_COURTESY_MAX_S, give_way
@@ -56,7 +56,7 @@ from gateway.context import GatewayContext
 from gateway.http.errors import error_answer
 from gateway.http.routes.audit import report_feedback, report_usage
 from gateway.http.routes.retrieve import handle as retrieve_handler
-from gateway.http.traced import Answer, Call, Handler, governed, requires, traced, unrendered
+from gateway.http.traced import Answer, Call, Handler, governed, read_body, requires, traced, unrendered
 from gateway.settings import HOST, Settings
 
 log = logging.getLogger("gateway.mcp")
@@ -418,8 +418,8 @@ class McpEndpoint:
                 # Stateless: no session to end and nothing the server could ever send on a stream of
                 # its own, so GET and DELETE are a 405 (as the MCP transport allows), never an open stream.
                 raise MethodNotAllowed("/mcp: POST JSON-RPC messages; this stateless server keeps no stream or session")
-            with anyio.fail_after(REQUEST_SECONDS):
-                body = await self._body(request)
+            with anyio.fail_after(REQUEST_SECONDS):  # read here, at most the body limit, to see its method
+                body = await read_body(request, self.max_body_bytes)
         except Exception as exc:
             if isinstance(exc, TimeoutError):
                 exc = BadRequest(f"body: not received within {REQUEST_SECONDS} s")
@@ -442,21 +442,6 @@ class McpEndpoint:
         # the SDK's transport, and one audit row (endpoint `mcp`) with the status it was sent.
         response = await traced(request, CHANNEL, _door(manager, scope, _replay(body, receive)))
         await response(scope, receive, send)
-
-    async def _body(self, request: Request) -> bytes | None:
-        """A POST's body, read here (at most the body limit) to see its method; None for a GET."""
-        if request.method != "POST":
-            return None
-        declared = request.headers.get("content-length")
-        if declared and declared.isascii() and declared.isdigit() and int(declared) > self.max_body_bytes:
-            raise PayloadTooLarge(f"body: larger than the {self.max_body_bytes}-byte limit")
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                raise PayloadTooLarge(f"body: larger than the {self.max_body_bytes}-byte limit")
-            chunks.append(chunk)
-        return b"".join(chunks)
 
 
 def _door(manager: StreamableHTTPSessionManager, scope: Scope, receive: Receive) -> Handler:
@@ -493,7 +478,7 @@ async def _captured(manager: StreamableHTTPSessionManager, scope: Scope, receive
     return int(start.get("status", 500)), list(start.get("headers", [])), b"".join(chunks)
 
 
-def _tool_call(body: bytes | None) -> bool:
+def _tool_call(body: bytes) -> bool:
     """Whether a body is one JSON-RPC `tools/call` request (admitted by its route, not the door)."""
     if not body:
         return False

@@ -87,17 +87,7 @@ class Call:
                 admission["gave_way_ms"] = round(ticket.gave_way_ms, 3)
 
     async def body(self) -> bytes:
-        limit = self.context.settings.max_body_bytes
-        declared = self.request.headers.get("content-length")
-        if declared and declared.isascii() and declared.isdigit() and int(declared) > limit:
-            raise PayloadTooLarge(f"body: larger than the {limit}-byte limit")
-        chunks, size = [], 0
-        async for chunk in self.request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise PayloadTooLarge(f"body: larger than the {limit}-byte limit")
-            chunks.append(chunk)
-        return b"".join(chunks)
+        return await read_body(self.request, self.context.settings.max_body_bytes)
 
     async def json(self) -> Any:
         if self._body is not None:
@@ -110,6 +100,21 @@ class Call:
         except (ValueError, RecursionError) as exc:  # also bad UTF-8, over-long integers, too-deep nesting
             where = f" at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
             raise BadRequest(f"body: malformed JSON{where}") from exc
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """A request's body, refused (413) past `limit` bytes: by its declared length before reading,
+    else as soon as what arrived passes it."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isascii() and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"body: larger than the {limit}-byte limit")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"body: larger than the {limit}-byte limit")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def requires(role: str | None = None, *, admit: bool = True) -> Callable[[H], H]:

@@ -56,11 +56,10 @@ LIMIT_MESSAGE = "instruction limit"
 class CompiledItems:
     """One process's compiled items policy; `evaluate` answers like the interpreter's document."""
 
-    def __init__(self, program: Any, data_json: str, has_denied: bool) -> None:
+    def __init__(self, program: Any, data_json: str) -> None:
         self.vm = regorus.Rvm()
         self.vm.load_program(program)
         self.vm.set_data_json(data_json)
-        self.has_denied = has_denied
         self.chunk = START_CHUNK
         self._clean = 0
         self.fallbacks = 0  # chunks the interpreter evaluated (for the tests and the log)
@@ -70,13 +69,13 @@ class CompiledItems:
         """The compiled items policy, or None when the bundle has no program form."""
         data_json = json.dumps(bundle.data)
         modules = [(str(bundle.root / path), source) for path, source in bundle.modules]
-        for module, has_denied in ((BOTH, True), (ALLOWED_ONLY, False)):
+        for module in (BOTH, ALLOWED_ONLY):
             try:
                 program = regorus.Program.compile_from_modules(data_json, [*modules, (MODULE_PATH, module)], [ENTRY_POINT])
             except Exception as exc:  # regorus raises plain exceptions: the interpreter serves instead
                 log.debug("items policy not compiled: %s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
                 continue
-            return cls(program, data_json, has_denied)
+            return cls(program, data_json)
         log.info("the items policy does not compile to an RVM program; the interpreter evaluates it")
         return None
 

@@ -292,6 +292,19 @@ def test_a_get_or_delete_opens_no_stream_and_is_an_audited_405(live: LiveGateway
     assert httpx.get(f"{live.url}/mcp", headers={"Accept": "text/event-stream"}, timeout=10).status_code == 401  # credential first
 
 
+def test_a_body_past_the_limit_is_refused_before_the_transport_reads_it(live: LiveGateway) -> None:
+    """/mcp reads a message itself to see its method: at most GATEWAY_MAX_BODY_BYTES, as the HTTP API."""
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
+               "Authorization": f"Bearer {key(live, 'alice')}"}
+    limit = live.gateway.settings.max_body_bytes
+    padding = "x" * (limit + 1)
+    answer = httpx.post(f"{live.url}/mcp", headers=headers, timeout=30,
+                        content=json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"pad": padding}}))
+    assert answer.status_code == 413 and answer.json()["error"]["code"] == "payload_too_large"
+    audited = live.gateway.trace(answer.headers["x-trace-id"])
+    assert (audited["endpoint"], audited["status_code"]) == ("mcp", 413)
+
+
 def test_a_failing_policy_engine_is_a_policy_unavailable_tool_error(tmp_path: Path, policy_copy: Path) -> None:
     """Fail closed over MCP as over HTTP: the 503's code and message, audited, and nothing retrieved."""
     rego = policy_copy / "gateway/request/request.rego"
