@@ -26,6 +26,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Callable, Literal, Mapping
 
 import anyio
+import anyio.to_thread
 from mcp.server import Server, ServerRequestContext
 from mcp.server.auth.routes import build_resource_metadata_url
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
@@ -413,7 +414,7 @@ class McpEndpoint:
         try:
             if not origin_allowed(request.headers.get("origin"), self.allowed_origins):
                 raise Forbidden("Origin: this origin may not call /mcp (GATEWAY_MCP_ALLOWED_ORIGINS)")
-            context.authenticator.authenticate(authorization)
+            await anyio.to_thread.run_sync(context.authenticator.authenticate, authorization)
             if request.method != "POST":
                 # Stateless: no session to end and nothing the server could ever send on a stream of
                 # its own, so GET and DELETE are a 405 (as the MCP transport allows), never an open stream.

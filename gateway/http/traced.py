@@ -14,6 +14,7 @@ from functools import wraps
 from typing import Any, Awaitable, Callable, Generic, TypeAlias, TypeVar, cast
 
 import anyio
+import anyio.to_thread
 from opentelemetry.trace import Status, StatusCode
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -60,8 +61,10 @@ class Call:
         assert self._actor is not None
         return self._actor
 
-    def authenticate(self, required_role: str | None = None) -> Actor:
-        actor = self.context.authenticator.authenticate(self.request.headers.get("authorization"))
+    async def authenticate(self, required_role: str | None = None) -> Actor:
+        """The caller, read from the store on a worker thread (a PostgreSQL round trip no longer holds
+        the event loop); read afresh on every call, so a revoked key is refused at once."""
+        actor = await anyio.to_thread.run_sync(self.context.authenticator.authenticate, self.request.headers.get("authorization"))
         self._actor = actor
         self.trace.tenant, self.trace.actor = actor.tenant, actor.principal
         if required_role and required_role not in actor.roles:
@@ -126,7 +129,7 @@ def requires(role: str | None = None, *, admit: bool = True) -> Callable[[H], H]
     def declare(handler: H) -> H:
         @wraps(handler)
         async def checked(call: Call) -> Any:
-            call.authenticate(role)
+            await call.authenticate(role)
             if not admit:
                 return await handler(call)
             with call.admitted(1):

@@ -25,7 +25,7 @@ from sqlmodel import Session, select
 from core.instants import utc_now
 from core.store import writer
 from core.tables import ApiKey
-from tests.conftest import Gateway, make_gateway, open_gateway
+from tests.conftest import Gateway, LiveGateway, make_gateway, open_gateway
 from tests.gateway.fixtures import SALES_TASK, memory
 
 JWT_SECRET = "test-hs256-secret-" + "x" * 46  # 64 bytes: PyJWT warns (an error here) on short HMAC keys
@@ -418,3 +418,45 @@ def test_a_short_hs256_secret_is_refused_at_start() -> None:
 
     with pytest.raises(ConfigurationError, match="32 bytes"):
         load_settings({"jwt_secret": "short"}, environ={})
+
+
+def test_the_key_lookup_runs_off_the_event_loop(live_gateway: LiveGateway, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A credential read that waits on the store (a slow PostgreSQL round trip) holds only its own
+    call: here the lookup waits until /healthz has answered, which it could not if the lookup ran on
+    the event loop. The key is still read afresh: revoking it refuses the next call."""
+    import threading
+
+    import httpx
+
+    gateway = live_gateway.gateway
+    key = gateway.key("alice", groups=("sales",))
+    authenticator = gateway.client.app.state.context.authenticator  # type: ignore[attr-defined]
+    answered = threading.Event()
+    real = authenticator._live_key
+
+    def slow(key_id: str) -> Any:
+        assert answered.wait(timeout=10), "/healthz never answered while a key was being looked up"
+        return real(key_id)
+
+    monkeypatch.setattr(authenticator, "_live_key", slow)
+    result: dict[str, int] = {}
+
+    def call() -> None:
+        result["status"] = httpx.get(f"{live_gateway.url}/v1/policy", headers=gateway.auth(key), timeout=20).status_code
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    time.sleep(0.2)  # the call is inside its lookup by now (and waits there for /healthz)
+    assert httpx.get(f"{live_gateway.url}/healthz", timeout=5).status_code == 200
+    answered.set()
+    caller.join(timeout=20)
+    assert result == {"status": 200}
+
+    monkeypatch.setattr(authenticator, "_live_key", real)
+    key_id = key.split("_")[1]
+    with Session(gateway.store) as session:
+        row = session.exec(select(ApiKey).where(ApiKey.key_id == key_id)).one()
+        row.revoked_at = utc_now()
+        session.add(row)
+        session.commit()
+    assert httpx.get(f"{live_gateway.url}/v1/policy", headers=gateway.auth(key), timeout=5).status_code == 401
