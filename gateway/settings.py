@@ -56,7 +56,10 @@ class Settings:
     # The tenant whose policy_admin keys run the platform: they alone reload the policy (which every
     # tenant shares) over HTTP and see where it is read from (gateway/http/routes/operations.py).
     platform_tenant: str = "platform"
+    # `minilm` the packaged model re-quantized for integer arithmetic (gateway/writes/integer_model.py),
+    # `minilm-float` the packaged graph as shipped (float arithmetic), `none` semantic search off.
     embeddings: str = "minilm"
+    model_dir: Path | None = None  # where the integer model is made once; default <data_dir>/models
     embeddings_url: str | None = None
     embeddings_model: str | None = None
     embeddings_key: str | None = None
@@ -111,6 +114,10 @@ class Settings:
         if self.database_url:
             return self.database_url
         return f"sqlite:///{(self.data_dir / 'gateway.db').resolve()}"
+
+    @property
+    def effective_model_dir(self) -> Path:
+        return self.model_dir if self.model_dir is not None else self.data_dir / "models"
 
     @property
     def budget_shares(self) -> Mapping[str, float]:
@@ -239,6 +246,8 @@ def load_settings(overrides: Mapping[str, Any] | None = None, environ: Mapping[s
         if not PUBLIC_URL.fullmatch(settings.public_url) or not _port_in_range(settings.public_url):
             raise ConfigurationError("GATEWAY_PUBLIC_URL: expected a scheme and host (and port) only, such as https://gateway.example.com")
         settings = replace(settings, public_url=settings.public_url.rstrip("/"))
+    if settings.embeddings not in ("minilm", "minilm-float", "none"):
+        raise ConfigurationError("GATEWAY_EMBEDDINGS: expected minilm, minilm-float or none")
     if settings.vector_index not in ("auto", "memory", "pgvector"):
         raise ConfigurationError("GATEWAY_VECTOR_INDEX: expected auto, memory or pgvector")
     if settings.pii not in ("presidio", "none"):

