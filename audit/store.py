@@ -5,10 +5,10 @@ from __future__ import annotations
 import secrets
 import threading
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import anyio.to_thread
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
@@ -30,6 +30,7 @@ class _Pending:
     """One trace waiting for its commit; `done` and `error` are set by whichever writer committed it."""
 
     values: dict[str, Any]
+    also: tuple[Callable[[Connection], None], ...] = ()  # the call's other writes, in the same transaction
     done: bool = False
     error: AuditWriteError | None = None
 
@@ -51,10 +52,11 @@ class AuditStore:
         self._queue_lock = threading.Lock()
         self._turn = threading.Lock()  # one committer at a time
 
-    def write_sync(self, trace: Trace) -> None:
-        """Append the trace to its tenant's chain; raises AuditWriteError when it could not be."""
+    def write_sync(self, trace: Trace, also: Sequence[Callable[[Connection], None]] = ()) -> None:
+        """Append the trace to its tenant's chain, with `also` (the call's own writes) in the same
+        transaction; raises AuditWriteError when it could not be, and then none of them is written."""
         # Trace and the table share their field names: the row is the frozen value, stored.
-        pending = _Pending({f.name: getattr(trace, f.name) for f in fields(trace)})
+        pending = _Pending({f.name: getattr(trace, f.name) for f in fields(trace)}, tuple(also))
         with self._queue_lock:
             self._queue.append(pending)
         with self._turn:
@@ -85,6 +87,9 @@ class AuditStore:
         for attempt in range(APPEND_ATTEMPTS):
             try:
                 with writer(self.engine).begin() as conn:
+                    for pending in group:
+                        for write in pending.also:
+                            write(conn)
                     appended: list[Appended] = [append(conn, pending.values, self._seal_key) for pending in group]
                 if self.checkpointer is not None:
                     self.checkpointer.appended(appended)
@@ -95,8 +100,8 @@ class AuditStore:
             except Exception as exc:  # the store, or a row it could not take: either way no record, no answer
                 raise AuditWriteError(f"{NOT_WRITTEN} ({DISK_FULL})" if disk_full(exc) else NOT_WRITTEN) from exc
 
-    async def write(self, trace: Trace) -> None:
-        await anyio.to_thread.run_sync(self.write_sync, trace)
+    async def write(self, trace: Trace, also: Sequence[Callable[[Connection], None]] = ()) -> None:
+        await anyio.to_thread.run_sync(self.write_sync, trace, also)
 
     def verify(self, tenant: str | None = None) -> dict[str, Any]:
         """The integrity report of one tenant's chain (or every chain): against the signed

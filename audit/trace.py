@@ -7,7 +7,9 @@ import hmac
 import secrets
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Callable
+
+from sqlalchemy.engine import Connection
 
 from audit.lineage import Fingerprint, Lineage
 
@@ -53,6 +55,10 @@ class TraceBuilder:
     error_code: str | None = None
     lineage: Lineage = field(default_factory=Lineage)
     key: bytes = field(default=b"", repr=False)  # the audit key, for fingerprints
+    # Writes of the call that commit in the transaction of its row, and only if the call succeeds
+    # (the cursor a retrieve issues): one write transaction per call, and no cursor of an answer
+    # that was never sent.
+    writes: list[Callable[[Connection], None]] = field(default_factory=list, repr=False)
 
     def fingerprint(self, text: str) -> Fingerprint:
         if not self.key:

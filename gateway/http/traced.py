@@ -210,7 +210,7 @@ async def governed(request: Request, endpoint: str, handler: Handler, render: Re
         handled = time.perf_counter()
         try:
             with telemetry.layer("audit.write"):
-                await context.audit.write(trace.freeze(status))
+                await context.audit.write(trace.freeze(status), trace.writes if status < 400 else ())
         except AuditWriteError as exc:
             log.error("audit write failed for %s", trace.trace_id)
             status, error = error_answer(exc, trace.trace_id)

@@ -15,10 +15,10 @@ import time
 import weakref
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Callable
 
 from sqlalchemy import delete, insert, select, update
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from core.actor import Actor
@@ -61,33 +61,45 @@ def _hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def issue(engine: Engine, actor: Actor, request: dict[str, Any], remaining: list[dict[str, Any]], returned: list[str], idle_seconds: int,
-          per_actor: int = 100) -> str:
-    """A new cursor of the actor's; beyond `per_actor` live cursors of theirs, the oldest are dropped
-    (a client that never follows its cursors cannot fill the table)."""
+def prepared(engine: Engine, actor: Actor, request: dict[str, Any], remaining: list[dict[str, Any]], returned: list[str], idle_seconds: int,
+             per_actor: int = 100) -> tuple[str, Callable[[Connection], None]]:
+    """A new cursor of the actor's in `engine`'s store and the write that stores it, for the caller's
+    transaction (a retrieve's is its audit row's). Beyond `per_actor` live cursors of theirs, the write drops the
+    oldest (a client that never follows its cursors cannot fill the table)."""
     token = PREFIX + secrets.token_urlsafe(24)
     now = utc_now()
+
+    def write(conn: Connection) -> None:
+        if _sweep_due(engine):
+            conn.execute(delete(cursor_table).where(cursor_table.c.last_used_at < now - timedelta(seconds=idle_seconds)))
+        conn.execute(
+            insert(cursor_table).values(
+                token_hash=_hash(token),
+                tenant=actor.tenant,
+                principal=actor.principal,
+                request=request,
+                remaining=remaining[:MAX_REMAINING],
+                returned=returned,
+                version=0,
+                created_at=now,
+                last_used_at=now,
+            )
+        )
+        mine = (cursor_table.c.tenant == actor.tenant, cursor_table.c.principal == actor.principal)
+        kept = select(cursor_table.c.token_hash).where(*mine).order_by(cursor_table.c.created_at.desc(),
+                                                                         cursor_table.c.token_hash).offset(per_actor)
+        conn.execute(delete(cursor_table).where(*mine, cursor_table.c.token_hash.in_(kept.scalar_subquery())))
+
+    return token, write
+
+
+def issue(engine: Engine, actor: Actor, request: dict[str, Any], remaining: list[dict[str, Any]], returned: list[str], idle_seconds: int,
+          per_actor: int = 100) -> str:
+    """A new cursor of the actor's, stored now in a transaction of its own."""
+    token, write = prepared(engine, actor, request, remaining, returned, idle_seconds, per_actor)
     try:
         with writer(engine).begin() as conn:
-            if _sweep_due(engine):
-                conn.execute(delete(cursor_table).where(cursor_table.c.last_used_at < now - timedelta(seconds=idle_seconds)))
-            conn.execute(
-                insert(cursor_table).values(
-                    token_hash=_hash(token),
-                    tenant=actor.tenant,
-                    principal=actor.principal,
-                    request=request,
-                    remaining=remaining[:MAX_REMAINING],
-                    returned=returned,
-                    version=0,
-                    created_at=now,
-                    last_used_at=now,
-                )
-            )
-            mine = (cursor_table.c.tenant == actor.tenant, cursor_table.c.principal == actor.principal)
-            kept = select(cursor_table.c.token_hash).where(*mine).order_by(cursor_table.c.created_at.desc(),
-                                                                             cursor_table.c.token_hash).offset(per_actor)
-            conn.execute(delete(cursor_table).where(*mine, cursor_table.c.token_hash.in_(kept.scalar_subquery())))
+            write(conn)
     except SQLAlchemyError as exc:
         raise StoreUnavailable(f"cursor could not be stored: {type(exc).__name__}") from exc
     return token

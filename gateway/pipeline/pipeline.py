@@ -9,14 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import anyio.to_thread
 from opentelemetry.trace import get_current_span
 from sqlalchemy.engine import Engine
 
 from audit.lineage import ActorRecord, DecisionRecord, Dropped, EntitiesRecord, PiiRecord, RelevanceRecord
 from audit.trace import TraceBuilder
 from connectors.base import ExactConnector, GraphConnector, LexicalConnector
-from core import work
 from core.actor import Actor
 from core.errors import BadRequest, ConnectorError, MaskingUnavailable, PolicyDenied, PolicyUnavailable
 from core.instants import utc_now
@@ -24,7 +22,7 @@ from core.records import Fused, RecallQuery, Record, SkipReason, SourceResult
 from core.request import RetrieveRequest, Task
 from gateway.admission import give_way
 from gateway.pipeline.budget import Packed, pack
-from gateway.pipeline.cursors import issue
+from gateway.pipeline.cursors import prepared
 from gateway.pipeline.entities import Resolution, ResolvedEntity, resolve
 from gateway.pipeline.expand import expand
 from gateway.pipeline.fuse import fuse
@@ -154,7 +152,7 @@ class Pipeline:
             "gen_ai.retrieval.documents": documents([(r.record.id, r.entry.score) for r in packed.items]),
             "gen_ai.retrieval.top_k": request.limit,
         })
-        cursor = await self.issue_cursor(actor, request, constraints, packed, timer)
+        cursor = self.issue_cursor(actor, request, constraints, packed, trace)
         trace.lineage.dropped_as_historical = [r.record.id for r in ranking.hidden]
         trace.lineage.dropped_for_budget = list(packed.dropped_ids)
         trace.lineage.packed = [r.record.id for r in packed.items]
@@ -307,10 +305,11 @@ class Pipeline:
     def pack(self, ranked: list[Ranked] | tuple[Ranked, ...], limit_bytes: int) -> Packed:
         return pack(ranked, limit_bytes, self.settings.budget_shares)
 
-    async def issue_cursor(
-        self, actor: Actor, request: RetrieveRequest, constraints: Constraints, packed: Packed, timer: StageTimer
+    def issue_cursor(
+        self, actor: Actor, request: RetrieveRequest, constraints: Constraints, packed: Packed, trace: TraceBuilder
     ) -> str | None:
-        """A cursor over what did not fit; it keeps the request's shape and subjects, never its text."""
+        """A cursor over what did not fit; it keeps the request's shape and subjects, never its text.
+        It is stored with the call's audit row, in one transaction, and only if the call succeeds."""
         if not packed.leftover:
             return None
         shape = {
@@ -328,11 +327,9 @@ class Pipeline:
             for r in packed.leftover
         ]
         returned = [r.record.id for r in packed.items]
-        with timer.stage("cursor.issue"):
-            return await anyio.to_thread.run_sync(work.timed(
-                lambda: issue(self.store, actor, shape, entries, returned, self.settings.cursor_idle_seconds,
-                              self.settings.cursor_max_per_actor)
-            ))
+        token, write = prepared(self.store, actor, shape, entries, returned, self.settings.cursor_idle_seconds, self.settings.cursor_max_per_actor)
+        trace.writes.append(write)
+        return token
 
     async def synthesize(
         self, request: RetrieveRequest, constraints: Constraints, packed: Packed, pieces: tuple[Record, ...],

@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import event, update
+
+import audit.store as audit_store
 
 from core.errors import ConfigurationError
 from core.instants import utc_now
@@ -247,3 +249,44 @@ def test_an_actors_live_cursors_are_capped_oldest_dropped(database_url: str, tmp
                  for c in cursors]
         assert alive == [404, 404, 200, 200, 200], alive
         assert capped.retrieve(bob, {"task": SALES_TASK, "cursor": bobs, "budget": {"bytes": 700}}).status_code == 200
+
+
+def cursor_rows(gateway: Gateway) -> int:
+    with gateway.store.connect() as conn:
+        return len(conn.execute(RetrieveCursor.__table__.select()).all())  # type: ignore[attr-defined]
+
+
+def test_a_retrieve_writes_its_cursor_and_its_audit_row_in_one_transaction(gateway: Gateway) -> None:
+    seed_pages(gateway)
+    key = alice(gateway)
+    ask(gateway, key, query="walrus pricing", budget={"bytes": 700})  # warm: the key, the tenant's tables
+    transactions: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        if statement.strip().upper().startswith(("BEGIN", "INSERT", "DELETE", "UPDATE")):
+            transactions.append(" ".join(statement.split()[:2]).upper())
+
+    event.listen(gateway.store, "before_cursor_execute", seen)
+    try:
+        before = cursor_rows(gateway)
+        body = ask(gateway, key, query="walrus pricing", budget={"bytes": 700})
+    finally:
+        event.remove(gateway.store, "before_cursor_execute", seen)
+    assert body["cursor"] and cursor_rows(gateway) == before + 1
+    if gateway.store.dialect.name == "sqlite":  # every write transaction begins IMMEDIATE (core.store.writer)
+        assert transactions.count("BEGIN IMMEDIATE") == 1, transactions
+
+
+def test_a_call_whose_audit_row_cannot_be_written_leaves_no_cursor(gateway: Gateway, monkeypatch: pytest.MonkeyPatch) -> None:
+    seed_pages(gateway)
+    key = alice(gateway)
+    assert ask(gateway, key, query="walrus pricing", budget={"bytes": 700})["cursor"]
+    before = cursor_rows(gateway)
+
+    def broken(*_: Any, **__: Any) -> Any:
+        raise RuntimeError("the audit table is gone")
+
+    monkeypatch.setattr(audit_store, "append", broken)
+    response = gateway.retrieve(key, {"task": SALES_TASK, "query": "walrus pricing", "budget": {"bytes": 700}})
+    assert response.status_code == 503 and "cur_" not in response.text
+    assert cursor_rows(gateway) == before
