@@ -17,6 +17,7 @@ library) goes to stderr instead, never into an answer.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import sys
@@ -24,8 +25,13 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from core.errors import ConfigurationError, PolicyUnavailable
-from gateway.policy.bundle import PolicyBundle
+from gateway.policy.bundle import PolicyBundle, read_bundle
 from gateway.policy.compiled import CompiledItems
+from gateway.policy.envelopes import evaluate_by_envelope
+from gateway.policy.id_reads import id_read
+from gateway.settings import PROJECT_POLICIES
+
+log = logging.getLogger("gateway.policy.worker")
 
 ITEMS_QUERY = b"data.gateway.items"  # verify's document: on the compiled path when the bundle compiles
 
@@ -43,6 +49,10 @@ def serve(requests: BinaryIO, answers: BinaryIO) -> None:
         answers.flush()
         return
     compiled = CompiledItems.compile(bundle) if message.get("compiled", True) else None
+    # Items that differ only in their id are decided once, when the policy cannot read ids.
+    reads_ids = id_read(bundle, read_bundle(PROJECT_POLICIES)) if message.get("by_envelope", True) else "switched off"
+    if reads_ids is not None:
+        log.info("the items policy is evaluated for every item: %s", reads_ids)
     answers.write(b"+\n")
     answers.flush()
 
@@ -50,11 +60,19 @@ def serve(requests: BinaryIO, answers: BinaryIO) -> None:
         engine.set_input_json(policy_input)
         return first_value(engine.eval_query_as_json(query))
 
+    def decide_items(policy_input: dict[str, Any]) -> Any:
+        if compiled is not None:
+            return compiled.evaluate(policy_input, lambda chunk: interpret(ITEMS_QUERY.decode(), json.dumps(chunk)))
+        return interpret(ITEMS_QUERY.decode(), json.dumps(policy_input))
+
+    def items(policy_input: dict[str, Any]) -> Any:
+        return decide_items(policy_input) if reads_ids is not None else evaluate_by_envelope(policy_input, decide_items)
+
     for line in requests:
         query, _, policy_input = line.rstrip(b"\n").partition(b" ")
         try:
-            if compiled is not None and query == ITEMS_QUERY:
-                value = compiled.evaluate(json.loads(policy_input), lambda chunk: interpret(ITEMS_QUERY.decode(), json.dumps(chunk)))
+            if query == ITEMS_QUERY and (compiled is not None or reads_ids is None):
+                value = items(json.loads(policy_input))
             else:
                 value = interpret(query.decode(), policy_input.decode())
         except PolicyUnavailable:
