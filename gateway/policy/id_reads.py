@@ -176,7 +176,8 @@ class _Rule:
         if key is not None:  # `failures contains [item.id, reason]` names its item's id first, and only there
             if in_failures and _kind(key)[0] == "Array" and _kind(key)[1]["items"]:
                 first, *rest = _kind(key)[1]["items"]
-                self.visit(first, id_allowed=True)
+                # The id itself, never a value made from it (a prefix of one id could name another).
+                self.visit(first, id_allowed=_kind(first)[0] in ("RefDot", "RefBrack"))
                 self.visit(rest)
             else:
                 self.visit(key)

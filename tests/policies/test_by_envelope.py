@@ -32,6 +32,7 @@ READS_IDS = {
     "iterates the item": '\nfailures contains [item.id, "x"] if {\n\tsome item in input.items\n\tsome k, v in item\n\tv == "i3"\n}\n',
     "serialises the item": '\nfailures contains [item.id, "x"] if {\n\tsome item in input.items\n\tcontains(json.marshal(item), "i3")\n}\n',
     "indexes input.items": '\nfailures contains [input.items[i].id, "x"] if {\n\tsome i\n\tinput.items[i]["id"] == "i3"\n}\n',
+    "names a value made from the id": '\nfailures contains [substring(item.id, 0, 1), "x"] if {\n\tsome item in input.items\n}\n',
     "makes the id a reason": '\nfailures contains [item.id, item.id] if {\n\tsome item in input.items\n\tendswith(item.id, "3")\n}\n',
     "reads the failures": '\nfailures contains [item.id, "x"] if {\n\tsome item in input.items\n\tsome [id, _] in failures0\n\tid == "i3"\n}\n'
                           'failures0 := failures\n',
