@@ -313,9 +313,8 @@ class _Rule:
                 self.index(params[0])
             return
         if name == "is_string" and len(params) == 1 and _kind(params[0])[0] in ("RefDot", "RefBrack"):
-            base, accessors = _chain(params[0])
-            if self._is_item_base(base, accessors) and self._field_after_item(base, accessors) == "id":
-                return  # the same answer for every string id
+            self.reference(params[0], id_allowed=True)  # `is_string(item.id)`: the same answer for every string id
+            return
         if _kind(function)[0] != "Var":
             self.visit(function)
         self.visit(params, id_allowed=id_allowed)
@@ -331,19 +330,6 @@ class _Rule:
         if kind == "Var" and payload["value"] in self.keys:
             return self.keys[payload["value"]]
         return None
-
-    def _is_item_base(self, base: Any, accessors: list[tuple[str, Any]]) -> bool:
-        kind, payload = _kind(base)
-        if kind == "Var" and payload["value"] in self.items:
-            return True
-        return (kind == "Var" and payload["value"] == "input" and len(accessors) >= 2
-                and accessors[0] == ("field", "items") and accessors[1][0] == "index")
-
-    def _field_after_item(self, base: Any, accessors: list[tuple[str, Any]]) -> str | None:
-        position = 0 if _kind(base)[1]["value"] in self.items else 2
-        if len(accessors) <= position or accessors[position][0] != "field":
-            return None
-        return str(accessors[position][1])
 
     def index(self, node: Any) -> None:
         """The index expressions of `input.items[i]`."""
@@ -381,14 +367,7 @@ class _Rule:
 
     def accessor(self, node: Any, accessor: tuple[str, Any], id_allowed: bool) -> None:
         what, value = accessor
-        if what == "index":
-            kind, payload = _kind(value)
-            keys = self._key_of(value)
-            if keys is None:
-                self.fail(node, "an item's field is read by a computed name")
-            self.field(node, keys, id_allowed)
-            return
-        self.field(node, frozenset({str(value)}), id_allowed)
+        self.field(node, self._key_of(value) if what == "index" else frozenset({str(value)}), id_allowed)
 
     def field(self, node: Any, keys: frozenset[str] | None, id_allowed: bool) -> None:
         if keys is None:

@@ -50,7 +50,7 @@ def serve(requests: BinaryIO, answers: BinaryIO) -> None:
         return
     compiled = CompiledItems.compile(bundle) if message.get("compiled", True) else None
     # Items that differ only in their id are decided once, when the policy cannot read ids.
-    reads_ids = id_read(bundle, read_bundle(PROJECT_POLICIES)) if message.get("by_envelope", True) else "switched off"
+    reads_ids = id_read(bundle, read_bundle(PROJECT_POLICIES))
     if reads_ids is not None:
         log.info("the items policy is evaluated for every item: %s", reads_ids)
     answers.write(b"+\n")
