@@ -327,7 +327,8 @@ class Pipeline:
             for r in packed.leftover
         ]
         returned = [r.record.id for r in packed.items]
-        token, write = prepared(self.store, actor, shape, entries, returned, self.settings.cursor_idle_seconds, self.settings.cursor_max_per_actor)
+        token, write = prepared(self.store, actor, shape, entries, returned, self.settings.cursor_idle_seconds,
+                                self.settings.cursor_max_per_actor)
         trace.writes.append(write)
         return token
 

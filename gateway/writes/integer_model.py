@@ -7,8 +7,8 @@ dynamic quantization (per-channel QInt8 weights, operator format): each becomes 
 whose activations are quantized per call, which runs on the CPU's integer dot-product instructions
 (AVX-512 VNNI / AVX2). The attention's 12 activation x activation `MatMul`s stay in float.
 
-The conversion takes about 3 s, runs once per `model_dir` (at first start, or ahead of time with
-`gateway models prepare`) and never downloads anything. The file's name carries the packaged
+The conversion takes about 3 s, runs once per `model_dir` (at the first start that loads the model)
+and never downloads anything. The file's name carries the packaged
 model's SHA-256 and this converter's VERSION, so a new package or converter makes a new file. A file
 is written to a temporary name and renamed into place, so a process never reads half of one.
 The converted vectors differ from the float path's (cosine ~0.995), so the model has its own id
