@@ -42,8 +42,8 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Connection, Engine
 
 from audit.chain import Appended, Walk, anchor_of, audit_trace, row_hashes, walk_chain, walk_links
-from audit.merkle import Range, consistency_proof, leaf_hash
 from audit.keys import KEY_NAME, seal_key
+from audit.merkle import Range, consistency_proof, leaf_hash
 from audit.notes import NoteError, Signer, Verifier, open_note, sign
 
 if TYPE_CHECKING:

@@ -211,7 +211,7 @@ def main() -> None:
                       f"audit write p95 {percentile(SERVER_TIMING['audit'], 95):.1f} ms")
         finally:
             server.stop()
-    print(f"\n=== another tenant's probe p95 under each flood (2 cores, one process; target at most 3x) ===")
+    print("\n=== another tenant's probe p95 under each flood (2 cores, one process; target at most 3x) ===")
     print(f"{'mix':<16} {'clients':>7} {'idle p95':>9} {'flood p95':>10} {'ratio':>7}  flood answers            probe answers")
     for name, clients, idle95, flood95, ratio, statuses, outcomes in rows:
         answered = ", ".join(f"{status}: {count}" for status, count in sorted(statuses.items()))

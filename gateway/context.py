@@ -105,9 +105,8 @@ def build_checkpointer(settings: Settings, store: Engine) -> Checkpointer | None
     """With GATEWAY_AUDIT_SIGNING_KEY: the signer of the audit chains' checkpoints."""
     if settings.audit_signing_key is None or settings.audit_checkpoints is None:
         return None
-    from audit.witness import WitnessClient
-
     from audit.keys import load_verifier
+    from audit.witness import WitnessClient
 
     witness = WitnessClient(settings.audit_witness_url) if settings.audit_witness_url else None
     previous = [load_verifier(Path(p.strip())) for p in (settings.audit_previous_keys or "").split(",") if p.strip()]

@@ -22,7 +22,7 @@ What it accepts, over every module of the bundle (regorus's AST, spans stripped)
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, NoReturn
 
 import regorus
 
@@ -161,7 +161,7 @@ class _Rule:
         self.items: set[str] = set()
         self.keys: dict[str, frozenset[str]] = {}
 
-    def fail(self, node: Any, what: str) -> None:
+    def fail(self, node: Any, what: str) -> NoReturn:
         raise ReadsIds(f"{self.path}:{_line(node)}: {what} (rule {self.name})")
 
     def check(self, rule: Any) -> None:

@@ -24,7 +24,6 @@ from gateway.privacy.detect import PLACEHOLDER, Detector, Masker, Span, clean
 from gateway.privacy.store import Privacy, stored_spans
 from gateway.writes.documents import join_section
 
-
 # Of the strings analysed while a request is answered (the question, headings, slots, sources), at
 # most this much goes to the token classifier (rampart.py): about two of its windows. The rules and
 # spaCy's model still read all of it, and a name masked anywhere is masked everywhere (`known`).

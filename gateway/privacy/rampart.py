@@ -94,7 +94,7 @@ class Reader:
         if not windows:
             return []
         encodings = self._tokenizer.encode_batch([text[a:b] for a, b in windows])
-        jobs = []
+        jobs: list[tuple[tuple[int, int], Any]] = []
         for (start, end), encoding in zip(windows, encodings):
             if len(encoding.ids) > MAX_TOKENS:  # more tokens than positions: read it in halves
                 jobs.extend(zip(_halves(text, start, end), self._tokenizer.encode_batch([text[a:b] for a, b in _halves(text, start, end)])))

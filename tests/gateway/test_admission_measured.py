@@ -12,11 +12,21 @@ import pytest
 from core.errors import RateLimited
 from core.request import parse_retrieve
 from core.work import CHARS_PER_UNIT, CPU_MS_PER_UNIT, Meter, charge, metering
-from gateway.admission import COURTESY_MAX_S, DEBT_SECONDS, Admission, Limits, TenantLimits, Ticket, give_way, holding, retrieve_cost
+from gateway.admission import (
+    COURTESY_MAX_S,
+    DEBT_SECONDS,
+    Admission,
+    Limits,
+    TenantLimits,
+    Ticket,
+    give_way,
+    holding,
+    retrieve_cost,
+)
 from gateway.writes.items import ingest
 from tests.conftest import open_gateway
-from tests.gateway.test_admission import Clock
 from tests.gateway.fixtures import SALES_TASK
+from tests.gateway.test_admission import Clock
 
 
 def test_a_call_that_used_more_than_it_was_admitted_at_is_charged_and_its_actor_waits() -> None:

@@ -94,8 +94,8 @@ def test_verify_holds_the_chain_to_the_signed_root(signed: Signed) -> None:
     have signed. Here the rows are changed in a way the hash chain alone would not show: none; so
     the root is checked by building a checkpoint over other leaves."""
     from audit.checkpoints import Checkpoint
-    from audit.notes import sign
     from audit.keys import load_signer
+    from audit.notes import sign
 
     attested = read_checkpoints(signed.checkpoints, load_verifier(signed.keys["public"]))
     (good,) = attested.by_chain[TENANT]

@@ -11,7 +11,6 @@ import pytest
 from sqlalchemy import event, update
 
 import audit.store as audit_store
-
 from core.errors import ConfigurationError
 from core.instants import utc_now
 from core.store import writer

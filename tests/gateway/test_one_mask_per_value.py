@@ -5,7 +5,6 @@ analyzer on its own missed it."""
 from __future__ import annotations
 
 import re
-
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
