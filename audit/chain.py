@@ -28,8 +28,22 @@ NO_TENANT = "-"
 # Version 1 of the row hash left out the review columns derived from the lineage; rows written with
 # it are still accepted at the start of a chain (before its first version 2 row), and their derived
 # columns are checked against their lineage instead.
-HASHED_V1 = ("trace_id", "created_at", "tenant", "actor", "endpoint", "status_code", "decision", "policy_engine",
-             "policy_revision", "error_code", "lineage", "chain", "seq", "prev_hash")
+HASHED_V1 = (
+    "trace_id",
+    "created_at",
+    "tenant",
+    "actor",
+    "endpoint",
+    "status_code",
+    "decision",
+    "policy_engine",
+    "policy_revision",
+    "error_code",
+    "lineage",
+    "chain",
+    "seq",
+    "prev_hash",
+)
 HASHED = (*HASHED_V1, "task_type", "about")  # every column but the key, the hash itself and its seal
 HASH_VERSION = 2
 
@@ -102,8 +116,11 @@ CHAIN_HEAD = (
 )
 INSERT_ROW = insert(audit_trace).returning(audit_trace.c.pk)
 CHAIN_LOCK_CLASS = 0x61756474  # "audt": the first key of every chain's append lock
-CHAIN_LOCK = select(func.pg_advisory_xact_lock(
-    CHAIN_LOCK_CLASS, func.hashtext(func.concat(func.current_schema(), "/", bindparam("chain", type_=String)))))
+CHAIN_LOCK = select(
+    func.pg_advisory_xact_lock(
+        CHAIN_LOCK_CLASS, func.hashtext(func.concat(func.current_schema(), "/", bindparam("chain", type_=String)))
+    )
+)
 
 
 def append(conn: Connection, values: dict[str, Any], seal_key: bytes | None = None) -> Appended:
@@ -121,8 +138,14 @@ def append(conn: Connection, values: dict[str, Any], seal_key: bytes | None = No
         conn.execute(CHAIN_LOCK, {"chain": chain})
     head = conn.execute(CHAIN_HEAD, {"chain": chain}).first()
     facts = derived(values.get("lineage"))
-    row = {**values, "chain": chain, "seq": (head.seq + 1) if head else 1, "prev_hash": head.row_hash if head else GENESIS,
-           "task_type": facts.task_type, "about": facts.about}
+    row = {
+        **values,
+        "chain": chain,
+        "seq": (head.seq + 1) if head else 1,
+        "prev_hash": head.row_hash if head else GENESIS,
+        "task_type": facts.task_type,
+        "about": facts.about,
+    }
     digest = row_hash(row)
     pk = conn.execute(INSERT_ROW, {**row, "row_hash": digest, "seal": seal(seal_key, digest) if seal_key else None}).scalar_one()
     if facts.packed:
@@ -161,9 +184,16 @@ class Walk:
     roots: dict[int, str] = field(default_factory=dict)  # the Merkle root at the positions asked for (with `tree`)
 
 
-def walk_chain(conn: Connection, chain: str, want: frozenset[int] = frozenset(), seal_key: bytes | None = None,
-               sealed_after: int | None = None, after: tuple[int, str] | None = None, collect: bool = False,
-               tree: Range | None = None) -> Walk:
+def walk_chain(
+    conn: Connection,
+    chain: str,
+    want: frozenset[int] = frozenset(),
+    seal_key: bytes | None = None,
+    sealed_after: int | None = None,
+    after: tuple[int, str] | None = None,
+    collect: bool = False,
+    tree: Range | None = None,
+) -> Walk:
     """Walk a chain in order, streamed (a server-side cursor on PostgreSQL), checking each link,
     hash, derived column and the item index rows of each call. A pruned chain starts at its anchor;
     `after` = (position, hash) walks only the rows past a known position. Rows past `sealed_after`
@@ -180,7 +210,9 @@ def walk_chain(conn: Connection, chain: str, want: frozenset[int] = frozenset(),
         walk.leaves = []
     if tree is not None and tree.size != walk.first - 1:
         tree = None  # not the tree of what comes before this walk: no roots
-    statement = select(audit_trace).where(audit_trace.c.chain == chain, audit_trace.c.seq >= walk.first).order_by(audit_trace.c.seq)
+    statement = (
+        select(audit_trace).where(audit_trace.c.chain == chain, audit_trace.c.seq >= walk.first).order_by(audit_trace.c.seq)
+    )
     result = conn.execution_options(stream_results=True, yield_per=WALK_BATCH).execute(statement)
     legacy, seen_seal = after is None, False  # hash version 1 is accepted until the chain's first version 2 row
     try:
@@ -219,12 +251,19 @@ def walk_links(conn: Connection, chain: str, after: tuple[int, str], seal_key: b
     needs is that the gateway made each hash (its seal) and that they link. Stops at the first row
     that is out of place, does not link, or is not sealed."""
     walk = Walk(chain, first=after[0] + 1, start_hash=after[1], head=after[0], head_hash=after[1], leaves=[] if collect else None)
-    statement = (select(audit_trace.c.seq, audit_trace.c.trace_id, audit_trace.c.prev_hash, audit_trace.c.row_hash, audit_trace.c.seal)
-                 .where(audit_trace.c.chain == chain, audit_trace.c.seq > after[0]).order_by(audit_trace.c.seq))
+    statement = (
+        select(audit_trace.c.seq, audit_trace.c.trace_id, audit_trace.c.prev_hash, audit_trace.c.row_hash, audit_trace.c.seal)
+        .where(audit_trace.c.chain == chain, audit_trace.c.seq > after[0])
+        .order_by(audit_trace.c.seq)
+    )
     for row in conn.execute(statement):
         expected = walk.head + 1
         if row.seq != expected or row.prev_hash != walk.head_hash:
-            reason = "does not link to the row before it" if row.seq == expected else f"expected position {expected}: a row is missing or out of order"
+            reason = (
+                "does not link to the row before it"
+                if row.seq == expected
+                else f"expected position {expected}: a row is missing or out of order"
+            )
             walk.broken = Break(chain, row.seq, row.trace_id, reason)
             return walk
         if not sealed(seal_key, row.row_hash, row.seal):
@@ -240,8 +279,11 @@ def walk_links(conn: Connection, chain: str, after: tuple[int, str], seal_key: b
 
 def row_hashes(conn: Connection, chain: str, first: int, last: int) -> list[str]:
     """The row hashes of positions first..last of a chain, in order (one narrow query)."""
-    statement = (select(audit_trace.c.row_hash).where(audit_trace.c.chain == chain, audit_trace.c.seq >= first,
-                                                      audit_trace.c.seq <= last).order_by(audit_trace.c.seq))
+    statement = (
+        select(audit_trace.c.row_hash)
+        .where(audit_trace.c.chain == chain, audit_trace.c.seq >= first, audit_trace.c.seq <= last)
+        .order_by(audit_trace.c.seq)
+    )
     return [h for (h,) in conn.execute(statement)]
 
 
@@ -269,7 +311,9 @@ def _check(m: dict[str, Any], walk: Walk, legacy: bool, indexed: set[str]) -> tu
     still accepted after it."""
     expected = walk.head + 1
     if m["seq"] != expected:
-        return f"expected position {expected}: " + ("a row is missing before this one" if m["seq"] > expected else "rows are out of order"), legacy
+        return f"expected position {expected}: " + (
+            "a row is missing before this one" if m["seq"] > expected else "rows are out of order"
+        ), legacy
     if m["prev_hash"] != walk.head_hash:
         return "does not link to the row before it", legacy
     version_1 = False
@@ -286,7 +330,9 @@ def _check(m: dict[str, Any], walk: Walk, legacy: bool, indexed: set[str]) -> tu
         return "task_type or about does not match the row's lineage (edited)", legacy
     if indexed != set(facts.packed):
         extra, missing = sorted(indexed - set(facts.packed)), sorted(set(facts.packed) - indexed)
-        what = f"lists {extra[0]!r}, which this call never returned" if extra else f"lacks {missing[0]!r}, which this call returned"
+        what = (
+            f"lists {extra[0]!r}, which this call never returned" if extra else f"lacks {missing[0]!r}, which this call returned"
+        )
         return f"the item index {what} (index edited)", legacy
     return None, legacy
 
@@ -294,7 +340,8 @@ def _check(m: dict[str, Any], walk: Walk, legacy: bool, indexed: set[str]) -> tu
 def moved_out_of_chains(conn: Connection, tenant: str | None) -> Break | None:
     """A row that was chained (it has a hash) but no longer names its chain: its `chain` was emptied."""
     statement = select(audit_trace.c.tenant, audit_trace.c.seq, audit_trace.c.trace_id).where(
-        audit_trace.c.chain.is_(None), audit_trace.c.row_hash.is_not(None))
+        audit_trace.c.chain.is_(None), audit_trace.c.row_hash.is_not(None)
+    )
     if tenant is not None:
         statement = statement.where(audit_trace.c.tenant == tenant)
     row = conn.execute(statement.limit(1)).first()
@@ -309,8 +356,11 @@ def chains_in(conn: Connection) -> list[str]:
 
 def unchained_rows(conn: Connection) -> int:
     """Rows from before chaining (no chain, no hash)."""
-    return int(conn.execute(select(func.count()).select_from(audit_trace).where(
-        audit_trace.c.chain.is_(None), audit_trace.c.row_hash.is_(None))).scalar_one())
+    return int(
+        conn.execute(
+            select(func.count()).select_from(audit_trace).where(audit_trace.c.chain.is_(None), audit_trace.c.row_hash.is_(None))
+        ).scalar_one()
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,8 +373,12 @@ class Pruned:
     prev_hash: str
 
 
-def prune(engine: Engine, before: datetime, chains: list[str] | None = None,
-          before_cut: Callable[[Connection, str, int], None] | None = None) -> dict[str, Pruned]:
+def prune(
+    engine: Engine,
+    before: datetime,
+    chains: list[str] | None = None,
+    before_cut: Callable[[Connection, str, int], None] | None = None,
+) -> dict[str, Pruned]:
     """Remove rows recorded before `before`, chain by chain (every chain, or those named), keeping
     each chain verifiable: the oldest kept row becomes the chain's anchor (its position and the hash
     it links to). A chain is only cut below a row that stays, so its newest row is never removed.
@@ -348,15 +402,24 @@ def prune(engine: Engine, before: datetime, chains: list[str] | None = None,
                 ).first()
             if keep is None:
                 continue
-            if before_cut is not None and conn.execute(select(func.count()).select_from(audit_trace).where(
-                    audit_trace.c.chain == chain, audit_trace.c.seq < keep.seq)).scalar_one():
+            if (
+                before_cut is not None
+                and conn.execute(
+                    select(func.count())
+                    .select_from(audit_trace)
+                    .where(audit_trace.c.chain == chain, audit_trace.c.seq < keep.seq)
+                ).scalar_one()
+            ):
                 before_cut(conn, chain, keep.seq)
             doomed = select(audit_trace.c.pk).where(audit_trace.c.chain == chain, audit_trace.c.seq < keep.seq)
             conn.execute(delete(audit_item).where(audit_item.c.trace_pk.in_(doomed)))
             count = conn.execute(delete(audit_trace).where(audit_trace.c.chain == chain, audit_trace.c.seq < keep.seq)).rowcount
             if count:
                 conn.execute(delete(audit_anchor).where(audit_anchor.c.chain == chain))
-                conn.execute(insert(audit_anchor).values(chain=chain, seq=keep.seq, prev_hash=keep.prev_hash,
-                                                         pruned_at=datetime.now(timezone.utc)))
+                conn.execute(
+                    insert(audit_anchor).values(
+                        chain=chain, seq=keep.seq, prev_hash=keep.prev_hash, pruned_at=datetime.now(timezone.utc)
+                    )
+                )
                 removed[chain] = Pruned(int(count), keep.seq, keep.prev_hash)
     return removed

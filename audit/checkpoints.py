@@ -67,8 +67,13 @@ class Checkpoint:
     range: tuple[str, ...] = ()  # a prune's: hex nodes of the compact range of what it removed (size leaves)
 
     def text(self) -> str:
-        lines = [ORIGIN_PREFIX + quote(self.chain, safe=""), str(self.size),
-                 base64.b64encode(bytes.fromhex(self.head)).decode(), f"time {self.time}", f"oldest {self.oldest}"]
+        lines = [
+            ORIGIN_PREFIX + quote(self.chain, safe=""),
+            str(self.size),
+            base64.b64encode(bytes.fromhex(self.head)).decode(),
+            f"time {self.time}",
+            f"oldest {self.oldest}",
+        ]
         if self.refused is not None:
             lines.append(f"refused {self.refused[0]} {self.refused[1]}")
         if self.tree:
@@ -99,9 +104,18 @@ class Checkpoint:
             cut = tuple(base64.b64decode(h, validate=True).hex() for h in extensions.get("range", "").split())
         except (binascii.Error, ValueError) as exc:
             raise NoteError("a tree or range hash is not base64") from exc
-        return cls(chain=unquote(lines[0][len(ORIGIN_PREFIX):]), size=int(lines[1]), head=head, time=extensions.get("time", ""),
-                   oldest=int(oldest) if oldest.isdigit() else 1, refused=refused, line=line, adopted="adopted" in extensions,
-                   tree=tree, range=cut)
+        return cls(
+            chain=unquote(lines[0][len(ORIGIN_PREFIX) :]),
+            size=int(lines[1]),
+            head=head,
+            time=extensions.get("time", ""),
+            oldest=int(oldest) if oldest.isdigit() else 1,
+            refused=refused,
+            line=line,
+            adopted="adopted" in extensions,
+            tree=tree,
+            range=cut,
+        )
 
     def cut(self) -> Range | None:
         """The Merkle range of what a prune removed (positions 1..size), when this note carries it."""
@@ -254,9 +268,17 @@ class Checkpointer:
     whichever comes first, once at start (to catch up) and once at shutdown. Knows what it signed
     before from its own file, so a restart continues from there."""
 
-    def __init__(self, engine: Engine, signer: Signer, log_file: CheckpointLog, rows: int = 100, seconds: int = 60,
-                 clock: Callable[[], float] = time.monotonic, witness: WitnessClient | None = None,
-                 previous: Sequence[Verifier] = ()) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        signer: Signer,
+        log_file: CheckpointLog,
+        rows: int = 100,
+        seconds: int = 60,
+        clock: Callable[[], float] = time.monotonic,
+        witness: WitnessClient | None = None,
+        previous: Sequence[Verifier] = (),
+    ) -> None:
         self.engine, self.signer, self.log = engine, signer, log_file
         # The signing key, then the keys it replaced: checkpoints they signed are this signer's history.
         self.verifiers: list[Verifier] = [signer.verifier, *previous]
@@ -311,11 +333,13 @@ class Checkpointer:
             return self._fresh >= self.rows or (self._fresh > 0 and self.clock() - self._last >= self.seconds)
 
     def readiness(self) -> str:
-        """"ok", or why this signer cannot vouch for the trail: it started without its checkpoints
+        """ "ok", or why this signer cannot vouch for the trail: it started without its checkpoints
         while the store held chains, so it refuses to sign them (`/readyz`)."""
         if self.started_without_checkpoints and self.refusing:
-            return (f"refusing to sign {len(self.refusing)} audit chain(s) found without a checkpoint: restore the "
-                    "checkpoint file (GATEWAY_AUDIT_CHECKPOINTS), or adopt them as found with `gateway audit checkpoint --adopt`")
+            return (
+                f"refusing to sign {len(self.refusing)} audit chain(s) found without a checkpoint: restore the "
+                "checkpoint file (GATEWAY_AUDIT_CHECKPOINTS), or adopt them as found with `gateway audit checkpoint --adopt`"
+            )
         if self.witness_refused:  # /readyz answers anyone: no tenant is named there (the log names them)
             return f"the audit witness refused the checkpoints of {len(self.witness_refused)} chain(s) as a fork"
         return "ok"
@@ -332,14 +356,27 @@ class Checkpointer:
                 return []
             with self.engine.connect() as conn:
                 if every_chain:
-                    heads = {str(chain): int(head) for chain, head in conn.execute(
-                        select(audit_trace.c.chain, func.max(audit_trace.c.seq)).where(audit_trace.c.chain.is_not(None))
-                        .group_by(audit_trace.c.chain))}
+                    heads = {
+                        str(chain): int(head)
+                        for chain, head in conn.execute(
+                            select(audit_trace.c.chain, func.max(audit_trace.c.seq))
+                            .where(audit_trace.c.chain.is_not(None))
+                            .group_by(audit_trace.c.chain)
+                        )
+                    }
                 else:  # the heads of the chains that grew only: one index seek each, not a scan of each chain
-                    heads = {chain: int(conn.execute(select(func.max(audit_trace.c.seq)).where(audit_trace.c.chain == chain))
-                                        .scalar_one() or 0) for chain in sorted(grown)}
-                chains = sorted(c for c, head in heads.items()
-                                if (every_chain or c in grown) and head > self._size(c) and c not in self._stuck)
+                    heads = {
+                        chain: int(
+                            conn.execute(select(func.max(audit_trace.c.seq)).where(audit_trace.c.chain == chain)).scalar_one()
+                            or 0
+                        )
+                        for chain in sorted(grown)
+                    }
+                chains = sorted(
+                    c
+                    for c, head in heads.items()
+                    if (every_chain or c in grown) and head > self._size(c) and c not in self._stuck
+                )
                 if every_chain and not self._signed and any(c not in self._born for c in chains):
                     self.started_without_checkpoints = True
                 made = [c for c in (self._segment(conn, chain, adopt) for chain in chains) if c is not None]
@@ -368,7 +405,9 @@ class Checkpointer:
                         proof = self._consistency(conn, c.chain, old, c.size)
                 except ValueError as exc:  # the witness holds more than this chain has: it was cut back
                     answer = None
-                    self.witness_refused[c.chain] = f"the witness cosigned {old} rows; this chain's checkpoint has {c.size} ({exc})"
+                    self.witness_refused[c.chain] = (
+                        f"the witness cosigned {old} rows; this chain's checkpoint has {c.size} ({exc})"
+                    )
                     log.error("audit chain %s: %s", c.chain, self.witness_refused[c.chain])
                     break
                 answer = self.witness.add(old, proof, note)
@@ -386,9 +425,13 @@ class Checkpointer:
                 self.witness_refused.pop(c.chain, None)
             elif answer.status == 422:
                 self.witness_refused[c.chain] = answer.text.strip()
-                log.error("audit chain %s: the witness refused the checkpoint of %s rows: %s", c.chain, c.size, answer.text.strip())
+                log.error(
+                    "audit chain %s: the witness refused the checkpoint of %s rows: %s", c.chain, c.size, answer.text.strip()
+                )
             else:
-                log.warning("audit chain %s: the witness did not cosign (%s): %s", c.chain, answer.status, answer.text.strip()[:200])
+                log.warning(
+                    "audit chain %s: the witness did not cosign (%s): %s", c.chain, answer.status, answer.text.strip()[:200]
+                )
 
     def _consistency(self, conn: Connection, chain: str, old: int, size: int) -> list[bytes]:
         oldest = anchor_of(conn, chain)
@@ -446,8 +489,11 @@ class Checkpointer:
             walk = walk_chain(conn, chain, seal_key=self.seal_key, collect=True)
         else:
             if chain not in self.refusing:
-                log.error("audit chain %s: found without a checkpoint of it; not signing rows this signer did not see "
-                          "written (restore the checkpoint file, or adopt it with `gateway audit checkpoint --adopt`)", chain)
+                log.error(
+                    "audit chain %s: found without a checkpoint of it; not signing rows this signer did not see "
+                    "written (restore the checkpoint file, or adopt it with `gateway audit checkpoint --adopt`)",
+                    chain,
+                )
             self.refusing[chain] = "found without a checkpoint of it"
             return None
         problem = walk.unsealed or walk.broken  # an unsealed row, when there is one, comes first
@@ -464,8 +510,16 @@ class Checkpointer:
             return None
         self.refusing.pop(chain, None)
         tree = self._grown_tree(conn, chain, signed, walk, size)
-        return Checkpoint(chain, size, head, now_rfc3339(), oldest, refused, adopted=signed is None and chain not in self._born,
-                          tree=tree.root().hex() if tree is not None else "")
+        return Checkpoint(
+            chain,
+            size,
+            head,
+            now_rfc3339(),
+            oldest,
+            refused,
+            adopted=signed is None and chain not in self._born,
+            tree=tree.root().hex() if tree is not None else "",
+        )
 
     trees = True  # False: checkpoints without a Merkle root, as before trees (bench/audit_integrity_bench.py's baseline)
 
@@ -522,9 +576,17 @@ class Checkpointer:
         made = []
         for chain, (oldest, prev_hash) in sorted(prunes.items()):
             cut = self._pending_cuts.pop(chain, None)
-            made.append(Checkpoint(chain, oldest - 1, prev_hash, now_rfc3339(), oldest,
-                                   tree=cut.root().hex() if cut is not None else "",
-                                   range=tuple(h.hex() for h in cut.hashes()) if cut is not None else ()))
+            made.append(
+                Checkpoint(
+                    chain,
+                    oldest - 1,
+                    prev_hash,
+                    now_rfc3339(),
+                    oldest,
+                    tree=cut.root().hex() if cut is not None else "",
+                    range=tuple(h.hex() for h in cut.hashes()) if cut is not None else (),
+                )
+            )
         with self._turn:
             self.log.append(sign(c.text(), self.signer) for c in made)
             for c in made:

@@ -20,9 +20,14 @@ from audit.checkpoints import Attested, Checkpoint, cut_of
 from audit.merkle import Range
 
 
-def verify(engine: Engine, tenant: str | None = None, attested: Attested | None = None,
-           seal_key: bytes | None = None, known: Attested | None = None,
-           signer_since: datetime | None = None) -> dict[str, Any]:
+def verify(
+    engine: Engine,
+    tenant: str | None = None,
+    attested: Attested | None = None,
+    seal_key: bytes | None = None,
+    known: Attested | None = None,
+    signer_since: datetime | None = None,
+) -> dict[str, Any]:
     """Check one tenant's chain, or every chain; `ok` is false at the first problem of any, and
     `first_broken` names it. `attested`: the checkpoints to hold the chains against. `seal_key`
     (the service has it, an offline auditor does not): rows past the last checkpoint must carry
@@ -43,9 +48,14 @@ def verify(engine: Engine, tenant: str | None = None, attested: Attested | None 
             checkpoints = signed.get(name, [])
             # With the seal key every row past the last checkpoint must carry the seal, from the
             # chain's first row on when it has none: no row is exempt for coming first.
-            walk = walk_chain(conn, name, want=frozenset(c.size for c in checkpoints), seal_key=seal_key,
-                              sealed_after=max((c.size for c in checkpoints), default=0),
-                              tree=_tree_before(conn, name, checkpoints) if any(c.tree for c in checkpoints) else None)
+            walk = walk_chain(
+                conn,
+                name,
+                want=frozenset(c.size for c in checkpoints),
+                seal_key=seal_key,
+                sealed_after=max((c.size for c in checkpoints), default=0),
+                tree=_tree_before(conn, name, checkpoints) if any(c.tree for c in checkpoints) else None,
+            )
             found, entry = _judge(walk, checkpoints, attested is not None)
             if attested is not None and not checkpoints and walk.rows and walk.broken is None:
                 found += _never_checkpointed(conn, walk, attested, name, signer_since)
@@ -69,8 +79,9 @@ def verify(engine: Engine, tenant: str | None = None, attested: Attested | None 
 GRACE = timedelta(minutes=10)  # a chain may wait this long past the file's newest checkpoint for its first
 
 
-def _never_checkpointed(conn: Connection, walk: Walk, attested: Attested, chain: str,
-                        signer_since: datetime | None) -> list[Break]:
+def _never_checkpointed(
+    conn: Connection, walk: Walk, attested: Attested, chain: str, signer_since: datetime | None
+) -> list[Break]:
     """A chain with rows and no checkpoint in the file: fine while it is new (its rows came after
     the file's newest checkpoint), not when its rows are dated before the file's newest checkpoint
     (the signer would have signed them, or refused them, by then: rows it never saw written, or a
@@ -78,14 +89,28 @@ def _never_checkpointed(conn: Connection, walk: Walk, attested: Attested, chain:
     (`signer_since`: when its signer started) holds an empty file to that instant instead: a chain
     dated before it was found, not seen written."""
     if not attested.newest and signer_since is None:
-        return [Break(chain, walk.first, None, f"the checkpoint file attests nothing, but the chain holds {walk.rows} rows "
-                      "(a file emptied or replaced, or rows the signer never saw written)")]
+        return [
+            Break(
+                chain,
+                walk.first,
+                None,
+                f"the checkpoint file attests nothing, but the chain holds {walk.rows} rows "
+                "(a file emptied or replaced, or rows the signer never saw written)",
+            )
+        ]
     oldest = conn.execute(select(func.min(audit_trace.c.created_at)).where(audit_trace.c.chain == chain)).scalar_one()
     signed_at = _instant(attested.newest) if attested.newest else signer_since
     what = f"the file's newest checkpoint ({attested.newest})" if attested.newest else "this signer started (with no checkpoints)"
     if oldest is not None and signed_at is not None and _aware(oldest) < signed_at - GRACE:
-        return [Break(chain, walk.first, None, f"no checkpoint covers this chain, though its rows date from before {what}: "
-                      "rows the signer never saw written, or a checkpoint file cut short or lost")]
+        return [
+            Break(
+                chain,
+                walk.first,
+                None,
+                f"no checkpoint covers this chain, though its rows date from before {what}: "
+                "rows the signer never saw written, or a checkpoint file cut short or lost",
+            )
+        ]
     return []
 
 
@@ -110,8 +135,15 @@ def hold_to_known(attested: Attested, known: Attested) -> list[Break]:
         present = {(c.size, c.head) for c in attested.by_chain.get(chain, [])}
         for c in sorted(checkpoints, key=lambda c: c.size):
             if (c.size, c.head) not in present:
-                problems.append(Break(chain, None, None, f"the checkpoint file lacks a checkpoint you hold (size {c.size}, "
-                                      f"signed {c.time}): the file was emptied, truncated or replaced"))
+                problems.append(
+                    Break(
+                        chain,
+                        None,
+                        None,
+                        f"the checkpoint file lacks a checkpoint you hold (size {c.size}, "
+                        f"signed {c.time}): the file was emptied, truncated or replaced",
+                    )
+                )
         attested.by_chain.setdefault(chain, []).extend(c for c in checkpoints if (c.size, c.head) not in present)
     return problems
 
@@ -136,8 +168,15 @@ def _judge(walk: Walk, checkpoints: list[Checkpoint], with_checkpoints: bool) ->
         problems += [p for c in sorted(checkpoints, key=lambda c: c.size) if (p := _against(walk, c)) is not None]
         oldest = max((c.oldest for c in checkpoints), default=1)
         if checkpoints and walk.rows and walk.first > oldest:
-            problems.append(Break(chain, walk.first, None, f"rows {oldest} to {walk.first - 1} are gone: the chain starts at "
-                                  f"{walk.first}, but no signed prune removed them"))
+            problems.append(
+                Break(
+                    chain,
+                    walk.first,
+                    None,
+                    f"rows {oldest} to {walk.first - 1} are gone: the chain starts at "
+                    f"{walk.first}, but no signed prune removed them",
+                )
+            )
         covered = min(max((c.size for c in checkpoints), default=0), walk.head)
         entry["checkpointed"] = max(0, covered - walk.first + 1)
         entry["not_yet_checkpointed"] = max(0, walk.head - max(covered, walk.first - 1)) if walk.broken is None else 0
@@ -159,8 +198,12 @@ def _against(walk: Walk, checkpoint: Checkpoint) -> Break | None:
     if walk.broken is not None and (walk.broken.seq is None or size >= walk.broken.seq):
         return None  # already reported: the walk broke at or before this position
     if size > walk.head:
-        return Break(chain, walk.head + 1, None, f"the chain ends at {walk.head}, shorter than {at}, which says {size} "
-                     f"rows: {size - walk.head} deleted at the end")
+        return Break(
+            chain,
+            walk.head + 1,
+            None,
+            f"the chain ends at {walk.head}, shorter than {at}, which says {size} rows: {size - walk.head} deleted at the end",
+        )
     if size < walk.first:
         if size == walk.first - 1 and checkpoint.head != walk.start_hash:
             return Break(chain, walk.first, None, f"the chain's oldest row does not link to {at}")

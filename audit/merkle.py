@@ -107,7 +107,9 @@ def subtree(start: int, end: int, leaves: Callable[[int, int], Sequence[bytes]],
     return root(leaves(start, end))
 
 
-def inclusion_proof(index: int, size: int, leaves: Callable[[int, int], Sequence[bytes]], cut: Range | None = None) -> list[bytes]:
+def inclusion_proof(
+    index: int, size: int, leaves: Callable[[int, int], Sequence[bytes]], cut: Range | None = None
+) -> list[bytes]:
     """RFC 9162 §2.1.3.1: the audit path of leaf `index` in the tree of the first `size` leaves."""
     if not 0 <= index < size:
         raise ValueError(f"leaf {index} is not in a tree of {size} leaves")
@@ -146,7 +148,9 @@ def verify_inclusion(index: int, size: int, leaf: bytes, proof: Sequence[bytes],
     return sn == 0 and value == expected_root
 
 
-def consistency_proof(old: int, size: int, leaves: Callable[[int, int], Sequence[bytes]], cut: Range | None = None) -> list[bytes]:
+def consistency_proof(
+    old: int, size: int, leaves: Callable[[int, int], Sequence[bytes]], cut: Range | None = None
+) -> list[bytes]:
     """RFC 9162 §2.1.4.1: the proof that the tree of the first `old` leaves is a prefix of the tree
     of the first `size` (empty when old is 0 or old == size)."""
     if not 0 <= old <= size:

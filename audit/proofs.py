@@ -26,7 +26,9 @@ from core.errors import Conflict
 FORMAT = "gateway.audit.proof/1"
 
 
-def proof_of(engine: Engine, tenant: str | None, trace_id: str, attested: Attested, log_file: CheckpointLog) -> dict[str, Any] | None:
+def proof_of(
+    engine: Engine, tenant: str | None, trace_id: str, attested: Attested, log_file: CheckpointLog
+) -> dict[str, Any] | None:
     """The proof of one trace of `tenant`'s chain, under the newest checkpoint with a Merkle root
     that covers it; None when the trace is not this tenant's. Conflict when no such checkpoint
     covers it yet (or the tree cannot be built: a chain pruned before trees)."""
@@ -58,10 +60,17 @@ def proof_of(engine: Engine, tenant: str | None, trace_id: str, attested: Attest
         path = inclusion_proof(seq - 1, checkpoint.size, leaves, cut)
     notes = dict(log_file.notes())
     version = 2 if row_hash(m) == m["row_hash"] else 1
-    content = {name: (utc_instant(m[name]) if name == "created_at" else m[name]) for name in (HASHED if version == 2 else HASHED_V1)}
-    return {"format": FORMAT, "trace": {**content, "row_hash": m["row_hash"], "hash_version": version},
-            "leaf_index": seq - 1, "tree_size": checkpoint.size,
-            "inclusion_proof": [base64.b64encode(h).decode() for h in path], "checkpoint": notes[checkpoint.line]}
+    content = {
+        name: (utc_instant(m[name]) if name == "created_at" else m[name]) for name in (HASHED if version == 2 else HASHED_V1)
+    }
+    return {
+        "format": FORMAT,
+        "trace": {**content, "row_hash": m["row_hash"], "hash_version": version},
+        "leaf_index": seq - 1,
+        "tree_size": checkpoint.size,
+        "inclusion_proof": [base64.b64encode(h).decode() for h in path],
+        "checkpoint": notes[checkpoint.line],
+    }
 
 
 def verify_proof(document: Any, verifier: Verifier | Sequence[Verifier]) -> tuple[bool, str]:
@@ -89,5 +98,7 @@ def verify_proof(document: Any, verifier: Verifier | Sequence[Verifier]) -> tupl
         return False, "the proof's position or tree size is not the checkpoint's"
     if not verify_inclusion(index, size, leaf_hash(digest), path, bytes.fromhex(checkpoint.tree)):
         return False, "the inclusion proof does not lead to the checkpoint's Merkle root"
-    return True, (f"OK: trace {trace.get('trace_id')} is row {index + 1} of chain {checkpoint.chain}, under the checkpoint "
-                  f"of {size} rows signed {checkpoint.time}")
+    return True, (
+        f"OK: trace {trace.get('trace_id')} is row {index + 1} of chain {checkpoint.chain}, under the checkpoint "
+        f"of {size} rows signed {checkpoint.time}"
+    )

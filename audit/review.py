@@ -24,8 +24,22 @@ from audit.lineage import read_lineage
 
 MAX_PAGE = 200
 EXPORT_CHUNK_BYTES = 64 * 1024  # one response chunk per ~64 KiB, not per row
-EXPORT_COLUMNS = ("trace_id", "created_at", "tenant", "actor", "endpoint", "status_code", "decision", "task_type",
-                  "policy_engine", "policy_revision", "error_code", "seq", "row_hash", "lineage")
+EXPORT_COLUMNS = (
+    "trace_id",
+    "created_at",
+    "tenant",
+    "actor",
+    "endpoint",
+    "status_code",
+    "decision",
+    "task_type",
+    "policy_engine",
+    "policy_revision",
+    "error_code",
+    "seq",
+    "row_hash",
+    "lineage",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +93,9 @@ def summary(m: Any) -> dict[str, Any]:
     }
 
 
-def list_traces(engine: Engine, tenant: str, filters: Filters, after: int | None, limit: int) -> tuple[list[dict[str, Any]], int | None]:
+def list_traces(
+    engine: Engine, tenant: str, filters: Filters, after: int | None, limit: int
+) -> tuple[list[dict[str, Any]], int | None]:
     """Newest first; `after` is the chain position (seq) of the last row of the previous page. Paged
     by seq, the (chain, seq) index serves the order: no page sorts the whole chain."""
     conditions = _where(tenant, filters)
@@ -104,7 +120,9 @@ def get_trace(engine: Engine, tenant: str, trace_id: str) -> dict[str, Any] | No
     if _unheld(trace_id):
         return None
     with engine.connect() as conn:
-        row = conn.execute(select(audit_trace).where(audit_trace.c.trace_id == trace_id, audit_trace.c.chain == chain_of(tenant))).first()
+        row = conn.execute(
+            select(audit_trace).where(audit_trace.c.trace_id == trace_id, audit_trace.c.chain == chain_of(tenant))
+        ).first()
         if row is None:
             return None
         notes = conn.execute(
@@ -113,13 +131,22 @@ def get_trace(engine: Engine, tenant: str, trace_id: str) -> dict[str, Any] | No
             .order_by(audit_trace.c.pk)
         ).all()
     m = row._mapping
-    body = {**summary(m), "tenant": m["tenant"], "policy_engine": m["policy_engine"], "lineage": m["lineage"],
-            "prev_hash": m["prev_hash"], "row_hash": m["row_hash"]}
+    body = {
+        **summary(m),
+        "tenant": m["tenant"],
+        "policy_engine": m["policy_engine"],
+        "lineage": m["lineage"],
+        "prev_hash": m["prev_hash"],
+        "row_hash": m["row_hash"],
+    }
     notes_read = [(n._mapping, read_lineage(n._mapping["lineage"])) for n in notes]
     body["used"] = sorted({i for m, lineage in notes_read if m["endpoint"] == "usage" for i in lineage.used or ()})
     body["feedback"] = [
-        {"trace_id": m["trace_id"], "created_at": _instant(m["created_at"]),
-         **(lineage.feedback.model_dump(mode="json") if lineage.feedback else {})}
+        {
+            "trace_id": m["trace_id"],
+            "created_at": _instant(m["created_at"]),
+            **(lineage.feedback.model_dump(mode="json") if lineage.feedback else {}),
+        }
         for m, lineage in notes_read
         if m["endpoint"] == "feedback"
     ]

@@ -50,11 +50,19 @@ def lineage_stages(trace: dict[str, Any]) -> tuple[Stage, ...]:
     no_synthesis = "no synthesis on this call" if synthesis is None else "none"
     return (
         Stage("retrieved", "Retrieved", tuple(Group(s, _entries(ids)) for s, ids in sorted((lineage.retrieved or {}).items()))),
-        Stage("dropped", "Dropped", tuple(g for g in (
-            Group("by policy", by_policy),
-            Group("as historical", _entries(lineage.dropped_as_historical)),
-            Group("for budget", _entries(lineage.dropped_for_budget)),
-        ) if g.entries)),
+        Stage(
+            "dropped",
+            "Dropped",
+            tuple(
+                g
+                for g in (
+                    Group("by policy", by_policy),
+                    Group("as historical", _entries(lineage.dropped_as_historical)),
+                    Group("for budget", _entries(lineage.dropped_for_budget)),
+                )
+                if g.entries
+            ),
+        ),
         Stage("packed", "Returned to the agent", (Group(None, _entries(lineage.packed)),)),
         Stage("sent", "Sent to the model", (Group(None, _entries(synthesis.sent if synthesis else None)),), no_synthesis),
         Stage("cited", "Cited by the model", (Group(None, _entries(synthesis.cited if synthesis else None)),), no_synthesis),

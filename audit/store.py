@@ -110,8 +110,9 @@ class AuditStore:
         if self.checkpointer is None:
             return verify(self.engine, tenant)
         checkpointer = self.checkpointer
-        attested = read_checkpoints(checkpointer.log.path, checkpointer.verifiers,
-                                    chain_of(tenant) if tenant is not None else None)
+        attested = read_checkpoints(
+            checkpointer.log.path, checkpointer.verifiers, chain_of(tenant) if tenant is not None else None
+        )
         report = verify(self.engine, tenant, attested, checkpointer.seal_key, signer_since=checkpointer.started_at)
         report["checkpoints"].pop("file", None)  # where the service keeps it is not a reviewer's business
         return report

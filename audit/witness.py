@@ -88,8 +88,12 @@ class Witness:
             if known is not None and not known.tree:
                 return Answer(422, "the cosigned checkpoint carries no Merkle root\n")
             if not verify_consistency(size, checkpoint.size, old_root, bytes.fromhex(checkpoint.tree), proof):
-                log.error("witness: %s: a checkpoint of %s rows does not extend the cosigned one of %s: refused (a fork)",
-                          origin, checkpoint.size, size)
+                log.error(
+                    "witness: %s: a checkpoint of %s rows does not extend the cosigned one of %s: refused (a fork)",
+                    origin,
+                    checkpoint.size,
+                    size,
+                )
                 return Answer(422, f"the checkpoint of {checkpoint.size} rows does not extend the cosigned one of {size} rows\n")
             signature = cosignature(note, self.signer)
             cosigned = note + signature
@@ -126,8 +130,12 @@ class WitnessClient:
 
         body = f"old {old}\n" + "".join(base64.b64encode(h).decode() + "\n" for h in proof) + "\n" + note
         try:
-            response = httpx.post(f"{self.url}/add-checkpoint", content=body.encode(), timeout=self.timeout_s,
-                                  headers={"Content-Type": "text/plain"})
+            response = httpx.post(
+                f"{self.url}/add-checkpoint",
+                content=body.encode(),
+                timeout=self.timeout_s,
+                headers={"Content-Type": "text/plain"},
+            )
         except httpx.HTTPError as exc:
             return Answer(0, f"unreachable: {type(exc).__name__}")
         return Answer(response.status_code, response.text)

@@ -48,7 +48,13 @@ from gateway.writes.items import ingest
 
 AGENT_KEY: dict[str, Any] = dict(AGENT)  # the retrieve benchmark's agent, user:alice in acme
 TENANT = str(AGENT["tenant"])
-AUDITOR: dict[str, Any] = {"tenant": TENANT, "principal": "user:auditor", "roles": ["auditor"], "groups": [], "clearance": "internal"}
+AUDITOR: dict[str, Any] = {
+    "tenant": TENANT,
+    "principal": "user:auditor",
+    "roles": ["auditor"],
+    "groups": [],
+    "clearance": "internal",
+}
 # The service would otherwise embed the freshly loaded items in the background, competing for the
 # CPUs and, on SQLite, for the write lock the audit append takes.
 SERVER_ENV = {"GATEWAY_BACKGROUND_EMBEDDING": "false"}
@@ -225,12 +231,21 @@ async def measure_overhead(url: str, key: str, requests: int, chain_label: str, 
         await run_phase(client, "warm-up", "POST", "/v1/retrieve", fast_bodies(WARMUP_REQUESTS, QUERY_SEED + 99), 1)
         phases = [
             await run_phase(client, "healthz, 1 client", "GET", "/healthz", [None] * FLOOR_REQUESTS, 1),
-            await run_phase(client, f"retrieve, 1 client, {chain_label}", "POST", "/v1/retrieve",
-                            fast_bodies(requests, QUERY_SEED), 1),
+            await run_phase(
+                client, f"retrieve, 1 client, {chain_label}", "POST", "/v1/retrieve", fast_bodies(requests, QUERY_SEED), 1
+            ),
         ]
         if under_load:
-            phases.append(await run_phase(client, f"retrieve, {CONCURRENCY} clients, {chain_label}", "POST", "/v1/retrieve",
-                                          fast_bodies(requests, QUERY_SEED + 1), CONCURRENCY))
+            phases.append(
+                await run_phase(
+                    client,
+                    f"retrieve, {CONCURRENCY} clients, {chain_label}",
+                    "POST",
+                    "/v1/retrieve",
+                    fast_bodies(requests, QUERY_SEED + 1),
+                    CONCURRENCY,
+                )
+            )
     return phases
 
 
@@ -263,9 +278,17 @@ def retrieve_lineages(engine: Engine) -> list[Template]:
 def trace_values(template: Template) -> dict[str, Any]:
     """A new trace with the template's lineage, as the row AuditStore.write_sync would append."""
     trace = Trace(
-        trace_id=new_trace_id(), created_at=datetime.now(timezone.utc), endpoint="retrieve", status_code=200,
-        decision="allow", tenant=TENANT, actor=AGENT_KEY["principal"], policy_engine=template.policy_engine,
-        policy_revision=template.policy_revision, error_code=None, lineage=template.lineage,
+        trace_id=new_trace_id(),
+        created_at=datetime.now(timezone.utc),
+        endpoint="retrieve",
+        status_code=200,
+        decision="allow",
+        tenant=TENANT,
+        actor=AGENT_KEY["principal"],
+        policy_engine=template.policy_engine,
+        policy_revision=template.policy_revision,
+        error_code=None,
+        lineage=template.lineage,
     )
     return {f.name: getattr(trace, f.name) for f in fields(trace)}
 
@@ -369,7 +392,14 @@ def export_once(server: Server, key: str, fmt: str) -> ExportRun:
     hwm = server.memory_kib()["VmHWM"]
     quarter = (ended - started) / 4
     return ExportRun(
-        fmt, response.status_code, lines - header_lines, size, ended - started, first_row_s, before, hwm,
+        fmt,
+        response.status_code,
+        lines - header_lines,
+        size,
+        ended - started,
+        first_row_s,
+        before,
+        hwm,
         {figure: sampler.peak(figure) for figure in MemorySampler.FIGURES},
         [sampler.peak("RssAnon", started + q * quarter, started + (q + 1) * quarter) for q in range(4)],
         hwm_reset,
@@ -455,7 +485,9 @@ def run_backend(backend: Backend, sizes: Sizes) -> Result:
                 if target == sizes.export_rows[-1]:
                     print(f"[{backend.name}] measuring the audit write again, chain at {chain_rows(engine):,} rows", flush=True)
                     overhead_long_chain = asyncio.run(
-                        measure_overhead(server.url, agent_key, sizes.requests, f"chain {chain_rows(engine) // 1000}k rows", under_load=False)
+                        measure_overhead(
+                            server.url, agent_key, sizes.requests, f"chain {chain_rows(engine) // 1000}k rows", under_load=False
+                        )
                     )
             exports.append(ExportSize(rows, appended, fill_s, baseline, runs))
 
@@ -463,10 +495,16 @@ def run_backend(backend: Backend, sizes: Sizes) -> Result:
         started = time.perf_counter()
         verified = verify(engine, TENANT)
         verify_s = time.perf_counter() - started
-        counts = {"chain": chain_rows(engine), "audit_trace": table_count(engine, audit_trace), "audit_item": table_count(engine, audit_item)}
+        counts = {
+            "chain": chain_rows(engine),
+            "audit_trace": table_count(engine, audit_trace),
+            "audit_item": table_count(engine, audit_item),
+        }
     finally:
         engine.dispose()
-    return Result(backend, sizes, load_rate, statistics, overhead, overhead_long_chain, templates, exports, verified, verify_s, counts)
+    return Result(
+        backend, sizes, load_rate, statistics, overhead, overhead_long_chain, templates, exports, verified, verify_s, counts
+    )
 
 
 # ---------------------------------------------------------------- reporting
@@ -503,7 +541,11 @@ def overhead_lines(phases: list[Phase]) -> list[str]:
 
 def export_lines(size: ExportSize) -> list[str]:
     base = size.baseline
-    fill = f"{size.appended:,} appended in {size.fill_s:.1f} s ({size.appended / size.fill_s:,.0f}/s)" if size.appended else "none appended"
+    fill = (
+        f"{size.appended:,} appended in {size.fill_s:.1f} s ({size.appended / size.fill_s:,.0f}/s)"
+        if size.appended
+        else "none appended"
+    )
     lines = [
         f"  chain at {size.chain_rows:,} rows ({fill}); server after start-up + 10 retrieves: "
         f"VmRSS {mib(base['VmRSS'])} MiB (anon {mib(base['RssAnon'])}, file {mib(base['RssFile'])})",
@@ -529,41 +571,55 @@ def report(result: Result) -> bool:
     sizes = result.sizes
     packed = [len(t.lineage.get("packed") or ()) for t in result.templates]
     lineage_bytes = [len(json.dumps(t.lineage, sort_keys=True)) for t in result.templates]
-    print(f"\n=== audit benchmark, {result.backend.name}: {sizes.items:,} items, {sizes.requests} retrieves/phase, "
-          f"{os.cpu_count()} CPUs, code {code_revision()} ===")
-    statistics = "" if result.autovacuum == "n/a" else f"; autovacuum {result.autovacuum}, ANALYZE after every chunk and fill step"
+    print(
+        f"\n=== audit benchmark, {result.backend.name}: {sizes.items:,} items, {sizes.requests} retrieves/phase, "
+        f"{os.cpu_count()} CPUs, code {code_revision()} ==="
+    )
+    statistics = (
+        "" if result.autovacuum == "n/a" else f"; autovacuum {result.autovacuum}, ANALYZE after every chunk and fill step"
+    )
     print(f"load: {result.load_rate:,.0f} items/s{statistics}")
     print("1. audit write vs retrieve (client-observed; app and audit from each response's Server-Timing):")
     print("\n".join(overhead_lines(result.overhead)))
     print("\n".join(overhead_lines(result.overhead_long_chain)))
     sequential = next(p for p in result.overhead if "1 client" in p.label and p.label.startswith("retrieve"))
-    print(f"  target: audit adds < {AUDIT_SHARE_TARGET:.0%} to retrieve p50: {sequential.audit_share:.1%} -> "
-          f"{mark(sequential.audit_share < AUDIT_SHARE_TARGET)}")
-    print(f"2. export (GET /v1/audit/export, auditor key, body read in chunks and dropped); the filled traces copy "
-          f"{len(result.templates)} real retrieve lineages: {sum(packed) / len(packed):.0f} packed ids "
-          f"(min {min(packed)}, max {max(packed)}), {sum(lineage_bytes) / len(lineage_bytes) / 1024:.1f} KiB of lineage JSON each")
+    print(
+        f"  target: audit adds < {AUDIT_SHARE_TARGET:.0%} to retrieve p50: {sequential.audit_share:.1%} -> "
+        f"{mark(sequential.audit_share < AUDIT_SHARE_TARGET)}"
+    )
+    print(
+        f"2. export (GET /v1/audit/export, auditor key, body read in chunks and dropped); the filled traces copy "
+        f"{len(result.templates)} real retrieve lineages: {sum(packed) / len(packed):.0f} packed ids "
+        f"(min {min(packed)}, max {max(packed)}), {sum(lineage_bytes) / len(lineage_bytes) / 1024:.1f} KiB of lineage JSON each"
+    )
     for size in result.exports:
         print("\n".join(export_lines(size)))
     small, large = result.exports[0], result.exports[-1]
     body_small = max(r.body_bytes for r in small.runs) / MIB
     body_large = max(r.body_bytes for r in large.runs) / MIB
-    print(f"  bounded memory: peak RSS over the start-up baseline {mib(small.peak_growth_kib)} MiB at {small.chain_rows:,} rows "
-          f"(largest body {body_small:,.0f} MiB), {mib(large.peak_growth_kib)} MiB at {large.chain_rows:,} rows "
-          f"(largest body {body_large:,.0f} MiB): {large.chain_rows / small.chain_rows:.0f}x the rows, "
-          f"{large.peak_growth_kib / max(small.peak_growth_kib, 1):.1f}x the growth; of which RssAnon "
-          f"+{mib(small.peak_growth_kib_of('RssAnon'))} -> +{mib(large.peak_growth_kib_of('RssAnon'))} MiB, "
-          f"RssFile +{mib(small.peak_growth_kib_of('RssFile'))} -> +{mib(large.peak_growth_kib_of('RssFile'))} MiB")
+    print(
+        f"  bounded memory: peak RSS over the start-up baseline {mib(small.peak_growth_kib)} MiB at {small.chain_rows:,} rows "
+        f"(largest body {body_small:,.0f} MiB), {mib(large.peak_growth_kib)} MiB at {large.chain_rows:,} rows "
+        f"(largest body {body_large:,.0f} MiB): {large.chain_rows / small.chain_rows:.0f}x the rows, "
+        f"{large.peak_growth_kib / max(small.peak_growth_kib, 1):.1f}x the growth; of which RssAnon "
+        f"+{mib(small.peak_growth_kib_of('RssAnon'))} -> +{mib(large.peak_growth_kib_of('RssAnon'))} MiB, "
+        f"RssFile +{mib(small.peak_growth_kib_of('RssFile'))} -> +{mib(large.peak_growth_kib_of('RssFile'))} MiB"
+    )
     counts, verified = result.counts, result.verified
     chain = verified["chains"].get(TENANT, {})
-    print(f"chain: verify {'ok' if verified['ok'] else 'BROKEN ' + str(verified['first_broken'])}, {chain.get('rows', 0):,} rows "
-          f"checked in {result.verify_s:.1f} s; rows at the end: {TENANT} chain {counts['chain']:,}, "
-          f"audit_trace {counts['audit_trace']:,}, audit_item {counts['audit_item']:,}")
+    print(
+        f"chain: verify {'ok' if verified['ok'] else 'BROKEN ' + str(verified['first_broken'])}, {chain.get('rows', 0):,} rows "
+        f"checked in {result.verify_s:.1f} s; rows at the end: {TENANT} chain {counts['chain']:,}, "
+        f"audit_trace {counts['audit_trace']:,}, audit_item {counts['audit_item']:,}"
+    )
     return report_errors(result)
 
 
 def report_errors(result: Result) -> bool:
     failed = [f"{p.label}: {dict(p.errors)}" for p in result.overhead + result.overhead_long_chain if p.errors]
-    failed += [f"export {r.fmt} at {s.chain_rows:,} rows: HTTP {r.status}" for s in result.exports for r in s.runs if r.status != 200]
+    failed += [
+        f"export {r.fmt} at {s.chain_rows:,} rows: HTTP {r.status}" for s in result.exports for r in s.runs if r.status != 200
+    ]
     if not result.verified["ok"]:
         failed.append(f"chain broken: {result.verified['first_broken']}")
     if not failed:
@@ -584,9 +640,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="1/10 size: 10k items, exports at 1k and 10k traces, 100 retrieves")
     parser.add_argument("--requests", type=int, help="retrieves per measured phase (default 400; 100 with --quick)")
-    parser.add_argument("--data", type=Path, help="data directory, must be new or empty (default: a temp dir, removed at the end)")
-    parser.add_argument("--postgres-url", help="also run on this PostgreSQL, in a fresh schema dropped at the end "
-                        "(e.g. postgresql+psycopg://postgres@127.0.0.1:5432/test)")
+    parser.add_argument(
+        "--data", type=Path, help="data directory, must be new or empty (default: a temp dir, removed at the end)"
+    )
+    parser.add_argument(
+        "--postgres-url",
+        help="also run on this PostgreSQL, in a fresh schema dropped at the end "
+        "(e.g. postgresql+psycopg://postgres@127.0.0.1:5432/test)",
+    )
     parser.add_argument("--skip-sqlite", action="store_true", help="run on PostgreSQL only")
     args = parser.parse_args(argv)
     if args.requests is not None and args.requests < 1:

@@ -58,8 +58,13 @@ def lineage(rng: random.Random) -> dict[str, Any]:
     packed = [f"item-{rng.randrange(100_000)}" for _ in range(rng.randrange(3, 12))]
     return {
         "version": 2,
-        "request": {"task": {"type": "account_followup"}, "mode": "brief", "depth": "standard", "budget_bytes": 16000,
-                    "query": {"hmac": "%032x" % rng.getrandbits(128), "length": rng.randrange(10, 80)}},
+        "request": {
+            "task": {"type": "account_followup"},
+            "mode": "brief",
+            "depth": "standard",
+            "budget_bytes": 16000,
+            "query": {"hmac": "%032x" % rng.getrandbits(128), "length": rng.randrange(10, 80)},
+        },
         "decision": {"allowed": True, "reasons": [], "revision": "r" * 16},
         "retrieved": {"lexical": packed, "semantic": packed[:5]},
         "packed": packed,
@@ -69,9 +74,19 @@ def lineage(rng: random.Random) -> dict[str, Any]:
 
 
 def values(rng: random.Random) -> dict[str, Any]:
-    return {"trace_id": new_trace_id(), "created_at": datetime.now(timezone.utc), "endpoint": "retrieve", "status_code": 200,
-            "decision": "allow", "tenant": TENANT, "actor": "user:alice", "policy_engine": "embedded",
-            "policy_revision": "r" * 16, "error_code": None, "lineage": lineage(rng)}
+    return {
+        "trace_id": new_trace_id(),
+        "created_at": datetime.now(timezone.utc),
+        "endpoint": "retrieve",
+        "status_code": 200,
+        "decision": "allow",
+        "tenant": TENANT,
+        "actor": "user:alice",
+        "policy_engine": "embedded",
+        "policy_revision": "r" * 16,
+        "error_code": None,
+        "lineage": lineage(rng),
+    }
 
 
 def fill(engine: Any, rows: int, checkpointer: Checkpointer) -> tuple[float, float]:
@@ -104,8 +119,9 @@ def note_costs(signer: Any, repeats: int = 2000) -> tuple[float, float]:
     return (signed - started) / repeats * 1e6, (time.perf_counter() - signed) / repeats * 1e6
 
 
-def proof_costs(engine: Any, checkpointer: Checkpointer, signer: Any, traces: int,
-                count: int) -> tuple[list[float], list[float], list[float], bool]:
+def proof_costs(
+    engine: Any, checkpointer: Checkpointer, signer: Any, traces: int, count: int
+) -> tuple[list[float], list[float], list[float], bool]:
     """ms per proof (`proof_of`), per offline check (`verify_proof`) and per plain read of the same
     trace, for `count` traces spread over the chain."""
     from sqlalchemy import select
@@ -116,8 +132,12 @@ def proof_costs(engine: Any, checkpointer: Checkpointer, signer: Any, traces: in
 
     attested = read_checkpoints(checkpointer.log.path, signer.verifier, TENANT)
     with engine.connect() as conn:
-        ids = [t for (t,) in conn.execute(select(audit_trace.c.trace_id).where(audit_trace.c.chain == TENANT)
-                                          .order_by(audit_trace.c.seq))]
+        ids = [
+            t
+            for (t,) in conn.execute(
+                select(audit_trace.c.trace_id).where(audit_trace.c.chain == TENANT).order_by(audit_trace.c.seq)
+            )
+        ]
     rng = random.Random(11)
     sample = [ids[rng.randrange(len(ids))] for _ in range(count)]
     proofs, checks, reads, ok = [], [], [], True
@@ -144,7 +164,10 @@ async def interleaved(urls: dict[str, str], key: str, bodies: list[dict[str, Any
     """Each body to every server in turn (the order alternating), so that whatever else the machine
     does hits both alike: per server, the client's latencies and the audit write's (Server-Timing)."""
     found: dict[str, tuple[list[float], list[float]]] = {label: ([], []) for label in urls}
-    clients = {label: httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30) for label, url in urls.items()}
+    clients = {
+        label: httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+        for label, url in urls.items()
+    }
     try:
         for number, body in enumerate(bodies):
             order = list(urls) if number % 2 == 0 else list(reversed(urls))
@@ -168,9 +191,14 @@ def retrieve_p50s(data_dir: Path, keys: dict[str, Path], calls: int) -> dict[str
     """Two servers on copies of one store, checkpoints off and on, up at the same time."""
     key, _ = prepare_store(data_dir / "off", ITEMS, reuse=False)
     shutil.copytree(data_dir / "off", data_dir / "on")  # one store each: unsealed rows of the other would be refused
-    envs = {"off": {"GATEWAY_BACKGROUND_EMBEDDING": "false"},
-            "on": {"GATEWAY_BACKGROUND_EMBEDDING": "false", "GATEWAY_AUDIT_SIGNING_KEY": str(keys["private"]),
-                   "GATEWAY_AUDIT_CHECKPOINTS": str(data_dir / "serve.checkpoints")}}
+    envs = {
+        "off": {"GATEWAY_BACKGROUND_EMBEDDING": "false"},
+        "on": {
+            "GATEWAY_BACKGROUND_EMBEDDING": "false",
+            "GATEWAY_AUDIT_SIGNING_KEY": str(keys["private"]),
+            "GATEWAY_AUDIT_CHECKPOINTS": str(data_dir / "serve.checkpoints"),
+        },
+    }
     servers = {label: Server(data_dir / label, free_port(), env=env, label=f"checkpoints-{label}") for label, env in envs.items()}
     try:
         for server in servers.values():
@@ -200,7 +228,9 @@ def main(argv: list[str] | None = None) -> int:
         sign_us, open_us = note_costs(signer)
         engine = open_store(f"sqlite:///{work / 'trail.db'}")
         checkpointer = Checkpointer(engine, signer, CheckpointLog(work / "trail.checkpoints"), rows=CHECKPOINT_ROWS)
-        print(f"code {code_revision()}; filling a chain of {traces:,} traces, a checkpoint every {CHECKPOINT_ROWS} rows", flush=True)
+        print(
+            f"code {code_revision()}; filling a chain of {traces:,} traces, a checkpoint every {CHECKPOINT_ROWS} rows", flush=True
+        )
         append_s, checkpoint_s = fill(engine, traces, checkpointer)
         plain_engine = open_store(f"sqlite:///{work / 'chain-only.db'}")
         chain_only = Checkpointer(plain_engine, signer, CheckpointLog(work / "chain-only.checkpoints"), rows=CHECKPOINT_ROWS)
@@ -218,18 +248,26 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print("Signing")
         print(f"  one signed note: {sign_us:.0f} us to sign, {open_us:.0f} us to verify")
-        print(f"  a checkpoint of {CHECKPOINT_ROWS} rows: {checkpoint_s / (traces / CHECKPOINT_ROWS) * 1000:.2f} ms, "
-              f"{checkpoint_s / append_s:.2f}x the time to append those rows ({append_s / traces * 1e6:.0f} us/row)")
-        print(f"  the same without a Merkle root: {plain_checkpoint_s / (traces / CHECKPOINT_ROWS) * 1000:.2f} ms "
-              f"({plain_checkpoint_s / plain_append_s:.2f}x its appends); with the tree {checkpoint_s / plain_checkpoint_s:.2f}x that")
+        print(
+            f"  a checkpoint of {CHECKPOINT_ROWS} rows: {checkpoint_s / (traces / CHECKPOINT_ROWS) * 1000:.2f} ms, "
+            f"{checkpoint_s / append_s:.2f}x the time to append those rows ({append_s / traces * 1e6:.0f} us/row)"
+        )
+        print(
+            f"  the same without a Merkle root: {plain_checkpoint_s / (traces / CHECKPOINT_ROWS) * 1000:.2f} ms "
+            f"({plain_checkpoint_s / plain_append_s:.2f}x its appends); with the tree {checkpoint_s / plain_checkpoint_s:.2f}x that"
+        )
         print(f"Proofs ({args.proofs} traces of the {traces:,}-row chain)")
-        print(f"  proof p50 {percentile(proof_ms, 50):.1f} ms, p95 {percentile(proof_ms, 95):.1f} ms; reading the trace alone "
-              f"p50 {percentile(read_ms, 50):.2f} ms: {percentile(proof_ms, 50) / percentile(read_ms, 50):.0f}x")
+        print(
+            f"  proof p50 {percentile(proof_ms, 50):.1f} ms, p95 {percentile(proof_ms, 95):.1f} ms; reading the trace alone "
+            f"p50 {percentile(read_ms, 50):.2f} ms: {percentile(proof_ms, 50) / percentile(read_ms, 50):.0f}x"
+        )
         print(f"  verify-proof p50 {percentile(verify_proof_ms, 50):.2f} ms  {'ok' if proofs_ok else 'NOT OK'}")
         print(f"Verify over {traces:,} traces ({attested.notes} checkpoints)")
         print(f"  hash chain alone:     {traces / plain_s:,.0f} rows/s")
-        print(f"  against checkpoints:  {traces / signed_s:,.0f} rows/s  ({signed_s / plain_s:.2f}x the time)  "
-              f"{'ok' if ok else 'NOT OK: ' + str(signed.get('first_broken'))}")
+        print(
+            f"  against checkpoints:  {traces / signed_s:,.0f} rows/s  ({signed_s / plain_s:.2f}x the time)  "
+            f"{'ok' if ok else 'NOT OK: ' + str(signed.get('first_broken'))}"
+        )
         if args.skip_retrieve:
             return 0 if ok else 1
         print(f"Retrieve p50, checkpoints on vs off ({calls} calls to each, interleaved, {ITEMS:,} items, fast depth)")
@@ -237,9 +275,13 @@ def main(argv: list[str] | None = None) -> int:
         p50 = {label: percentile(times, 50) for label, (times, _) in found.items()}
         audit = {label: percentile(writes, 50) for label, (_, writes) in found.items()}
         ratio = p50["on"] / p50["off"]
-        print(f"  p50 off {p50['off']:.2f} ms, on {p50['on']:.2f} ms: on/off {ratio:.3f} "
-              f"({'within' if ratio <= P50_TARGET else 'OVER'} the {P50_TARGET:.2f} target)")
-        print(f"  audit write p50 (Server-Timing): off {audit['off']:.2f} ms, on {audit['on']:.2f} ms ({audit['on'] - audit['off']:+.2f} ms)")
+        print(
+            f"  p50 off {p50['off']:.2f} ms, on {p50['on']:.2f} ms: on/off {ratio:.3f} "
+            f"({'within' if ratio <= P50_TARGET else 'OVER'} the {P50_TARGET:.2f} target)"
+        )
+        print(
+            f"  audit write p50 (Server-Timing): off {audit['off']:.2f} ms, on {audit['on']:.2f} ms ({audit['on'] - audit['off']:+.2f} ms)"
+        )
         share = checkpoint_s / traces * 1000 / p50["off"]
         print(f"  checkpointing's own cost per call: {checkpoint_s / traces * 1000:.3f} ms, {share:.2%} of the p50 (from part 1)")
         return 0 if ok and ratio <= P50_TARGET else 1

@@ -113,10 +113,13 @@ def main(argv: list[str] | None = None) -> int:
     row_of = {doc: i for i, doc in enumerate(pool)}
 
     embedder = OnnxMiniLM(threads=2)
-    print(f"Embedding {len(pool)} abstracts ({len(relevant)} relevant to {len(claims)} sampled claims, "
-          f"{len(others)} others) with {embedder.model_id}...", flush=True)
+    print(
+        f"Embedding {len(pool)} abstracts ({len(relevant)} relevant to {len(claims)} sampled claims, "
+        f"{len(others)} others) with {embedder.model_id}...",
+        flush=True,
+    )
     started = time.perf_counter()
-    passages = np.concatenate([embedder.embed([passage(corpus[d]) for d in pool[i:i + 64]]) for i in range(0, len(pool), 64)])
+    passages = np.concatenate([embedder.embed([passage(corpus[d]) for d in pool[i : i + 64]]) for i in range(0, len(pool), 64)])
     seconds = time.perf_counter() - started
     claim_vectors = embedder.embed([queries[q] for q in claims])
     off_vectors = embedder.embed(OFF_TOPIC)
@@ -128,15 +131,24 @@ def main(argv: list[str] | None = None) -> int:
     top1 = sum(1 for i, q in enumerate(claims) if pool[int(claim_scores[i].argmax())] in qrels[q])
     negatives = [float(s) for s in (off_vectors @ passages.T).max(axis=1)]
 
-    print(f"\n=== semantic floor calibration: {len(claims)} SciFact train claims (seed {args.seed}), pool of {len(pool)} "
-          f"abstracts, {len(OFF_TOPIC)} off-topic questions, {embedder.model_id} ===")
-    print("positives (best cosine claim -> a relevant abstract): "
-          + ", ".join(f"p{q} {percentile(positives, q):.3f}" for q in (1, 5, 10, 25, 50)) + f", min {min(positives):.3f}")
-    print("claims (best cosine over the pool):                   "
-          + ", ".join(f"p{q} {percentile(answered, q):.3f}" for q in (1, 5, 10, 25, 50))
-          + f"; a relevant abstract is the nearest for {top1 / len(claims):.0%}")
-    print("off-topic (best cosine over the pool):                "
-          + f"max {max(negatives):.3f}, p90 {percentile(negatives, 90):.3f}, p50 {percentile(negatives, 50):.3f}")
+    print(
+        f"\n=== semantic floor calibration: {len(claims)} SciFact train claims (seed {args.seed}), pool of {len(pool)} "
+        f"abstracts, {len(OFF_TOPIC)} off-topic questions, {embedder.model_id} ==="
+    )
+    print(
+        "positives (best cosine claim -> a relevant abstract): "
+        + ", ".join(f"p{q} {percentile(positives, q):.3f}" for q in (1, 5, 10, 25, 50))
+        + f", min {min(positives):.3f}"
+    )
+    print(
+        "claims (best cosine over the pool):                   "
+        + ", ".join(f"p{q} {percentile(answered, q):.3f}" for q in (1, 5, 10, 25, 50))
+        + f"; a relevant abstract is the nearest for {top1 / len(claims):.0%}"
+    )
+    print(
+        "off-topic (best cosine over the pool):                "
+        + f"max {max(negatives):.3f}, p90 {percentile(negatives, 90):.3f}, p50 {percentile(negatives, 50):.3f}"
+    )
     print(f"{'floor':>5}  {'positives kept':>14}  {'claims answered':>15}  {'off-topic rejected':>18}")
     for floor in FLOORS:
         kept = sum(1 for s in positives if s >= floor) / len(positives)

@@ -52,7 +52,9 @@ async def load(url: str, reader: str, writer: str, timeline: list[tuple[float, s
         async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {reader}"}, timeout=10) as client:
             while time.monotonic() < until:
                 try:
-                    status = (await client.post("/v1/retrieve", json={"task": TASK, "query": "renewal", "depth": "fast"})).status_code
+                    status = (
+                        await client.post("/v1/retrieve", json={"task": TASK, "query": "renewal", "depth": "fast"})
+                    ).status_code
                 except httpx.TransportError:
                     status = 0
                 timeline.append((time.monotonic() - started, "retrieve", status))
@@ -62,7 +64,10 @@ async def load(url: str, reader: str, writer: str, timeline: list[tuple[float, s
         async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {writer}"}, timeout=10) as client:
             number = 0
             while time.monotonic() < until:
-                items = [{"id": f"fault_{number}_{i}", "kind": "memory", "text": f"renewal note {number}", "acl": ["*"]} for i in range(5)]
+                items = [
+                    {"id": f"fault_{number}_{i}", "kind": "memory", "text": f"renewal note {number}", "acl": ["*"]}
+                    for i in range(5)
+                ]
                 try:
                     status = (await client.put("/v1/items", json=items)).status_code
                 except httpx.TransportError:
@@ -88,11 +93,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         migrate_store(url)  # a PostgreSQL store is migrated before it is opened
         engine = open_store(url)
-        ingest(engine, "acme", [{"id": f"n{i}", "kind": "memory", "text": f"renewal pricing note {i}", "acl": ["*"]} for i in range(200)])
-        reader = create_api_key(engine, tenant="acme", principal="user:alice", roles=["agent"], groups=["sales"], clearance="confidential")
+        ingest(
+            engine,
+            "acme",
+            [{"id": f"n{i}", "kind": "memory", "text": f"renewal pricing note {i}", "acl": ["*"]} for i in range(200)],
+        )
+        reader = create_api_key(
+            engine, tenant="acme", principal="user:alice", roles=["agent"], groups=["sales"], clearance="confidential"
+        )
         writer = create_api_key(engine, tenant="acme", principal="user:writer", roles=["ingest"], groups=[], clearance="internal")
         close_store(engine)
-        server = Server(work, free_port(), env={"GATEWAY_DATABASE_URL": url, "GATEWAY_BACKGROUND_EMBEDDING": "false"}, label="fault")
+        server = Server(
+            work, free_port(), env={"GATEWAY_DATABASE_URL": url, "GATEWAY_BACKGROUND_EMBEDDING": "false"}, label="fault"
+        )
         server.start()
         server.wait_ready()
         timeline: list[tuple[float, str, int]] = []
@@ -117,8 +130,10 @@ def main(argv: list[str] | None = None) -> int:
             except Exception:
                 time.sleep(1)
         admin.dispose()
-    print(f"code {code_revision()}; PostgreSQL restarted at {RESTART_AT:.0f} s (the restart took {took:.1f} s); "
-          f"4 readers, 1 writer, {SECONDS} s")
+    print(
+        f"code {code_revision()}; PostgreSQL restarted at {RESTART_AT:.0f} s (the restart took {took:.1f} s); "
+        f"4 readers, 1 writer, {SECONDS} s"
+    )
     print("second  answers (status: count)")
     for second in range(SECONDS):
         counts = Counter(status for t, _, status in timeline if second <= t < second + 1)
@@ -129,8 +144,10 @@ def main(argv: list[str] | None = None) -> int:
     recovered = min((t for t, _, s in timeline if s == 200 and t > last_refusal), default=None)
     window = f" from {min(refused):.1f} s to {max(refused):.1f} s" if refused else ""
     back = f"200s again from {recovered:.1f} s" if recovered is not None else "no 200 after the restart"
-    print(f"500s or other 5xx: {len(failures)}; 503s: {len(refused)}{window}; {back}; "
-          f"the service kept running: {pid_after is not None}")
+    print(
+        f"500s or other 5xx: {len(failures)}; 503s: {len(refused)}{window}; {back}; "
+        f"the service kept running: {pid_after is not None}"
+    )
     return 0 if not failures and recovered is not None and pid_after is not None else 1
 
 

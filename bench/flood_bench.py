@@ -54,19 +54,38 @@ def seed(data_dir: Path) -> None:
     engine = open_store(f"sqlite:///{data_dir / 'gateway.db'}")
     try:
         rng = random.Random(14)
-        notes = [{"id": f"acme_note_{i}", "kind": "memory", "acl": ["*"],
-                  "text": f"renewal pricing review {i} for the account, {' '.join(rng.choices(LONG_WORDS, k=12))}"}
-                 for i in range(20_000)]
-        entities = [{"id": f"ent_{i}", "kind": "entity", "entity_type": "contact", "acl": ["*"], "text": f"contact {i}"}
-                    for i in range(300)]
-        edges = [{"id": f"edge_{n}", "kind": "edge", "from": f"ent_{rng.randrange(300)}", "to": f"ent_{rng.randrange(300)}",
-                  "relation": rng.choice(["works_at", "reports_to", "knows"]), "confidence": 0.5 + rng.random() / 2,
-                  "acl": ["*"]} for n in range(3000)]
+        notes = [
+            {
+                "id": f"acme_note_{i}",
+                "kind": "memory",
+                "acl": ["*"],
+                "text": f"renewal pricing review {i} for the account, {' '.join(rng.choices(LONG_WORDS, k=12))}",
+            }
+            for i in range(20_000)
+        ]
+        entities = [
+            {"id": f"ent_{i}", "kind": "entity", "entity_type": "contact", "acl": ["*"], "text": f"contact {i}"}
+            for i in range(300)
+        ]
+        edges = [
+            {
+                "id": f"edge_{n}",
+                "kind": "edge",
+                "from": f"ent_{rng.randrange(300)}",
+                "to": f"ent_{rng.randrange(300)}",
+                "relation": rng.choice(["works_at", "reports_to", "knows"]),
+                "confidence": 0.5 + rng.random() / 2,
+                "acl": ["*"],
+            }
+            for n in range(3000)
+        ]
         for start in range(0, len(notes), 2000):
-            assert not ingest(engine, "acme", notes[start:start + 2000]).rejected
+            assert not ingest(engine, "acme", notes[start : start + 2000]).rejected
         assert not ingest(engine, "acme", entities + edges).rejected
-        probe_notes = [{"id": f"note_{i}", "kind": "memory", "acl": ["*"], "text": f"renewal pricing note {i} for the account"}
-                       for i in range(200)]
+        probe_notes = [
+            {"id": f"note_{i}", "kind": "memory", "acl": ["*"], "text": f"renewal pricing note {i} for the account"}
+            for i in range(200)
+        ]
         assert not ingest(engine, "globex", probe_notes).rejected
     finally:
         close_store(engine)
@@ -89,23 +108,37 @@ def mixes() -> dict[str, tuple[int, Callable[[httpx.Client, str, random.Random],
 
     def tools_list(client: httpx.Client, key: str, rng: random.Random) -> int:
         headers = {**auth(key), "Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-        return client.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}, headers=headers).status_code
+        return client.post(
+            "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}, headers=headers
+        ).status_code
 
     def expand_loop(client: httpx.Client, key: str, rng: random.Random) -> int:
-        first = client.post("/v1/retrieve", json={"task": TASK, "query": "renewal pricing review", "depth": "fast",
-                                                  "budget": {"bytes": 300}}, headers=auth(key))
+        first = client.post(
+            "/v1/retrieve",
+            json={"task": TASK, "query": "renewal pricing review", "depth": "fast", "budget": {"bytes": 300}},
+            headers=auth(key),
+        )
         status, cursor = first.status_code, first.json().get("cursor") if first.status_code == 200 else None
         for _ in range(20):
             if not cursor:
                 break
-            page = client.post("/v1/retrieve", json={"task": TASK, "mode": "expand", "cursor": cursor, "budget": {"bytes": 300}},
-                               headers=auth(key))
+            page = client.post(
+                "/v1/retrieve",
+                json={"task": TASK, "mode": "expand", "cursor": cursor, "budget": {"bytes": 300}},
+                headers=auth(key),
+            )
             status, cursor = page.status_code, page.json().get("cursor") if page.status_code == 200 else None
         return status
 
     lexical = {"task": TASK, "query": "renewal pricing review account", "depth": "fast", "sources": {"semantic": False}}
-    deep = {"task": TASK, "mode": "brief", "depth": "deep", "graph": {"max_depth": 3},
-            "entities": [{"id": f"ent_{i}"} for i in range(20)], "sources": {"semantic": False}}
+    deep = {
+        "task": TASK,
+        "mode": "brief",
+        "depth": "deep",
+        "graph": {"max_depth": 3},
+        "entities": [{"id": f"ent_{i}"} for i in range(20)],
+        "sources": {"semantic": False},
+    }
     return {
         "lexical": (16, retrieve(lexical)),
         "long query": (30, long),
@@ -133,12 +166,15 @@ def probe(url: str, key: str, calls: int) -> tuple[list[float], Counter[str]]:
                 name, _, duration = part.strip().partition(";dur=")
                 if name in SERVER_TIMING and duration:
                     SERVER_TIMING[name].append(float(duration))
-            outcomes[str(response.status_code) + (" partial" if response.status_code == 200 and response.json()["partial"] else "")] += 1
+            outcomes[
+                str(response.status_code) + (" partial" if response.status_code == 200 and response.json()["partial"] else "")
+            ] += 1
     return times, outcomes
 
 
-def flood(url: str, key: str, clients: int, call: Callable[[httpx.Client, str, random.Random], int],
-          stop: threading.Event) -> tuple[list[threading.Thread], Counter[int]]:
+def flood(
+    url: str, key: str, clients: int, call: Callable[[httpx.Client, str, random.Random], int], stop: threading.Event
+) -> tuple[list[threading.Thread], Counter[int]]:
     statuses: Counter[int] = Counter()
     lock = threading.Lock()
 
@@ -206,9 +242,11 @@ def main() -> None:
                     time.sleep(2.0)  # the flood's last calls and its debt drain before the next idle baseline
                 ratio = percentile(during, 95) / percentile(idle, 95)
                 rows.append((name, clients, percentile(idle, 95), percentile(during, 95), ratio, statuses, outcomes))
-                print(f"  {name}: probe p95 {percentile(idle, 95):.1f} -> {percentile(during, 95):.1f} ms ({ratio:.2f}x); "
-                      f"in the server (idle and flood calls): handler p95 {percentile(SERVER_TIMING['app'], 95):.1f} ms, "
-                      f"audit write p95 {percentile(SERVER_TIMING['audit'], 95):.1f} ms")
+                print(
+                    f"  {name}: probe p95 {percentile(idle, 95):.1f} -> {percentile(during, 95):.1f} ms ({ratio:.2f}x); "
+                    f"in the server (idle and flood calls): handler p95 {percentile(SERVER_TIMING['app'], 95):.1f} ms, "
+                    f"audit write p95 {percentile(SERVER_TIMING['audit'], 95):.1f} ms"
+                )
         finally:
             server.stop()
     print("\n=== another tenant's probe p95 under each flood (2 cores, one process; target at most 3x) ===")

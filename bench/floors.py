@@ -51,8 +51,9 @@ def hnsw_knn(graph: Any, q: npt.NDArray[np.float32], k: int) -> float:
 def fts_bm25(conn: sqlite3.Connection, table: str, match: str, limit: int) -> tuple[float, list[int]]:
     """One FTS5 MATCH on the tenant's table, ordered by bm25, top `limit` rowids."""
     started = time.perf_counter()
-    rows = conn.execute(f"SELECT rowid, bm25({table}) AS s FROM {table} WHERE {table} MATCH ? ORDER BY s LIMIT ?",
-                        (match, limit)).fetchall()
+    rows = conn.execute(
+        f"SELECT rowid, bm25({table}) AS s FROM {table} WHERE {table} MATCH ? ORDER BY s LIMIT ?", (match, limit)
+    ).fetchall()
     return _ms(started), [int(r[0]) for r in rows]
 
 

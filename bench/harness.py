@@ -57,8 +57,16 @@ class Server:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        command = [gateway_executable(), "serve", "--data", str(self.data_dir), "--port", str(self.port),
-                   "--workers", str(self.workers)]
+        command = [
+            gateway_executable(),
+            "serve",
+            "--data",
+            str(self.data_dir),
+            "--port",
+            str(self.port),
+            "--workers",
+            str(self.workers),
+        ]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, env=clean_env(self.env), start_new_session=True
@@ -126,8 +134,13 @@ def code_revision() -> str:
     root = Path(gateway.__file__).resolve().parent.parent
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "gateway", "connectors", "audit", "policies"],
-                               cwd=root, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "gateway", "connectors", "audit", "policies"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return commit.stdout.strip() + ("+" if dirty.stdout.strip() else "")
@@ -139,14 +152,29 @@ BATCH_ITEMS = 500
 BATCH_BYTES = 900_000  # stay under GATEWAY_MAX_BODY_BYTES (1 MiB by default)
 
 
-def create_key(data_dir: Path, tenant: str, principal: str, role: str, clearance: str = "internal",
-               groups: str = "") -> str:
+def create_key(data_dir: Path, tenant: str, principal: str, role: str, clearance: str = "internal", groups: str = "") -> str:
     """A fresh API key from `gateway keys create` against the benchmark's store; `groups` (comma
     separated) must include one the policy grants the benchmark's task type to."""
     done = subprocess.run(
-        [gateway_executable(), "keys", "create", "--data", str(data_dir), "--tenant", tenant,
-         "--principal", principal, "--roles", role, "--clearance", clearance, *(["--groups", groups] if groups else [])],
-        capture_output=True, text=True, env=clean_env(),
+        [
+            gateway_executable(),
+            "keys",
+            "create",
+            "--data",
+            str(data_dir),
+            "--tenant",
+            tenant,
+            "--principal",
+            principal,
+            "--roles",
+            role,
+            "--clearance",
+            clearance,
+            *(["--groups", groups] if groups else []),
+        ],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
     )
     keys = [line.strip() for line in done.stdout.splitlines() if line.strip().startswith("gw_")]
     if done.returncode != 0 or not keys:
@@ -188,7 +216,10 @@ def load_through_api(url: str, key: str, items: list[dict[str, Any]]) -> dict[st
                 raise SystemExit(f"batch {number}: {len(report['rejected'])} items rejected, first: {report['rejected'][0]}")
             totals.update({k: report[k] for k in ("created", "updated", "unchanged")})
             done = sum(totals.values())
-            print(f"  batch {number:>2}/{len(bodies)}: {done:>6,} items  ({done / (time.perf_counter() - started):,.0f} items/s)", flush=True)
+            print(
+                f"  batch {number:>2}/{len(bodies)}: {done:>6,} items  ({done / (time.perf_counter() - started):,.0f} items/s)",
+                flush=True,
+            )
     seconds = time.perf_counter() - started
     if sum(totals.values()) != len(items):
         raise SystemExit(f"the service accounted for {sum(totals.values())} items, not {len(items)}: {dict(totals)}")
@@ -199,7 +230,9 @@ Body = TypeVar("Body")
 Sample = TypeVar("Sample")
 
 
-async def send_all(bodies: Sequence[Body], concurrency: int, send: Callable[[Body], Awaitable[Sample]]) -> tuple[list[Sample], float]:
+async def send_all(
+    bodies: Sequence[Body], concurrency: int, send: Callable[[Body], Awaitable[Sample]]
+) -> tuple[list[Sample], float]:
     """Send every body once, from `concurrency` workers taking the next body as they finish (each
     holds one keep-alive connection of the caller's client); the samples and the wall time in s."""
     samples: list[Sample] = []

@@ -80,10 +80,16 @@ def corpus(data_set: Path, limit: int | None) -> list[dict[str, Any]]:
     with (data_set / "corpus.jsonl").open(encoding="utf-8") as lines:
         for line in lines:
             doc = json.loads(line)
-            items.append({
-                "id": f"scifact_{doc['_id']}", "kind": "document", "document": doc["_id"], "section": doc["title"],
-                "text": f"{doc['title']}\n{doc['text']}", "acl": ["*"],
-            })
+            items.append(
+                {
+                    "id": f"scifact_{doc['_id']}",
+                    "kind": "document",
+                    "document": doc["_id"],
+                    "section": doc["title"],
+                    "text": f"{doc['title']}\n{doc['text']}",
+                    "acl": ["*"],
+                }
+            )
             if limit is not None and len(items) >= limit:
                 break
     return items
@@ -153,7 +159,9 @@ def main() -> None:
     try:
         base = work / "loaded.db"
         seconds = load(base, items)
-        print(f"loaded {len(items):,} documents ({kb:,.0f} KB) through ingest in {seconds:.1f} s ({len(items) / seconds:,.0f} items/s)")
+        print(
+            f"loaded {len(items):,} documents ({kb:,.0f} KB) through ingest in {seconds:.1f} s ({len(items) / seconds:,.0f} items/s)"
+        )
         python, gateway = sys.executable, gateway_executable()
         models = {"GATEWAY_MODEL_DIR": str(work / "models")}
         runs: list[tuple[str, str, list[str]]] = []
@@ -170,7 +178,13 @@ def main() -> None:
         if args.only in (None, "pii"):
             if not args.skip_old:
                 runs.append(("pii", "old pii analyze", [python, "-c", OLD_PII, "sqlite:///{db}"]))
-            runs.append(("pii", "gateway pii analyze --processes 1", [gateway, "pii", "analyze", "--processes", "1", "--database-url", "sqlite:///{db}"]))
+            runs.append(
+                (
+                    "pii",
+                    "gateway pii analyze --processes 1",
+                    [gateway, "pii", "analyze", "--processes", "1", "--database-url", "sqlite:///{db}"],
+                )
+            )
             runs.append(("pii", "gateway pii analyze", [gateway, "pii", "analyze", "--database-url", "sqlite:///{db}"]))
         results: dict[str, dict[str, Any]] = {}
         for kind, name, command in runs:
@@ -179,13 +193,20 @@ def main() -> None:
             env = {**models, "GATEWAY_EMBEDDINGS": "minilm-float"} if name.endswith("(float)") else models
             seconds, peak, out = timed([part.replace("{db}", str(db)) for part in command], env)
             results[name] = {"kind": kind, "db": db, "s": seconds, "rss": peak, "out": out}
-            print(f"{name:<36} {len(items) / seconds:7.1f} items/s {kb / seconds:7.1f} KB/s  peak RSS {peak / 2**20:6.0f} MB  ({seconds:.1f} s; {out.splitlines()[-1] if out else ''})", flush=True)
+            print(
+                f"{name:<36} {len(items) / seconds:7.1f} items/s {kb / seconds:7.1f} KB/s  peak RSS {peak / 2**20:6.0f} MB  ({seconds:.1f} s; {out.splitlines()[-1] if out else ''})",
+                flush=True,
+            )
 
         print()
         print("| command | items/s | KB/s | peak RSS (MB) | vs old |")
         print("|---|---|---|---|---|")
         for name, r in results.items():
-            old = results.get(f"old {name.removeprefix('gateway ').removesuffix(' --processes 1').removesuffix(' (float)')}") if name.startswith("gateway") else None
+            old = (
+                results.get(f"old {name.removeprefix('gateway ').removesuffix(' --processes 1').removesuffix(' (float)')}")
+                if name.startswith("gateway")
+                else None
+            )
             ratio = f"{old['s'] / r['s']:.2f}x" if old else ""
             print(f"| `{name}` | {len(items) / r['s']:.1f} | {kb / r['s']:.1f} | {r['rss'] / 2**20:.0f} | {ratio} |")
         if "old embed" in results and "gateway embed (float)" in results:
@@ -195,12 +216,16 @@ def main() -> None:
             for name in ("gateway embed (float)", "gateway embed"):
                 new_v = vectors(results[name]["db"])
                 cos = np.array([float(old_v[pk] @ new_v[pk]) for pk in old_v])
-                print(f"vectors of {name}: {len(new_v)} of {len(old_v)} items; cosine to old embed min {cos.min():.6f}, mean {cos.mean():.6f}")
+                print(
+                    f"vectors of {name}: {len(new_v)} of {len(old_v)} items; cosine to old embed min {cos.min():.6f}, mean {cos.mean():.6f}"
+                )
         if "old pii analyze" in results and "gateway pii analyze" in results:
             old_s, new_s = spans(results["old pii analyze"]["db"]), spans(results["gateway pii analyze"]["db"])
             differ = sum(1 for pk in old_s if new_s.get(pk) != old_s[pk])
             found = sum(len(json.loads(v)) for v in new_s.values())
-            print(f"spans: {len(new_s)} of {len(old_s)} items; {differ} items with other spans than before ({found} spans in all)")
+            print(
+                f"spans: {len(new_s)} of {len(old_s)} items; {differ} items with other spans than before ({found} spans in all)"
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -166,8 +166,10 @@ def synthetic_corpus(store: Path, items: int, queries: int, model: str, dims: in
     finally:
         engine.dispose()
     rng = random.Random(SEED)
-    bodies = [{k: v for k, v in b.items() if k != "sources"}
-              for b in retrieve_bench.retrieve_bodies(queries, retrieve_bench.QUERY_SEED, "standard")]
+    bodies = [
+        {k: v for k, v in b.items() if k != "sources"}
+        for b in retrieve_bench.retrieve_bodies(queries, retrieve_bench.QUERY_SEED, "standard")
+    ]
     fetch = [{"task": retrieve_bench.TASK, "fetch": rng.sample(ids, FETCH_IDS)} for _ in range(queries)]
     return Corpus("synthetic", store, key, items, bodies, fetch, True)
 
@@ -181,21 +183,29 @@ def write_random_vectors(store: Path, model: str, dims: int, chunk: int = 5000) 
     try:
         while True:
             with engine.connect() as conn:
-                rows = conn.execute(text(
-                    "SELECT item.pk, item.content_hash FROM item LEFT JOIN item_vector v ON v.item_pk = item.pk "
-                    "WHERE item.kind IN ('memory', 'document', 'property') AND v.item_pk IS NULL ORDER BY item.pk LIMIT :n"
-                ), {"n": chunk}).all()
+                rows = conn.execute(
+                    text(
+                        "SELECT item.pk, item.content_hash FROM item LEFT JOIN item_vector v ON v.item_pk = item.pk "
+                        "WHERE item.kind IN ('memory', 'document', 'property') AND v.item_pk IS NULL ORDER BY item.pk LIMIT :n"
+                    ),
+                    {"n": chunk},
+                ).all()
             if not rows:
                 break
             matrix = rng.standard_normal((len(rows), dims)).astype(np.float32)
             matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
             seq = time.time_ns()
             with writer(engine).begin() as conn:
-                conn.execute(text(
-                    "INSERT INTO item_vector (item_pk, model, dims, vector, content_hash, seq) "
-                    "VALUES (:pk, :model, :dims, :vector, :hash, :seq)"
-                ), [{"pk": r.pk, "model": model, "dims": dims, "vector": v.tobytes(), "hash": r.content_hash, "seq": seq}
-                    for r, v in zip(rows, matrix)])
+                conn.execute(
+                    text(
+                        "INSERT INTO item_vector (item_pk, model, dims, vector, content_hash, seq) "
+                        "VALUES (:pk, :model, :dims, :vector, :hash, :seq)"
+                    ),
+                    [
+                        {"pk": r.pk, "model": model, "dims": dims, "vector": v.tobytes(), "hash": r.content_hash, "seq": seq}
+                        for r, v in zip(rows, matrix)
+                    ],
+                )
             written += len(rows)
         if written:
             print(f"  wrote {written:,} random unit vectors to item_vector", flush=True)
@@ -206,8 +216,9 @@ def write_random_vectors(store: Path, model: str, dims: int, chunk: int = 5000) 
 # ---------------------------------------------------------------- one call, governed or not
 
 
-async def one_call(context: GatewayContext, pipeline: Pipeline, actor: Actor, request: RetrieveRequest
-                   ) -> tuple[dict[str, Any], float, float, int]:
+async def one_call(
+    context: GatewayContext, pipeline: Pipeline, actor: Actor, request: RetrieveRequest
+) -> tuple[dict[str, Any], float, float, int]:
     """The pipeline and then the audit write, as `traced` runs them: (body, pipeline ms, audit ms, row bytes)."""
     # Every call embeds its query: the bodies repeat each query for the governed and the ungoverned
     # call, and the service's cache of recent query vectors would halve the embedding layer.
@@ -245,7 +256,9 @@ class FloorKit:
         db = context.settings.data_dir / "gateway.db"
         self.sql = sqlite3.connect(f"file:{db}?mode=ro", uri=True, check_same_thread=False)
         journal = str(self.sql.execute("PRAGMA journal_mode").fetchone()[0])
-        self.inserts = floors.InsertFloor(context.settings.data_dir / "layers-insert-floor.db", journal, 1)  # NORMAL, as core.store
+        self.inserts = floors.InsertFloor(
+            context.settings.data_dir / "layers-insert-floor.db", journal, 1
+        )  # NORMAL, as core.store
         semantic = context.connectors.semantic
         assert semantic.embedder is not None and semantic.connector is not None
         self.embedder: Any = semantic.embedder
@@ -268,8 +281,9 @@ class FloorKit:
         figures.s("embed_alone").add(embed, figures.s("embed").floor[-1])
         figures.s("vector_alone").add(semantic.ms - embed, figures.s("vector").floor[-1])
 
-    def measure(self, figures: Figures, request: RetrieveRequest, recorder: RecordingEngine, body: dict[str, Any],
-                row_bytes: int) -> None:
+    def measure(
+        self, figures: Figures, request: RetrieveRequest, recorder: RecordingEngine, body: dict[str, Any], row_bytes: int
+    ) -> None:
         """Every floor for this call, on the inputs the governed call just used."""
         query = request.query or ""
         figures.s("decide").add(None, floors.rego_eval(self.rego, "data.gateway.request", _dumps(recorder.inputs["request"])))
@@ -283,8 +297,9 @@ class FloorKit:
         figures.s("embed").add(None, floors.onnx_run(self.embedder._session, feeds))
 
         where = constraints_from(recorder.results["request"]).items
-        lexical_ms, lexical_ids = floors.fts_bm25(self.sql, lexical_table(where.tenant), fts_match(query_terms(query)),
-                                                  request.limit)
+        lexical_ms, lexical_ids = floors.fts_bm25(
+            self.sql, lexical_table(where.tenant), fts_match(query_terms(query)), request.limit
+        )
         figures.s("lexical").add(None, lexical_ms)
 
         q = self.embedder.embed([query])[0]
@@ -304,7 +319,9 @@ class FloorKit:
         vector_floor = figures.s("vector_hnsw").floor[-1] if strategy == "approximate" else exact_ms
         figures.s("vector").add(None, vector_floor)
 
-        semantic_ids = [int(tenant.pks[r]) for r in rows[np.argsort(-(tenant.matrix[rows] @ q))[: request.limit]]] if len(rows) else []
+        semantic_ids = (
+            [int(tenant.pks[r]) for r in rows[np.argsort(-(tenant.matrix[rows] @ q))[: request.limit]]] if len(rows) else []
+        )
         figures.s("fuse").add(None, floors.rrf([lexical_ids, semantic_ids], request.limit))
         figures.s("audit").add(None, self.inserts.insert(row_bytes))
         figures.audit_row_bytes.append(row_bytes)
@@ -348,8 +365,11 @@ async def measure_corpus(corpus: Corpus, warmup: int) -> Figures:
         started = time.perf_counter()
         await anyio.to_thread.run_sync(getattr(connector, "warm"))
         await wait_for_graphs(getattr(connector, "index"))
-        print(f"[{corpus.name}] index warm in {time.perf_counter() - started:.1f} s; measuring {len(corpus.bodies)} queries "
-              f"({warmup} warm-up)", flush=True)
+        print(
+            f"[{corpus.name}] index warm in {time.perf_counter() - started:.1f} s; measuring {len(corpus.bodies)} queries "
+            f"({warmup} warm-up)",
+            flush=True,
+        )
         actor = context.authenticator.authenticate(f"Bearer {corpus.key}")
         recorder = RecordingEngine(context.policy)
         governed = Pipeline(settings, context.store, recorder, context.connectors, context.privacy)
@@ -364,7 +384,7 @@ async def measure_corpus(corpus: Corpus, warmup: int) -> Figures:
             kept = number >= warmup
             body: dict[str, Any] = {}
             row = 0
-            for governed_turn in ((True, False) if number % 2 == 0 else (False, True)):
+            for governed_turn in (True, False) if number % 2 == 0 else (False, True):
                 if governed_turn:
                     recorder.inputs.clear()
                     recorder.results.clear()
@@ -427,8 +447,13 @@ def measure_memory(label: str, data_dir: Path, items: int, key: str, body: dict[
                 client.post("/v1/retrieve", json=body)
         time.sleep(1)
         own, children = rss_kib(server.pid)
-        return {"label": label, "items": items, "rss_mib": own / 1024, "policy_workers_mib": children / 1024,
-                "strategy": "approximate" if "approximate" in detail else "exact"}
+        return {
+            "label": label,
+            "items": items,
+            "rss_mib": own / 1024,
+            "policy_workers_mib": children / 1024,
+            "strategy": "approximate" if "approximate" in detail else "exact",
+        }
     finally:
         server.stop()
 
@@ -436,7 +461,9 @@ def measure_memory(label: str, data_dir: Path, items: int, key: str, body: dict[
 def empty_store(data_dir: Path, tenant: str, principal: str, groups: list[str]) -> str:
     engine = open_store(f"sqlite:///{(data_dir / 'gateway.db').resolve()}")
     try:
-        return create_api_key(engine, tenant=tenant, principal=principal, roles=["agent"], groups=groups, clearance="confidential")
+        return create_api_key(
+            engine, tenant=tenant, principal=principal, roles=["agent"], groups=groups, clearance="confidential"
+        )
     finally:
         engine.dispose()
 
@@ -481,20 +508,44 @@ def summary(figures: Figures) -> dict[str, Any]:
         layer = {"mean": mean(series.layer), "p50": median(series.layer)} if series.layer else None
         floor = {"mean": mean(series.floor), "p50": median(series.floor)} if series.floor else None
         ratio = layer["mean"] / floor["mean"] if layer and floor and floor["mean"] > 0 else None
-        rows.append({"key": key, "layer": name, "layer_ms": layer, "floor_ms": floor, "ratio": ratio, "floor_is": floor_is,
-                     "met": None if ratio is None else ratio <= TARGET_RATIO})
+        rows.append(
+            {
+                "key": key,
+                "layer": name,
+                "layer_ms": layer,
+                "floor_ms": floor,
+                "ratio": ratio,
+                "floor_is": floor_is,
+                "met": None if ratio is None else ratio <= TARGET_RATIO,
+            }
+        )
     for key in ("vector_numpy", "vector_hnsw"):
         both = figures.series.get(key)
         if both and both.floor:
-            rows.append({"key": key, "layer": key, "layer_ms": None, "floor_ms": {"mean": mean(both.floor), "p50": median(both.floor)},
-                         "ratio": None, "floor_is": "both vector floors, whatever the layer used", "met": None})
+            rows.append(
+                {
+                    "key": key,
+                    "layer": key,
+                    "layer_ms": None,
+                    "floor_ms": {"mean": mean(both.floor), "p50": median(both.floor)},
+                    "ratio": None,
+                    "floor_is": "both vector floors, whatever the layer used",
+                    "met": None,
+                }
+            )
     g, u = figures.governed, figures.ungoverned
     return {
-        "corpus": figures.corpus.name, "items": figures.corpus.items, "queries": len(g),
+        "corpus": figures.corpus.name,
+        "items": figures.corpus.items,
+        "queries": len(g),
         "layers": rows,
-        "governance": {"governed_ms": {"mean": mean(g), "p50": median(g)}, "ungoverned_ms": {"mean": mean(u), "p50": median(u)},
-                       "ratio_mean": mean(g) / mean(u), "ratio_p50": median(g) / median(u),
-                       "met": mean(g) / mean(u) <= TARGET_GOVERNANCE},
+        "governance": {
+            "governed_ms": {"mean": mean(g), "p50": median(g)},
+            "ungoverned_ms": {"mean": mean(u), "p50": median(u)},
+            "ratio_mean": mean(g) / mean(u),
+            "ratio_p50": median(g) / median(u),
+            "met": mean(g) / mean(u) <= TARGET_GOVERNANCE,
+        },
         "vector_strategy": figures.strategies,
         "verified_candidates_mean": mean(figures.candidates) if figures.candidates else 0,
         "audit_row_bytes_mean": mean(figures.audit_row_bytes) if figures.audit_row_bytes else 0,
@@ -503,8 +554,10 @@ def summary(figures: Figures) -> dict[str, Any]:
 
 
 def print_table(result: dict[str, Any]) -> None:
-    print(f"\n=== {result['corpus']}: {result['items']:,} items, {result['queries']} queries, standard depth; "
-          f"vector search {result['vector_strategy']}; {result['verified_candidates_mean']:.0f} candidates verified on average ===")
+    print(
+        f"\n=== {result['corpus']}: {result['items']:,} items, {result['queries']} queries, standard depth; "
+        f"vector search {result['vector_strategy']}; {result['verified_candidates_mean']:.0f} candidates verified on average ==="
+    )
     print(f"{'layer':<22}{'layer ms mean/p50':>20}{'floor ms mean/p50':>20}{'ratio':>8}  floor")
     for row in result["layers"]:
         layer, floor = row["layer_ms"], row["floor_ms"]
@@ -518,9 +571,11 @@ def print_table(result: dict[str, Any]) -> None:
         flag = "" if row["met"] is None else ("  " if row["met"] else " !")
         print(f"{row['layer']:<22}{left:>20}{right:>20}{ratio:>8}{flag} {row['floor_is']}")
     gov = result["governance"]
-    print(f"governance: governed {gov['governed_ms']['mean']:.2f} ms / ungoverned {gov['ungoverned_ms']['mean']:.2f} ms "
-          f"= {gov['ratio_mean']:.2f} (p50 {gov['governed_ms']['p50']:.2f} / {gov['ungoverned_ms']['p50']:.2f} = {gov['ratio_p50']:.2f}); "
-          f"target <= {TARGET_GOVERNANCE} -> {'MET' if gov['met'] else 'MISSED'}")
+    print(
+        f"governance: governed {gov['governed_ms']['mean']:.2f} ms / ungoverned {gov['ungoverned_ms']['mean']:.2f} ms "
+        f"= {gov['ratio_mean']:.2f} (p50 {gov['governed_ms']['p50']:.2f} / {gov['ungoverned_ms']['p50']:.2f} = {gov['ratio_p50']:.2f}); "
+        f"target <= {TARGET_GOVERNANCE} -> {'MET' if gov['met'] else 'MISSED'}"
+    )
     missed = [r["layer"] for r in result["layers"] if r["met"] is False]
     print(f"layers within {TARGET_RATIO:.0f}x of their floor: {'all' if not missed else 'not ' + ', '.join(missed)}")
 
@@ -528,8 +583,10 @@ def print_table(result: dict[str, Any]) -> None:
 def print_memory(steps: list[dict[str, Any]]) -> dict[str, Any]:
     print("\n=== memory: `gateway serve`, vector index warm, after 20 retrieves ===")
     for step in steps:
-        print(f"  {step['label']:<22} {step['items']:>8,} items  RSS {step['rss_mib']:7.0f} MiB  "
-              f"(+ policy workers {step['policy_workers_mib']:.0f} MiB)  vector search {step['strategy']}")
+        print(
+            f"  {step['label']:<22} {step['items']:>8,} items  RSS {step['rss_mib']:7.0f} MiB  "
+            f"(+ policy workers {step['policy_workers_mib']:.0f} MiB)  vector search {step['strategy']}"
+        )
     synthetic = [s for s in steps if s["label"].startswith("synthetic")]
     growth: dict[str, Any] = {}
     if len(synthetic) >= 2 and synthetic[-1]["items"] > synthetic[0]["items"]:
@@ -548,12 +605,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data-set", type=Path, help="the SciFact directory (BEIR layout); read where it lies, never copied")
     parser.add_argument("--store", type=Path, help="SciFact store dir, kept and reused (default: a temp dir, removed)")
-    parser.add_argument("--synthetic-store", type=Path, help="synthetic store dir, kept and reused (default: a temp dir, removed)")
+    parser.add_argument(
+        "--synthetic-store", type=Path, help="synthetic store dir, kept and reused (default: a temp dir, removed)"
+    )
     parser.add_argument("--items", type=int, default=100_000, help="synthetic items (default 100000)")
     parser.add_argument("--queries", type=int, default=200, help="queries per corpus, warm-up included (default 200)")
     parser.add_argument("--warmup", type=int, default=20, help="first queries not counted (default 20)")
-    parser.add_argument("--memory-step", type=int, default=5000, help="the small synthetic store of the memory figures (default 5000)")
-    parser.add_argument("--skip", choices=("scifact", "synthetic", "memory"), action="append", default=[], help="leave a part out")
+    parser.add_argument(
+        "--memory-step", type=int, default=5000, help="the small synthetic store of the memory figures (default 5000)"
+    )
+    parser.add_argument(
+        "--skip", choices=("scifact", "synthetic", "memory"), action="append", default=[], help="leave a part out"
+    )
     parser.add_argument("--json", type=Path, help="also write every figure as JSON to this file ('-' for stdout)")
     args = parser.parse_args(argv)
     if args.items < 1 or args.queries < 1 or args.warmup < 0 or args.memory_step < 1:
@@ -592,8 +655,13 @@ def main(argv: list[str] | None = None) -> int:
             print("\nMemory: a real `gateway serve` per store...", flush=True)
             steps = memory_steps(args, corpora, scratch)
             memory = {"steps": steps, **print_memory(steps)}
-        report: dict[str, Any] = {"code": code_revision(), "cpus": os.cpu_count(), "load_average": os.getloadavg(),
-                  "corpora": results, "memory": memory}
+        report: dict[str, Any] = {
+            "code": code_revision(),
+            "cpus": os.cpu_count(),
+            "load_average": os.getloadavg(),
+            "corpora": results,
+            "memory": memory,
+        }
         print(f"\ncode {report['code']}, {report['cpus']} CPUs, load average at the end {report['load_average'][0]:.2f}")
         if args.json:
             rendered = json.dumps(report, indent=2)

@@ -44,8 +44,12 @@ from gateway.writes.items import ingest  # noqa: E402
 
 TENANT = "scifact"
 CALLER = ItemFilter(
-    tenant=TENANT, principals=("*", "user:reader", "group:sales"), sensitivities=("public", "internal"),
-    valid_at=datetime(2026, 12, 1, tzinfo=timezone.utc), scopes=("sales",), kinds=("memory", "document"),
+    tenant=TENANT,
+    principals=("*", "user:reader", "group:sales"),
+    sensitivities=("public", "internal"),
+    valid_at=datetime(2026, 12, 1, tzinfo=timezone.utc),
+    scopes=("sales",),
+    kinds=("memory", "document"),
     statuses=("active",),
 )
 HIDE = ({"acl": ["group:finance"]}, {"sensitivity": "restricted"}, {"scope": ["hr"]}, {"status": "retracted"})
@@ -60,8 +64,10 @@ def load(data_set: Path, claims: int) -> tuple[list[dict[str, Any]], list[str]]:
 
 
 def readable(corpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{"id": f"doc_{doc['_id']}", "kind": "memory", "acl": ["*"], "text": f"{doc.get('title', '')} {doc['text']}"[:4000]}
-            for doc in corpus]
+    return [
+        {"id": f"doc_{doc['_id']}", "kind": "memory", "acl": ["*"], "text": f"{doc.get('title', '')} {doc['text']}"[:4000]}
+        for doc in corpus
+    ]
 
 
 def hidden(corpus: list[dict[str, Any]], n: int, same_words: bool) -> list[dict[str, Any]]:
@@ -78,10 +84,12 @@ def build(directory: Path, items: list[dict[str, Any]]) -> Any:
     rows = list(items)
     random.Random(3).shuffle(rows)  # hidden and readable rows interleave, as they would in a real tenant
     for start in range(0, len(rows), 2000):
-        report = ingest(engine, TENANT, rows[start:start + 2000])
+        report = ingest(engine, TENANT, rows[start : start + 2000])
         assert not report.rejected, report.rejected[:3]
     with engine.begin() as conn:  # what FTS5's automerge would reach over time, the same for every store
-        for (name,) in conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE name LIKE 'item_fts_%' AND sql LIKE 'CREATE VIRTUAL%'"):
+        for (name,) in conn.exec_driver_sql(
+            "SELECT name FROM sqlite_master WHERE name LIKE 'item_fts_%' AND sql LIKE 'CREATE VIRTUAL%'"
+        ):
             conn.exec_driver_sql(f"INSERT INTO {name}({name}) VALUES ('optimize')")
     return engine
 
@@ -136,8 +144,10 @@ def main() -> None:
         for engine in engines.values():
             close_store(engine)
     base50, base95 = statistics.median(times["alone"]), percentile(times["alone"], 0.95)
-    print(f"\n=== lexical search, {len(claims)} SciFact claims x {args.rounds}, {len(corpus):,} readable abstracts, "
-          f"{args.hidden:,} items the caller may not read ===")
+    print(
+        f"\n=== lexical search, {len(claims)} SciFact claims x {args.rounds}, {len(corpus):,} readable abstracts, "
+        f"{args.hidden:,} items the caller may not read ==="
+    )
     print(f"{'store':<22} {'p50 ms':>8} {'p95 ms':>8} {'p50 ratio':>10} {'p95 ratio':>10}")
     for name, values in times.items():
         p50, p95 = statistics.median(values), percentile(values, 0.95)

@@ -99,9 +99,12 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=20_000)
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--k", type=int, default=10)
-    parser.add_argument("--shares", default="p5,p05",
-                        help="permitted shares to ask for, of p50,p5,p05 (p50 at 100,000 items passes Weaviate's "
-                             "flat-search cutoff of 40,000, so its filtered HNSW path runs)")
+    parser.add_argument(
+        "--shares",
+        default="p5,p05",
+        help="permitted shares to ask for, of p50,p5,p05 (p50 at 100,000 items passes Weaviate's "
+        "flat-search cutoff of 40,000, so its filtered HNSW path runs)",
+    )
     args = parser.parse_args()
     from tests.embedded_pg import fresh_schema
 
@@ -129,8 +132,14 @@ def weaviate_client(url: str, grpc_port: int) -> Any:
 
     host, _, port = url.rstrip("/").split("://", 1)[1].partition(":")
     secure = url.startswith("https")
-    return weaviate.connect_to_custom(http_host=host, http_port=int(port or (443 if secure else 8080)), http_secure=secure,
-                                      grpc_host=host, grpc_port=grpc_port, grpc_secure=secure)
+    return weaviate.connect_to_custom(
+        http_host=host,
+        http_port=int(port or (443 if secure else 8080)),
+        http_secure=secure,
+        grpc_host=host,
+        grpc_port=grpc_port,
+        grpc_secure=secure,
+    )
 
 
 def stored(engine: Any) -> list[tuple[Record, list[float]]]:
@@ -145,14 +154,17 @@ def stored(engine: Any) -> list[tuple[Record, list[float]]]:
         grants: dict[int, list[str]] = {}
         for pk, principal in conn.execute(select(item_principal.c.item_pk, item_principal.c.principal)):
             grants.setdefault(pk, []).append(principal)
-        by_pk = {pk: np.frombuffer(blob, dtype=np.float32)
-                 for pk, blob in conn.execute(select(iv.c.item_pk, iv.c.vector).where(iv.c.model == MODEL))}
+        by_pk = {
+            pk: np.frombuffer(blob, dtype=np.float32)
+            for pk, blob in conn.execute(select(iv.c.item_pk, iv.c.vector).where(iv.c.model == MODEL))
+        }
     out = []
     for row in rows:
         record = record_from_row(row)
         pk = row._mapping["pk"]
-        out.append((dataclasses.replace(record, acl=tuple(sorted(set(record.acl) | set(grants.get(pk, []))))),
-                    by_pk[pk].tolist()))
+        out.append(
+            (dataclasses.replace(record, acl=tuple(sorted(set(record.acl) | set(grants.get(pk, []))))), by_pk[pk].tolist())
+        )
     return out
 
 
@@ -166,8 +178,10 @@ def run(url: str, weaviate_url: str, grpc_port: int, args: argparse.Namespace) -
     admin = create_engine(url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text("ANALYZE"))
-        versions = (conn.execute(text("SHOW server_version")).scalar(),
-                    conn.execute(text("SELECT extversion FROM pg_extension WHERE extname = 'vector'")).scalar())
+        versions = (
+            conn.execute(text("SHOW server_version")).scalar(),
+            conn.execute(text("SELECT extversion FROM pg_extension WHERE extname = 'vector'")).scalar(),
+        )
     started = time.perf_counter()
     reason = prepare(engine, DIMS)  # backfill through the decoder, then the HNSW build
     assert reason is None, reason
@@ -181,18 +195,24 @@ def run(url: str, weaviate_url: str, grpc_port: int, args: argparse.Namespace) -
     wv = WeaviateConnector(weaviate_url, model=MODEL, dims=DIMS, collection=collection, grpc_port=grpc_port)
     loop = asyncio.new_event_loop()
     try:
-        print(f"PostgreSQL {versions[0]}, pgvector {versions[1]}; Weaviate {client.get_meta()['version']}, "
-              f"weaviate-client {importlib.metadata.version('weaviate-client')}")
+        print(
+            f"PostgreSQL {versions[0]}, pgvector {versions[1]}; Weaviate {client.get_meta()['version']}, "
+            f"weaviate-client {importlib.metadata.version('weaviate-client')}"
+        )
         copies = stored(engine)
         started = time.perf_counter()
         written = wv.upsert(TENANT, copies)
         took = time.perf_counter() - started
-        print(f"Weaviate upsert of {written} items (chunks of 200, HNSW built as they land) in {took:.1f} s "
-              f"({written / took:.0f} items/s)")
+        print(
+            f"Weaviate upsert of {written} items (chunks of 200, HNSW built as they land) in {took:.1f} s "
+            f"({written / took:.0f} items/s)"
+        )
         hnsw = client.collections.use(collection).config.get().vector_config[VECTOR].vector_index_config
-        print(f"Weaviate HNSW (its defaults): max_connections {hnsw.max_connections}, ef_construction {hnsw.ef_construction}, "
-              f"ef {hnsw.ef} (dynamic {hnsw.dynamic_ef_min}..{hnsw.dynamic_ef_max}), filter strategy "
-              f"{hnsw.filter_strategy.value}, flat_search_cutoff {hnsw.flat_search_cutoff}, quantizer {hnsw.quantizer}")
+        print(
+            f"Weaviate HNSW (its defaults): max_connections {hnsw.max_connections}, ef_construction {hnsw.ef_construction}, "
+            f"ef {hnsw.ef} (dynamic {hnsw.dynamic_ef_min}..{hnsw.dynamic_ef_max}), filter strategy "
+            f"{hnsw.filter_strategy.value}, flat_search_cutoff {hnsw.flat_search_cutoff}, quantizer {hnsw.quantizer}"
+        )
         measure(engine, wv, loop, rng, centroids, args)
     finally:
         wv.close()
@@ -204,16 +224,23 @@ def run(url: str, weaviate_url: str, grpc_port: int, args: argparse.Namespace) -
             engine.dispose()
 
 
-def measure(engine: Any, wv: WeaviateConnector, loop: asyncio.AbstractEventLoop, rng: np.random.Generator,
-            centroids: np.ndarray, args: argparse.Namespace) -> None:
+def measure(
+    engine: Any,
+    wv: WeaviateConnector,
+    loop: asyncio.AbstractEventLoop,
+    rng: np.random.Generator,
+    centroids: np.ndarray,
+    args: argparse.Namespace,
+) -> None:
     index = VectorIndex(engine, MODEL, DIMS)
     pg = PgvectorConnector(engine, MODEL, DIMS)
     queries = vectors(rng, args.queries, centroids, noise=0.45)
     started = time.perf_counter()
     index.nearest(constraints("p5"), RecallQuery(vector=tuple(map(float, queries[0])), model=MODEL, limit=args.k), "approximate")
     print(f"in-process mirror and HNSW graph built in {time.perf_counter() - started:.1f} s")
-    loop.run_until_complete(wv.search(constraints("p5"), RecallQuery(vector=tuple(map(float, queries[0])), model=MODEL,
-                                                                     limit=args.k)))  # connect and check the schema once
+    loop.run_until_complete(
+        wv.search(constraints("p5"), RecallQuery(vector=tuple(map(float, queries[0])), model=MODEL, limit=args.k))
+    )  # connect and check the schema once
 
     def memory(strategy: str) -> Callable[[str, RecallQuery], set[int]]:
         return lambda group, query: {pk for pk, _ in index.nearest(constraints(group), query, strategy)[0]}  # type: ignore[arg-type]
@@ -229,8 +256,11 @@ def measure(engine: Any, wv: WeaviateConnector, loop: asyncio.AbstractEventLoop,
         return {int(c.record.id[1:]) + 1 for c in result.candidates}
 
     methods: dict[str, Callable[[str, RecallQuery], set[int]]] = {
-        "exact (baseline)": memory("exact"), "in-process auto": memory("auto"),
-        "in-process HNSW": memory("approximate"), "pgvector": pgvector, "Weaviate": weaviate,
+        "exact (baseline)": memory("exact"),
+        "in-process auto": memory("auto"),
+        "in-process HNSW": memory("approximate"),
+        "pgvector": pgvector,
+        "Weaviate": weaviate,
     }
     print("\n| permitted | method | recall@10 | p50 ms | p95 ms | p50 vs exact | p95 vs exact |")
     print("|---|---|---|---|---|---|---|")
@@ -255,8 +285,10 @@ def measure(engine: Any, wv: WeaviateConnector, loop: asyncio.AbstractEventLoop,
         base50, base95 = pct(times["exact (baseline)"], 50), pct(times["exact (baseline)"], 95)
         for name in methods:
             p50, p95 = pct(times[name], 50), pct(times[name], 95)
-            print(f"| {share:.1%} | {name} | {statistics.mean(recall[name]):.3f} | {p50:.1f} | {p95:.1f} | "
-                  f"{p50 / base50:.2f}x | {p95 / base95:.2f}x |")
+            print(
+                f"| {share:.1%} | {name} | {statistics.mean(recall[name]):.3f} | {p50:.1f} | {p95:.1f} | "
+                f"{p50 / base50:.2f}x | {p95 / base95:.2f}x |"
+            )
         notes.append(f"<!-- {share:.1%}: pgvector strategies used: {used}; Weaviate answers short of k: {short[0]} -->")
     print("\n".join(notes))
 

@@ -60,54 +60,151 @@ MATCH_OVERLAP = 0.5  # a detected span matches a gold span when it covers at lea
 
 # (origin, first names, last names). A person is a first and a last name of one origin.
 NAMES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
-    ("english", ("James", "Mary", "Robert", "Patricia", "Michael", "Jennifer", "David", "Linda", "William", "Elizabeth",
-                 "Sarah", "Thomas", "Emily", "Daniel", "Rebecca", "Oliver", "Charlotte", "Harry"),
-     ("Smith", "Johnson", "Williams", "Brown", "Miller", "Davis", "Thornton", "Whitaker", "Hughes", "Fletcher",
-      "Palmer", "Carter", "Bennett", "Harrison", "Cole", "Ashworth", "Pemberton", "Reynolds")),
-    ("irish-scottish", ("Siobhan", "Niamh", "Ciaran", "Aoife", "Declan", "Fiona", "Eoin", "Callum", "Mairead", "Padraig"),
-     ("O'Brien", "Murphy", "Kelly", "Gallagher", "McCarthy", "Fitzgerald", "MacLeod", "Byrne", "Doyle", "O'Sullivan")),
-    ("german", ("Jonas", "Lukas", "Anna", "Katrin", "Jürgen", "Stefan", "Sabine", "Matthias", "Ursula", "Felix", "Henrike"),
-     ("Müller", "Schmidt", "Weber", "Fischer", "Becker", "Hoffmann", "Schäfer", "Wagner", "Zimmermann", "Krüger", "Brandt")),
-    ("french", ("Camille", "Julien", "Élodie", "Mathieu", "Céline", "Antoine", "Margaux", "Luc", "Sylvie", "Thibault"),
-     ("Dubois", "Lefèvre", "Moreau", "Laurent", "Girard", "Rousseau", "Fontaine", "Chevalier", "Bernard", "Mercier")),
-    ("spanish", ("José", "María", "Alejandro", "Lucía", "Javier", "Carmen", "Diego", "Valentina", "Santiago", "Gabriela"),
-     ("García", "Fernández", "López", "Martínez", "Rodríguez", "Sánchez", "Herrera", "Castillo", "Ortega", "Navarro")),
-    ("italian", ("Giulia", "Marco", "Francesca", "Alessandro", "Chiara", "Lorenzo", "Federica", "Matteo"),
-     ("Rossi", "Bianchi", "Romano", "Colombo", "Ricci", "Marino", "Greco", "Conti", "Esposito")),
-    ("portuguese", ("João", "Ana", "Rafael", "Beatriz", "Thiago", "Larissa", "Gonçalo"),
-     ("Silva", "Santos", "Oliveira", "Pereira", "Costa", "Carvalho", "Almeida")),
-    ("slavic", ("Katarzyna", "Piotr", "Tomasz", "Agnieszka", "Dmitri", "Olga", "Natalia", "Pavel", "Oksana", "Marek"),
-     ("Kowalski", "Nowak", "Wiśniewska", "Novák", "Ivanov", "Petrova", "Shevchenko", "Horvat", "Zieliński", "Dvořák")),
-    ("nordic-dutch", ("Lars", "Ingrid", "Søren", "Astrid", "Mikkel", "Freya", "Pieter", "Sanne", "Joost", "Aino"),
-     ("Andersson", "Johansson", "Nielsen", "Lindqvist", "Haugen", "Virtanen", "de Vries", "van Dijk", "Jansen", "Bakker")),
-    ("indian", ("Priya", "Rahul", "Ananya", "Vikram", "Deepika", "Arjun", "Sunita", "Rohan", "Kavya", "Lakshmi"),
-     ("Sharma", "Patel", "Iyer", "Raghunathan", "Reddy", "Gupta", "Nair", "Chatterjee", "Desai", "Menon")),
-    ("chinese", ("Wei", "Li Na", "Jun", "Xiaoming", "Mei", "Hao", "Yan", "Zhiwei", "Jing"),
-     ("Wang", "Li", "Zhang", "Liu", "Chen", "Yang", "Huang", "Zhou", "Wu")),
-    ("japanese-korean", ("Yuki", "Haruto", "Sakura", "Kenji", "Aiko", "Takeshi", "Ji-woo", "Min-jun", "Seo-yeon"),
-     ("Tanaka", "Suzuki", "Takahashi", "Watanabe", "Yamamoto", "Nakamura", "Kim", "Park", "Choi", "Jung")),
+    (
+        "english",
+        (
+            "James",
+            "Mary",
+            "Robert",
+            "Patricia",
+            "Michael",
+            "Jennifer",
+            "David",
+            "Linda",
+            "William",
+            "Elizabeth",
+            "Sarah",
+            "Thomas",
+            "Emily",
+            "Daniel",
+            "Rebecca",
+            "Oliver",
+            "Charlotte",
+            "Harry",
+        ),
+        (
+            "Smith",
+            "Johnson",
+            "Williams",
+            "Brown",
+            "Miller",
+            "Davis",
+            "Thornton",
+            "Whitaker",
+            "Hughes",
+            "Fletcher",
+            "Palmer",
+            "Carter",
+            "Bennett",
+            "Harrison",
+            "Cole",
+            "Ashworth",
+            "Pemberton",
+            "Reynolds",
+        ),
+    ),
+    (
+        "irish-scottish",
+        ("Siobhan", "Niamh", "Ciaran", "Aoife", "Declan", "Fiona", "Eoin", "Callum", "Mairead", "Padraig"),
+        ("O'Brien", "Murphy", "Kelly", "Gallagher", "McCarthy", "Fitzgerald", "MacLeod", "Byrne", "Doyle", "O'Sullivan"),
+    ),
+    (
+        "german",
+        ("Jonas", "Lukas", "Anna", "Katrin", "Jürgen", "Stefan", "Sabine", "Matthias", "Ursula", "Felix", "Henrike"),
+        ("Müller", "Schmidt", "Weber", "Fischer", "Becker", "Hoffmann", "Schäfer", "Wagner", "Zimmermann", "Krüger", "Brandt"),
+    ),
+    (
+        "french",
+        ("Camille", "Julien", "Élodie", "Mathieu", "Céline", "Antoine", "Margaux", "Luc", "Sylvie", "Thibault"),
+        ("Dubois", "Lefèvre", "Moreau", "Laurent", "Girard", "Rousseau", "Fontaine", "Chevalier", "Bernard", "Mercier"),
+    ),
+    (
+        "spanish",
+        ("José", "María", "Alejandro", "Lucía", "Javier", "Carmen", "Diego", "Valentina", "Santiago", "Gabriela"),
+        ("García", "Fernández", "López", "Martínez", "Rodríguez", "Sánchez", "Herrera", "Castillo", "Ortega", "Navarro"),
+    ),
+    (
+        "italian",
+        ("Giulia", "Marco", "Francesca", "Alessandro", "Chiara", "Lorenzo", "Federica", "Matteo"),
+        ("Rossi", "Bianchi", "Romano", "Colombo", "Ricci", "Marino", "Greco", "Conti", "Esposito"),
+    ),
+    (
+        "portuguese",
+        ("João", "Ana", "Rafael", "Beatriz", "Thiago", "Larissa", "Gonçalo"),
+        ("Silva", "Santos", "Oliveira", "Pereira", "Costa", "Carvalho", "Almeida"),
+    ),
+    (
+        "slavic",
+        ("Katarzyna", "Piotr", "Tomasz", "Agnieszka", "Dmitri", "Olga", "Natalia", "Pavel", "Oksana", "Marek"),
+        ("Kowalski", "Nowak", "Wiśniewska", "Novák", "Ivanov", "Petrova", "Shevchenko", "Horvat", "Zieliński", "Dvořák"),
+    ),
+    (
+        "nordic-dutch",
+        ("Lars", "Ingrid", "Søren", "Astrid", "Mikkel", "Freya", "Pieter", "Sanne", "Joost", "Aino"),
+        ("Andersson", "Johansson", "Nielsen", "Lindqvist", "Haugen", "Virtanen", "de Vries", "van Dijk", "Jansen", "Bakker"),
+    ),
+    (
+        "indian",
+        ("Priya", "Rahul", "Ananya", "Vikram", "Deepika", "Arjun", "Sunita", "Rohan", "Kavya", "Lakshmi"),
+        ("Sharma", "Patel", "Iyer", "Raghunathan", "Reddy", "Gupta", "Nair", "Chatterjee", "Desai", "Menon"),
+    ),
+    (
+        "chinese",
+        ("Wei", "Li Na", "Jun", "Xiaoming", "Mei", "Hao", "Yan", "Zhiwei", "Jing"),
+        ("Wang", "Li", "Zhang", "Liu", "Chen", "Yang", "Huang", "Zhou", "Wu"),
+    ),
+    (
+        "japanese-korean",
+        ("Yuki", "Haruto", "Sakura", "Kenji", "Aiko", "Takeshi", "Ji-woo", "Min-jun", "Seo-yeon"),
+        ("Tanaka", "Suzuki", "Takahashi", "Watanabe", "Yamamoto", "Nakamura", "Kim", "Park", "Choi", "Jung"),
+    ),
     ("vietnamese", ("Minh", "Linh", "Thanh", "Huong", "Quang"), ("Nguyen", "Tran", "Le", "Pham", "Hoang")),
-    ("arabic-turkish", ("Omar", "Fatima", "Yusuf", "Layla", "Karim", "Noura", "Mehmet", "Elif", "Emre", "Zeynep"),
-     ("Haddad", "Al-Rashid", "Khalil", "Mansour", "Farouk", "Yilmaz", "Demir", "Kaya", "Öztürk", "Aziz")),
-    ("african", ("Chinedu", "Ngozi", "Oluwaseun", "Kwame", "Abena", "Wanjiru", "Tendai", "Amara", "Kofi", "Tigist"),
-     ("Okafor", "Adeyemi", "Mensah", "Boateng", "Kamau", "Mwangi", "Okonkwo", "Abebe", "Nkosi", "Diallo")),
-    ("hebrew-greek", ("Noa", "Eitan", "Yael", "Avi", "Nikos", "Eleni", "Dimitris", "Sofia"),
-     ("Cohen", "Levi", "Mizrahi", "Friedman", "Papadopoulos", "Georgiou", "Konstantinou", "Alexiou")),
+    (
+        "arabic-turkish",
+        ("Omar", "Fatima", "Yusuf", "Layla", "Karim", "Noura", "Mehmet", "Elif", "Emre", "Zeynep"),
+        ("Haddad", "Al-Rashid", "Khalil", "Mansour", "Farouk", "Yilmaz", "Demir", "Kaya", "Öztürk", "Aziz"),
+    ),
+    (
+        "african",
+        ("Chinedu", "Ngozi", "Oluwaseun", "Kwame", "Abena", "Wanjiru", "Tendai", "Amara", "Kofi", "Tigist"),
+        ("Okafor", "Adeyemi", "Mensah", "Boateng", "Kamau", "Mwangi", "Okonkwo", "Abebe", "Nkosi", "Diallo"),
+    ),
+    (
+        "hebrew-greek",
+        ("Noa", "Eitan", "Yael", "Avi", "Nikos", "Eleni", "Dimitris", "Sofia"),
+        ("Cohen", "Levi", "Mizrahi", "Friedman", "Papadopoulos", "Georgiou", "Konstantinou", "Alexiou"),
+    ),
 )
 TITLES = {"f": ("Ms.", "Dr.", "Mrs."), "m": ("Mr.", "Dr.")}
 
 # Companies (hard negatives: several carry a surname) and their e-mail domains on real TLDs.
 COMPANIES: tuple[tuple[str, str], ...] = (
-    ("Northwind Traders", "northwind.com"), ("Contoso", "contoso.com"), ("Fabrikam", "fabrikam.de"),
-    ("Blue Harbor Capital", "blueharbor.org"), ("Hargreaves Logistics", "hargreaves-logistics.co.uk"),
-    ("Whitfield & Co", "whitfield.co.uk"), ("Dubois Frères", "dubois-freres.fr"), ("Novak Systems", "novaksystems.cz"),
-    ("Tanaka Precision", "tanaka-precision.co.jp"), ("Baker Brothers Ltd", "bakerbrothers.co.uk"),
-    ("Alvarez Foods", "alvarezfoods.es"), ("Lindqvist Marine", "lindqvistmarine.se"), ("Sterling Analytics", "sterling-analytics.io"),
-    ("Redwood Health", "redwoodhealth.org"), ("Orion Freight", "orionfreight.net"), ("Fischer Maschinenbau GmbH", "fischer-mb.de"),
-    ("Kaya Tekstil", "kayatekstil.com.tr"), ("Meridian Bank", "meridianbank.ch"), ("Apex Dental Group", "apexdental.com.au"),
-    ("Okafor Agritech", "okafor-agritech.ng"), ("Van Dijk Bouw", "vandijkbouw.nl"), ("Rossi Moda", "rossimoda.it"),
-    ("Greenfield Energy", "greenfield-energy.com"), ("Silva Transportes", "silvatransportes.com.br"),
-    ("Patel Pharma", "patelpharma.in"), ("Morgan Hale Consulting", "morganhale.com"),
+    ("Northwind Traders", "northwind.com"),
+    ("Contoso", "contoso.com"),
+    ("Fabrikam", "fabrikam.de"),
+    ("Blue Harbor Capital", "blueharbor.org"),
+    ("Hargreaves Logistics", "hargreaves-logistics.co.uk"),
+    ("Whitfield & Co", "whitfield.co.uk"),
+    ("Dubois Frères", "dubois-freres.fr"),
+    ("Novak Systems", "novaksystems.cz"),
+    ("Tanaka Precision", "tanaka-precision.co.jp"),
+    ("Baker Brothers Ltd", "bakerbrothers.co.uk"),
+    ("Alvarez Foods", "alvarezfoods.es"),
+    ("Lindqvist Marine", "lindqvistmarine.se"),
+    ("Sterling Analytics", "sterling-analytics.io"),
+    ("Redwood Health", "redwoodhealth.org"),
+    ("Orion Freight", "orionfreight.net"),
+    ("Fischer Maschinenbau GmbH", "fischer-mb.de"),
+    ("Kaya Tekstil", "kayatekstil.com.tr"),
+    ("Meridian Bank", "meridianbank.ch"),
+    ("Apex Dental Group", "apexdental.com.au"),
+    ("Okafor Agritech", "okafor-agritech.ng"),
+    ("Van Dijk Bouw", "vandijkbouw.nl"),
+    ("Rossi Moda", "rossimoda.it"),
+    ("Greenfield Energy", "greenfield-energy.com"),
+    ("Silva Transportes", "silvatransportes.com.br"),
+    ("Patel Pharma", "patelpharma.in"),
+    ("Morgan Hale Consulting", "morganhale.com"),
 )
 FREEMAIL = ("gmail.com", "outlook.com", "yahoo.fr", "web.de", "gmx.de", "icloud.com", "proton.me", "hotmail.co.uk")
 ROLES = ("billing", "support", "accounts.payable", "procurement", "it-helpdesk", "info", "finance")
@@ -266,9 +363,17 @@ CARD_WEIGHTS = (30, 20, 8, 15, 10, 7, 10)
 
 # IBAN layouts: country -> BBAN as a sequence of (count, 'n' digits | 'a' upper letters | 'c' alphanumerics)
 IBANS: dict[str, tuple[tuple[int, str], ...]] = {
-    "DE": ((18, "n"),), "GB": ((4, "a"), (14, "n")), "FR": ((10, "n"), (11, "c"), (2, "n")),
-    "NL": ((4, "a"), (10, "n")), "ES": ((20, "n"),), "IT": ((1, "a"), (10, "n"), (12, "c")),
-    "CH": ((5, "n"), (12, "c")), "BE": ((12, "n"),), "AT": ((16, "n"),), "PL": ((24, "n"),), "SE": ((20, "n"),),
+    "DE": ((18, "n"),),
+    "GB": ((4, "a"), (14, "n")),
+    "FR": ((10, "n"), (11, "c"), (2, "n")),
+    "NL": ((4, "a"), (10, "n")),
+    "ES": ((20, "n"),),
+    "IT": ((1, "a"), (10, "n"), (12, "c")),
+    "CH": ((5, "n"), (12, "c")),
+    "BE": ((12, "n"),),
+    "AT": ((16, "n"),),
+    "PL": ((24, "n"),),
+    "SE": ((20, "n"),),
 }
 
 # Phone plans: region, country code, national significant number prefixes, allowed NSN lengths,
@@ -308,11 +413,17 @@ class Maker:
     def email_of(self, p: Person) -> tuple[str, str]:
         if not p.email:
             first, last = ascii_fold(p.first.replace(" ", "")), ascii_fold(p.last.replace(" ", "").replace("'", ""))
-            form = self.rng.choices(("first.last", "flast", "first_last", "first", "first.last+tag", "First.Last"),
-                                    weights=(40, 20, 10, 10, 8, 12))[0]
-            local = {"first.last": f"{first}.{last}", "flast": f"{first[0]}{last}", "first_last": f"{first}_{last}",
-                     "first": first, "first.last+tag": f"{first}.{last}+crm",
-                     "First.Last": f"{first.capitalize()}.{last.capitalize()}"}[form]
+            form = self.rng.choices(
+                ("first.last", "flast", "first_last", "first", "first.last+tag", "First.Last"), weights=(40, 20, 10, 10, 8, 12)
+            )[0]
+            local = {
+                "first.last": f"{first}.{last}",
+                "flast": f"{first[0]}{last}",
+                "first_last": f"{first}_{last}",
+                "first": first,
+                "first.last+tag": f"{first}.{last}+crm",
+                "First.Last": f"{first.capitalize()}.{last.capitalize()}",
+            }[form]
             domain = p.company[1] if self.rng.random() < 0.75 else self.rng.choice(FREEMAIL)
             p.email, p.email_variant = f"{local}@{domain}", f"{form} @.{domain.split('.', 1)[1]}"
         return p.email, p.email_variant
@@ -346,9 +457,14 @@ class Maker:
         if cc == 1:
             digits10 = phonenumbers.national_significant_number(number)
             a, b, c = digits10[:3], digits10[3:6], digits10[6:]
-            styles = {"national (NXX) NXX-XXXX": national, "dashed NXX-NXX-XXXX": f"{a}-{b}-{c}",
-                      "dotted NXX.NXX.XXXX": f"{a}.{b}.{c}", "intl +1 NXX-NXX-XXXX": international,
-                      "intl spaced +1 NXX NXX XXXX": f"+1 {a} {b} {c}", "E.164": phonenumbers.format_number(number, F.E164)}
+            styles = {
+                "national (NXX) NXX-XXXX": national,
+                "dashed NXX-NXX-XXXX": f"{a}-{b}-{c}",
+                "dotted NXX.NXX.XXXX": f"{a}.{b}.{c}",
+                "intl +1 NXX-NXX-XXXX": international,
+                "intl spaced +1 NXX NXX XXXX": f"+1 {a} {b} {c}",
+                "E.164": phonenumbers.format_number(number, F.E164),
+            }
             weights: tuple[int, ...] = (30, 20, 10, 20, 12, 8)
         elif region in PRESIDIO_PHONE_REGIONS:
             styles = {"national": national, "intl": international, "E.164": phonenumbers.format_number(number, F.E164)}
@@ -373,7 +489,7 @@ class Maker:
         if sep:
             groups, at = [], 0
             for size in groupings[0]:
-                groups.append(number[at:at + size])
+                groups.append(number[at : at + size])
                 at += size
             text = sep.join(groups)
         else:
@@ -390,15 +506,18 @@ class Maker:
         moved = iban[4:] + iban[:4]
         assert int("".join(str(int(c, 36)) for c in moved)) % 97 == 1
         grouped = self.rng.random() < 0.6
-        text = " ".join(iban[i:i + 4] for i in range(0, len(iban), 4)) if grouped else iban
+        text = " ".join(iban[i : i + 4] for i in range(0, len(iban), 4)) if grouped else iban
         return text, f"{country} {'grouped' if grouped else 'compact'}"
 
     def ipv4(self) -> tuple[str, str]:
         if self.rng.random() < 0.4:
             kind = self.rng.choice(("10", "192.168", "172"))
             r = self.rng.randint
-            text = {"10": f"10.{r(0, 255)}.{r(0, 255)}.{r(1, 254)}", "192.168": f"192.168.{r(0, 255)}.{r(1, 254)}",
-                    "172": f"172.{r(16, 31)}.{r(0, 255)}.{r(1, 254)}"}[kind]
+            text = {
+                "10": f"10.{r(0, 255)}.{r(0, 255)}.{r(1, 254)}",
+                "192.168": f"192.168.{r(0, 255)}.{r(1, 254)}",
+                "172": f"172.{r(16, 31)}.{r(0, 255)}.{r(1, 254)}",
+            }[kind]
             return text, "IPv4 private"
         while True:
             a = self.rng.randint(1, 223)
@@ -407,7 +526,9 @@ class Maker:
         return f"{a}.{self.rng.randint(0, 255)}.{self.rng.randint(0, 255)}.{self.rng.randint(1, 254)}", "IPv4 public"
 
     def ipv6(self) -> tuple[str, str]:
-        groups = [self.rng.choice(("2001", "2a00", "2600", "2a02", "2607"))] + [f"{self.rng.randint(0, 0xFFFF):x}" for _ in range(7)]
+        groups = [self.rng.choice(("2001", "2a00", "2600", "2a02", "2607"))] + [
+            f"{self.rng.randint(0, 0xFFFF):x}" for _ in range(7)
+        ]
         if self.rng.random() < 0.6:
             return ":".join(groups[:3]) + "::" + ":".join(groups[6:]), "IPv6 compressed"
         return ":".join(groups), "IPv6 full"
@@ -427,31 +548,68 @@ class Maker:
             return c(COMPANIES)[0]
         if kind == "DATE":
             d = self.today + timedelta(days=r(-400, 200))
-            return c((d.isoformat(), d.strftime("%d/%m/%Y"), d.strftime("%B %d, %Y").replace(" 0", " "), d.strftime("%d.%m.%Y"),
-                      d.strftime("%m/%d/%Y"), d.strftime("%d %b %Y")))
+            return c(
+                (
+                    d.isoformat(),
+                    d.strftime("%d/%m/%Y"),
+                    d.strftime("%B %d, %Y").replace(" 0", " "),
+                    d.strftime("%d.%m.%Y"),
+                    d.strftime("%m/%d/%Y"),
+                    d.strftime("%d %b %Y"),
+                )
+            )
         if kind == "PRICE":
-            return c((f"${r(1, 99)},{r(0, 999):03d}.00", f"EUR {r(1, 99)}.{r(0, 999):03d},00", f"£{r(1, 80)},{r(0, 9) * 100:03d}",
-                      f"USD {r(5, 900) * 100}", f"${r(10, 999)}.{r(0, 99):02d}"))
+            return c(
+                (
+                    f"${r(1, 99)},{r(0, 999):03d}.00",
+                    f"EUR {r(1, 99)}.{r(0, 999):03d},00",
+                    f"£{r(1, 80)},{r(0, 9) * 100:03d}",
+                    f"USD {r(5, 900) * 100}",
+                    f"${r(10, 999)}.{r(0, 99):02d}",
+                )
+            )
         if kind == "ORD":
-            return c((f"#{r(100000, 99999999)}", f"PO-{r(100000, 999999)}", f"{r(2023, 2026)}{r(1, 12):02d}{r(1, 28):02d}-{r(1000, 9999)}",
-                      f"SO{r(10 ** 9, 10 ** 10 - 1)}"))
+            return c(
+                (
+                    f"#{r(100000, 99999999)}",
+                    f"PO-{r(100000, 999999)}",
+                    f"{r(2023, 2026)}{r(1, 12):02d}{r(1, 28):02d}-{r(1000, 9999)}",
+                    f"SO{r(10**9, 10**10 - 1)}",
+                )
+            )
         if kind == "INV":
             return c((f"INV-{r(2024, 2026)}-{r(1, 99999):05d}", f"INV{r(100000, 999999)}", f"CN-{r(1000, 9999)}"))
         if kind == "TKT":
             return c((f"#{r(10000, 99999)}", f"CRM-{r(100, 9999)}", f"SUP-{r(1000, 99999)}"))
         if kind == "CASE":
-            return c((f"{r(10 ** 7, 10 ** 8 - 1):08d}", f"{r(2024, 2026)}-{r(1, 12):02d}{r(10, 28)}-{r(100, 999)}"))
+            return c((f"{r(10**7, 10**8 - 1):08d}", f"{r(2024, 2026)}-{r(1, 12):02d}{r(10, 28)}-{r(100, 999)}"))
         if kind == "SKU":
-            return c((f"{c('ABCDEFGH')}{c('KLMNPRST')}-{r(1000, 9999)}-{c('ABCX')}", f"{r(100, 999)}-{r(10, 99)}-{r(1000, 9999)}"))
+            return c(
+                (f"{c('ABCDEFGH')}{c('KLMNPRST')}-{r(1000, 9999)}-{c('ABCX')}", f"{r(100, 999)}-{r(10, 99)}-{r(1000, 9999)}")
+            )
         if kind == "PART":
-            return c((f"{r(1000, 9999)}-{r(100, 999)}-{r(10, 99)}", f"P/N {r(10 ** 5, 10 ** 6 - 1)}", f"X{r(100, 999)}-{c('ABCD')}{r(1, 9)}"))
+            return c(
+                (
+                    f"{r(1000, 9999)}-{r(100, 999)}-{r(10, 99)}",
+                    f"P/N {r(10**5, 10**6 - 1)}",
+                    f"X{r(100, 999)}-{c('ABCD')}{r(1, 9)}",
+                )
+            )
         if kind == "VER":
-            return c((f"v{r(1, 9)}.{r(0, 30)}.{r(0, 20)}", f"{r(1, 12)}.{r(0, 9)}", f"{r(1, 9)}.{r(0, 20)}.{r(0, 9)}-rc{r(1, 4)}",
-                      f"version {r(2, 9)}.{r(0, 9)}.{r(0, 9)}.{r(1000, 9999)}"))
+            return c(
+                (
+                    f"v{r(1, 9)}.{r(0, 30)}.{r(0, 20)}",
+                    f"{r(1, 12)}.{r(0, 9)}",
+                    f"{r(1, 9)}.{r(0, 20)}.{r(0, 9)}-rc{r(1, 4)}",
+                    f"version {r(2, 9)}.{r(0, 9)}.{r(0, 9)}.{r(1000, 9999)}",
+                )
+            )
         if kind == "VER4":  # a four-part version string that is also a syntactically valid IPv4 address
             return f"{r(1, 9)}.{r(0, 20)}.{r(0, 9)}.{r(1, 250)}"
         if kind == "TRK":
-            return c((f"1Z{r(100, 999)}{c('ABCDEFXY')}{c('ABCDEFXY')}{r(10 ** 9, 10 ** 10 - 1)}{r(0, 9)}", f"{r(10 ** 11, 10 ** 12 - 1)}"))
+            return c(
+                (f"1Z{r(100, 999)}{c('ABCDEFXY')}{c('ABCDEFXY')}{r(10**9, 10**10 - 1)}{r(0, 9)}", f"{r(10**11, 10**12 - 1)}")
+            )
         if kind == "QTY":
             return c((str(r(5, 900)), f"{r(1, 40)},{r(0, 9)}00"))
         if kind == "TIME":
@@ -547,13 +705,83 @@ class Maker:
 
 
 FEMALE = {
-    "Mary", "Patricia", "Jennifer", "Linda", "Elizabeth", "Sarah", "Emily", "Rebecca", "Charlotte", "Siobhan", "Niamh",
-    "Aoife", "Fiona", "Mairead", "Anna", "Katrin", "Sabine", "Ursula", "Henrike", "Camille", "Élodie", "Céline", "Margaux",
-    "Sylvie", "María", "Lucía", "Carmen", "Valentina", "Gabriela", "Giulia", "Francesca", "Chiara", "Federica", "Ana",
-    "Beatriz", "Larissa", "Katarzyna", "Agnieszka", "Olga", "Natalia", "Oksana", "Ingrid", "Astrid", "Freya", "Sanne",
-    "Aino", "Priya", "Ananya", "Deepika", "Sunita", "Kavya", "Lakshmi", "Li Na", "Mei", "Yan", "Jing", "Yuki", "Sakura",
-    "Aiko", "Seo-yeon", "Ji-woo", "Linh", "Huong", "Fatima", "Layla", "Noura", "Elif", "Zeynep", "Ngozi", "Abena",
-    "Wanjiru", "Amara", "Tigist", "Noa", "Yael", "Eleni", "Sofia",
+    "Mary",
+    "Patricia",
+    "Jennifer",
+    "Linda",
+    "Elizabeth",
+    "Sarah",
+    "Emily",
+    "Rebecca",
+    "Charlotte",
+    "Siobhan",
+    "Niamh",
+    "Aoife",
+    "Fiona",
+    "Mairead",
+    "Anna",
+    "Katrin",
+    "Sabine",
+    "Ursula",
+    "Henrike",
+    "Camille",
+    "Élodie",
+    "Céline",
+    "Margaux",
+    "Sylvie",
+    "María",
+    "Lucía",
+    "Carmen",
+    "Valentina",
+    "Gabriela",
+    "Giulia",
+    "Francesca",
+    "Chiara",
+    "Federica",
+    "Ana",
+    "Beatriz",
+    "Larissa",
+    "Katarzyna",
+    "Agnieszka",
+    "Olga",
+    "Natalia",
+    "Oksana",
+    "Ingrid",
+    "Astrid",
+    "Freya",
+    "Sanne",
+    "Aino",
+    "Priya",
+    "Ananya",
+    "Deepika",
+    "Sunita",
+    "Kavya",
+    "Lakshmi",
+    "Li Na",
+    "Mei",
+    "Yan",
+    "Jing",
+    "Yuki",
+    "Sakura",
+    "Aiko",
+    "Seo-yeon",
+    "Ji-woo",
+    "Linh",
+    "Huong",
+    "Fatima",
+    "Layla",
+    "Noura",
+    "Elif",
+    "Zeynep",
+    "Ngozi",
+    "Abena",
+    "Wanjiru",
+    "Amara",
+    "Tigist",
+    "Noa",
+    "Yael",
+    "Eleni",
+    "Sofia",
 }
 
 
@@ -571,7 +799,7 @@ def split_template(template: str) -> list[str]:
         end = template.index("}", start)
         if start > at:
             out.append(template[at:start])
-        out.append(template[start:end + 1])
+        out.append(template[start : end + 1])
         at = end + 1
     return out
 
@@ -692,8 +920,15 @@ def prf(tp: int, detected: int, support: int) -> tuple[float, float, float]:
 def excerpt(text: str, start: int, end: int, width: int = 50) -> str:
     left = max(0, start - width)
     right = min(len(text), end + width)
-    return (("…" if left else "") + text[left:start] + "[[" + text[start:end] + "]]" + text[end:right]
-            + ("…" if right < len(text) else "")).replace("\n", " ")
+    return (
+        ("…" if left else "")
+        + text[left:start]
+        + "[["
+        + text[start:end]
+        + "]]"
+        + text[end:right]
+        + ("…" if right < len(text) else "")
+    ).replace("\n", " ")
 
 
 # ---------------------------------------------------------------- speed
@@ -727,9 +962,16 @@ def analyze_all(detector: Detector, notes: list[Note]) -> dict[str, float]:
                 spacy_s += time.perf_counter() - started
     size = sum(len(n.text.encode()) for n in notes)
     per_note = [n.analyze_ms for n in notes]
-    return {"bytes": size, "analyze_s": analyze_s, "spacy_s": spacy_s, "kb_s": size / 1000 / analyze_s,
-            "spacy_kb_s": size / 1000 / spacy_s, "ratio_vs_spacy": analyze_s / spacy_s,
-            "note_p50_ms": percentile(per_note, 50), "note_p95_ms": percentile(per_note, 95)}
+    return {
+        "bytes": size,
+        "analyze_s": analyze_s,
+        "spacy_s": spacy_s,
+        "kb_s": size / 1000 / analyze_s,
+        "spacy_kb_s": size / 1000 / spacy_s,
+        "ratio_vs_spacy": analyze_s / spacy_s,
+        "note_p50_ms": percentile(per_note, 50),
+        "note_p95_ms": percentile(per_note, 95),
+    }
 
 
 def pack_contexts(notes: list[Note], count: int, limit: int, seed: int) -> list[list[Note]]:
@@ -766,7 +1008,9 @@ def time_masking(contexts: list[list[Note]], rounds_warm: int = 10) -> dict[str,
         # What `Masking.apply` does: every value registered, each text masked with its own spans and
         # every value found elsewhere in the context (one mask per value).
         ids = [str(i) for i in range(len(ctx))]
-        masking = Masking(Masker(), {i: spans for i, (_, spans, _) in zip(ids, ctx)}, {i: text for i, (text, _, _) in zip(ids, ctx)})
+        masking = Masking(
+            Masker(), {i: spans for i, (_, spans, _) in zip(ids, ctx)}, {i: text for i, (text, _, _) in zip(ids, ctx)}
+        )
         return masking.texts(ids, frozenset())
 
     def decode_mask(ctx: list[tuple[str, tuple[Span, ...], list[list[Any]]]]) -> list[str]:
@@ -778,7 +1022,7 @@ def time_masking(contexts: list[list[Note]], rounds_warm: int = 10) -> dict[str,
             fn(ctx)
     out: dict[str, list[float]] = {name: [] for name, _ in methods}
     for i, ctx in enumerate(items):
-        rotation = methods[i % 3:] + methods[:i % 3]
+        rotation = methods[i % 3 :] + methods[: i % 3]
         for name, fn in rotation:
             started = time.perf_counter_ns()
             fn(ctx)
@@ -825,15 +1069,28 @@ def machine() -> str:
     return f"{os.cpu_count()} CPUs{f' ({model})' if model else ''}, Python {platform.python_version()}{load}"
 
 
-def report(args: argparse.Namespace, notes: list[Note], s: Scored, speed: dict[str, float], load_s: float,
-           contexts: list[list[Note]], timing: dict[str, list[float]], reanalysis: dict[str, list[float]], code: str) -> None:
+def report(
+    args: argparse.Namespace,
+    notes: list[Note],
+    s: Scored,
+    speed: dict[str, float],
+    load_s: float,
+    contexts: list[list[Note]],
+    timing: dict[str, list[float]],
+    reanalysis: dict[str, list[float]],
+    code: str,
+) -> None:
     from importlib.metadata import version
 
-    print(f"\n=== PII benchmark: {len(notes):,} notes ({speed['bytes'] / 1000:,.1f} KB, {sum(len(n.gold) for n in notes):,} planted values, "
-          f"{s.clean_notes} notes without personal data), seed {args.seed}, presidio-analyzer {version('presidio-analyzer')}, "
-          f"spaCy {version('spacy')}, code {code}, {machine()} ===")
-    print(f"match rule: same type and the detected span covers >= {MATCH_OVERLAP:.0%} of the gold span's characters, one to one; "
-          "exact = identical boundaries; masked = every character of the gold value inside some detected span (any type)")
+    print(
+        f"\n=== PII benchmark: {len(notes):,} notes ({speed['bytes'] / 1000:,.1f} KB, {sum(len(n.gold) for n in notes):,} planted values, "
+        f"{s.clean_notes} notes without personal data), seed {args.seed}, presidio-analyzer {version('presidio-analyzer')}, "
+        f"spaCy {version('spacy')}, code {code}, {machine()} ==="
+    )
+    print(
+        f"match rule: same type and the detected span covers >= {MATCH_OVERLAP:.0%} of the gold span's characters, one to one; "
+        "exact = identical boundaries; masked = every character of the gold value inside some detected span (any type)"
+    )
     header = f"{'type':<14} {'support':>7} {'detected':>8} {'TP':>5} {'precision':>9} {'recall':>6} {'F1':>6} {'exact':>6} {'masked':>7}"
     print(header)
     rows = {}
@@ -841,15 +1098,35 @@ def report(args: argparse.Namespace, notes: list[Note], s: Scored, speed: dict[s
     for kind in ENTITY_TYPES:
         sup, det, tp = s.support[kind], s.detected[kind], s.tp[kind]
         p, r, f = prf(tp, det, sup)
-        rows[kind] = {"support": sup, "detected": det, "tp": tp, "precision": p, "recall": r, "f1": f,
-                      "exact_recall": s.exact[kind] / sup if sup else float("nan"), "masked": s.masked[kind] / sup if sup else float("nan")}
+        rows[kind] = {
+            "support": sup,
+            "detected": det,
+            "tp": tp,
+            "precision": p,
+            "recall": r,
+            "f1": f,
+            "exact_recall": s.exact[kind] / sup if sup else float("nan"),
+            "masked": s.masked[kind] / sup if sup else float("nan"),
+        }
         total.update({"support": sup, "detected": det, "tp": tp, "exact": s.exact[kind], "masked": s.masked[kind]})
-        print(f"{kind:<14} {sup:>7} {det:>8} {tp:>5} {p:>9.3f} {r:>6.3f} {f:>6.3f} {rows[kind]['exact_recall']:>6.3f} {rows[kind]['masked']:>7.3f}")
+        print(
+            f"{kind:<14} {sup:>7} {det:>8} {tp:>5} {p:>9.3f} {r:>6.3f} {f:>6.3f} {rows[kind]['exact_recall']:>6.3f} {rows[kind]['masked']:>7.3f}"
+        )
     p, r, f = prf(total["tp"], total["detected"], total["support"])
-    micro = {"support": total["support"], "detected": total["detected"], "tp": total["tp"], "precision": p, "recall": r, "f1": f,
-             "exact_recall": total["exact"] / total["support"], "masked": total["masked"] / total["support"]}
-    print(f"{'all (micro)':<14} {total['support']:>7} {total['detected']:>8} {total['tp']:>5} {p:>9.3f} {r:>6.3f} {f:>6.3f} "
-          f"{micro['exact_recall']:>6.3f} {micro['masked']:>7.3f}")
+    micro = {
+        "support": total["support"],
+        "detected": total["detected"],
+        "tp": total["tp"],
+        "precision": p,
+        "recall": r,
+        "f1": f,
+        "exact_recall": total["exact"] / total["support"],
+        "masked": total["masked"] / total["support"],
+    }
+    print(
+        f"{'all (micro)':<14} {total['support']:>7} {total['detected']:>8} {total['tp']:>5} {p:>9.3f} {r:>6.3f} {f:>6.3f} "
+        f"{micro['exact_recall']:>6.3f} {micro['masked']:>7.3f}"
+    )
     print(f"notes without personal data flagged: {s.clean_flagged}/{s.clean_notes}")
     if s.confusion:
         print("cross-type (gold -> detected as): " + ", ".join(f"{g} -> {d}: {n}" for (g, d), n in s.confusion.most_common()))
@@ -860,11 +1137,14 @@ def report(args: argparse.Namespace, notes: list[Note], s: Scored, speed: dict[s
     if s.fp_source:
         print("spurious detections by what they hit: " + ", ".join(f"{t} on {k}: {n}" for (t, k), n in s.fp_source.most_common()))
     print("recall by variant, other than PERSON (variants below 1.000, worst first; support in brackets):")
-    weak = sorted((s.variant_tp[(kind, variant)] / sup, kind, variant, sup) for (kind, variant), sup in s.variant_support.items()
-                  if kind != "PERSON" and s.variant_tp[(kind, variant)] < sup)
+    weak = sorted(
+        (s.variant_tp[(kind, variant)] / sup, kind, variant, sup)
+        for (kind, variant), sup in s.variant_support.items()
+        if kind != "PERSON" and s.variant_tp[(kind, variant)] < sup
+    )
     if not weak:
         print("  none")
-    for rec, kind, variant, sup in weak[:args.variants]:
+    for rec, kind, variant, sup in weak[: args.variants]:
         print(f"  {kind:<14} {variant:<40} {rec:5.3f} ({sup})")
     if len(weak) > args.variants:
         print(f"  ... {len(weak) - args.variants} more (raise --variants)")
@@ -874,15 +1154,22 @@ def report(args: argparse.Namespace, notes: list[Note], s: Scored, speed: dict[s
         if kind != "PERSON":
             continue
         form, _, origin = variant.partition(" (")
-        for bucket in ([by_form[form]] + ([by_origin[origin.rstrip(")")]] if form == "full name" else [])):
+        for bucket in [by_form[form]] + ([by_origin[origin.rstrip(")")]] if form == "full name" else []):
             bucket[0] += s.variant_tp[(kind, variant)]
             bucket[1] += sup
     print("PERSON recall by form: " + ", ".join(f"{form} {tp / sup:.3f} ({sup})" for form, (tp, sup) in sorted(by_form.items())))
-    print("PERSON full names by origin: " + ", ".join(
-        f"{origin} {tp / sup:.2f} ({sup})" for origin, (tp, sup) in sorted(by_origin.items(), key=lambda x: -x[1][0] / x[1][1])))
+    print(
+        "PERSON full names by origin: "
+        + ", ".join(
+            f"{origin} {tp / sup:.2f} ({sup})"
+            for origin, (tp, sup) in sorted(by_origin.items(), key=lambda x: -x[1][0] / x[1][1])
+        )
+    )
     if s.spacy_labels:
-        print("missed PERSON values as spaCy's model labelled them (PERSON: it tagged only a part, under half, of the name): "
-              + ", ".join(f"{label} {n}" for label, n in s.spacy_labels.most_common()))
+        print(
+            "missed PERSON values as spaCy's model labelled them (PERSON: it tagged only a part, under half, of the name): "
+            + ", ".join(f"{label} {n}" for label, n in s.spacy_labels.most_common())
+        )
 
     if args.show:
         for kind in ENTITY_TYPES:
@@ -891,62 +1178,107 @@ def report(args: argparse.Namespace, notes: list[Note], s: Scored, speed: dict[s
             if not misses and not fps:
                 continue
             print(f"-- {kind}: {len(misses)} missed, {len(fps)} false positive(s)")
-            for note, g, near in misses[:args.show]:
-                seen = "; ".join(f"{d.type} {note.text[d.start:d.end]!r}" for d in near) or "nothing detected there"
+            for note, g, near in misses[: args.show]:
+                seen = "; ".join(f"{d.type} {note.text[d.start : d.end]!r}" for d in near) or "nothing detected there"
                 print(f"   miss [{g.variant}] {excerpt(note.text, g.start, g.end)}  -> {seen}")
-            for note, d, kind_ in fps[:args.show]:
+            for note, d, kind_ in fps[: args.show]:
                 print(f"   false positive ({kind_}, score {d.score:.2f}) {excerpt(note.text, d.start, d.end)}")
 
-    print(f"\nanalysis (warm, sequential, 1 thread): {speed['kb_s']:.2f} KB/s over {speed['bytes'] / 1000:,.1f} KB "
-          f"({speed['analyze_s']:.1f} s); per note p50 {speed['note_p50_ms']:.1f} ms, p95 {speed['note_p95_ms']:.1f} ms; "
-          f"spaCy pipeline alone on the same notes {speed['spacy_kb_s']:.2f} KB/s -> analyze = {speed['ratio_vs_spacy']:.2f}x spaCy alone; "
-          f"analyzer load {load_s:.1f} s")
+    print(
+        f"\nanalysis (warm, sequential, 1 thread): {speed['kb_s']:.2f} KB/s over {speed['bytes'] / 1000:,.1f} KB "
+        f"({speed['analyze_s']:.1f} s); per note p50 {speed['note_p50_ms']:.1f} ms, p95 {speed['note_p95_ms']:.1f} ms; "
+        f"spaCy pipeline alone on the same notes {speed['spacy_kb_s']:.2f} KB/s -> analyze = {speed['ratio_vs_spacy']:.2f}x spaCy alone; "
+        f"analyzer load {load_s:.1f} s"
+    )
     ctx_bytes = [sum(len(n.text.encode()) for n in ctx) for ctx in contexts]
     ctx_items = [len(ctx) for ctx in contexts]
     ctx_spans = [sum(len(n.detected) for n in ctx) for ctx in contexts]
     copy_p50 = percentile(timing["copy"], 50)
-    print(f"masking: {len(contexts)} contexts of whole notes packed to {args.context_bytes:,} bytes (mean {statistics.mean(ctx_bytes):,.0f} B, "
-          f"{statistics.mean(ctx_items):.0f} items, {statistics.mean(ctx_spans):.0f} stored spans), fresh Masker per context:")
+    print(
+        f"masking: {len(contexts)} contexts of whole notes packed to {args.context_bytes:,} bytes (mean {statistics.mean(ctx_bytes):,.0f} B, "
+        f"{statistics.mean(ctx_items):.0f} items, {statistics.mean(ctx_spans):.0f} stored spans), fresh Masker per context:"
+    )
     print(f"  {'':<26} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'p50 vs copy':>12}")
-    for name, label in (("copy", "copy texts (baseline)"), ("mask", "mask (spans decoded)"), ("decode+mask", "decode JSON spans + mask")):
+    for name, label in (
+        ("copy", "copy texts (baseline)"),
+        ("mask", "mask (spans decoded)"),
+        ("decode+mask", "decode JSON spans + mask"),
+    ):
         v = timing[name]
-        print(f"  {label:<26} {percentile(v, 50):>8.3f} {percentile(v, 95):>8.3f} {max(v):>8.3f} {percentile(v, 50) / copy_p50:>11.1f}x")
+        print(
+            f"  {label:<26} {percentile(v, 50):>8.3f} {percentile(v, 95):>8.3f} {max(v):>8.3f} {percentile(v, 50) / copy_p50:>11.1f}x"
+        )
     mask_p95 = percentile(timing["mask"], 95)
     decode_p95 = percentile(timing["decode+mask"], 95)
     verdict = "MET" if mask_p95 < args.target_ms else "MISSED"
-    print(f"  target masking adds < {args.target_ms:g} ms to a 16 KB retrieve (p95): {verdict} "
-          f"(mask p95 {mask_p95:.3f} ms; with decoding the stored spans {decode_p95:.3f} ms: "
-          f"{'MET' if decode_p95 < args.target_ms else 'MISSED'})")
+    print(
+        f"  target masking adds < {args.target_ms:g} ms to a 16 KB retrieve (p95): {verdict} "
+        f"(mask p95 {mask_p95:.3f} ms; with decoding the stored spans {decode_p95:.3f} ms: "
+        f"{'MET' if decode_p95 < args.target_ms else 'MISSED'})"
+    )
     per_item = reanalysis["per_item"]
     joined = reanalysis["joined"]
     mask_p50 = percentile(timing["mask"], 50)
     if per_item:
-        print(f"  re-analysing at request time instead ({len(per_item)} of the contexts): every item {statistics.mean(per_item):,.0f} ms mean "
-              f"(max {max(per_item):,.0f}), one joined call {statistics.mean(joined):,.0f} ms mean -> "
-              f"{statistics.mean(per_item) / mask_p50:,.0f}x the mask p50; spans are stored at ingest for this reason")
+        print(
+            f"  re-analysing at request time instead ({len(per_item)} of the contexts): every item {statistics.mean(per_item):,.0f} ms mean "
+            f"(max {max(per_item):,.0f}), one joined call {statistics.mean(joined):,.0f} ms mean -> "
+            f"{statistics.mean(per_item) / mask_p50:,.0f}x the mask p50; spans are stored at ingest for this reason"
+        )
 
     summary = {
-        "bench": "pii", "notes": len(notes), "planted": total["support"], "clean_notes": s.clean_notes, "clean_flagged": s.clean_flagged,
-        "seed": args.seed, "match": f"same type, >= {MATCH_OVERLAP:g} of gold covered",
-        "types": {k: {m: (round(v, 4) if isinstance(v, float) else v) for m, v in row.items()} for k, row in rows.items() if row["support"] or row["detected"]},
+        "bench": "pii",
+        "notes": len(notes),
+        "planted": total["support"],
+        "clean_notes": s.clean_notes,
+        "clean_flagged": s.clean_flagged,
+        "seed": args.seed,
+        "match": f"same type, >= {MATCH_OVERLAP:g} of gold covered",
+        "types": {
+            k: {m: (round(v, 4) if isinstance(v, float) else v) for m, v in row.items()}
+            for k, row in rows.items()
+            if row["support"] or row["detected"]
+        },
         "micro": {m: (round(v, 4) if isinstance(v, float) else v) for m, v in micro.items()},
         "confusions": {f"{g}->{d}": n for (g, d), n in s.confusion.items()},
-        "analyze_kb_s": round(speed["kb_s"], 2), "analyze_vs_spacy": round(speed["ratio_vs_spacy"], 2),
+        "analyze_kb_s": round(speed["kb_s"], 2),
+        "analyze_vs_spacy": round(speed["ratio_vs_spacy"], 2),
         "note_p50_ms": round(speed["note_p50_ms"], 2),
-        "mask16k": {"contexts": len(contexts), "p50_ms": round(mask_p50, 4), "p95_ms": round(mask_p95, 4),
-                    "decode_p95_ms": round(decode_p95, 4), "copy_p50_ms": round(copy_p50, 4),
-                    "p50_vs_copy": round(mask_p50 / copy_p50, 1), "target_ms": args.target_ms, "target": verdict},
+        "mask16k": {
+            "contexts": len(contexts),
+            "p50_ms": round(mask_p50, 4),
+            "p95_ms": round(mask_p95, 4),
+            "decode_p95_ms": round(decode_p95, 4),
+            "copy_p50_ms": round(copy_p50, 4),
+            "p50_vs_copy": round(mask_p50 / copy_p50, 1),
+            "target_ms": args.target_ms,
+            "target": verdict,
+        },
         "reanalyze16k_ms": round(statistics.mean(per_item), 1) if per_item else None,
-        "code": code, "cpus": os.cpu_count(), "measured_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "code": code,
+        "cpus": os.cpu_count(),
+        "measured_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
     print(json.dumps(summary, separators=(",", ":")))
 
 
 def save(path: Path, notes: list[Note]) -> None:
-    path.write_text(json.dumps([
-        {"text": n.text, "style": n.style, "gold": [[g.type, g.start, g.end, g.variant] for g in n.gold],
-         "negatives": [[x.kind, x.start, x.end] for x in n.negatives], "detected": [s.as_json() for s in n.detected]}
-        for n in notes], ensure_ascii=False, indent=0))
+    path.write_text(
+        json.dumps(
+            [
+                {
+                    "text": n.text,
+                    "style": n.style,
+                    "gold": [[g.type, g.start, g.end, g.variant] for g in n.gold],
+                    "negatives": [[x.kind, x.start, x.end] for x in n.negatives],
+                    "detected": [s.as_json() for s in n.detected],
+                }
+                for n in notes
+            ],
+            ensure_ascii=False,
+            indent=0,
+        )
+    )
     print(f"labelled notes and detections written to {path}")
 
 
@@ -958,15 +1290,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--notes", type=int, default=NOTES, help=f"labelled notes to generate and analyse (default {NOTES})")
     parser.add_argument("--seed", type=int, default=SEED, help=f"data seed (default {SEED})")
     parser.add_argument("--contexts", type=int, default=CONTEXTS, help=f"16 KB contexts to mask (default {CONTEXTS})")
-    parser.add_argument("--context-bytes", type=int, default=CONTEXT_BYTES, help=f"context size in UTF-8 bytes (default {CONTEXT_BYTES})")
-    parser.add_argument("--reanalyze", type=int, default=REANALYZE, help=f"contexts analysed again at request time (default {REANALYZE}; 0 skips)")
-    parser.add_argument("--target-ms", type=float, default=TARGET_MS, help=f"masking target, p95 ms per context (default {TARGET_MS:g})")
+    parser.add_argument(
+        "--context-bytes", type=int, default=CONTEXT_BYTES, help=f"context size in UTF-8 bytes (default {CONTEXT_BYTES})"
+    )
+    parser.add_argument(
+        "--reanalyze", type=int, default=REANALYZE, help=f"contexts analysed again at request time (default {REANALYZE}; 0 skips)"
+    )
+    parser.add_argument(
+        "--target-ms", type=float, default=TARGET_MS, help=f"masking target, p95 ms per context (default {TARGET_MS:g})"
+    )
     parser.add_argument("--show", type=int, default=SHOW, help=f"misses and false positives printed per type (default {SHOW})")
     parser.add_argument("--variants", type=int, default=25, help="weakest variants listed (default 25)")
     parser.add_argument("--save", type=Path, help="write the labelled notes with their detections as JSON")
     args = parser.parse_args(argv)
     if args.notes < 1 or args.contexts < 1 or args.context_bytes < 1000 or args.reanalyze < 0 or args.show < 0:
-        parser.error("--notes and --contexts must be positive, --context-bytes at least 1000, --reanalyze and --show not negative")
+        parser.error(
+            "--notes and --contexts must be positive, --context-bytes at least 1000, --reanalyze and --show not negative"
+        )
     return args
 
 
@@ -984,7 +1324,10 @@ def main(argv: list[str] | None = None) -> int:
     scored = score(notes)
     label_missed_names(detector, scored)
     contexts = pack_contexts(notes, args.contexts, args.context_bytes, args.seed)
-    print(f"Masking {len(contexts)} contexts of {args.context_bytes:,} bytes; re-analysing {min(args.reanalyze, len(contexts))}...", flush=True)
+    print(
+        f"Masking {len(contexts)} contexts of {args.context_bytes:,} bytes; re-analysing {min(args.reanalyze, len(contexts))}...",
+        flush=True,
+    )
     gc.collect()
     timing = time_masking(contexts)
     reanalysis = time_reanalysis(detector, contexts[: args.reanalyze])

@@ -65,7 +65,7 @@ def main() -> None:
             if any(span.start < s["end_position"] and s["start_position"] < span.end for s in labelled):
                 correct[span.type] += 1
             else:
-                false.setdefault(span.type, []).append(f"{text[span.start:span.end]!r} in {text[:120]!r}")
+                false.setdefault(span.type, []).append(f"{text[span.start : span.end]!r} in {text[:120]!r}")
 
     print(f"{len(records)} texts, {kb:,.1f} KB; analysis {seconds:.1f} s = {kb / seconds:.1f} KB/s (one process)\n")
     print("| type | values | leaked | recall | detected | precision |")
@@ -78,7 +78,9 @@ def main() -> None:
         print(f"| {kind} | {totals[kind]} | {leaks[kind]} | {_f(recall)} | {detected[kind]} | {_f(precision)} |")
     overall = 1 - sum(leaks.values()) / sum(totals.values())
     precision_all = sum(correct.values()) / max(sum(detected.values()), 1)
-    print(f"| all | {sum(totals.values())} | {sum(leaks.values())} | {_f(overall)} | {sum(detected.values())} | {_f(precision_all)} |")
+    print(
+        f"| all | {sum(totals.values())} | {sum(leaks.values())} | {_f(overall)} | {sum(detected.values())} | {_f(precision_all)} |"
+    )
     others = [summary[k]["recall"] for k in MASKED if k != "PERSON" and summary[k]["recall"] is not None]
     verdicts = {
         "PERSON": summary["PERSON"]["recall"] >= TARGETS["PERSON"],
@@ -91,8 +93,19 @@ def main() -> None:
         for label, examples in (("missed", misses.get(kind, [])), ("false positive", false.get(kind, []))):
             for example in examples[: args.show]:
                 print(f"  {kind} {label}: {example}")
-    print(json.dumps({"texts": len(records), "kb_per_s": round(kb / seconds, 1), "overall_recall": round(overall, 4),
-                      "precision": round(precision_all, 4), "types": summary, "targets": verdicts}, default=str))
+    print(
+        json.dumps(
+            {
+                "texts": len(records),
+                "kb_per_s": round(kb / seconds, 1),
+                "overall_recall": round(overall, 4),
+                "precision": round(precision_all, 4),
+                "types": summary,
+                "targets": verdicts,
+            },
+            default=str,
+        )
+    )
 
 
 def _f(value: float | None) -> str:

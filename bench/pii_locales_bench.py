@@ -67,15 +67,34 @@ MATCH_OVERLAP = 0.5  # a detected span matches a gold span when it covers at lea
 TODAY = date(2026, 12, 1)
 
 TYPES = ("PERSON", "EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "IBAN_CODE", "IP_ADDRESS", "US_SSN")
-RECALL_TARGETS = {"CREDIT_CARD": 0.98, "PHONE_NUMBER": 0.98, "EMAIL_ADDRESS": 0.98, "IBAN_CODE": 0.98,
-                  "US_SSN": 0.98, "IP_ADDRESS": 0.98, "PERSON": 0.85}
+RECALL_TARGETS = {
+    "CREDIT_CARD": 0.98,
+    "PHONE_NUMBER": 0.98,
+    "EMAIL_ADDRESS": 0.98,
+    "IBAN_CODE": 0.98,
+    "US_SSN": 0.98,
+    "IP_ADDRESS": 0.98,
+    "PERSON": 0.85,
+}
 PRECISION_TARGET = 0.85
 CLEAN_TARGET = 0.15  # share of clean notes with any span: below this
 
 # Faker locale -> ISO 3166 country (names-dataset's key and libphonenumber's region).
 LOCALES: dict[str, str] = {
-    "en_US": "US", "en_GB": "GB", "de_DE": "DE", "fr_FR": "FR", "es_ES": "ES", "it_IT": "IT", "nl_NL": "NL",
-    "pl_PL": "PL", "hu_HU": "HU", "fi_FI": "FI", "ru_RU": "RU", "ja_JP": "JP", "pt_BR": "BR", "sv_SE": "SE",
+    "en_US": "US",
+    "en_GB": "GB",
+    "de_DE": "DE",
+    "fr_FR": "FR",
+    "es_ES": "ES",
+    "it_IT": "IT",
+    "nl_NL": "NL",
+    "pl_PL": "PL",
+    "hu_HU": "HU",
+    "fi_FI": "FI",
+    "ru_RU": "RU",
+    "ja_JP": "JP",
+    "pt_BR": "BR",
+    "sv_SE": "SE",
 }
 # IBAN: Faker's iban() where its bank provider is the country's; a BBAN of digits for these others;
 # a foreign (European) account for countries without IBANs.
@@ -86,68 +105,131 @@ TRUNK_ZERO = {"GB", "DE", "FR", "NL", "FI", "SE", "JP"}  # "+49 (0)30 ..." is ho
 
 EN_TITLES = {"F": ("Ms", "Ms.", "Mrs", "Dr."), "M": ("Mr", "Mr.", "Dr.")}
 LOCAL_TITLES: dict[str, dict[str, tuple[str, ...]]] = {
-    "DE": {"F": ("Frau", "Frau Dr."), "M": ("Herr", "Herr Dr.")}, "FR": {"F": ("Mme",), "M": ("M.",)},
-    "ES": {"F": ("Sra.",), "M": ("Sr.",)}, "IT": {"F": ("Sig.ra", "Dott.ssa"), "M": ("Sig.", "Dott.")},
-    "NL": {"F": ("mevrouw",), "M": ("meneer",)}, "PL": {"F": ("Pani",), "M": ("Pan",)},
-    "BR": {"F": ("Sra.",), "M": ("Sr.",)}, "HU": {"F": ("Dr.",), "M": ("Dr.",)},
+    "DE": {"F": ("Frau", "Frau Dr."), "M": ("Herr", "Herr Dr.")},
+    "FR": {"F": ("Mme",), "M": ("M.",)},
+    "ES": {"F": ("Sra.",), "M": ("Sr.",)},
+    "IT": {"F": ("Sig.ra", "Dott.ssa"), "M": ("Sig.", "Dott.")},
+    "NL": {"F": ("mevrouw",), "M": ("meneer",)},
+    "PL": {"F": ("Pani",), "M": ("Pan",)},
+    "BR": {"F": ("Sra.",), "M": ("Sr.",)},
+    "HU": {"F": ("Dr.",), "M": ("Dr.",)},
 }
 NAME_FORMS = (("full", 45), ("titled", 20), ("lower", 15), ("first", 10), ("last", 10))
 
-PRODUCTS = ("Atlas Pro", "Atlas Lite", "Sync Connector", "Edge Gateway", "Vault Backup", "Insight Dashboards",
-            "Harbor CRM", "Nimbus Storage", "Pulse Analytics", "Relay Mail")
-CURRENCY = {"US": ("$", "pre", ",", "."), "GB": ("£", "pre", ",", "."), "JP": ("¥", "pre", ",", ""),
-            "BR": ("R$ ", "pre", ".", ","), "PL": (" zł", "post", " ", ","), "HU": (" Ft", "post", " ", ""),
-            "RU": (" ₽", "post", " ", ","), "SE": (" kr", "post", " ", ","), "IT": ("€ ", "pre", ".", ","),
-            "NL": ("€ ", "pre", ".", ",")}  # others: "1.299,00 €"
+PRODUCTS = (
+    "Atlas Pro",
+    "Atlas Lite",
+    "Sync Connector",
+    "Edge Gateway",
+    "Vault Backup",
+    "Insight Dashboards",
+    "Harbor CRM",
+    "Nimbus Storage",
+    "Pulse Analytics",
+    "Relay Mail",
+)
+CURRENCY = {
+    "US": ("$", "pre", ",", "."),
+    "GB": ("£", "pre", ",", "."),
+    "JP": ("¥", "pre", ",", ""),
+    "BR": ("R$ ", "pre", ".", ","),
+    "PL": (" zł", "post", " ", ","),
+    "HU": (" Ft", "post", " ", ""),
+    "RU": (" ₽", "post", " ", ","),
+    "SE": (" kr", "post", " ", ","),
+    "IT": ("€ ", "pre", ".", ","),
+    "NL": ("€ ", "pre", ".", ","),
+}  # others: "1.299,00 €"
 
 # {SLOT}s: PERSON forms NAME (full), NAME_ANY (a form drawn by NAME_FORMS), FIRST, LAST, TITLED,
 # LOWER; EMAIL (of the note's last person, or Faker's), PHONE (Faker national), PHONE_INTL, PHONE_ANY,
 # CARD, IBAN, IP, IP6, IP_ANY, SSN. Everything else is a hard negative (see Maker.negative).
 PII_TEMPLATES: tuple[tuple[str, str], ...] = (
-    ("crm call", "Call with {NAME} ({COMPANY}) on {DATE}: {FIRST} wants {QTY} seats of {PRODUCT} at {PRICE}, "
-                 "quote {PO} sent. Mobile {PHONE_ANY}."),
-    ("ticket", "Ticket {TICKET}: {NAME_ANY} ({EMAIL}) cannot sign in since the upgrade to {VERSION}; requests come "
-               "from {IP}. Callback on {PHONE}, SKU {SKU} affected."),
-    ("invoice e-mail", "Dear {TITLED},\nplease find invoice {INVOICE} for {PRICE} attached; kindly transfer it to "
-                       "IBAN {IBAN} by {DATE}.\nKind regards,\n{NAME}\n{COMPANY}"),
-    ("minutes", "Minutes of {DATE}. Present: {NAME}, {NAME_ANY} and {TITLED} ({COMPANY}). Action items: {LAST} to "
-                "confirm order {PO}; {FIRST} to check {PRODUCT} {VERSION}."),
-    ("card on file", "Card on file for {NAME_ANY}: {CARD}, expires {EXP}. Order number {ORDERNUM} for {PRICE} ships "
-                     "on {DATE}."),
+    (
+        "crm call",
+        "Call with {NAME} ({COMPANY}) on {DATE}: {FIRST} wants {QTY} seats of {PRODUCT} at {PRICE}, "
+        "quote {PO} sent. Mobile {PHONE_ANY}.",
+    ),
+    (
+        "ticket",
+        "Ticket {TICKET}: {NAME_ANY} ({EMAIL}) cannot sign in since the upgrade to {VERSION}; requests come "
+        "from {IP}. Callback on {PHONE}, SKU {SKU} affected.",
+    ),
+    (
+        "invoice e-mail",
+        "Dear {TITLED},\nplease find invoice {INVOICE} for {PRICE} attached; kindly transfer it to "
+        "IBAN {IBAN} by {DATE}.\nKind regards,\n{NAME}\n{COMPANY}",
+    ),
+    (
+        "minutes",
+        "Minutes of {DATE}. Present: {NAME}, {NAME_ANY} and {TITLED} ({COMPANY}). Action items: {LAST} to "
+        "confirm order {PO}; {FIRST} to check {PRODUCT} {VERSION}.",
+    ),
+    ("card on file", "Card on file for {NAME_ANY}: {CARD}, expires {EXP}. Order number {ORDERNUM} for {PRICE} ships on {DATE}."),
     ("onboarding", "Onboarding {NAME} on {DATE}: SSN {SSN}, laptop asset {SKU}, badge request {TICKET}."),
-    ("security alert", "Security alert {TICKET}: failed logins for {EMAIL} from {IP_ANY} and {IP6}; the appliance "
-                       "runs firmware {IPVER}."),
+    (
+        "security alert",
+        "Security alert {TICKET}: failed logins for {EMAIL} from {IP_ANY} and {IP6}; the appliance runs firmware {IPVER}.",
+    ),
     ("chat", "Hi {FIRST}, could you call {LOWER} back on {PHONE_INTL}? It's about ticket {TICKET} and SKU {SKU}."),
-    ("voicemail", "Voicemail from {TITLED} ({PHONE_ANY}) about order {PO}: parcel {ORDERNUM} arrived damaged, "
-                  "replacement quoted at {PRICE}."),
-    ("signature", "Thanks again for the {PRODUCT} demo on {DATE}, the {VERSION} roadmap looks good.\nsigned, "
-                  "{NAME_ANY}\n{PHONE_ANY} | {EMAIL}"),
+    (
+        "voicemail",
+        "Voicemail from {TITLED} ({PHONE_ANY}) about order {PO}: parcel {ORDERNUM} arrived damaged, "
+        "replacement quoted at {PRICE}.",
+    ),
+    (
+        "signature",
+        "Thanks again for the {PRODUCT} demo on {DATE}, the {VERSION} roadmap looks good.\nsigned, "
+        "{NAME_ANY}\n{PHONE_ANY} | {EMAIL}",
+    ),
     ("refund", "Refund {PRICE} to card {CARD} for {NAME_ANY}; chargeback reference {PO}, invoice {INVOICE}."),
-    ("bank details", "{NAME} asked us to pay {COMPANY} into {IBAN} from {DATE} onwards; the old account closes on "
-                     "{DATE}."),
+    ("bank details", "{NAME} asked us to pay {COMPANY} into {IBAN} from {DATE} onwards; the old account closes on {DATE}."),
     ("called", "{NAME_ANY} called {LOWER} about order {PO}; they will pay by card {CARD} before {DATE}. ticket {TICKET}"),
     ("tax form", "W-9 from {NAME_ANY} received, social security number {SSN}; questions go to {EMAIL} or {PHONE_ANY}."),
-    ("escalation", "Escalated by {LAST} (account manager): {NAME_ANY} of {COMPANY} reports VPN drops between {IP} "
-                   "and {IP_ANY} on build {VERSION}."),
-    ("intro e-mail", "Hi {FIRST},\nI'm {NAME} from {COMPANY}; we met at the {CITY} expo on {DATE}. You can reach me "
-                     "on {PHONE_ANY} or {EMAIL}.\nBest,\n{FIRST}"),
+    (
+        "escalation",
+        "Escalated by {LAST} (account manager): {NAME_ANY} of {COMPANY} reports VPN drops between {IP} "
+        "and {IP_ANY} on build {VERSION}.",
+    ),
+    (
+        "intro e-mail",
+        "Hi {FIRST},\nI'm {NAME} from {COMPANY}; we met at the {CITY} expo on {DATE}. You can reach me "
+        "on {PHONE_ANY} or {EMAIL}.\nBest,\n{FIRST}",
+    ),
 )
 CLEAN_TEMPLATES: tuple[tuple[str, str], ...] = (
     ("renewal", "Renewal for {COMPANY} moves to {DATE}; list price {PRICE} for {QTY} seats of {PRODUCT}."),
     ("shipping", "Order {PO} shipped on {DATE}: SKU {SKU}, {QTY} units, invoice {INVOICE}, order number {ORDERNUM}."),
-    ("release", "Upgrade to {VERSION} fixed the export bug reported in ticket {TICKET}; appliances stay on firmware "
-                "{IPVER}."),
+    ("release", "Upgrade to {VERSION} fixed the export bug reported in ticket {TICKET}; appliances stay on firmware {IPVER}."),
     ("stock", "SKU {SKU} is back in stock at the {CITY} warehouse: {QTY} units at {PRICE}, next delivery {DATE}."),
     ("deal", "{COMPANY} signed a three-year deal worth {PRICE} on {DATE}; the {PRODUCT} rollout starts {DATE}."),
     ("minutes", "Minutes of {DATE}: pricing for {COMPANY} approved, {PRODUCT} {VERSION} goes live, {PO} raised."),
     ("support", "Ticket {TICKET} closed: the webhook retry loop timed out after 30 s on build {VERSION} at {TIME}."),
     ("partner", "{COMPANY} and {COMPANY} will co-host a {PRODUCT} workshop in {CITY} on {DATE} at {TIME}."),
     ("finance", "Invoice {INVOICE} for {PRICE} is due on {DATE}; credit note {PO} offsets {PRICE}."),
-    ("infra", "Port 8443 must stay open; the {PRODUCT} health check polls every 30 seconds on firmware {IPVER}, see "
-              "ticket {TICKET}."),
+    (
+        "infra",
+        "Port 8443 must stay open; the {PRODUCT} health check polls every 30 seconds on firmware {IPVER}, see ticket {TICKET}.",
+    ),
 )
-PII_SLOTS = {"NAME", "NAME_ANY", "FIRST", "LAST", "TITLED", "LOWER", "EMAIL", "PHONE", "PHONE_INTL", "PHONE_ANY",
-             "CARD", "IBAN", "IP", "IP6", "IP_ANY", "SSN"}
+PII_SLOTS = {
+    "NAME",
+    "NAME_ANY",
+    "FIRST",
+    "LAST",
+    "TITLED",
+    "LOWER",
+    "EMAIL",
+    "PHONE",
+    "PHONE_INTL",
+    "PHONE_ANY",
+    "CARD",
+    "IBAN",
+    "IP",
+    "IP6",
+    "IP_ANY",
+    "SSN",
+}
 SLOT = re.compile(r"\{([A-Z0-9_]+)\}")
 
 # Card schemes: (scheme, prefixes, lengths, scheme-specific grouping or None). "2221-2720" draws a
@@ -165,9 +247,46 @@ CARD_SCHEMES: tuple[tuple[str, tuple[str, ...], tuple[int, ...], tuple[int, ...]
     ("Diners", ("36", "38", "300", "305"), (14,), (4, 6, 4)),
     ("Mir", ("2200", "2201", "2202", "2203", "2204"), (16,), None),
 )
-CYRILLIC = dict(zip("абвгдеёжзийклмнопрстуфхцчшщъыьэюя",
-                    ("a", "b", "v", "g", "d", "e", "e", "zh", "z", "i", "y", "k", "l", "m", "n", "o", "p", "r", "s", "t", "u",
-                     "f", "kh", "ts", "ch", "sh", "shch", "", "y", "", "e", "yu", "ya")))
+CYRILLIC = dict(
+    zip(
+        "абвгдеёжзийклмнопрстуфхцчшщъыьэюя",
+        (
+            "a",
+            "b",
+            "v",
+            "g",
+            "d",
+            "e",
+            "e",
+            "zh",
+            "z",
+            "i",
+            "y",
+            "k",
+            "l",
+            "m",
+            "n",
+            "o",
+            "p",
+            "r",
+            "s",
+            "t",
+            "u",
+            "f",
+            "kh",
+            "ts",
+            "ch",
+            "sh",
+            "shch",
+            "",
+            "y",
+            "",
+            "e",
+            "yu",
+            "ya",
+        ),
+    )
+)
 
 # ---------------------------------------------------------------- data
 
@@ -302,7 +421,7 @@ def grouped(digits: str, sizes: Iterable[int], sep: str) -> str:
     out, at = [], 0
     for size in sizes:
         if at < len(digits):
-            out.append(digits[at:at + size])
+            out.append(digits[at : at + size])
             at += size
     if at < len(digits):
         out.append(digits[at:])
@@ -381,8 +500,9 @@ class Maker:
         first, last = (ascii_local(p.first), ascii_local(p.last)) if p else ("", "")
         roll = self.rng.random()
         if first and last and roll < 0.5:
-            local = self.rng.choice((f"{first}.{last}", f"{first[0]}{last}", f"{first}_{last}", f"{first}{last}{self.rng.randint(1, 99)}",
-                                     first))
+            local = self.rng.choice(
+                (f"{first}.{last}", f"{first[0]}{last}", f"{first}_{last}", f"{first}{last}{self.rng.randint(1, 99)}", first)
+            )
             domain = fake.free_email_domain() if self.rng.random() < 0.5 else fake.domain_name()
             return Piece(f"{local}@{domain}", "EMAIL_ADDRESS", (("source", "from the person's name"),))
         if roll < 0.75:
@@ -419,8 +539,12 @@ class Maker:
         assert luhn_ok(number) and len(number) == length
         styles = ["compact", "spaces by 4", "hyphens by 4"] + (["scheme grouping"] if grouping else [])
         style = self.rng.choice(styles)
-        written = {"compact": number, "spaces by 4": grouped(number, [4] * 5, " "), "hyphens by 4": grouped(number, [4] * 5, "-"),
-                   "scheme grouping": grouped(number, grouping or (), " ")}[style]
+        written = {
+            "compact": number,
+            "spaces by 4": grouped(number, [4] * 5, " "),
+            "hyphens by 4": grouped(number, [4] * 5, "-"),
+            "scheme grouping": grouped(number, grouping or (), " "),
+        }[style]
         return Piece(written, "CREDIT_CARD", (("scheme", f"{scheme} {length}"), ("separators", style)))
 
     def iban(self, locale: str) -> Piece:
@@ -433,7 +557,7 @@ class Maker:
         if not iban_ok(iban):
             raise SystemExit(f"generator bug: {iban} fails mod 97")
         spaced = self.rng.random() < 0.5
-        written = " ".join(iban[i:i + 4] for i in range(0, len(iban), 4)) if spaced else iban
+        written = " ".join(iban[i : i + 4] for i in range(0, len(iban), 4)) if spaced else iban
         return Piece(written, "IBAN_CODE", (("country", iban[:2]), ("format", "groups of 4" if spaced else "compact")))
 
     def ip(self, locale: str, kind: str) -> Piece:
@@ -464,14 +588,27 @@ class Maker:
             "PRODUCT": lambda: c(PRODUCTS),
             "PRICE": lambda: price(r(19, 250_000) * 100 + c((0, 0, 99, 50)), LOCALES[locale]),
             "DATE": lambda: a_date(TODAY + timedelta(days=r(-300, 300)), c(range(6))),
-            "VERSION": lambda: c((f"v{r(1, 9)}.{r(0, 30)}.{r(0, 20)}", f"{r(1, 12)}.{r(0, 9)}", f"{r(1, 9)}.{r(0, 20)}.{r(0, 9)}-rc{r(1, 4)}",
-                                  f"{r(2024, 2026)}.{r(1, 12)}.{r(0, 9)}")),
+            "VERSION": lambda: c(
+                (
+                    f"v{r(1, 9)}.{r(0, 30)}.{r(0, 20)}",
+                    f"{r(1, 12)}.{r(0, 9)}",
+                    f"{r(1, 9)}.{r(0, 20)}.{r(0, 9)}-rc{r(1, 4)}",
+                    f"{r(2024, 2026)}.{r(1, 12)}.{r(0, 9)}",
+                )
+            ),
             "IPVER": lambda: f"{r(1, 12)}.{r(0, 20)}.{r(0, 9)}.{r(1, 250)}",  # a four-part version, valid IPv4 syntax
-            "SKU": lambda: c((f"{r(1000, 9999)}-{r(1000, 9999)}-{r(10, 99)}", f"{c('ABCDKMX')}{c('KLMPRT')}-{r(1000, 9999)}-{c('ABCX')}",
-                              f"{r(100, 999)}-{r(1000, 9999)}")),
-            "PO": lambda: c((f"PO-{r(2024, 2026)}-{r(1, 99999):05d}", f"PO {r(100000, 999999)}", f"SO-{r(10 ** 7, 10 ** 8 - 1)}")),
+            "SKU": lambda: c(
+                (
+                    f"{r(1000, 9999)}-{r(1000, 9999)}-{r(10, 99)}",
+                    f"{c('ABCDKMX')}{c('KLMPRT')}-{r(1000, 9999)}-{c('ABCX')}",
+                    f"{r(100, 999)}-{r(1000, 9999)}",
+                )
+            ),
+            "PO": lambda: c((f"PO-{r(2024, 2026)}-{r(1, 99999):05d}", f"PO {r(100000, 999999)}", f"SO-{r(10**7, 10**8 - 1)}")),
             "TICKET": lambda: c((f"#{r(10000, 99999)}", f"CRM-{r(100, 9999)}", f"SUP-{r(1000, 99999)}")),
-            "INVOICE": lambda: c((f"INV-{r(2024, 2026)}-{r(1, 99999):05d}", f"{r(2024, 2026)}/{r(1, 9999):04d}", f"RE{r(10 ** 6, 10 ** 7 - 1)}")),
+            "INVOICE": lambda: c(
+                (f"INV-{r(2024, 2026)}-{r(1, 99999):05d}", f"{r(2024, 2026)}/{r(1, 9999):04d}", f"RE{r(10**6, 10**7 - 1)}")
+            ),
             "ORDERNUM": lambda: self.not_a_card(),
             "QTY": lambda: c((str(r(5, 900)), f"{r(1, 40)},{r(0, 9)}00")),
             "TIME": lambda: c((f"{r(8, 17)}:{c(('00', '15', '30', '45'))}", f"{r(8, 11)}:{c(('00', '30'))} am")),
@@ -540,9 +677,12 @@ def international_forms(number: phonenumbers.PhoneNumber, region: str) -> dict[s
     """One valid number written the ways people write numbers from abroad, some with odd grouping
     (without the extension Faker's en_US numbers may carry)."""
     fmt = phonenumbers.PhoneNumberFormat
-    number = phonenumbers.PhoneNumber(country_code=number.country_code, national_number=number.national_number,
-                                      italian_leading_zero=number.italian_leading_zero,
-                                      number_of_leading_zeros=number.number_of_leading_zeros)
+    number = phonenumbers.PhoneNumber(
+        country_code=number.country_code,
+        national_number=number.national_number,
+        italian_leading_zero=number.italian_leading_zero,
+        number_of_leading_zeros=number.number_of_leading_zeros,
+    )
     cc = number.country_code
     nsn = phonenumbers.national_significant_number(number)
     intl = phonenumbers.format_number(number, fmt.INTERNATIONAL)
@@ -554,7 +694,7 @@ def international_forms(number: phonenumbers.PhoneNumber, region: str) -> dict[s
         "+CC dots": f"+{cc}." + ".".join(groups),
         "00CC": f"00{cc} " + " ".join(groups),
         "(+CC)": f"(+{cc}) {nsn}",
-        "+CC in pairs": f"+{cc} " + " ".join(nsn[i:i + 2] for i in range(0, len(nsn), 2)),
+        "+CC in pairs": f"+{cc} " + " ".join(nsn[i : i + 2] for i in range(0, len(nsn), 2)),
         "+CC 3-3-rest": f"+{cc} {nsn[:3]} {nsn[3:6]} {nsn[6:]}",
     }
     if len(groups) > 1:
@@ -575,8 +715,14 @@ def price(cents: int, country: str) -> str:
 
 
 def a_date(d: date, style: int) -> str:
-    return (d.isoformat(), d.strftime("%d.%m.%Y"), d.strftime("%d/%m/%Y"), d.strftime("%B %d, %Y").replace(" 0", " "),
-            d.strftime("%d %b %Y").lstrip("0"), d.strftime("%m/%d/%y"))[style]
+    return (
+        d.isoformat(),
+        d.strftime("%d.%m.%Y"),
+        d.strftime("%d/%m/%Y"),
+        d.strftime("%B %d, %Y").replace(" 0", " "),
+        d.strftime("%d %b %Y").lstrip("0"),
+        d.strftime("%m/%d/%y"),
+    )[style]
 
 
 def generate(maker: Maker, locales: Sequence[str], per_locale: int, clean_per_locale: int) -> list[Note]:
@@ -695,15 +841,29 @@ def figures(s: Scores, locales: Sequence[str], speed: dict[str, float]) -> dict[
     types = {}
     for kind in TYPES:
         c = s.counts[kind]
-        types[kind] = {"support": c["support"], "tp": c["tp"], "fp": c["fp"], "fn": c["fn"], "leaked": c["leaked"],
-                       "precision": ratio(c["tp"], c["tp"] + c["fp"]), "recall": ratio(c["tp"], c["support"]),
-                       "leaked_rate": ratio(c["leaked"], c["support"])}
+        types[kind] = {
+            "support": c["support"],
+            "tp": c["tp"],
+            "fp": c["fp"],
+            "fn": c["fn"],
+            "leaked": c["leaked"],
+            "precision": ratio(c["tp"], c["tp"] + c["fp"]),
+            "recall": ratio(c["tp"], c["support"]),
+            "leaked_rate": ratio(c["leaked"], c["support"]),
+        }
     total = Counter[str]()
     for kind in TYPES:
         total.update(s.counts[kind])
-    overall = {"support": total["support"], "tp": total["tp"], "fp": total["fp"], "fn": total["fn"], "leaked": total["leaked"],
-               "precision": ratio(total["tp"], total["tp"] + total["fp"]), "recall": ratio(total["tp"], total["support"]),
-               "leaked_rate": ratio(total["leaked"], total["support"])}
+    overall = {
+        "support": total["support"],
+        "tp": total["tp"],
+        "fp": total["fp"],
+        "fn": total["fn"],
+        "leaked": total["leaked"],
+        "precision": ratio(total["tp"], total["tp"] + total["fp"]),
+        "recall": ratio(total["tp"], total["support"]),
+        "leaked_rate": ratio(total["leaked"], total["support"]),
+    }
     per_locale = {}
     for locale in locales:
         person, phone = s.locale[(locale, "PERSON")], s.locale[(locale, "PHONE_NUMBER")]
@@ -711,18 +871,35 @@ def figures(s: Scores, locales: Sequence[str], speed: dict[str, float]) -> dict[
         for kind in TYPES:
             every.update(s.locale[(locale, kind)])
         per_locale[locale] = {
-            "country": LOCALES[locale], "person_support": person["support"], "person_recall": ratio(person["tp"], person["support"]),
-            "phone_recall": ratio(phone["tp"], phone["support"]), "recall": ratio(every["tp"], every["support"]),
-            "precision": ratio(every["tp"], every["tp"] + every["fp"]), "leaked": every["leaked"],
-            "clean_notes": s.clean[locale], "clean_flagged": s.clean[locale + "*"]}
+            "country": LOCALES[locale],
+            "person_support": person["support"],
+            "person_recall": ratio(person["tp"], person["support"]),
+            "phone_recall": ratio(phone["tp"], phone["support"]),
+            "recall": ratio(every["tp"], every["support"]),
+            "precision": ratio(every["tp"], every["tp"] + every["fp"]),
+            "leaked": every["leaked"],
+            "clean_notes": s.clean[locale],
+            "clean_flagged": s.clean[locale + "*"],
+        }
     clean_notes, flagged = sum(s.clean[lo] for lo in locales), sum(s.clean[lo + "*"] for lo in locales)
-    variants = {f"{kind} | {dim} | {value}": {"support": c["support"], "recall": ratio(c["tp"], c["support"])}
-                for (kind, dim, value), c in sorted(s.variants.items())}
-    return {"types": types, "overall": overall, "locales": per_locale, "variants": variants,
-            "false_positive_hits": {k: dict(v.most_common()) for k, v in s.fp_hits.items()},
-            "clean": {"notes": clean_notes, "flagged": flagged, "share": ratio(flagged, clean_notes),
-                      "types": dict(s.clean_types.most_common())},
-            "speed": {k: round(v, 3) for k, v in speed.items()}}
+    variants = {
+        f"{kind} | {dim} | {value}": {"support": c["support"], "recall": ratio(c["tp"], c["support"])}
+        for (kind, dim, value), c in sorted(s.variants.items())
+    }
+    return {
+        "types": types,
+        "overall": overall,
+        "locales": per_locale,
+        "variants": variants,
+        "false_positive_hits": {k: dict(v.most_common()) for k, v in s.fp_hits.items()},
+        "clean": {
+            "notes": clean_notes,
+            "flagged": flagged,
+            "share": ratio(flagged, clean_notes),
+            "types": dict(s.clean_types.most_common()),
+        },
+        "speed": {k: round(v, 3) for k, v in speed.items()},
+    }
 
 
 def verdicts(fig: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -752,24 +929,34 @@ def print_types(fig: dict[str, Any], targets: dict[str, dict[str, Any]]) -> None
         t = fig["types"][kind]
         key = f"{kind} recall >= {RECALL_TARGETS[kind]:g}"
         verdict = f"recall >= {RECALL_TARGETS[kind]:g} {'MET' if targets[key]['met'] else 'MISSED'}"
-        print(f"{kind:<14} {t['support']:>7} {t['tp']:>6} {t['fp']:>5} {t['fn']:>5} {t['precision']:>9.3f} {t['recall']:>6.3f} "
-              f"{t['leaked']:>6}  {verdict}")
+        print(
+            f"{kind:<14} {t['support']:>7} {t['tp']:>6} {t['fp']:>5} {t['fn']:>5} {t['precision']:>9.3f} {t['recall']:>6.3f} "
+            f"{t['leaked']:>6}  {verdict}"
+        )
     o = fig["overall"]
     key = f"overall precision >= {PRECISION_TARGET:g}"
-    print(f"{'all types':<14} {o['support']:>7} {o['tp']:>6} {o['fp']:>5} {o['fn']:>5} {o['precision']:>9.3f} {o['recall']:>6.3f} "
-          f"{o['leaked']:>6}  precision >= {PRECISION_TARGET:g} {'MET' if targets[key]['met'] else 'MISSED'}")
+    print(
+        f"{'all types':<14} {o['support']:>7} {o['tp']:>6} {o['fp']:>5} {o['fn']:>5} {o['precision']:>9.3f} {o['recall']:>6.3f} "
+        f"{o['leaked']:>6}  precision >= {PRECISION_TARGET:g} {'MET' if targets[key]['met'] else 'MISSED'}"
+    )
     c = fig["clean"]
     key = f"clean notes with any span < {CLEAN_TARGET:.0%}"
     kinds = ", ".join(f"{k} {n}" for k, n in c["types"].items()) or "none"
-    print(f"clean notes with any span: {c['flagged']}/{c['notes']} = {c['share']:.1%} (target < {CLEAN_TARGET:.0%}: "
-          f"{'MET' if targets[key]['met'] else 'MISSED'}); notes flagged per type: {kinds}")
+    print(
+        f"clean notes with any span: {c['flagged']}/{c['notes']} = {c['share']:.1%} (target < {CLEAN_TARGET:.0%}: "
+        f"{'MET' if targets[key]['met'] else 'MISSED'}); notes flagged per type: {kinds}"
+    )
 
 
 def print_locales(fig: dict[str, Any]) -> None:
-    print(f"\n{'locale':<7} {'cc':<3} {'PERSON':>6} {'recall':>6} {'PHONE':>6} {'all':>6} {'prec.':>6} {'leaked':>6} {'clean flagged':>13}")
+    print(
+        f"\n{'locale':<7} {'cc':<3} {'PERSON':>6} {'recall':>6} {'PHONE':>6} {'all':>6} {'prec.':>6} {'leaked':>6} {'clean flagged':>13}"
+    )
     for locale, row in fig["locales"].items():
-        print(f"{locale:<7} {row['country']:<3} {row['person_support']:>6} {row['person_recall']:>6.3f} {row['phone_recall']:>6.3f} "
-              f"{row['recall']:>6.3f} {row['precision']:>6.3f} {row['leaked']:>6} {row['clean_flagged']:>6}/{row['clean_notes']:<6}")
+        print(
+            f"{locale:<7} {row['country']:<3} {row['person_support']:>6} {row['person_recall']:>6.3f} {row['phone_recall']:>6.3f} "
+            f"{row['recall']:>6.3f} {row['precision']:>6.3f} {row['leaked']:>6} {row['clean_flagged']:>6}/{row['clean_notes']:<6}"
+        )
     print("(PERSON: support and recall; PHONE, all: recall; prec.: precision over all types; leaked: values under half masked)")
 
 
@@ -782,8 +969,12 @@ def print_variants(fig: dict[str, Any], limit: int) -> None:
         print(f"  ... {len(weak) - limit} more (raise --variants, or see --json)")
     hits = fig["false_positive_hits"]
     if hits:
-        print("false positives by what they hit: " + "; ".join(
-            f"{kind}: " + ", ".join(f"{hit} {n}" for hit, n in counts.items()) for kind, counts in sorted(hits.items())))
+        print(
+            "false positives by what they hit: "
+            + "; ".join(
+                f"{kind}: " + ", ".join(f"{hit} {n}" for hit, n in counts.items()) for kind, counts in sorted(hits.items())
+            )
+        )
 
 
 def print_examples(s: Scores, show: int) -> None:
@@ -794,7 +985,7 @@ def print_examples(s: Scores, show: int) -> None:
         print(f"-- {kind}: {len(misses)} missed, {len(fps)} false positive(s)")
         for note, g in misses[:show]:
             near = [d for d in note.detected if d.start < g.end and g.start < d.end]
-            seen = "; ".join(f"{d.type} {note.text[d.start:d.end]!r}" for d in near) or "nothing detected there"
+            seen = "; ".join(f"{d.type} {note.text[d.start : d.end]!r}" for d in near) or "nothing detected there"
             tags = ", ".join(v for _, v in g.variant)
             print(f"   miss {note.locale} [{tags}] {excerpt(note.text, g.start, g.end)}  -> {seen}")
         for note, d, hit in fps[:show]:
@@ -808,33 +999,54 @@ def package(name: str) -> str:
         return "?"
 
 
-def report(args: argparse.Namespace, notes: list[Note], s: Scores, fig: dict[str, Any], loads: dict[str, float]) -> dict[str, Any]:
+def report(
+    args: argparse.Namespace, notes: list[Note], s: Scores, fig: dict[str, Any], loads: dict[str, float]
+) -> dict[str, Any]:
     targets = verdicts(fig)
     speed = fig["speed"]
-    print(f"\n=== PII across locales: {len(notes):,} notes ({speed['bytes'] / 1000:,.1f} KB) in {len(args.locales)} locales, "
-          f"{fig['overall']['support']:,} planted values, {fig['clean']['notes']} clean notes; seed {args.seed}, code {args.code}, "
-          f"presidio-analyzer {package('presidio-analyzer')}, spaCy {package('spacy')}, Faker {package('faker')}, "
-          f"names-dataset {package('names-dataset')} ===")
+    print(
+        f"\n=== PII across locales: {len(notes):,} notes ({speed['bytes'] / 1000:,.1f} KB) in {len(args.locales)} locales, "
+        f"{fig['overall']['support']:,} planted values, {fig['clean']['notes']} clean notes; seed {args.seed}, code {args.code}, "
+        f"presidio-analyzer {package('presidio-analyzer')}, spaCy {package('spacy')}, Faker {package('faker')}, "
+        f"names-dataset {package('names-dataset')} ==="
+    )
     print(f"detector: {detect_module.__file__}")
-    print(f"match: same type, the detected span covers >= {MATCH_OVERLAP:.0%} of the gold span, one to one; "
-          f"leaked: under {MATCH_OVERLAP:.0%} of the gold value inside detected spans of any type (visible after masking)")
+    print(
+        f"match: same type, the detected span covers >= {MATCH_OVERLAP:.0%} of the gold span, one to one; "
+        f"leaked: under {MATCH_OVERLAP:.0%} of the gold value inside detected spans of any type (visible after masking)"
+    )
     print_types(fig, targets)
     print_locales(fig)
     print_variants(fig, args.variants)
     if args.show:
         print()
         print_examples(s, args.show)
-    print(f"\nanalysis (warm, analyze_many over all {speed['notes']:,} notes in its batches): {speed['kb_s']:.2f} KB/s, "
-          f"{speed['bytes'] / 1000:,.1f} KB in {speed['seconds']:.1f} s ({1000 * speed['seconds'] / speed['notes']:.1f} ms per note); "
-          f"names-dataset load {loads['names_s']:.1f} s, analyzer load {loads['analyzer_s']:.1f} s")
+    print(
+        f"\nanalysis (warm, analyze_many over all {speed['notes']:,} notes in its batches): {speed['kb_s']:.2f} KB/s, "
+        f"{speed['bytes'] / 1000:,.1f} KB in {speed['seconds']:.1f} s ({1000 * speed['seconds'] / speed['notes']:.1f} ms per note); "
+        f"names-dataset load {loads['names_s']:.1f} s, analyzer load {loads['analyzer_s']:.1f} s"
+    )
     met = sum(v["met"] for v in targets.values())
-    print(f"targets: {met}/{len(targets)} MET; " + ", ".join(f"{k}: {v['value']:.3f} {'MET' if v['met'] else 'MISSED'}"
-                                                         for k, v in targets.items()))
-    return {"bench": "pii_locales", "seed": args.seed, "per_locale": args.per_locale, "clean_per_locale": args.clean_per_locale,
-            "locale_codes": list(args.locales), "top_names": args.top_names, "code": args.code, "detector": detect_module.__file__,
-            "versions": {p: package(p) for p in ("presidio-analyzer", "spacy", "faker", "names-dataset")},
-            "match": f"same type, >= {MATCH_OVERLAP:g} of gold covered, one to one", "loads_s": loads, "targets": targets,
-            "measured_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), **fig}
+    print(
+        f"targets: {met}/{len(targets)} MET; "
+        + ", ".join(f"{k}: {v['value']:.3f} {'MET' if v['met'] else 'MISSED'}" for k, v in targets.items())
+    )
+    return {
+        "bench": "pii_locales",
+        "seed": args.seed,
+        "per_locale": args.per_locale,
+        "clean_per_locale": args.clean_per_locale,
+        "locale_codes": list(args.locales),
+        "top_names": args.top_names,
+        "code": args.code,
+        "detector": detect_module.__file__,
+        "versions": {p: package(p) for p in ("presidio-analyzer", "spacy", "faker", "names-dataset")},
+        "match": f"same type, >= {MATCH_OVERLAP:g} of gold covered, one to one",
+        "loads_s": loads,
+        "targets": targets,
+        "measured_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        **fig,
+    }
 
 
 def rounded(value: Any) -> Any:
@@ -857,11 +1069,20 @@ def compare(path: Path, now: dict[str, Any]) -> None:
     """The headline figures of this run against those of an earlier `--json` file."""
     before = json.loads(path.read_text())
     same = all(before.get(k) == now.get(k) for k in ("seed", "per_locale", "clean_per_locale", "locale_codes", "top_names"))
-    print(f"\nagainst {path} (code {before.get('code')}, {before.get('measured_at')})"
-          + ("" if same else "; WARNING: other data (seed, sizes or locales differ)"))
-    rows: list[tuple[str, tuple[str, ...]]] = [(f"{kind} {m}", ("types", kind, m)) for kind in TYPES for m in ("precision", "recall")]
-    rows += [("all types precision", ("overall", "precision")), ("all types recall", ("overall", "recall")),
-             ("leaked values", ("overall", "leaked")), ("clean notes with any span", ("clean", "share")), ("KB/s", ("speed", "kb_s"))]
+    print(
+        f"\nagainst {path} (code {before.get('code')}, {before.get('measured_at')})"
+        + ("" if same else "; WARNING: other data (seed, sizes or locales differ)")
+    )
+    rows: list[tuple[str, tuple[str, ...]]] = [
+        (f"{kind} {m}", ("types", kind, m)) for kind in TYPES for m in ("precision", "recall")
+    ]
+    rows += [
+        ("all types precision", ("overall", "precision")),
+        ("all types recall", ("overall", "recall")),
+        ("leaked values", ("overall", "leaked")),
+        ("clean notes with any span", ("clean", "share")),
+        ("KB/s", ("speed", "kb_s")),
+    ]
     print(f"  {'figure':<26} {'before':>8} {'now':>8} {'change':>8}")
     for label, key in rows:
         old, new = dig(before, key), dig(now, key)
@@ -885,16 +1106,26 @@ def number(value: float | None, signed: bool = False) -> str:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--seed", type=int, default=SEED, help=f"data seed (default {SEED})")
-    parser.add_argument("--per-locale", type=int, default=PER_LOCALE, help=f"notes with personal data per locale (default {PER_LOCALE})")
-    parser.add_argument("--clean-per-locale", type=int, default=CLEAN_PER_LOCALE,
-                        help=f"notes without personal data per locale (default {CLEAN_PER_LOCALE})")
+    parser.add_argument(
+        "--per-locale", type=int, default=PER_LOCALE, help=f"notes with personal data per locale (default {PER_LOCALE})"
+    )
+    parser.add_argument(
+        "--clean-per-locale",
+        type=int,
+        default=CLEAN_PER_LOCALE,
+        help=f"notes without personal data per locale (default {CLEAN_PER_LOCALE})",
+    )
     parser.add_argument("--locales", default=",".join(LOCALES), help="comma-separated Faker locales (default: all 14)")
-    parser.add_argument("--top-names", type=int, default=TOP_NAMES, help=f"first and last names per country (default {TOP_NAMES})")
+    parser.add_argument(
+        "--top-names", type=int, default=TOP_NAMES, help=f"first and last names per country (default {TOP_NAMES})"
+    )
     parser.add_argument("--show", type=int, default=SHOW, help="missed and false-positive examples printed per type (default 0)")
     parser.add_argument("--variants", type=int, default=VARIANTS, help=f"weakest variants listed (default {VARIANTS})")
     parser.add_argument("--json", type=Path, help="write every figure as JSON to this file")
     parser.add_argument("--baseline", type=Path, help="an earlier run's --json file: print the headline figures against it")
-    parser.add_argument("--code", default="", help="label of the code measured (default: the git revision of the imported gateway)")
+    parser.add_argument(
+        "--code", default="", help="label of the code measured (default: the git revision of the imported gateway)"
+    )
     args = parser.parse_args(argv)
     args.locales = [lo.strip() for lo in args.locales.split(",") if lo.strip()]
     unknown = [lo for lo in args.locales if lo not in LOCALES]
@@ -918,7 +1149,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Analysing {len(notes):,} notes...", flush=True)
     speed = analyze(detector, notes)
     scores = score(notes)
-    out = report(args, notes, scores, figures(scores, args.locales, speed), {"names_s": round(names_s, 1), "analyzer_s": round(analyzer_s, 1)})
+    out = report(
+        args,
+        notes,
+        scores,
+        figures(scores, args.locales, speed),
+        {"names_s": round(names_s, 1), "analyzer_s": round(analyzer_s, 1)},
+    )
     if args.baseline:
         compare(args.baseline, rounded(out))
     if args.json:

@@ -48,8 +48,11 @@ from gateway.policy.verify import items_input, verdict_from  # noqa: E402
 TARGET_P95_MS = 3.0
 ACTOR = Actor(id="alice", tenant="acme", roles=("agent",), groups=("sales",), clearance="confidential")
 REQUEST = RetrieveRequest.model_validate(
-    {"task": {"type": "account_followup", "scope": "sales"}, "query": "pricing renewal",
-     "entities": [{"email": "jane@globex.example"}]}
+    {
+        "task": {"type": "account_followup", "scope": "sales"},
+        "query": "pricing renewal",
+        "entities": [{"email": "jane@globex.example"}],
+    }
 )
 NOW = datetime(2026, 3, 1, tzinfo=timezone.utc)
 
@@ -58,8 +61,18 @@ def candidates(count: int, seed: int = 7) -> tuple[list[Record], list[Record]]:
     """`count` realistic candidates (most pass, about one in six fails one check) and the entities they name."""
     rng = random.Random(seed)
     entities = [
-        Record(id=f"ent_{i}", kind="entity", tenant="acme", text="", acl=("*",) if i % 7 else ("group:executives",),
-               sensitivity="internal", scope=(), authority="approved", status="active", entity_type="contact")
+        Record(
+            id=f"ent_{i}",
+            kind="entity",
+            tenant="acme",
+            text="",
+            acl=("*",) if i % 7 else ("group:executives",),
+            sensitivity="internal",
+            scope=(),
+            authority="approved",
+            status="active",
+            entity_type="contact",
+        )
         for i in range(12)
     ]
     records = []
@@ -68,25 +81,41 @@ def candidates(count: int, seed: int = 7) -> tuple[list[Record], list[Record]]:
         entity = f"ent_{rng.randrange(12)}" if kind != "document" or rng.random() < 0.3 else None
         ended = rng.random() < 0.05
         record = Record(
-            id=f"{kind}_{i}", kind=kind, tenant="acme" if rng.random() > 0.02 else "globex", text="",
+            id=f"{kind}_{i}",
+            kind=kind,
+            tenant="acme" if rng.random() > 0.02 else "globex",
+            text="",
             acl=tuple(rng.sample(["*", "group:sales", "group:support", "group:finance", "user:alice"], rng.randint(1, 2))),
             sensitivity=rng.choices(["public", "internal", "confidential", "restricted"], [10, 70, 15, 5])[0],
             scope=tuple(rng.choice([(), ("sales",), ("support",), ("sales", "support")])),
             authority=rng.choice(["approved", "reviewed", "unreviewed"]),
             status=rng.choices(["active", "superseded", "disputed", "retracted"], [85, 6, 6, 3])[0],
             valid_from=NOW - timedelta(days=rng.randint(1, 900)),
-            valid_to=(NOW - timedelta(days=1)) if ended else (NOW + timedelta(days=rng.randint(1, 400)) if rng.random() < 0.3 else None),
+            valid_to=(NOW - timedelta(days=1))
+            if ended
+            else (NOW + timedelta(days=rng.randint(1, 400)) if rng.random() < 0.3 else None),
             recorded_at=NOW - timedelta(days=rng.randint(1, 900)),
-            entity=entity, attached_to=entity if entity and rng.random() < 0.5 else None,
+            entity=entity,
+            attached_to=entity if entity and rng.random() < 0.5 else None,
             slot=f"{entity}#plan" if entity and kind == "property" else None,
-            edge_from=entity if kind == "edge" else None, edge_to=f"ent_{rng.randrange(12)}" if kind == "edge" else None,
+            edge_from=entity if kind == "edge" else None,
+            edge_to=f"ent_{rng.randrange(12)}" if kind == "edge" else None,
         )
         if rng.random() < 0.85:  # past the pushdown, most candidates hold every check
             subject = rng.choice(["ent_1", "ent_2"])
-            record = replace(record, tenant="acme", acl=("group:sales",), sensitivity="internal", scope=("sales",),
-                             status="active", valid_to=None, entity=subject if record.entity else None,
-                             attached_to=subject if record.attached_to else None,
-                             edge_from=subject if kind == "edge" else None, edge_to="ent_2" if kind == "edge" else None)
+            record = replace(
+                record,
+                tenant="acme",
+                acl=("group:sales",),
+                sensitivity="internal",
+                scope=("sales",),
+                status="active",
+                valid_to=None,
+                entity=subject if record.entity else None,
+                attached_to=subject if record.attached_to else None,
+                edge_from=subject if kind == "edge" else None,
+                edge_to="ent_2" if kind == "edge" else None,
+            )
         records.append(record)
     return records, entities
 
@@ -113,7 +142,9 @@ class Subject:
     def round_trip(self, records: list[Record], entities: list[Record]) -> tuple[float, float, Any]:
         """(decide ms, verify ms, verdict) through the engine, as a retrieve calls it."""
         started = time.perf_counter()
-        decision = constraints_from(check_request_result(self.engine.evaluate_sync("request", request_input(ACTOR, REQUEST, NOW))))
+        decision = constraints_from(
+            check_request_result(self.engine.evaluate_sync("request", request_input(ACTOR, REQUEST, NOW)))
+        )
         decided = time.perf_counter()
         constraints = decision.with_subjects(("ent_1", "ent_2"))
         policy_input = items_input(ACTOR, REQUEST.task, constraints, {r.id: r for r in records}, entities)
@@ -134,20 +165,21 @@ def timed(action: Callable[[], object]) -> float:
 
 def before_policies(ref: str, into: Path) -> Path:
     """`policies/` as committed at `ref`, written under `into`."""
-    names = subprocess.run(["git", "ls-tree", "-r", "--name-only", ref, "policies"], cwd=ROOT, check=True,
-                           capture_output=True, text=True).stdout.split()
+    names = subprocess.run(
+        ["git", "ls-tree", "-r", "--name-only", ref, "policies"], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout.split()
     for name in names:
         target = into / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(subprocess.run(["git", "show", f"{ref}:{name}"], cwd=ROOT, check=True,
-                                          capture_output=True).stdout)
+        target.write_bytes(subprocess.run(["git", "show", f"{ref}:{name}"], cwd=ROOT, check=True, capture_output=True).stdout)
     return into / "policies"
 
 
 def code_revision() -> str:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "gateway/policy", "policies"], cwd=ROOT,
-                           capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "gateway/policy", "policies"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
     return commit + ("+" if dirty else "")
 
 
@@ -157,10 +189,14 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=40)
     parser.add_argument("--candidates", type=int, default=200)
     parser.add_argument("--policies", type=Path, default=ROOT / "policies", help="the policies measured ('after')")
-    parser.add_argument("--before", default="HEAD",
-                        help="a git ref whose policies/ run as the 'before' in the same run, a directory, or 'none'")
-    parser.add_argument("--compiled-only", action="store_true",
-                        help="leave out the 'interpreter' subject (this tree's policies with GATEWAY_POLICY_COMPILED=false)")
+    parser.add_argument(
+        "--before", default="HEAD", help="a git ref whose policies/ run as the 'before' in the same run, a directory, or 'none'"
+    )
+    parser.add_argument(
+        "--compiled-only",
+        action="store_true",
+        help="leave out the 'interpreter' subject (this tree's policies with GATEWAY_POLICY_COMPILED=false)",
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     args = parser.parse_args()
 
@@ -187,11 +223,13 @@ def main() -> int:
     return 0 if figures["verdicts_equal"] else 1
 
 
-def measure(subjects: list[Subject], records: list[Record], entities: list[Record], rounds: int,
-            warmup: int) -> dict[str, Any]:
-    decision = constraints_from(check_request_result(subjects[-1].engine.evaluate_sync("request", request_input(ACTOR, REQUEST, NOW))))
-    policy_input = items_input(ACTOR, REQUEST.task, decision.with_subjects(("ent_1", "ent_2")),
-                               {r.id: r for r in records}, entities)
+def measure(subjects: list[Subject], records: list[Record], entities: list[Record], rounds: int, warmup: int) -> dict[str, Any]:
+    decision = constraints_from(
+        check_request_result(subjects[-1].engine.evaluate_sync("request", request_input(ACTOR, REQUEST, NOW)))
+    )
+    policy_input = items_input(
+        ACTOR, REQUEST.task, decision.with_subjects(("ent_1", "ent_2")), {r.id: r for r in records}, entities
+    )
     encoded = json.dumps(policy_input)
     samples: dict[str, list[float]] = {}
     verdicts: dict[str, Any] = {}
@@ -221,27 +259,36 @@ def measure(subjects: list[Subject], records: list[Record], entities: list[Recor
 
 def report(f: dict[str, Any]) -> None:
     floor = f["floor"]["p50"]
-    print(f"code {f['code']}  candidates {f['candidates']} ({f['allowed']} allowed)  input {f['input_bytes']} bytes  "
-          f"rounds {f['rounds']}")
-    print(f"baselines  floor (pipe round trip) p50 {floor:.3f} ms   transfer (pipe + JSON of the verify input) "
-          f"p50 {f['transfer']['p50']:.3f} ms   json in-process p50 {f['json']['p50']:.3f} ms")
+    print(
+        f"code {f['code']}  candidates {f['candidates']} ({f['allowed']} allowed)  input {f['input_bytes']} bytes  "
+        f"rounds {f['rounds']}"
+    )
+    print(
+        f"baselines  floor (pipe round trip) p50 {floor:.3f} ms   transfer (pipe + JSON of the verify input) "
+        f"p50 {f['transfer']['p50']:.3f} ms   json in-process p50 {f['json']['p50']:.3f} ms"
+    )
     for label in ("before", "interpreter", "after"):
         if f"{label}.total" not in f:
             continue
         for part in ("decide", "verify", "total"):
             s = f[f"{label}.{part}"]
-            print(f"{label:6} {part:6}  p50 {s['p50']:6.3f}  p95 {s['p95']:6.3f}  max {s['max']:7.3f} ms   "
-                  f"p50 = {s['p50'] / floor:5.1f}x floor")
+            print(
+                f"{label:6} {part:6}  p50 {s['p50']:6.3f}  p95 {s['p95']:6.3f}  max {s['max']:7.3f} ms   "
+                f"p50 = {s['p50'] / floor:5.1f}x floor"
+            )
         rego = f[f"{label}.verify"]["p50"] - f["transfer"]["p50"]
         print(f"{label:6} verify split: pipe + JSON {f['transfer']['p50']:.3f} ms, Rego evaluation {rego:.3f} ms (p50)")
     total = f["after.total"]["p95"]
-    print(f"target: decide + verify p95 under {TARGET_P95_MS} ms: {'met' if total < TARGET_P95_MS else 'NOT met'} "
-          f"({total:.3f} ms)")
+    print(
+        f"target: decide + verify p95 under {TARGET_P95_MS} ms: {'met' if total < TARGET_P95_MS else 'NOT met'} ({total:.3f} ms)"
+    )
     if "before.total" in f:
         print(f"after/before total p50: {f['after.total']['p50'] / f['before.total']['p50']:.2f}")
     if "interpreter.total" in f:
-        print(f"compiled/interpreter verify p50: {f['after.verify']['p50'] / f['interpreter.verify']['p50']:.2f}, "
-              f"p95: {f['after.verify']['p95'] / f['interpreter.verify']['p95']:.2f}")
+        print(
+            f"compiled/interpreter verify p50: {f['after.verify']['p50'] / f['interpreter.verify']['p50']:.2f}, "
+            f"p95: {f['after.verify']['p95'] / f['interpreter.verify']['p95']:.2f}"
+        )
     if not f["verdicts_equal"]:
         print("!!! the verdicts of the subjects differ: the figures must not be used")
 

@@ -112,7 +112,9 @@ def embed_cli(data_dir: Path) -> tuple[int, float]:
     started = time.perf_counter()
     done = subprocess.run(
         [gateway_executable(), "embed", "--data", str(data_dir), "--threads", "2"],
-        stdout=subprocess.PIPE, text=True, env=clean_env(MODEL_ENV),
+        stdout=subprocess.PIPE,
+        text=True,
+        env=clean_env(MODEL_ENV),
     )
     seconds = time.perf_counter() - started
     if done.returncode != 0:
@@ -143,12 +145,20 @@ def store_state(data_dir: Path) -> tuple[int, int, int]:
     try:
         with engine.connect() as conn:
             total = int(conn.execute(text("SELECT count(*) FROM item")).scalar_one())
-            ours = int(conn.execute(text("SELECT count(*) FROM item WHERE tenant = :t AND kind = 'document'"), {"t": TENANT}).scalar_one())
-            embedded = int(conn.execute(
-                text("SELECT count(*) FROM item JOIN item_vector v ON v.item_pk = item.pk AND v.content_hash = item.content_hash "
-                     "WHERE item.tenant = :t AND item.kind = 'document' AND v.model = :m"),
-                {"t": TENANT, "m": current},
-            ).scalar_one())
+            ours = int(
+                conn.execute(
+                    text("SELECT count(*) FROM item WHERE tenant = :t AND kind = 'document'"), {"t": TENANT}
+                ).scalar_one()
+            )
+            embedded = int(
+                conn.execute(
+                    text(
+                        "SELECT count(*) FROM item JOIN item_vector v ON v.item_pk = item.pk AND v.content_hash = item.content_hash "
+                        "WHERE item.tenant = :t AND item.kind = 'document' AND v.model = :m"
+                    ),
+                    {"t": TENANT, "m": current},
+                ).scalar_one()
+            )
     finally:
         engine.dispose()
     return total, ours, embedded
@@ -213,7 +223,10 @@ async def ask(client: httpx.AsyncClient, query_id: str, claim: str, mode: str) -
         budget_dropped=sum(int(stats.get("dropped", 0)) for stats in per_source.values()),
         source_status={name: entry["status"] for name, entry in sources.items() if entry["status"] != "skipped"},
         lag=sources.get("semantic", {}).get("lag"),
-        strategy=next((word for word in ("exact", "approximate") if f"{word} search" in (sources.get("semantic", {}).get("detail") or "")), None),
+        strategy=next(
+            (word for word in ("exact", "approximate") if f"{word} search" in (sources.get("semantic", {}).get("detail") or "")),
+            None,
+        ),
         ms=ms,
         waited=waited,
     )
@@ -242,9 +255,12 @@ async def run_mode(url: str, key: str, queries: list[tuple[str, str]], mode: str
                     retried += attempt == 0
                     answers[index] = await ask(client, answer.query_id, claims[answer.query_id], mode)
     waited = sum(answer.waited for answer in answers)
-    print(f"  {mode:<8} floor {floor:.2f}: {len(answers)} queries in {wall:.1f} s ({len(answers) / wall:.1f} req/s)"
-          + (f"; {retried} answers with a timed-out source asked again one at a time" if retried else "")
-          + (f"; {waited} 429s waited out (Retry-After) and asked again" if waited else ""), flush=True)
+    print(
+        f"  {mode:<8} floor {floor:.2f}: {len(answers)} queries in {wall:.1f} s ({len(answers) / wall:.1f} req/s)"
+        + (f"; {retried} answers with a timed-out source asked again one at a time" if retried else "")
+        + (f"; {waited} 429s waited out (Retry-After) and asked again" if waited else ""),
+        flush=True,
+    )
     return Run(mode, floor, answers, wall, retried=retried)
 
 
@@ -320,32 +336,54 @@ def score(run: Run, qrels: dict[str, dict[str, int]]) -> Scores:
 # ---------------------------------------------------------------- reporting
 
 
-def report(runs: list[Run], data: DataSet, args: argparse.Namespace, load: dict[str, float] | None,
-           embed: tuple[int, float] | None, floor: float) -> bool:
+def report(
+    runs: list[Run],
+    data: DataSet,
+    args: argparse.Namespace,
+    load: dict[str, float] | None,
+    embed: tuple[int, float] | None,
+    floor: float,
+) -> bool:
     """Print the report; returns False when any request failed or any source timed out / errored."""
     n = len(runs[0].answers)
     scored = [(run, score(run, data.qrels)) for run in runs]
-    print(f"\n=== retrieval quality: SciFact train split, {n} claims with qrels, {len(data.corpus):,} abstracts, "
-          f"limit {LIMIT}, budget {BUDGET_BYTES:,} B, {args.concurrency} clients, {os.cpu_count()} CPUs, "
-          f"embeddings {args.embeddings}, code {'/'.join(sorted({run.code for run in runs}))} ===")
+    print(
+        f"\n=== retrieval quality: SciFact train split, {n} claims with qrels, {len(data.corpus):,} abstracts, "
+        f"limit {LIMIT}, budget {BUDGET_BYTES:,} B, {args.concurrency} clients, {os.cpu_count()} CPUs, "
+        f"embeddings {args.embeddings}, code {'/'.join(sorted({run.code for run in runs}))} ==="
+    )
     if load:
-        print(f"load:  {len(data.corpus):,} items via PUT /v1/items in {load['batches']:.0f} batches, {load['seconds']:.1f} s "
-              f"= {load['rate']:,.0f} items/s (created {load.get('created', 0):.0f}, updated {load.get('updated', 0):.0f}, "
-              f"unchanged {load.get('unchanged', 0):.0f}, rejected 0)")
+        print(
+            f"load:  {len(data.corpus):,} items via PUT /v1/items in {load['batches']:.0f} batches, {load['seconds']:.1f} s "
+            f"= {load['rate']:,.0f} items/s (created {load.get('created', 0):.0f}, updated {load.get('updated', 0):.0f}, "
+            f"unchanged {load.get('unchanged', 0):.0f}, rejected 0)"
+        )
     if embed:
         count, seconds = embed
-        print(f"embed: {count:,} items via `gateway embed --threads 2`, {seconds:.1f} s = {count / seconds:,.1f} items/s "
-              f"(includes model load)" if count else "embed: nothing was waiting for a vector")
-    print(f"{'mode':<9} {'floor':>5}  {'nDCG@10':>7}  {'recall@100':>10}  {'abstained':>9}  {'items/q':>7}  {'budget-cut':>10}  {'p50 ms':>6}")
+        print(
+            f"embed: {count:,} items via `gateway embed --threads 2`, {seconds:.1f} s = {count / seconds:,.1f} items/s "
+            f"(includes model load)"
+            if count
+            else "embed: nothing was waiting for a vector"
+        )
+    print(
+        f"{'mode':<9} {'floor':>5}  {'nDCG@10':>7}  {'recall@100':>10}  {'abstained':>9}  {'items/q':>7}  {'budget-cut':>10}  {'p50 ms':>6}"
+    )
     for run, s in scored:
         floor_label = "  -  " if run.mode == "lexical" else f"{run.floor:.2f}"
-        print(f"{run.mode:<9} {floor_label:>5}  {s.ndcg:7.4f}  {s.recall:10.4f}  {s.abstained:>9}  {s.mean_items:7.1f}  "
-              f"{s.budget_cut:>10}  {s.p50_ms:6.0f}")
-    print(f"reference: BM25 nDCG@10 {BM25_TEST_REFERENCE} on the SciFact *test* split (BEIR paper, 300 claims); "
-          f"this run uses the *train* split ({n} claims), so the figures are comparable in kind, not to the decimal.")
-    print("abstained = answers with no items (scored 0 in both metrics); budget-cut = answers with < 100 items "
-          f"because the {BUDGET_BYTES:,}-byte budget dropped some "
-          f"(any budget drop: {', '.join(f'{r.mode}@{r.floor:.2f} {s.budget_any}' for r, s in scored)})")
+        print(
+            f"{run.mode:<9} {floor_label:>5}  {s.ndcg:7.4f}  {s.recall:10.4f}  {s.abstained:>9}  {s.mean_items:7.1f}  "
+            f"{s.budget_cut:>10}  {s.p50_ms:6.0f}"
+        )
+    print(
+        f"reference: BM25 nDCG@10 {BM25_TEST_REFERENCE} on the SciFact *test* split (BEIR paper, 300 claims); "
+        f"this run uses the *train* split ({n} claims), so the figures are comparable in kind, not to the decimal."
+    )
+    print(
+        "abstained = answers with no items (scored 0 in both metrics); budget-cut = answers with < 100 items "
+        f"because the {BUDGET_BYTES:,}-byte budget dropped some "
+        f"(any budget drop: {', '.join(f'{r.mode}@{r.floor:.2f} {s.budget_any}' for r, s in scored)})"
+    )
     by_key = {(run.mode, run.floor): s for run, s in scored}
     for f in sorted({run.floor for run in runs if run.mode != "lexical"}, reverse=True):
         lexical, semantic, fused = by_key.get(("lexical", floor)), by_key.get(("semantic", f)), by_key.get(("fused", f))
@@ -355,12 +393,16 @@ def report(runs: list[Run], data: DataSet, args: argparse.Namespace, load: dict[
             values = {name: getattr(s, metric) for name, s in (("lexical", lexical), ("semantic", semantic), ("fused", fused))}
             beats = values["fused"] > values["lexical"] and values["fused"] > values["semantic"]
             label = "nDCG@10" if metric == "ndcg" else "recall@100"
-            print(f"floor {f:.2f}: fused {label} {values['fused']:.4f} vs lexical {values['lexical']:.4f} / semantic "
-                  f"{values['semantic']:.4f} -> fused {'BEATS BOTH' if beats else 'does NOT beat both'}")
+            print(
+                f"floor {f:.2f}: fused {label} {values['fused']:.4f} vs lexical {values['lexical']:.4f} / semantic "
+                f"{values['semantic']:.4f} -> fused {'BEATS BOTH' if beats else 'does NOT beat both'}"
+            )
     for run, s in scored:
         if s.strategies:
-            print(f"semantic search, {run.mode} floor {run.floor:.2f}: "
-                  + ", ".join(f"{name} {count}" for name, count in sorted(s.strategies.items())))
+            print(
+                f"semantic search, {run.mode} floor {run.floor:.2f}: "
+                + ", ".join(f"{name} {count}" for name, count in sorted(s.strategies.items()))
+            )
     retried = [f"{r.mode}@{r.floor:.2f} {r.retried}" for r in runs if r.retried]
     if retried:
         print(f"re-asked one at a time after a source timeout under {args.concurrency} clients: {', '.join(retried)} answers")
@@ -371,8 +413,10 @@ def report(runs: list[Run], data: DataSet, args: argparse.Namespace, load: dict[
         if s.failed or s.degraded:
             ok = False
             first = next((a for a in run.answers if a.status != 200), None)
-            print(f"!!! {run.mode} floor {run.floor:.2f}: {s.failed} failed requests, degraded sources {dict(s.degraded)}"
-                  + (f"; first failure: HTTP {first.status} {first.error}" if first else ""))
+            print(
+                f"!!! {run.mode} floor {run.floor:.2f}: {s.failed} failed requests, degraded sources {dict(s.degraded)}"
+                + (f"; first failure: HTTP {first.status} {first.error}" if first else "")
+            )
     if not ok:
         print("!!! THE FIGURES ABOVE INCLUDE FAILED OR PARTIAL ANSWERS")
     else:
@@ -385,13 +429,26 @@ def report(runs: list[Run], data: DataSet, args: argparse.Namespace, load: dict[
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data-set", type=Path, required=True, help="the SciFact directory (BEIR layout: corpus.jsonl, queries.jsonl, qrels/train.tsv)")
+    parser.add_argument(
+        "--data-set",
+        type=Path,
+        required=True,
+        help="the SciFact directory (BEIR layout: corpus.jsonl, queries.jsonl, qrels/train.tsv)",
+    )
     parser.add_argument("--data", type=Path, help="gateway data directory (default: a fresh temp dir, removed at the end)")
-    parser.add_argument("--reuse", action="store_true", help="skip loading (and embedding, when nothing waits) when --data already holds the corpus")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="skip loading (and embedding, when nothing waits) when --data already holds the corpus",
+    )
     parser.add_argument("--queries", type=int, help="use the first N claims with qrels (default: all)")
     parser.add_argument("--floor", type=float, help="GATEWAY_SEMANTIC_FLOOR for the first pass (default: the gateway's default)")
-    parser.add_argument("--embeddings", choices=("minilm", "minilm-float"), default="minilm",
-                        help="GATEWAY_EMBEDDINGS: the integer model (default) or the packaged float graph")
+    parser.add_argument(
+        "--embeddings",
+        choices=("minilm", "minilm-float"),
+        default="minilm",
+        help="GATEWAY_EMBEDDINGS: the integer model (default) or the packaged float graph",
+    )
     parser.add_argument("--concurrency", type=int, default=4, help="concurrent clients (default 4)")
     parser.add_argument("--save", type=Path, help="also write every ranking (per mode, floor and claim) to this JSON file")
     args = parser.parse_args(argv)
@@ -427,8 +484,16 @@ def prepare(data_dir: Path, data: DataSet, reuse: bool) -> tuple[str, dict[str, 
     return agent_key, load_stats, embed_stats
 
 
-def evaluate(data_dir: Path, key: str, queries: list[tuple[str, str]], floor: float, floor_env: dict[str, str],
-             modes: tuple[str, ...], concurrency: int, label: str) -> list[Run]:
+def evaluate(
+    data_dir: Path,
+    key: str,
+    queries: list[tuple[str, str]],
+    floor: float,
+    floor_env: dict[str, str],
+    modes: tuple[str, ...],
+    concurrency: int,
+    label: str,
+) -> list[Run]:
     server = started_server(data_dir, floor_env, label)
     try:
         print(f"Server ready at {server.url}, semantic floor {floor:.2f} (log: {server.log_path})", flush=True)
@@ -444,12 +509,28 @@ def evaluate(data_dir: Path, key: str, queries: list[tuple[str, str]], floor: fl
 
 def save(path: Path, runs: list[Run]) -> None:
     """Rankings for offline analysis (e.g. other fusion settings over the lexical and semantic lists)."""
-    path.write_text(json.dumps([
-        {"mode": run.mode, "floor": run.floor,
-         "answers": [{"query": a.query_id, "status": a.status, "ranking": a.ranking, "budget_dropped": a.budget_dropped,
-                      "sources": a.source_status, "strategy": a.strategy} for a in run.answers]}
-        for run in runs
-    ]))
+    path.write_text(
+        json.dumps(
+            [
+                {
+                    "mode": run.mode,
+                    "floor": run.floor,
+                    "answers": [
+                        {
+                            "query": a.query_id,
+                            "status": a.status,
+                            "ranking": a.ranking,
+                            "budget_dropped": a.budget_dropped,
+                            "sources": a.source_status,
+                            "strategy": a.strategy,
+                        }
+                        for a in run.answers
+                    ],
+                }
+                for run in runs
+            ]
+        )
+    )
     print(f"rankings written to {path}", flush=True)
 
 
@@ -468,11 +549,20 @@ def main(argv: list[str] | None = None) -> int:
     try:
         key, load_stats, embed_stats = prepare(data_dir, data, args.reuse)
         print(f"Evaluating {len(queries)} claims x modes, {args.concurrency} clients", flush=True)
-        runs = evaluate(data_dir, key, queries, first_floor, first_env, ("lexical", "semantic", "fused"),
-                        args.concurrency, "floor-default" if args.floor is None else "floor-set")
+        runs = evaluate(
+            data_dir,
+            key,
+            queries,
+            first_floor,
+            first_env,
+            ("lexical", "semantic", "fused"),
+            args.concurrency,
+            "floor-default" if args.floor is None else "floor-set",
+        )
         if first_floor != 0:
-            runs += evaluate(data_dir, key, queries, 0.0, {"GATEWAY_SEMANTIC_FLOOR": "0"}, ("semantic", "fused"),
-                             args.concurrency, "floor-0")
+            runs += evaluate(
+                data_dir, key, queries, 0.0, {"GATEWAY_SEMANTIC_FLOOR": "0"}, ("semantic", "fused"), args.concurrency, "floor-0"
+            )
         if args.save:
             save(args.save, runs)
         return 0 if report(runs, data, args, load_stats, embed_stats, first_floor) else 1

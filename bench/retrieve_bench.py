@@ -59,8 +59,15 @@ TAIL_SIZE = 4800
 SYLLABLES = "ba be bi bo bu ka ke ki ko ku la le li lo lu ma me mi mo mu na ne ni no nu ra re ri ro ru sa se si so su ta te ti to tu va ve vi vo zu".split()
 ZIPF_OFFSET = 20  # weight of rank r is 1/(r + offset): the top word is in roughly 30% of texts
 
-ACLS = ((["*"], 30), (["group:sales"], 25), (["group:support"], 18), (["group:finance"], 10),
-        (["group:sales", "group:finance"], 10), (["user:alice"], 4), (["user:bob", "group:support"], 3))
+ACLS = (
+    (["*"], 30),
+    (["group:sales"], 25),
+    (["group:support"], 18),
+    (["group:finance"], 10),
+    (["group:sales", "group:finance"], 10),
+    (["user:alice"], 4),
+    (["user:bob", "group:support"], 3),
+)
 SENSITIVITIES = (("internal", 70), ("public", 10), ("confidential", 15), ("restricted", 5))
 SCOPES = ((["sales"], 40), (["support"], 30), ([], 30))
 AUTHORITIES = (("approved", 25), ("reviewed", 35), ("unreviewed", 35), ("speculative", 5))
@@ -290,10 +297,7 @@ class Phase:
 def retrieve_bodies(count: int, seed: int, depth: str) -> list[dict[str, Any]]:
     """Request bodies with 2-4 query words drawn (Zipf-weighted) from the load's vocabulary."""
     maker = TextMaker(seed)
-    return [
-        {"task": TASK, "query": maker.draw(2, 4), "sources": {"exact": False}, "depth": depth}
-        for _ in range(count)
-    ]
+    return [{"task": TASK, "query": maker.draw(2, 4), "sources": {"exact": False}, "depth": depth} for _ in range(count)]
 
 
 async def timed(client: httpx.AsyncClient, method: str, path: str, body: dict[str, Any] | None) -> Sample:
@@ -364,7 +368,10 @@ def layer_shares(timings: list[dict[str, float]]) -> dict[str, float]:
     if not timings:
         return {}
     n = len(timings)
-    mean = {key: sum(t.get(key, 0.0) for t in timings) / n for key in ("embed_ms", "semantic_ms", "lexical_ms", "fuse_ms", "decide_ms", "verify_ms", "total_ms")}
+    mean = {
+        key: sum(t.get(key, 0.0) for t in timings) / n
+        for key in ("embed_ms", "semantic_ms", "lexical_ms", "fuse_ms", "decide_ms", "verify_ms", "total_ms")
+    }
     return {
         "layer_embed": mean["embed_ms"],
         "layer_vector search": max(mean["semantic_ms"] - mean["embed_ms"], 0.0),
@@ -395,7 +402,9 @@ def result_figures(phase: Phase) -> list[str]:
         f"  lexical status: {dict(statuses)}" + (f"; partial responses: {partial}" if partial else ""),
     ]
     if statuses.get("timeout") or statuses.get("error"):
-        lines.append(f"  !!! lexical source timed out or failed in {statuses.get('timeout', 0) + statuses.get('error', 0)} responses (200s with partial results)")
+        lines.append(
+            f"  !!! lexical source timed out or failed in {statuses.get('timeout', 0) + statuses.get('error', 0)} responses (200s with partial results)"
+        )
     return lines
 
 
@@ -405,8 +414,10 @@ def mark(ok: bool) -> str:
 
 def latency_line(label: str, phase: Phase, base_p50: float) -> str:
     p50, p95, p99 = (percentile(phase.latencies, q) for q in (50, 95, 99))
-    return (f"  {label:<26} p50 {p50:7.2f} ms  p95 {p95:7.2f} ms  p99 {p99:7.2f} ms  {phase.rps:7.1f} req/s"
-            f"   p50 = {p50 / base_p50:5.1f}x healthz p50")
+    return (
+        f"  {label:<26} p50 {p50:7.2f} ms  p95 {p95:7.2f} ms  p99 {p99:7.2f} ms  {phase.rps:7.1f} req/s"
+        f"   p50 = {p50 / base_p50:5.1f}x healthz p50"
+    )
 
 
 def report(phases: dict[str, Phase], args: argparse.Namespace, load_stats: dict[str, float] | None) -> bool:
@@ -414,32 +425,46 @@ def report(phases: dict[str, Phase], args: argparse.Namespace, load_stats: dict[
     h_seq, r_seq, h_conc, r_conc = (phases[n] for n in ("healthz_seq", "retrieve_seq", "healthz_conc", "retrieve_conc"))
     base = percentile(h_seq.latencies, 50)
     seq, conc = policy_figures(r_seq), policy_figures(r_conc)
-    print(f"\n=== retrieve benchmark, depth {args.depth}: {args.items} items, {args.requests} requests/phase, concurrency {args.concurrency}, "
-          f"{os.cpu_count()} CPUs, code {code_revision()} ===")
+    print(
+        f"\n=== retrieve benchmark, depth {args.depth}: {args.items} items, {args.requests} requests/phase, concurrency {args.concurrency}, "
+        f"{os.cpu_count()} CPUs, code {code_revision()} ==="
+    )
     if load_stats:
-        print(f"load: {load_stats['rate']:,.0f} items/s  (generate {load_stats['generate_s']:.1f} s, ingest {load_stats['ingest_s']:.1f} s)")
+        print(
+            f"load: {load_stats['rate']:,.0f} items/s  (generate {load_stats['generate_s']:.1f} s, ingest {load_stats['ingest_s']:.1f} s)"
+        )
     print("latency (client-observed, httpx keep-alive):")
     print(latency_line("healthz, 1 client", h_seq, base))
     print(latency_line("retrieve, 1 client", r_seq, base))
     print(latency_line(f"healthz, {args.concurrency} clients", h_conc, base))
     print(latency_line(f"retrieve, {args.concurrency} clients", r_conc, base))
-    print(f"  throughput under load: retrieve {r_conc.rps:.1f} req/s = {r_conc.rps / h_conc.rps:.3f}x healthz {h_conc.rps:.0f} req/s")
+    print(
+        f"  throughput under load: retrieve {r_conc.rps:.1f} req/s = {r_conc.rps / h_conc.rps:.3f}x healthz {h_conc.rps:.0f} req/s"
+    )
     for label, figures in (("1 client", seq), (f"{args.concurrency} clients", conc)):
-        print(f"policy, {label}: decide {figures['decide_ms']:.2f} + verify {figures['verify_ms']:.2f} = {figures['policy_ms']:.2f} ms/request; "
-              f"server pipeline {figures['server_ms']:.2f} ms (lexical {figures['lexical_ms']:.2f} ms)")
-        print(f"  policy share: {figures['share_server'] * 100:.1f}% of server pipeline time, "
-              f"{figures['share_client'] * 100:.1f}% of client-observed time "
-              f"(pipeline = {figures['pipeline_share_client'] * 100:.0f}% of client-observed)")
+        print(
+            f"policy, {label}: decide {figures['decide_ms']:.2f} + verify {figures['verify_ms']:.2f} = {figures['policy_ms']:.2f} ms/request; "
+            f"server pipeline {figures['server_ms']:.2f} ms (lexical {figures['lexical_ms']:.2f} ms)"
+        )
+        print(
+            f"  policy share: {figures['share_server'] * 100:.1f}% of server pipeline time, "
+            f"{figures['share_client'] * 100:.1f}% of client-observed time "
+            f"(pipeline = {figures['pipeline_share_client'] * 100:.0f}% of client-observed)"
+        )
         total = figures.get("layer_total") or float("nan")
-        print("  layers (mean ms, share of server time; lexical and semantic run concurrently): " + ", ".join(
-            f"{name} {figures['layer_' + name]:.2f} ({figures['layer_' + name] / total:.0%})" for name, _ in LAYERS))
+        print(
+            "  layers (mean ms, share of server time; lexical and semantic run concurrently): "
+            + ", ".join(f"{name} {figures['layer_' + name]:.2f} ({figures['layer_' + name] / total:.0%})" for name, _ in LAYERS)
+        )
     for label, phase in (("1 client", r_seq), (f"{args.concurrency} clients", r_conc)):
         print(f"results, {label}:")
         print("\n".join(result_figures(phase)))
     print("targets:")
-    print(f"  policy share < {POLICY_SHARE_TARGET:.0%} of request time: 1 client {seq['share_server']:.1%} server / {seq['share_client']:.1%} client "
-          f"-> {mark(max(seq['share_server'], conc['share_server']) < POLICY_SHARE_TARGET)} "
-          f"({args.concurrency} clients {conc['share_server']:.1%} / {conc['share_client']:.1%})")
+    print(
+        f"  policy share < {POLICY_SHARE_TARGET:.0%} of request time: 1 client {seq['share_server']:.1%} server / {seq['share_client']:.1%} client "
+        f"-> {mark(max(seq['share_server'], conc['share_server']) < POLICY_SHARE_TARGET)} "
+        f"({args.concurrency} clients {conc['share_server']:.1%} / {conc['share_client']:.1%})"
+    )
     for label, phase in (("sequential (1 client)", r_seq), (f"under load ({args.concurrency} clients)", r_conc)):
         p95 = percentile(phase.latencies, 95)
         print(f"  retrieve p95 < {P95_TARGET_MS:.0f} ms, {label}: {p95:.2f} ms -> {mark(p95 < P95_TARGET_MS)}")
@@ -471,8 +496,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--requests", type=int, default=2000, help="requests per phase (default 2000)")
     parser.add_argument("--concurrency", type=int, default=8, help="concurrent clients for the load phases (default 8)")
     parser.add_argument("--workers", type=int, default=1, help="server worker processes (default 1)")
-    parser.add_argument("--depth", choices=("fast", "standard"), default="fast",
-                        help="fast: lexical only (the spine's figure); standard: lexical + semantic, items embedded first")
+    parser.add_argument(
+        "--depth",
+        choices=("fast", "standard"),
+        default="fast",
+        help="fast: lexical only (the spine's figure); standard: lexical + semantic, items embedded first",
+    )
     parser.add_argument("--reuse", action="store_true", help="skip loading when --data already holds exactly --items items")
     args = parser.parse_args(argv)
     if args.items < 1 or args.requests < 1 or args.concurrency < 1:

@@ -49,10 +49,16 @@ class Minute:
 def keys(data_dir: Path) -> tuple[list[str], list[str]]:
     engine = open_store(f"sqlite:///{(data_dir / 'gateway.db').resolve()}")
     try:
-        readers = [create_api_key(engine, tenant="acme", principal=f"user:reader{i}", roles=["agent"], groups=["sales"],
-                                  clearance="confidential") for i in range(CLIENTS - WRITERS)]
-        writers = [create_api_key(engine, tenant="acme", principal=f"user:writer{i}", roles=["ingest"], groups=[],
-                                  clearance="internal") for i in range(WRITERS)]
+        readers = [
+            create_api_key(
+                engine, tenant="acme", principal=f"user:reader{i}", roles=["agent"], groups=["sales"], clearance="confidential"
+            )
+            for i in range(CLIENTS - WRITERS)
+        ]
+        writers = [
+            create_api_key(engine, tenant="acme", principal=f"user:writer{i}", roles=["ingest"], groups=[], clearance="internal")
+            for i in range(WRITERS)
+        ]
     finally:
         close_store(engine)
     return readers, writers
@@ -70,8 +76,16 @@ async def client(url: str, key: str, writer: bool, number: int, minutes: list[Mi
                 # A fixed set of ids, rewritten in turn: the store's size stays put, so memory that
                 # grows is the service's, not the data's (each rewrite is re-embedded and re-analysed).
                 slot = sent % UPDATED_BATCHES
-                items = [{"id": f"soak_{number}_{slot}_{i}", "kind": "memory", "text": f"soak note {sent} {i} about renewal pricing",
-                          "acl": ["*"], "tags": ["billing"]} for i in range(10)]
+                items = [
+                    {
+                        "id": f"soak_{number}_{slot}_{i}",
+                        "kind": "memory",
+                        "text": f"soak note {sent} {i} about renewal pricing",
+                        "acl": ["*"],
+                        "tags": ["billing"],
+                    }
+                    for i in range(10)
+                ]
                 response = await http.put("/v1/items", json=items)
             else:
                 response = await http.post("/v1/retrieve", json=bodies[sent % len(bodies)])
@@ -112,8 +126,11 @@ def main(argv: list[str] | None = None) -> int:
         server = Server(work, free_port(), label="soak")
         server.start()
         server.wait_ready()
-        print(f"code {code_revision()}; {args.minutes} minutes, {CLIENTS} clients ({WRITERS} rewriting {UPDATED_BATCHES} batches of 10, "
-              f"the rest retrieving: 80% fast, 20% standard), {ITEMS:,} items to start", flush=True)
+        print(
+            f"code {code_revision()}; {args.minutes} minutes, {CLIENTS} clients ({WRITERS} rewriting {UPDATED_BATCHES} batches of 10, "
+            f"the rest retrieving: 80% fast, 20% standard), {ITEMS:,} items to start",
+            flush=True,
+        )
         minutes = asyncio.run(soak(server, readers, writers, args.minutes))
     finally:
         if server is not None:
@@ -122,15 +139,19 @@ def main(argv: list[str] | None = None) -> int:
     print("minute  calls   p50 ms   p95 ms   RSS MiB  5xx  429")
     for number, minute in enumerate(minutes, start=1):
         errors = sum(n for status, n in minute.statuses.items() if status >= 500)
-        print(f"{number:>6} {len(minute.latencies):>6} {percentile(minute.latencies, 50):>8.1f} {percentile(minute.latencies, 95):>8.1f} "
-              f"{minute.rss_kib / 1024:>9.0f} {errors:>4} {minute.statuses.get(429, 0):>4}")
+        print(
+            f"{number:>6} {len(minute.latencies):>6} {percentile(minute.latencies, 50):>8.1f} {percentile(minute.latencies, 95):>8.1f} "
+            f"{minute.rss_kib / 1024:>9.0f} {errors:>4} {minute.statuses.get(429, 0):>4}"
+        )
     errors = sum(n for m in minutes for status, n in m.statuses.items() if status >= 500)
     warm = minutes[1] if len(minutes) > 1 else minutes[0]
     drift = percentile(minutes[-1].latencies, 95) / percentile(warm.latencies, 95)
     growth = minutes[-1].rss_kib / warm.rss_kib if warm.rss_kib else float("nan")
     ok = errors == 0 and drift <= DRIFT_TARGET and growth <= RSS_TARGET
-    print(f"5xx: {errors}; p95 drift (last minute / minute 2): {drift:.2f} (target <= {DRIFT_TARGET}); "
-          f"RSS growth (last / minute 2): {growth:.3f} (target <= {RSS_TARGET})  {'OK' if ok else 'NOT MET'}")
+    print(
+        f"5xx: {errors}; p95 drift (last minute / minute 2): {drift:.2f} (target <= {DRIFT_TARGET}); "
+        f"RSS growth (last / minute 2): {growth:.3f} (target <= {RSS_TARGET})  {'OK' if ok else 'NOT MET'}"
+    )
     return 0 if ok else 1
 
 

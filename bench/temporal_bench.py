@@ -52,13 +52,47 @@ AUTHORITY_RANK = {"approved": 3, "reviewed": 2, "unreviewed": 1, "speculative": 
 # occurs only in its own attribute's texts (checked at start-up, with a margin for Porter stemming).
 ATTRIBUTES: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     ("plan", "plan", "plan", ("Starter", "Growth", "Business", "Enterprise", "Scale", "Premier", "Essentials", "Ultimate")),
-    ("billing_cycle", "billing cycle", "billing", ("monthly", "quarterly", "annually", "semiannually", "prepaid yearly", "usage based")),
-    ("discount_rule", "discount rule", "discount", ("5 percent", "8 percent", "10 percent", "12 percent", "15 percent", "20 percent", "none")),
-    ("account_owner", "account owner", "owner", ("Alice Moreau", "Bruno Silva", "Chen Wei", "Dana Kowalski", "Elif Yilmaz", "Farid Haddad", "Grace Okafor", "Hugo Lindqvist")),
-    ("renewal_date", "renewal date", "renewal", ("January 2027", "March 2027", "May 2027", "July 2027", "September 2027", "November 2027", "February 2028")),
+    (
+        "billing_cycle",
+        "billing cycle",
+        "billing",
+        ("monthly", "quarterly", "annually", "semiannually", "prepaid yearly", "usage based"),
+    ),
+    (
+        "discount_rule",
+        "discount rule",
+        "discount",
+        ("5 percent", "8 percent", "10 percent", "12 percent", "15 percent", "20 percent", "none"),
+    ),
+    (
+        "account_owner",
+        "account owner",
+        "owner",
+        (
+            "Alice Moreau",
+            "Bruno Silva",
+            "Chen Wei",
+            "Dana Kowalski",
+            "Elif Yilmaz",
+            "Farid Haddad",
+            "Grace Okafor",
+            "Hugo Lindqvist",
+        ),
+    ),
+    (
+        "renewal_date",
+        "renewal date",
+        "renewal",
+        ("January 2027", "March 2027", "May 2027", "July 2027", "September 2027", "November 2027", "February 2028"),
+    ),
     ("support_tier", "support tier", "tier", ("Bronze", "Silver", "Gold", "Platinum", "Diamond", "Titanium")),
     ("region", "region", "region", ("EMEA", "APAC", "LATAM", "DACH", "Nordics", "Benelux", "North America")),
-    ("contract_value", "contract value", "contract", ("USD 24000", "USD 48000", "USD 96000", "USD 150000", "USD 310000", "USD 720000")),
+    (
+        "contract_value",
+        "contract value",
+        "contract",
+        ("USD 24000", "USD 48000", "USD 96000", "USD 150000", "USD 310000", "USD 720000"),
+    ),
     ("currency", "currency", "currency", ("USD", "EUR", "GBP", "CHF", "JPY", "CAD", "AUD")),
     ("payment_terms", "payment terms", "terms", ("net 30", "net 45", "net 60", "net 90", "due on receipt")),
     ("seat_count", "seats", "seats", ("10", "25", "50", "100", "250", "500", "1000")),
@@ -69,8 +103,14 @@ COMPANY_SUFFIXES = ("Labs", "Group", "Systems", "Holdings", "Partners", "Industr
 FIRST_NAMES = ("Mira", "Jonas", "Priya", "Tomas", "Lea", "Omar", "Sofia", "Ivan", "Nadia", "Kofi", "Ines", "Yuki")
 
 # Scenario: how a slot's versions are laid out in time (weights sum to 100). See make_versions().
-SCENARIOS = (("authority_over_recency", 25), ("history", 20), ("equal_authority_recency", 20),
-             ("overlap_mixed", 15), ("superseded_trap", 10), ("future_version", 10))
+SCENARIOS = (
+    ("authority_over_recency", 25),
+    ("history", 20),
+    ("equal_authority_recency", 20),
+    ("overlap_mixed", 15),
+    ("superseded_trap", 10),
+    ("future_version", 10),
+)
 
 
 # ---------------------------------------------------------------- data generation
@@ -133,8 +173,9 @@ def unambiguous_at(fact: Fact, t: datetime) -> bool:
         return True
     by_recorded = sorted(top, key=lambda v: v.recorded_at)
     by_valid = sorted(top, key=lambda v: v.valid_from)
-    return (by_recorded == by_valid and len({v.recorded_at for v in top}) == len(top)
-            and len({v.valid_from for v in top}) == len(top))
+    return (
+        by_recorded == by_valid and len({v.recorded_at for v in top}) == len(top) and len({v.valid_from for v in top}) == len(top)
+    )
 
 
 Row = tuple[str, str, int, int | None, int | None]  # authority, status, valid_from, valid_to, recorded (days ago)
@@ -155,10 +196,19 @@ class Maker:
 
     def entity(self, index: int) -> dict[str, Any]:
         company = self.rng.random() < 0.6
-        name = (f"{self.name_word()} {self.rng.choice(COMPANY_SUFFIXES)}" if company
-                else f"{self.rng.choice(FIRST_NAMES)} {self.name_word()}")
-        return {"id": f"ent_{index:04d}", "kind": "entity", "entity_type": "company" if company else "contact",
-                "name": name, "acl": ["*"], "sensitivity": "internal"}
+        name = (
+            f"{self.name_word()} {self.rng.choice(COMPANY_SUFFIXES)}"
+            if company
+            else f"{self.rng.choice(FIRST_NAMES)} {self.name_word()}"
+        )
+        return {
+            "id": f"ent_{index:04d}",
+            "kind": "entity",
+            "entity_type": "company" if company else "contact",
+            "name": name,
+            "acl": ["*"],
+            "sensitivity": "internal",
+        }
 
     def when(self, days_ago: int) -> datetime:
         return self.anchor - timedelta(days=days_ago)
@@ -210,8 +260,12 @@ class Maker:
             p = rr + r(80, 300)
             s = r(90, q - 60)
             u = r(20, s - 40)
-            return [("approved", "active", p, q, None), ("unreviewed", "active", rr, None, None),
-                    ("reviewed", "active", s, None, None), ("speculative", "active", u, None, None)]
+            return [
+                ("approved", "active", p, q, None),
+                ("unreviewed", "active", rr, None, None),
+                ("reviewed", "active", s, None, None),
+                ("speculative", "active", u, None, None),
+            ]
         if scenario == "superseded_trap":
             # an approved version still open-ended but marked superseded; a lower-authority active one is true.
             a, b = r(300, 700), r(20, 250)
@@ -222,7 +276,10 @@ class Maker:
         if scenario == "future_version":
             # an approved version recorded already but valid only from a future date: not true yet.
             a = r(100, 600)
-            rows = [(self.pick("reviewed", "unreviewed"), "active", a, None, None), ("approved", "active", -r(30, 120), None, r(5, 15))]
+            rows = [
+                (self.pick("reviewed", "unreviewed"), "active", a, None, None),
+                ("approved", "active", -r(30, 120), None, r(5, 15)),
+            ]
             if self.rng.random() < 0.6:
                 rows.insert(0, (self.pick("reviewed", "unreviewed", "approved"), "active", a + r(150, 500), a, None))
             return rows
@@ -239,10 +296,22 @@ class Maker:
         numbers = self.rng.sample(range(1, len(layout) + 1), len(layout))
         for (authority, status, start, end, recorded_ago), value, n in zip(layout, chosen, numbers):
             valid_from = self.when(start)
-            recorded_at = (self.when(recorded_ago) + timedelta(seconds=self.rng.randint(1, 86399))
-                           if recorded_ago is not None else self.recorded(valid_from))
-            fact.versions.append(Version(f"prop_{number}_{name}_v{n}", value, authority, status, valid_from,
-                                         self.when(end) if end is not None else None, recorded_at))
+            recorded_at = (
+                self.when(recorded_ago) + timedelta(seconds=self.rng.randint(1, 86399))
+                if recorded_ago is not None
+                else self.recorded(valid_from)
+            )
+            fact.versions.append(
+                Version(
+                    f"prop_{number}_{name}_v{n}",
+                    value,
+                    authority,
+                    status,
+                    valid_from,
+                    self.when(end) if end is not None else None,
+                    recorded_at,
+                )
+            )
         return fact
 
 
@@ -337,7 +406,9 @@ def past_instants(fact: Fact, anchor: datetime, rng: random.Random, per_fact: in
     if len(instants) < min(2, per_fact) and chosen:  # a single window: a second instant inside it
         start, end = max(chosen, key=lambda w: w[1] - w[0])
         for _ in range(10):
-            extra = (start + timedelta(days=rng.randint(1, max((end - start).days - 1, 1)))).replace(hour=12, minute=0, second=0, microsecond=0)
+            extra = (start + timedelta(days=rng.randint(1, max((end - start).days - 1, 1)))).replace(
+                hour=12, minute=0, second=0, microsecond=0
+            )
             if extra not in instants:
                 instants.append(extra)
                 break
@@ -431,8 +502,11 @@ class Outcome:
     def current_flag_ok(self) -> bool:
         """The expected version says current: true and every other version of the slot current: false."""
         own = self.own_items()
-        return bool(own) and self.truth is not None and all(
-            (i.get("current") is True) == (i.get("id") == self.truth.id) for i in own)
+        return (
+            bool(own)
+            and self.truth is not None
+            and all((i.get("current") is True) == (i.get("id") == self.truth.id) for i in own)
+        )
 
 
 async def post(client: httpx.AsyncClient, body: dict[str, Any]) -> tuple[int, float, list[dict[str, Any]], str | None]:
@@ -454,7 +528,9 @@ async def ask(client: httpx.AsyncClient, query: Query) -> Outcome:
     outcome.sent_at = datetime.now(timezone.utc)
     outcome.truth = expected_at(query.fact, query.as_of or outcome.sent_at)
     outcome.status, outcome.ms, outcome.items, error = await post(client, body_for(query, historical=True))
-    outcome.collapse_status, outcome.collapse_ms, outcome.collapse_items, collapse_error = await post(client, body_for(query, historical=False))
+    outcome.collapse_status, outcome.collapse_ms, outcome.collapse_items, collapse_error = await post(
+        client, body_for(query, historical=False)
+    )
     outcome.error = error or collapse_error
     return outcome
 
@@ -504,8 +580,10 @@ def share(outcomes: list[Outcome], attribute: str) -> float:
 
 
 def short(item: dict[str, Any]) -> str:
-    return (f"{item.get('id')} ({item.get('authority')}, status {item.get('status')}, current {item.get('current')}, "
-            f"slot {item.get('slot', '-')!s}, found_by {','.join(item.get('found_by') or [])})")
+    return (
+        f"{item.get('id')} ({item.get('authority')}, status {item.get('status')}, current {item.get('current')}, "
+        f"slot {item.get('slot', '-')!s}, found_by {','.join(item.get('found_by') or [])})"
+    )
 
 
 def explain(o: Outcome) -> list[str]:
@@ -518,8 +596,10 @@ def explain(o: Outcome) -> list[str]:
         mark = "  <- expected" if o.truth and v.id == o.truth.id else ""
         lines.append(f"      {v.describe()}{mark}")
     lines.append(f"    first of slot: {short(slot_first[0]) if slot_first else 'none (no item carries this slot)'}")
-    lines.append(f"    slot versions in order (by id): {', '.join(i['id'] for i in own) or 'none returned'}; "
-                 f"items[0]: {short(o.items[0]) if o.items else 'none'}")
+    lines.append(
+        f"    slot versions in order (by id): {', '.join(i['id'] for i in own) or 'none returned'}; "
+        f"items[0]: {short(o.items[0]) if o.items else 'none'}"
+    )
     collapse = [i["id"] for i in o.own_items(o.collapse_items)]
     lines.append(f"    without include_historical, versions of the slot: {', '.join(collapse) or 'none'}")
     return lines
@@ -543,29 +623,48 @@ def baseline(outcomes: list[Outcome], rule: str) -> float:
 
 
 def figures(outcomes: list[Outcome]) -> dict[str, float]:
-    return {"n": len(outcomes), "current_at_1": share(outcomes, "current_at_1"), "strict_at_1": share(outcomes, "strict_at_1"),
-            "collapse": share(outcomes, "collapsed"), "by_id_at_1": share(outcomes, "by_id_at_1"),
-            "current_flag": share(outcomes, "current_flag_ok")}
+    return {
+        "n": len(outcomes),
+        "current_at_1": share(outcomes, "current_at_1"),
+        "strict_at_1": share(outcomes, "strict_at_1"),
+        "collapse": share(outcomes, "collapsed"),
+        "by_id_at_1": share(outcomes, "by_id_at_1"),
+        "current_flag": share(outcomes, "current_flag_ok"),
+    }
 
 
-def report(outcomes: list[Outcome], facts: list[Fact], versions: int, args: argparse.Namespace, anchor: datetime,
-           load: dict[str, float], wall: float, code: str) -> bool:
+def report(
+    outcomes: list[Outcome],
+    facts: list[Fact],
+    versions: int,
+    args: argparse.Namespace,
+    anchor: datetime,
+    load: dict[str, float],
+    wall: float,
+    code: str,
+) -> bool:
     ok = [o for o in outcomes if o.ok]
     failed = [o for o in outcomes if not o.ok]
     groups = {"now": [o for o in ok if o.query.when == "now"], "past as_of": [o for o in ok if o.query.when == "past"], "all": ok}
     asked_facts = len({o.query.fact.slot for o in outcomes})
-    print(f"\n=== temporal benchmark: {len(facts):,} facts ({versions:,} versions) over {args.entities} entities, "
-          f"{asked_facts:,} facts asked, {len(outcomes):,} (fact, instant) queries x 2 calls, anchor {day(anchor)}, "
-          f"seed {args.seed}, concurrency {args.concurrency}, {os.cpu_count()} CPUs, code {code} ===")
-    print(f"load: {load['created'] + load['updated'] + load['unchanged']:,.0f} items via PUT /v1/items in {load['batches']:.0f} batches, "
-          f"{load['seconds']:.1f} s = {load['rate']:,.0f} items/s")
+    print(
+        f"\n=== temporal benchmark: {len(facts):,} facts ({versions:,} versions) over {args.entities} entities, "
+        f"{asked_facts:,} facts asked, {len(outcomes):,} (fact, instant) queries x 2 calls, anchor {day(anchor)}, "
+        f"seed {args.seed}, concurrency {args.concurrency}, {os.cpu_count()} CPUs, code {code} ==="
+    )
+    print(
+        f"load: {load['created'] + load['updated'] + load['unchanged']:,.0f} items via PUT /v1/items in {load['batches']:.0f} batches, "
+        f"{load['seconds']:.1f} s = {load['rate']:,.0f} items/s"
+    )
     print(f"{'':<12} {'queries':>7}  {'current@1':>9}  {'strict@1':>8}  {'collapse':>8}  {'by-id@1':>7}  {'current-flag':>12}")
     table = {}
     for label, group in groups.items():
         f = figures(group)
         table[label] = f
-        print(f"{label:<12} {f['n']:>7}  {f['current_at_1']:9.3f}  {f['strict_at_1']:8.3f}  {f['collapse']:8.3f}  "
-              f"{f['by_id_at_1']:7.3f}  {f['current_flag']:12.3f}")
+        print(
+            f"{label:<12} {f['n']:>7}  {f['current_at_1']:9.3f}  {f['strict_at_1']:8.3f}  {f['collapse']:8.3f}  "
+            f"{f['by_id_at_1']:7.3f}  {f['current_flag']:12.3f}"
+        )
     print("by scenario (current@1 now / past; collapse now / past; queries now / past):")
     by_scenario: dict[str, dict[str, list[Outcome]]] = defaultdict(lambda: {"now": [], "past": []})
     for o in ok:
@@ -575,48 +674,74 @@ def report(outcomes: list[Outcome], facts: list[Fact], versions: int, args: argp
         if not parts:
             continue
         now, past = parts["now"], parts["past"]
-        print(f"  {name:<24} {share(now, 'current_at_1'):5.3f} / {share(past, 'current_at_1'):5.3f}   "
-              f"{share(now, 'collapsed'):5.3f} / {share(past, 'collapsed'):5.3f}   {len(now):>5} / {len(past):<5}")
+        print(
+            f"  {name:<24} {share(now, 'current_at_1'):5.3f} / {share(past, 'current_at_1'):5.3f}   "
+            f"{share(now, 'collapsed'):5.3f} / {share(past, 'collapsed'):5.3f}   {len(now):>5} / {len(past):<5}"
+        )
     hist_ms = [o.ms for o in ok]
     collapse_ms = [o.collapse_ms for o in ok]
-    print(f"latency (client-observed, {args.concurrency} client{'s' if args.concurrency > 1 else ''}): include_historical p50 "
-          f"{percentile(hist_ms, 50):.1f} ms p95 {percentile(hist_ms, 95):.1f} ms; without p50 {percentile(collapse_ms, 50):.1f} ms "
-          f"p95 {percentile(collapse_ms, 95):.1f} ms; {2 * len(outcomes) / wall:.1f} req/s")
+    print(
+        f"latency (client-observed, {args.concurrency} client{'s' if args.concurrency > 1 else ''}): include_historical p50 "
+        f"{percentile(hist_ms, 50):.1f} ms p95 {percentile(hist_ms, 95):.1f} ms; without p50 {percentile(collapse_ms, 50):.1f} ms "
+        f"p95 {percentile(collapse_ms, 95):.1f} ms; {2 * len(outcomes) / wall:.1f} req/s"
+    )
     returned = [i for o in ok for i in o.items]
     without_slot = sum(1 for i in returned if "slot" not in i)
     without_current = sum(1 for i in returned if "current" not in i)
     absent = sum(1 for o in ok if o.truth and o.truth.id not in {i.get("id") for i in o.items})
-    print(f"diagnostics: items without a `slot` field {without_slot:,}/{len(returned):,}, without `current` {without_current:,}/{len(returned):,}; "
-          f"expected version absent from items in {absent} queries")
+    print(
+        f"diagnostics: items without a `slot` field {without_slot:,}/{len(returned):,}, without `current` {without_current:,}/{len(returned):,}; "
+        f"expected version absent from items in {absent} queries"
+    )
     strict_misses = [o for o in ok if not o.strict_at_1 and o.items]
     other_entity = sum(1 for o in strict_misses if o.items[0].get("entity") != o.query.fact.entity)
-    same_entity_other_slot = sum(1 for o in strict_misses if o.items[0].get("entity") == o.query.fact.entity
-                                 and o.items[0].get("id") not in {v.id for v in o.query.fact.versions})
-    exact_only = sum(1 for o in strict_misses if o.truth and any(
-        i.get("id") == o.truth.id and "lexical" not in (i.get("found_by") or []) for i in o.items))
-    print(f"strict@1 misses: {len(strict_misses)}; items[0] was another entity's item in {other_entity}, "
-          f"another attribute of the same entity in {same_entity_other_slot}, another version of the slot in "
-          f"{len(strict_misses) - other_entity - same_entity_other_slot}; the expected version was found by exact "
-          f"but not by lexical in {exact_only} of them")
+    same_entity_other_slot = sum(
+        1
+        for o in strict_misses
+        if o.items[0].get("entity") == o.query.fact.entity and o.items[0].get("id") not in {v.id for v in o.query.fact.versions}
+    )
+    exact_only = sum(
+        1
+        for o in strict_misses
+        if o.truth and any(i.get("id") == o.truth.id and "lexical" not in (i.get("found_by") or []) for i in o.items)
+    )
+    print(
+        f"strict@1 misses: {len(strict_misses)}; items[0] was another entity's item in {other_entity}, "
+        f"another attribute of the same entity in {same_entity_other_slot}, another version of the slot in "
+        f"{len(strict_misses) - other_entity - same_entity_other_slot}; the expected version was found by exact "
+        f"but not by lexical in {exact_only} of them"
+    )
     naive = {when: [o for o in ok if o.query.when == when] for when in ("now", "past")}
-    print("what naive rankers would score (the truth differs from them): "
-          + "; ".join(f"{label} newest valid {baseline(group, 'newest'):.3f}, highest authority ignoring status "
-                      f"{baseline(group, 'authority'):.3f}" for label, group in naive.items() if group))
+    print(
+        "what naive rankers would score (the truth differs from them): "
+        + "; ".join(
+            f"{label} newest valid {baseline(group, 'newest'):.3f}, highest authority ignoring status "
+            f"{baseline(group, 'authority'):.3f}"
+            for label, group in naive.items()
+            if group
+        )
+    )
     misses = [o for o in ok if not o.current_at_1]
     collapse_misses = [o for o in ok if o.current_at_1 and not o.collapsed]
     if misses:
-        print(f"current@1 mismatches: {len(misses)} (showing {min(args.show, len(misses))}; by scenario "
-              f"{dict(Counter(f'{o.query.fact.scenario}/{o.query.when}' for o in misses))})")
+        print(
+            f"current@1 mismatches: {len(misses)} (showing {min(args.show, len(misses))}; by scenario "
+            f"{dict(Counter(f'{o.query.fact.scenario}/{o.query.when}' for o in misses))})"
+        )
         for o in misses[: args.show]:
             print("\n".join(explain(o)))
     if collapse_misses:
-        print(f"collapse mismatches where current@1 held: {len(collapse_misses)} (showing {min(args.show, len(collapse_misses))})")
+        print(
+            f"collapse mismatches where current@1 held: {len(collapse_misses)} (showing {min(args.show, len(collapse_misses))})"
+        )
         for o in collapse_misses[: args.show]:
             print("\n".join(explain(o)))
     if failed:
         first = failed[0]
-        print(f"!!! {len(failed)} queries had a non-200 answer (first: HTTP {first.status}/{first.collapse_status} {first.error}); "
-              "they are left out of the figures above")
+        print(
+            f"!!! {len(failed)} queries had a non-200 answer (first: HTTP {first.status}/{first.collapse_status} {first.error}); "
+            "they are left out of the figures above"
+        )
     degraded = [o for o in ok if o.error]
     if degraded:
         print(f"!!! {len(degraded)} answers had a degraded source (first: {degraded[0].error}); they are counted as they came")
@@ -626,24 +751,54 @@ def report(outcomes: list[Outcome], facts: list[Fact], versions: int, args: argp
     if not failed and not degraded:
         print(f"errors: none (all {2 * len(outcomes):,} responses were 200, no source timed out or failed)")
     summary = {
-        "bench": "temporal", "facts": len(facts), "versions": versions, "entities": args.entities, "facts_asked": asked_facts,
+        "bench": "temporal",
+        "facts": len(facts),
+        "versions": versions,
+        "entities": args.entities,
+        "facts_asked": asked_facts,
         "queries": {"now": table["now"]["n"], "past": table["past as_of"]["n"], "failed": len(failed)},
-        "current_at_1": {k: round(table[label]["current_at_1"], 4) for k, label in (("now", "now"), ("past", "past as_of"), ("all", "all"))},
-        "strict_at_1": {k: round(table[label]["strict_at_1"], 4) for k, label in (("now", "now"), ("past", "past as_of"), ("all", "all"))},
-        "collapse": {k: round(table[label]["collapse"], 4) for k, label in (("now", "now"), ("past", "past as_of"), ("all", "all"))},
-        "p50_ms": round(percentile(hist_ms, 50), 2), "p50_ms_without_historical": round(percentile(collapse_ms, 50), 2),
-        "retried": sum(1 for o in outcomes if o.retried), "anchor": day(anchor), "seed": args.seed, "concurrency": args.concurrency, "code": code,
+        "current_at_1": {
+            k: round(table[label]["current_at_1"], 4) for k, label in (("now", "now"), ("past", "past as_of"), ("all", "all"))
+        },
+        "strict_at_1": {
+            k: round(table[label]["strict_at_1"], 4) for k, label in (("now", "now"), ("past", "past as_of"), ("all", "all"))
+        },
+        "collapse": {
+            k: round(table[label]["collapse"], 4) for k, label in (("now", "now"), ("past", "past as_of"), ("all", "all"))
+        },
+        "p50_ms": round(percentile(hist_ms, 50), 2),
+        "p50_ms_without_historical": round(percentile(collapse_ms, 50), 2),
+        "retried": sum(1 for o in outcomes if o.retried),
+        "anchor": day(anchor),
+        "seed": args.seed,
+        "concurrency": args.concurrency,
+        "code": code,
         "measured_at": instant(datetime.now(timezone.utc)),
     }
     print(json.dumps(summary, separators=(",", ":")))
     if args.save:
-        args.save.write_text(json.dumps([
-            {"slot": o.query.fact.slot, "scenario": o.query.fact.scenario, "when": o.query.when,
-             "as_of": instant(o.query.as_of) if o.query.as_of else None, "expected": o.truth.id if o.truth else None,
-             "status": o.status, "items": [{k: i.get(k) for k in ("id", "entity", "slot", "status", "current", "authority", "found_by")} for i in o.items],
-             "collapse_items": [{k: i.get(k) for k in ("id", "slot", "status", "current", "authority")} for i in o.collapse_items]}
-            for o in outcomes
-        ]))
+        args.save.write_text(
+            json.dumps(
+                [
+                    {
+                        "slot": o.query.fact.slot,
+                        "scenario": o.query.fact.scenario,
+                        "when": o.query.when,
+                        "as_of": instant(o.query.as_of) if o.query.as_of else None,
+                        "expected": o.truth.id if o.truth else None,
+                        "status": o.status,
+                        "items": [
+                            {k: i.get(k) for k in ("id", "entity", "slot", "status", "current", "authority", "found_by")}
+                            for i in o.items
+                        ],
+                        "collapse_items": [
+                            {k: i.get(k) for k in ("id", "slot", "status", "current", "authority")} for i in o.collapse_items
+                        ],
+                    }
+                    for o in outcomes
+                ]
+            )
+        )
         print(f"answers written to {args.save}")
     return not failed and not degraded
 
@@ -654,17 +809,29 @@ def report(outcomes: list[Outcome], facts: list[Fact], versions: int, args: argp
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--facts", type=int, default=1200, help="facts (slots) to generate (default 1200)")
-    parser.add_argument("--entities", type=int, default=ENTITY_COUNT, help=f"entities the facts are spread over (default {ENTITY_COUNT})")
+    parser.add_argument(
+        "--entities", type=int, default=ENTITY_COUNT, help=f"entities the facts are spread over (default {ENTITY_COUNT})"
+    )
     parser.add_argument("--queries", type=int, help="ask about a random sample of N facts (default: every fact)")
-    parser.add_argument("--past", type=int, default=PAST_PER_FACT, help=f"past as_of instants per fact, at most (default {PAST_PER_FACT})")
+    parser.add_argument(
+        "--past", type=int, default=PAST_PER_FACT, help=f"past as_of instants per fact, at most (default {PAST_PER_FACT})"
+    )
     parser.add_argument("--seed", type=int, default=SEED, help=f"data and sampling seed (default {SEED})")
     parser.add_argument("--anchor", help="the day the data is laid out around, YYYY-MM-DD (default: today, UTC)")
     parser.add_argument("--concurrency", type=int, default=1, help="concurrent clients (default 1)")
     parser.add_argument("--data", type=Path, help="data directory (default: a fresh temp dir, removed at the end); must be empty")
-    parser.add_argument("--show", type=int, default=SHOW_MISMATCHES, help=f"mismatches to print in full (default {SHOW_MISMATCHES})")
+    parser.add_argument(
+        "--show", type=int, default=SHOW_MISMATCHES, help=f"mismatches to print in full (default {SHOW_MISMATCHES})"
+    )
     parser.add_argument("--save", type=Path, help="also write every answer (ids, slots, statuses) to this JSON file")
     args = parser.parse_args(argv)
-    if args.facts < 1 or args.entities < 1 or args.concurrency < 1 or args.past < 0 or (args.queries is not None and args.queries < 1):
+    if (
+        args.facts < 1
+        or args.entities < 1
+        or args.concurrency < 1
+        or args.past < 0
+        or (args.queries is not None and args.queries < 1)
+    ):
         parser.error("--facts, --entities, --queries and --concurrency must be positive, --past not negative")
     return args
 
@@ -695,8 +862,11 @@ def main(argv: list[str] | None = None) -> int:
         code = code_revision()
         print(f"Server ready at {server.url} (log: {server.log_path})", flush=True)
         load = load_through_api(server.url, ingest_key, items)
-        print(f"Asking {len(queries):,} (fact, instant) queries, each with and without include_historical, "
-              f"{args.concurrency} client(s)...", flush=True)
+        print(
+            f"Asking {len(queries):,} (fact, instant) queries, each with and without include_historical, "
+            f"{args.concurrency} client(s)...",
+            flush=True,
+        )
         outcomes, wall = asyncio.run(run_queries(server.url, agent_key, queries, args.concurrency))
         versions = sum(len(f.versions) for f in facts)
         return 0 if report(outcomes, facts, versions, args, anchor, load, wall, code) else 1

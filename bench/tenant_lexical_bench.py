@@ -64,7 +64,9 @@ def vocabulary(size: int = 3000) -> list[str]:
     return list(words)
 
 
-def items(prefix: str, count: int, rng: random.Random, words: list[str], extra: str | None = None) -> Iterator[list[dict[str, Any]]]:
+def items(
+    prefix: str, count: int, rng: random.Random, words: list[str], extra: str | None = None
+) -> Iterator[list[dict[str, Any]]]:
     """Memories of 20-40 filler words (with `extra` among them), readable by everyone, in load chunks."""
     for start in range(0, count, LOAD_CHUNK):
         chunk = []
@@ -76,7 +78,9 @@ def items(prefix: str, count: int, rng: random.Random, words: list[str], extra: 
         yield chunk
 
 
-def load(engine: Engine, tenant: str, prefix: str, count: int, rng: random.Random, words: list[str], extra: str | None = None) -> float:
+def load(
+    engine: Engine, tenant: str, prefix: str, count: int, rng: random.Random, words: list[str], extra: str | None = None
+) -> float:
     started, done = time.perf_counter(), 0
     for chunk in items(prefix, count, rng, words, extra):
         report = ingest(engine, tenant, chunk)
@@ -90,8 +94,13 @@ def load(engine: Engine, tenant: str, prefix: str, count: int, rng: random.Rando
 
 def constraints(tenant: str) -> ItemFilter:
     return ItemFilter(
-        tenant=tenant, principals=("*", "user:bench"), sensitivities=("public", "internal"),
-        valid_at=datetime.now(timezone.utc), scopes=(), kinds=("memory", "document"), statuses=("active",),
+        tenant=tenant,
+        principals=("*", "user:bench"),
+        sensitivities=("public", "internal"),
+        valid_at=datetime.now(timezone.utc),
+        scopes=(),
+        kinds=("memory", "document"),
+        statuses=("active",),
     )
 
 
@@ -157,12 +166,15 @@ def row(label: str, timings: Timings) -> list[str]:
     for word, name in ((WORD_B, "W (B's word)"), (CONTROL, "C (nobody's)")):
         values = timings.ms[word]
         statuses = ", ".join(f"{s} {c}" for s, c in sorted(timings.statuses[word].items()))
-        lines.append(f"  {label:<24} {name:<13} p50 {percentile(values, 50):8.2f} ms  p95 {percentile(values, 95):8.2f} ms   [{statuses}]")
+        lines.append(
+            f"  {label:<24} {name:<13} p50 {percentile(values, 50):8.2f} ms  p95 {percentile(values, 95):8.2f} ms   [{statuses}]"
+        )
     w, c = timings.ms[WORD_B], timings.ms[CONTROL]
     ratio50, ratio95 = percentile(w, 50) / percentile(c, 50), percentile(w, 95) / percentile(c, 95)
     paired = percentile([a / b for a, b in zip(w, c)], 50)  # each W against the C run next to it
-    lines.append(f"  {label:<24} {'ratio W/C':<13} p50 {ratio50:8.2f}x     p95 {ratio95:8.2f}x"
-                 f"     (median of paired ratios {paired:.2f}x)")
+    lines.append(
+        f"  {label:<24} {'ratio W/C':<13} p50 {ratio50:8.2f}x     p95 {ratio95:8.2f}x     (median of paired ratios {paired:.2f}x)"
+    )
     return lines
 
 
@@ -183,9 +195,13 @@ def run_store(name: str, engine: Engine, args: argparse.Namespace) -> bool:
     own = asyncio.run(FullTextConnector(engine).search(constraints("tenant-b"), RecallQuery(text=WORD_B, limit=10)))
 
     n0, n1 = "N = 0", f"N = {args.items_b:,}"
-    print(f"\n=== tenant isolation of lexical search, {name}: A holds {args.items_a:,} items; {args.queries} queries per word "
-          f"per phase; {os.cpu_count()} CPUs; code {code_revision()} ===")
-    print(f"B's ingest: {args.items_b / load_s:,.0f} items/s; B's own search for W: {own.status}, {len(own.candidates)} hits (sanity)")
+    print(
+        f"\n=== tenant isolation of lexical search, {name}: A holds {args.items_a:,} items; {args.queries} queries per word "
+        f"per phase; {os.cpu_count()} CPUs; code {code_revision()} ==="
+    )
+    print(
+        f"B's ingest: {args.items_b / load_s:,.0f} items/s; B's own search for W: {own.status}, {len(own.candidates)} hits (sanity)"
+    )
     if engine.dialect.name == "postgresql":
         print(f"plan of A's search for W: {pg_plan(engine, 'tenant-a')}")
     print("A's lexical search, 1 client (connector call, in-process):")
@@ -194,11 +210,17 @@ def run_store(name: str, engine: Engine, args: argparse.Namespace) -> bool:
     print("\n".join(row(n0, before_conc) + row(n1, after_conc)))
     ratio = percentile(after.ms[WORD_B], 50) / percentile(after.ms[CONTROL], 50)
     growth = percentile(after.ms[WORD_B], 50) / percentile(before.ms[WORD_B], 50)
-    bad = sum(t.statuses[w][s] for t in (before, after, before_conc, after_conc) for w in (WORD_B, CONTROL)
-              for s in ("timeout", "error", "ok"))
+    bad = sum(
+        t.statuses[w][s]
+        for t in (before, after, before_conc, after_conc)
+        for w in (WORD_B, CONTROL)
+        for s in ("timeout", "error", "ok")
+    )
     print("targets:")
-    print(f"  W/C p50 ratio at {n1} <= {RATIO_TARGET}: {ratio:.2f}x -> {'MET' if ratio <= RATIO_TARGET else 'MISSED'}"
-          f"   (A's W p50 at {n1} vs N = 0: {growth:.2f}x)")
+    print(
+        f"  W/C p50 ratio at {n1} <= {RATIO_TARGET}: {ratio:.2f}x -> {'MET' if ratio <= RATIO_TARGET else 'MISSED'}"
+        f"   (A's W p50 at {n1} vs N = 0: {growth:.2f}x)"
+    )
     print(f"  every A search `empty`, none `timeout`/`error`: {'MET' if bad == 0 else f'MISSED ({bad} not empty)'}")
     return ratio <= RATIO_TARGET and bad == 0
 
@@ -218,9 +240,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--items-b", type=int, default=40_000, help="tenant B's items, each holding W (default 40000)")
     parser.add_argument("--queries", type=int, default=200, help="searches per word per phase (default 200)")
     parser.add_argument("--concurrency", type=int, default=4, help="searches in flight in the concurrent phase (default 4)")
-    parser.add_argument("--data", type=Path, help="data directory for the SQLite store (default: a fresh temp dir, removed at the end)")
-    parser.add_argument("--postgres", nargs="?", const=POSTGRES_URL, metavar="URL",
-                        help=f"also run on PostgreSQL, in a schema of its own dropped at the end (default URL {POSTGRES_URL})")
+    parser.add_argument(
+        "--data", type=Path, help="data directory for the SQLite store (default: a fresh temp dir, removed at the end)"
+    )
+    parser.add_argument(
+        "--postgres",
+        nargs="?",
+        const=POSTGRES_URL,
+        metavar="URL",
+        help=f"also run on PostgreSQL, in a schema of its own dropped at the end (default URL {POSTGRES_URL})",
+    )
     args = parser.parse_args(argv)
     if min(args.items_a, args.items_b, args.queries, args.concurrency) < 1:
         parser.error("counts must be positive")

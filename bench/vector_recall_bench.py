@@ -47,26 +47,60 @@ def load(engine, n: int, rng: np.random.Generator, centroids: np.ndarray) -> Non
     with writer(engine).begin() as conn:
         for start in range(0, n, chunk):
             stop = min(start + chunk, n)
-            conn.execute(insert(item), [
-                {"pk": i + 1, "tenant": "t", "id": f"v{i}", "kind": "document", "text": "", "tags": [], "acl": [],
-                 "scope": [], "scoped": False, "sensitivity": "internal", "authority": "unreviewed",
-                 "status": "active", "content_hash": "h"}
-                for i in range(start, stop)
-            ])
-            conn.execute(insert(principal), [
-                {"item_pk": i + 1, "principal": f"group:{name}"}
-                for i in range(start, stop) for name, share in SHARES.items() if draws[i] < share
-            ])
-            conn.execute(insert(vector), [
-                {"item_pk": i + 1, "model": MODEL, "dims": DIMS, "vector": data[i].tobytes(), "content_hash": "h", "seq": stamp}
-                for i in range(start, stop)
-            ])
+            conn.execute(
+                insert(item),
+                [
+                    {
+                        "pk": i + 1,
+                        "tenant": "t",
+                        "id": f"v{i}",
+                        "kind": "document",
+                        "text": "",
+                        "tags": [],
+                        "acl": [],
+                        "scope": [],
+                        "scoped": False,
+                        "sensitivity": "internal",
+                        "authority": "unreviewed",
+                        "status": "active",
+                        "content_hash": "h",
+                    }
+                    for i in range(start, stop)
+                ],
+            )
+            conn.execute(
+                insert(principal),
+                [
+                    {"item_pk": i + 1, "principal": f"group:{name}"}
+                    for i in range(start, stop)
+                    for name, share in SHARES.items()
+                    if draws[i] < share
+                ],
+            )
+            conn.execute(
+                insert(vector),
+                [
+                    {
+                        "item_pk": i + 1,
+                        "model": MODEL,
+                        "dims": DIMS,
+                        "vector": data[i].tobytes(),
+                        "content_hash": "h",
+                        "seq": stamp,
+                    }
+                    for i in range(start, stop)
+                ],
+            )
 
 
 def constraints(group: str) -> ItemFilter:
     return ItemFilter(
-        tenant="t", principals=(f"group:{group}",), sensitivities=("internal",),
-        valid_at=datetime(2026, 11, 30, tzinfo=timezone.utc), scopes=("any",), kinds=("document",),
+        tenant="t",
+        principals=(f"group:{group}",),
+        sensitivities=("internal",),
+        valid_at=datetime(2026, 11, 30, tzinfo=timezone.utc),
+        scopes=("any",),
+        kinds=("document",),
         statuses=("active",),
     )
 
@@ -94,8 +128,10 @@ def main() -> None:
         started = time.perf_counter()
         index.nearest(constraints("p100"), warm, "approximate")  # mirror load + HNSW build
         print(f"index mirror and HNSW graph built in {time.perf_counter() - started:.1f} s (ann_min_items={index.ann_min_items})")
-        print(f"\n{'permitted':>9} {'auto uses':>12} {'recall@10 auto':>15} {'recall@10 ann':>14}   "
-              f"{'exact p50/p95 ms':>17} {'ann p50/p95 ms':>15} {'auto p50/p95 ms':>16}  auto p50 vs exact")
+        print(
+            f"\n{'permitted':>9} {'auto uses':>12} {'recall@10 auto':>15} {'recall@10 ann':>14}   "
+            f"{'exact p50/p95 ms':>17} {'ann p50/p95 ms':>15} {'auto p50/p95 ms':>16}  auto p50 vs exact"
+        )
         for group, share in SHARES.items():
             times: dict[str, list[float]] = {"exact": [], "approximate": [], "auto": []}
             recall: dict[str, list[float]] = {"approximate": [], "auto": []}
@@ -115,9 +151,11 @@ def main() -> None:
                     recall[strategy].append(len(found[strategy] & truth) / max(1, len(truth)))
             mostly = max(used, key=lambda s: used[s])
             ratio = statistics.median(times["auto"]) / statistics.median(times["exact"])
-            print(f"{share:>9.1%} {mostly:>12} {statistics.mean(recall['auto']):>15.3f} {statistics.mean(recall['approximate']):>14.3f}   "
-                  f"{pct(times['exact'], 50):>8.1f}/{pct(times['exact'], 95):<8.1f} {pct(times['approximate'], 50):>7.1f}/{pct(times['approximate'], 95):<7.1f} "
-                  f"{pct(times['auto'], 50):>8.1f}/{pct(times['auto'], 95):<7.1f}  {ratio:.2f}x")
+            print(
+                f"{share:>9.1%} {mostly:>12} {statistics.mean(recall['auto']):>15.3f} {statistics.mean(recall['approximate']):>14.3f}   "
+                f"{pct(times['exact'], 50):>8.1f}/{pct(times['exact'], 95):<8.1f} {pct(times['approximate'], 50):>7.1f}/{pct(times['approximate'], 95):<7.1f} "
+                f"{pct(times['auto'], 50):>8.1f}/{pct(times['auto'], 95):<7.1f}  {ratio:.2f}x"
+            )
         engine.dispose()
 
 

@@ -77,10 +77,15 @@ ENGINES = ("regorus-workers", "regorus-inproc", "wasm")
 
 # -- building and loading the Wasm --------------------------------------------------------------
 
+
 def opa_binary(given: str | None) -> str:
     cached = Path.home() / ".cache/governed-gateway/bin/opa-v1.22.3"
-    for candidate in (given, os.environ.get("GATEWAY_TEST_OPA_BIN"), str(cached) if cached.exists() else None,
-                      shutil.which("opa")):
+    for candidate in (
+        given,
+        os.environ.get("GATEWAY_TEST_OPA_BIN"),
+        str(cached) if cached.exists() else None,
+        shutil.which("opa"),
+    ):
         if candidate:
             return candidate
     raise SystemExit("no opa binary: pass --opa PATH")
@@ -95,8 +100,7 @@ def build_wasm(policies: Path, opa: str, into: Path) -> tuple[bytes, dict[str, A
         module.write_text(re.sub(r"(?m)^# entrypoint: true\n", "", text), encoding="utf-8")
     (source / "wasm_bench.rego").write_text(WRAPPER, encoding="utf-8")
     bundle = into / "bundle.tar.gz"
-    command = [opa, "build", "-t", "wasm", *(a for e in WASM_ENTRYPOINTS.values() for a in ("-e", e)), ".",
-               "-o", str(bundle)]
+    command = [opa, "build", "-t", "wasm", *(a for e in WASM_ENTRYPOINTS.values() for a in ("-e", e)), ".", "-o", str(bundle)]
     built = subprocess.run(command, cwd=source, capture_output=True, text=True)
     if built.returncode != 0:
         raise SystemExit(f"opa build -t wasm failed:\n{built.stdout}{built.stderr}")
@@ -106,8 +110,10 @@ def build_wasm(policies: Path, opa: str, into: Path) -> tuple[bytes, dict[str, A
     return wasm, data
 
 
-RFC3339 = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(?:[.,]([0-9]+))?"
-                     r"(Z|([+-])([0-9]{2}):([0-9]{2}))\Z")
+RFC3339 = re.compile(
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(?:[.,]([0-9]+))?"
+    r"(Z|([+-])([0-9]{2}):([0-9]{2}))\Z"
+)
 EPOCH = date(1970, 1, 1)
 
 
@@ -136,8 +142,14 @@ def parse_rfc3339_ns(value: Any) -> int:
 
 def load_wasm(wasm: bytes, data: dict[str, Any]) -> OpaWasmPolicy:
     policy = OpaWasmPolicy.from_wasm_bytes(wasm, config=PolicyConfig(pool_size=1))
-    missing = set(policy.builtins) - {"sprintf", "json.is_valid", "yaml.is_valid", "yaml.marshal", "yaml.unmarshal",
-                                      "time.parse_rfc3339_ns"}
+    missing = set(policy.builtins) - {
+        "sprintf",
+        "json.is_valid",
+        "yaml.is_valid",
+        "yaml.marshal",
+        "yaml.unmarshal",
+        "time.parse_rfc3339_ns",
+    }
     if missing:
         raise SystemExit(f"the Wasm needs host built-ins nobody provides: {sorted(missing)}")
     policy.register_builtin("time.parse_rfc3339_ns", parse_rfc3339_ns)
@@ -146,6 +158,7 @@ def load_wasm(wasm: bytes, data: dict[str, Any]) -> OpaWasmPolicy:
 
 
 # -- the engines, one signature: (entrypoint, input) -> document, PolicyUnavailable on failure ----
+
 
 class Engines:
     def __init__(self, opa: str, scratch: Path) -> None:
@@ -186,6 +199,7 @@ class Engines:
 
 # -- parity on tests/policies/test_parity.py's cases ---------------------------------------------
 
+
 def parity(engines: Engines, show: int = 5) -> dict[str, Any]:
     """test_parity's 200 random item batches (seed 20261130) and its 15 REQUEST_CASES, regorus (workers)
     against Wasm, compared as that test compares them (listed keys, lists sorted)."""
@@ -206,15 +220,28 @@ def parity(engines: Engines, show: int = 5) -> dict[str, Any]:
         except PolicyUnavailable:
             return tp.UNAVAILABLE
 
-    counts = {"items_equal": 0, "items_different": 0, "items_both_unavailable": 0, "items_regorus_unavailable_only": 0,
-              "items_allowing": 0, "request_equal": 0, "request_different": 0, "request_full_document_equal": 0}
+    counts = {
+        "items_equal": 0,
+        "items_different": 0,
+        "items_both_unavailable": 0,
+        "items_regorus_unavailable_only": 0,
+        "items_allowing": 0,
+        "request_equal": 0,
+        "request_different": 0,
+        "request_full_document_equal": 0,
+    }
     differences: list[dict[str, Any]] = []
     rng = random.Random(20261130)
     constraints = tp.constraints_for(engines.embedded, {"type": "account_followup", "scope": "sales"})
     for batch in range(200):
         items = [tp.random_item(rng, batch * 10 + i) for i in range(rng.randint(1, 6))]
-        policy_input = {"actor": tp.ACTOR, "task": {"type": "account_followup"}, "constraints": constraints,
-                        "subjects": ["ent_jane"], "items": items}
+        policy_input = {
+            "actor": tp.ACTOR,
+            "task": {"type": "account_followup"},
+            "constraints": constraints,
+            "subjects": ["ent_jane"],
+            "items": items,
+        }
         ours = ask("regorus-workers", "items", policy_input, ("allowed", "denied"))
         theirs = ask("wasm", "items", policy_input, ("allowed", "denied"))
         if ours == tp.UNAVAILABLE:  # the test's rule: Wasm must then fail too or allow nothing
@@ -244,8 +271,10 @@ def parity(engines: Engines, show: int = 5) -> dict[str, Any]:
 
 # -- the workload -------------------------------------------------------------------------------
 
-def round_trip(evaluate: Callable[[str, dict[str, Any]], Any], records: list[Any], entities: list[Any]
-               ) -> tuple[float, float, Any]:
+
+def round_trip(
+    evaluate: Callable[[str, dict[str, Any]], Any], records: list[Any], entities: list[Any]
+) -> tuple[float, float, Any]:
     """(decide ms, verify ms, verdict), exactly as policy_cost_bench.Subject.round_trip."""
     started = time.perf_counter()
     decision = constraints_from(check_request_result(evaluate("request", request_input(ACTOR, REQUEST, NOW))))
@@ -276,15 +305,18 @@ def measure(engines: Engines, count: int, rounds: int, warmup: int) -> dict[str,
 
 
 def report(f: dict[str, Any], base: str = "regorus-workers") -> None:
-    print(f"candidates {f['candidates']} ({f['allowed']} allowed)  rounds {f['rounds']}  wasm {f['wasm_bytes']} bytes  "
-          f"host built-ins {f['host_builtins']}  data.json as the gateway's: {f['data_equal']}")
-    print(f"{'engine':16} {'part':6} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8}   p50/{base}  p95/{base}  "
-          f"p50/regorus-inproc")
+    print(
+        f"candidates {f['candidates']} ({f['allowed']} allowed)  rounds {f['rounds']}  wasm {f['wasm_bytes']} bytes  "
+        f"host built-ins {f['host_builtins']}  data.json as the gateway's: {f['data_equal']}"
+    )
+    print(f"{'engine':16} {'part':6} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8}   p50/{base}  p95/{base}  p50/regorus-inproc")
     for name in ENGINES:
         for part in ("decide", "verify", "total"):
             s, b, r = f[f"{name}.{part}"], f[f"{base}.{part}"], f[f"regorus-inproc.{part}"]
-            print(f"{name:16} {part:6} {s['p50']:8.3f} {s['p95']:8.3f} {s['max']:8.3f}   "
-                  f"{s['p50'] / b['p50']:9.2f}x {s['p95'] / b['p95']:10.2f}x {s['p50'] / r['p50']:12.2f}x")
+            print(
+                f"{name:16} {part:6} {s['p50']:8.3f} {s['p95']:8.3f} {s['max']:8.3f}   "
+                f"{s['p50'] / b['p50']:9.2f}x {s['p95'] / b['p95']:10.2f}x {s['p50'] / r['p50']:12.2f}x"
+            )
     print(f"verdicts of the three engines on the workload: {'equal' if f['verdicts_equal'] else 'DIFFERENT'}")
 
 
@@ -305,8 +337,13 @@ def main() -> int:
             figures = measure(engines, args.candidates, args.rounds, args.warmup)
         finally:
             engines.close()
-    figures.update(candidates=args.candidates, rounds=args.rounds, wasm_bytes=engines.wasm_bytes,
-                   host_builtins=engines.host_builtins, data_equal=engines.data_equal)
+    figures.update(
+        candidates=args.candidates,
+        rounds=args.rounds,
+        wasm_bytes=engines.wasm_bytes,
+        host_builtins=engines.host_builtins,
+        data_equal=engines.data_equal,
+    )
     if checked is not None:
         figures["parity"] = checked
     if args.json:

@@ -50,8 +50,9 @@ def keys(data_dir: Path) -> tuple[str, str]:
     engine = open_store(f"sqlite:///{(data_dir / 'gateway.db').resolve()}")
     try:
         writer = create_api_key(engine, tenant="acme", principal="user:loader", roles=["ingest"], groups=[], clearance="internal")
-        agent = create_api_key(engine, tenant="acme", principal="user:alice", roles=["agent"], groups=["sales"],
-                               clearance="confidential")  # retrieve_bench's AGENT
+        agent = create_api_key(
+            engine, tenant="acme", principal="user:alice", roles=["agent"], groups=["sales"], clearance="confidential"
+        )  # retrieve_bench's AGENT
         return writer, agent
     finally:
         close_store(engine)
@@ -61,9 +62,14 @@ def waiting(data_dir: Path) -> int:
     engine = open_store(f"sqlite:///{(data_dir / 'gateway.db').resolve()}")
     try:
         with engine.connect() as conn:
-            return int(conn.execute(text(
-                "SELECT count(*) FROM item LEFT JOIN item_vector v ON v.item_pk = item.pk "
-                "WHERE item.kind IN ('memory', 'document') AND v.item_pk IS NULL")).scalar_one())
+            return int(
+                conn.execute(
+                    text(
+                        "SELECT count(*) FROM item LEFT JOIN item_vector v ON v.item_pk = item.pk "
+                        "WHERE item.kind IN ('memory', 'document') AND v.item_pk IS NULL"
+                    )
+                ).scalar_one()
+            )
     finally:
         close_store(engine)
 
@@ -136,14 +142,18 @@ def main(argv: list[str] | None = None) -> int:
                 server.stop()
             rows.append((workers, healthz, retrieve))
             print(f"  {workers} workers: healthz {healthz.rps:,.0f}/s, retrieve {retrieve.rps:,.1f}/s", flush=True)
-        print(f"\ncode {code_revision()}, {args.items} items generated (acme's share loaded), {args.requests} calls per phase, "
-              f"{args.concurrency} clients\n")
+        print(
+            f"\ncode {code_revision()}, {args.items} items generated (acme's share loaded), {args.requests} calls per phase, "
+            f"{args.concurrency} clients\n"
+        )
         print("| workers | /healthz calls/s | retrieve calls/s | retrieve / healthz | retrieve vs 1 worker | failed |")
         print("|---|---|---|---|---|---|")
         base = rows[0][2].rps
         for workers, healthz, retrieve in rows:
-            print(f"| {workers} | {healthz.rps:,.0f} | {retrieve.rps:,.1f} | {retrieve.rps / healthz.rps:.3f} | "
-                  f"{retrieve.rps / base:.2f}x | {healthz.failed + retrieve.failed} |")
+            print(
+                f"| {workers} | {healthz.rps:,.0f} | {retrieve.rps:,.1f} | {retrieve.rps / healthz.rps:.3f} | "
+                f"{retrieve.rps / base:.2f}x | {healthz.failed + retrieve.failed} |"
+            )
         return 0 if all(h.failed + r.failed == 0 for _, h, r in rows) else 1
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)

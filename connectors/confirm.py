@@ -80,9 +80,11 @@ class StoreConfirmed:
             with self.engine.connect() as conn:
                 current = {row._mapping["id"]: record_from_row(row) for row in conn.execute(statement, bound(where))}
                 missing = [i for i in wanted if i not in current]
-                held = set(conn.execute(
-                    select(item.c.id).where(item.c.tenant == where.tenant, item.c.id.in_(missing))
-                ).scalars()) if missing else set()
+                held = (
+                    set(conn.execute(select(item.c.id).where(item.c.tenant == where.tenant, item.c.id.in_(missing))).scalars())
+                    if missing
+                    else set()
+                )
         except SQLAlchemyError as exc:
             raise ConnectorError(f"semantic confirmation failed: {type(exc).__name__}") from exc
         kept = [c for c in candidates if c.record.id in current]

@@ -162,7 +162,9 @@ def backup_sqlite(conn: Connection, revision: str | None) -> Path | None:
         finally:
             source.close()
     except (sqlite3.Error, OSError) as exc:  # no copy, no upgrade
-        raise StoreUnavailable(f"store not upgraded: the backup copy {target} could not be written ({type(exc).__name__})") from exc
+        raise StoreUnavailable(
+            f"store not upgraded: the backup copy {target} could not be written ({type(exc).__name__})"
+        ) from exc
     return target
 
 

@@ -119,9 +119,7 @@ def create_store_engine(database_url: str) -> Engine:
         Path(database_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         # The driver's own transaction handling is off (isolation_level=None) so SQLAlchemy's BEGIN,
         # deferred or IMMEDIATE (see `writer`), is the one that counts.
-        engine = create_engine(
-            database_url, connect_args={"check_same_thread": False, "timeout": 10, "isolation_level": None}
-        )
+        engine = create_engine(database_url, connect_args={"check_same_thread": False, "timeout": 10, "isolation_level": None})
         event.listen(engine, "connect", _sqlite_pragmas)
         event.listen(engine, "begin", _sqlite_begin)
     elif database_url.startswith("postgresql"):
@@ -188,11 +186,15 @@ def _tenant_literal(tenant: str) -> str:
 # never show one.
 def visibility_tokens(row: str) -> str:
     """SQL computing the `vis` column of the item row called `row` (new, old or a table alias)."""
+
     def each(column: str, letter: str) -> str:
         return f"coalesce((SELECT group_concat('{letter}' || hex(value) || '0', ' ') FROM json_each({row}.{column})), '')"
+
     scopes = f"CASE WHEN {row}.scoped THEN {each('scope', 'c')} ELSE 'u0' END"
-    return (f"('k' || hex({row}.kind) || '0 s' || hex({row}.sensitivity) || '0 t' || hex({row}.status) || '0 ' "
-            f"|| {scopes} || ' ' || {each('acl', 'p')})")
+    return (
+        f"('k' || hex({row}.kind) || '0 s' || hex({row}.sensitivity) || '0 t' || hex({row}.status) || '0 ' "
+        f"|| {scopes} || ' ' || {each('acl', 'p')})"
+    )
 
 
 def visibility_value(letter: str, value: str) -> str:
@@ -251,8 +253,10 @@ def ensure_tenant_index(conn: Connection, tenant: str) -> None:
     table = lexical_table(tenant)
     for statement in tenant_index_statements(tenant):
         conn.exec_driver_sql(statement)
-    conn.exec_driver_sql(f"INSERT INTO {table}(rowid, text, vis) SELECT pk, text, {visibility_tokens('item')} FROM item "
-                         "WHERE tenant = ?", (tenant,))
+    conn.exec_driver_sql(
+        f"INSERT INTO {table}(rowid, text, vis) SELECT pk, text, {visibility_tokens('item')} FROM item WHERE tenant = ?",
+        (tenant,),
+    )
 
 
 def writer(engine: Engine) -> Engine:

@@ -50,8 +50,12 @@ class Meter:
 
     def report(self) -> dict[str, Any]:
         with self._lock:
-            return {"cpu_ms": round(self.cpu_s * 1000, 3), "sql_steps": self.steps, "embedded_chars": self.chars,
-                    "analysed_bytes": self.analysed}
+            return {
+                "cpu_ms": round(self.cpu_s * 1000, 3),
+                "sql_steps": self.steps,
+                "embedded_chars": self.chars,
+                "analysed_bytes": self.analysed,
+            }
 
 
 _METER: ContextVar[Meter | None] = ContextVar("gateway_work_meter", default=None)

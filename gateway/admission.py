@@ -259,7 +259,10 @@ class Admission:
             learned = self._learned.get(key)
             taught = min(used, float(limits.actor.concurrency))
             self._learned[key] = (taught if learned is None else (learned[0] + taught) / 2, now)
-            for bucket_key, bucket_limits in ((("tenant", ticket.tenant), limits.tenant), ((ticket.tenant, ticket.actor), limits.actor)):
+            for bucket_key, bucket_limits in (
+                (("tenant", ticket.tenant), limits.tenant),
+                ((ticket.tenant, ticket.actor), limits.actor),
+            ):
                 bucket = self._bucket(bucket_key, bucket_limits, now)
                 bucket.refill(now)
                 # One call owes at most one second of the bucket's rate; many heavy calls, up to DEBT_SECONDS.
@@ -300,8 +303,12 @@ class Admission:
     def saturation(self) -> dict[str, Any]:
         """For /readyz: units in flight against capacity, and refusals so far."""
         with self._lock:
-            return {"in_flight": self._in_flight, "capacity": self.capacity, "saturated": self._in_flight >= self.capacity,
-                    "refused": self._refused}
+            return {
+                "in_flight": self._in_flight,
+                "capacity": self.capacity,
+                "saturated": self._in_flight >= self.capacity,
+                "refused": self._refused,
+            }
 
 
 def retrieve_cost(request: RetrieveRequest, default_budget: int) -> int:
@@ -340,12 +347,20 @@ def load_admission(settings: Settings, document: Mapping[str, Any]) -> Admission
 
 def _override(defaults: TenantLimits, tenant: str, entry: Any) -> TenantLimits:
     if not isinstance(entry, dict) or set(entry) - {"concurrency", "rate", "actor_concurrency", "actor_rate"}:
-        raise ConfigurationError(f"data.gateway.config.admission.tenants.{tenant}: expected concurrency, rate, actor_concurrency, actor_rate")
+        raise ConfigurationError(
+            f"data.gateway.config.admission.tenants.{tenant}: expected concurrency, rate, actor_concurrency, actor_rate"
+        )
     for name, value in entry.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise ConfigurationError(f"data.gateway.config.admission.tenants.{tenant}.{name}: expected a positive number")
-    tenant_limits = replace(defaults.tenant, concurrency=int(entry.get("concurrency", defaults.tenant.concurrency)),
-                            rate=float(entry.get("rate", defaults.tenant.rate)))
-    actor_limits = replace(defaults.actor, concurrency=int(entry.get("actor_concurrency", defaults.actor.concurrency)),
-                           rate=float(entry.get("actor_rate", defaults.actor.rate)))
+    tenant_limits = replace(
+        defaults.tenant,
+        concurrency=int(entry.get("concurrency", defaults.tenant.concurrency)),
+        rate=float(entry.get("rate", defaults.tenant.rate)),
+    )
+    actor_limits = replace(
+        defaults.actor,
+        concurrency=int(entry.get("actor_concurrency", defaults.actor.concurrency)),
+        rate=float(entry.get("actor_rate", defaults.actor.rate)),
+    )
     return TenantLimits(tenant_limits, actor_limits)

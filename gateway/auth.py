@@ -90,9 +90,16 @@ def create_api_key(
 
 def key_listing(row: Any) -> dict[str, Any]:
     """What may be shown of a key: never its secret or the secret's hash."""
-    return {"id": row.key_id, "tenant": row.tenant, "principal": row.principal, "roles": list(row.roles),
-            "groups": list(row.groups), "clearance": row.clearance, "created_at": rfc3339(row.created_at),
-            "revoked_at": rfc3339(row.revoked_at)}
+    return {
+        "id": row.key_id,
+        "tenant": row.tenant,
+        "principal": row.principal,
+        "roles": list(row.roles),
+        "groups": list(row.groups),
+        "clearance": row.clearance,
+        "created_at": rfc3339(row.created_at),
+        "revoked_at": rfc3339(row.revoked_at),
+    }
 
 
 def list_api_keys(engine: Engine, tenant: str | None = None, key_id: str | None = None) -> list[dict[str, Any]]:
@@ -118,8 +125,10 @@ def revoke_api_key(engine: Engine, key_id: str, tenant: str | None = None) -> di
         row = conn.execute(select(key_table.c.tenant).where(the_key)).first()
         if row is None or (tenant is not None and row.tenant != tenant):
             raise NotFound(NO_SUCH_KEY)
-        changed = conn.execute(update(key_table).where(the_key, key_table.c.revoked_at.is_(None))
-                               .values(revoked_at=utc_now())).rowcount == 1
+        changed = (
+            conn.execute(update(key_table).where(the_key, key_table.c.revoked_at.is_(None)).values(revoked_at=utc_now())).rowcount
+            == 1
+        )
         ended = conn.execute(delete(session_table).where(session_table.c.key_id == key_id)).rowcount
         revoked = conn.execute(select(key_table).where(the_key)).one()
     return {**key_listing(revoked), "changed": changed, "sessions_ended": ended}

@@ -25,7 +25,9 @@ if TYPE_CHECKING:
 
 
 def store_options(command: Any) -> Any:
-    command = click.option("--data", "data_dir", type=click.Path(path_type=Path), help="Data directory (GATEWAY_DATA_DIR, default ./.gateway).")(command)
+    command = click.option(
+        "--data", "data_dir", type=click.Path(path_type=Path), help="Data directory (GATEWAY_DATA_DIR, default ./.gateway)."
+    )(command)
     command = click.option("--database-url", help="SQLAlchemy URL, e.g. PostgreSQL (GATEWAY_DATABASE_URL).")(command)
     return command
 
@@ -59,8 +61,13 @@ def main() -> None:
 @click.option("--port", type=int, help="Port (GATEWAY_PORT, default 8080).")
 @click.option("--policies", "policies_dir", type=click.Path(path_type=Path), help="Policies directory (GATEWAY_POLICIES_DIR).")
 @click.option("--opa-url", help="Use a running OPA server instead of the embedded engine (GATEWAY_OPA_URL).")
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Worker processes sharing the port (background jobs run in one of them).")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Worker processes sharing the port (background jobs run in one of them).",
+)
 def serve(workers: int, **flags: Any) -> None:
     """Run the HTTP service (embedded default: one SQLite file, in-process Rego)."""
     import uvicorn
@@ -76,8 +83,14 @@ def serve(workers: int, **flags: Any) -> None:
     # On SIGTERM uvicorn stops accepting and waits for the calls in flight, at most drain_seconds;
     # then the lifespan flushes the decision log and signs the last audit checkpoint.
     if workers <= 1:  # one process: it reloads its policy on SIGHUP itself (gateway/reloads.py)
-        uvicorn.run("gateway.http.server:app", host=settings.host, port=settings.port, log_level="info",
-                    access_log=False, timeout_graceful_shutdown=settings.drain_seconds)
+        uvicorn.run(
+            "gateway.http.server:app",
+            host=settings.host,
+            port=settings.port,
+            log_level="info",
+            access_log=False,
+            timeout_graceful_shutdown=settings.drain_seconds,
+        )
         return
     from uvicorn.supervisors import Multiprocess
 
@@ -91,8 +104,15 @@ def serve(workers: int, **flags: Any) -> None:
                     os.kill(process.pid, signal.SIGHUP)
 
     os.environ["GATEWAY_SUPERVISOR_PID"] = str(os.getpid())  # a worker answering POST /v1/policy/reload signals here
-    config = uvicorn.Config("gateway.http.server:app", host=settings.host, port=settings.port, workers=workers,
-                            log_level="info", access_log=False, timeout_graceful_shutdown=settings.drain_seconds)
+    config = uvicorn.Config(
+        "gateway.http.server:app",
+        host=settings.host,
+        port=settings.port,
+        workers=workers,
+        log_level="info",
+        access_log=False,
+        timeout_graceful_shutdown=settings.drain_seconds,
+    )
     Supervisor(config, sockets=[listening_socket(settings.host, settings.port)]).run()
 
 
@@ -136,18 +156,30 @@ def demo(**flags: Any) -> None:
     settings = settings_from(**flags)
     engine = open_store(settings.effective_database_url)
     tokens, report = load_demo(engine)
-    click.echo(f"Demo data loaded into {settings.effective_database_url}: "
-               f"{report.created} created, {report.updated} updated, {report.unchanged} unchanged.")
+    click.echo(
+        f"Demo data loaded into {settings.effective_database_url}: "
+        f"{report.created} created, {report.updated} updated, {report.unchanged} unchanged."
+    )
     click.echo("\nDemo actors (keys are shown once; run `gateway demo` again for new ones):")
     for name, (description, token) in tokens.items():
         click.echo(f"  {name:<14} {description}\n  {'':<14} {token}")
     alice = tokens["alice@acme"][1]
-    body = json.dumps({"task": {"type": "account_followup", "scope": "sales"}, "mode": "brief", "query": "pricing discount",
-                       "entities": [{"email": "Jane@Globex.example"}]})
-    click.echo(f"\nStart the service with `gateway serve`, then:\n\n  curl -s http://{settings.host}:{settings.port}/v1/retrieve \\\n"
-               f"    -H 'Authorization: Bearer {alice}' \\\n    -H 'Content-Type: application/json' \\\n    -d '{body}'\n")
-    click.echo(f"An MCP client reaches the same calls as tools at http://{settings.host}:{settings.port}/mcp with the same\n"
-               "Authorization header; Python agents use gateway.client (README: Connecting agents).")
+    body = json.dumps(
+        {
+            "task": {"type": "account_followup", "scope": "sales"},
+            "mode": "brief",
+            "query": "pricing discount",
+            "entities": [{"email": "Jane@Globex.example"}],
+        }
+    )
+    click.echo(
+        f"\nStart the service with `gateway serve`, then:\n\n  curl -s http://{settings.host}:{settings.port}/v1/retrieve \\\n"
+        f"    -H 'Authorization: Bearer {alice}' \\\n    -H 'Content-Type: application/json' \\\n    -d '{body}'\n"
+    )
+    click.echo(
+        f"An MCP client reaches the same calls as tools at http://{settings.host}:{settings.port}/mcp with the same\n"
+        "Authorization header; Python agents use gateway.client (README: Connecting agents)."
+    )
 
 
 @main.command()
@@ -180,7 +212,9 @@ def keys() -> None:
 @click.option("--tenant", required=True)
 @click.option("--principal", required=True, help="user:ID")
 @click.option("--groups", default="", help="Comma-separated groups.")
-@click.option("--roles", default="agent", show_default=True, help="Comma-separated: agent, ingest, auditor, policy_admin, key_admin.")
+@click.option(
+    "--roles", default="agent", show_default=True, help="Comma-separated: agent, ingest, auditor, policy_admin, key_admin."
+)
 @click.option("--clearance", default="internal", show_default=True)
 def keys_create(tenant: str, principal: str, groups: str, roles: str, clearance: str, **flags: Any) -> None:
     """Create an API key and print it once."""
@@ -299,10 +333,19 @@ def rate_bar(length: int, label: str) -> Any:
 
 @main.command()
 @store_options
-@click.option("--batch", type=click.IntRange(min=1, max=1024), default=8, show_default=True,
-              help="Passages per model call (passages of similar length run together).")
-@click.option("--threads", type=click.IntRange(min=1, max=256), default=None,
-              help="Model runs side by side, one core each (default: the cores this process may use).")
+@click.option(
+    "--batch",
+    type=click.IntRange(min=1, max=1024),
+    default=8,
+    show_default=True,
+    help="Passages per model call (passages of similar length run together).",
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1, max=256),
+    default=None,
+    help="Model runs side by side, one core each (default: the cores this process may use).",
+)
 def embed(batch: int, threads: int | None, **flags: Any) -> None:
     """Embed every item still waiting for a vector (the service also does this in the background)."""
     from core.errors import ConnectorError
@@ -354,13 +397,22 @@ def audit_keygen(out_dir: Path) -> None:
 @store_options
 @click.option("--tenant", help="Check this tenant's chain only (default: every chain).")
 @click.option("--checkpoints", type=click.Path(path_type=Path), help="The signed checkpoint file to hold the chains against.")
-@click.option("--public-key", type=click.Path(path_type=Path), multiple=True,
-              help="The public key (PEM or verifier key) the checkpoints are signed with; again for each key it replaced.")
-@click.option("--known", type=click.Path(path_type=Path), help="Checkpoints you hold from before (an earlier copy of the "
-              "file, or notes a witness cosigned): each must still be in --checkpoints, so an emptied, truncated or "
-              "replaced file fails.")
-def audit_verify(tenant: str | None, checkpoints: Path | None, public_key: tuple[Path, ...], known: Path | None,
-                 **flags: Any) -> None:
+@click.option(
+    "--public-key",
+    type=click.Path(path_type=Path),
+    multiple=True,
+    help="The public key (PEM or verifier key) the checkpoints are signed with; again for each key it replaced.",
+)
+@click.option(
+    "--known",
+    type=click.Path(path_type=Path),
+    help="Checkpoints you hold from before (an earlier copy of the "
+    "file, or notes a witness cosigned): each must still be in --checkpoints, so an emptied, truncated or "
+    "replaced file fails.",
+)
+def audit_verify(
+    tenant: str | None, checkpoints: Path | None, public_key: tuple[Path, ...], known: Path | None, **flags: Any
+) -> None:
     """Recompute the audit hash chains, and hold them against the signed checkpoints when given;
     print the report, name the first problem and exit 1 if there is one."""
     from audit.checkpoints import read_checkpoints
@@ -405,17 +457,31 @@ def verdict(report: dict[str, Any]) -> str:
         return f"FAILED: chain {broken['chain']}{at}: {broken['reason']}"
     if "checkpoints" not in report:
         return f"OK: {rows} rows in {len(report['chains'])} chains link and match their hashes (no checkpoints given)"
-    return (f"OK: {report['checkpointed']} rows match signed checkpoints; {report['not_yet_checkpointed']} rows are not yet "
-            "checkpointed (checked for links and hashes only)")
+    return (
+        f"OK: {report['checkpointed']} rows match signed checkpoints; {report['not_yet_checkpointed']} rows are not yet "
+        "checkpointed (checked for links and hashes only)"
+    )
 
 
 @audit.command("witness")
-@click.option("--state", type=click.Path(path_type=Path), required=True,
-              help="The witness's own directory: the latest cosigned checkpoint of each chain (never the gateway's volume).")
-@click.option("--log-key", type=click.Path(path_type=Path), required=True,
-              help="The gateway's public key (PEM or verifier key): only checkpoints it signed are cosigned.")
-@click.option("--key", type=click.Path(path_type=Path), required=True,
-              help="The witness's own Ed25519 private key (PEM, `gateway audit keygen`).")
+@click.option(
+    "--state",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="The witness's own directory: the latest cosigned checkpoint of each chain (never the gateway's volume).",
+)
+@click.option(
+    "--log-key",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="The gateway's public key (PEM or verifier key): only checkpoints it signed are cosigned.",
+)
+@click.option(
+    "--key",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="The witness's own Ed25519 private key (PEM, `gateway audit keygen`).",
+)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=int, default=8090, show_default=True)
 def audit_witness(state: Path, log_key: Path, key: Path, host: str, port: int) -> None:
@@ -431,14 +497,21 @@ def audit_witness(state: Path, log_key: Path, key: Path, host: str, port: int) -
         load_signer(key)
     except GatewayError as exc:
         raise click.ClickException(exc.message) from exc
-    os.environ.update({"GATEWAY_WITNESS_STATE": str(state), "GATEWAY_WITNESS_LOG_KEY": str(log_key), "GATEWAY_WITNESS_KEY": str(key)})
+    os.environ.update(
+        {"GATEWAY_WITNESS_STATE": str(state), "GATEWAY_WITNESS_LOG_KEY": str(log_key), "GATEWAY_WITNESS_KEY": str(key)}
+    )
     uvicorn.run("gateway.http.witness:app", factory=True, host=host, port=port, log_level="info")
 
 
 @audit.command("verify-proof")
 @click.argument("proof", type=click.Path(path_type=Path))
-@click.option("--public-key", type=click.Path(path_type=Path), required=True, multiple=True,
-              help="The public key (PEM or verifier key) the checkpoint was signed with; again for each key it replaced.")
+@click.option(
+    "--public-key",
+    type=click.Path(path_type=Path),
+    required=True,
+    multiple=True,
+    help="The public key (PEM or verifier key) the checkpoint was signed with; again for each key it replaced.",
+)
 def audit_verify_proof(proof: Path, public_key: tuple[Path, ...]) -> None:
     """Check one trace's proof (GET /v1/audit/traces/{id}/proof) with nothing but the public key:
     the row's hash from its content, its inclusion path to the Merkle root, the checkpoint's
@@ -460,8 +533,12 @@ def audit_verify_proof(proof: Path, public_key: tuple[Path, ...]) -> None:
 
 @audit.command("checkpoint")
 @store_options
-@click.option("--adopt", is_flag=True, help="Also sign chains found without a checkpoint of them, as they are (marked "
-              "'adopted' in the note): an operator's decision to trust what the store holds.")
+@click.option(
+    "--adopt",
+    is_flag=True,
+    help="Also sign chains found without a checkpoint of them, as they are (marked "
+    "'adopted' in the note): an operator's decision to trust what the store holds.",
+)
 def audit_checkpoint(adopt: bool, **flags: Any) -> None:
     """Sign a checkpoint of every chain now (GATEWAY_AUDIT_SIGNING_KEY, GATEWAY_AUDIT_CHECKPOINTS);
     the service does this on its own as rows arrive and at shutdown. A chain with no checkpoint in
@@ -481,11 +558,15 @@ def audit_checkpoint(adopt: bool, **flags: Any) -> None:
         raise click.ClickException(exc.message) from exc
     finally:
         close_store(engine)
-    click.echo(json.dumps({"signed": [{"chain": c.chain, **c.as_dict()} for c in made],
-                           "refused": checkpointer.refusing}, indent=2))
+    click.echo(
+        json.dumps({"signed": [{"chain": c.chain, **c.as_dict()} for c in made], "refused": checkpointer.refusing}, indent=2)
+    )
     if checkpointer.refusing:
-        click.echo(f"REFUSED: {len(checkpointer.refusing)} chain(s) found without a checkpoint of them were not signed "
-                   "(restore the checkpoint file, or --adopt them as found)", err=True)
+        click.echo(
+            f"REFUSED: {len(checkpointer.refusing)} chain(s) found without a checkpoint of them were not signed "
+            "(restore the checkpoint file, or --adopt them as found)",
+            err=True,
+        )
     sys.exit(1 if any(c.refused for c in made) or checkpointer.refusing else 0)
 
 
@@ -512,8 +593,9 @@ def audit_prune(days: int | None, **flags: Any) -> None:
         raise click.ClickException(exc.message) from exc
     finally:
         close_store(engine)
-    click.echo(json.dumps({"kept_days": keep_days, "removed": {c: p.removed for c, p in removed.items()},
-                           "not_pruned_broken": refused}))
+    click.echo(
+        json.dumps({"kept_days": keep_days, "removed": {c: p.removed for c, p in removed.items()}, "not_pruned_broken": refused})
+    )
 
 
 def _prune(settings: Settings, engine: "Engine", before: "datetime") -> tuple[dict[str, "Pruned"], dict[str, str]]:
@@ -541,8 +623,12 @@ def pii() -> None:
 @pii.command("analyze")
 @store_options
 @click.option("--batch", type=click.IntRange(min=1, max=4096), default=32, show_default=True, help="Items per batch.")
-@click.option("--processes", type=click.IntRange(min=1, max=256), default=None,
-              help="Analysing processes (default: the cores this process may use).")
+@click.option(
+    "--processes",
+    type=click.IntRange(min=1, max=256),
+    default=None,
+    help="Analysing processes (default: the cores this process may use).",
+)
 def pii_analyze(batch: int, processes: int | None, **flags: Any) -> None:
     """Analyse every item whose stored spans are missing, older than its text, or from another
     analyzer configuration (the service also does this in the background)."""
@@ -571,13 +657,19 @@ def policy() -> None:
 @policy.command("impact")
 @store_options
 @click.option("--policies", "policies_dir", type=click.Path(path_type=Path), help="The policies in force (GATEWAY_POLICIES_DIR).")
-@click.option("--candidate", required=True, type=click.Path(path_type=Path),
-              help="The candidate: a policies directory or an OPA bundle (.tar.gz).")
+@click.option(
+    "--candidate",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="The candidate: a policies directory or an OPA bundle (.tar.gz).",
+)
 @click.option("--since", help="Replay calls made at or after this instant (RFC 3339).")
 @click.option("--tenant", help="Replay this tenant's calls only (default: every tenant's).")
 @click.option("--limit", type=int, default=1000, show_default=True, help="The newest calls replayed, at most (up to 10000).")
 @click.option("--json", "json_file", type=click.Path(path_type=Path), help="Write the JSON report to this file.")
-def policy_impact(candidate: Path, since: str | None, tenant: str | None, limit: int, json_file: Path | None, **flags: Any) -> None:
+def policy_impact(
+    candidate: Path, since: str | None, tenant: str | None, limit: int, json_file: Path | None, **flags: Any
+) -> None:
     """Replay recorded retrieve calls against the policy in force and the candidate; print what changes."""
     import anyio
 
@@ -667,8 +759,11 @@ def policy_test(directory: Path | None, verbose: bool) -> None:
 @click.option("--actor", "actor_json", required=True, help='The actor as JSON: {"id", "tenant", "roles", "groups", "clearance"}.')
 @click.option("--request", "request_arg", required=True, help="The retrieve body: a JSON file, or JSON itself.")
 @click.option("--item", "item_ids", multiple=True, help="An item id to explain (repeatable).")
-@click.option("--candidate", type=click.Path(path_type=Path, exists=True),
-              help="Also explain against this candidate: a policies directory or an OPA bundle (.tar.gz).")
+@click.option(
+    "--candidate",
+    type=click.Path(path_type=Path, exists=True),
+    help="Also explain against this candidate: a policies directory or an OPA bundle (.tar.gz).",
+)
 def policy_explain(actor_json: str, request_arg: str, item_ids: tuple[str, ...], candidate: Path | None, **flags: Any) -> None:
     """Explain the decision for an actor and request, and why each item is in or out; prints JSON."""
     import anyio
@@ -690,7 +785,9 @@ def policy_explain(actor_json: str, request_arg: str, item_ids: tuple[str, ...],
     click.echo(json.dumps(answer, indent=2))
 
 
-async def _explain(settings: Settings, actor: Any, request: Any, ids: tuple[str, ...], candidate_path: Path | None) -> dict[str, Any]:
+async def _explain(
+    settings: Settings, actor: Any, request: Any, ids: tuple[str, ...], candidate_path: Path | None
+) -> dict[str, Any]:
     """The policy in force (and the candidate) in policy processes of their own, on the local store."""
     from connectors.sql.exact import SqlExactConnector
     from core.instants import utc_now

@@ -88,8 +88,11 @@ async def build_context(settings: Settings, telemetry: Telemetry | None = None) 
             semantic=semantic,
             graph=SqlGraphConnector(store),
         ),
-        audit=AuditStore(store, settings.audit_key.encode() if settings.audit_key else load_or_create_key(store),
-                         build_checkpointer(settings, store)),
+        audit=AuditStore(
+            store,
+            settings.audit_key.encode() if settings.audit_key else load_or_create_key(store),
+            build_checkpointer(settings, store),
+        ),
         privacy=load_privacy(store, settings.pii, settings.pii_background),
         synthesizer=(
             Synthesizer(settings.llm_url, settings.llm_model, settings.llm_key, settings.llm_timeout_ms)
@@ -110,8 +113,15 @@ def build_checkpointer(settings: Settings, store: Engine) -> Checkpointer | None
 
     witness = WitnessClient(settings.audit_witness_url) if settings.audit_witness_url else None
     previous = [load_verifier(Path(p.strip())) for p in (settings.audit_previous_keys or "").split(",") if p.strip()]
-    return Checkpointer(store, load_signer(settings.audit_signing_key), CheckpointLog(settings.audit_checkpoints),
-                        settings.audit_checkpoint_rows, settings.audit_checkpoint_seconds, witness=witness, previous=previous)
+    return Checkpointer(
+        store,
+        load_signer(settings.audit_signing_key),
+        CheckpointLog(settings.audit_checkpoints),
+        settings.audit_checkpoint_rows,
+        settings.audit_checkpoint_seconds,
+        witness=witness,
+        previous=previous,
+    )
 
 
 def build_weaviate(settings: Settings, embedder: Embedder) -> "WeaviateConnector":

@@ -107,8 +107,9 @@ class _Chase:
             result = await _reload_quietly(self.context, "notify")
             if result is None or result.status != "unchanged":  # switched, or refused (and audited): done
                 return
-        log.warning("the policy source still lacks the revision another replica announced; %s serves on",
-                    self.context.policy.revision)
+        log.warning(
+            "the policy source still lacks the revision another replica announced; %s serves on", self.context.policy.revision
+        )
 
 
 async def _reload_quietly(context: GatewayContext, trigger: str) -> ReloadResult | None:

@@ -139,8 +139,6 @@ class Settings:
         return parse_origins(self.mcp_allowed_origins)
 
 
-
-
 @cache
 def parse_split(text: str) -> Mapping[str, float]:
     """`memory=35,document=30,...` as fractions of one; every source named once, shares > 0 in all.
@@ -149,7 +147,9 @@ def parse_split(text: str) -> Mapping[str, float]:
     for part in text.split(","):
         name, _, number = part.strip().partition("=")
         if name not in BUDGET_SOURCES or name in shares:
-            raise ConfigurationError(f"GATEWAY_BUDGET_SPLIT: unknown or repeated source {name!r}; use {', '.join(BUDGET_SOURCES)}")
+            raise ConfigurationError(
+                f"GATEWAY_BUDGET_SPLIT: unknown or repeated source {name!r}; use {', '.join(BUDGET_SOURCES)}"
+            )
         try:
             shares[name] = float(number)
         except ValueError as exc:
@@ -185,7 +185,9 @@ def parse_origins(text: str) -> frozenset[str]:
     origins = frozenset(part.strip() for part in text.split(",") if part.strip())
     for origin in origins:
         if not ORIGIN.fullmatch(origin):
-            raise ConfigurationError(f"GATEWAY_MCP_ALLOWED_ORIGINS: {origin!r} is not an origin such as https://agents.example.com")
+            raise ConfigurationError(
+                f"GATEWAY_MCP_ALLOWED_ORIGINS: {origin!r} is not an origin such as https://agents.example.com"
+            )
     return origins
 
 
@@ -233,18 +235,23 @@ def load_settings(overrides: Mapping[str, Any] | None = None, environ: Mapping[s
     if settings.audit_session_key is not None and len(settings.audit_session_key.encode()) < 32:
         raise ConfigurationError("GATEWAY_AUDIT_SESSION_KEY: use at least 32 bytes")
     if (settings.audit_signing_key is None) != (settings.audit_checkpoints is None):
-        raise ConfigurationError("GATEWAY_AUDIT_SIGNING_KEY and GATEWAY_AUDIT_CHECKPOINTS: set both (the key signs, the file keeps the checkpoints) or neither")
+        raise ConfigurationError(
+            "GATEWAY_AUDIT_SIGNING_KEY and GATEWAY_AUDIT_CHECKPOINTS: set both (the key signs, the file keeps the checkpoints) or neither"
+        )
     if settings.otel_exporter not in ("none", "otlp"):
         raise ConfigurationError("GATEWAY_OTEL_EXPORTER: expected none or otlp")
-    if settings.audit_witness_url is not None and (not settings.audit_witness_url.startswith(("http://", "https://"))
-                                                   or settings.audit_signing_key is None):
+    if settings.audit_witness_url is not None and (
+        not settings.audit_witness_url.startswith(("http://", "https://")) or settings.audit_signing_key is None
+    ):
         raise ConfigurationError("GATEWAY_AUDIT_WITNESS_URL: an http:// or https:// URL, with GATEWAY_AUDIT_SIGNING_KEY set")
     if settings.decision_log_url is not None and not settings.decision_log_url.startswith(("http://", "https://")):
         raise ConfigurationError("GATEWAY_DECISION_LOG_URL: expected an http:// or https:// URL")
     if settings.public_url is not None:
         # No path, query or user (a password there would only be echoed back): the gateway serves at its root.
         if not PUBLIC_URL.fullmatch(settings.public_url) or not _port_in_range(settings.public_url):
-            raise ConfigurationError("GATEWAY_PUBLIC_URL: expected a scheme and host (and port) only, such as https://gateway.example.com")
+            raise ConfigurationError(
+                "GATEWAY_PUBLIC_URL: expected a scheme and host (and port) only, such as https://gateway.example.com"
+            )
         settings = replace(settings, public_url=settings.public_url.rstrip("/"))
     if settings.embeddings not in ("minilm", "minilm-float", "none"):
         raise ConfigurationError("GATEWAY_EMBEDDINGS: expected minilm, minilm-float or none")

@@ -43,15 +43,19 @@ class Telemetry:
         if meter is None:
             return
         self.layer_ms = meter.create_histogram(
-            "gateway.layer.duration", unit="ms", description="Time spent in one pipeline layer of one call")
+            "gateway.layer.duration", unit="ms", description="Time spent in one pipeline layer of one call"
+        )
         self.retrieval_s = meter.create_histogram(
-            "gen_ai.retrieval.duration", unit="s", description="Time one retrieval source took")
+            "gen_ai.retrieval.duration", unit="s", description="Time one retrieval source took"
+        )
         self.requests = meter.create_counter("gateway.requests", description="Calls answered, by endpoint and status")
         self.denials = meter.create_counter("gateway.policy.denials", description="Calls the request policy denied")
         self.mismatches = meter.create_counter(
-            "gateway.policy.pushdown_mismatches", description="Candidates a source returned that the item policy then refused")
+            "gateway.policy.pushdown_mismatches", description="Candidates a source returned that the item policy then refused"
+        )
         self.degraded = meter.create_counter(
-            "gateway.sources.degraded", description="Sources that failed or ran out of time in a call")
+            "gateway.sources.degraded", description="Sources that failed or ran out of time in a call"
+        )
 
     @property
     def recording(self) -> bool:
@@ -64,8 +68,12 @@ class Telemetry:
         """The server span of one HTTP call, continuing the caller's W3C trace when it sent one."""
         parent: Context = PROPAGATOR.extract(dict(headers))
         with self.tracer.start_as_current_span(
-            name, context=parent, kind=SpanKind.SERVER, attributes=attributes,
-            record_exception=False, set_status_on_exception=False,
+            name,
+            context=parent,
+            kind=SpanKind.SERVER,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
         ) as span:
             yield span
 
@@ -74,7 +82,10 @@ class Telemetry:
         """A span for one pipeline layer, and its duration in `gateway.layer.duration`."""
         started = time.perf_counter()
         with self.tracer.start_as_current_span(
-            name, attributes=attributes or {}, record_exception=False, set_status_on_exception=False,
+            name,
+            attributes=attributes or {},
+            record_exception=False,
+            set_status_on_exception=False,
         ) as span:
             try:
                 yield span
@@ -156,8 +167,9 @@ def documents(entries: Sequence[tuple[str, float]]) -> str:
     return json.dumps([{"id": item_id, "score": round(score, 6)} for item_id, score in entries[:DOCUMENTS_ON_SPAN]])
 
 
-def build_telemetry(settings: Settings, span_processors: Sequence[SpanProcessor] = (),
-                    metric_readers: Sequence[MetricReader] = ()) -> Telemetry:
+def build_telemetry(
+    settings: Settings, span_processors: Sequence[SpanProcessor] = (), metric_readers: Sequence[MetricReader] = ()
+) -> Telemetry:
     """Spans always get real trace ids (the audit row and the response header carry them); they are
     recorded and exported only with GATEWAY_OTEL_EXPORTER=otlp, or to the processors and readers
     given (tests)."""
@@ -171,8 +183,9 @@ def build_telemetry(settings: Settings, span_processors: Sequence[SpanProcessor]
         base = settings.otel_endpoint.rstrip("/") if settings.otel_endpoint else None
         # Short export deadlines: a collector that is down must not hold up shutdown for long (the
         # exporters retry within their deadline; what is left is dropped and logged by the SDK).
-        span_exporter: SpanExporter = OTLPSpanExporter(endpoint=f"{base}/v1/traces" if base else None,
-                                                       timeout=EXPORT_TIMEOUT_SECONDS)
+        span_exporter: SpanExporter = OTLPSpanExporter(
+            endpoint=f"{base}/v1/traces" if base else None, timeout=EXPORT_TIMEOUT_SECONDS
+        )
         processors.append(BatchSpanProcessor(span_exporter, export_timeout_millis=EXPORT_TIMEOUT_SECONDS * 1000))
         metric_exporter = OTLPMetricExporter(endpoint=f"{base}/v1/metrics" if base else None, timeout=EXPORT_TIMEOUT_SECONDS)
         readers.append(PeriodicExportingMetricReader(metric_exporter, export_timeout_millis=EXPORT_TIMEOUT_SECONDS * 1000))

@@ -90,8 +90,9 @@ class Server:
         try:
             _commands.initdb(["--auth=trust", "--encoding=utf8", "-U", "postgres"], pgdata=self.data, user=self.user)
             options = f"-h 127.0.0.1 -p {self.port} -k {self.data} -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-            _commands.pg_ctl(["-w", "-o", options, "-l", str(self.data / "log"), "start"], pgdata=self.data, user=self.user,
-                             timeout=60)
+            _commands.pg_ctl(
+                ["-w", "-o", options, "-l", str(self.data / "log"), "start"], pgdata=self.data, user=self.user, timeout=60
+            )
             self.started = True
             # The suite's PostgreSQL half runs as an ordinary role owning a `test` database, as a
             # service usually does: it may create trusted extensions (btree_gin) and databases,

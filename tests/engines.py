@@ -27,10 +27,14 @@ import httpx
 import pytest
 
 REQUIRED = os.environ.get("GATEWAY_TEST_REQUIRE_ENGINES") == "1"
-HOW = ("build them with ./scripts/engines (needs Go 1.26 and the Go module proxy), or run ./scripts/test, which does; "
-       "or point GATEWAY_TEST_OPA_BIN / GATEWAY_TEST_WEAVIATE_BIN at binaries")
-CACHE = Path(os.environ.get("GATEWAY_ENGINES_DIR")
-             or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "governed-gateway" / "bin")
+HOW = (
+    "build them with ./scripts/engines (needs Go 1.26 and the Go module proxy), or run ./scripts/test, which does; "
+    "or point GATEWAY_TEST_OPA_BIN / GATEWAY_TEST_WEAVIATE_BIN at binaries"
+)
+CACHE = Path(
+    os.environ.get("GATEWAY_ENGINES_DIR")
+    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "governed-gateway" / "bin"
+)
 
 
 def unavailable(reason: str) -> None:
@@ -67,14 +71,23 @@ def free_ports(count: int) -> list[int]:
 class Server:
     """A child process answering HTTP on loopback; `ready_path` says when it is up."""
 
-    def __init__(self, command: list[str], url: str, ready_path: str, *, env: dict[str, str] | None = None,
-                 directory: Path, start_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        command: list[str],
+        url: str,
+        ready_path: str,
+        *,
+        env: dict[str, str] | None = None,
+        directory: Path,
+        start_s: float = 60.0,
+    ) -> None:
         self.url = url
         self.directory = directory
         self.log_path = directory / "server.log"
         self._log = self.log_path.open("wb")
-        self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=directory,
-                                        start_new_session=True)
+        self.process = subprocess.Popen(
+            command, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=directory, start_new_session=True
+        )
         deadline = time.monotonic() + start_s
         while True:
             if self.process.poll() is not None:
@@ -119,8 +132,19 @@ class OpaServer(Server):
         executable = binary("opa", "GATEWAY_TEST_OPA_BIN")
         (port,) = free_ports(1)
         directory = Path(tempfile.mkdtemp(prefix="gw-opa-"))
-        command = [executable, "run", "--server", "--addr", f"127.0.0.1:{port}", "--skip-version-check",
-                   "--log-level", "error", *(("--bundle",) if bundle else ()), *extra, *(str(p) for p in paths)]
+        command = [
+            executable,
+            "run",
+            "--server",
+            "--addr",
+            f"127.0.0.1:{port}",
+            "--skip-version-check",
+            "--log-level",
+            "error",
+            *(("--bundle",) if bundle else ()),
+            *extra,
+            *(str(p) for p in paths),
+        ]
         super().__init__(command, f"http://127.0.0.1:{port}", "/health", directory=directory, start_s=30)
 
     def stop(self) -> None:
@@ -175,8 +199,9 @@ class WeaviateServer(Server):
         }
         self.grpc_port = grpc_port
         command = [executable, "--host", "127.0.0.1", "--port", str(http_port), "--scheme", "http"]
-        super().__init__(command, f"http://127.0.0.1:{http_port}", "/v1/.well-known/ready", env=env,
-                         directory=directory, start_s=90)
+        super().__init__(
+            command, f"http://127.0.0.1:{http_port}", "/v1/.well-known/ready", env=env, directory=directory, start_s=90
+        )
 
     def stop(self) -> None:
         super().stop()
@@ -209,8 +234,13 @@ class Endpoint:
         host, _, port = host_port.partition(":")
         secure = self.url.startswith("https")
         return weaviate.connect_to_custom(
-            http_host=host, http_port=int(port or 8080), http_secure=secure, grpc_host=host, grpc_port=self.grpc_port,
-            grpc_secure=secure, auth_credentials=self.api_key or None,
+            http_host=host,
+            http_port=int(port or 8080),
+            http_secure=secure,
+            grpc_host=host,
+            grpc_port=self.grpc_port,
+            grpc_secure=secure,
+            auth_credentials=self.api_key or None,
         )
 
 
@@ -220,8 +250,9 @@ def weaviate_endpoint(request: pytest.FixtureRequest) -> Endpoint:
     else a weaviate-server the session starts itself (tests/engines.py)."""
     configured = os.environ.get("GATEWAY_WEAVIATE_URL")
     if configured:
-        return Endpoint(configured, int(os.environ.get("GATEWAY_WEAVIATE_GRPC_PORT", "50051")),
-                        os.environ.get("GATEWAY_WEAVIATE_API_KEY"))
+        return Endpoint(
+            configured, int(os.environ.get("GATEWAY_WEAVIATE_GRPC_PORT", "50051")), os.environ.get("GATEWAY_WEAVIATE_API_KEY")
+        )
     server: WeaviateServer = request.getfixturevalue("weaviate_server")
     return Endpoint(server.url, server.grpc_port)
 

@@ -58,9 +58,7 @@ OPA_VERSION = "1.20.2"
 
 _MSG_COMPILE_MODULE = "error(s) occurred while compiling module(s)"
 _MSG_EVALUATION = "error(s) occurred while evaluating query"
-_ERR_LINE = re.compile(
-    r"^(?P<file>.*?):(?P<row>\d+)(?::(?P<col>\d+))?: (?P<code>[a-z_]+_error): (?P<msg>.*)$"
-)
+_ERR_LINE = re.compile(r"^(?P<file>.*?):(?P<row>\d+)(?::(?P<col>\d+))?: (?P<code>[a-z_]+_error): (?P<msg>.*)$")
 _COUNT_PREFIX = re.compile(r"^\d+ errors? occurred:\s*")
 
 
@@ -80,7 +78,7 @@ def _ast_errors(message: str) -> list[dict]:
     or a multi-line list) into OPA-style ``errors`` entries."""
     text = message
     if text.startswith("bundle activation failed: "):
-        text = text[len("bundle activation failed: "):]
+        text = text[len("bundle activation failed: ") :]
     text = _COUNT_PREFIX.sub("", text, count=1)
     errors = []
     for line in text.split("\n"):
@@ -379,11 +377,7 @@ class OpaDouble:
     def requests_to(self, path: str, method: str | None = None) -> list[dict]:
         """Recorded requests whose path equals ``path`` (and method, if given)."""
         with self._requests_lock:
-            return [
-                r
-                for r in self.requests
-                if r["path"] == path and (method is None or r["method"] == method)
-            ]
+            return [r for r in self.requests if r["path"] == path and (method is None or r["method"] == method)]
 
     @staticmethod
     def _raise_unless_ok(status: int, body) -> None:
@@ -418,9 +412,7 @@ class OpaDouble:
         try:
             engine = self._build(policies, data)
         except OpaError as e:
-            return 400, _error_body(
-                "invalid_parameter", _MSG_COMPILE_MODULE, _ast_errors(e.message)
-            )
+            return 400, _error_body("invalid_parameter", _MSG_COMPILE_MODULE, _ast_errors(e.message))
         old, self._engine = self._engine, engine
         self._policies, self._data = policies, data
         if old is not None:
@@ -458,9 +450,7 @@ class OpaDouble:
                 return 503, _error_body("internal_error", "double is closed")
             if not segments:
                 if not isinstance(value, dict):
-                    return 400, _error_body(
-                        "invalid_parameter", "root value must be object"
-                    )
+                    return 400, _error_body("invalid_parameter", "root value must be object")
                 data = copy.deepcopy(value)
             else:
                 data = copy.deepcopy(self._data)
@@ -493,13 +483,9 @@ class OpaDouble:
             if self._engine is None:
                 raise _Dropped()
             try:
-                rows = self._engine.eval_query(
-                    query, input_value if has_input else None
-                )
+                rows = self._engine.eval_query(query, input_value if has_input else None)
             except OpaError as e:
-                return 500, _error_body(
-                    "internal_error", _MSG_EVALUATION, _ast_errors(e.message)
-                )
+                return 500, _error_body("internal_error", _MSG_EVALUATION, _ast_errors(e.message))
         if not rows or "result" not in rows[0]:
             return 200, {}
         return 200, {"result": rows[0]["result"]}
@@ -513,7 +499,7 @@ class OpaDouble:
             return 405, b"405 method not allowed\n"
 
         if path == "/v1/policies" or path.startswith("/v1/policies/"):
-            policy_id = urllib.parse.unquote(path[len("/v1/policies/"):])
+            policy_id = urllib.parse.unquote(path[len("/v1/policies/") :])
             if method == "PUT":
                 try:
                     source = raw.decode("utf-8")
@@ -525,14 +511,12 @@ class OpaDouble:
             return 405, b"405 method not allowed\n"
 
         if path == "/v1/data" or path.startswith("/v1/data/"):
-            segments = _split_path(path[len("/v1/data"):])
+            segments = _split_path(path[len("/v1/data") :])
             if method == "PUT":
                 try:
                     value = json.loads(raw.decode("utf-8"))
                 except ValueError as e:
-                    return 400, _error_body(
-                        "invalid_parameter", f"body contains malformed JSON: {e}"
-                    )
+                    return 400, _error_body("invalid_parameter", f"body contains malformed JSON: {e}")
                 return self._put_data(segments, value)
             if method in ("POST", "GET"):
                 return self._decision(method, segments, query, raw)
@@ -555,8 +539,7 @@ class OpaDouble:
                 if not isinstance(doc, dict):
                     return 400, _error_body(
                         "invalid_parameter",
-                        "body contains malformed input document: "
-                        "expected an object with an \"input\" key",
+                        'body contains malformed input document: expected an object with an "input" key',
                     )
                 if "input" in doc:
                     has_input, input_value = True, doc["input"]
@@ -565,9 +548,7 @@ class OpaDouble:
                 input_value = json.loads(query["input"][-1])
                 has_input = True
             except ValueError as e:
-                return 400, _error_body(
-                    "invalid_parameter", f"parameter contains malformed input document: {e}"
-                )
+                return 400, _error_body("invalid_parameter", f"parameter contains malformed input document: {e}")
 
         mode = self._mode
         if mode == "error":

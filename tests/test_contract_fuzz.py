@@ -58,16 +58,26 @@ ENTITIES = ("ent_fuzz_a", "ent_fuzz_b", "ent_fuzz_c")  # the fuzzing may merge a
 FRONT_MATTER = "---\nacl: ['*']\nscope: [sales]\n---\n"
 SAME_ORIGIN = {"Origin": "http://testserver"}  # what a browser sends with the audit page's own forms
 # Limits the fuzzing would otherwise reach (it sends far more calls per second than an agent).
-LIMITS = {"admission_actor_rate": 100_000, "admission_tenant_rate": 100_000, "admission_actor_concurrency": 1_000,
-          "admission_tenant_concurrency": 1_000, "admission_capacity": 1_000}
+LIMITS = {
+    "admission_actor_rate": 100_000,
+    "admission_tenant_rate": 100_000,
+    "admission_actor_concurrency": 1_000,
+    "admission_tenant_concurrency": 1_000,
+    "admission_capacity": 1_000,
+}
 # A JWT issuer that is a URL, so the OAuth metadata of /mcp is published (without one it is a 404).
 OAUTH = {"jwt_secret": "fuzz-hs256-secret-" + "x" * 46, "jwt_issuer": "https://idp.example.com"}
 
 # (METHOD /path, failure kind as `failure_key` spells it) -> the bug, with where it is.
 KNOWN_BUGS: dict[tuple[str, str], str] = {}
 
-CHECKS = [schemathesis.checks.not_a_server_error, status_code_conformance, content_type_conformance,
-          response_headers_conformance, response_schema_conformance]
+CHECKS = [
+    schemathesis.checks.not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+]
 
 
 @schemathesis.serializer("application/x-ndjson")
@@ -117,8 +127,15 @@ class Fuzzed:
             else:
                 data = kwargs["data"]
         try:
-            return client.request(kwargs["method"], kwargs["url"], headers=request_headers, params=kwargs.get("params") or None,
-                                  content=content, data=data, follow_redirects=False)
+            return client.request(
+                kwargs["method"],
+                kwargs["url"],
+                headers=request_headers,
+                params=kwargs.get("params") or None,
+                content=content,
+                data=data,
+                follow_redirects=False,
+            )
         finally:
             client.cookies.clear()
 
@@ -131,12 +148,17 @@ def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzzed]:
     # Signed checkpoints, so the proof of a trace answers too.
     from audit.keys import generate
 
-    overrides |= {"audit_signing_key": generate(directory / "keys")["private"], "audit_checkpoints": directory / "audit.checkpoints",
-                  "platform_tenant": TENANT}  # its policy_admin may reload
+    overrides |= {
+        "audit_signing_key": generate(directory / "keys")["private"],
+        "audit_checkpoints": directory / "audit.checkpoints",
+        "platform_tenant": TENANT,
+    }  # its policy_admin may reload
     database = fresh_database(BACKEND, directory)
     with open_gateway(next(database), directory, **overrides) as gateway:
-        keys = {role: gateway.key(f"fuzz-{role}", tenant=TENANT, roles=(role,), groups=GROUPS, clearance="confidential")
-                for role in ROLES[:-1]}
+        keys = {
+            role: gateway.key(f"fuzz-{role}", tenant=TENANT, roles=(role,), groups=GROUPS, clearance="confidential")
+            for role in ROLES[:-1]
+        }
         headers = {role: gateway.auth(key) for role, key in keys.items()} | {"anonymous": {}}
         served = gateway.client.get("/openapi.json")
         assert served.status_code == 200
@@ -151,16 +173,58 @@ def seed(fuzzed: Fuzzed) -> dict[str, list[str]]:
     values that exist, for `steer`."""
     gateway = fuzzed.gateway
     items = [
-        {"id": "ent_jane", "kind": "entity", "entity_type": "contact", "name": "Jane", "email": "jane@globex.example", "acl": ["*"]},
-        {"id": "ent_globex", "kind": "entity", "entity_type": "company", "name": "Globex", "website": "globex.example", "acl": ["*"]},
+        {
+            "id": "ent_jane",
+            "kind": "entity",
+            "entity_type": "contact",
+            "name": "Jane",
+            "email": "jane@globex.example",
+            "acl": ["*"],
+        },
+        {
+            "id": "ent_globex",
+            "kind": "entity",
+            "entity_type": "company",
+            "name": "Globex",
+            "website": "globex.example",
+            "acl": ["*"],
+        },
         *({"id": entity, "kind": "entity", "entity_type": "company", "name": entity, "acl": ["*"]} for entity in ENTITIES),
-        {"id": "mem_pricing", "kind": "memory", "text": "Jane asked about annual pricing and a discount.", "entity": "ent_jane",
-         "acl": ["*"], "scope": ["sales"], "tags": ["pricing"]},
-        {"id": "mem_ticket", "kind": "memory", "text": "Jane's ticket: the export is slow.", "entity": "ent_jane",
-         "acl": ["*"], "scope": ["support"]},
-        {"id": "prop_title", "kind": "property", "name": "title", "value": "CFO", "entity": "ent_jane", "acl": ["*"], "scope": ["sales"]},
-        {"id": "edge_works", "kind": "edge", "from": "ent_jane", "to": "ent_globex", "relation": "works_at", "acl": ["*"],
-         "scope": ["sales"]},
+        {
+            "id": "mem_pricing",
+            "kind": "memory",
+            "text": "Jane asked about annual pricing and a discount.",
+            "entity": "ent_jane",
+            "acl": ["*"],
+            "scope": ["sales"],
+            "tags": ["pricing"],
+        },
+        {
+            "id": "mem_ticket",
+            "kind": "memory",
+            "text": "Jane's ticket: the export is slow.",
+            "entity": "ent_jane",
+            "acl": ["*"],
+            "scope": ["support"],
+        },
+        {
+            "id": "prop_title",
+            "kind": "property",
+            "name": "title",
+            "value": "CFO",
+            "entity": "ent_jane",
+            "acl": ["*"],
+            "scope": ["sales"],
+        },
+        {
+            "id": "edge_works",
+            "kind": "edge",
+            "from": "ent_jane",
+            "to": "ent_globex",
+            "relation": "works_at",
+            "acl": ["*"],
+            "scope": ["sales"],
+        },
     ]
     gateway.ingest(TENANT, items)
     writer = gateway.auth(fuzzed.keys["ingest"])
@@ -174,13 +238,20 @@ def seed(fuzzed: Fuzzed) -> dict[str, list[str]]:
     spare_keys = [gateway.key(f"fuzz-spare-{n}", tenant=TENANT).split("_")[1] for n in range(2)]
     sessions = []
     for _ in range(2):  # one for the pages, one the fuzzing of sign-out may end
-        response = gateway.client.post("/audit/sign-in", data={"key": fuzzed.keys["auditor"]}, headers=SAME_ORIGIN,
-                                       follow_redirects=False)
+        response = gateway.client.post(
+            "/audit/sign-in", data={"key": fuzzed.keys["auditor"]}, headers=SAME_ORIGIN, follow_redirects=False
+        )
         assert response.status_code == 303, response.text
         sessions.append(response.cookies[SESSION_COOKIE])
         gateway.client.cookies.clear()
-    return {"trace_id": traces, "entity_id": list(ENTITIES), "key_id": spare_keys, "document_id": ["doc_pricing"],
-            "session": sessions[:1], "spare_session": sessions[1:]}
+    return {
+        "trace_id": traces,
+        "entity_id": list(ENTITIES),
+        "key_id": spare_keys,
+        "document_id": ["doc_pricing"],
+        "session": sessions[:1],
+        "spare_session": sessions[1:],
+    }
 
 
 def steer(label: str, case: Any, known: dict[str, list[str]], auditor_key: str, choice: int) -> Any:
@@ -223,8 +294,10 @@ def check(fuzzed: Fuzzed, label: str, case: Any, headers: dict[str, str], found:
         case.validate_response(response, checks=CHECKS, headers=headers)
     except FailureGroup as group:
         for failure in group.exceptions:
-            found.setdefault(failure_key(failure), f"{note}: {case.as_curl_command()}\n"
-                             f"-> {response.status_code} {response.text[:500]}\n{failure.message}")
+            found.setdefault(
+                failure_key(failure),
+                f"{note}: {case.as_curl_command()}\n-> {response.status_code} {response.text[:500]}\n{failure.message}",
+            )
     return response
 
 
@@ -253,46 +326,121 @@ def test_the_documented_answers(fuzzed: Fuzzed) -> None:
 
     for label in ("GET /healthz", "GET /readyz", "GET /openapi.json", "GET /.well-known/oauth-protected-resource/mcp"):
         call(label, "anonymous", 200)
-    ingested = [{"id": "mem_scenario", "kind": "memory", "text": "Globex renewal is due in March.", "entity": "ent_globex",
-                 "acl": ["*"], "scope": ["sales"], "valid_from": "2026-01-01T00:00:00Z"}]
+    ingested = [
+        {
+            "id": "mem_scenario",
+            "kind": "memory",
+            "text": "Globex renewal is due in March.",
+            "entity": "ent_globex",
+            "acl": ["*"],
+            "scope": ["sales"],
+            "valid_from": "2026-01-01T00:00:00Z",
+        }
+    ]
     call("PUT /v1/items", "ingest", 200, body=ingested, media_type="application/json")
     call("PUT /v1/items", "ingest", 200, body=ingested, media_type="application/x-ndjson")
-    call("PUT /v1/edges", "ingest", 200, body=[{"from": "ent_globex", "to": "ent_jane", "relation": "owns", "acl": ["*"]}],
-         media_type="application/json")
-    call("PUT /v1/entities/{entity_id}", "ingest", 200, path_parameters={"entity_id": "ent_scenario"},
-         body={"entity_type": "contact", "name": "Scenario", "email": "scenario@globex.example", "acl": ["*"]}, media_type="application/json")
-    call("PUT /v1/entities/{entity_id}", "ingest", 422, path_parameters={"entity_id": "ent_scenario"},
-         body={"acl": ["*"]}, media_type="application/json")  # no entity_type: the report says why
-    call("PUT /v1/documents/{document_id}", "ingest", 200, path_parameters={"document_id": "doc_scenario"},
-         body=FRONT_MATTER + "# Renewal\n\nGlobex renews in March.\n\n## Terms\n\nNet 30.\n", media_type="text/markdown")
-    call("POST /v1/entities/{entity_id}/merge", "ingest", 200, path_parameters={"entity_id": "ent_scenario"},
-         body={"into": "ent_jane"}, media_type="application/json")
+    call(
+        "PUT /v1/edges",
+        "ingest",
+        200,
+        body=[{"from": "ent_globex", "to": "ent_jane", "relation": "owns", "acl": ["*"]}],
+        media_type="application/json",
+    )
+    call(
+        "PUT /v1/entities/{entity_id}",
+        "ingest",
+        200,
+        path_parameters={"entity_id": "ent_scenario"},
+        body={"entity_type": "contact", "name": "Scenario", "email": "scenario@globex.example", "acl": ["*"]},
+        media_type="application/json",
+    )
+    call(
+        "PUT /v1/entities/{entity_id}",
+        "ingest",
+        422,
+        path_parameters={"entity_id": "ent_scenario"},
+        body={"acl": ["*"]},
+        media_type="application/json",
+    )  # no entity_type: the report says why
+    call(
+        "PUT /v1/documents/{document_id}",
+        "ingest",
+        200,
+        path_parameters={"document_id": "doc_scenario"},
+        body=FRONT_MATTER + "# Renewal\n\nGlobex renews in March.\n\n## Terms\n\nNet 30.\n",
+        media_type="text/markdown",
+    )
+    call(
+        "POST /v1/entities/{entity_id}/merge",
+        "ingest",
+        200,
+        path_parameters={"entity_id": "ent_scenario"},
+        body={"into": "ent_jane"},
+        media_type="application/json",
+    )
     call("DELETE /v1/entities/{entity_id}", "ingest", 200, path_parameters={"entity_id": "ent_scenario"})
-    call("POST /v1/entities/{entity_id}/merge", "ingest", 409, path_parameters={"entity_id": "ent_scenario"},
-         body={"into": "ent_globex"}, media_type="application/json")
+    call(
+        "POST /v1/entities/{entity_id}/merge",
+        "ingest",
+        409,
+        path_parameters={"entity_id": "ent_scenario"},
+        body={"into": "ent_globex"},
+        media_type="application/json",
+    )
 
-    sales = {"task": SALES, "query": "pricing renewal discount", "entities": [{"email": "Jane@Globex.example"}, {"id": "ent_scenario"}],
-             "sources": {"semantic": False}}
+    sales = {
+        "task": SALES,
+        "query": "pricing renewal discount",
+        "entities": [{"email": "Jane@Globex.example"}, {"id": "ent_scenario"}],
+        "sources": {"semantic": False},
+    }
     first = call("POST /v1/retrieve", "agent", 200, body={**sales, "budget": {"bytes": 60}}, media_type="application/json").json()
     assert first["items"] and first["entities"] and first["cursor"], first
     state["trace"] = first["trace_id"]
     call("POST /v1/retrieve", "agent", 200, body={"task": SALES, "cursor": first["cursor"]}, media_type="application/json")
-    call("POST /v1/retrieve", "agent", 200, body={"task": SALES, "fetch": ["mem_pricing", "edge_works"], "as_of": "2026-06-01T00:00:00Z"},
-         media_type="application/json")
-    call("POST /v1/retrieve", "policy_admin", 200, body={"task": {"type": "research"}, "query": "discount", "depth": "deep"},
-         media_type="application/json")
+    call(
+        "POST /v1/retrieve",
+        "agent",
+        200,
+        body={"task": SALES, "fetch": ["mem_pricing", "edge_works"], "as_of": "2026-06-01T00:00:00Z"},
+        media_type="application/json",
+    )
+    call(
+        "POST /v1/retrieve",
+        "policy_admin",
+        200,
+        body={"task": {"type": "research"}, "query": "discount", "depth": "deep"},
+        media_type="application/json",
+    )
     denied = call("POST /v1/retrieve", "agent", 403, body={"task": {"type": "compliance_review"}}, media_type="application/json")
     assert denied.json()["error"]["reasons"], denied.text
 
-    call("POST /v1/traces/{trace_id}/usage", "agent", 200, path_parameters={"trace_id": state["trace"]},
-         body={"used": [first["items"][0]["id"], "mem_never_returned"]}, media_type="application/json")
-    call("POST /v1/traces/{trace_id}/feedback", "agent", 200, path_parameters={"trace_id": state["trace"]},
-         body={"rating": 4, "comment": "useful"}, media_type="application/json")
+    call(
+        "POST /v1/traces/{trace_id}/usage",
+        "agent",
+        200,
+        path_parameters={"trace_id": state["trace"]},
+        body={"used": [first["items"][0]["id"], "mem_never_returned"]},
+        media_type="application/json",
+    )
+    call(
+        "POST /v1/traces/{trace_id}/feedback",
+        "agent",
+        200,
+        path_parameters={"trace_id": state["trace"]},
+        body={"rating": 4, "comment": "useful"},
+        media_type="application/json",
+    )
     call("GET /v1/policy", "policy_admin", 200)
     call("POST /v1/policy/reload", "policy_admin", 200)
     actor = {"id": "fuzz-agent", "tenant": TENANT, "roles": ["agent"], "groups": list(GROUPS), "clearance": "confidential"}
-    call("POST /v1/policy/explain", "policy_admin", 200, body={"actor": actor, "request": {"task": SALES, "query": "pricing"},
-                                                               "items": ["mem_pricing", "mem_missing"]}, media_type="application/json")
+    call(
+        "POST /v1/policy/explain",
+        "policy_admin",
+        200,
+        body={"actor": actor, "request": {"task": SALES, "query": "pricing"}, "items": ["mem_pricing", "mem_missing"]},
+        media_type="application/json",
+    )
     shipped = read_bundle(PROJECT_POLICIES)
     candidate = {"modules": dict(shipped.modules), "data": shipped.data}
     call("POST /v1/policy/impact", "policy_admin", 200, body={"policies": candidate, "limit": 50}, media_type="application/json")
@@ -306,12 +454,23 @@ def test_the_documented_answers(fuzzed: Fuzzed) -> None:
     call("GET /v1/audit/export", "auditor", 200)
 
     call("GET /v1/keys", "key_admin", 200)
-    made = call("POST /v1/keys", "key_admin", 201, body={"principal": "user:scenario", "roles": ["agent"], "groups": ["sales"]},
-                media_type="application/json").json()
+    made = call(
+        "POST /v1/keys",
+        "key_admin",
+        201,
+        body={"principal": "user:scenario", "roles": ["agent"], "groups": ["sales"]},
+        media_type="application/json",
+    ).json()
     call("DELETE /v1/keys/{key_id}", "key_admin", 200, path_parameters={"key_id": made["id"]})
 
-    signed_in = call("POST /audit/sign-in", "anonymous", 303, body={"key": keys["auditor"]},
-                     media_type="application/x-www-form-urlencoded", headers=SAME_ORIGIN)
+    signed_in = call(
+        "POST /audit/sign-in",
+        "anonymous",
+        303,
+        body={"key": keys["auditor"]},
+        media_type="application/x-www-form-urlencoded",
+        headers=SAME_ORIGIN,
+    )
     session = {SESSION_COOKIE: signed_in.cookies[SESSION_COOKIE]}
     call("GET /audit", "anonymous", 200, cookies=session, query={"task": "account_followup"})
     call("GET /audit/traces/{trace_id}", "anonymous", 200, cookies=session, path_parameters={"trace_id": state["trace"]})
@@ -334,11 +493,21 @@ def test_the_contract_holds(fuzzed: Fuzzed, label: str, role: str) -> None:
     negatable = any(len(part) for part in (operation.body, operation.query, operation.path_parameters))
     for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE) if negatable else (GenerationMode.POSITIVE,):
         auditor_key = fuzzed.keys["auditor"]
-        strategy = st.builds(lambda case, choice: steer(label, case, fuzzed.known, auditor_key, choice),
-                             operation.as_strategy(generation_mode=mode), st.integers(0, 3))
+        strategy = st.builds(
+            lambda case, choice: steer(label, case, fuzzed.known, auditor_key, choice),
+            operation.as_strategy(generation_mode=mode),
+            st.integers(0, 3),
+        )
 
-        @settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None, phases=[Phase.explicit, Phase.generate],
-                  suppress_health_check=list(HealthCheck), print_blob=False)
+        @settings(
+            max_examples=EXAMPLES,
+            derandomize=True,
+            database=None,
+            deadline=None,
+            phases=[Phase.explicit, Phase.generate],
+            suppress_health_check=list(HealthCheck),
+            print_blob=False,
+        )
         @given(case=strategy)
         def run(case: Any) -> None:
             check(fuzzed, label, case, headers, found, mode.value)

@@ -43,7 +43,11 @@ def test_every_layer_contract_is_kept() -> None:
         ("gateway/pipeline/budget.py", "import starlette.responses  # noqa\n", "Only the HTTP layer knows Starlette"),
         ("gateway/pipeline/ranking.py", "import gateway.pipeline.budget  # noqa\n", "No cycles"),
         ("gateway/client/calls.py", "import core.errors  # noqa\n", "The client and the adapters know nothing of the service"),
-        ("gateway/adapters/langchain.py", "import gateway.http.errors  # noqa\n", "The client and the adapters know nothing of the service"),
+        (
+            "gateway/adapters/langchain.py",
+            "import gateway.http.errors  # noqa\n",
+            "The client and the adapters know nothing of the service",
+        ),
     ],
 )
 def test_an_upward_import_or_a_cycle_is_caught(tmp_path: Path, module: str, planted: str, broken: str) -> None:

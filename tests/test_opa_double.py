@@ -88,9 +88,7 @@ def test_delete_policy(opa, client):
 
 
 def test_put_data_then_read_through_policy(opa, client):
-    put_policy(
-        client, opa, "roles", "package roles\n\nallowed := input.role in data.cfg.roles\n"
-    )
+    put_policy(client, opa, "roles", "package roles\n\nallowed := input.role in data.cfg.roles\n")
     r = client.put(f"{opa.url}/v1/data/cfg", json={"roles": ["admin"]})
     assert r.status_code == 204
     assert r.content == b""
@@ -103,9 +101,7 @@ def test_put_data_then_read_through_policy(opa, client):
 def test_provenance_uses_settable_revision(opa, client):
     put_policy(client, opa)
     opa.revision = "rev-7"
-    r = client.post(
-        f"{opa.url}/v1/data/t/x?provenance", json={"input": {"a": 1}}
-    )
+    r = client.post(f"{opa.url}/v1/data/t/x?provenance", json={"input": {"a": 1}})
     assert r.json() == {
         "result": 2,
         "provenance": {"version": "1.20.2", "bundles": {"gateway": {"revision": "rev-7"}}},
@@ -169,11 +165,7 @@ def test_hang_times_out_client_and_close_is_prompt(client):
         with pytest.raises(httpx.ReadTimeout):
             client.post(f"{opa.url}/v1/data/t/x", json={"input": {}}, timeout=0.2)
         # A request still hanging when the double closes must not delay it.
-        t = threading.Thread(
-            target=lambda: pytest.raises(
-                httpx.HTTPError, client.post, f"{opa.url}/v1/data/t/x", json={}
-            )
-        )
+        t = threading.Thread(target=lambda: pytest.raises(httpx.HTTPError, client.post, f"{opa.url}/v1/data/t/x", json={}))
         t.start()
         time.sleep(0.2)
     finally:

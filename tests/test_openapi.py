@@ -49,7 +49,9 @@ def test_every_route_is_documented_and_nothing_else(served: tuple[Any, dict[str,
     assert documented - taken == set(), "documented operations no route takes"
     assert set(OPERATIONS) - taken == set(), "entries in OPERATIONS for routes the app does not have"
     # HEAD is answered wherever GET is routed; every other method a route takes is documented
-    assert all(m in ("GET", "HEAD") or (r.path, m.lower()) in documented for r in app.routes for m in getattr(r, "methods", None) or ())
+    assert all(
+        m in ("GET", "HEAD") or (r.path, m.lower()) in documented for r in app.routes for m in getattr(r, "methods", None) or ()
+    )
 
 
 def test_request_bodies_are_the_validating_models(served: tuple[Any, dict[str, Any]]) -> None:
@@ -66,13 +68,19 @@ def test_request_bodies_are_the_validating_models(served: tuple[Any, dict[str, A
     assert body[("/v1/keys", "post")]["application/json"]["schema"] == {"$ref": SCHEMAS + "NewKey"}
     assert {"$ref": SCHEMAS + "ItemIn"} in body[("/v1/items", "put")]["application/json"]["schema"]["anyOf"]
     for variant in ("EntityIn", "EdgeIn"):  # ItemIn as the entity and edge endpoints take it
-        assert components[variant]["properties"] == {**components["ItemIn"]["properties"], "kind": components[variant]["properties"]["kind"]}
+        assert components[variant]["properties"] == {
+            **components["ItemIn"]["properties"],
+            "kind": components[variant]["properties"]["kind"],
+        }
 
 
 def test_errors_and_limits_are_documented_on_every_authenticated_call(served: tuple[Any, dict[str, Any]]) -> None:
     _, document = served
-    assert document["components"]["securitySchemes"]["bearer"] == {**document["components"]["securitySchemes"]["bearer"],
-                                                                    "type": "http", "scheme": "bearer"}
+    assert document["components"]["securitySchemes"]["bearer"] == {
+        **document["components"]["securitySchemes"]["bearer"],
+        "type": "http",
+        "scheme": "bearer",
+    }
     error = document["components"]["schemas"]["Error"]
     assert error["required"] == ["error"] and error["properties"]["error"]["required"] == ["code", "message", "trace_id"]
     authenticated = {key: op for key, op in operations(document).items() if key[0].startswith("/v1/")}
@@ -81,7 +89,11 @@ def test_errors_and_limits_are_documented_on_every_authenticated_call(served: tu
         assert op["security"] == [{"bearer": []}], (path, method)
         responses = op["responses"]
         for status in ("401", "403", "429", "503"):
-            assert responses[status]["content"]["application/json"]["schema"] == {"$ref": SCHEMAS + "Error"}, (path, method, status)
+            assert responses[status]["content"]["application/json"]["schema"] == {"$ref": SCHEMAS + "Error"}, (
+                path,
+                method,
+                status,
+            )
         assert responses["429"]["headers"]["Retry-After"]["required"] is True
         assert any(status.startswith("2") for status in responses), (path, method)
     for path in ("/healthz", "/readyz", "/openapi.json"):

@@ -108,10 +108,7 @@ class SqlExactConnector:
         if not survivors:
             return ()
         statement = (
-            select(item)
-            .where(permitted(("entity",)), item.c.merged_into.in_(survivors))
-            .order_by(item.c.id)
-            .limit(MAX_ENTITIES)
+            select(item).where(permitted(("entity",)), item.c.merged_into.in_(survivors)).order_by(item.c.id).limit(MAX_ENTITIES)
         )
         return await cancellable(self._entities, statement, bound(where), "merge lookup")
 
@@ -177,6 +174,4 @@ class SqlExactConnector:
                 rows = conn.execute(statement, bound(where)).all()
         except SQLAlchemyError as exc:
             raise ConnectorError(f"exact search failed: {type(exc).__name__}") from exc
-        return tuple(
-            Candidate(record_from_row(row), self.name, rank, 1.0 / rank) for rank, row in enumerate(rows, start=1)
-        )
+        return tuple(Candidate(record_from_row(row), self.name, rank, 1.0 / rank) for rank, row in enumerate(rows, start=1))

@@ -151,7 +151,9 @@ class FullTextConnector:
             self._indexed.discard(where.tenant)  # a store restored under the service: look again
             raise
 
-    def _sqlite_rows(self, conn: Connection, where: ItemFilter, query: RecallQuery, terms: list[str]) -> list[tuple[Row[Any], float]]:
+    def _sqlite_rows(
+        self, conn: Connection, where: ItemFilter, query: RecallQuery, terms: list[str]
+    ) -> list[tuple[Row[Any], float]]:
         """The best `window` FTS matches by BM25, then the permitted rows among them, best first
         (ties by pk), until `limit` are found; the window widens until they are or every match has
         been seen. The answer is exactly the BM25 top `limit` of the permitted matches; FTS5 scores

@@ -171,17 +171,24 @@ def prepare(engine: Engine, dims: int) -> str | None:
         with engine.begin() as conn:
             conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": LOCK_KEY})
             found = conn.execute(
-                text("SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
-                     "WHERE a.attrelid = to_regclass(:table) AND a.attname = 'embedding' AND NOT a.attisdropped"),
+                text(
+                    "SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+                    "WHERE a.attrelid = to_regclass(:table) AND a.attname = 'embedding' AND NOT a.attisdropped"
+                ),
                 {"table": TABLE},
             ).scalar()
             if found is not None and found != f"vector({dims})":
                 return f"{TABLE}.embedding is {found}, the embedding model makes vector({dims}); drop the table to rebuild it"
-            ready = found is not None and conn.execute(
-                text("SELECT to_regclass(:index) IS NOT NULL AND EXISTS "
-                     "(SELECT 1 FROM pg_trigger WHERE tgname = 'gw_item_pgvector_sync' AND tgrelid = to_regclass('item_vector'))"),
-                {"index": f"ix_{TABLE}_hnsw"},
-            ).scalar()
+            ready = (
+                found is not None
+                and conn.execute(
+                    text(
+                        "SELECT to_regclass(:index) IS NOT NULL AND EXISTS "
+                        "(SELECT 1 FROM pg_trigger WHERE tgname = 'gw_item_pgvector_sync' AND tgrelid = to_regclass('item_vector'))"
+                    ),
+                    {"index": f"ix_{TABLE}_hnsw"},
+                ).scalar()
+            )
             if ready:  # a replica restarting: take no lock on item_vector, change nothing
                 return None
             for statement in ddl(dims):
@@ -192,7 +199,9 @@ def prepare(engine: Engine, dims: int) -> str | None:
             if found is None:  # the planner's first plans need the mirror's size, not a guess of one row
                 conn.execute(text(f"ANALYZE {TABLE}"))
     except SQLAlchemyError as exc:
-        return f"pgvector is not available ({type(exc).__name__}: {str(exc.orig if hasattr(exc, 'orig') else exc).splitlines()[0]})"
+        return (
+            f"pgvector is not available ({type(exc).__name__}: {str(exc.orig if hasattr(exc, 'orig') else exc).splitlines()[0]})"
+        )
     return None
 
 

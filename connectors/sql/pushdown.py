@@ -97,21 +97,27 @@ def _conjuncts(kinds: tuple[str, ...] | None, t: FromClause, links: bool) -> tup
         ("status", t.c.status.in_(value("statuses", many=True))),
         ("valid_from", or_(t.c.valid_from.is_(None), t.c.valid_from <= value("valid_at"))),
         ("valid_to", or_(bindparam("pf_history", type_=Boolean()), t.c.valid_to.is_(None), t.c.valid_to > value("valid_at"))),
-        ("acl", exists(
-            select(item_principal.c.item_pk).where(
-                item_principal.c.item_pk == t.c.pk,
-                item_principal.c.principal.in_(value("principals", many=True)),
-            )
-        )),
-        ("scope", or_(
-            t.c.scoped.is_(False),
+        (
+            "acl",
             exists(
-                select(item_scope.c.item_pk).where(
-                    item_scope.c.item_pk == t.c.pk,
-                    item_scope.c.scope.in_(value("scopes", many=True)),
+                select(item_principal.c.item_pk).where(
+                    item_principal.c.item_pk == t.c.pk,
+                    item_principal.c.principal.in_(value("principals", many=True)),
                 )
             ),
-        )),
+        ),
+        (
+            "scope",
+            or_(
+                t.c.scoped.is_(False),
+                exists(
+                    select(item_scope.c.item_pk).where(
+                        item_scope.c.item_pk == t.c.pk,
+                        item_scope.c.scope.in_(value("scopes", many=True)),
+                    )
+                ),
+            ),
+        ),
         ("attachment", or_(t.c.attached_to.is_(None), t.c.attached_to.in_(value("subjects", many=True)))),
         *((f"tombstone:{column}", or_(t.c[column].is_(None), t.c[column].not_in(tombstoned))) for column in ENTITY_LINKS),
         *(((f"linked_entity:{column}", _linked_entity_visible(t, column)) for column in ENTITY_LINKS) if links else ()),
@@ -134,10 +140,7 @@ def tagged(tags: Sequence[str]) -> ColumnElement[bool]:
     """The caller's tag filter: every tag must be present. ANDed with `permitted`, never instead."""
     return and_(
         true(),
-        *(
-            exists(select(item_tag.c.item_pk).where(item_tag.c.item_pk == item.c.pk, item_tag.c.tag == tag))
-            for tag in tags
-        )
+        *(exists(select(item_tag.c.item_pk).where(item_tag.c.item_pk == item.c.pk, item_tag.c.tag == tag)) for tag in tags),
     )
 
 

@@ -161,9 +161,7 @@ class VectorIndex:
         vectors.window_read_ns = read_at
         vectors.refreshed = time.monotonic()
 
-    def nearest(
-        self, where: ItemFilter, query: RecallQuery, strategy: Strategy = "auto"
-    ) -> tuple[list[tuple[int, float]], str]:
+    def nearest(self, where: ItemFilter, query: RecallQuery, strategy: Strategy = "auto") -> tuple[list[tuple[int, float]], str]:
         """The best (pk, cosine) pairs among permitted items, best first, and the strategy used."""
         found, used = self.nearest_rows(where, query, strategy)
         return [(int(row._mapping["pk"]), score) for row, score in found], used
@@ -193,12 +191,16 @@ class VectorIndex:
         """Load every tenant's vectors and start building its graph (at start-up, in the background),
         so the first query of a tenant does not pay for it."""
         with watched(self.engine) as conn:
-            tenants = conn.execute(
-                select(item.c.tenant)
-                .select_from(item_vector.join(item, item.c.pk == item_vector.c.item_pk))
-                .where(item_vector.c.model == self.model)
-                .distinct()
-            ).scalars().all()
+            tenants = (
+                conn.execute(
+                    select(item.c.tenant)
+                    .select_from(item_vector.join(item, item.c.pk == item_vector.c.item_pk))
+                    .where(item_vector.c.model == self.model)
+                    .distinct()
+                )
+                .scalars()
+                .all()
+            )
             for tenant in tenants:
                 self.tenant(conn, tenant)
 
@@ -206,8 +208,14 @@ class VectorIndex:
         return {**bound(where), "vector_model": self.model, **more}
 
     def _read(
-        self, conn: Connection, where: ItemFilter, query: RecallQuery, pks: npt.NDArray[np.int64],
-        scores: npt.NDArray[np.float32], *, give_up: bool = False,
+        self,
+        conn: Connection,
+        where: ItemFilter,
+        query: RecallQuery,
+        pks: npt.NDArray[np.int64],
+        scores: npt.NDArray[np.float32],
+        *,
+        give_up: bool = False,
     ) -> tuple[list[tuple[Row[Any], float]], Walk]:
         """The permitted rows among `pks` (best first) with their scores: the first `limit` of them."""
         done = walk(conn, admitted_rows(query.tags), self._values(where), pks.tolist(), query.limit, give_up=give_up)

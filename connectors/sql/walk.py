@@ -32,8 +32,15 @@ class Walk:
 
 
 def walk(
-    conn: Connection, statement: Select[Any], values: dict[str, Any], pks: Sequence[int], limit: int,
-    state: Walk | None = None, *, param: str = "walk_pks", give_up: bool = False,
+    conn: Connection,
+    statement: Select[Any],
+    values: dict[str, Any],
+    pks: Sequence[int],
+    limit: int,
+    state: Walk | None = None,
+    *,
+    param: str = "walk_pks",
+    give_up: bool = False,
 ) -> Walk:
     """Permitted rows of `pks` in their order: `statement` binds the pks to read as `param` (an
     expanding parameter) and applies the constraints. With `give_up`, a walk that admits under

@@ -205,7 +205,9 @@ class WeaviateConnector:
         if len(query.vector) != self.dims:
             raise ConnectorError("semantic: the query vector has other dimensions than the index")
         if tree == NOTHING or query.limit < 1:
-            return SourceResult(self.name, "empty", ms=(time.perf_counter() - started) * 1000, detail="the constraints admit nothing")
+            return SourceResult(
+                self.name, "empty", ms=(time.perf_counter() - started) * 1000, detail="the constraints admit nothing"
+            )
         native = to_weaviate(tree)
         shard = weaviate_tenant(where.tenant)
         candidates = await anyio.to_thread.run_sync(self._search, where.tenant, shard, native, query, abandon_on_cancel=True)

@@ -113,7 +113,7 @@ def to_weaviate(tree: Node) -> FilterReturn:
     if tree == NOTHING:
         raise ConnectorError("semantic: a filter that matches nothing has no Weaviate form; do not query")
     if set(tree) == {"all"} or set(tree) == {"any"}:
-        (key, children), = tree.items()
+        ((key, children),) = tree.items()
         if not isinstance(children, list) or not children:
             raise ConnectorError(f"semantic: an empty {key!r} node is not a filter")
         converted = [to_weaviate(child) for child in children]

@@ -176,8 +176,10 @@ def schema_problems(config: Any, model: str, dims: int) -> list[str]:
         prop = live.get(name)
         if prop is None or prop.data_type != data_type:
             problems.append(f"property {name!r} is missing or of another type")
-        elif name in FILTERED and tokenization is not None and (
-            prop.tokenization != tokenization or getattr(prop, "text_analyzer", None) is not None
+        elif (
+            name in FILTERED
+            and tokenization is not None
+            and (prop.tokenization != tokenization or getattr(prop, "text_analyzer", None) is not None)
         ):
             problems.append(f"property {name!r} is not tokenized as {tokenization.value}")
         elif name in FILTERED and not getattr(prop, "index_filterable", True):

@@ -47,9 +47,13 @@ def item_metadata(item: Item, trace_id: str) -> dict[str, Any]:
         "source_uri": item.source.uri,
         "trace_id": trace_id,
     }
-    optional = {"entity": item.entity, "section": item.section, "document": item.document,
-                "valid_from": item.valid_from.isoformat() if item.valid_from else None,
-                "valid_to": item.valid_to.isoformat() if item.valid_to else None}
+    optional = {
+        "entity": item.entity,
+        "section": item.section,
+        "document": item.document,
+        "valid_from": item.valid_from.isoformat() if item.valid_from else None,
+        "valid_to": item.valid_to.isoformat() if item.valid_to else None,
+    }
     metadata.update({name: value for name, value in optional.items() if value is not None})
     return metadata
 

@@ -45,8 +45,14 @@ class GatewayRetriever(Closing, BaseRetriever):
         return cls(client=GatewayClient(base_url, token), async_client=AsyncGatewayClient(base_url, token), task=task, **fields)
 
     def _arguments(self) -> dict[str, Any]:
-        return {"mode": self.mode, "depth": self.depth, "budget_bytes": self.budget_bytes, "kinds": self.kinds,
-                "sources": self.sources, "entities": self.entities}
+        return {
+            "mode": self.mode,
+            "depth": self.depth,
+            "budget_bytes": self.budget_bytes,
+            "kinds": self.kinds,
+            "sources": self.sources,
+            "entities": self.entities,
+        }
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
         if self.client is None:
@@ -60,5 +66,6 @@ class GatewayRetriever(Closing, BaseRetriever):
 
 
 def documents(result: RetrieveResult) -> list[Document]:
-    return [Document(page_content=item.text or "", metadata=item_metadata(item, result.trace_id), id=item.id)
-            for item in result.items]
+    return [
+        Document(page_content=item.text or "", metadata=item_metadata(item, result.trace_id), id=item.id) for item in result.items
+    ]

@@ -25,17 +25,32 @@ class GatewayRetriever(Closing, BaseRetriever):
     one, the sync client runs in a thread). `from_url` makes both. The task type must be granted to
     the key's actor by the policy; the other fields narrow what it allows, never widen it."""
 
-    def __init__(self, task: str | Mapping[str, Any], *, client: GatewayClient | None = None,
-                 async_client: AsyncGatewayClient | None = None, mode: str | None = None, depth: str | None = None,
-                 budget_bytes: int | None = None, kinds: Sequence[str] | None = None,
-                 sources: Mapping[str, bool] | None = None, entities: Sequence[Mapping[str, str]] | None = None,
-                 **options: Any) -> None:
+    def __init__(
+        self,
+        task: str | Mapping[str, Any],
+        *,
+        client: GatewayClient | None = None,
+        async_client: AsyncGatewayClient | None = None,
+        mode: str | None = None,
+        depth: str | None = None,
+        budget_bytes: int | None = None,
+        kinds: Sequence[str] | None = None,
+        sources: Mapping[str, bool] | None = None,
+        entities: Sequence[Mapping[str, str]] | None = None,
+        **options: Any,
+    ) -> None:
         if client is None and async_client is None:
             raise ValueError("client: give a GatewayClient or an AsyncGatewayClient (or use from_url)")
         super().__init__(**options)
         self.client, self.async_client, self.task = client, async_client, task
-        self.arguments: dict[str, Any] = {"mode": mode, "depth": depth, "budget_bytes": budget_bytes, "kinds": kinds,
-                                          "sources": sources, "entities": entities}
+        self.arguments: dict[str, Any] = {
+            "mode": mode,
+            "depth": depth,
+            "budget_bytes": budget_bytes,
+            "kinds": kinds,
+            "sources": sources,
+            "entities": entities,
+        }
 
     @classmethod
     def from_url(cls, base_url: str, token: str, task: str | Mapping[str, Any], **fields: Any) -> GatewayRetriever:
@@ -54,5 +69,7 @@ class GatewayRetriever(Closing, BaseRetriever):
 
 
 def nodes(result: RetrieveResult) -> list[NodeWithScore]:
-    return [NodeWithScore(node=TextNode(id_=item.id, text=item.text or "", metadata=item_metadata(item, result.trace_id)),
-                          score=None) for item in result.items]
+    return [
+        NodeWithScore(node=TextNode(id_=item.id, text=item.text or "", metadata=item_metadata(item, result.trace_id)), score=None)
+        for item in result.items
+    ]

@@ -97,8 +97,9 @@ def body_of(response: httpx.Response) -> Any:
     try:
         return response.json()
     except ValueError as exc:
-        raise UnexpectedAnswer(f"{response.status_code}: the answer is not JSON", status=response.status_code,
-                               trace_id=trace_id_of(response)) from exc
+        raise UnexpectedAnswer(
+            f"{response.status_code}: the answer is not JSON", status=response.status_code, trace_id=trace_id_of(response)
+        ) from exc
 
 
 def model(kind: type[M]) -> Callable[[httpx.Response], M]:
@@ -110,8 +111,9 @@ def model(kind: type[M]) -> Callable[[httpx.Response], M]:
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(part) for part in first["loc"]) or "body"
-            raise UnexpectedAnswer(f"{kind.__name__}.{where}: {first['msg']}", status=response.status_code,
-                                   trace_id=trace_id_of(response)) from exc
+            raise UnexpectedAnswer(
+                f"{kind.__name__}.{where}: {first['msg']}", status=response.status_code, trace_id=trace_id_of(response)
+            ) from exc
 
     return read
 
@@ -153,7 +155,9 @@ def error_from(response: httpx.Response) -> ApiError:
         reasons = tuple(str(r) for r in error.get("reasons") or ())
     kind = error_class(status)
     if issubclass(kind, Retryable):
-        return kind(status, code, message, trace_id, reasons=reasons, retry_after=retry_after(response.headers.get("retry-after")))
+        return kind(
+            status, code, message, trace_id, reasons=reasons, retry_after=retry_after(response.headers.get("retry-after"))
+        )
     return kind(status, code, message, trace_id, reasons=reasons)
 
 
@@ -233,14 +237,25 @@ def ingest(items: Iterable[Mapping[str, Any]]) -> Call[IngestReport]:
 def put_document(document_id: str, markdown: str | bytes) -> Call[DocumentReport]:
     """PUT /v1/documents/{id}: idempotent (the same bytes again change nothing)."""
     content = markdown.encode() if isinstance(markdown, str) else markdown
-    return Call("PUT", f"/v1/documents/{segment(document_id, 'document_id')}", model(DocumentReport), content=content,
-                content_type="text/markdown", answers=frozenset({200, 422}))
+    return Call(
+        "PUT",
+        f"/v1/documents/{segment(document_id, 'document_id')}",
+        model(DocumentReport),
+        content=content,
+        content_type="text/markdown",
+        answers=frozenset({200, 422}),
+    )
 
 
 def put_entity(entity_id: str, entity: Mapping[str, Any]) -> Call[IngestReport]:
     """PUT /v1/entities/{id}: idempotent; a rejected entity answers 422 with its report."""
-    return Call("PUT", f"/v1/entities/{segment(entity_id, 'entity_id')}", model(IngestReport), json=plain(entity),
-                answers=frozenset({200, 422}))
+    return Call(
+        "PUT",
+        f"/v1/entities/{segment(entity_id, 'entity_id')}",
+        model(IngestReport),
+        json=plain(entity),
+        answers=frozenset({200, 422}),
+    )
 
 
 def delete_entity(entity_id: str) -> Call[DeletionResult]:
@@ -259,16 +274,22 @@ def put_edges(edges: Iterable[Mapping[str, Any]]) -> Call[IngestReport]:
 
 def report_usage(trace_id: str, used: Sequence[str]) -> Call[UsageReport]:
     """Each report is an audit row of its own, so a 503 is not asked again (it could write two)."""
-    return Call("POST", f"/v1/traces/{segment(trace_id, 'trace_id')}/usage", model(UsageReport), json={"used": list(used)},
-                retry_unavailable=False)
+    return Call(
+        "POST",
+        f"/v1/traces/{segment(trace_id, 'trace_id')}/usage",
+        model(UsageReport),
+        json={"used": list(used)},
+        retry_unavailable=False,
+    )
 
 
 def feedback(trace_id: str, rating: int, comment: str | None = None) -> Call[FeedbackReport]:
     body: dict[str, Any] = {"rating": rating}
     if comment is not None:
         body["comment"] = comment
-    return Call("POST", f"/v1/traces/{segment(trace_id, 'trace_id')}/feedback", model(FeedbackReport), json=body,
-                retry_unavailable=False)
+    return Call(
+        "POST", f"/v1/traces/{segment(trace_id, 'trace_id')}/feedback", model(FeedbackReport), json=body, retry_unavailable=False
+    )
 
 
 def review_params(**filters: Any) -> dict[str, str]:

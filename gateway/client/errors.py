@@ -78,8 +78,16 @@ class PayloadTooLarge(ApiError):
 class Retryable(ApiError):
     """An answer worth asking again, after `retry_after` seconds when the gateway said (else None)."""
 
-    def __init__(self, status: int, code: str, message: str, trace_id: str | None, *, reasons: tuple[str, ...] = (),
-                 retry_after: float | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        trace_id: str | None,
+        *,
+        reasons: tuple[str, ...] = (),
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(status, code, message, trace_id, reasons=reasons)
         self.retry_after = retry_after
 
@@ -97,8 +105,15 @@ class ServerError(ApiError):
 
 
 BY_STATUS: dict[int, type[ApiError]] = {
-    400: BadRequest, 422: BadRequest, 401: Unauthenticated, 403: Forbidden, 404: NotFound, 409: Conflict,
-    413: PayloadTooLarge, 429: RateLimited, 503: Unavailable,
+    400: BadRequest,
+    422: BadRequest,
+    401: Unauthenticated,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    413: PayloadTooLarge,
+    429: RateLimited,
+    503: Unavailable,
 }
 
 

@@ -40,8 +40,16 @@ class GatewayClient:
 
     `http`: an httpx.Client of your own (connection reuse, proxies, tests); it is left open on close."""
 
-    def __init__(self, base_url: str, token: str, *, timeout: float = 30.0, max_attempts: int = 3, max_wait: float = 30.0,
-                 http: httpx.Client | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float = 30.0,
+        max_attempts: int = 3,
+        max_wait: float = 30.0,
+        http: httpx.Client | None = None,
+    ) -> None:
         self._base_url = calls.checked_base_url(base_url)
         self._token = calls.checked_token(token)
         self._retry = Retry(max_attempts=max_attempts, max_wait=max_wait)
@@ -81,17 +89,47 @@ class GatewayClient:
 
     # ------------------------------------------------------------ retrieve
 
-    def retrieve(self, task: TaskLike, query: str | None = None, *, mode: str | None = None,
-                 entities: Sequence[Mapping[str, str]] | None = None, kinds: Sequence[str] | None = None,
-                 sources: Mapping[str, bool] | None = None, graph: Mapping[str, Any] | None = None,
-                 filters: Mapping[str, Any] | None = None, fetch: Sequence[str] | None = None, cursor: str | None = None,
-                 depth: str | None = None, budget_bytes: int | None = None, limit: int | None = None,
-                 as_of: Instant | None = None, include_historical: bool | None = None,
-                 synthesize: bool | None = None) -> RetrieveResult:
+    def retrieve(
+        self,
+        task: TaskLike,
+        query: str | None = None,
+        *,
+        mode: str | None = None,
+        entities: Sequence[Mapping[str, str]] | None = None,
+        kinds: Sequence[str] | None = None,
+        sources: Mapping[str, bool] | None = None,
+        graph: Mapping[str, Any] | None = None,
+        filters: Mapping[str, Any] | None = None,
+        fetch: Sequence[str] | None = None,
+        cursor: str | None = None,
+        depth: str | None = None,
+        budget_bytes: int | None = None,
+        limit: int | None = None,
+        as_of: Instant | None = None,
+        include_historical: bool | None = None,
+        synthesize: bool | None = None,
+    ) -> RetrieveResult:
         """POST /v1/retrieve; the arguments are the body's fields (`budget_bytes` is `budget.bytes`)."""
-        return self.send(calls.retrieve(task, query, mode=mode, entities=entities, kinds=kinds, sources=sources, graph=graph,
-                                        filters=filters, fetch=fetch, cursor=cursor, depth=depth, budget_bytes=budget_bytes,
-                                        limit=limit, as_of=as_of, include_historical=include_historical, synthesize=synthesize))
+        return self.send(
+            calls.retrieve(
+                task,
+                query,
+                mode=mode,
+                entities=entities,
+                kinds=kinds,
+                sources=sources,
+                graph=graph,
+                filters=filters,
+                fetch=fetch,
+                cursor=cursor,
+                depth=depth,
+                budget_bytes=budget_bytes,
+                limit=limit,
+                as_of=as_of,
+                include_historical=include_historical,
+                synthesize=synthesize,
+            )
+        )
 
     def fetch(self, task: TaskLike, ids: Sequence[str], **fields: Any) -> RetrieveResult:
         """Named items (mode fetch), each still verified: a forbidden id looks like an unknown one."""
@@ -144,12 +182,24 @@ class GatewayClient:
 
     # ------------------------------------------------------------ audit review (the auditor role)
 
-    def traces(self, *, actor: str | None = None, task: str | None = None, decision: str | None = None,
-               since: Instant | None = None, until: Instant | None = None, item: str | None = None,
-               limit: int | None = None, cursor: str | None = None) -> TracePage:
+    def traces(
+        self,
+        *,
+        actor: str | None = None,
+        task: str | None = None,
+        decision: str | None = None,
+        since: Instant | None = None,
+        until: Instant | None = None,
+        item: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> TracePage:
         """One page of the tenant's traces, newest first."""
-        return self.send(calls.traces(actor=actor, task=task, decision=decision, since=since, until=until, item=item,
-                                      limit=limit, cursor=cursor))
+        return self.send(
+            calls.traces(
+                actor=actor, task=task, decision=decision, since=since, until=until, item=item, limit=limit, cursor=cursor
+            )
+        )
 
     def iter_traces(self, **filters: Any) -> Iterator[TraceSummary]:
         """Every matching trace, newest first, page after page (`traces`' filters and `limit` per page)."""

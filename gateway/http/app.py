@@ -82,8 +82,9 @@ async def warm_vector_index(context: GatewayContext) -> None:
         log.warning("vector index warm-up failed: %s", where(exc))
 
 
-def create_app(settings: Settings, context: GatewayContext | None = None, telemetry: Telemetry | None = None,
-               freeze: bool = False) -> Starlette:
+def create_app(
+    settings: Settings, context: GatewayContext | None = None, telemetry: Telemetry | None = None, freeze: bool = False
+) -> Starlette:
     """The app; with no context given, the lifespan builds one from settings (store, policy,
     connectors, telemetry — or the `telemetry` given). `freeze`: the serving process moves what it
     loaded at start out of the garbage collector's scans."""

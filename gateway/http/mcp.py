@@ -78,8 +78,10 @@ METADATA_CACHE = "public, max-age=3600"  # what the SDK's own metadata route say
 # caller's answer (a Host it chose) to another.
 METADATA_CACHE_BY_HOST = "private, max-age=3600"
 HTTP_URL: TypeAdapter[AnyHttpUrl] = TypeAdapter(AnyHttpUrl)
-UNPUBLISHED = ("no protected-resource metadata is published here: it takes GATEWAY_MCP on, GATEWAY_JWT_ISSUER set to the "
-               "authorization server's URL, and GATEWAY_JWT_SECRET or GATEWAY_JWT_PUBLIC_KEY")
+UNPUBLISHED = (
+    "no protected-resource metadata is published here: it takes GATEWAY_MCP on, GATEWAY_JWT_ISSUER set to the "
+    "authorization server's URL, and GATEWAY_JWT_SECRET or GATEWAY_JWT_PUBLIC_KEY"
+)
 
 
 def _field(name: str) -> tuple[Any, FieldInfo]:
@@ -147,15 +149,19 @@ def _context_text(body: Mapping[str, Any]) -> str:
         lines.append(f"[{item.get('citation') or '-'}] {item.get('id')} ({facts}): {'' if text is None else text}")
     if not lines:
         lines.append(f"No items: {body.get('empty_reason') or 'nothing returned'}.")
-    lines.append(f"trace_id: {body.get('trace_id')}; partial: {str(bool(body.get('partial'))).lower()}; "
-                 f"empty_reason: {body.get('empty_reason') or 'none'}")
+    lines.append(
+        f"trace_id: {body.get('trace_id')}; partial: {str(bool(body.get('partial'))).lower()}; "
+        f"empty_reason: {body.get('empty_reason') or 'none'}"
+    )
     if body.get("cursor"):
         lines.append(f"cursor: {body['cursor']} (more did not fit: call expand with it)")
     return "\n".join(lines)
 
 
 def _usage_text(body: Mapping[str, Any]) -> str:
-    return f"Recorded {len(body.get('recorded') or ())} used item(s) for {body.get('trace_id')}; {body.get('ignored', 0)} ignored."
+    return (
+        f"Recorded {len(body.get('recorded') or ())} used item(s) for {body.get('trace_id')}; {body.get('ignored', 0)} ignored."
+    )
 
 
 def _feedback_text(body: Mapping[str, Any]) -> str:
@@ -177,8 +183,12 @@ class McpTool:
     read_only: bool = True
 
     def listing(self) -> Tool:
-        return Tool(name=self.name, description=self.description, input_schema=self.arguments.model_json_schema(),
-                    annotations=ToolAnnotations(read_only_hint=self.read_only, open_world_hint=False))
+        return Tool(
+            name=self.name,
+            description=self.description,
+            input_schema=self.arguments.model_json_schema(),
+            annotations=ToolAnnotations(read_only_hint=self.read_only, open_world_hint=False),
+        )
 
     def http_body(self, arguments: Mapping[str, Any] | None) -> dict[str, Any]:
         """The HTTP body these arguments stand for, once they fit the tool's model. A tenant or an actor
@@ -194,19 +204,59 @@ class McpTool:
         return self.body(given)
 
 
-TOOLS = {tool.name: tool for tool in (
-    McpTool("retrieve", "Governed context for one task: the items the policy lets this credential see, each with a "
+TOOLS = {
+    tool.name: tool
+    for tool in (
+        McpTool(
+            "retrieve",
+            "Governed context for one task: the items the policy lets this credential see, each with a "
             "citation label, ranked current truth first and packed into one byte budget. Mode brief or scout.",
-            RetrieveArguments, "retrieve", retrieve_handler, _retrieve_body, _context_text),
-    McpTool("fetch", "Read named items by id, under the same policy: an id the caller may not see is simply absent.",
-            FetchArguments, "retrieve", retrieve_handler, _fetch_body, _context_text),
-    McpTool("expand", "The next page of an earlier answer, from its cursor (same task), decided and verified again.",
-            ExpandArguments, "retrieve", retrieve_handler, _expand_body, _context_text),
-    McpTool("report_usage", "Report which returned items the answer used (only for a trace of this credential).",
-            UsageArguments, "usage", report_usage, _trace_body, _usage_text, read_only=False),
-    McpTool("feedback", "Rate an earlier answer 1 to 5, with an optional comment (kept as a keyed hash only).",
-            FeedbackArguments, "feedback", report_feedback, _trace_body, _feedback_text, read_only=False),
-)}
+            RetrieveArguments,
+            "retrieve",
+            retrieve_handler,
+            _retrieve_body,
+            _context_text,
+        ),
+        McpTool(
+            "fetch",
+            "Read named items by id, under the same policy: an id the caller may not see is simply absent.",
+            FetchArguments,
+            "retrieve",
+            retrieve_handler,
+            _fetch_body,
+            _context_text,
+        ),
+        McpTool(
+            "expand",
+            "The next page of an earlier answer, from its cursor (same task), decided and verified again.",
+            ExpandArguments,
+            "retrieve",
+            retrieve_handler,
+            _expand_body,
+            _context_text,
+        ),
+        McpTool(
+            "report_usage",
+            "Report which returned items the answer used (only for a trace of this credential).",
+            UsageArguments,
+            "usage",
+            report_usage,
+            _trace_body,
+            _usage_text,
+            read_only=False,
+        ),
+        McpTool(
+            "feedback",
+            "Rate an earlier answer 1 to 5, with an optional comment (kept as a keyed hash only).",
+            FeedbackArguments,
+            "feedback",
+            report_feedback,
+            _trace_body,
+            _feedback_text,
+            read_only=False,
+        ),
+    )
+}
 LISTING = [tool.listing() for tool in TOOLS.values()]  # built once: every caller is shown the same tools
 SCHEMAS = {tool.name: tool.input_schema for tool in LISTING}
 NO_SUCH_TOOL = f"name: no such tool; the tools are {', '.join(TOOLS)}"
@@ -223,8 +273,9 @@ def _refused(error: Exception) -> Handler:
     return refuse
 
 
-def _tool_result(readable: Callable[[Mapping[str, Any]], str], trace: TraceBuilder, status: int, answer: Answer,
-                 headers: Mapping[str, str]) -> tuple[int, CallToolResult]:
+def _tool_result(
+    readable: Callable[[Mapping[str, Any]], str], trace: TraceBuilder, status: int, answer: Answer, headers: Mapping[str, str]
+) -> tuple[int, CallToolResult]:
     """A governed call's answer as a tool result: the HTTP body as structured content and as text;
     an error is the same `{"error": {code, message, trace_id}}` with `isError`. Rendered here, before
     the row is written, so a body JSON cannot hold fails as a 500 in the row as in the result."""
@@ -233,8 +284,11 @@ def _tool_result(readable: Callable[[Mapping[str, Any]], str], trace: TraceBuild
             raise TypeError("a tool's handler answers with a JSON body")
         json.dumps(answer, allow_nan=False)
         if status < 400:
-            return status, CallToolResult(content=[TextContent(type="text", text=readable(answer))], structured_content=answer,
-                                          _meta={TRACE_META: trace.trace_id})
+            return status, CallToolResult(
+                content=[TextContent(type="text", text=readable(answer))],
+                structured_content=answer,
+                _meta={TRACE_META: trace.trace_id},
+            )
         return status, _error_result(trace, status, answer, headers)
     except Exception as exc:  # never a stack trace in a result; the log has the type only
         return unrendered(trace, exc, lambda code, error: _error_result(trace, code, error, {}))
@@ -247,8 +301,9 @@ def _error_result(trace: TraceBuilder, status: int, body: dict[str, Any], header
         text += f"; reasons: {', '.join(map(str, error['reasons']))}"
     if headers.get("Retry-After"):
         text += f"; retry after {headers['Retry-After']} s"
-    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=body, is_error=True,
-                          _meta={TRACE_META: trace.trace_id})
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)], structured_content=body, is_error=True, _meta={TRACE_META: trace.trace_id}
+    )
 
 
 async def list_tools(ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None) -> ListToolsResult:
@@ -262,12 +317,23 @@ async def call_tool(ctx: ServerRequestContext[Any, Any], params: CallToolRequest
         raise Unauthenticated("a tool call reaches the gateway over HTTP, with a bearer credential")
     tool = TOOLS.get(params.name)
     if tool is None:
-        outcome = await governed(request, CHANNEL, _refused(NotFound(NO_SUCH_TOOL)), partial(_tool_result, _context_text), channel=CHANNEL)
+        outcome = await governed(
+            request, CHANNEL, _refused(NotFound(NO_SUCH_TOOL)), partial(_tool_result, _context_text), channel=CHANNEL
+        )
         return outcome.answer
     arguments = params.arguments
-    trace_id = (arguments or {}).get("trace_id")  # the path parameter of /v1/traces/{trace_id}/...; any other value finds no trace
-    outcome = await governed(request, tool.endpoint, tool.handler, partial(_tool_result, tool.readable), channel=CHANNEL,
-                             body=lambda: tool.http_body(arguments), params={"trace_id": trace_id if isinstance(trace_id, str) else ""})
+    trace_id = (arguments or {}).get(
+        "trace_id"
+    )  # the path parameter of /v1/traces/{trace_id}/...; any other value finds no trace
+    outcome = await governed(
+        request,
+        tool.endpoint,
+        tool.handler,
+        partial(_tool_result, tool.readable),
+        channel=CHANNEL,
+        body=lambda: tool.http_body(arguments),
+        params={"trace_id": trace_id if isinstance(trace_id, str) else ""},
+    )
     return outcome.answer
 
 
@@ -284,8 +350,14 @@ def _version() -> str:
 
 
 def build_server() -> Server[Any]:
-    return Server(REALM, version=_version(), instructions="Governed retrieval: every tool runs under this credential's policy, and every call is audited.",
-                  get_tool_input_schema=tool_schema, on_list_tools=list_tools, on_call_tool=call_tool)
+    return Server(
+        REALM,
+        version=_version(),
+        instructions="Governed retrieval: every tool runs under this credential's policy, and every call is audited.",
+        get_tool_input_schema=tool_schema,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
 
 
 def origin_allowed(origin: str | None, allowed: frozenset[str]) -> bool:
@@ -384,11 +456,17 @@ class ProtectedResource:
         if urls is None:
             bad_host = BadRequest("Host: not a host name and port to name this gateway by; set GATEWAY_PUBLIC_URL")
             return JSONResponse(error_answer(bad_host, None)[1], 400)
-        metadata = ProtectedResourceMetadata.model_validate({
-            "resource": urls[0], "authorization_servers": [self.issuer], "bearer_methods_supported": ["header"],
-            "resource_name": RESOURCE_NAME,
-        })
-        headers = {"Cache-Control": METADATA_CACHE} if self.public_url else {"Cache-Control": METADATA_CACHE_BY_HOST, "Vary": "Host"}
+        metadata = ProtectedResourceMetadata.model_validate(
+            {
+                "resource": urls[0],
+                "authorization_servers": [self.issuer],
+                "bearer_methods_supported": ["header"],
+                "resource_name": RESOURCE_NAME,
+            }
+        )
+        headers = (
+            {"Cache-Control": METADATA_CACHE} if self.public_url else {"Cache-Control": METADATA_CACHE_BY_HOST, "Vary": "Host"}
+        )
         return JSONResponse(metadata.model_dump(mode="json", exclude_none=True), headers=headers)
 
 
@@ -397,8 +475,9 @@ class McpEndpoint:
     inside the event loop serving it, so no call depends on which replica, worker or loop served
     the one before."""
 
-    def __init__(self, server: Server[Any], allowed_origins: frozenset[str], max_body_bytes: int,
-                 resource: ProtectedResource) -> None:
+    def __init__(
+        self, server: Server[Any], allowed_origins: frozenset[str], max_body_bytes: int, resource: ProtectedResource
+    ) -> None:
         self.server = server
         self.allowed_origins = allowed_origins
         self.max_body_bytes = max_body_bytes
@@ -431,8 +510,13 @@ class McpEndpoint:
                 response.headers["allow"] = "POST"
             await response(scope, receive, send)
             return
-        manager = StreamableHTTPSessionManager(self.server, json_response=True, stateless=True,
-                                               security_settings=self.security, max_request_body_size=self.max_body_bytes)
+        manager = StreamableHTTPSessionManager(
+            self.server,
+            json_response=True,
+            stateless=True,
+            security_settings=self.security,
+            max_request_body_size=self.max_body_bytes,
+        )
         if _tool_call(body):  # admitted and audited at its own cost by the route it stands for
             with anyio.move_on_after(REQUEST_SECONDS):
                 async with manager.run():
@@ -463,7 +547,9 @@ def _door(manager: StreamableHTTPSessionManager, scope: Scope, receive: Receive)
     return door
 
 
-async def _captured(manager: StreamableHTTPSessionManager, scope: Scope, receive: Receive) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+async def _captured(
+    manager: StreamableHTTPSessionManager, scope: Scope, receive: Receive
+) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
     """What the SDK's transport answers one POST (a JSON body: the server answers JSON, never SSE)."""
     start: dict[str, Any] = {}
     chunks: list[bytes] = []
@@ -506,4 +592,3 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 
 def mcp_endpoint(settings: Settings, resource: ProtectedResource) -> McpEndpoint:
     return McpEndpoint(build_server(), settings.mcp_origins, settings.max_body_bytes, resource)
-

@@ -47,8 +47,14 @@ class Call:
     an HTTP body (an MCP tool call) is given its `body` (read only when the handler asks, after the
     credential was checked, as an HTTP body is) and its path `params`."""
 
-    def __init__(self, request: Request, context: GatewayContext, trace: TraceBuilder,
-                 body: Callable[[], Any] | None = None, params: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        request: Request,
+        context: GatewayContext,
+        trace: TraceBuilder,
+        body: Callable[[], Any] | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> None:
         self.request = request
         self.context = context
         self.trace = trace
@@ -168,18 +174,27 @@ async def traced(request: Request, endpoint: str, handler: Handler) -> Response:
     (`app` is the handler and its answer, `audit` the trace write)."""
     outcome = await governed(request, endpoint, handler, _answer)
     response = outcome.answer
-    response.headers.update({
-        "x-trace-id": outcome.trace_id,
-        "server-timing": f"app;dur={outcome.handled_ms:.3f}, audit;dur={outcome.audited_ms:.3f}",
-    })
+    response.headers.update(
+        {
+            "x-trace-id": outcome.trace_id,
+            "server-timing": f"app;dur={outcome.handled_ms:.3f}, audit;dur={outcome.audited_ms:.3f}",
+        }
+    )
     if outcome.traceparent:
         response.headers["traceparent"] = outcome.traceparent
     return response
 
 
-async def governed(request: Request, endpoint: str, handler: Handler, render: Render[R], *,
-                   channel: str | None = None, body: Callable[[], Any] | None = None,
-                   params: Mapping[str, Any] | None = None) -> Outcome[R]:
+async def governed(
+    request: Request,
+    endpoint: str,
+    handler: Handler,
+    render: Render[R],
+    *,
+    channel: str | None = None,
+    body: Callable[[], Any] | None = None,
+    params: Mapping[str, Any] | None = None,
+) -> Outcome[R]:
     """Run `handler`, build its answer with `render`, write its trace: the one path every channel's
     call takes (one policy revision, the same errors, admission, audit row and telemetry). The answer
     is built before the row is written (building a JSON answer renders it), so the row says what the

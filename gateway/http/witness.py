@@ -47,13 +47,18 @@ def create_witness_app(witness: Witness) -> Starlette:
     async def healthz(request: Request) -> Response:
         return PlainTextResponse("ok\n")
 
-    return Starlette(routes=[Route("/add-checkpoint", add_checkpoint, methods=["POST"]),
-                             Route("/checkpoint", checkpoint, methods=["GET"]),
-                             Route("/healthz", healthz, methods=["GET"])])
+    return Starlette(
+        routes=[
+            Route("/add-checkpoint", add_checkpoint, methods=["POST"]),
+            Route("/checkpoint", checkpoint, methods=["GET"]),
+            Route("/healthz", healthz, methods=["GET"]),
+        ]
+    )
 
 
 def app() -> Starlette:
     """The uvicorn factory (`gateway audit witness`)."""
     signer = witness_signer(load_signer(Path(os.environ["GATEWAY_WITNESS_KEY"])))
-    return create_witness_app(Witness(Path(os.environ["GATEWAY_WITNESS_STATE"]),
-                                      load_verifier(Path(os.environ["GATEWAY_WITNESS_LOG_KEY"])), signer))
+    return create_witness_app(
+        Witness(Path(os.environ["GATEWAY_WITNESS_STATE"]), load_verifier(Path(os.environ["GATEWAY_WITNESS_LOG_KEY"])), signer)
+    )

@@ -35,9 +35,7 @@ class Packed:
 def pack(ranked: Sequence[Ranked], limit_bytes: int, shares: Mapping[str, float]) -> Packed:
     present = {source_of(r.record.kind) for r in ranked}
     weight = sum(shares[s] for s in present)
-    allotted = {
-        s: int(limit_bytes * shares[s] / weight) if s in present and weight > 0 else 0 for s in BUDGET_SOURCES
-    }
+    allotted = {s: int(limit_bytes * shares[s] / weight) if s in present and weight > 0 else 0 for s in BUDGET_SOURCES}
     if weight <= 0 and present:  # every present source has a zero share: the best items take it all
         allotted = dict.fromkeys(BUDGET_SOURCES, 0)
     used = dict.fromkeys(BUDGET_SOURCES, 0)

@@ -61,8 +61,15 @@ def _hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def prepared(engine: Engine, actor: Actor, request: dict[str, Any], remaining: list[dict[str, Any]], returned: list[str], idle_seconds: int,
-             per_actor: int = 100) -> tuple[str, Callable[[Connection], None]]:
+def prepared(
+    engine: Engine,
+    actor: Actor,
+    request: dict[str, Any],
+    remaining: list[dict[str, Any]],
+    returned: list[str],
+    idle_seconds: int,
+    per_actor: int = 100,
+) -> tuple[str, Callable[[Connection], None]]:
     """A new cursor of the actor's in `engine`'s store and the write that stores it, for the caller's
     transaction (a retrieve's is its audit row's). Beyond `per_actor` live cursors of theirs, the write drops the
     oldest (a client that never follows its cursors cannot fill the table)."""
@@ -86,15 +93,26 @@ def prepared(engine: Engine, actor: Actor, request: dict[str, Any], remaining: l
             )
         )
         mine = (cursor_table.c.tenant == actor.tenant, cursor_table.c.principal == actor.principal)
-        kept = select(cursor_table.c.token_hash).where(*mine).order_by(cursor_table.c.created_at.desc(),
-                                                                         cursor_table.c.token_hash).offset(per_actor)
+        kept = (
+            select(cursor_table.c.token_hash)
+            .where(*mine)
+            .order_by(cursor_table.c.created_at.desc(), cursor_table.c.token_hash)
+            .offset(per_actor)
+        )
         conn.execute(delete(cursor_table).where(*mine, cursor_table.c.token_hash.in_(kept.scalar_subquery())))
 
     return token, write
 
 
-def issue(engine: Engine, actor: Actor, request: dict[str, Any], remaining: list[dict[str, Any]], returned: list[str], idle_seconds: int,
-          per_actor: int = 100) -> str:
+def issue(
+    engine: Engine,
+    actor: Actor,
+    request: dict[str, Any],
+    remaining: list[dict[str, Any]],
+    returned: list[str],
+    idle_seconds: int,
+    per_actor: int = 100,
+) -> str:
     """A new cursor of the actor's, stored now in a transaction of its own."""
     token, write = prepared(engine, actor, request, remaining, returned, idle_seconds, per_actor)
     try:

@@ -113,7 +113,7 @@ async def _follow_merges(
         if target is None:
             break
         if target in {r.id for r in chain}:
-            cycle = chain[[r.id for r in chain].index(target):]
+            cycle = chain[[r.id for r in chain].index(target) :]
             current = min(cycle, key=lambda r: r.id)
             break
         if target not in read:
@@ -128,9 +128,7 @@ async def _follow_merges(
     return current, tuple(r.id for r in chain if r.id != current.id)
 
 
-async def _expand(
-    connector: ExactConnector, where: ItemFilter, resolution: Resolution, read: dict[str, Record]
-) -> Resolution:
+async def _expand(connector: ExactConnector, where: ItemFilter, resolution: Resolution, read: dict[str, Record]) -> Resolution:
     """Records merged into a survivor join its subjects; live entities sharing its company domain
     join as aliases, at most 20 in all."""
     survivors = tuple(e.record.id for e in resolution.live)

@@ -59,15 +59,24 @@ async def _page(
         raise BadRequest("task: an expand continues the task of the call that issued the cursor")
     # Decided again on the first call's shape: what it was allowed (history included) carries over.
     original = RetrieveRequest.model_validate(
-        {"task": stored["task"], "kinds": stored["kinds"], "as_of": stored["as_of"], "graph": stored["graph"],
-         "include_historical": stored.get("include_historical", False), "mode": "expand", "cursor": request.cursor}
+        {
+            "task": stored["task"],
+            "kinds": stored["kinds"],
+            "as_of": stored["as_of"],
+            "graph": stored["graph"],
+            "include_historical": stored.get("include_historical", False),
+            "mode": "expand",
+            "cursor": request.cursor,
+        }
     )
     constraints, revision = await pipeline.decide(actor, original, trace, timer)
     constraints = constraints.with_subjects(tuple(stored["subjects"]))
 
     entries = cursor.remaining[:PAGE_ENTRIES]
     wanted = tuple(dict.fromkeys([e["id"] for e in entries] + [p for e in entries for p in e["pieces"]]))
-    with timer.stage("retrieval exact", attributes={"gen_ai.operation.name": "retrieval", "gen_ai.data_source.id": "exact"}) as span:
+    with timer.stage(
+        "retrieval exact", attributes={"gen_ai.operation.name": "retrieval", "gen_ai.data_source.id": "exact"}
+    ) as span:
         try:
             result = await pipeline.connectors.exact.search(constraints.items, RecallQuery(ids=wanted, limit=max(len(wanted), 1)))
         except ConnectorError as exc:
@@ -101,7 +110,9 @@ async def _page(
     lineage.dropped_by_policy = [Dropped(id=i, reason=reason) for i, reason in verdict.denied]
     lineage.dropped_since_issued, lineage.dropped_for_budget, lineage.packed = gone, list(packed.dropped_ids), packed_ids
     sources = {
-        name: SourceRecord(status="skipped", detail=SkipReason.EXPAND_CONTINUES_CURSOR.value, skip=SkipReason.EXPAND_CONTINUES_CURSOR)
+        name: SourceRecord(
+            status="skipped", detail=SkipReason.EXPAND_CONTINUES_CURSOR.value, skip=SkipReason.EXPAND_CONTINUES_CURSOR
+        )
         for name in SOURCES
     }
     sources["exact"] = SourceRecord(status=result.status, count=len(page), ms=round(result.ms, 3), detail=result.detail or None)

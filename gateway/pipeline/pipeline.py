@@ -148,10 +148,12 @@ class Pipeline:
             packed = self.pack(ranking.shown, limit)
             span.set_attributes({"gateway.budget.used_bytes": packed.used_bytes, "gateway.packed": len(packed.items)})
         # On the enclosing retrieval span: what the call returned, as ids and scores (never text).
-        get_current_span().set_attributes({
-            "gen_ai.retrieval.documents": documents([(r.record.id, r.entry.score) for r in packed.items]),
-            "gen_ai.retrieval.top_k": request.limit,
-        })
+        get_current_span().set_attributes(
+            {
+                "gen_ai.retrieval.documents": documents([(r.record.id, r.entry.score) for r in packed.items]),
+                "gen_ai.retrieval.top_k": request.limit,
+            }
+        )
         cursor = self.issue_cursor(actor, request, constraints, packed, trace)
         trace.lineage.dropped_as_historical = [r.record.id for r in ranking.hidden]
         trace.lineage.dropped_for_budget = list(packed.dropped_ids)
@@ -219,8 +221,10 @@ class Pipeline:
             span.set_attribute("gateway.entities.resolved", len(resolution.live))
         timer.add("verify_ms", verdict.ms)
         trace.lineage.entities = EntitiesRecord(
-            resolved=len(resolution.live), tombstones=len(resolution.entities) - len(resolution.live),
-            aliases=sum(len(e.aliases) for e in resolution.live), alias_error=resolution.alias_error,
+            resolved=len(resolution.live),
+            tombstones=len(resolution.entities) - len(resolution.live),
+            aliases=sum(len(e.aliases) for e in resolution.live),
+            alias_error=resolution.alias_error,
         )
         return resolution, error, verdict
 
@@ -277,7 +281,11 @@ class Pipeline:
             raise PolicyUnavailable("the entities the candidates name could not be read for verification") from exc
 
     async def mask(
-        self, constraints: Constraints, entries: list[Fused], pieces: tuple[Record, ...], trace: TraceBuilder,
+        self,
+        constraints: Constraints,
+        entries: list[Fused],
+        pieces: tuple[Record, ...],
+        trace: TraceBuilder,
         timer: StageTimer,
     ) -> tuple[Masking, list[Fused]]:
         """The entries with personal data masked, but for the types the policy reveals."""
@@ -289,7 +297,12 @@ class Pipeline:
         return masking, masked
 
     async def mask_response(
-        self, body: dict[str, Any], constraints: Constraints, masking: Masking, trace: TraceBuilder, timer: StageTimer,
+        self,
+        body: dict[str, Any],
+        constraints: Constraints,
+        masking: Masking,
+        trace: TraceBuilder,
+        timer: StageTimer,
         question: str = "",
     ) -> None:
         """Every string of the body's items and entities but ids, enumerations, instants and the text
@@ -322,19 +335,31 @@ class Pipeline:
             "subjects": list(constraints.subjects),
         }
         entries = [
-            {"id": r.record.id, "found_by": list(r.entry.found_by), "label": r.label, "current": r.current,
-             "pieces": list(r.entry.pieces)}
+            {
+                "id": r.record.id,
+                "found_by": list(r.entry.found_by),
+                "label": r.label,
+                "current": r.current,
+                "pieces": list(r.entry.pieces),
+            }
             for r in packed.leftover
         ]
         returned = [r.record.id for r in packed.items]
-        token, write = prepared(self.store, actor, shape, entries, returned, self.settings.cursor_idle_seconds,
-                                self.settings.cursor_max_per_actor)
+        token, write = prepared(
+            self.store, actor, shape, entries, returned, self.settings.cursor_idle_seconds, self.settings.cursor_max_per_actor
+        )
         trace.writes.append(write)
         return token
 
     async def synthesize(
-        self, request: RetrieveRequest, constraints: Constraints, packed: Packed, pieces: tuple[Record, ...],
-        masking: Masking | None, trace: TraceBuilder, timer: StageTimer,
+        self,
+        request: RetrieveRequest,
+        constraints: Constraints,
+        packed: Packed,
+        pieces: tuple[Record, ...],
+        masking: Masking | None,
+        trace: TraceBuilder,
+        timer: StageTimer,
     ) -> dict[str, Any]:
         """An answer from the packed context, masked before the model reads it."""
         assert self.synthesizer is not None
@@ -342,13 +367,15 @@ class Pipeline:
         with timer.stage("synthesis", "synthesis_ms", attributes):
             if masking is None:  # only what was packed goes to the model, so only that is masked
                 try:
-                    masking = await prepare_masking(self.store, self.privacy, constraints.tenant,
-                                                    [r.entry for r in packed.items], pieces)
+                    masking = await prepare_masking(
+                        self.store, self.privacy, constraints.tenant, [r.entry for r in packed.items], pieces
+                    )
                 except MaskingUnavailable:
                     pass  # synthesize() reports it; nothing is sent unmasked
             cited = list(zip(cite(packed.items), [r.entry for r in packed.items]))
-            return await synthesize(self.synthesizer, self.privacy, constraints.disclosure, request.query or "",
-                                    cited, masking, trace)
+            return await synthesize(
+                self.synthesizer, self.privacy, constraints.disclosure, request.query or "", cited, masking, trace
+            )
 
     def searches(
         self, request: RetrieveRequest, constraints: Constraints, resolved: tuple[ResolvedEntity, ...]

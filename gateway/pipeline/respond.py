@@ -22,12 +22,28 @@ RESOLVED_FROM = {"domain": "website", "profile": "website"}
 # unless it is added here. Ids, enumerations (the store's, or the policy's vocabulary of scopes and
 # relations) and instants; an item's `text` was masked from stored spans before packing. Numbers,
 # booleans and nulls are never masked.
-ITEM_NOT_MASKED = frozenset({
-    "id", "entity", "document", "from", "to", "pieces", "citation",  # ids
-    "kind", "status", "authority", "sensitivity", "found_by", "scope", "relation",  # enumerations
-    "valid_from", "valid_to", "recorded_at",  # instants
-    "text",  # masked before packing
-})
+ITEM_NOT_MASKED = frozenset(
+    {
+        "id",
+        "entity",
+        "document",
+        "from",
+        "to",
+        "pieces",
+        "citation",  # ids
+        "kind",
+        "status",
+        "authority",
+        "sensitivity",
+        "found_by",
+        "scope",
+        "relation",  # enumerations
+        "valid_from",
+        "valid_to",
+        "recorded_at",  # instants
+        "text",  # masked before packing
+    }
+)
 ENTITY_NOT_MASKED = frozenset({"id", "kind", "status", "merged_from", "aliases"})
 # An echoed identifier of these kinds (`resolved_from`) is one value of its type as a whole.
 IDENTIFIER_TYPES = {"email": "EMAIL_ADDRESS", "phone": "PHONE_NUMBER"}
@@ -36,8 +52,7 @@ IDENTIFIER_TYPES = {"email": "EMAIL_ADDRESS", "phone": "PHONE_NUMBER"}
 def request_shape(request: RetrieveRequest, trace: TraceBuilder) -> RequestShape:
     """What the trace keeps of the request: its shape, hashes and sizes, never its text."""
     entities: list[dict[str, Fingerprint]] = [
-        {kind: trace.fingerprint(value) for kind, value in ref.model_dump(exclude_none=True).items()}
-        for ref in request.entities
+        {kind: trace.fingerprint(value) for kind, value in ref.model_dump(exclude_none=True).items()} for ref in request.entities
     ]
     return RequestShape(
         task=request.task.model_dump(),
@@ -136,8 +151,13 @@ def item_body(ranked: Ranked, citation: str) -> dict[str, Any]:
     }
     if record.kind == "edge":
         body.update(
-            {"from": record.edge_from, "to": record.edge_to, "relation": record.relation,
-             "confidence": record.confidence, "weight": record.weight}
+            {
+                "from": record.edge_from,
+                "to": record.edge_to,
+                "relation": record.relation,
+                "confidence": record.confidence,
+                "weight": record.weight,
+            }
         )
     return body
 

@@ -13,8 +13,17 @@ from opentelemetry.trace import Span
 from gateway.telemetry import Attributes, layer
 
 TimingField = Literal[
-    "decide_ms", "verify_ms", "embed_ms", "semantic_ms", "lexical_ms", "graph_ms", "sections_ms",
-    "recall_ms", "fuse_ms", "mask_ms", "synthesis_ms",
+    "decide_ms",
+    "verify_ms",
+    "embed_ms",
+    "semantic_ms",
+    "lexical_ms",
+    "graph_ms",
+    "sections_ms",
+    "recall_ms",
+    "fuse_ms",
+    "mask_ms",
+    "synthesis_ms",
 ]
 
 

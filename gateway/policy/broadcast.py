@@ -81,5 +81,4 @@ async def _connect(engine: Engine) -> psycopg.AsyncConnection[object]:
     params = {k: v for k, v in params.items() if k != "context"}
     params.setdefault("connect_timeout", 5)
     with anyio.fail_after(KEEPALIVE_S):
-        return await psycopg.AsyncConnection.connect(autocommit=True, application_name=f"{LISTENER_NAME} {os.getpid()}",
-                                                     **params)
+        return await psycopg.AsyncConnection.connect(autocommit=True, application_name=f"{LISTENER_NAME} {os.getpid()}", **params)

@@ -146,8 +146,7 @@ def read_archive(archive: bytes, source: Path, key: VerificationKey | None = Non
             raise ConfigurationError(f"{source}: .manifest is not JSON") from exc
         revision = manifest.get("revision", "") if isinstance(manifest, dict) else ""
         if not isinstance(revision, str) or len(revision) > MAX_LABEL or not revision.isprintable():
-            raise ConfigurationError(f"{source}: .manifest revision must be a string of at most {MAX_LABEL} "
-                                     "printable characters")
+            raise ConfigurationError(f"{source}: .manifest revision must be a string of at most {MAX_LABEL} printable characters")
     try:
         texts = {name: content.decode("utf-8") for name, content in files.items() if PurePosixPath(name).suffix in READ_SUFFIXES}
     except UnicodeDecodeError as exc:

@@ -150,8 +150,14 @@ def _probe(engine: regorus.Engine, entrypoint: str, probe: dict[str, Any], root:
     key = "allow" if entrypoint == "request" else "allowed"
     wanted = bool if entrypoint == "request" else list
     if not isinstance(value, dict) or not isinstance(value.get(key), wanted):
-        return [Finding("error", "entrypoint", root,
-                        f"{query} does not answer the start-up probe with {'a boolean allow' if key == 'allow' else 'an allowed list'}")]
+        return [
+            Finding(
+                "error",
+                "entrypoint",
+                root,
+                f"{query} does not answer the start-up probe with {'a boolean allow' if key == 'allow' else 'an allowed list'}",
+            )
+        ]
     return []
 
 
@@ -174,9 +180,15 @@ def check_data(bundle: PolicyBundle) -> list[Finding]:
         for name, task in tasks.items():
             ceiling = task.get("max_sensitivity") if isinstance(task, dict) else None
             if isinstance(ceiling, str) and ceiling not in levels:
-                findings.append(Finding("error", "data/unknown-sensitivity", file,
-                                        f"{ceiling!r} is not one of sensitivity_levels",
-                                        pointer=f"/task_types/{name}/max_sensitivity"))
+                findings.append(
+                    Finding(
+                        "error",
+                        "data/unknown-sensitivity",
+                        file,
+                        f"{ceiling!r} is not one of sensitivity_levels",
+                        pointer=f"/task_types/{name}/max_sensitivity",
+                    )
+                )
     return findings
 
 
@@ -209,7 +221,7 @@ def mask(source: str) -> str:
             while i < n and source[i] != "\n":
                 out[i] = " "
                 i += 1
-        elif c in "\"`":
+        elif c in '"`':
             i += 1
             while i < n and source[i] != c and not (c == '"' and source[i] == "\n"):
                 if c == '"' and source[i] == "\\" and i + 1 < n:
@@ -255,10 +267,15 @@ def _parse_null(rule: str) -> list[tuple[int, str, str]]:
         value = args[PARSERS[match.group(1)]].strip()
         if value.startswith(('"', "`")) or _guarded(rule, value, "(?:" + "|".join(map(re.escape, STRING_GUARDS)) + ")"):
             continue
-        found.append((match.start(), "engine-divergence/parse-null",
-                      f"time.{match.group(1)}({value}) without is_string({value}) in the same rule: the embedded "
-                      "engine fails the whole evaluation (503) on null or a non-string, where OPA treats the call "
-                      "as undefined"))
+        found.append(
+            (
+                match.start(),
+                "engine-divergence/parse-null",
+                f"time.{match.group(1)}({value}) without is_string({value}) in the same rule: the embedded "
+                "engine fails the whole evaluation (503) on null or a non-string, where OPA treats the call "
+                "as undefined",
+            )
+        )
     return found
 
 
@@ -287,12 +304,19 @@ def _membership(rule: str) -> list[tuple[int, str, str]]:
         statement = re.split(r"[;|{\n]", rule[: match.start()])[-1]
         if re.match(r"\s*some\b", statement) or _guarded(rule, ref):
             continue  # iteration (`some x in input.items`), or a type guard on the same reference
-        effect = ("OPA leaves the rule undefined while the embedded engine makes `not ... in` true"
-                  if re.match(r"\s*not\b", statement) else
-                  "the test is undefined, and a caller that negates this rule sees it fail on both engines")
-        found.append((match.start(1), "engine-divergence/membership",
-                      f"membership test on {ref} without a guard: when it is absent, {effect}; read it with "
-                      f"object.get(..., default) or guard it with is_array({ref})"))
+        effect = (
+            "OPA leaves the rule undefined while the embedded engine makes `not ... in` true"
+            if re.match(r"\s*not\b", statement)
+            else "the test is undefined, and a caller that negates this rule sees it fail on both engines"
+        )
+        found.append(
+            (
+                match.start(1),
+                "engine-divergence/membership",
+                f"membership test on {ref} without a guard: when it is absent, {effect}; read it with "
+                f"object.get(..., default) or guard it with is_array({ref})",
+            )
+        )
     return found
 
 
@@ -302,17 +326,22 @@ def _negated_input(rule: str) -> list[tuple[int, str, str]]:
         expression = negation.group(1)
         for ref in INPUT_REF.finditer(expression):
             name = ref.group(0)
-            after = expression[ref.end():]
+            after = expression[ref.end() :]
             if name.count(".") < 2 or _guarded(rule, name) or after.startswith((".", "[")):
                 continue  # input.<key> is always sent (gateway/policy/contract/); deeper fields may be absent
             if re.match(r"\s*==", after) or re.search(r"==\s*$", expression[: ref.start()]):
                 continue  # a plain comparison is undefined, and so negated, on both engines alike
             if re.search(r"\bin\s+$", expression[: ref.start()]):
                 continue  # reported as a membership test
-            found.append((negation.start(1) + ref.start(), "unguarded-input",
-                          f"{name} inside `not` without a guard: when it is absent, OPA leaves the rule "
-                          "undefined while the embedded engine makes the negation true; read it with "
-                          "object.get(..., default) or guard it (is_string, is_array, ...)"))
+            found.append(
+                (
+                    negation.start(1) + ref.start(),
+                    "unguarded-input",
+                    f"{name} inside `not` without a guard: when it is absent, OPA leaves the rule "
+                    "undefined while the embedded engine makes the negation true; read it with "
+                    "object.get(..., default) or guard it (is_string, is_array, ...)",
+                )
+            )
     return found
 
 

@@ -89,7 +89,7 @@ class CompiledItems:
         denied: list[Any] = []
         start = 0
         while start < len(items) or (start == 0 and not items):
-            chunk = items[start:start + self.chunk]
+            chunk = items[start : start + self.chunk]
             answer = self._run({**policy_input, "items": chunk}, interpreter)
             if answer is None:  # tripped the limit: smaller chunks, and the same items again
                 continue
@@ -123,7 +123,9 @@ class CompiledItems:
             self._clean = 0
         return answer
 
-    def _documents(self, policy_input: dict[str, Any], interpreter: Callable[[dict[str, Any]], dict[str, Any]] | None) -> dict[str, Any]:
+    def _documents(
+        self, policy_input: dict[str, Any], interpreter: Callable[[dict[str, Any]], dict[str, Any]] | None
+    ) -> dict[str, Any]:
         if interpreter is not None:
             document = interpreter(policy_input)
             return {"allowed": document.get("allowed"), "denied": document.get("denied") or []}

@@ -73,12 +73,17 @@ class _Worker:
         self.load()
 
     def spawn(self) -> None:
-        self.process = subprocess.Popen([sys.executable, "-m", "gateway.policy.worker"], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "gateway.policy.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
 
     def load(self) -> None:
-        bundle = {"root": str(self.bundle.root), "modules": self.bundle.modules, "data": self.bundle.data,
-                  "compiled": self.compiled}
+        bundle = {
+            "root": str(self.bundle.root),
+            "modules": self.bundle.modules,
+            "data": self.bundle.data,
+            "compiled": self.compiled,
+        }
         answer = self._ask(json.dumps(bundle, separators=(",", ":")).encode(), timeout=60.0)
         if not answer.startswith(b"+"):
             self.stop()
@@ -124,8 +129,9 @@ class EmbeddedEngine:
 
     name = "embedded"
 
-    def __init__(self, bundle: PolicyBundle, workers: int = WORKERS, timeout_s: float = EVAL_TIMEOUT_S, *,
-                 compiled: bool = True) -> None:
+    def __init__(
+        self, bundle: PolicyBundle, workers: int = WORKERS, timeout_s: float = EVAL_TIMEOUT_S, *, compiled: bool = True
+    ) -> None:
         self.revision = bundle.revision
         self.loaded_at = datetime.now(timezone.utc)
         self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()

@@ -45,9 +45,15 @@ def fanned_out(answer: Any, others: dict[str, list[str]]) -> Any:
     if isinstance(allowed, list):
         result["allowed"] = [*allowed, *(i for a in allowed if isinstance(a, str) for i in others.get(a, ()))]
     if isinstance(denied, list):
-        result["denied"] = [*denied, *({**entry, "id": i} for entry in denied
-                                       if isinstance(entry, dict) and isinstance(entry.get("id"), str)
-                                       for i in others.get(entry["id"], ()))]
+        result["denied"] = [
+            *denied,
+            *(
+                {**entry, "id": i}
+                for entry in denied
+                if isinstance(entry, dict) and isinstance(entry.get("id"), str)
+                for i in others.get(entry["id"], ())
+            ),
+        ]
     return result
 
 

@@ -175,12 +175,16 @@ class ItemExplanation:
             "id": self.id,
             "status": self.status,
             "envelope": self.envelope,
-            "policy": None if self.status in ("not_found", "request_denied") else {
+            "policy": None
+            if self.status in ("not_found", "request_denied")
+            else {
                 "allowed": self.allowed,
                 "reason": self.reason,
                 "denied_by": [{"rule": f.rule, "reason": f.reason, "meaning": f.meaning} for f in self.denied_by],
             },
-            "pushdown": None if self.pushdown_admits is None else {
+            "pushdown": None
+            if self.pushdown_admits is None
+            else {
                 "admits": self.pushdown_admits,
                 "excluded_by": [{"constraint": c, "meaning": CONSTRAINTS[c.partition(":")[0]]} for c in self.excluded_by],
             },
@@ -212,7 +216,12 @@ class Explanation:
 
 
 async def explain(
-    engine: PolicyEngine, store: Engine, actor: Actor, request: RetrieveRequest, ids: Sequence[str], now: datetime,
+    engine: PolicyEngine,
+    store: Engine,
+    actor: Actor,
+    request: RetrieveRequest,
+    ids: Sequence[str],
+    now: datetime,
     subjects_of: Subjects,
 ) -> Explanation:
     """Decide, then explain every id (read in the actor's tenant) against that decision."""
@@ -231,8 +240,11 @@ def differences(in_force: Explanation, candidate: Explanation) -> dict[str, Any]
     before = {i.id: i.status for i in in_force.items}
     return {
         "decision": in_force.allow != candidate.allow,
-        "items": [{"id": i.id, "in_force": before.get(i.id), "candidate": i.status}
-                  for i in candidate.items if before.get(i.id) != i.status],
+        "items": [
+            {"id": i.id, "in_force": before.get(i.id), "candidate": i.status}
+            for i in candidate.items
+            if before.get(i.id) != i.status
+        ],
     }
 
 
@@ -247,8 +259,13 @@ def _explanation(decision: Decision, subjects: tuple[str, ...], items: tuple[Ite
 
 
 async def _items(
-    engine: PolicyEngine, store: Engine, actor: Actor, request: RetrieveRequest, constraints: Constraints,
-    ids: Sequence[str], found: dict[str, Record],
+    engine: PolicyEngine,
+    store: Engine,
+    actor: Actor,
+    request: RetrieveRequest,
+    constraints: Constraints,
+    ids: Sequence[str],
+    found: dict[str, Record],
 ) -> tuple[tuple[ItemExplanation, ...], bool]:
     if not found:
         return tuple(_missing(i) for i in ids), True
@@ -275,10 +292,15 @@ async def _items(
             denied_by = (
                 tuple(Failure(f"data.{FAILURES}", r, CHECKS.get(r, "a check of this policy")) for r in failures.get(item_id, ()))
                 if failures is not None
-                else (Failure("data.gateway.items.denied", reasons[item_id], CHECKS.get(reasons[item_id], "a check of this policy")),)
+                else (
+                    Failure(
+                        "data.gateway.items.denied", reasons[item_id], CHECKS.get(reasons[item_id], "a check of this policy")
+                    ),
+                )
             )
-        items.append(ItemExplanation(item_id, status, shown(record), allowed, reasons.get(item_id), denied_by,
-                                     admits, excluded_by))
+        items.append(
+            ItemExplanation(item_id, status, shown(record), allowed, reasons.get(item_id), denied_by, admits, excluded_by)
+        )
     return tuple(items), failures is not None
 
 
@@ -336,4 +358,3 @@ def _pushdown(store: Engine, where: ItemFilter, found: dict[str, Record]) -> dic
     except SQLAlchemyError as exc:
         raise ConnectorError(f"pushdown check failed: {type(exc).__name__}") from exc
     return result
-

@@ -18,8 +18,11 @@ from gateway.settings import Settings
 
 def policy_source(settings: Settings) -> PolicySource:
     """GATEWAY_POLICY_BUNDLE (a bundle file or URL) when set, else the policies directory."""
-    key = (VerificationKey.load(settings.policy_bundle_key, settings.policy_bundle_key_alg, settings.policy_bundle_scope or "")
-           if settings.policy_bundle_key else None)
+    key = (
+        VerificationKey.load(settings.policy_bundle_key, settings.policy_bundle_key_alg, settings.policy_bundle_scope or "")
+        if settings.policy_bundle_key
+        else None
+    )
     return PolicySource(settings.policy_bundle or str(settings.policies_dir), key)
 
 

@@ -117,7 +117,7 @@ def _is_node(node: dict[str, Any]) -> bool:
 
 
 def _kind(node: Any) -> tuple[str, Any]:
-    (kind, payload), = node.items()
+    ((kind, payload),) = node.items()
     return kind, payload
 
 
@@ -230,8 +230,13 @@ class _Rule:
         if _kind(node)[0] != "RefBrack":
             return False
         base, accessors = _chain(node)
-        return (_kind(base)[0] == "Var" and _kind(base)[1]["value"] == "input" and len(accessors) == 2
-                and accessors[0] == ("field", "items") and accessors[1][0] == "index")
+        return (
+            _kind(base)[0] == "Var"
+            and _kind(base)[1]["value"] == "input"
+            and len(accessors) == 2
+            and accessors[0] == ("field", "items")
+            and accessors[1][0] == "index"
+        )
 
     @staticmethod
     def _literal_strings(node: Any) -> frozenset[str] | None:
@@ -299,8 +304,12 @@ class _Rule:
         function = payload["fcn"]
         params = payload["params"]
         name = _ref_name(function) if _kind(function)[0] in ("Var", "RefDot") else ""
-        if name == "object.get" and len(params) == 3 and _kind(params[0])[0] == "Var" \
-                and _kind(params[0])[1].get("value") == "input":
+        if (
+            name == "object.get"
+            and len(params) == 3
+            and _kind(params[0])[0] == "Var"
+            and _kind(params[0])[1].get("value") == "input"
+        ):
             keys = self._key_of(params[1])
             if keys is None or "items" in keys:
                 self.fail(node, "the input's items are read by object.get")
@@ -358,8 +367,11 @@ class _Rule:
             accessors = accessors[1:]
         elif self.package == ITEMS_PACKAGE and base_payload["value"] in ID_DOCUMENTS and base_payload["value"] != self.name:
             self.fail(node, f"the document {base_payload['value']}, which holds item ids, is read")
-        elif (base_payload["value"] == "data" and accessors[:2] == [("field", "gateway"), ("field", "items")]
-              and (len(accessors) < 3 or accessors[2][0] != "field" or accessors[2][1] in ID_DOCUMENTS)):
+        elif (
+            base_payload["value"] == "data"
+            and accessors[:2] == [("field", "gateway"), ("field", "items")]
+            and (len(accessors) < 3 or accessors[2][0] != "field" or accessors[2][1] in ID_DOCUMENTS)
+        ):
             self.fail(node, "data.gateway.items, which holds item ids, is read")
         for what, value in accessors:
             if what == "index":

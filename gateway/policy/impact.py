@@ -43,8 +43,9 @@ ID_CHUNK = 500  # ids per IN (...) read
 FAILURE_LIMIT = 10  # calls a policy may fail on before the run stops
 # The reasons a report may name. A candidate's own reason strings are reported as `other`: a reason is
 # the candidate's text, and a candidate could otherwise spell out envelope fields in it.
-REASONS = frozenset({"tenant", "acl", "sensitivity", "validity", "scope", "kind", "status", "attachment", "linked_entity",
-                     "not_allowed"})
+REASONS = frozenset(
+    {"tenant", "acl", "sensitivity", "validity", "scope", "kind", "status", "attachment", "linked_entity", "not_allowed"}
+)
 NO_GRAPH = {"max_depth": None, "relations": None}  # the request's graph options when it gave none
 key_table = ApiKey.__table__  # type: ignore[attr-defined]
 
@@ -207,8 +208,18 @@ def _replay(m: Any, keys: dict[tuple[str, str], set[tuple[Any, ...]]]) -> Replay
         request_input = replay_input(shape, actor, at)
     except ValueError:
         return "as_of_unreadable"
-    return Replay(m["trace_id"], m["tenant"], at, m["decision"] == "allow", actor, task, request_input,
-                  tuple(lineage.subjects or ()), _recorded_items(lineage), tuple(assumed))
+    return Replay(
+        m["trace_id"],
+        m["tenant"],
+        at,
+        m["decision"] == "allow",
+        actor,
+        task,
+        request_input,
+        tuple(lineage.subjects or ()),
+        _recorded_items(lineage),
+        tuple(assumed),
+    )
 
 
 def _actor_of(m: Any, lineage: Lineage, keys: dict[tuple[str, str], set[tuple[Any, ...]]], assumed: list[str]) -> Actor | str:
@@ -242,7 +253,9 @@ def _read(store: Engine, tenant: str, statement: Select[Any], ids: list[str]) ->
     if not ids:
         return []
     with store.connect() as conn:
-        return [record_from_row(row) for chunk in _chunks(ids) for row in conn.execute(statement, {"ids": chunk, "tenant": tenant})]
+        return [
+            record_from_row(row) for chunk in _chunks(ids) for row in conn.execute(statement, {"ids": chunk, "tenant": tenant})
+        ]
 
 
 @dataclass(slots=True)
@@ -266,8 +279,11 @@ def load_envelopes(store: Engine, tenant: str, replays: list[Replay]) -> Envelop
     ids: BindParameter[Any] = bindparam("ids", expanding=True)
     tenant_is = item.c.tenant == bindparam("tenant")
     by_id = select(item).where(tenant_is, item.c.id.in_(ids))
-    about = select(item).where(tenant_is, item.c.kind != "entity", or_(
-        item.c.entity.in_(ids), item.c.attached_to.in_(ids), item.c.edge_from.in_(ids), item.c.edge_to.in_(ids)))
+    about = select(item).where(
+        tenant_is,
+        item.c.kind != "entity",
+        or_(item.c.entity.in_(ids), item.c.attached_to.in_(ids), item.c.edge_from.in_(ids), item.c.edge_to.in_(ids)),
+    )
     envelopes = Envelopes()
     subjects = sorted({s for r in replays for s in r.subjects})
     wanted = sorted({i for r in replays for i in r.recorded_items} | set(subjects))
@@ -322,9 +338,15 @@ async def replay_one(current: PolicyEngine, candidate: PolicyEngine, replay: Rep
     by_id = {r.id: r for r in records}
     denied_before, denied_after = dict(before.denied), dict(after.denied)
     return Outcome(
-        replay, True, True,
-        newly_allowed=tuple((by_id[i], denied_before.get(i, "not_allowed")) for i in sorted(after.allowed_ids - before.allowed_ids)),
-        newly_denied=tuple((by_id[i], denied_after.get(i, "not_allowed")) for i in sorted(before.allowed_ids - after.allowed_ids)),
+        replay,
+        True,
+        True,
+        newly_allowed=tuple(
+            (by_id[i], denied_before.get(i, "not_allowed")) for i in sorted(after.allowed_ids - before.allowed_ids)
+        ),
+        newly_denied=tuple(
+            (by_id[i], denied_after.get(i, "not_allowed")) for i in sorted(before.allowed_ids - after.allowed_ids)
+        ),
     )
 
 
@@ -354,7 +376,9 @@ async def impact(store: Engine, current: PolicyEngine, candidate: PolicyEngine, 
         for replay in prepared.replays:
             group.start_soon(run, replay)
     if failures["candidate"] >= FAILURE_LIMIT:
-        raise BadRequest(f"policies: the candidate failed (it would answer 503) on {FAILURE_LIMIT} recorded calls; impact stopped")
+        raise BadRequest(
+            f"policies: the candidate failed (it would answer 503) on {FAILURE_LIMIT} recorded calls; impact stopped"
+        )
     if failures["current"] >= FAILURE_LIMIT:
         raise PolicyUnavailable(f"the policy in force failed on {FAILURE_LIMIT} recorded calls; impact stopped")
     order = {r.trace_id: n for n, r in enumerate(prepared.replays)}

@@ -38,8 +38,7 @@ def opa_client(url: str, timeout_s: float) -> AsyncOpaClient:
     # The client builds <scheme><host>:<port>/<version>/...; a path prefix (OPA behind a proxy)
     # goes in front of the API version.
     version = f"{split.path.strip('/')}/v1".lstrip("/")
-    return AsyncOpaClient(host=host, port=port, version=version, ssl=split.scheme == "https", retries=0,
-                          timeout=timeout_s)
+    return AsyncOpaClient(host=host, port=port, version=version, ssl=split.scheme == "https", retries=0, timeout=timeout_s)
 
 
 class OpaServerEngine:

@@ -46,8 +46,15 @@ class ReloadResult:
     ms: float = 0.0
 
     def as_json(self) -> dict[str, Any]:
-        return {"trigger": self.trigger, "status": self.status, "revision": self.revision, "previous": self.previous,
-                "candidate": self.candidate, "errors": list(self.errors), "ms": round(self.ms, 3)}
+        return {
+            "trigger": self.trigger,
+            "status": self.status,
+            "revision": self.revision,
+            "previous": self.previous,
+            "candidate": self.candidate,
+            "errors": list(self.errors),
+            "ms": round(self.ms, 3),
+        }
 
 
 @dataclass(slots=True)
@@ -62,8 +69,9 @@ class _Slot:
 class ReloadingEngine:
     """A PolicyEngine whose revision can change while it serves (see the module doc)."""
 
-    def __init__(self, engine: PolicyEngine, bundle: PolicyBundle, build: Build, source: PolicySource,
-                 sink: DecisionSink | None = None) -> None:
+    def __init__(
+        self, engine: PolicyEngine, bundle: PolicyBundle, build: Build, source: PolicySource, sink: DecisionSink | None = None
+    ) -> None:
         self._slot = _Slot(engine, bundle)
         self.sink = sink  # the decision log every revision writes to; closed with the last one
         self._build = build
@@ -148,12 +156,24 @@ class ReloadingEngine:
             return self._done(ReloadResult(trigger, "switched", engine.revision, previous, bundle.revision), started)
 
     def _done(self, result: ReloadResult, started: float) -> ReloadResult:
-        result = ReloadResult(result.trigger, result.status, result.revision, result.previous, result.candidate,
-                              result.errors, (time.perf_counter() - started) * 1000)
+        result = ReloadResult(
+            result.trigger,
+            result.status,
+            result.revision,
+            result.previous,
+            result.candidate,
+            result.errors,
+            (time.perf_counter() - started) * 1000,
+        )
         self.last = result
         if result.status == "rejected":
-            log.warning("policy reload (%s) rejected %s: %s; %s keeps serving", result.trigger, result.candidate or "the source",
-                        "; ".join(result.errors), result.revision)
+            log.warning(
+                "policy reload (%s) rejected %s: %s; %s keeps serving",
+                result.trigger,
+                result.candidate or "the source",
+                "; ".join(result.errors),
+                result.revision,
+            )
         elif result.status == "switched":
             log.info("policy reload (%s): %s -> %s", result.trigger, result.previous, result.revision)
         return result

@@ -103,8 +103,11 @@ def sign_files(files: Mapping[str, bytes], key: str, algorithm: str = "RS256", s
     """A `.signatures.json` for `files`, signed with `key` (a private PEM key or an HMAC secret):
     what `opa sign` writes, for `gateway policy bundle --signing-key` and the tests."""
     payload: dict[str, Any] = {
-        "files": [{"name": name, "hash": file_hash(name, content, "SHA-256"), "algorithm": "SHA-256"}
-                  for name, content in sorted(files.items()) if name != SIGNATURES],
+        "files": [
+            {"name": name, "hash": file_hash(name, content, "SHA-256"), "algorithm": "SHA-256"}
+            for name, content in sorted(files.items())
+            if name != SIGNATURES
+        ],
     }
     if scope:
         payload["scope"] = scope

@@ -52,7 +52,11 @@ def verdict_from(result: Any, ids: Collection[str], started: float | None = None
 
 
 async def verify(
-    engine: PolicyEngine, actor: Actor, task: Task, constraints: Constraints, records: Iterable[Record],
+    engine: PolicyEngine,
+    actor: Actor,
+    task: Task,
+    constraints: Constraints,
+    records: Iterable[Record],
     linked: Iterable[Record] = (),
 ) -> Verdict:
     """The policy's verdict on every record. `linked` are the entities the records name (their

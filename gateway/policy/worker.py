@@ -40,8 +40,9 @@ def serve(requests: BinaryIO, answers: BinaryIO) -> None:
     from gateway.policy.embedded import build_engine, first_value
 
     message = json.loads(requests.readline() or b"{}")
-    bundle = PolicyBundle(Path(message.get("root", ".")), tuple((p, s) for p, s in message.get("modules", ())), (),
-                          message.get("data", {}), "")
+    bundle = PolicyBundle(
+        Path(message.get("root", ".")), tuple((p, s) for p, s in message.get("modules", ())), (), message.get("data", {}), ""
+    )
     try:
         engine = build_engine(bundle)
     except ConfigurationError as exc:

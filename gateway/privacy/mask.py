@@ -64,8 +64,9 @@ class Masking:
     def _masked(self, ids: Sequence[str], keep: frozenset[str]) -> list[str]:
         texts = [self.originals[i] for i in ids]
         known = self.masker.known(texts)
-        return self.masker.mask_many([(text, _with(self.spans.get(i, ()), extra, text)) for i, text, extra in zip(ids, texts, known)],
-                                     keep)
+        return self.masker.mask_many(
+            [(text, _with(self.spans.get(i, ()), extra, text)) for i, text, extra in zip(ids, texts, known)], keep
+        )
 
     def sweep(self, texts: Sequence[str], keep: frozenset[str]) -> list[str]:
         """Texts masked already, with the values masked since (in a heading, a slot, another item,
@@ -81,8 +82,11 @@ class Masking:
         return out
 
     async def fields(
-        self, objects: Sequence[tuple[dict[str, Any], frozenset[str]]], keep: frozenset[str],
-        whole: Mapping[str, str] | None = None, also: Sequence[str] = (),
+        self,
+        objects: Sequence[tuple[dict[str, Any], frozenset[str]]],
+        keep: frozenset[str],
+        whole: Mapping[str, str] | None = None,
+        also: Sequence[str] = (),
     ) -> list[dict[str, Any]]:
         """Each object with every string in it masked, at any depth, but for the values of its own
         top-level keys listed with it (an allowlist: ids, enumerations, instants, text masked
@@ -104,8 +108,11 @@ class Masking:
                 self.masker.mask(value, (Span(kind, 0, len(value), 1.0),), keep)
         # `also`: strings of the request (the question) analysed with these, so what they name is masked
         # in the response too, though they are not returned.
-        free = list(dict.fromkeys([value for value, kind in found if kind is None and value.strip()]
-                                  + [value for value in also if value.strip()]))
+        free = list(
+            dict.fromkeys(
+                [value for value, kind in found if kind is None and value.strip()] + [value for value in also if value.strip()]
+            )
+        )
         if free and self.detector is None:
             raise MaskingUnavailable("masking is required but no detector is loaded")
         masked = await anyio.to_thread.run_sync(self._mask_strings, free, keep) if free else {}
@@ -152,7 +159,10 @@ async def prepare(store: Engine, privacy: Privacy, tenant: str, entries: list[Fu
 
 
 def _walk(
-    value: Any, plain: frozenset[str], whole: Mapping[str, str], mask: Callable[[str, str | None], str],
+    value: Any,
+    plain: frozenset[str],
+    whole: Mapping[str, str],
+    mask: Callable[[str, str | None], str],
     key: str | None = None,
 ) -> Any:
     """`value` rebuilt with `mask(string, whole type or None)` applied to every string in it; at

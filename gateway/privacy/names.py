@@ -71,13 +71,92 @@ log = logging.getLogger(__name__)
 
 # Every person locale of Faker 40 (the version is part of the analyzer version, detect.py).
 LOCALES = (
-    "ar_AA", "ar_DZ", "ar_PS", "ar_SA", "az_AZ", "bg_BG", "bn_BD", "cs_CZ", "da_DK", "de_AT", "de_CH", "de_DE",
-    "de_LI", "de_LU", "el_GR", "en", "en_GB", "en_IE", "en_IN", "en_KE", "en_NG", "en_NZ", "en_PK", "en_TH", "en_US",
-    "es", "es_AR", "es_CA", "es_CL", "es_CO", "es_ES", "es_MX", "et_EE", "fa_IR", "fi_FI", "fr_BE", "fr_CA", "fr_CH",
-    "fr_DZ", "fr_FR", "fr_QC", "ga_IE", "gu_IN", "ha_NG", "he_IL", "hi_IN", "hr_HR", "hu_HU", "hy_AM", "id_ID",
-    "ig_NG", "is_IS", "it_IT", "ja_JP", "ka_GE", "ko_KR", "lt_LT", "lv_LV", "mk_MK", "mr_IN", "ne_NP", "nl_BE",
-    "nl_NL", "no_NO", "or_IN", "pl_PL", "pt_BR", "pt_PT", "ro_RO", "ru_RU", "si_LK", "sk_SK", "sl_SI", "sv_SE", "sw",
-    "ta_IN", "th_TH", "tr_TR", "tw_GH", "uk_UA", "uz_UZ", "vi_VN", "yo_NG", "zh_CN", "zh_TW", "zu_ZA",
+    "ar_AA",
+    "ar_DZ",
+    "ar_PS",
+    "ar_SA",
+    "az_AZ",
+    "bg_BG",
+    "bn_BD",
+    "cs_CZ",
+    "da_DK",
+    "de_AT",
+    "de_CH",
+    "de_DE",
+    "de_LI",
+    "de_LU",
+    "el_GR",
+    "en",
+    "en_GB",
+    "en_IE",
+    "en_IN",
+    "en_KE",
+    "en_NG",
+    "en_NZ",
+    "en_PK",
+    "en_TH",
+    "en_US",
+    "es",
+    "es_AR",
+    "es_CA",
+    "es_CL",
+    "es_CO",
+    "es_ES",
+    "es_MX",
+    "et_EE",
+    "fa_IR",
+    "fi_FI",
+    "fr_BE",
+    "fr_CA",
+    "fr_CH",
+    "fr_DZ",
+    "fr_FR",
+    "fr_QC",
+    "ga_IE",
+    "gu_IN",
+    "ha_NG",
+    "he_IL",
+    "hi_IN",
+    "hr_HR",
+    "hu_HU",
+    "hy_AM",
+    "id_ID",
+    "ig_NG",
+    "is_IS",
+    "it_IT",
+    "ja_JP",
+    "ka_GE",
+    "ko_KR",
+    "lt_LT",
+    "lv_LV",
+    "mk_MK",
+    "mr_IN",
+    "ne_NP",
+    "nl_BE",
+    "nl_NL",
+    "no_NO",
+    "or_IN",
+    "pl_PL",
+    "pt_BR",
+    "pt_PT",
+    "ro_RO",
+    "ru_RU",
+    "si_LK",
+    "sk_SK",
+    "sl_SI",
+    "sv_SE",
+    "sw",
+    "ta_IN",
+    "th_TH",
+    "tr_TR",
+    "tw_GH",
+    "uk_UA",
+    "uz_UZ",
+    "vi_VN",
+    "yo_NG",
+    "zh_CN",
+    "zh_TW",
+    "zu_ZA",
 )
 CYRILLIC_LOCALES = ("ru_RU", "uk_UA", "bg_BG")  # also added as transliterated by Faker's ru_RU.translit
 
@@ -104,8 +183,23 @@ def _fold_table() -> dict[int, str | None]:
     return table
 
 
-_SPECIAL = {"ı": "i", "ł": "l", "Ł": "L", "ø": "o", "Ø": "O", "đ": "d", "Đ": "D", "æ": "ae", "Æ": "AE", "œ": "oe",
-            "Œ": "OE", "ß": "ss", "’": "'", "ʼ": "'", "‘": "'"}
+_SPECIAL = {
+    "ı": "i",
+    "ł": "l",
+    "Ł": "L",
+    "ø": "o",
+    "Ø": "O",
+    "đ": "d",
+    "Đ": "D",
+    "æ": "ae",
+    "Æ": "AE",
+    "œ": "oe",
+    "Œ": "OE",
+    "ß": "ss",
+    "’": "'",
+    "ʼ": "'",
+    "‘": "'",
+}
 _FOLD = _fold_table()
 
 
@@ -253,7 +347,9 @@ google amazon alibaba tencent huawei xiaomi lenovo acer asus
 
 # A word: letters (with the marks of scripts whose letters need them), inner apostrophes and hyphens,
 # never a possessive "'s"; not a part of a run of letters and digits ("SE90", "S24", "v4").
-_MARKS = "\u0300-\u036f\u0483-\u0489\u0591-\u05c7\u0610-\u061a\u064b-\u065f\u0670\u06d6-\u06ed\u0900-\u0dff\u0e00-\u0e7f\u3099-\u309c"
+_MARKS = (
+    "\u0300-\u036f\u0483-\u0489\u0591-\u05c7\u0610-\u061a\u064b-\u065f\u0670\u06d6-\u06ed\u0900-\u0dff\u0e00-\u0e7f\u3099-\u309c"
+)
 _LETTER = rf"[^\W\d_]|[{_MARKS}]"
 WORD = re.compile(rf"(?<!\w)(?:{_LETTER})(?:{_LETTER}|['’](?!s\b)(?=[^\W\d_])|-(?=[^\W\d_]))*(?!\w)")
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]+")
@@ -390,14 +486,23 @@ def gazetteer() -> Gazetteer:
     words: set[str] = set()
     for names, target in ((firsts, first), (lasts, last)):
         keys = {fold(name) for name in names if " " not in name and "." not in name}
-        keys.update(fold(part.strip("'’-")) for name in names if " " in name or "." in name
-                    for part in name.replace(".", " ").split())
+        keys.update(
+            fold(part.strip("'’-")) for name in names if " " in name or "." in name for part in name.replace(".", " ").split()
+        )
         keys -= never
         words |= keys & common
         target |= {k for k in keys - common if len(k) >= 2 or _CJK.fullmatch(k)}
     frequent = frozenset(stop | set(Lorem.word_list) | BUSINESS_AND_CALENDAR)
-    return Gazetteer(frozenset(first), frozenset(last), frozenset(words), frozenset(common | stop), frequent, frozenset(stop),
-                     lemmas["verb"], english)
+    return Gazetteer(
+        frozenset(first),
+        frozenset(last),
+        frozenset(words),
+        frozenset(common | stop),
+        frequent,
+        frozenset(stop),
+        lemmas["verb"],
+        english,
+    )
 
 
 # ---------------------------------------------------------------- words of a text
@@ -589,8 +694,7 @@ class NameRecognizer(EntityRecognizer):
     count. The cues here are positional: right before the name, or (a verb) right after it."""
 
     def __init__(self) -> None:
-        super().__init__(supported_entities=[ENTITY], name="GazetteerNameRecognizer", supported_language="en",
-                         version=VERSION)
+        super().__init__(supported_entities=[ENTITY], name="GazetteerNameRecognizer", supported_language="en", version=VERSION)
 
     def load(self) -> None:
         gazetteer()
@@ -611,10 +715,16 @@ def _elsewhere(nlp_artifacts: NlpArtifacts | None) -> list[tuple[int, int]]:
 
 
 _PLACE_BEFORE = _folded("in at near inside outside across via")
-_NOT_PERSON_LABELS = frozenset({"ORGANIZATION", "ORG", "LOCATION", "GPE", "LOC", "FAC", "PRODUCT", "NRP", "NORP",
-                                "EVENT", "WORK_OF_ART", "LAW", "LANGUAGE"})
-_COMPATIBLE = {"capital": ("capital", "nocase"), "upper": ("upper", "nocase"), "lower": ("lower", "nocase"),
-               "nocase": ("capital", "upper", "lower", "nocase"), "other": ()}
+_NOT_PERSON_LABELS = frozenset(
+    {"ORGANIZATION", "ORG", "LOCATION", "GPE", "LOC", "FAC", "PRODUCT", "NRP", "NORP", "EVENT", "WORK_OF_ART", "LAW", "LANGUAGE"}
+)
+_COMPATIBLE = {
+    "capital": ("capital", "nocase"),
+    "upper": ("upper", "nocase"),
+    "lower": ("lower", "nocase"),
+    "nocase": ("capital", "upper", "lower", "nocase"),
+    "other": (),
+}
 
 
 def find(text: str, elsewhere: Iterable[tuple[int, int]] = ()) -> list[tuple[int, int, float]]:
@@ -628,13 +738,23 @@ def find(text: str, elsewhere: Iterable[tuple[int, int]] = ()) -> list[tuple[int
         w = words[i]
         listed = bool(out) and _LISTED.fullmatch(text, out[-1][1], w.start) is not None  # "cc: jukka, ville"
         loose = w.style == "lower" and _lower_unknown(w, g)  # a name the gazetteer lacks, in lower case (scored below)
-        rare_first = i + 1 < n and _rare(w, g) and words[i + 1].style == "capital" and _adjacent(text, w, words[i + 1]) \
-            and (words[i + 1].kind & LAST or _unknown_name(words[i + 1], g))  # "Kayo Imai"
+        rare_first = (
+            i + 1 < n
+            and _rare(w, g)
+            and words[i + 1].style == "capital"
+            and _adjacent(text, w, words[i + 1])
+            and (words[i + 1].kind & LAST or _unknown_name(words[i + 1], g))
+        )  # "Kayo Imai"
         if not (w.kind or loose or rare_first or _unknown_name(w, g)):
             if w.style == "capital" and w.key not in g.stop and w.key not in NOT_NAMES and _title_before(text, words, i):
                 j = i  # any capitalised word after a title: "Ms. Banks", "Dr. King"
-                while j + 1 < n and j - i < 2 and _adjacent(text, words[j], words[j + 1]) and words[j + 1].style == "capital" \
-                        and (words[j + 1].kind or _unknown_name(words[j + 1], g)):
+                while (
+                    j + 1 < n
+                    and j - i < 2
+                    and _adjacent(text, words[j], words[j + 1])
+                    and words[j + 1].style == "capital"
+                    and (words[j + 1].kind or _unknown_name(words[j + 1], g))
+                ):
                     j += 1
                 out.append((w.start, words[j].end, 0.85))
                 i = j + 1
@@ -643,8 +763,12 @@ def find(text: str, elsewhere: Iterable[tuple[int, int]] = ()) -> list[tuple[int
                 k = i  # "Mrs. Van Den Broek", "Dr. de Vries"
                 while k + 1 < n and words[k + 1].key in PARTICLES and _adjacent(text, words[k], words[k + 1]):
                     k += 1
-                if k + 1 < n and _adjacent(text, words[k], words[k + 1]) and words[k + 1].style == "capital" \
-                        and (words[k + 1].kind or _unknown_name(words[k + 1], g)):
+                if (
+                    k + 1 < n
+                    and _adjacent(text, words[k], words[k + 1])
+                    and words[k + 1].style == "capital"
+                    and (words[k + 1].kind or _unknown_name(words[k + 1], g))
+                ):
                     out.append((w.start, words[k + 1].end, 0.85))
                     i = k + 2
                     continue
@@ -659,8 +783,15 @@ def find(text: str, elsewhere: Iterable[tuple[int, int]] = ()) -> list[tuple[int
         while j + 1 < n and j - i < 4 and _adjacent(text, words[j], words[j + 1]):
             nxt = words[j + 1]
             if nxt.style in _COMPATIBLE[w.style if w.style != "nocase" else nxt.style] and (
-                    nxt.kind or _unknown_name(nxt, g) or j == i and words[j].kind & FIRST and _rare(nxt, g)
-                    or nxt.style == "lower" and w.style == "lower" and _lower_unknown(nxt, g)):
+                nxt.kind
+                or _unknown_name(nxt, g)
+                or j == i
+                and words[j].kind & FIRST
+                and _rare(nxt, g)
+                or nxt.style == "lower"
+                and w.style == "lower"
+                and _lower_unknown(nxt, g)
+            ):
                 j += 1
             elif nxt.key in PARTICLES and j + 2 < n and _adjacent(text, nxt, words[j + 2]) and words[j + 2].kind:
                 j += 2
@@ -676,8 +807,9 @@ def find(text: str, elsewhere: Iterable[tuple[int, int]] = ()) -> list[tuple[int
 _LISTED = re.compile(r"[ \t]*(?:,|,?[ \t]+(?:and|&|y|e|et|und|i|og|och|en))[ \t]*")
 
 
-def _run_score(text: str, words: list[_Word], i: int, j: int, g: Gazetteer, blocked: list[tuple[int, int]],
-               listed: bool = False) -> float:
+def _run_score(
+    text: str, words: list[_Word], i: int, j: int, g: Gazetteer, blocked: list[tuple[int, int]], listed: bool = False
+) -> float:
     """The score of words[i..j] as a PERSON span, or 0. `listed`: a name found just before, a comma
     or "and" between (a list of names after one cue)."""
     run = [x for x in words[i : j + 1] if x.key not in PARTICLES or x.kind]
@@ -695,8 +827,11 @@ def _run_score(text: str, words: list[_Word], i: int, j: int, g: Gazetteer, bloc
             return 0.7
         if len(run) > 3:
             return 0.0
-        if (plain or len(run) == 2 and unknown == 2) and len(run) in (2, 3) and (
-                cue == "weak" or _verb_after(text, words, j) or _for_clause(text, words, i, j)):
+        if (
+            (plain or len(run) == 2 and unknown == 2)
+            and len(run) in (2, 3)
+            and (cue == "weak" or _verb_after(text, words, j) or _for_clause(text, words, i, j))
+        ):
             return 0.7  # "call agnetha jacobsson back", "luna nijland called", "for piter rybak;"
         if unknown or not plain:
             return 0.0
@@ -718,7 +853,9 @@ def _run_score(text: str, words: list[_Word], i: int, j: int, g: Gazetteer, bloc
         if style == "upper" or not any(_unknown_name(x, g) for x in run) or any(x.key in BRANDS for x in run):
             return 0.0
         rest = text[words[j].end : words[j].end + 3].lstrip(" \t")
-        if cue == "strong" and (not rest or rest[0] in ",.;:!?|()\n—–-" or rest[0].islower() and words[i - 1].key in ("with", "to", "by")):
+        if cue == "strong" and (
+            not rest or rest[0] in ",.;:!?|()\n—–-" or rest[0].islower() and words[i - 1].key in ("with", "to", "by")
+        ):
             return 0.75
         if len(run) >= 2 and (cue == "weak" or _verb_after(text, words, j) or _for_clause(text, words, i, j)):
             return 0.6
@@ -733,18 +870,37 @@ def _run_score(text: str, words: list[_Word], i: int, j: int, g: Gazetteer, bloc
 def _greeting_before(text: str, words: list[_Word], i: int) -> bool:
     """A greeting, sign-off, "cc" or a label with its colon right before word i ("signed, jukka")."""
     prev = words[i - 1] if i > 0 else None
-    return prev is not None and (prev.key in GREETINGS or prev.key in SIGNOFFS or prev.key in ("cc", "bcc", "you")
-                                 or prev.key in LABELS and text[prev.end : words[i].start].strip() == ":")
+    return prev is not None and (
+        prev.key in GREETINGS
+        or prev.key in SIGNOFFS
+        or prev.key in ("cc", "bcc", "you")
+        or prev.key in LABELS
+        and text[prev.end : words[i].start].strip() == ":"
+    )
 
 
 def _for_clause(text: str, words: list[_Word], i: int, j: int) -> bool:
     """The words right after "for" and right before a clause's end: "Refund ... for Eddie; chargeback"."""
-    return i > 0 and words[i - 1].key == "for" and _adjacent(text, words[i - 1], words[i]) \
+    return (
+        i > 0
+        and words[i - 1].key == "for"
+        and _adjacent(text, words[i - 1], words[i])
         and text[words[j].end : words[j].end + 1] in (";", ":", ".", ",")
+    )
 
 
-def _single_score(text: str, words: list[_Word], i: int, j: int, w: _Word, style: str, titled: bool, cue: str,
-                  g: Gazetteer, blocked: list[tuple[int, int]]) -> float:
+def _single_score(
+    text: str,
+    words: list[_Word],
+    i: int,
+    j: int,
+    w: _Word,
+    style: str,
+    titled: bool,
+    cue: str,
+    g: Gazetteer,
+    blocked: list[tuple[int, int]],
+) -> float:
     """One name alone: it needs a title, a cue before it or a verb after it."""
     short = len(w.key) < 3 and not _CJK.fullmatch(w.text)
     if short or style == "upper" and not (titled or cue == "strong"):
@@ -772,7 +928,9 @@ def _cjk_name(token: str, g: Gazetteer) -> bool:
     company's name ("合同会社加藤印刷")."""
     if not 2 <= len(token) <= 5 or _CJK_COMPANY.search(token):
         return False
-    return any(token[:cut] in g.last and (len(token) - cut <= 3 or token[cut:] in g.first) for cut in (1, 2, 3) if cut < len(token))
+    return any(
+        token[:cut] in g.last and (len(token) - cut <= 3 or token[cut:] in g.first) for cut in (1, 2, 3) if cut < len(token)
+    )
 
 
 def register(registry: Any) -> None:
@@ -974,7 +1132,7 @@ def _previous_chunk(text: str, start: int) -> str:
         while k > 0 and text[k - 1] in " \t" and start - k < 3:
             k -= 1
     b = k
-    while b > 0 and not text[b - 1].isspace() and text[b - 1] not in "([{\"“«|,;:":
+    while b > 0 and not text[b - 1].isspace() and text[b - 1] not in '([{"“«|,;:':
         b -= 1
     return text[b:k]
 
@@ -997,8 +1155,10 @@ def _productish(raw: str, key: str, g: Gazetteer) -> bool:
 _TO_SPACE = re.compile(r"[^\s|,;:()]*")
 # Three or more single capitalised words in a list: "Rodriguez, Rodriguez and Anderson", "Giorgetti,
 # Nadi e Ajello" (a firm's name; a list of people names them in full, or with titles).
-_WORD_LIST = re.compile(r"(?<![\w'’.-])[^\W\d_][\w'’-]*(?:, [^\W\d_][\w'’-]*){1,3},? (?:and|&|y|e|et|und|i|och|og|en|и) "
-                        r"[^\W\d_][\w'’-]*(?![\w'’-])")
+_WORD_LIST = re.compile(
+    r"(?<![\w'’.-])[^\W\d_][\w'’-]*(?:, [^\W\d_][\w'’-]*){1,3},? (?:and|&|y|e|et|und|i|och|og|en|и) "
+    r"[^\W\d_][\w'’-]*(?![\w'’-])"
+)
 _COLON_BEFORE = re.compile(r":[ \t]*(?:[^\W\d_][\w'’-]*,[ \t]*)*$")  # ": " before the list, maybe with items before it
 _LAST_WORD = re.compile(r"([^\W\d_][\w'’-]*) $")
 _LIST_SPLIT = re.compile(r",? (?:and|&|y|e|et|und|i|och|og|en|и) |, ")
@@ -1016,8 +1176,11 @@ def _surname_list(text: str, start: int, end: int, strict: bool = True) -> bool:
         items = _LIST_SPLIT.split(m.group())
         previous = _LAST_WORD.search(text, max(0, m.start() - 40), m.start())
         after = text[m.end() : m.end() + 2]
-        if all(item[:1].isupper() for item in items) and not (previous and previous.group(1)[:1].isupper()) \
-                and not (after[:1] == " " and after[1:].isupper()):
+        if (
+            all(item[:1].isupper() for item in items)
+            and not (previous and previous.group(1)[:1].isupper())
+            and not (after[:1] == " " and after[1:].isupper())
+        ):
             return True  # not the end of a full name before it ("Anna Nowak, ..."), nor a first name ("... and Lis Kowalska")
     return False
 
@@ -1031,11 +1194,16 @@ def _surname_pair(span: list[_Word], text: str, words: list[_Word], i: int, g: G
     if len(parts) != 2 or not all(g.kind(p) & LAST or g.kind(p) == WORDNAME for p in parts):
         return False
     previous = words[i - 1] if i > 0 else None
-    return not (previous and previous.kind & FIRST and _adjacent(text, previous, span[0])) and _cue_before(text, words, i) != "strong"
+    return (
+        not (previous and previous.kind & FIRST and _adjacent(text, previous, span[0]))
+        and _cue_before(text, words, i) != "strong"
+    )
 
 
-_LIST_TAIL = re.compile(r"(?:\s*,\s*[^\W\d_][\w'’-]*){0,3}\s*,?\s+(?:and|y|e|et|és|und|i|og|och|en|&|и)\s+"
-                        r"(\S+)(?:\s+(\S+))?")
+_LIST_TAIL = re.compile(
+    r"(?:\s*,\s*[^\W\d_][\w'’-]*){0,3}\s*,?\s+(?:and|y|e|et|és|und|i|og|och|en|&|и)\s+"
+    r"(\S+)(?:\s+(\S+))?"
+)
 _CJK_COMPANY = re.compile("会社|株式|有限|合同|公司|集团|集團|银行|銀行|商事|産業|工業|水産|印刷|商店|建設|電気|電機|病院|大学")
 _FUNCTION_WORDS = _folded("and or but the a an of in on at for to from with by is was will")
 
@@ -1064,8 +1232,13 @@ def _affiliations(persons: list[Span], text: str, g: Gazetteer) -> list[Span]:
             line_start = text.rfind("\n", 0, span.start) + 1
             line_end = text.find("\n", span.end)
             alone = text[line_start : line_end if line_end >= 0 else len(text)].strip() == text[span.start : span.end]
-            if between in (" (", " from ") and (between == " from " or text[span.end : span.end + 1] == ")") \
-                    or alone and between.strip() == "" and between.count("\n") == 1:
+            if (
+                between in (" (", " from ")
+                and (between == " from " or text[span.end : span.end + 1] == ")")
+                or alone
+                and between.strip() == ""
+                and between.count("\n") == 1
+            ):
                 continue
         out.append(span)
     return out

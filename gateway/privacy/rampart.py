@@ -82,8 +82,9 @@ class Reader:
         options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.log_severity_level = 3
-        self._session = onnxruntime.InferenceSession(str(folder / "onnx" / "model_q4.onnx"), options,
-                                                     providers=["CPUExecutionProvider"])
+        self._session = onnxruntime.InferenceSession(
+            str(folder / "onnx" / "model_q4.onnx"), options, providers=["CPUExecutionProvider"]
+        )
         self._inputs = {i.name for i in self._session.get_inputs()}
         self._lock = threading.Lock()
 
@@ -97,7 +98,11 @@ class Reader:
         jobs: list[tuple[tuple[int, int], Any]] = []
         for (start, end), encoding in zip(windows, encodings):
             if len(encoding.ids) > MAX_TOKENS:  # more tokens than positions: read it in halves
-                jobs.extend(zip(_halves(text, start, end), self._tokenizer.encode_batch([text[a:b] for a, b in _halves(text, start, end)])))
+                jobs.extend(
+                    zip(
+                        _halves(text, start, end), self._tokenizer.encode_batch([text[a:b] for a, b in _halves(text, start, end)])
+                    )
+                )
             else:
                 jobs.append(((start, end), encoding))
         spans: list[Span] = []
@@ -160,8 +165,9 @@ def _halves(text: str, start: int, end: int) -> list[tuple[int, int]]:
     return [(start, min(end, middle + 40)), (middle, end)]
 
 
-def _aggregate(text: str, base: int, offsets: Sequence[tuple[int, int]], labels: Any, scores: Any,
-               names: list[str]) -> list[Span]:
+def _aggregate(
+    text: str, base: int, offsets: Sequence[tuple[int, int]], labels: Any, scores: Any, names: list[str]
+) -> list[Span]:
     """Name tokens (given name or surname, at THRESHOLD or more) joined into PERSON spans, address
     tokens into PLACE spans: adjacent ones of a kind when only spaces stand between on one line,
     each span widened to whole words."""
@@ -181,7 +187,11 @@ def _aggregate(text: str, base: int, offsets: Sequence[tuple[int, int]], labels:
                 current = []
             continue
         gap = text[base + span_end : base + a] if current else ""
-        if current and token == kind and (gap == "" or (gap.isspace() and "\n" not in gap and len(gap) <= 3) or gap in ("-", "'", "’")):
+        if (
+            current
+            and token == kind
+            and (gap == "" or (gap.isspace() and "\n" not in gap and len(gap) <= 3) or gap in ("-", "'", "’"))
+        ):
             span_end = b
             current.append(float(scores[k]))
             continue

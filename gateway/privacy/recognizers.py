@@ -77,15 +77,19 @@ CARD_SCORE = 1.0
 # A number of 12-15 digits written as one block right after one of these words (nearest, same line,
 # at most three words before) is not taken for a card, unless a word of CARD_CONTEXT is nearer: a
 # tracking or order number that happens to pass Luhn (one in ten do).
-CARD_CONTEXT = frozenset("""
+CARD_CONTEXT = frozenset(
+    """
     card cards cc visa mastercard amex maestro discover jcb diners unionpay mir rupay troy credit debit
     payment pay paid pan kreditkarte karte carte tarjeta cartão carta
-""".split())
-NOT_CARD_CONTEXT = frozenset("""
+""".split()
+)
+NOT_CARD_CONTEXT = frozenset(
+    """
     tracking track order orders po invoice inv sku ref reference ticket case serial sn s/n part p/n pn
     item product isbn issn ean upc gtin imei account acct iban routing shipment parcel consignment
     waybill awb batch lot id phone tel mobile fax call
-""".split())
+""".split()
+)
 _LATIN = r"0-9A-Za-z_\u00c0-\u024f"  # a number glued to these is part of an identifier
 # Digit groups joined by single spaces or hyphens, not inside a word, after `+` or in a longer
 # number (`1.4111...`, `12/4111...`), nor followed by a letter or a decimal part.
@@ -152,7 +156,9 @@ def _card_candidate(text: str, groups: list[tuple[int, int]], i: int, j: int) ->
         sizes = [e - s for s, e in groups[i : j + 1]]
         # 4 then groups of 3-6 (4-6-5, 4-4-4-4-3), or groups of 4 ending in a shorter one, as
         # 14-digit Diners, 13-digit Visa and 17-digit Maestro are printed (4-4-4-2, 4-4-4-1, 4-4-4-4-1).
-        if sizes[0] != 4 or not (all(3 <= n <= 6 for n in sizes[1:]) or (all(n == 4 for n in sizes[1:-1]) and 1 <= sizes[-1] <= 4)):
+        if sizes[0] != 4 or not (
+            all(3 <= n <= 6 for n in sizes[1:]) or (all(n == 4 for n in sizes[1:-1]) and 1 <= sizes[-1] <= 4)
+        ):
             return None
         separator = text[groups[i][1] : groups[i + 1][0]]
         if any(text[groups[k][1] : groups[k + 1][0]] != separator for k in range(i + 1, j)):
@@ -171,8 +177,36 @@ def _card_word_near(text: str, start: int, end: int) -> bool:
 
 # The regions national-format numbers are tried in (international ones need none).
 PHONE_REGIONS = (
-    "US", "GB", "DE", "FR", "ES", "IT", "NL", "PL", "HU", "FI", "RU", "JP", "BR", "SE", "IN",
-    "CN", "AU", "CA", "MX", "TR", "KR", "CH", "AT", "BE", "DK", "NO", "CZ", "PT", "IE", "ZA",
+    "US",
+    "GB",
+    "DE",
+    "FR",
+    "ES",
+    "IT",
+    "NL",
+    "PL",
+    "HU",
+    "FI",
+    "RU",
+    "JP",
+    "BR",
+    "SE",
+    "IN",
+    "CN",
+    "AU",
+    "CA",
+    "MX",
+    "TR",
+    "KR",
+    "CH",
+    "AT",
+    "BE",
+    "DK",
+    "NO",
+    "CZ",
+    "PT",
+    "IE",
+    "ZA",
 )
 INTERNATIONAL = 0.75  # +CC or 00CC and valid: found with no context
 INTERNATIONAL_POSSIBLE = 0.3  # +CC, the right length but not a valid number: needs context
@@ -182,7 +216,8 @@ CONTEXT_BOOST = 0.35  # as Presidio's enhancer: 0.15 + 0.35 = 0.5 passes the thr
 MIN_DIGITS, MAX_NATIONAL_DIGITS, MAX_INTERNATIONAL_DIGITS = 6, 15, 17
 LOCAL_MIN_DIGITS, LOCAL_SCORE = 7, 0.5  # a number valid in no region, kept only under a phone word
 
-PHONE_CONTEXT = frozenset("""
+PHONE_CONTEXT = frozenset(
+    """
     phone phones phoned phoning telephone telephones tel tele ph phone# ph# call calls called calling
     callback mobile mobiles mob cell cells cellphone cellular fax faxes ring rings ringing rang
     whatsapp viber contact contacts contacted contacting reach reached reaching reachable dial dials
@@ -190,11 +225,13 @@ PHONE_CONTEXT = frozenset("""
     telefon telefone telefono teléfono téléphone tél tel. telefoon telefonnummer rufnummer handy
     handynummer mobil mobilnummer mobiltelefon móvil movil celular cel portable portátil cellulare
     puhelin puh tlf tfn telefonu телефон тел телефона мобильный
-""".split())
+""".split()
+)
 # Words that say "phone" only right before the number: "on my registered 668 5702".
 PHONE_CONTEXT_ADJACENT = frozenset({"registered"})
 PHONE_CONTEXT_CJK = ("電話", "电话", "전화", "手机", "手機", "携帯", "휴대")
-NOT_PHONE_CONTEXT = frozenset("""
+NOT_PHONE_CONTEXT = frozenset(
+    """
     sku skus order orders po invoice invoices inv ref reference ticket tickets case cases version
     ver v build release firmware serial sn s/n part parts p/n pn item items product model isbn issn
     account acct iban bic swift routing zip postcode postal tracking shipment parcel batch lot receipt
@@ -203,7 +240,8 @@ NOT_PHONE_CONTEXT = frozenset("""
     passport license licence # № $ € £ ¥ %
     eur usd gbp chf jpy sek nok dkk pln czk huf inr cny rub brl aud cad mxn zar krw
     bestellung rechnung auftrag commande facture pedido factura ordine fattura
-""".split())
+""".split()
+)
 _CURRENCY_AFTER = re.compile(
     r"[ \u00a0]?(?:[%$€£¥]|(?:eur|usd|gbp|chf|jpy|sek|nok|dkk|pln|czk|huf|inr|cny|rub|brl|aud|cad|mxn|zar|krw)\b)",
     re.IGNORECASE,
@@ -286,7 +324,13 @@ def context(text: str, start: int, end: int, positive: frozenset[str], negative:
     line = text.rfind("\n", low, start)
     before = [(m.group().lower(), m.start() > line) for m in _WORD.finditer(text, low, start)][-_WORDS_BEFORE:]
     for distance, (word, same_line) in enumerate(reversed(before)):
-        if word in positive or _cjk(word, positive) or distance == 0 and positive is PHONE_CONTEXT and word in PHONE_CONTEXT_ADJACENT:
+        if (
+            word in positive
+            or _cjk(word, positive)
+            or distance == 0
+            and positive is PHONE_CONTEXT
+            and word in PHONE_CONTEXT_ADJACENT
+        ):
             return word, False
         if word in negative and same_line and distance < _NEGATIVE_REACH:
             return "", True
@@ -299,7 +343,7 @@ def context(text: str, start: int, end: int, positive: frozenset[str], negative:
 
 
 def beside_email(text: str, start: int, end: int) -> str:
-    """"e-mail" when an e-mail address stands on the same line as `text[start:end]`, at most
+    """ "e-mail" when an e-mail address stands on the same line as `text[start:end]`, at most
     `_EMAIL_REACH` characters away: contact details come together ("questions go to a@b.fr or
     0479790350", "Lise Roy / 01314960243 | lise@roy.net"), as a phone word would say."""
     line_start = text.rfind("\n", 0, start) + 1
@@ -333,10 +377,14 @@ def _chunk_numbers(chunk: str, number_end: int) -> tuple[tuple[int, int, float, 
     if plus or (digits.startswith("00") and digits[2:3] not in ("", "0") and chunk.startswith("00", opened)):
         # International: no region. `00CC` becomes ` +CC` (same length, same offsets).
         subject = chunk if plus else chunk[:opened] + " +" + chunk[opened + 2 :]
-        for leniency, score, kind in ((Leniency.VALID, INTERNATIONAL, "international"),
-                                      (Leniency.POSSIBLE, INTERNATIONAL_POSSIBLE, "international-possible")):
-            matches = [(_international_start(subject, m.start, m.end, opened, plus), m.end)
-                       for m in PhoneNumberMatcher(subject, "ZZ", leniency)]
+        for leniency, score, kind in (
+            (Leniency.VALID, INTERNATIONAL, "international"),
+            (Leniency.POSSIBLE, INTERNATIONAL_POSSIBLE, "international-possible"),
+        ):
+            matches = [
+                (_international_start(subject, m.start, m.end, opened, plus), m.end)
+                for m in PhoneNumberMatcher(subject, "ZZ", leniency)
+            ]
             if matches:
                 return tuple((s, e, score, kind) for s, e in matches)
         return ()
@@ -352,7 +400,8 @@ def _chunk_numbers(chunk: str, number_end: int) -> tuple[tuple[int, int, float, 
                 continue
             raw = _EXTENSION_TAIL.sub("", match.raw_string)
             shaped = _shaped(raw) or (
-                _grouped(raw) and any(m.start == 0 and m.end == len(raw) for m in PhoneNumberMatcher(raw, region, Leniency.STRICT_GROUPING))
+                _grouped(raw)
+                and any(m.start == 0 and m.end == len(raw) for m in PhoneNumberMatcher(raw, region, Leniency.STRICT_GROUPING))
             )
             spans[key] = shaped
     return tuple(
@@ -444,10 +493,12 @@ def _region_patterns() -> tuple[tuple[str, re.Pattern[str] | None, re.Pattern[st
 # A four-part version number is a valid IPv4 address: after one of these words (nearest, same
 # line, at most three words before) it is not taken for one.
 IP_CONTEXT = frozenset({"ip", "ipv4", "ipv6", "address", "host", "server", "client", "gateway", "subnet", "dns", "from", "to"})
-VERSION_CONTEXT = frozenset("""
+VERSION_CONTEXT = frozenset(
+    """
     version versions ver v firmware fw build builds release rel patch patched update updated upgrade upgraded
     driver drivers kernel bios os ios android sdk api rev revision package pkg tag model app client-version
-""".split())
+""".split()
+)
 _VERSION_SUFFIX = re.compile(r"[-+~][0-9A-Za-z]")  # 4.12.0.7-beta, 1.2.3.4+build
 
 
@@ -471,8 +522,12 @@ def iban_case(text: str) -> str:
     out = list(text)
     for i, token in enumerate(tokens):
         word = token.group(0)
-        bank_code = (0 < i < len(tokens) - 1 and len(word) <= 4 and _COUNTRY_GROUP.fullmatch(tokens[i - 1].group(0)) is not None
-                     and digits[i + 1])
+        bank_code = (
+            0 < i < len(tokens) - 1
+            and len(word) <= 4
+            and _COUNTRY_GROUP.fullmatch(tokens[i - 1].group(0)) is not None
+            and digits[i + 1]
+        )
         if digits[i] or bank_code:
             out[token.start() : token.end()] = word.translate(_UPPER)
     return "".join(out)
@@ -500,7 +555,10 @@ def _recognizer_classes() -> tuple[type[Any], type[Any], type[Any], type[Any]]:
 
     def result(name: str, identifier: str, entity: str, start: int, end: int, score: float, why: str) -> RecognizerResult:
         return RecognizerResult(
-            entity_type=entity, start=start, end=end, score=score,
+            entity_type=entity,
+            start=start,
+            end=end,
+            score=score,
             analysis_explanation=AnalysisExplanation(recognizer=name, original_score=score, textual_explanation=why),
             recognition_metadata={
                 RecognizerResult.RECOGNIZER_NAME_KEY: name,
@@ -529,7 +587,10 @@ def _recognizer_classes() -> tuple[type[Any], type[Any], type[Any], type[Any]]:
         def analyze(self, text: str, entities: list[str], nlp_artifacts: NlpArtifacts | None = None) -> list[RecognizerResult]:
             if self.ENTITY not in entities:
                 return []
-            return [result(type(self).__name__, self.id, self.ENTITY, start, end, score, why) for start, end, score, why in self.found(text)]
+            return [
+                result(type(self).__name__, self.id, self.ENTITY, start, end, score, why)
+                for start, end, score, why in self.found(text)
+            ]
 
     class CardNumberRecognizer(Found):
         """CREDIT_CARD: every major scheme's IIN ranges and lengths, Luhn-checked (`card_numbers`)."""
@@ -537,7 +598,9 @@ def _recognizer_classes() -> tuple[type[Any], type[Any], type[Any], type[Any]]:
         ENTITY = "CREDIT_CARD"
 
         def found(self, text: str) -> Iterable[tuple[int, int, float, str]]:
-            return ((start, end, CARD_SCORE, f"{scheme} number, Luhn checksum valid") for start, end, scheme in card_numbers(text))
+            return (
+                (start, end, CARD_SCORE, f"{scheme} number, Luhn checksum valid") for start, end, scheme in card_numbers(text)
+            )
 
     class PhoneNumberRecognizer(Found):
         """PHONE_NUMBER: libphonenumber over PHONE_REGIONS, scored with context (`phone_numbers`)."""
@@ -553,10 +616,11 @@ def _recognizer_classes() -> tuple[type[Any], type[Any], type[Any], type[Any]]:
         def __init__(self) -> None:
             super().__init__(name="VersionAwareIpRecognizer")
 
-        def analyze(self, text: str, entities: list[str], nlp_artifacts: NlpArtifacts | None = None,
-                    regex_flags: int | None = None) -> list[RecognizerResult]:
+        def analyze(
+            self, text: str, entities: list[str], nlp_artifacts: NlpArtifacts | None = None, regex_flags: int | None = None
+        ) -> list[RecognizerResult]:
             found = super().analyze(text, entities, nlp_artifacts, regex_flags)
-            return [r for r in found if ":" in text[r.start:r.end] or not version_not_address(text, r.start, r.end)]
+            return [r for r in found if ":" in text[r.start : r.end] or not version_not_address(text, r.start, r.end)]
 
     class AnyCaseIbanRecognizer(IbanRecognizer):
         """Presidio's IBAN patterns and checksum, read on `iban_case(text)`: `de89370400440532013000`
@@ -565,8 +629,9 @@ def _recognizer_classes() -> tuple[type[Any], type[Any], type[Any], type[Any]]:
         def __init__(self) -> None:
             super().__init__(regex_flags=regex.DOTALL | regex.MULTILINE, name="AnyCaseIbanRecognizer")
 
-        def analyze(self, text: str, entities: list[str], nlp_artifacts: NlpArtifacts | None = None,
-                    regex_flags: int | None = None) -> list[RecognizerResult]:
+        def analyze(
+            self, text: str, entities: list[str], nlp_artifacts: NlpArtifacts | None = None, regex_flags: int | None = None
+        ) -> list[RecognizerResult]:
             # Presidio annotates both as required though it defaults them to None.
             return list(super().analyze(iban_case(text), entities, nlp_artifacts, regex_flags))  # type: ignore[arg-type]
 

@@ -47,13 +47,21 @@ def analyze_pending(engine: Engine, detector: Detector, batch: int = 64) -> int:
     joined, condition = _stale(detector.version)
     with engine.connect() as conn:
         rows = conn.execute(
-            select(item.c.pk, item.c.text, item.c.content_hash).select_from(joined).where(condition).order_by(item.c.pk).limit(batch)
+            select(item.c.pk, item.c.text, item.c.content_hash)
+            .select_from(joined)
+            .where(condition)
+            .order_by(item.c.pk)
+            .limit(batch)
         ).all()
     if not rows:
         return 0
     values = [
-        {"item_pk": r.pk, "version": detector.version, "content_hash": r.content_hash,
-         "spans": [s.as_json() for s in detector.analyze(r.text or "")]}
+        {
+            "item_pk": r.pk,
+            "version": detector.version,
+            "content_hash": r.content_hash,
+            "spans": [s.as_json() for s in detector.analyze(r.text or "")],
+        }
         for r in rows
     ]
     with writer(engine).begin() as conn:
@@ -76,7 +84,12 @@ def analyze_all(engine: Engine, detector: Detector, batch: int = 64, progress: C
     while True:  # passes, until one finds nothing (an item rewritten behind the cursor is analysed too)
         done = 0
         for rows in _waiting(engine, detector.version, batch):
-            _store(engine, detector.version, rows, [[s.as_json() for s in spans] for spans in detector.analyze_batch([r.text or "" for r in rows])])
+            _store(
+                engine,
+                detector.version,
+                rows,
+                [[s.as_json() for s in spans] for spans in detector.analyze_batch([r.text or "" for r in rows])],
+            )
             done += len(rows)
             if progress:
                 progress(len(rows))
@@ -143,7 +156,11 @@ def _waiting(engine: Engine, version: str, size: int) -> Iterator[list[Any]]:
         where = condition if after is None else and_(condition, item.c.pk > after)
         with engine.connect() as conn:
             rows = conn.execute(
-                select(item.c.pk, item.c.text, item.c.content_hash).select_from(joined).where(where).order_by(item.c.pk).limit(max(size, 1))
+                select(item.c.pk, item.c.text, item.c.content_hash)
+                .select_from(joined)
+                .where(where)
+                .order_by(item.c.pk)
+                .limit(max(size, 1))
             ).all()
         if not rows:
             return

@@ -137,8 +137,9 @@ class Synthesizer:
         citations = tuple(c for c in cited if c in allowed)
         invented = tuple(c for c in cited if c not in allowed)
         grounded = bool(answer.strip()) and bool(citations) and not invented and not says_not_in_context(answer)
-        return Synthesis(answer, citations, confidence, grounded, None, sent, invented, flagged,
-                         (time.perf_counter() - started) * 1000)
+        return Synthesis(
+            answer, citations, confidence, grounded, None, sent, invented, flagged, (time.perf_counter() - started) * 1000
+        )
 
     async def _post(self, body: dict[str, Any]) -> tuple[int, bytes]:
         """Status and body (read only on a 2xx, and at most MAX_RESPONSE_BYTES of it)."""

@@ -80,7 +80,8 @@ class OnnxMiniLM:
         # intra-op barrier between the cores, so on a busy machine one descheduled thread no longer
         # stalls the other's share of every operator.
         self._sessions = [self._session] + [
-            onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"]) for _ in range(threads - 1 if bulk else 0)
+            onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+            for _ in range(threads - 1 if bulk else 0)
         ]
         self._lock = threading.Lock()  # a tokenizer with padding state is not shared across threads
 

@@ -122,12 +122,20 @@ def convert(target: Path) -> None:
             graph.initializer.remove(tensor)
 
     constant = {tensor.name for tensor in graph.initializer}
-    attention = [node.name for node in graph.node if node.op_type == "MatMul" and not any(name in constant for name in node.input)]
+    attention = [
+        node.name for node in graph.node if node.op_type == "MatMul" and not any(name in constant for name in node.input)
+    ]
     advice = _DropAdvice()  # onnxruntime advises "pre-processing" on the root logger: for float models, not this one
     logging.getLogger().addFilter(advice)
     try:
-        quantize_dynamic(model, target, op_types_to_quantize=["MatMul"], per_channel=True, weight_type=QuantType.QInt8,
-                         nodes_to_exclude=attention)
+        quantize_dynamic(
+            model,
+            target,
+            op_types_to_quantize=["MatMul"],
+            per_channel=True,
+            weight_type=QuantType.QInt8,
+            nodes_to_exclude=attention,
+        )
     finally:
         logging.getLogger().removeFilter(advice)
 

@@ -166,11 +166,14 @@ class PendingDeletion(Exception):
 
 
 def _write_one(conn: Connection, row: dict[str, Any]) -> str:
-    if row["kind"] == "entity" and conn.execute(
-        select(tombstone_table.c.entity_id).where(
-            tombstone_table.c.tenant == row["tenant"], tombstone_table.c.entity_id == row["id"]
-        )
-    ).first():
+    if (
+        row["kind"] == "entity"
+        and conn.execute(
+            select(tombstone_table.c.entity_id).where(
+                tombstone_table.c.tenant == row["tenant"], tombstone_table.c.entity_id == row["id"]
+            )
+        ).first()
+    ):
         raise PendingDeletion
     existing = conn.execute(
         select(item_table.c.pk, item_table.c.content_hash).where(
@@ -214,17 +217,19 @@ def ingest(engine: Engine, tenant: str, entries: Iterable[Any], *, chunk: int = 
             continue
         item_id = entry.get("id") if isinstance(entry.get("id"), str) else None
         if has_nul(entry):
-            report.rejected.append({"index": index, "id": item_id, "errors": ["item: strings must not contain the NUL character"]})
+            report.rejected.append(
+                {"index": index, "id": item_id, "errors": ["item: strings must not contain the NUL character"]}
+            )
             continue
         if "tenant" in entry:
-            report.rejected.append(
-                {"index": index, "id": item_id, "errors": ["tenant: set by the writer's credential; omit it"]}
-            )
+            report.rejected.append({"index": index, "id": item_id, "errors": ["tenant: set by the writer's credential; omit it"]})
             continue
         try:
             item = ItemIn.model_validate(entry)
         except ValidationError as exc:
-            report.rejected.append({"index": index, "id": item_id, "errors": describe_validation_error(exc, root="item").split("; ")})
+            report.rejected.append(
+                {"index": index, "id": item_id, "errors": describe_validation_error(exc, root="item").split("; ")}
+            )
             continue
         rows.append((index, item.id, row_for(item, tenant)))
     for start in range(0, len(rows), chunk):
@@ -266,12 +271,27 @@ def ingest_document(engine: Engine, tenant: str, document: Document) -> dict[str
             )
         ).first()
     if previous is not None and previous.sha256 == document.sha256:
-        return {"document": document.id, "sha256": document.sha256, "changed": False, "pieces": previous.pieces,
-                "created": 0, "updated": 0, "unchanged": previous.pieces, "removed": 0, "rejected": []}
+        return {
+            "document": document.id,
+            "sha256": document.sha256,
+            "changed": False,
+            "pieces": previous.pieces,
+            "created": 0,
+            "updated": 0,
+            "unchanged": previous.pieces,
+            "removed": 0,
+            "rejected": [],
+        }
     report = ingest(engine, tenant, section_items(document))
     if report.rejected:
-        return {"document": document.id, "sha256": document.sha256, "changed": False, "pieces": len(document.pieces),
-                **report.as_dict(), "removed": 0}
+        return {
+            "document": document.id,
+            "sha256": document.sha256,
+            "changed": False,
+            "pieces": len(document.pieces),
+            **report.as_dict(),
+            "removed": 0,
+        }
     kept = {piece_id(document.id, p.index) for p in document.pieces}
     with writer(engine).begin() as conn:
         stale = conn.execute(
@@ -287,9 +307,13 @@ def ingest_document(engine: Engine, tenant: str, document: Document) -> dict[str
             conn.execute(insert(source_table).values(tenant=tenant, id=document.id, **values))
         else:
             conn.execute(
-                update(source_table)
-                .where(source_table.c.tenant == tenant, source_table.c.id == document.id)
-                .values(**values)
+                update(source_table).where(source_table.c.tenant == tenant, source_table.c.id == document.id).values(**values)
             )
-    return {"document": document.id, "sha256": document.sha256, "changed": True, "pieces": len(document.pieces),
-            **report.as_dict(), "removed": len(removed)}
+    return {
+        "document": document.id,
+        "sha256": document.sha256,
+        "changed": True,
+        "pieces": len(document.pieces),
+        **report.as_dict(),
+        "removed": len(removed),
+    }

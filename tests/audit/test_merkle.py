@@ -10,8 +10,16 @@ from audit.merkle import Range, inclusion_proof, node_hash, root, subtree, verif
 
 # RFC 6962's eight leaves (certificate-transparency's merkle tree test data) and the roots of their
 # first n, as every CT implementation tests them.
-LEAVES = [b"", b"\x00", b"\x10", b"\x20\x21", b"\x30\x31", b"\x40\x41\x42\x43", bytes(range(0x50, 0x58)),
-          bytes(range(0x60, 0x70))]
+LEAVES = [
+    b"",
+    b"\x00",
+    b"\x10",
+    b"\x20\x21",
+    b"\x30\x31",
+    b"\x40\x41\x42\x43",
+    bytes(range(0x50, 0x58)),
+    bytes(range(0x60, 0x70)),
+]
 ROOTS = {
     1: "6e340b9cffb37a989ca544e6bb780a2c78901d3fb33738768511a30617afa01d",
     2: "fac54203e7cc696cf0dfcb42c92a1d9dbaf70ad9e621f4bd8d98662f00e3c125",

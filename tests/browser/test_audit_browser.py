@@ -35,8 +35,14 @@ from tests.gateway.fixtures import SALES_TASK, memory
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 CHROMIUM_FLAGS = (
-    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
 )
 START_TIMEOUT_S = 60
 WAIT_S = 20
@@ -45,8 +51,10 @@ WAIT_S = 20
 def require_browser() -> None:
     missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
     if missing:
-        reason = (f"{' and '.join(missing)} not installed: install the Debian packages chromium and chromium-driver "
-                  "(./scripts/test does so when run as root)")
+        reason = (
+            f"{' and '.join(missing)} not installed: install the Debian packages chromium and chromium-driver "
+            "(./scripts/test does so when run as root)"
+        )
         if os.environ.get("GATEWAY_TEST_REQUIRE_BROWSER") == "1":
             pytest.fail(reason)
         pytest.skip(reason)
@@ -75,15 +83,29 @@ class LiveGateway:
     app: Any
 
     def key(self, name: str, tenant: str = "acme", roles: tuple[str, ...] = ("agent",), groups: tuple[str, ...] = ()) -> str:
-        return create_api_key(self.app.state.context.store, tenant=tenant, principal=f"user:{name}", roles=list(roles),
-                              groups=list(groups), clearance="confidential")
+        return create_api_key(
+            self.app.state.context.store,
+            tenant=tenant,
+            principal=f"user:{name}",
+            roles=list(roles),
+            groups=list(groups),
+            clearance="confidential",
+        )
 
 
 @pytest.fixture
 def live_gateway(tmp_path: Path) -> Iterator[LiveGateway]:
     """`create_app` served by uvicorn on a free loopback port, in a thread of this process."""
-    settings = load_settings({"data_dir": tmp_path / "data", "database_url": f"sqlite:///{tmp_path / 'gateway.db'}",
-                              "connector_deadline_ms": 10_000, "embeddings": "none", "pii": "none"}, environ={})
+    settings = load_settings(
+        {
+            "data_dir": tmp_path / "data",
+            "database_url": f"sqlite:///{tmp_path / 'gateway.db'}",
+            "connector_deadline_ms": 10_000,
+            "embeddings": "none",
+            "pii": "none",
+        },
+        environ={},
+    )
     app = create_app(settings)
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))
@@ -105,12 +127,18 @@ def live_gateway(tmp_path: Path) -> Iterator[LiveGateway]:
 
 def seed(gateway: LiveGateway) -> tuple[str, dict[str, list[str]]]:
     """Items and calls over real HTTP; returns the auditor's key and the trace ids by caller."""
-    writer, alice, bob = gateway.key("writer", roles=("ingest",)), gateway.key("alice", groups=("sales",)), gateway.key("bob", groups=("sales",))
+    writer, alice, bob = (
+        gateway.key("writer", roles=("ingest",)),
+        gateway.key("alice", groups=("sales",)),
+        gateway.key("bob", groups=("sales",)),
+    )
     auditor = gateway.key("auditor", roles=("auditor",))
     mallory = gateway.key("mallory", tenant="globex", groups=("sales",))
     with httpx.Client(base_url=gateway.url, timeout=30) as client:
-        for tenant, items in (("acme", [memory("mem_a", "zanzibar pricing note"), memory("mem_b", "zanzibar renewal note")]),
-                              ("globex", [memory("mem_a", "zanzibar globex note")])):
+        for tenant, items in (
+            ("acme", [memory("mem_a", "zanzibar pricing note"), memory("mem_b", "zanzibar renewal note")]),
+            ("globex", [memory("mem_a", "zanzibar globex note")]),
+        ):
             key = writer if tenant == "acme" else gateway.key("writer-globex", tenant="globex", roles=("ingest",))
             assert client.put("/v1/items", json=items, headers={"Authorization": f"Bearer {key}"}).status_code == 200
 
@@ -120,8 +148,12 @@ def seed(gateway: LiveGateway) -> tuple[str, dict[str, list[str]]]:
             assert response.status_code == expected, response.text
             return response.headers["x-trace-id"]
 
-        calls = {"alice": [retrieve(alice, 200), retrieve(alice, 200)], "bob": [retrieve(bob, 200)],
-                 "auditor": [retrieve(auditor, 403)], "mallory": [retrieve(mallory, 200)]}
+        calls = {
+            "alice": [retrieve(alice, 200), retrieve(alice, 200)],
+            "bob": [retrieve(bob, 200)],
+            "auditor": [retrieve(auditor, 403)],
+            "mallory": [retrieve(mallory, 200)],
+        }
     return auditor, calls
 
 

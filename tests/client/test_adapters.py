@@ -15,9 +15,15 @@ from gateway.client import AsyncGatewayClient, Forbidden, GatewayClient
 from tests.conftest import LiveGateway, serve_gateway
 from tests.gateway.fixtures import SALES_TASK, memory, seed
 
-SOURCED = memory("mem_sourced", "okapi renewal terms agreed", authority="approved", sensitivity="confidential",
-                 valid_from="2025-01-01T00:00:00Z", valid_to="2031-01-01T00:00:00Z",
-                 source={"system": "crm", "uri": "crm://calls/42"})
+SOURCED = memory(
+    "mem_sourced",
+    "okapi renewal terms agreed",
+    authority="approved",
+    sensitivity="confidential",
+    valid_from="2025-01-01T00:00:00Z",
+    valid_to="2031-01-01T00:00:00Z",
+    source={"system": "crm", "uri": "crm://calls/42"},
+)
 HIDDEN = memory("mem_okapi_finance", "okapi finance margin", acl=["group:finance"])
 NO_VECTORS = {"semantic": False}
 
@@ -38,8 +44,14 @@ def key(live: LiveGateway) -> str:
 
 def assert_metadata(metadata: dict[str, Any], live: LiveGateway) -> None:
     assert {k: metadata[k] for k in ("id", "citation", "kind", "authority", "status", "sensitivity", "source")} == {
-        "id": "mem_sourced", "citation": "M1", "kind": "memory", "authority": "approved", "status": "current",
-        "sensitivity": "confidential", "source": "crm://calls/42"}
+        "id": "mem_sourced",
+        "citation": "M1",
+        "kind": "memory",
+        "authority": "approved",
+        "status": "current",
+        "sensitivity": "confidential",
+        "source": "crm://calls/42",
+    }
     assert (metadata["source_system"], metadata["source_uri"]) == ("crm", "crm://calls/42")
     assert metadata["valid_from"].startswith("2025-01-01") and metadata["valid_to"].startswith("2031-01-01")
     row = live.gateway.trace(metadata["trace_id"])  # the trace id names this very call's audit row
@@ -123,10 +135,13 @@ def test_llamaindex_with_one_client_of_either_kind(live: LiveGateway, key: str) 
         GatewayRetriever(SALES_TASK)
 
 
-@pytest.mark.parametrize(("module", "framework", "extra"), [
-    ("gateway.adapters.langchain", "langchain_core", "governed-gateway[langchain]"),
-    ("gateway.adapters.llamaindex", "llama_index", "governed-gateway[llamaindex]"),
-])
+@pytest.mark.parametrize(
+    ("module", "framework", "extra"),
+    [
+        ("gateway.adapters.langchain", "langchain_core", "governed-gateway[langchain]"),
+        ("gateway.adapters.llamaindex", "llama_index", "governed-gateway[llamaindex]"),
+    ],
+)
 def test_a_missing_extra_names_what_to_install(monkeypatch: pytest.MonkeyPatch, module: str, framework: str, extra: str) -> None:
     for name in [n for n in sys.modules if n == framework or n.startswith(framework + ".")]:
         monkeypatch.setitem(sys.modules, name, None)  # as if it were not installed

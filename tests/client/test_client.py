@@ -131,8 +131,11 @@ def test_the_async_client_retrieves_and_pages_the_same(live: LiveGateway) -> Non
     async def run() -> tuple[RetrieveResult, list[str]]:
         async with AsyncGatewayClient(live.url, key) as client:
             found = await client.retrieve(SALES_TASK, "wombatacl", sources=NO_VECTORS)
-            seen = [item.id async for page in client.pages(SALES_TASK, "walrus pricing", budget_bytes=700, sources=NO_VECTORS)
-                    for item in page.items]
+            seen = [
+                item.id
+                async for page in client.pages(SALES_TASK, "walrus pricing", budget_bytes=700, sources=NO_VECTORS)
+                for item in page.items
+            ]
             with pytest.raises(Forbidden) as denied:
                 await client.retrieve({"type": "payroll_review"}, "salary")
             assert denied.value.code == "policy_denied" and denied.value.trace_id
@@ -151,16 +154,26 @@ def test_writes_items_documents_entities_and_edges(live: LiveGateway) -> None:
     writer = GatewayClient(live.url, gateway.key("writer-umbrella", tenant="umbrella", roles=("ingest",)))
     reader = GatewayClient(live.url, gateway.key("uma", tenant="umbrella", groups=("sales",), clearance="confidential"))
     with writer, reader:
-        items = [{"id": "ent_ada", "kind": "entity", "entity_type": "contact", "name": "Ada", "email": "ada@umbrella.example",
-                  "acl": ["*"]},
-                 memory("mem_ada", "capybara renewal call", entity="ent_ada", attached_to="ent_ada")]
+        items = [
+            {
+                "id": "ent_ada",
+                "kind": "entity",
+                "entity_type": "contact",
+                "name": "Ada",
+                "email": "ada@umbrella.example",
+                "acl": ["*"],
+            },
+            memory("mem_ada", "capybara renewal call", entity="ent_ada", attached_to="ent_ada"),
+        ]
         first = writer.ingest(items)
         assert isinstance(first, IngestReport) and (first.created, first.rejected) == (2, [])
         assert writer.ingest(items).unchanged == 2  # idempotent by id, which is why the client may resend it
         rejected = writer.ingest([{"id": "mem_bad", "kind": "memory", "text": "no acl"}])
         assert rejected.created == 0 and rejected.rejected[0].index == 0 and any("acl" in e for e in rejected.rejected[0].errors)
 
-        document = "---\nacl: ['*']\nscope: [sales]\nauthority: approved\n---\n# Capybara terms\nCapybara discounts need approval.\n"
+        document = (
+            "---\nacl: ['*']\nscope: [sales]\nauthority: approved\n---\n# Capybara terms\nCapybara discounts need approval.\n"
+        )
         report = writer.put_document("capy_terms", document)
         assert (report.document, report.changed, report.pieces) == ("capy_terms", True, 1)
         assert writer.put_document("capy_terms", document).changed is False
@@ -309,8 +322,15 @@ class Scripted:
     attempts: list[tuple[float, str, str, str]] = field(default_factory=list)
 
 
-EMPTY_ANSWER = json.dumps({"trace_id": "tr_scripted", "mode": "scout", "decision": {"allow": True}, "items": [],
-                           "unknown_new_field": {"the": "contract grows"}}).encode()
+EMPTY_ANSWER = json.dumps(
+    {
+        "trace_id": "tr_scripted",
+        "mode": "scout",
+        "decision": {"allow": True},
+        "items": [],
+        "unknown_new_field": {"the": "contract grows"},
+    }
+).encode()
 
 
 def error_body(status: int, code: str) -> bytes:
@@ -407,7 +427,9 @@ def test_no_answer_is_gateway_unreachable() -> None:
 
 
 def test_an_answer_outside_the_contract_is_unexpected_and_names_the_field() -> None:
-    with scripted((200, {"x-trace-id": "tr_odd"}, b'{"trace_id": "tr_odd", "mode": "scout", "decision": {"allow": "maybe"}}')) as server:
+    with scripted(
+        (200, {"x-trace-id": "tr_odd"}, b'{"trace_id": "tr_odd", "mode": "scout", "decision": {"allow": "maybe"}}')
+    ) as server:
         with pytest.raises(UnexpectedAnswer, match=r"RetrieveResult\.decision\.allow") as odd:
             GatewayClient(server.url, "gw_key").retrieve(SALES_TASK, "walrus")
     assert odd.value.trace_id == "tr_odd"

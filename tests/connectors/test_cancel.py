@@ -53,7 +53,9 @@ def test_a_statement_past_its_deadline_is_interrupted_and_its_thread_ends(databa
         with engine.connect() as conn:  # the store is fine afterwards, and (PostgreSQL) nothing still sleeps
             assert conn.execute(text("SELECT 1")).scalar_one() == 1
             if conn.dialect.name == "postgresql":
-                sleeping = conn.execute(text("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(30)%' AND state = 'active'")).scalar_one()
+                sleeping = conn.execute(
+                    text("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(30)%' AND state = 'active'")
+                ).scalar_one()
                 assert sleeping == 0
     finally:
         close_store(engine)

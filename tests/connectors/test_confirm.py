@@ -47,8 +47,10 @@ def test_stale_copies_are_dropped_and_fresh_envelopes_used(database_url: str) ->
     ingest(engine, "acme", [note("rescoped", "note", acl=["group:finance"])])
     with engine.begin() as conn:
         conn.execute(item.delete().where(item.c.id == "gone"))
-    stale = tuple(Candidate(replace(fresh[i], text="stale text"), "semantic", n, 0.9 - n / 10)
-                  for n, i in enumerate(["gone", "rescoped", "kept"], start=1))
+    stale = tuple(
+        Candidate(replace(fresh[i], text="stale text"), "semantic", n, 0.9 - n / 10)
+        for n, i in enumerate(["gone", "rescoped", "kept"], start=1)
+    )
     result = asyncio.run(StoreConfirmed(StaleIndex(stale), engine).search(CONSTRAINTS, RecallQuery(text="x")))
     assert [(c.record.id, c.rank, c.record.text) for c in result.candidates] == [("kept", 1, "kept note")]
     engine.dispose()
@@ -74,7 +76,9 @@ def test_items_naming_an_entity_the_filter_hides_are_dropped(database_url: str) 
     edge = {"id": "edge_hidden", "kind": "edge", "from": "ent_jane", "relation": "works_at", "to": "ent_hidden", "acl": ["*"]}
     ingest(engine, "acme", [hidden, edge, {**note("about_hidden", "note"), "entity": "ent_hidden"}, note("about_jane", "note")])
     copied = _records(engine)
-    stale = tuple(Candidate(copied[i], "semantic", n, 0.5) for n, i in enumerate(["edge_hidden", "about_hidden", "about_jane"], start=1))
+    stale = tuple(
+        Candidate(copied[i], "semantic", n, 0.5) for n, i in enumerate(["edge_hidden", "about_hidden", "about_jane"], start=1)
+    )
     where = replace(CONSTRAINTS, kinds=(*CONSTRAINTS.kinds, "edge"))
     result = asyncio.run(StoreConfirmed(StaleIndex(stale), engine).search(where, RecallQuery(text="x")))
     assert [c.record.id for c in result.candidates] == ["about_jane"]
@@ -90,8 +94,13 @@ def test_stale_copies_nearer_than_k_admitted_items_widen_the_window_and_gone_one
     """Twelve nearest copies are of pieces the store removed and of items re-shared away: asking for
     5 still returns 5 admitted ones, and the index is told to drop the removed pieces' copies only."""
     engine: Engine = open_store(database_url)
-    ingest(engine, "acme", [note(f"removed_{i}", "note") for i in range(6)] + [note(f"reshared_{i}", "note") for i in range(6)]
-           + [note(f"kept_{i}", "note") for i in range(5)])
+    ingest(
+        engine,
+        "acme",
+        [note(f"removed_{i}", "note") for i in range(6)]
+        + [note(f"reshared_{i}", "note") for i in range(6)]
+        + [note(f"kept_{i}", "note") for i in range(5)],
+    )
     copied = _records(engine)
     ingest(engine, "acme", [note(f"reshared_{i}", "note", acl=["group:finance"]) for i in range(6)])
     with engine.begin() as conn:

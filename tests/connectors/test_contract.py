@@ -75,8 +75,10 @@ def store(database_url: str) -> Iterator[Engine]:
     rows = [note(f"forbidden_{name}_{i}", strong, **variant) for name, variant in FORBIDDEN_VARIANTS.items() for i in range(4)]
     rows += [note(f"permitted_{i}", f"pricing note {i}", tags=["pricing"] if i % 2 else []) for i in range(12)]
     rows += [note("permitted_other_entity", "pricing for someone else", entity="ent_other")]
-    rows += [{"id": "ent_jane", "kind": "entity", "entity_type": "contact", "email": "jane@globex.example", "acl": ["*"]},
-             {"id": "ent_hidden", "kind": "entity", "entity_type": "contact", "email": "hidden@globex.example", "acl": ["group:x"]}]
+    rows += [
+        {"id": "ent_jane", "kind": "entity", "entity_type": "contact", "email": "jane@globex.example", "acl": ["*"]},
+        {"id": "ent_hidden", "kind": "entity", "entity_type": "contact", "email": "hidden@globex.example", "acl": ["group:x"]},
+    ]
     report = ingest(engine, "acme", rows)
     assert report.rejected == []
     other = ingest(engine, "globex", [note(f"globex_{i}", strong) for i in range(5)])
@@ -146,7 +148,7 @@ class TestLexicalContract(ConnectorContract):
         assert result.status == "skipped" and result.candidates == ()
 
     def test_query_syntax_is_never_passed_to_the_engine(self, store: Engine) -> None:
-        hostile = 'pricing" OR * NEAR( ) AND -- \'; DROP TABLE item; :*'
+        hostile = "pricing\" OR * NEAR( ) AND -- '; DROP TABLE item; :*"
         result = search(self.connector(store), CONSTRAINTS, RecallQuery(text=hostile, limit=100))
         assert result.status == "ok"
         assert all(c.record.id.startswith("permitted_") for c in result.candidates)
@@ -239,10 +241,15 @@ class TestWeaviateContract(TestSemanticContract):
 
     def weaviate(self, **overrides: Any) -> WeaviateConnector:
         embedder = minilm()
-        options: dict[str, Any] = {"grpc_port": self.endpoint.grpc_port, "api_key": self.endpoint.api_key,
-                                   "collection": f"GatewayItemContract{secrets.token_hex(4)}", **overrides}
-        connector = WeaviateConnector(options.pop("url", self.endpoint.url), model=embedder.model_id, dims=embedder.dims,
-                                      timeout_s=3, **options)
+        options: dict[str, Any] = {
+            "grpc_port": self.endpoint.grpc_port,
+            "api_key": self.endpoint.api_key,
+            "collection": f"GatewayItemContract{secrets.token_hex(4)}",
+            **overrides,
+        }
+        connector = WeaviateConnector(
+            options.pop("url", self.endpoint.url), model=embedder.model_id, dims=embedder.dims, timeout_s=3, **options
+        )
         self.made.append(connector)
         return connector
 
@@ -254,8 +261,10 @@ class TestWeaviateContract(TestSemanticContract):
     def test_an_unreachable_store_is_an_error_status_not_a_crash(self, store: Engine) -> None:
         dead_store = create_engine("postgresql+psycopg://postgres@127.0.0.1:1/none", connect_args={"connect_timeout": 1})
         served = self.connector(store)
-        for connector in (StoreConfirmed(served.inner, dead_store),  # Weaviate answers, the store does not
-                          StoreConfirmed(self.weaviate(url="http://127.0.0.1:9", grpc_port=10), store)):  # nor Weaviate
+        for connector in (
+            StoreConfirmed(served.inner, dead_store),  # Weaviate answers, the store does not
+            StoreConfirmed(self.weaviate(url="http://127.0.0.1:9", grpc_port=10), store),
+        ):  # nor Weaviate
             result = asyncio.run(run_source(connector.name, lambda: connector.search(CONSTRAINTS, self.query()), 5000))
             assert result.status == "error" and result.candidates == ()
             with pytest.raises(ConnectorError):
@@ -280,7 +289,9 @@ PROTOCOLS = {ExactConnector, LexicalConnector, SemanticConnector, GraphConnector
 
 
 def protocol_methods(protocol: type) -> dict[str, Callable[..., Any]]:
-    methods: dict[str, Callable[..., Any]] = {name: value for name, value in vars(protocol).items() if inspect.isfunction(value) and not name.startswith("_")}
+    methods: dict[str, Callable[..., Any]] = {
+        name: value for name, value in vars(protocol).items() if inspect.isfunction(value) and not name.startswith("_")
+    }
     assert methods, protocol
     return methods
 
@@ -297,7 +308,8 @@ def test_each_backend_method_has_the_protocols_signature(protocol: type, backend
         assert inspect.isfunction(implemented), f"{backend.__name__}.{name} is missing"
         assert parameters(implemented) == parameters(declared), f"{backend.__name__}.{name}: parameter names or order differ"
         assert inspect.iscoroutinefunction(implemented) == inspect.iscoroutinefunction(declared), (
-            f"{backend.__name__}.{name}: async differs")
+            f"{backend.__name__}.{name}: async differs"
+        )
         assert typing.get_type_hints(implemented) == typing.get_type_hints(declared), f"{backend.__name__}.{name}: types differ"
 
 
@@ -307,8 +319,12 @@ def test_every_connector_class_is_checked_against_its_protocol() -> None:
     for module_info in pkgutil.walk_packages(connectors.__path__, "connectors."):
         module = importlib.import_module(module_info.name)
         for value in vars(module).values():
-            if (inspect.isclass(value) and value.__module__ == module.__name__ and value not in PROTOCOLS
-                    and inspect.iscoroutinefunction(getattr(value, "search", None))):
+            if (
+                inspect.isclass(value)
+                and value.__module__ == module.__name__
+                and value not in PROTOCOLS
+                and inspect.iscoroutinefunction(getattr(value, "search", None))
+            ):
                 found.add(value)
     assert found == {backend for _, backend in IMPLEMENTATIONS}
 

@@ -52,6 +52,7 @@ def split(**overrides: Any) -> tuple[ItemFilter, GraphLimits]:
     where = {k: v for k, v in overrides.items() if k not in limits}
     return replace(CONSTRAINTS, **where), replace(LIMITS, **limits)
 
+
 # Envelopes that each hide an entity (or an edge) from the actor above.
 HIDING: dict[str, dict[str, Any]] = {
     "acl": {"acl": ["group:finance"]},
@@ -114,8 +115,16 @@ class Graph:
     def edge(self, source: str, target: str, confidence: float | None = 0.5, **fields: Any) -> dict[str, Any]:
         """An edge named '<source>-<target>' unless `id` is given."""
         name = fields.pop("id", f"{source}-{target}")
-        return {"id": self.id(name), "kind": "edge", "from": self.id(source), "to": self.id(target),
-                "relation": "knows", "confidence": confidence, "acl": ["user:alice"], **fields}
+        return {
+            "id": self.id(name),
+            "kind": "edge",
+            "from": self.id(source),
+            "to": self.id(target),
+            "relation": "knows",
+            "confidence": confidence,
+            "acl": ["user:alice"],
+            **fields,
+        }
 
     def build(self, items: list[dict[str, Any]], tenant: str = "acme") -> None:
         report = ingest(self.engine, tenant, items)
@@ -183,7 +192,8 @@ def test_fanout_is_clamped_to_fifty(graph: Graph) -> None:
 def test_hidden_edges_and_hidden_targets_never_take_a_fanout_slot(graph: Graph) -> None:
     g = graph
     g.build(
-        g.entities("a", "v1", "v2", "v3", "h1") + [g.entity("h2", acl=["group:finance"])]
+        g.entities("a", "v1", "v2", "v3", "h1")
+        + [g.entity("h2", acl=["group:finance"])]
         + [g.edge("a", "h1", 0.99, acl=["group:finance"]), g.edge("a", "h2", 0.98)]
         + [g.edge("a", "v1", 0.3), g.edge("a", "v2", 0.2), g.edge("a", "v3", 0.1)]
     )
@@ -204,7 +214,8 @@ def test_a_relation_outside_the_policy_is_never_followed(graph: Graph) -> None:
 def test_a_hidden_entity_stops_the_walk(graph: Graph, hidden_by: str) -> None:
     g = graph
     g.build(
-        g.entities("a", "b", "c") + [g.entity("h", **HIDING[hidden_by])]
+        g.entities("a", "b", "c")
+        + [g.entity("h", **HIDING[hidden_by])]
         + [g.edge("a", "b"), g.edge("a", "h", 0.9), g.edge("h", "c", 0.9)]
     )
     result = g.walk()
@@ -229,8 +240,7 @@ def test_an_edge_needs_an_entity_at_its_end(graph: Graph) -> None:
 def test_a_tombstoned_entity_stops_the_walk_and_hides_its_edges(graph: Graph) -> None:
     g = graph
     g.build(
-        g.entities("a", "b", "t", "c")
-        + [g.edge("a", "b"), g.edge("a", "t", 0.9), g.edge("t", "c", 0.9), g.edge("b", "t", 0.9)]
+        g.entities("a", "b", "t", "c") + [g.edge("a", "b"), g.edge("a", "t", 0.9), g.edge("t", "c", 0.9), g.edge("b", "t", 0.9)]
     )
     assert sorted(g.found()) == ["a-b", "a-t", "b-t", "t-c"]
     g.tombstone("t")
@@ -259,8 +269,7 @@ def test_a_non_active_edge_is_not_followed_even_if_its_status_is_visible(graph: 
 def test_a_cycle_terminates_and_returns_each_edge_once(graph: Graph) -> None:
     g = graph
     g.build(
-        g.entities("a", "b", "c")
-        + [g.edge("a", "b", 0.9), g.edge("b", "a", 0.8), g.edge("b", "c", 0.7), g.edge("c", "a", 0.6)]
+        g.entities("a", "b", "c") + [g.edge("a", "b", 0.9), g.edge("b", "a", 0.8), g.edge("b", "c", 0.7), g.edge("c", "a", 0.6)]
     )
     result = g.walk(max_depth=3)
     assert g.ids(result) == ["a-b", "b-a", "b-c", "c-a"]
@@ -273,8 +282,9 @@ def test_the_walk_never_continues_from_a_node_already_on_its_path(graph: Graph) 
     where, limits = split(subjects=(g.id("a"),), max_depth=3)
     walked = walk(limits.max_depth, limits.fanout)
     with g.engine.connect() as conn:
-        rows = conn.execute(select(walked.c.node, walked.c.depth, walked.c.closes).order_by(walked.c.depth),
-                            walk_values(where, limits, 50)).all()
+        rows = conn.execute(
+            select(walked.c.node, walked.c.depth, walked.c.closes).order_by(walked.c.depth), walk_values(where, limits, 50)
+        ).all()
     strip = len(g.prefix) + 1
     assert [(node[strip:], depth, closes) for node, depth, closes in rows] == [("a", 0, 0), ("b", 1, 0), ("a", 2, 1)]
 

@@ -94,12 +94,16 @@ def write(engine: Engine, tenant: str, items: list[dict[str, Any]]) -> None:
 def test_bm25_scores_of_a_tenant_do_not_move_when_another_tenant_writes_the_same_words(sqlite_store: Engine) -> None:
     """SQLite's BM25 reads corpus statistics; PostgreSQL's ts_rank_cd reads none."""
     store = sqlite_store
-    write(store, "acme", [
-        note("acme_1", "pricing discount for the annual renewal"),
-        note("acme_2", "pricing pricing review before the quarterly call"),
-        note("acme_3", "discount approval needs the sales director"),
-        note("acme_4", "renewal notes without the words"),
-    ])
+    write(
+        store,
+        "acme",
+        [
+            note("acme_1", "pricing discount for the annual renewal"),
+            note("acme_2", "pricing pricing review before the quarterly call"),
+            note("acme_3", "discount approval needs the sales director"),
+            note("acme_4", "renewal notes without the words"),
+        ],
+    )
     before = scored(store, "acme", "pricing discount")
     assert [i for i, _ in before] and {i for i, _ in before} == {"acme_1", "acme_2", "acme_3"}
     # Another tenant makes "pricing" common and "discount" rare, which would change IDF in a shared index.
@@ -141,8 +145,11 @@ def test_postgres_a_word_only_another_tenant_holds_is_empty_and_the_index_leads_
         write(engine, "globex", [note(f"globex_{i}", f"heliotrope rollout {i}") for i in range(2000)])
         assert_empty_for_others(engine)
         with engine.connect() as conn:
-            indexes: dict[str, str] = dict(conn.execute(text("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'item' "
-                                             "AND schemaname = current_schema()")).all())
+            indexes: dict[str, str] = dict(
+                conn.execute(
+                    text("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'item' AND schemaname = current_schema()")
+                ).all()
+            )
             assert "USING gin (tenant, tsv) WITH (fastupdate=off)" in indexes["ix_item_tenant_tsv"]  # no shared pending list
             assert not [name for name, ddl in indexes.items() if "USING gin (tsv)" in ddl]  # no index without the tenant
             # Row estimates come from every tenant's statistics; JIT compiling chosen from them would
@@ -150,8 +157,11 @@ def test_postgres_a_word_only_another_tenant_holds_is_empty_and_the_index_leads_
             assert conn.execute(text("SHOW jit")).scalar_one() == "off"
             conn.execute(text("ANALYZE"))
             for query in ("heliotrope", "renewal"):
-                plan = explain(conn, FullTextConnector(engine)._postgres_statement(
-                    EVERYONE, RecallQuery(text=query, limit=10), [query]), bound(EVERYONE))
+                plan = explain(
+                    conn,
+                    FullTextConnector(engine)._postgres_statement(EVERYONE, RecallQuery(text=query, limit=10), [query]),
+                    bound(EVERYONE),
+                )
                 item_scans = [n for n in walk(plan) if n.get("Alias") == "item"]
                 assert item_scans, plan
                 for scan in item_scans:  # the searched rows are reached through the tenant, never around it
@@ -201,9 +211,15 @@ GUIDE = '---\nacl: ["*"]\n---\n# Guide\n\n## Alpha\n\nalphaword section text.\n\
 
 def test_every_write_path_keeps_the_tenant_index_in_step(sqlite_store: Engine) -> None:
     engine = sqlite_store
-    write(engine, "acme", [note("acme_note", "lyrebird first version"),
-                           {"id": "ent_a", "kind": "entity", "entity_type": "company", "name": "Lyrebird Alpha", "acl": ["*"]},
-                           {"id": "ent_b", "kind": "entity", "entity_type": "company", "name": "Lyrebird Beta", "acl": ["*"]}])
+    write(
+        engine,
+        "acme",
+        [
+            note("acme_note", "lyrebird first version"),
+            {"id": "ent_a", "kind": "entity", "entity_type": "company", "name": "Lyrebird Alpha", "acl": ["*"]},
+            {"id": "ent_b", "kind": "entity", "entity_type": "company", "name": "Lyrebird Beta", "acl": ["*"]},
+        ],
+    )
     write(engine, "globex", [note("globex_note", "lyrebird for globex")])
     check_in_step(engine)
     assert sorted(found(engine, "acme", "lyrebird")) == ["acme_note", "ent_a", "ent_b"]
@@ -235,9 +251,13 @@ def test_every_write_path_keeps_the_tenant_index_in_step(sqlite_store: Engine) -
     # A row written by other means (not through ingest) while the tenant had no table is indexed
     # when the table is created.
     with engine.begin() as conn:
-        pk = conn.execute(insert(Item.__table__).values(  # type: ignore[attr-defined]
-            tenant="initech", id="init_1", kind="memory", text="wombat burrow", tags=[], acl=["*"], scope=[],
-            content_hash="h").returning(Item.__table__.c.pk)).scalar_one()  # type: ignore[attr-defined]
+        pk = conn.execute(
+            insert(Item.__table__)
+            .values(  # type: ignore[attr-defined]
+                tenant="initech", id="init_1", kind="memory", text="wombat burrow", tags=[], acl=["*"], scope=[], content_hash="h"
+            )
+            .returning(Item.__table__.c.pk)
+        ).scalar_one()  # type: ignore[attr-defined]
         conn.execute(insert(ItemPrincipal.__table__).values(item_pk=pk, principal="*"))  # type: ignore[attr-defined]
     assert search(engine, "initech", "wombat").status == "empty"
     write(engine, "initech", [note("init_2", "wombat second")])
@@ -263,11 +283,28 @@ def test_a_store_with_the_shared_index_moves_to_per_tenant_tables_at_open(tmp_pa
     raw.close()
     plain = create_engine(url)
     with plain.begin() as conn:
-        for n, (tenant, words) in enumerate([("acme", "pricing discount"), ("acme", "pricing renewal"),
-                                             ("globex", "pricing heliotrope"), ("o'brien", "heliotrope pricing")]):
-            pk = conn.execute(insert(Item.__table__).values(  # type: ignore[attr-defined]
-                tenant=tenant, id=f"old_{n}", kind="memory", text=words, tags=[], acl=["*"], scope=[], content_hash=str(n),
-            ).returning(Item.__table__.c.pk)).scalar_one()  # type: ignore[attr-defined]
+        for n, (tenant, words) in enumerate(
+            [
+                ("acme", "pricing discount"),
+                ("acme", "pricing renewal"),
+                ("globex", "pricing heliotrope"),
+                ("o'brien", "heliotrope pricing"),
+            ]
+        ):
+            pk = conn.execute(
+                insert(Item.__table__)
+                .values(  # type: ignore[attr-defined]
+                    tenant=tenant,
+                    id=f"old_{n}",
+                    kind="memory",
+                    text=words,
+                    tags=[],
+                    acl=["*"],
+                    scope=[],
+                    content_hash=str(n),
+                )
+                .returning(Item.__table__.c.pk)
+            ).scalar_one()  # type: ignore[attr-defined]
             conn.execute(insert(ItemPrincipal.__table__).values(item_pk=pk, principal="*"))  # type: ignore[attr-defined]
         assert conn.execute(text("SELECT count(*) FROM item_fts WHERE item_fts MATCH 'pricing'")).scalar_one() == 4
     plain.dispose()

@@ -66,10 +66,14 @@ def put_vectors(engine: Engine, tenant: str, vectors: dict[str, np.ndarray[Any, 
         pks = dict(conn.execute(text("SELECT id, pk FROM item WHERE tenant = :t"), {"t": tenant}).all())
         hashes = dict(conn.execute(text("SELECT pk, content_hash FROM item WHERE tenant = :t"), {"t": tenant}).all())
         conn.execute(
-            text("INSERT INTO item_vector (item_pk, model, dims, vector, content_hash, seq) VALUES (:pk, :m, :d, :v, :h, 1) "
-                 "ON CONFLICT (item_pk) DO UPDATE SET vector = EXCLUDED.vector, content_hash = EXCLUDED.content_hash"),
-            [{"pk": pks[i], "m": PLANTED, "d": DIMS, "v": v.astype(np.float32).tobytes(), "h": hashes[pks[i]]}
-             for i, v in vectors.items()],
+            text(
+                "INSERT INTO item_vector (item_pk, model, dims, vector, content_hash, seq) VALUES (:pk, :m, :d, :v, :h, 1) "
+                "ON CONFLICT (item_pk) DO UPDATE SET vector = EXCLUDED.vector, content_hash = EXCLUDED.content_hash"
+            ),
+            [
+                {"pk": pks[i], "m": PLANTED, "d": DIMS, "v": v.astype(np.float32).tobytes(), "h": hashes[pks[i]]}
+                for i, v in vectors.items()
+            ],
         )
 
 
@@ -89,21 +93,29 @@ def planted(module_pgvector_url: str) -> Iterator[tuple[Engine, np.ndarray[Any, 
     assert prepare(engine, DIMS) is None
     rng = np.random.default_rng(17)
     q = unit(rng, 1)[0]
-    rows = [{"id": "ent_jane", "kind": "entity", "entity_type": "contact", "acl": ["*"]},
-            {"id": "ent_hidden", "kind": "entity", "entity_type": "contact", "acl": ["group:x"]},
-            {"id": "ent_gone", "kind": "entity", "entity_type": "contact", "acl": ["*"]}]
+    rows = [
+        {"id": "ent_jane", "kind": "entity", "entity_type": "contact", "acl": ["*"]},
+        {"id": "ent_hidden", "kind": "entity", "entity_type": "contact", "acl": ["group:x"]},
+        {"id": "ent_gone", "kind": "entity", "entity_type": "contact", "acl": ["*"]},
+    ]
     rows += [note(f"forbidden_{name}_{i}", f"x {name} {i}", **variant) for name, variant in HIDING.items() for i in range(150)]
     rows += [note(f"permitted_{i}", f"y {i}", tags=["t"]) for i in range(60)]
     assert ingest(engine, "acme", rows).rejected == []
     assert ingest(engine, "globex", [note(f"globex_{i}", f"z {i}", tags=["t"]) for i in range(300)]).rejected == []
     with engine.begin() as conn:
-        conn.execute(text("INSERT INTO entity_tombstone (tenant, entity_id, deleted_at) VALUES ('acme', 'ent_gone', :at)"),
-                     {"at": datetime(2026, 1, 1, tzinfo=timezone.utc)})
+        conn.execute(
+            text("INSERT INTO entity_tombstone (tenant, entity_id, deleted_at) VALUES ('acme', 'ent_gone', :at)"),
+            {"at": datetime(2026, 1, 1, tzinfo=timezone.utc)},
+        )
     near = q + 0.001 * unit(rng, 1)[0]
-    put_vectors(engine, "acme", {
-        **{f"forbidden_{name}_{i}": near for name in HIDING for i in range(150)},
-        **dict(zip((f"permitted_{i}" for i in range(60)), normalized(0.3 * q + unit(rng, 60)))),
-    })
+    put_vectors(
+        engine,
+        "acme",
+        {
+            **{f"forbidden_{name}_{i}": near for name in HIDING for i in range(150)},
+            **dict(zip((f"permitted_{i}" for i in range(60)), normalized(0.3 * q + unit(rng, 60)))),
+        },
+    )
     put_vectors(engine, "globex", {f"globex_{i}": q for i in range(300)})
     with engine.begin() as conn:  # as autovacuum would soon: without statistics the planner guesses one row a table
         conn.execute(text("ANALYZE"))
@@ -128,8 +140,12 @@ def test_forbidden_nearest_neighbours_never_come_back_and_k_permitted_do(
     assert len(ids) == 10 and all(i.startswith("permitted_") for i in ids), ids
     # The exact answer over the permitted items, computed here from the same vectors.
     with engine.connect() as conn:
-        stored = conn.execute(text("SELECT i.id, v.vector FROM item_vector v JOIN item i ON i.pk = v.item_pk "
-                                   "WHERE i.tenant = 'acme' AND i.id LIKE 'permitted_%'")).all()
+        stored = conn.execute(
+            text(
+                "SELECT i.id, v.vector FROM item_vector v JOIN item i ON i.pk = v.item_pk "
+                "WHERE i.tenant = 'acme' AND i.id LIKE 'permitted_%'"
+            )
+        ).all()
     scores = {row.id: float(np.frombuffer(row.vector, dtype=np.float32) @ q) for row in stored}
     expected = sorted(scores, key=lambda i: -scores[i])[:10]
     assert set(ids) == set(expected)
@@ -220,8 +236,11 @@ def test_auto_on_pgvector_holds_no_vector_state_and_searches_in_the_store(pgvect
         gateway.ingest("acme", [jane, note("kiwi", "kiwi fruit harvest in the orchard"), note("bolt", "steel bolts and nuts")])
         gateway.embed_all()
         key = gateway.key("alice", groups=("sales",), clearance="confidential")
-        ask = {"task": {"type": "account_followup", "scope": "sales"}, "query": "fruit harvest",
-               "entities": [{"email": "jane@globex.example"}]}
+        ask = {
+            "task": {"type": "account_followup", "scope": "sales"},
+            "query": "fruit harvest",
+            "entities": [{"email": "jane@globex.example"}],
+        }
         response = gateway.retrieve(key, ask, semantic=True)
         assert response.status_code == 200, response.text
         body = response.json()

@@ -61,8 +61,10 @@ def contract_rows() -> dict[str, list[dict[str, Any]]]:
     rows = [note(f"forbidden_{name}_{i}", strong, **variant) for name, variant in variants.items() for i in range(4)]
     rows += [note(f"permitted_{i}", f"pricing note {i}", tags=["pricing"] if i % 2 else []) for i in range(12)]
     rows += [note("permitted_other_entity", "pricing for someone else", entity="ent_other")]
-    rows += [{"id": "ent_jane", "kind": "entity", "entity_type": "contact", "email": "jane@globex.example", "acl": ["*"]},
-             {"id": "ent_hidden", "kind": "entity", "entity_type": "contact", "email": "hidden@globex.example", "acl": ["group:x"]}]
+    rows += [
+        {"id": "ent_jane", "kind": "entity", "entity_type": "contact", "email": "jane@globex.example", "acl": ["*"]},
+        {"id": "ent_hidden", "kind": "entity", "entity_type": "contact", "email": "hidden@globex.example", "acl": ["group:x"]},
+    ]
     return {"acme": rows, "globex": [note(f"globex_{i}", strong) for i in range(5)]}
 
 
@@ -99,21 +101,38 @@ def test_the_contract_constraints_translate_to_this_tree() -> None:
             {"property": "kind", "op": "contains_any", "value": ["property", "memory", "document"]},
             {"property": "sensitivity", "op": "contains_any", "value": ["public", "internal", "confidential"]},
             {"property": "status", "op": "contains_any", "value": ["active", "superseded", "disputed"]},
-            {"any": [{"property": "valid_from", "op": "is_none", "value": True},
-                     {"property": "valid_from", "op": "less_or_equal", "value": AT}]},
-            {"any": [{"property": "valid_to", "op": "is_none", "value": True},
-                     {"property": "valid_to", "op": "greater_than", "value": AT}]},
+            {
+                "any": [
+                    {"property": "valid_from", "op": "is_none", "value": True},
+                    {"property": "valid_from", "op": "less_or_equal", "value": AT},
+                ]
+            },
+            {
+                "any": [
+                    {"property": "valid_to", "op": "is_none", "value": True},
+                    {"property": "valid_to", "op": "greater_than", "value": AT},
+                ]
+            },
             {"property": "acl", "op": "contains_any", "value": ["user:alice", "*", "group:sales", "role:agent"]},
-            {"any": [{"property": "scoped", "op": "equal", "value": False},
-                     {"property": "scope", "op": "contains_any", "value": ["sales"]}]},
-            {"any": [{"property": "attached_to", "op": "is_none", "value": True},
-                     {"property": "attached_to", "op": "contains_any", "value": ["ent_jane"]}]},
+            {
+                "any": [
+                    {"property": "scoped", "op": "equal", "value": False},
+                    {"property": "scope", "op": "contains_any", "value": ["sales"]},
+                ]
+            },
+            {
+                "any": [
+                    {"property": "attached_to", "op": "is_none", "value": True},
+                    {"property": "attached_to", "op": "contains_any", "value": ["ent_jane"]},
+                ]
+            },
         ]
     }
 
 
-@pytest.mark.parametrize("change", [{"principals": ()}, {"kinds": ()}, {"sensitivities": ()}, {"statuses": ()},
-                                    {"principals": (" user:alice",)}])
+@pytest.mark.parametrize(
+    "change", [{"principals": ()}, {"kinds": ()}, {"sensitivities": ()}, {"statuses": ()}, {"principals": (" user:alice",)}]
+)
 def test_constraints_that_admit_nothing_translate_to_nothing_never_to_no_filter(change: dict[str, Any]) -> None:
     assert constraints_filter(replace(CONSTRAINTS, **change)) == NOTHING
     with pytest.raises(ConnectorError):
@@ -176,10 +195,18 @@ def test_to_weaviate_builds_the_same_structure() -> None:
     assert _FilterToGRPC.convert(lean) is not None
 
 
-@pytest.mark.parametrize("tree", [{"all": []}, {"any": []}, {"property": "tenant", "op": "equal", "value": "acme"},
-                                  {"property": "kind", "op": "like", "value": "m*"},
-                                  {"property": "kind", "op": "contains_any", "value": []},
-                                  {"property": "kind", "op": "less_or_equal", "value": AT}, {"where": 1}])
+@pytest.mark.parametrize(
+    "tree",
+    [
+        {"all": []},
+        {"any": []},
+        {"property": "tenant", "op": "equal", "value": "acme"},
+        {"property": "kind", "op": "like", "value": "m*"},
+        {"property": "kind", "op": "contains_any", "value": []},
+        {"property": "kind", "op": "less_or_equal", "value": AT},
+        {"where": 1},
+    ],
+)
 def test_to_weaviate_refuses_what_it_cannot_express(tree: dict[str, Any]) -> None:
     with pytest.raises(ConnectorError):
         to_weaviate(tree)
@@ -237,11 +264,24 @@ TAG_POOL = ["pricing", "vip", "legal"]
 
 def random_item(rng: random.Random, i: int) -> dict[str, Any]:
     kind = rng.choice(KINDS)
-    row: dict[str, Any] = {"id": f"random_{i}", "kind": kind, "acl": rng.sample(PRINCIPAL_POOL, rng.randint(1, 3)),
-                           "sensitivity": rng.choice(SENSITIVITIES), "status": rng.choice(STATUSES),
-                           "scope": rng.sample(SCOPE_POOL, rng.randint(0, 2)), "tags": rng.sample(TAG_POOL, rng.randint(0, 2))}
-    row.update({"memory": {"text": "a memory"}, "document": {"text": "a page"}, "property": {"name": "plan", "value": "gold"},
-                "entity": {"entity_type": "company"}, "edge": {"from": "ent_jane", "to": "ent_other", "relation": "knows"}}[kind])
+    row: dict[str, Any] = {
+        "id": f"random_{i}",
+        "kind": kind,
+        "acl": rng.sample(PRINCIPAL_POOL, rng.randint(1, 3)),
+        "sensitivity": rng.choice(SENSITIVITIES),
+        "status": rng.choice(STATUSES),
+        "scope": rng.sample(SCOPE_POOL, rng.randint(0, 2)),
+        "tags": rng.sample(TAG_POOL, rng.randint(0, 2)),
+    }
+    row.update(
+        {
+            "memory": {"text": "a memory"},
+            "document": {"text": "a page"},
+            "property": {"name": "plan", "value": "gold"},
+            "entity": {"entity_type": "company"},
+            "edge": {"from": "ent_jane", "to": "ent_other", "relation": "knows"},
+        }[kind]
+    )
     start, end = rng.choice([None, *INSTANTS]), rng.choice([None, *INSTANTS])
     if start is not None and end is not None and end <= start:
         end = None
@@ -257,9 +297,15 @@ def random_constraints(rng: random.Random) -> tuple[ItemFilter, tuple[str, ...]]
         return tuple(rng.sample(list(pool), rng.randint(low, len(pool))))
 
     constraints = ItemFilter(
-        tenant="acme", principals=some(PRINCIPAL_POOL), sensitivities=some(SENSITIVITIES), scopes=some(SCOPE_POOL),
+        tenant="acme",
+        principals=some(PRINCIPAL_POOL),
+        sensitivities=some(SENSITIVITIES),
+        scopes=some(SCOPE_POOL),
         valid_at=parse_rfc3339(rng.choice([*INSTANTS, "2026-03-15T12:30:00Z", "2026-11-29T23:59:59.999999Z"])),
-        kinds=some(KINDS), statuses=some(STATUSES), subjects=some(SUBJECT_POOL), history=rng.random() < 0.3,
+        kinds=some(KINDS),
+        statuses=some(STATUSES),
+        subjects=some(SUBJECT_POOL),
+        history=rng.random() < 0.3,
     )
     return constraints, some(TAG_POOL + ["absent"]) if rng.random() < 0.4 else ()
 
@@ -337,12 +383,18 @@ def test_a_record_survives_the_trip_through_weaviate_properties(contract_store: 
 
 def fake_config(**overrides: Any) -> SimpleNamespace:
     """A live collection config as the client reads it, built from what ensure_schema creates."""
-    props = [SimpleNamespace(name=p.name, data_type=p.dataType, tokenization=p.tokenization, text_analyzer=None,
-                             index_filterable=p.indexFilterable) for p in _properties()]
+    props = [
+        SimpleNamespace(
+            name=p.name, data_type=p.dataType, tokenization=p.tokenization, text_analyzer=None, index_filterable=p.indexFilterable
+        )
+        for p in _properties()
+    ]
     hnsw = SimpleNamespace(distance_metric=VectorDistances.COSINE)
     config = SimpleNamespace(
-        description=schema_description(MODEL, DIMS), properties=props,
-        multi_tenancy_config=SimpleNamespace(enabled=True), inverted_index_config=SimpleNamespace(index_null_state=True),
+        description=schema_description(MODEL, DIMS),
+        properties=props,
+        multi_tenancy_config=SimpleNamespace(enabled=True),
+        inverted_index_config=SimpleNamespace(index_null_state=True),
         vector_config={VECTOR: SimpleNamespace(vector_index_config=hnsw)},
     )
     for key, value in overrides.items():
@@ -378,8 +430,9 @@ def test_a_collection_built_otherwise_is_refused() -> None:
 # ---------------------------------------------------------------- the connector without a server
 
 
-@pytest.mark.parametrize("query", [vector_query(model="another-model"), vector_query(model=None),
-                                   vector_query(vector=(1.0, 0.0))])
+@pytest.mark.parametrize(
+    "query", [vector_query(model="another-model"), vector_query(model=None), vector_query(vector=(1.0, 0.0))]
+)
 def test_a_vector_of_another_model_or_length_is_refused(query: RecallQuery) -> None:
     with pytest.raises(ConnectorError):
         asyncio.run(dead_connector().search(CONSTRAINTS, query))
@@ -409,6 +462,7 @@ def test_an_unreachable_weaviate_is_an_error_status_not_a_crash() -> None:
 
 
 # ---------------------------------------------------------------- the contract against a live Weaviate
+
 
 def unit(values: list[float]) -> tuple[float, ...]:
     norm = math.sqrt(sum(v * v for v in values))
@@ -462,9 +516,16 @@ def test_live_returns_only_what_the_constraints_admit(weaviate_store: Loaded) ->
 
 
 def test_live_forbidden_nearest_neighbours_never_take_a_result_slot(weaviate_store: Loaded) -> None:
-    everything = replace(CONSTRAINTS, principals=tuple(PRINCIPAL_POOL), sensitivities=SENSITIVITIES, statuses=STATUSES,
-                         kinds=KINDS, scopes=tuple(SCOPE_POOL), subjects=tuple(SUBJECT_POOL),
-                         valid_at=parse_rfc3339("2026-06-01T00:00:00Z"))
+    everything = replace(
+        CONSTRAINTS,
+        principals=tuple(PRINCIPAL_POOL),
+        sensitivities=SENSITIVITIES,
+        statuses=STATUSES,
+        kinds=KINDS,
+        scopes=tuple(SCOPE_POOL),
+        subjects=tuple(SUBJECT_POOL),
+        valid_at=parse_rfc3339("2026-06-01T00:00:00Z"),
+    )
     unfiltered = live_search(weaviate_store, everything, limit=1)
     assert unfiltered.candidates[0].record.id.startswith("forbidden_")  # the query is nearest to a forbidden item
     result = live_search(weaviate_store, CONSTRAINTS, limit=10)

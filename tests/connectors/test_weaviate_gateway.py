@@ -62,8 +62,9 @@ def wait_embedded(gateway: Gateway, seconds: float = 60) -> None:
 
 
 def ask(gateway: Gateway, key: str, question: str, **extra: Any) -> tuple[str, list[str]]:
-    response = gateway.retrieve(key, {"task": SALES_TASK, "query": QUESTIONS[question], "sources": SEMANTIC_ONLY,
-                                      "limit": 4, **extra}, semantic=True)
+    response = gateway.retrieve(
+        key, {"task": SALES_TASK, "query": QUESTIONS[question], "sources": SEMANTIC_ONLY, "limit": 4, **extra}, semantic=True
+    )
     assert response.status_code == 200, response.text
     body = response.json()
     return body["sources"]["semantic"]["status"], [i["id"] for i in body["items"]]
@@ -108,9 +109,15 @@ def collection() -> str:
 
 
 def on_weaviate(endpoint: Endpoint, collection: str, tmp_path: Path, **overrides: Any) -> Any:
-    return open_gateway(f"sqlite:///{tmp_path / 'weaviate.db'}", tmp_path / "weaviate", weaviate_url=endpoint.url,
-                        weaviate_grpc_port=endpoint.grpc_port, weaviate_api_key=endpoint.api_key,
-                        weaviate_collection=collection, **overrides)
+    return open_gateway(
+        f"sqlite:///{tmp_path / 'weaviate.db'}",
+        tmp_path / "weaviate",
+        weaviate_url=endpoint.url,
+        weaviate_grpc_port=endpoint.grpc_port,
+        weaviate_api_key=endpoint.api_key,
+        weaviate_collection=collection,
+        **overrides,
+    )
 
 
 @pytest.fixture
@@ -158,8 +165,11 @@ def test_gateway_embed_copies_into_weaviate_before_it_counts_an_item_embedded(
     with on_weaviate(weaviate_endpoint, collection, tmp_path, background_embedding=False) as gateway:
         gateway.ingest("acme", TOPICS)
         database = str(gateway.settings.effective_database_url)
-        env = {"GATEWAY_WEAVIATE_URL": weaviate_endpoint.url, "GATEWAY_WEAVIATE_GRPC_PORT": str(weaviate_endpoint.grpc_port),
-               "GATEWAY_WEAVIATE_COLLECTION": collection}
+        env = {
+            "GATEWAY_WEAVIATE_URL": weaviate_endpoint.url,
+            "GATEWAY_WEAVIATE_GRPC_PORT": str(weaviate_endpoint.grpc_port),
+            "GATEWAY_WEAVIATE_COLLECTION": collection,
+        }
         result = CliRunner().invoke(main, ["embed", "--database-url", database, "--threads", "1"], env=env)
         assert result.exit_code == 0, result.output
         assert f"{len(TOPICS)} items embedded; 0 waiting" in result.output
@@ -175,7 +185,11 @@ def test_an_unreachable_weaviate_leaves_items_waiting_for_gateway_embed(tmp_path
     with open_gateway(f"sqlite:///{tmp_path / 'g.db'}", tmp_path / "g", background_embedding=False) as gateway:
         gateway.ingest("acme", TOPICS[:2])
         database = str(gateway.settings.effective_database_url)
-    env = {"GATEWAY_WEAVIATE_URL": "http://127.0.0.1:9", "GATEWAY_WEAVIATE_GRPC_PORT": "10", "GATEWAY_WEAVIATE_COLLECTION": collection}
+    env = {
+        "GATEWAY_WEAVIATE_URL": "http://127.0.0.1:9",
+        "GATEWAY_WEAVIATE_GRPC_PORT": "10",
+        "GATEWAY_WEAVIATE_COLLECTION": collection,
+    }
     result = CliRunner().invoke(main, ["embed", "--database-url", database, "--threads", "1"], env=env)
     assert result.exit_code == 1
     assert "the items not yet copied are still waiting" in result.output and "Traceback" not in result.output
@@ -188,7 +202,9 @@ def test_a_weaviate_grpc_port_equal_to_its_http_port_is_refused_at_start(tmp_pat
     from core.errors import ConfigurationError
 
     with pytest.raises(ConfigurationError, match="GATEWAY_WEAVIATE_GRPC_PORT \\(8080\\) must differ"):
-        with open_gateway(f"sqlite:///{tmp_path / 'g.db'}", tmp_path, weaviate_url="http://127.0.0.1:8080", weaviate_grpc_port=8080):
+        with open_gateway(
+            f"sqlite:///{tmp_path / 'g.db'}", tmp_path, weaviate_url="http://127.0.0.1:8080", weaviate_grpc_port=8080
+        ):
             pass
 
 
@@ -231,8 +247,12 @@ def test_a_documents_removed_pieces_leave_weaviate_when_a_search_meets_them(
         put(GUIDE.split("# Trains")[0])  # only the hotels section is left: two pieces removed from the store
         wait_embedded(gateway)
         assert copies() == 3  # Weaviate still holds the removed pieces' copies
-        question = {"task": SALES_TASK, "query": "which class of train ticket and which flights need approval",
-                    "sources": SEMANTIC_ONLY, "limit": 3}
+        question = {
+            "task": SALES_TASK,
+            "query": "which class of train ticket and which flights need approval",
+            "sources": SEMANTIC_ONLY,
+            "limit": 3,
+        }
         response = gateway.retrieve(key, question, semantic=True)
         assert response.status_code == 200, response.text
         assert [i["id"] for i in response.json()["items"]] in ([], ["travel:0000"])

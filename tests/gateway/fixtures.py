@@ -17,7 +17,9 @@ def memory(item_id: str, text: str, **envelope: Any) -> dict[str, Any]:
 FORBIDDEN = {
     "acl": memory("mem_acl", "quokkaacl finance only note", acl=["group:finance", "user:someoneelse"]),
     "sensitivity": memory("mem_restricted", "quokkasens restricted margin note", sensitivity="restricted"),
-    "expired": memory("mem_expired", "quokkaexpired old quote", valid_from="2025-01-01T00:00:00Z", valid_to="2026-01-01T00:00:00Z"),
+    "expired": memory(
+        "mem_expired", "quokkaexpired old quote", valid_from="2025-01-01T00:00:00Z", valid_to="2026-01-01T00:00:00Z"
+    ),
     "not_yet_valid": memory("mem_future", "quokkafuture next year plan", valid_from="2030-01-01T00:00:00Z"),
     "scope": memory("mem_support_scope", "quokkascope support ticket note", scope=["support"]),
     "attachment": memory("mem_attached_other", "quokkaattach other customer note", entity="ent_other", attached_to="ent_other"),
@@ -27,7 +29,9 @@ FORBIDDEN = {
 VISIBLE = {
     "acl": memory("mem_acl_ok", "wombatacl sales group note", acl=["group:sales"]),
     "sensitivity": memory("mem_confidential_ok", "wombatsens confidential note", sensitivity="confidential"),
-    "expired": memory("mem_valid_ok", "wombatexpired current quote", valid_from="2025-01-01T00:00:00Z", valid_to="2030-01-01T00:00:00Z"),
+    "expired": memory(
+        "mem_valid_ok", "wombatexpired current quote", valid_from="2025-01-01T00:00:00Z", valid_to="2030-01-01T00:00:00Z"
+    ),
     "not_yet_valid": memory("mem_started_ok", "wombatfuture started plan", valid_from="2020-01-01T00:00:00Z"),
     "scope": memory("mem_sales_scope_ok", "wombatscope sales note", scope=["sales", "support"]),
     "attachment": memory("mem_attached_jane_ok", "wombatattach jane note", entity="ent_jane", attached_to="ent_jane"),
@@ -35,9 +39,22 @@ VISIBLE = {
 }
 ENTITIES = [
     {"id": "ent_jane", "kind": "entity", "entity_type": "contact", "name": "Jane", "email": "jane@globex.example", "acl": ["*"]},
-    {"id": "ent_other", "kind": "entity", "entity_type": "contact", "name": "Other", "email": "other@initech.example", "acl": ["*"]},
-    {"id": "ent_secret", "kind": "entity", "entity_type": "contact", "name": "Secret", "email": "secret@initech.example",
-     "acl": ["group:executives"]},
+    {
+        "id": "ent_other",
+        "kind": "entity",
+        "entity_type": "contact",
+        "name": "Other",
+        "email": "other@initech.example",
+        "acl": ["*"],
+    },
+    {
+        "id": "ent_secret",
+        "kind": "entity",
+        "entity_type": "contact",
+        "name": "Secret",
+        "email": "secret@initech.example",
+        "acl": ["group:executives"],
+    },
 ]
 JANE_PRIVATE = [
     memory("mem_jane_finance", "quokkajane finance remark", entity="ent_jane", attached_to="ent_jane", acl=["group:finance"]),
@@ -46,7 +63,14 @@ JANE_PRIVATE = [
 OTHER_TENANT = [
     memory("mem_other_tenant", "quokkatenant globex pricing"),
     memory("mem_acl_ok", "quokkacollision same id other tenant"),
-    {"id": "ent_jane", "kind": "entity", "entity_type": "contact", "name": "Jane G", "email": "jane@globex.example", "acl": ["*"]},
+    {
+        "id": "ent_jane",
+        "kind": "entity",
+        "entity_type": "contact",
+        "name": "Jane G",
+        "email": "jane@globex.example",
+        "acl": ["*"],
+    },
 ]
 
 

@@ -87,8 +87,16 @@ def test_a_call_larger_than_the_limits_is_let_through_alone() -> None:
 
 def test_heavy_calls_cost_more() -> None:
     light = parse_retrieve({"task": SALES_TASK, "query": "renewal", "depth": "fast"})
-    heavy = parse_retrieve({"task": SALES_TASK, "query": "renewal", "depth": "deep", "synthesize": True,
-                            "graph": {"max_depth": 3}, "budget": {"bytes": 100_000}})
+    heavy = parse_retrieve(
+        {
+            "task": SALES_TASK,
+            "query": "renewal",
+            "depth": "deep",
+            "synthesize": True,
+            "graph": {"max_depth": 3},
+            "budget": {"bytes": 100_000},
+        }
+    )
     assert retrieve_cost(light, 16_000) == 1 and retrieve_cost(heavy, 16_000) == 8
 
 
@@ -166,19 +174,34 @@ def seed_store(data_dir: Path) -> tuple[str, str]:
     engine = open_store(f"sqlite:///{data_dir / 'gateway.db'}")
     try:
         rng = random.Random(14)
-        entities = [{"id": f"ent_{i}", "kind": "entity", "entity_type": "contact", "acl": ["*"], "text": f"contact {i}"}
-                    for i in range(300)]
-        edges = [{"id": f"edge_{n}", "kind": "edge", "from": f"ent_{rng.randrange(300)}", "to": f"ent_{rng.randrange(300)}",
-                  "relation": rng.choice(["works_at", "reports_to", "knows"]), "confidence": 0.5 + rng.random() / 2,
-                  "acl": ["*"]} for n in range(3000)]
+        entities = [
+            {"id": f"ent_{i}", "kind": "entity", "entity_type": "contact", "acl": ["*"], "text": f"contact {i}"}
+            for i in range(300)
+        ]
+        edges = [
+            {
+                "id": f"edge_{n}",
+                "kind": "edge",
+                "from": f"ent_{rng.randrange(300)}",
+                "to": f"ent_{rng.randrange(300)}",
+                "relation": rng.choice(["works_at", "reports_to", "knows"]),
+                "confidence": 0.5 + rng.random() / 2,
+                "acl": ["*"],
+            }
+            for n in range(3000)
+        ]
         assert not ingest(engine, "acme", entities + edges).rejected
-        notes = [{"id": f"note_{i}", "kind": "memory", "text": f"renewal pricing note {i} for the account", "acl": ["*"]}
-                 for i in range(200)]
+        notes = [
+            {"id": f"note_{i}", "kind": "memory", "text": f"renewal pricing note {i} for the account", "acl": ["*"]}
+            for i in range(200)
+        ]
         assert not ingest(engine, "globex", notes).rejected
-        flooder = create_api_key(engine, tenant="acme", principal="user:flood", roles=["agent"], groups=["sales"],
-                                 clearance="confidential")
-        reader = create_api_key(engine, tenant="globex", principal="user:gina", roles=["agent"], groups=["sales"],
-                                clearance="confidential")
+        flooder = create_api_key(
+            engine, tenant="acme", principal="user:flood", roles=["agent"], groups=["sales"], clearance="confidential"
+        )
+        reader = create_api_key(
+            engine, tenant="globex", principal="user:gina", roles=["agent"], groups=["sales"], clearance="confidential"
+        )
     finally:
         close_store(engine)
     return flooder, reader
@@ -188,10 +211,16 @@ def seed_store(data_dir: Path) -> tuple[str, str]:
 def test_a_flood_from_one_tenant_is_turned_away_and_leaves_another_tenant_served(tmp_path: Path) -> None:
     flooder, reader = seed_store(tmp_path)
     port = free_port()
-    env = {**os.environ, "GATEWAY_DATA_DIR": str(tmp_path), "GATEWAY_PORT": str(port), "GATEWAY_BACKGROUND_EMBEDDING": "false",
-           "GATEWAY_PII_BACKGROUND": "false"}
-    server = subprocess.Popen([str(Path(sys.executable).parent / "gateway"), "serve"], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {
+        **os.environ,
+        "GATEWAY_DATA_DIR": str(tmp_path),
+        "GATEWAY_PORT": str(port),
+        "GATEWAY_BACKGROUND_EMBEDDING": "false",
+        "GATEWAY_PII_BACKGROUND": "false",
+    }
+    server = subprocess.Popen(
+        [str(Path(sys.executable).parent / "gateway"), "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -204,8 +233,14 @@ def test_a_flood_from_one_tenant_is_turned_away_and_leaves_another_tenant_served
             assert time.monotonic() < deadline and server.poll() is None, "the server did not start"
             time.sleep(0.1)
         light = {"task": SALES_TASK, "query": "renewal pricing", "depth": "fast", "sources": {"semantic": False}}
-        deep = {"task": SALES_TASK, "mode": "brief", "depth": "deep", "graph": {"max_depth": 3},
-                "entities": [{"id": f"ent_{i}"} for i in range(20)], "sources": {"semantic": False}}
+        deep = {
+            "task": SALES_TASK,
+            "mode": "brief",
+            "depth": "deep",
+            "graph": {"max_depth": 3},
+            "entities": [{"id": f"ent_{i}"} for i in range(20)],
+            "sources": {"semantic": False},
+        }
 
         def timed(client: httpx.Client, key: str, body: dict[str, Any]) -> tuple[int, float]:
             started = time.perf_counter()
@@ -253,7 +288,13 @@ def test_a_flood_from_one_tenant_is_turned_away_and_leaves_another_tenant_served
     engine = open_store(f"sqlite:///{tmp_path / 'gateway.db'}")
     try:
         with engine.connect() as conn:
-            admitted = conn.execute(select(AuditTrace.lineage).where(AuditTrace.tenant == "acme", AuditTrace.status_code == 200)).scalars().all()
+            admitted = (
+                conn.execute(select(AuditTrace.lineage).where(AuditTrace.tenant == "acme", AuditTrace.status_code == 200))
+                .scalars()
+                .all()
+            )
     finally:
         close_store(engine)
-    assert any((lineage.get("admission") or {}).get("gave_way_ms", 0) > 0 for lineage in admitted)  # the flood gave way, and its trace says so
+    assert any(
+        (lineage.get("admission") or {}).get("gave_way_ms", 0) > 0 for lineage in admitted
+    )  # the flood gave way, and its trace says so

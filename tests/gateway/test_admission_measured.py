@@ -104,8 +104,10 @@ def test_a_long_query_costs_more_at_the_door() -> None:
 
 def test_the_trace_says_what_a_retrieve_used(tmp_path: Path) -> None:
     with open_gateway(f"sqlite:///{tmp_path / 'gateway.db'}", tmp_path) as gateway:
-        notes = [{"id": f"note_{i}", "kind": "memory", "acl": ["*"], "text": f"renewal pricing review {i} for the account"}
-                 for i in range(3000)]
+        notes = [
+            {"id": f"note_{i}", "kind": "memory", "acl": ["*"], "text": f"renewal pricing review {i} for the account"}
+            for i in range(3000)
+        ]
         assert ingest(gateway.store, "acme", notes).rejected == []
         key = gateway.key("alice", groups=("sales",))
         response = gateway.retrieve(key, {"task": SALES_TASK, "query": "renewal pricing review"})

@@ -36,7 +36,10 @@ def auditor(gateway: Gateway, tenant: str = "acme") -> dict[str, str]:
 
 def rows(gateway: Gateway, tenant: str = "acme") -> list[dict[str, Any]]:
     with gateway.store.connect() as conn:
-        return [dict(r._mapping) for r in conn.execute(select(audit_trace).where(audit_trace.c.chain == tenant).order_by(audit_trace.c.seq))]
+        return [
+            dict(r._mapping)
+            for r in conn.execute(select(audit_trace).where(audit_trace.c.chain == tenant).order_by(audit_trace.c.seq))
+        ]
 
 
 def test_every_call_extends_its_tenants_chain_and_verify_says_ok(gateway: Gateway) -> None:
@@ -82,8 +85,19 @@ def test_editing_deleting_or_reordering_a_row_is_pointed_at(gateway: Gateway) ->
 
 
 def _trace(trace_id: str, tenant: str, lineage: dict[str, Any]) -> Trace:
-    return Trace(trace_id=trace_id, created_at=datetime.now(timezone.utc), endpoint="test", status_code=200, decision="allow",
-                 tenant=tenant, actor="user:x", policy_engine=None, policy_revision=None, error_code=None, lineage=lineage)
+    return Trace(
+        trace_id=trace_id,
+        created_at=datetime.now(timezone.utc),
+        endpoint="test",
+        status_code=200,
+        decision="allow",
+        tenant=tenant,
+        actor="user:x",
+        policy_engine=None,
+        policy_revision=None,
+        error_code=None,
+        lineage=lineage,
+    )
 
 
 @pytest.mark.parametrize("writers", ["one store, grouped commits", "eight replicas"])
@@ -118,8 +132,11 @@ def test_one_trace_the_store_cannot_take_fails_alone_in_its_group(sqlite_gateway
         except AuditWriteError:
             outcomes[trace.trace_id] = "refused"
 
-    traces = [_trace("tr_good_1", "grouped", {"n": 1}), _trace("tr_bad", "grouped", {"unstorable": object()}),
-              _trace("tr_good_2", "grouped", {"n": 2})]
+    traces = [
+        _trace("tr_good_1", "grouped", {"n": 1}),
+        _trace("tr_bad", "grouped", {"unstorable": object()}),
+        _trace("tr_good_2", "grouped", {"n": 2}),
+    ]
     with store._turn:  # hold the turn so that all three queue up and are committed as one group
         threads = [threading.Thread(target=write, args=(t,)) for t in traces]
         for thread in threads:
@@ -184,7 +201,9 @@ def test_prune_removes_old_rows_and_the_chain_stays_verifiable_from_its_anchor(g
             created = r["created_at"] - timedelta(days=365) if r in old else r["created_at"]
             updated = {**r, "created_at": created, "prev_hash": prev}
             digest = row_hash(updated)
-            conn.execute(update(audit_trace).where(audit_trace.c.pk == r["pk"]).values(created_at=created, prev_hash=prev, row_hash=digest))
+            conn.execute(
+                update(audit_trace).where(audit_trace.c.pk == r["pk"]).values(created_at=created, prev_hash=prev, row_hash=digest)
+            )
             prev = digest
     assert verify(gateway.store, "acme")["ok"] is True
     removed = prune(gateway.store, datetime.now(timezone.utc) - timedelta(days=30))
@@ -218,7 +237,11 @@ def test_rows_hashed_before_every_column_counted_still_verify_at_the_start_of_a_
             conn.execute(update(audit_trace).where(audit_trace.c.pk == r["pk"]).values(prev_hash=prev, row_hash=r["row_hash"]))
             prev = r["row_hash"]
         later = rows(gateway)[2]
-        conn.execute(update(audit_trace).where(audit_trace.c.pk == later["pk"]).values(prev_hash=prev, row_hash=row_hash({**later, "prev_hash": prev})))
+        conn.execute(
+            update(audit_trace)
+            .where(audit_trace.c.pk == later["pk"])
+            .values(prev_hash=prev, row_hash=row_hash({**later, "prev_hash": prev}))
+        )
     chain = rows(gateway)
     prev = chain[2]["row_hash"]
     with db.writer(gateway.store).begin() as conn:

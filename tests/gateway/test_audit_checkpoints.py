@@ -47,8 +47,18 @@ class Signed:
 
     def offline(self, public: str = "public", tenant: str = TENANT) -> tuple[int, str]:
         """`gateway audit verify --checkpoints --public-key`: what an auditor runs on an export."""
-        args = ["audit", "verify", "--database-url", self.gateway.settings.effective_database_url, "--tenant", tenant,
-                "--checkpoints", str(self.checkpoints), "--public-key", str(self.keys[public])]
+        args = [
+            "audit",
+            "verify",
+            "--database-url",
+            self.gateway.settings.effective_database_url,
+            "--tenant",
+            tenant,
+            "--checkpoints",
+            str(self.checkpoints),
+            "--public-key",
+            str(self.keys[public]),
+        ]
         result = CliRunner().invoke(main, args)
         return result.exit_code, result.output
 
@@ -59,8 +69,9 @@ class Signed:
         self.write(3, tenant="initech")
         self.checkpointer.checkpoint(every_chain=True)
         env = {"GATEWAY_AUDIT_SIGNING_KEY": str(self.keys["private"]), "GATEWAY_AUDIT_CHECKPOINTS": str(self.checkpoints)}
-        result = CliRunner(env=env).invoke(main, ["audit", "prune", "--days", "30", "--database-url",
-                                                 self.gateway.settings.effective_database_url])
+        result = CliRunner(env=env).invoke(
+            main, ["audit", "prune", "--days", "30", "--database-url", self.gateway.settings.effective_database_url]
+        )
         assert result.exit_code == 0, result.output
         return result.output
 
@@ -80,9 +91,19 @@ def secrets_suffix() -> str:
 
 def trace(trace_id: str, tenant: str, actor: str, packed: list[str], age: timedelta = timedelta()) -> Trace:
     lineage = {"version": 2, "request": {"task": {"type": "account_followup"}}, "packed": packed}
-    return Trace(trace_id=trace_id, created_at=datetime.now(timezone.utc) - age, endpoint="retrieve", status_code=200,
-                 decision="allow", tenant=tenant, actor=actor, policy_engine="embedded", policy_revision="r1",
-                 error_code=None, lineage=lineage)
+    return Trace(
+        trace_id=trace_id,
+        created_at=datetime.now(timezone.utc) - age,
+        endpoint="retrieve",
+        status_code=200,
+        decision="allow",
+        tenant=tenant,
+        actor=actor,
+        policy_engine="embedded",
+        policy_revision="r1",
+        error_code=None,
+        lineage=lineage,
+    )
 
 
 @pytest.fixture
@@ -90,8 +111,14 @@ def signed(database_url: str, tmp_path: Path) -> Iterator[Signed]:
     keys = generate(tmp_path / "keys")
     checkpoints = tmp_path / "checkpoints" / "audit.checkpoints"
     # Checkpoints only when the test says (the row and time thresholds are out of reach).
-    with open_gateway(database_url, tmp_path, audit_signing_key=keys["private"], audit_checkpoints=checkpoints,
-                      audit_checkpoint_rows=100_000, audit_checkpoint_seconds=86_400) as gateway:
+    with open_gateway(
+        database_url,
+        tmp_path,
+        audit_signing_key=keys["private"],
+        audit_checkpoints=checkpoints,
+        audit_checkpoint_rows=100_000,
+        audit_checkpoint_seconds=86_400,
+    ) as gateway:
         run = Signed(gateway, keys, checkpoints)
         # The service's own catch-up at start runs in the background: written before it ends, these
         # rows could be signed by it, at a moment the test does not choose.
@@ -103,7 +130,10 @@ def signed(database_url: str, tmp_path: Path) -> Iterator[Signed]:
 
 
 def chain_rows(conn: Connection, tenant: str = TENANT) -> list[dict[str, Any]]:
-    return [dict(r._mapping) for r in conn.execute(select(audit_trace).where(audit_trace.c.chain == tenant).order_by(audit_trace.c.seq))]
+    return [
+        dict(r._mapping)
+        for r in conn.execute(select(audit_trace).where(audit_trace.c.chain == tenant).order_by(audit_trace.c.seq))
+    ]
 
 
 def rehash(conn: Connection, tenant: str = TENANT) -> None:
@@ -129,9 +159,14 @@ def delete_last_five(conn: Connection) -> None:
 def forge_a_row(conn: Connection) -> None:
     """Frame bob: a row saying he read a secret document, hashed and linked like a real one."""
     head = chain_rows(conn)[-1]
-    row = {**{k: v for k, v in head.items() if k not in ("pk", "seal")}, "trace_id": "tr_forged", "actor": "user:bob",
-           "seq": head["seq"] + 1, "prev_hash": head["row_hash"],
-           "lineage": {"version": 2, "request": {"task": {"type": "account_followup"}}, "packed": ["doc-secret"]}}
+    row = {
+        **{k: v for k, v in head.items() if k not in ("pk", "seal")},
+        "trace_id": "tr_forged",
+        "actor": "user:bob",
+        "seq": head["seq"] + 1,
+        "prev_hash": head["row_hash"],
+        "lineage": {"version": 2, "request": {"task": {"type": "account_followup"}}, "packed": ["doc-secret"]},
+    }
     row["row_hash"] = row_hash(row)
     pk = conn.execute(insert(audit_trace).values(**row).returning(audit_trace.c.pk)).scalar_one()
     conn.execute(insert(audit_item).values(trace_pk=pk, item_id="doc-secret"))
@@ -154,8 +189,11 @@ def delete_renumber_rehash(conn: Connection) -> None:
 def delete_first_five_and_forge_the_anchor(conn: Connection) -> None:
     rows = chain_rows(conn)
     delete_rows(conn, [r["pk"] for r in rows[:5]])
-    conn.execute(insert(audit_anchor).values(chain=TENANT, seq=rows[5]["seq"], prev_hash=rows[5]["prev_hash"],
-                                             pruned_at=datetime.now(timezone.utc)))
+    conn.execute(
+        insert(audit_anchor).values(
+            chain=TENANT, seq=rows[5]["seq"], prev_hash=rows[5]["prev_hash"], pruned_at=datetime.now(timezone.utc)
+        )
+    )
 
 
 def empty_the_chain_of_the_last_row(conn: Connection) -> None:
@@ -216,9 +254,15 @@ def test_the_untouched_trail_verifies_and_counts_what_is_not_yet_checkpointed(si
     code, output = signed.offline()
     assert code == 0 and "4 rows are not yet checkpointed" in output  # reported, never as verified
     served = signed.served()
-    assert served["ok"] is True and served["chains"] == {TENANT: {
-        "rows": 16, "ok": True, "checkpointed": 12, "not_yet_checkpointed": 4,
-        "last_checkpoint": served["chains"][TENANT]["last_checkpoint"]}}
+    assert served["ok"] is True and served["chains"] == {
+        TENANT: {
+            "rows": 16,
+            "ok": True,
+            "checkpointed": 12,
+            "not_yet_checkpointed": 4,
+            "last_checkpoint": served["chains"][TENANT]["last_checkpoint"],
+        }
+    }
     assert served["checkpoints"]["last"]["chain"] == TENANT and served["checkpoints"]["last"]["size"] == 12
     assert "globex" not in str(served)  # another tenant's checkpoints are not this auditor's business
 
@@ -272,7 +316,11 @@ def test_a_signed_prune_is_told_apart_from_a_deletion(signed: Signed) -> None:
     with db.writer(signed.gateway.store).begin() as conn:  # a deletion below the anchor is still caught
         rows = chain_rows(conn, "initech")
         delete_rows(conn, [rows[0]["pk"]])
-        conn.execute(update(audit_anchor).where(audit_anchor.c.chain == "initech").values(seq=rows[1]["seq"], prev_hash=rows[1]["prev_hash"]))
+        conn.execute(
+            update(audit_anchor)
+            .where(audit_anchor.c.chain == "initech")
+            .values(seq=rows[1]["seq"], prev_hash=rows[1]["prev_hash"])
+        )
     code, output = signed.offline(tenant="initech")
     assert code == 1 and "rows 6 to 6 are gone" in output, output
 
@@ -282,8 +330,14 @@ def test_the_service_signs_as_rows_arrive_and_once_at_shutdown(sqlite_url: str, 
 
     keys = generate(tmp_path / "keys")
     checkpoints = tmp_path / "audit.checkpoints"
-    with open_gateway(sqlite_url, tmp_path, audit_signing_key=keys["private"], audit_checkpoints=checkpoints,
-                      audit_checkpoint_rows=3, audit_checkpoint_seconds=3600) as gateway:
+    with open_gateway(
+        sqlite_url,
+        tmp_path,
+        audit_signing_key=keys["private"],
+        audit_checkpoints=checkpoints,
+        audit_checkpoint_rows=3,
+        audit_checkpoint_seconds=3600,
+    ) as gateway:
         agent = gateway.key("alice", groups=("sales",), clearance="confidential")
         for i in range(4):
             assert gateway.retrieve(agent, {"task": SALES_TASK, "query": f"renewal {i}"}).status_code == 200

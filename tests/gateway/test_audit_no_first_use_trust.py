@@ -30,19 +30,42 @@ def forge_a_new_chain(signed: Signed, tenant: str, rows: int = 3) -> None:
     prev = GENESIS
     with db.writer(signed.gateway.store).begin() as conn:
         for seq in range(1, rows + 1):
-            row = {"trace_id": f"tr_forged_{seq}", "created_at": datetime.now(timezone.utc) - timedelta(days=3),
-                   "tenant": tenant, "actor": "user:ceo", "endpoint": "retrieve", "status_code": 200, "decision": "allow",
-                   "policy_engine": "embedded", "policy_revision": "r1", "error_code": None,
-                   "lineage": {"version": 2, "request": {"task": {"type": "account_followup"}}, "packed": []},
-                   "chain": tenant, "seq": seq, "prev_hash": prev, "task_type": "account_followup", "about": None}
+            row = {
+                "trace_id": f"tr_forged_{seq}",
+                "created_at": datetime.now(timezone.utc) - timedelta(days=3),
+                "tenant": tenant,
+                "actor": "user:ceo",
+                "endpoint": "retrieve",
+                "status_code": 200,
+                "decision": "allow",
+                "policy_engine": "embedded",
+                "policy_revision": "r1",
+                "error_code": None,
+                "lineage": {"version": 2, "request": {"task": {"type": "account_followup"}}, "packed": []},
+                "chain": tenant,
+                "seq": seq,
+                "prev_hash": prev,
+                "task_type": "account_followup",
+                "about": None,
+            }
             row["row_hash"] = row_hash(row)
             conn.execute(insert(audit_trace).values(**row))
             prev = row["row_hash"]
 
 
 def offline(signed: Signed, tenant: str, checkpoints: Path | None = None, known: Path | None = None) -> tuple[int, str]:
-    args = ["audit", "verify", "--database-url", signed.gateway.settings.effective_database_url, "--tenant", tenant,
-            "--checkpoints", str(checkpoints or signed.checkpoints), "--public-key", str(signed.keys["public"])]
+    args = [
+        "audit",
+        "verify",
+        "--database-url",
+        signed.gateway.settings.effective_database_url,
+        "--tenant",
+        tenant,
+        "--checkpoints",
+        str(checkpoints or signed.checkpoints),
+        "--public-key",
+        str(signed.keys["public"]),
+    ]
     if known is not None:
         args += ["--known", str(known)]
     result = CliRunner().invoke(main, args)
@@ -51,8 +74,9 @@ def offline(signed: Signed, tenant: str, checkpoints: Path | None = None, known:
 
 def checkpoint_cli(signed: Signed, *extra: str) -> tuple[int, str]:
     env = {"GATEWAY_AUDIT_SIGNING_KEY": str(signed.keys["private"]), "GATEWAY_AUDIT_CHECKPOINTS": str(signed.checkpoints)}
-    result = CliRunner(env=env).invoke(main, ["audit", "checkpoint", "--database-url",
-                                             signed.gateway.settings.effective_database_url, *extra])
+    result = CliRunner(env=env).invoke(
+        main, ["audit", "checkpoint", "--database-url", signed.gateway.settings.effective_database_url, *extra]
+    )
     return result.exit_code, result.output
 
 
@@ -163,8 +187,9 @@ def test_a_service_that_starts_without_its_checkpoints_says_so(sqlite_url: str, 
 def test_a_chain_published_by_another_process_is_recovered_from_the_file(signed: Signed) -> None:
     """Two processes on one checkpoint file: the second meets the first one's chain, reads the file
     again and continues from what was published, instead of refusing or re-signing it."""
-    other = Checkpointer(signed.gateway.store, load_signer(signed.keys["private"]), CheckpointLog(signed.checkpoints),
-                         rows=100_000, seconds=86_400)
+    other = Checkpointer(
+        signed.gateway.store, load_signer(signed.keys["private"]), CheckpointLog(signed.checkpoints), rows=100_000, seconds=86_400
+    )
     signed.write(3, tenant="globex")
     signed.checkpointer.checkpoint()  # the first process signs globex up to 6
     signed.write(2, tenant="globex")

@@ -28,10 +28,20 @@ FAILING = {"type": "explode"}  # the test policy fails to evaluate for this task
 
 def planted_items() -> list[dict[str, Any]]:
     return [
-        doc("doc_planted", f"{WORD}: {SECRET}. Call {NAME} on {PHONE} or write to {EMAIL}.", scope=["research"],
-            entity="ent_kim", attached_to="ent_kim"),
-        doc("doc_plain", f"{WORD} quarterly note without personal data", scope=["research"],
-            entity="ent_kim", attached_to="ent_kim"),
+        doc(
+            "doc_planted",
+            f"{WORD}: {SECRET}. Call {NAME} on {PHONE} or write to {EMAIL}.",
+            scope=["research"],
+            entity="ent_kim",
+            attached_to="ent_kim",
+        ),
+        doc(
+            "doc_plain",
+            f"{WORD} quarterly note without personal data",
+            scope=["research"],
+            entity="ent_kim",
+            attached_to="ent_kim",
+        ),
         {"id": "ent_kim", "kind": "entity", "entity_type": "contact", "name": NAME, "email": EMAIL, "phone": PHONE, "acl": ["*"]},
     ]
 
@@ -54,12 +64,19 @@ def test_every_outcome_writes_a_trace_and_no_planted_value_reaches_any_record(
     caplog.set_level(logging.DEBUG)
     rego = policy_copy / "gateway/request/request.rego"
     # regorus fails the whole evaluation when a built-in gets a bad argument: here, for one task type.
-    rego.write_text(rego.read_text() + '\nrefusals contains "never" if {\n\tinput.task.type == "explode"\n'
-                    '\ttime.parse_rfc3339_ns(input.task.type) < 0\n}\n')
+    rego.write_text(
+        rego.read_text() + '\nrefusals contains "never" if {\n\tinput.task.type == "explode"\n'
+        "\ttime.parse_rfc3339_ns(input.task.type) < 0\n}\n"
+    )
     embeddings = EmbeddingsDouble(fail=True)  # the semantic source fails: the answer degrades
     decisions = tmp_path / "decisions.jsonl"
-    settings = {"policies_dir": policy_copy, "decision_log": decisions, "embeddings_url": embeddings.url,
-                "embeddings_model": "bow-64", "embeddings_dims": EmbeddingsDouble.dims}
+    settings = {
+        "policies_dir": policy_copy,
+        "decision_log": decisions,
+        "embeddings_url": embeddings.url,
+        "embeddings_model": "bow-64",
+        "embeddings_dims": EmbeddingsDouble.dims,
+    }
     try:
         with observed_gateway(sqlite_url, tmp_path, **settings) as seen:
             gateway = seen.gateway
@@ -72,18 +89,24 @@ def test_every_outcome_writes_a_trace_and_no_planted_value_reaches_any_record(
                 "deny": gateway.retrieve(agent, {"task": {"type": "no_such_task"}, **asked}),
                 "4xx": gateway.retrieve(agent, {"task": RESEARCH, **asked, "mode": f"{WORD}-mode"}),
                 "5xx": gateway.retrieve(agent, {"task": FAILING, **asked}),
-                "malformed": gateway.client.post("/v1/retrieve", content=f'{{"query": "{WORD} {EMAIL}"',
-                                                 headers=gateway.auth(agent)),
-                "unauthenticated": gateway.client.post("/v1/retrieve", json={"task": RESEARCH, **asked},
-                                                       headers={"Authorization": f"Bearer gw_{WORD}_{EMAIL}"}),
+                "malformed": gateway.client.post(
+                    "/v1/retrieve", content=f'{{"query": "{WORD} {EMAIL}"', headers=gateway.auth(agent)
+                ),
+                "unauthenticated": gateway.client.post(
+                    "/v1/retrieve", json={"task": RESEARCH, **asked}, headers={"Authorization": f"Bearer gw_{WORD}_{EMAIL}"}
+                ),
             }
             allowed = calls["allow"].json()
             assert {"doc_planted", "doc_plain"} <= {i["id"] for i in allowed["items"]}
             trace_id = allowed["trace_id"]
-            usage = gateway.client.post(f"/v1/traces/{trace_id}/usage", json={"used": ["doc_planted", EMAIL]},
-                                        headers=gateway.auth(agent))
-            feedback = gateway.client.post(f"/v1/traces/{trace_id}/feedback", json={"rating": 4, "comment": f"{COMMENT} {EMAIL}"},
-                                           headers=gateway.auth(agent))
+            usage = gateway.client.post(
+                f"/v1/traces/{trace_id}/usage", json={"used": ["doc_planted", EMAIL]}, headers=gateway.auth(agent)
+            )
+            feedback = gateway.client.post(
+                f"/v1/traces/{trace_id}/feedback",
+                json={"rating": 4, "comment": f"{COMMENT} {EMAIL}"},
+                headers=gateway.auth(agent),
+            )
             assert usage.status_code == 200 and feedback.status_code == 200
             traces = {outcome: gateway.trace(r.headers["x-trace-id"]) for outcome, r in calls.items()}
             dump = audit_dump(gateway.store)
@@ -92,8 +115,15 @@ def test_every_outcome_writes_a_trace_and_no_planted_value_reaches_any_record(
     finally:
         embeddings.close()
 
-    expected = {"allow": (200, "allow"), "degraded": (200, "allow"), "deny": (403, "deny"), "4xx": (422, "none"),
-                "5xx": (503, "error"), "malformed": (400, "none"), "unauthenticated": (401, "none")}
+    expected = {
+        "allow": (200, "allow"),
+        "degraded": (200, "allow"),
+        "deny": (403, "deny"),
+        "4xx": (422, "none"),
+        "5xx": (503, "error"),
+        "malformed": (400, "none"),
+        "unauthenticated": (401, "none"),
+    }
     for outcome, (status, decision) in expected.items():
         assert calls[outcome].status_code == status, (outcome, calls[outcome].text)
         assert (traces[outcome]["status_code"], traces[outcome]["decision"]) == (status, decision), outcome
@@ -103,8 +133,7 @@ def test_every_outcome_writes_a_trace_and_no_planted_value_reaches_any_record(
     assert traces["5xx"]["error_code"] == "policy_unavailable"
     assert traces["allow"]["lineage"]["request"]["query"]["length"] == len(asked["query"])  # its shape, not its text
 
-    records = {"audit rows": dump, "decision log": decisions.read_text(), "spans": spans, "metrics": metrics,
-               "logs": caplog.text}
+    records = {"audit rows": dump, "decision log": decisions.read_text(), "spans": spans, "metrics": metrics, "logs": caplog.text}
     assert all(records.values()), [name for name, text in records.items() if not text]
     assert "doc_planted" in dump and "doc_planted" in spans  # ids are kept: the search below is not vacuous
     for name, text in records.items():

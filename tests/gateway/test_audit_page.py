@@ -109,7 +109,10 @@ def test_sign_in_sets_an_http_only_cookie_that_holds_a_random_token_only(sqlite_
     form = gateway.client.get("/audit")
     assert form.status_code == 200 and 'type="password"' in form.text and 'name="key"' in form.text
     assert "trace-row" not in form.text and form.headers["cache-control"] == "no-store"
-    assert "script-src" not in form.headers["content-security-policy"] and "default-src 'none'" in form.headers["content-security-policy"]
+    assert (
+        "script-src" not in form.headers["content-security-policy"]
+        and "default-src 'none'" in form.headers["content-security-policy"]
+    )
 
     key = auditor_key(gateway)
     _, key_id, secret = key.split("_", 2)
@@ -187,8 +190,18 @@ def test_list_filters_and_pages_within_the_own_tenant(gateway: Gateway, monkeypa
     assert listed(gateway, actor="user:alice") == alice_all[::-1]  # newest first
     assert listed(gateway, actor="user:alice", decision="allow") == calls["alice"][::-1]
     assert listed(gateway, decision="deny") == calls["alice_denied"]
-    assert listed(gateway, actor="user:alice", task="account_followup", since="2000-01-01T00:00:00Z", until="2199-01-01T00:00:00Z",
-                  decision="", item="") == calls["alice"][::-1]
+    assert (
+        listed(
+            gateway,
+            actor="user:alice",
+            task="account_followup",
+            since="2000-01-01T00:00:00Z",
+            until="2199-01-01T00:00:00Z",
+            decision="",
+            item="",
+        )
+        == calls["alice"][::-1]
+    )
     by_item = gateway.client.get("/audit", params={"item": "mem_a"})
     assert TRACE_ROW.findall(by_item.text) == (calls["alice"] + calls["bob"])[::-1]
     assert "Calls that returned <code>mem_a</code>" in by_item.text
@@ -242,11 +255,14 @@ def test_trace_page_shows_the_lineage_in_stages_with_item_links(llm: LlmDouble, 
     with open_gateway(sqlite_url, tmp_path, llm_url=llm.url, llm_timeout_ms=5000) as gateway:
         gateway.ingest("acme", [memory("mem_a", "zanzibar pricing note " * 3), memory("mem_b", "zanzibar renewal note " * 30)])
         alice = gateway.key("alice", groups=("sales",), clearance="confidential")
-        answered = gateway.retrieve(alice, {"task": SALES_TASK, "query": "zanzibar pricing", "synthesize": True,
-                                            "budget": {"bytes": 400}})
+        answered = gateway.retrieve(
+            alice, {"task": SALES_TASK, "query": "zanzibar pricing", "synthesize": True, "budget": {"bytes": 400}}
+        )
         trace_id = answered.json()["trace_id"]
         gateway.client.post(f"/v1/traces/{trace_id}/usage", json={"used": ["mem_a"]}, headers=gateway.auth(alice))
-        gateway.client.post(f"/v1/traces/{trace_id}/feedback", json={"rating": 4, "comment": "helpful"}, headers=gateway.auth(alice))
+        gateway.client.post(
+            f"/v1/traces/{trace_id}/feedback", json={"rating": 4, "comment": "helpful"}, headers=gateway.auth(alice)
+        )
         lineage = gateway.trace(trace_id)["lineage"]
         assert lineage["dropped_for_budget"] == ["mem_b"] and lineage["synthesis"]["cited"] == ["mem_a"]
 
@@ -254,10 +270,19 @@ def test_trace_page_shows_the_lineage_in_stages_with_item_links(llm: LlmDouble, 
         page = gateway.client.get(f"/audit/traces/{trace_id}")
         assert page.status_code == 200
         assert STAGES.findall(page.text) == ["retrieved", "dropped", "packed", "sent", "cited", "used"]
-        stage = {name: body for name, body in re.findall(r'id="stage-([a-z]+)">(.*?)</li>\s*(?=<li class="stage"|</ol>)', page.text, re.S)}
+        stage = {
+            name: body
+            for name, body in re.findall(r'id="stage-([a-z]+)">(.*?)</li>\s*(?=<li class="stage"|</ol>)', page.text, re.S)
+        }
         links = {name: re.findall(r'class="item-link mono" href="/audit\?item=([^"]+)"', body) for name, body in stage.items()}
-        assert links == {"retrieved": ["mem_a", "mem_b"], "dropped": ["mem_b"], "packed": ["mem_a"], "sent": ["mem_a"],
-                         "cited": ["mem_a"], "used": ["mem_a"]}
+        assert links == {
+            "retrieved": ["mem_a", "mem_b"],
+            "dropped": ["mem_b"],
+            "packed": ["mem_a"],
+            "sent": ["mem_a"],
+            "cited": ["mem_a"],
+            "used": ["mem_a"],
+        }
         assert "lexical" in stage["retrieved"] and "for budget" in stage["dropped"]
         for field in ("user:alice", "retrieve", "allow", "embedded", gateway.trace(trace_id)["row_hash"]):
             assert field in page.text
@@ -265,25 +290,38 @@ def test_trace_page_shows_the_lineage_in_stages_with_item_links(llm: LlmDouble, 
 
         followed = gateway.client.get("/audit?item=mem_a")
         assert TRACE_ROW.findall(followed.text) == [trace_id]
-        views = json.loads(gateway.client.get("/v1/audit/traces", params={"actor": "user:auditor-acme"},
-                                              headers=gateway.auth(auditor_key(gateway))).text)["traces"]
+        views = json.loads(
+            gateway.client.get(
+                "/v1/audit/traces", params={"actor": "user:auditor-acme"}, headers=gateway.auth(auditor_key(gateway))
+            ).text
+        )["traces"]
         assert [v["endpoint"] for v in views][:3] == ["audit_page", "audit_page_trace", "audit_sign_in"]
         opened = gateway.trace(views[1]["trace_id"])
         assert opened["lineage"]["audit_read"] == {"trace": trace_id} and opened["decision"] == "read"
 
 
 def test_lineage_stages_name_each_drop_reason() -> None:
-    stages = lineage_stages({
-        "lineage": {"retrieved": {"semantic": ["mem_x"], "lexical": ["mem_a", "mem_x"]},
-                    "dropped_by_policy": [{"id": "mem_x", "reason": "acl"}], "dropped_as_historical": ["mem_old"],
-                    "dropped_for_budget": [], "packed": ["mem_a"]},
-        "used": [],
-    })
+    stages = lineage_stages(
+        {
+            "lineage": {
+                "retrieved": {"semantic": ["mem_x"], "lexical": ["mem_a", "mem_x"]},
+                "dropped_by_policy": [{"id": "mem_x", "reason": "acl"}],
+                "dropped_as_historical": ["mem_old"],
+                "dropped_for_budget": [],
+                "packed": ["mem_a"],
+            },
+            "used": [],
+        }
+    )
     by_key = {s.key: s for s in stages}
     assert [g.label for g in by_key["retrieved"].groups] == ["lexical", "semantic"]
     assert [(g.label, [(e.item, e.note) for e in g.entries]) for g in by_key["dropped"].groups] == [
-        ("by policy", [("mem_x", "acl")]), ("as historical", [("mem_old", None)])]
-    assert by_key["sent"].absent == "no synthesis on this call" and by_key["packed"].groups[0].entries[0].href == "/audit?item=mem_a"
+        ("by policy", [("mem_x", "acl")]),
+        ("as historical", [("mem_old", None)]),
+    ]
+    assert (
+        by_key["sent"].absent == "no synthesis on this call" and by_key["packed"].groups[0].entries[0].href == "/audit?item=mem_a"
+    )
     assert lineage_stages({"lineage": {"decision": {"allow": False}}, "used": []}) == ()
 
 
@@ -306,7 +344,7 @@ def test_revoking_the_key_signs_its_session_out_at_once(sqlite_gateway: Gateway)
     revoke(sqlite_gateway, auditor_key(sqlite_gateway))
     response = sqlite_gateway.client.get("/audit")
     assert response.status_code == 401 and "no longer valid" in response.text and 'id="filters"' not in response.text
-    assert 'max-age=0' in response.headers["set-cookie"].lower()  # the browser drops it
+    assert "max-age=0" in response.headers["set-cookie"].lower()  # the browser drops it
     assert sqlite_gateway.client.get("/audit").status_code == 200  # no cookie: just the form
 
 
@@ -318,7 +356,9 @@ def test_tampered_forged_expired_and_non_auditor_cookies_are_refused(sqlite_gate
     other_id = gateway.key("alice", groups=("sales",)).split("_", 2)[1]
     key = gateway_session_key(gateway)
     agents, _ = audit_sessions.open_session(gateway.store, key, other_id, 60)  # genuine, but an agent's key
-    expired, _ = audit_sessions.open_session(gateway.store, key, key_id, 60, now=utc_now() - timedelta(hours=2))  # opening a session now would delete it
+    expired, _ = audit_sessions.open_session(
+        gateway.store, key, key_id, 60, now=utc_now() - timedelta(hours=2)
+    )  # opening a session now would delete it
     flipped = value[:-1] + ("A" if value[-1] != "A" else "B")
     tampered = [
         flipped,
@@ -332,7 +372,9 @@ def test_tampered_forged_expired_and_non_auditor_cookies_are_refused(sqlite_gate
     gateway.client.cookies.clear()
     for cookie in tampered:
         response = gateway.client.get("/audit", headers={"cookie": f"{SESSION_COOKIE}={cookie}"})
-        assert response.status_code == 401 and 'id="sign-in-form"' in response.text and 'id="filters"' not in response.text, cookie
+        assert response.status_code == 401 and 'id="sign-in-form"' in response.text and 'id="filters"' not in response.text, (
+            cookie
+        )
         assert gateway.trace(response.headers["x-trace-id"])["error_code"] == "unauthenticated"
         assert cookie not in response.text
     assert "expired" in gateway.client.get("/audit", headers={"cookie": f"{SESSION_COOKIE}={expired}"}).text
@@ -362,10 +404,15 @@ def test_the_chain_check_page_says_intact_then_names_the_edited_row(sqlite_gatew
     intact = gateway.client.get("/audit/verify")
     assert intact.status_code == 200 and 'data-ok="true"' in intact.text and "tenant <strong>acme</strong>" in intact.text
     with writer(gateway.store).begin() as conn:
-        target = conn.execute(select(audit_trace).where(audit_trace.c.chain == "acme").order_by(audit_trace.c.seq).limit(1)
-                              .offset(2)).first()
+        target = conn.execute(
+            select(audit_trace).where(audit_trace.c.chain == "acme").order_by(audit_trace.c.seq).limit(1).offset(2)
+        ).first()
         assert target is not None
-        conn.execute(update(audit_trace).where(audit_trace.c.pk == target.pk).values(decision="allow" if target.decision != "allow" else "deny"))
+        conn.execute(
+            update(audit_trace)
+            .where(audit_trace.c.pk == target.pk)
+            .values(decision="allow" if target.decision != "allow" else "deny")
+        )
     broken = gateway.client.get("/audit/verify")
     assert broken.status_code == 200 and 'data-ok="false"' in broken.text
     assert f'<strong id="broken-seq">{target.seq}</strong>' in broken.text and target.trace_id in broken.text

@@ -137,8 +137,14 @@ def test_a_trail_checkpointed_before_trees_keeps_verifying_and_gains_them(databa
 
     keys = generate(tmp_path / "keys")
     checkpoints = tmp_path / "audit.checkpoints"
-    with open_gateway(database_url, tmp_path, audit_signing_key=keys["private"], audit_checkpoints=checkpoints,
-                      audit_checkpoint_rows=100_000, audit_checkpoint_seconds=86_400) as gateway:
+    with open_gateway(
+        database_url,
+        tmp_path,
+        audit_signing_key=keys["private"],
+        audit_checkpoints=checkpoints,
+        audit_checkpoint_rows=100_000,
+        audit_checkpoint_seconds=86_400,
+    ) as gateway:
         run = Signed(gateway, keys, checkpoints)
         assert run.checkpointer.caught_up.wait(30)
         run.checkpointer.trees = False  # what the code before trees signed
@@ -176,8 +182,9 @@ def test_a_proof_for_a_trace_from_before_a_key_rotation(database_url: str, tmp_p
             early = chain_rows(conn)[1]
         status, handed_out = proof(before, early["trace_id"])
         assert status == 200
-    with open_gateway(database_url, tmp_path, audit_signing_key=new_keys["private"],
-                      audit_previous_keys=str(old_keys["public"]), **settings) as gateway:
+    with open_gateway(
+        database_url, tmp_path, audit_signing_key=new_keys["private"], audit_previous_keys=str(old_keys["public"]), **settings
+    ) as gateway:
         after = Signed(gateway, new_keys, checkpoints)
         assert after.checkpointer.caught_up.wait(30) and not after.checkpointer.refusing
         assert gateway.client.get("/readyz").status_code == 200
@@ -192,8 +199,18 @@ def test_a_proof_for_a_trace_from_before_a_key_rotation(database_url: str, tmp_p
         after.keys["old"] = old_keys["public"]
         assert verify_file(after, document, tmp_path)[0] == 0  # the new key
         assert verify_file(after, handed_out, tmp_path, public="old")[0] == 0  # the old proof, the old key
-        args = ["audit", "verify", "--database-url", gateway.settings.effective_database_url, "--tenant", TENANT,
-                "--checkpoints", str(checkpoints), "--public-key", str(new_keys["public"])]
+        args = [
+            "audit",
+            "verify",
+            "--database-url",
+            gateway.settings.effective_database_url,
+            "--tenant",
+            TENANT,
+            "--checkpoints",
+            str(checkpoints),
+            "--public-key",
+            str(new_keys["public"]),
+        ]
         result = CliRunner().invoke(main, args)
         assert result.exit_code == 1 and "not signed by this key" in result.output  # the auditor needs both keys
         result = CliRunner().invoke(main, [*args, "--public-key", str(old_keys["public"])])
@@ -206,8 +223,15 @@ def test_a_proof_is_admitted_at_its_cost(database_url: str, tmp_path: Path) -> N
     from tests.conftest import open_gateway
 
     keys = generate(tmp_path / "keys")
-    with open_gateway(database_url, tmp_path, audit_signing_key=keys["private"], audit_checkpoints=tmp_path / "ckpt",
-                      audit_checkpoint_rows=100_000, audit_checkpoint_seconds=86_400, admission_actor_rate=4) as gateway:
+    with open_gateway(
+        database_url,
+        tmp_path,
+        audit_signing_key=keys["private"],
+        audit_checkpoints=tmp_path / "ckpt",
+        audit_checkpoint_rows=100_000,
+        audit_checkpoint_seconds=86_400,
+        admission_actor_rate=4,
+    ) as gateway:
         run = Signed(gateway, keys, tmp_path / "ckpt")
         assert run.checkpointer.caught_up.wait(30)
         run.write(3)

@@ -63,10 +63,13 @@ def test_list_filters_pages_newest_first_and_stays_in_the_tenant(gateway: Gatewa
 def test_one_trace_whole_with_usage_and_feedback_from_its_own_agent(gateway: Gateway) -> None:
     alice, traces = seed(gateway)
     trace_id = traces[0]
-    used = gateway.client.post(f"/v1/traces/{trace_id}/usage", json={"used": ["mem_a", "mem_never_returned"]}, headers=gateway.auth(alice))
+    used = gateway.client.post(
+        f"/v1/traces/{trace_id}/usage", json={"used": ["mem_a", "mem_never_returned"]}, headers=gateway.auth(alice)
+    )
     assert used.status_code == 200 and used.json() == {"trace_id": trace_id, "recorded": ["mem_a"], "ignored": 1}
-    rated = gateway.client.post(f"/v1/traces/{trace_id}/feedback", json={"rating": 4, "comment": "Jane Roe found it useful"},
-                                headers=gateway.auth(alice))
+    rated = gateway.client.post(
+        f"/v1/traces/{trace_id}/feedback", json={"rating": 4, "comment": "Jane Roe found it useful"}, headers=gateway.auth(alice)
+    )
     assert rated.status_code == 200
     whole = get(gateway, f"/v1/audit/traces/{trace_id}").json()
     assert whole["used"] == ["mem_a"] and whole["feedback"][0]["rating"] == 4
@@ -78,8 +81,13 @@ def test_one_trace_whole_with_usage_and_feedback_from_its_own_agent(gateway: Gat
     for key in (bob, mallory):
         response = gateway.client.post(f"/v1/traces/{trace_id}/usage", json={"used": ["mem_a"]}, headers=gateway.auth(key))
         assert response.status_code == 404 and response.json()["error"]["message"] == "trace: no such trace"
-    assert gateway.client.post(f"/v1/traces/{trace_id}/feedback", json={"rating": 9}, headers=gateway.auth(alice)).status_code == 400
-    assert gateway.client.post(f"/v1/traces/{trace_id}/usage", json={"used": "mem_a"}, headers=gateway.auth(alice)).status_code == 400
+    assert (
+        gateway.client.post(f"/v1/traces/{trace_id}/feedback", json={"rating": 9}, headers=gateway.auth(alice)).status_code == 400
+    )
+    assert (
+        gateway.client.post(f"/v1/traces/{trace_id}/usage", json={"used": "mem_a"}, headers=gateway.auth(alice)).status_code
+        == 400
+    )
 
 
 def test_an_auditor_of_one_tenant_reads_nothing_of_another(gateway: Gateway) -> None:

@@ -45,8 +45,12 @@ def with_cookie(gateway: Gateway, token: str, path: str = "/audit") -> Any:
 
 def signed_out(response: Any) -> bool:
     """The sign-in form, not the trail."""
-    return bool(response.status_code == 401 and 'id="sign-in-form"' in response.text
-                and 'id="filters"' not in response.text and "trace-row" not in response.text)
+    return bool(
+        response.status_code == 401
+        and 'id="sign-in-form"' in response.text
+        and 'id="filters"' not in response.text
+        and "trace-row" not in response.text
+    )
 
 
 def opens_the_trail(response: Any) -> bool:
@@ -83,8 +87,9 @@ def test_sign_out_ends_the_session_so_a_replayed_cookie_opens_nothing(gateway: G
     assert with_cookie(gateway, token, "/audit/verify").status_code == 200
     assert count(gateway) == 1
 
-    out = gateway.client.post("/audit/sign-out", headers={**SAME_ORIGIN, "cookie": f"{SESSION_COOKIE}={token}"},
-                              follow_redirects=False)
+    out = gateway.client.post(
+        "/audit/sign-out", headers={**SAME_ORIGIN, "cookie": f"{SESSION_COOKIE}={token}"}, follow_redirects=False
+    )
     assert out.status_code == 303 and "max-age=0" in out.headers["set-cookie"].lower()
     assert count(gateway) == 0
     row = gateway.trace(out.headers["x-trace-id"])
@@ -95,15 +100,18 @@ def test_sign_out_ends_the_session_so_a_replayed_cookie_opens_nothing(gateway: G
         replayed = with_cookie(gateway, token, path)
         assert signed_out(replayed), (path, replayed.status_code)
         assert gateway.trace(replayed.headers["x-trace-id"])["error_code"] == "unauthenticated"
-    again = gateway.client.post("/audit/sign-out", headers={**SAME_ORIGIN, "cookie": f"{SESSION_COOKIE}={token}"},
-                                follow_redirects=False)
+    again = gateway.client.post(
+        "/audit/sign-out", headers={**SAME_ORIGIN, "cookie": f"{SESSION_COOKIE}={token}"}, follow_redirects=False
+    )
     assert again.status_code == 303
     assert gateway.trace(again.headers["x-trace-id"])["lineage"]["audit_session"] == {"ended": "already"}
 
     assert token not in audit_rows(gateway) and token not in caplog.text
 
 
-def test_no_session_outlives_the_configured_minutes_whatever_its_row_says(gateway: Gateway, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_session_outlives_the_configured_minutes_whatever_its_row_says(
+    gateway: Gateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
     token = new_session(gateway)
     far = utc_now() + timedelta(days=3650)
     change_row(gateway, token, expires_at=far)  # someone who can write the store pushes the expiry
@@ -159,8 +167,15 @@ def test_unknown_and_tampered_tokens_are_refused_and_the_store_never_holds_the_t
     forged = audit_sessions.new_token()
     now = utc_now()
     with writer(gateway.store).begin() as conn:
-        conn.execute(table.insert().values(id=hashlib.sha256(forged.encode()).hexdigest(), key_id=row["key_id"],
-                                           created_at=now, expires_at=now + timedelta(hours=1), mac=row["mac"]))
+        conn.execute(
+            table.insert().values(
+                id=hashlib.sha256(forged.encode()).hexdigest(),
+                key_id=row["key_id"],
+                created_at=now,
+                expires_at=now + timedelta(hours=1),
+                mac=row["mac"],
+            )
+        )
     assert signed_out(with_cookie(gateway, forged))
 
 
@@ -172,15 +187,22 @@ def test_forms_without_origin_are_refused_unless_the_browser_says_same_origin(ga
     assert "no Origin header" in bare.text and "audit page itself" in bare.text
     assert gateway.trace(bare.headers["x-trace-id"])["error_code"] == "forbidden"
     assert count(gateway) == 0
-    for headers in ({"sec-fetch-site": "cross-site"}, {"sec-fetch-site": "same-site"}, {"sec-fetch-site": "none"},
-                    {"origin": "https://evil.example"}, {"origin": "https://evil.example", "sec-fetch-site": "same-origin"},
-                    {"origin": "null"}, {"origin": "http://testserver.evil.example"}):
+    for headers in (
+        {"sec-fetch-site": "cross-site"},
+        {"sec-fetch-site": "same-site"},
+        {"sec-fetch-site": "none"},
+        {"origin": "https://evil.example"},
+        {"origin": "https://evil.example", "sec-fetch-site": "same-origin"},
+        {"origin": "null"},
+        {"origin": "http://testserver.evil.example"},
+    ):
         refused = gateway.client.post("/audit/sign-in", data={"key": key}, headers=headers, follow_redirects=False)
         assert refused.status_code == 403 and "set-cookie" not in refused.headers, headers
     assert count(gateway) == 0
 
-    fetched = gateway.client.post("/audit/sign-in", data={"key": key}, headers={"sec-fetch-site": "same-origin"},
-                                  follow_redirects=False)
+    fetched = gateway.client.post(
+        "/audit/sign-in", data={"key": key}, headers={"sec-fetch-site": "same-origin"}, follow_redirects=False
+    )
     assert fetched.status_code == 303 and count(gateway) == 1
     token = gateway.client.cookies[SESSION_COOKIE]
     assert sign_in(gateway, key).status_code == 303  # with the page's own Origin
@@ -190,16 +212,22 @@ def test_forms_without_origin_are_refused_unless_the_browser_says_same_origin(ga
 
     # Sign-out too: another site cannot sign a reviewer out.
     for headers in ({}, {"origin": "https://evil.example"}):
-        refused = gateway.client.post("/audit/sign-out", headers={**headers, "cookie": f"{SESSION_COOKIE}={token}"},
-                                      follow_redirects=False)
+        refused = gateway.client.post(
+            "/audit/sign-out", headers={**headers, "cookie": f"{SESSION_COOKIE}={token}"}, follow_redirects=False
+        )
         assert refused.status_code == 403 and "set-cookie" not in refused.headers
     assert opens_the_trail(with_cookie(gateway, token))
-    out = gateway.client.post("/audit/sign-out", headers={"sec-fetch-site": "same-origin", "cookie": f"{SESSION_COOKIE}={token}"},
-                              follow_redirects=False)
+    out = gateway.client.post(
+        "/audit/sign-out",
+        headers={"sec-fetch-site": "same-origin", "cookie": f"{SESSION_COOKIE}={token}"},
+        follow_redirects=False,
+    )
     assert out.status_code == 303 and signed_out(with_cookie(gateway, token))
 
 
-def test_sessions_are_keyed_by_the_session_key_from_the_environment(sqlite_gateway: Gateway, sqlite_url: str, tmp_path: Path) -> None:
+def test_sessions_are_keyed_by_the_session_key_from_the_environment(
+    sqlite_gateway: Gateway, sqlite_url: str, tmp_path: Path
+) -> None:
     # Without GATEWAY_AUDIT_SESSION_KEY the key is derived from the audit key, which the store holds:
     # whoever can read and write the store can open a session. That is why operators set it.
     derived = session_key(sqlite_gateway.client.app.state.context.audit.key)  # type: ignore[attr-defined]
@@ -207,12 +235,16 @@ def test_sessions_are_keyed_by_the_session_key_from_the_environment(sqlite_gatew
     minted, _ = audit_sessions.open_session(sqlite_gateway.store, derived, key_id, 60)
     assert opens_the_trail(with_cookie(sqlite_gateway, minted))
 
-    with open_gateway(sqlite_url.replace("gateway.db", "keyed.db"), tmp_path / "keyed", audit_session_key=ENV_SESSION_KEY) as gateway:
+    with open_gateway(
+        sqlite_url.replace("gateway.db", "keyed.db"), tmp_path / "keyed", audit_session_key=ENV_SESSION_KEY
+    ) as gateway:
         audit_key = gateway.client.app.state.context.audit.key  # type: ignore[attr-defined]
         assert context_key(gateway) == session_key(audit_key, ENV_SESSION_KEY) != session_key(audit_key)
         token = new_session(gateway)
         [row] = rows(gateway)
-        assert row["id"] == session_id(session_key(audit_key, ENV_SESSION_KEY), token) != session_id(session_key(audit_key), token)
+        assert (
+            row["id"] == session_id(session_key(audit_key, ENV_SESSION_KEY), token) != session_id(session_key(audit_key), token)
+        )
         assert opens_the_trail(with_cookie(gateway, token))
 
         key_id = auditor_key(gateway).split("_", 2)[1]
@@ -221,7 +253,9 @@ def test_sessions_are_keyed_by_the_session_key_from_the_environment(sqlite_gatew
         assert signed_out(with_cookie(gateway, minted))
 
 
-def test_sign_in_deletes_dead_sessions_a_bounded_number_at_a_time(sqlite_gateway: Gateway, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sign_in_deletes_dead_sessions_a_bounded_number_at_a_time(
+    sqlite_gateway: Gateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
     gateway = sqlite_gateway
     key, key_id = context_key(gateway), auditor_key(gateway).split("_", 2)[1]
     live, _ = audit_sessions.open_session(gateway.store, key, key_id, 60)

@@ -78,11 +78,26 @@ async def drive(app: Any, scope: dict[str, Any], messages: list[dict[str, Any]])
 def retrieve_then_leave(gateway: Gateway, key: str, body: bytes, messages: list[dict[str, Any]]) -> dict[str, Any]:
     """A retrieve of `body` whose client sends `messages` and then leaves: the row it left. Driven in
     the test client's event loop, where the app's lifespan runs."""
-    headers = [(b"host", b"testserver"), (b"authorization", f"Bearer {key}".encode()),
-               (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-             "path": "/v1/retrieve", "raw_path": b"/v1/retrieve", "query_string": b"", "root_path": "",
-             "headers": headers, "client": ("127.0.0.1", 50000), "server": ("testserver", 80)}
+    headers = [
+        (b"host", b"testserver"),
+        (b"authorization", f"Bearer {key}".encode()),
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/retrieve",
+        "raw_path": b"/v1/retrieve",
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 50000),
+        "server": ("testserver", 80),
+    }
     assert gateway.client.portal is not None
     sent = gateway.client.portal.call(drive, gateway.client.app, scope, messages)
     start = next(message for message in sent if message["type"] == "http.response.start")

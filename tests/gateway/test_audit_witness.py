@@ -36,9 +36,24 @@ class WitnessProcess:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process = subprocess.Popen(
-            [sys.executable, "-c", "from gateway.cli import main; main()", "audit", "witness", "--state", str(self.state), "--log-key", str(log_key),
-             "--key", str(self.keys["private"]), "--port", str(self.port)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                sys.executable,
+                "-c",
+                "from gateway.cli import main; main()",
+                "audit",
+                "witness",
+                "--state",
+                str(self.state),
+                "--log-key",
+                str(log_key),
+                "--key",
+                str(self.keys["private"]),
+                "--port",
+                str(self.port),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
@@ -70,8 +85,15 @@ def witnessed(database_url: str, tmp_path: Path) -> Iterator[tuple[Signed, Witne
     witness = WitnessProcess(tmp_path, keys["public"])
     checkpoints = tmp_path / "checkpoints" / "audit.checkpoints"
     try:
-        with open_gateway(database_url, tmp_path, audit_signing_key=keys["private"], audit_checkpoints=checkpoints,
-                          audit_checkpoint_rows=100_000, audit_checkpoint_seconds=86_400, audit_witness_url=witness.url) as gateway:
+        with open_gateway(
+            database_url,
+            tmp_path,
+            audit_signing_key=keys["private"],
+            audit_checkpoints=checkpoints,
+            audit_checkpoint_rows=100_000,
+            audit_checkpoint_seconds=86_400,
+            audit_witness_url=witness.url,
+        ) as gateway:
             run = Signed(gateway, keys, checkpoints)
             assert run.checkpointer.caught_up.wait(30)
             run.write(12)
@@ -110,18 +132,33 @@ def test_a_forked_checkpoint_is_refused_and_the_gateway_says_so(witnessed: tuple
         conn.execute(update(audit_trace).where(audit_trace.c.chain == TENANT).values(seal=None))
     signed.checkpoints.unlink()
     env = {"GATEWAY_AUDIT_SIGNING_KEY": str(signed.keys["private"]), "GATEWAY_AUDIT_CHECKPOINTS": str(signed.checkpoints)}
-    result = CliRunner(env=env).invoke(main, ["audit", "checkpoint", "--adopt", "--database-url",
-                                             signed.gateway.settings.effective_database_url])
+    result = CliRunner(env=env).invoke(
+        main, ["audit", "checkpoint", "--adopt", "--database-url", signed.gateway.settings.effective_database_url]
+    )
     assert result.exit_code == 0 and '"adopted": true' in result.output, result.output  # the signer was fooled
     assert witness.latest() == cosigned.read_text()  # the witness was not asked, and holds the original
-    args = ["audit", "verify", "--database-url", signed.gateway.settings.effective_database_url, "--tenant", TENANT,
-            "--checkpoints", str(signed.checkpoints), "--public-key", str(signed.keys["public"])]
+    args = [
+        "audit",
+        "verify",
+        "--database-url",
+        signed.gateway.settings.effective_database_url,
+        "--tenant",
+        TENANT,
+        "--checkpoints",
+        str(signed.checkpoints),
+        "--public-key",
+        str(signed.keys["public"]),
+    ]
     assert CliRunner().invoke(main, args).exit_code == 0  # the adopted file agrees with the rewritten store...
     result = CliRunner().invoke(main, [*args, "--known", str(cosigned)])
     assert result.exit_code == 1 and "lacks a checkpoint you hold" in result.output, result.output  # ... not with the witness
     # a signer that goes on from the adopted file, with the witness: its next checkpoint is a fork
-    fooled = Checkpointer(signed.gateway.store, load_signer(signed.keys["private"]), CheckpointLog(signed.checkpoints),
-                          witness=WitnessClient(witness.url))
+    fooled = Checkpointer(
+        signed.gateway.store,
+        load_signer(signed.keys["private"]),
+        CheckpointLog(signed.checkpoints),
+        witness=WitnessClient(witness.url),
+    )
     signed.write(3)
     made = fooled.checkpoint(every_chain=True)
     assert [c.size for c in made] == [15]
@@ -131,14 +168,19 @@ def test_a_forked_checkpoint_is_refused_and_the_gateway_says_so(witnessed: tuple
 
 
 def test_a_signer_without_its_file_goes_on_from_the_witness_and_never_signs_a_fork(
-        witnessed: tuple[Signed, WitnessProcess], tmp_path: Path) -> None:
+    witnessed: tuple[Signed, WitnessProcess], tmp_path: Path
+) -> None:
     signed, witness = witnessed
     with db.writer(signed.gateway.store).begin() as conn:  # the same rewrite, with the witness asked this time
         conn.execute(update(audit_trace).where(audit_trace.c.pk == chain_rows(conn)[2]["pk"]).values(decision="deny"))
         rehash(conn)
     signed.write(1)  # the gateway appends after the rewritten head
-    fresh = Checkpointer(signed.gateway.store, load_signer(signed.keys["private"]), CheckpointLog(tmp_path / "lost.checkpoints"),
-                         witness=WitnessClient(witness.url))
+    fresh = Checkpointer(
+        signed.gateway.store,
+        load_signer(signed.keys["private"]),
+        CheckpointLog(tmp_path / "lost.checkpoints"),
+        witness=WitnessClient(witness.url),
+    )
     made = fresh.checkpoint(every_chain=True, adopt=True)
     # it went on from the witness's 12 rows: row 13 links to a head that is not the signed one
     assert [(c.size, c.refused[0] if c.refused else None) for c in made] == [(12, 13)]
@@ -162,8 +204,12 @@ def test_the_witness_refuses_what_it_must(witnessed: tuple[Signed, WitnessProces
 def test_a_signer_that_lost_its_file_recovers_from_the_witness(witnessed: tuple[Signed, WitnessProcess], tmp_path: Path) -> None:
     signed, witness = witnessed
     signed.write(3)
-    fresh = Checkpointer(signed.gateway.store, load_signer(signed.keys["private"]), CheckpointLog(tmp_path / "new-pod.checkpoints"),
-                         witness=WitnessClient(witness.url))
+    fresh = Checkpointer(
+        signed.gateway.store,
+        load_signer(signed.keys["private"]),
+        CheckpointLog(tmp_path / "new-pod.checkpoints"),
+        witness=WitnessClient(witness.url),
+    )
     made = fresh.checkpoint(every_chain=True)
     assert [(c.chain, c.size) for c in made] == [(TENANT, 15)] and not fresh.refusing
     assert fresh.readiness() == "ok" and "\n15\n" in (witness.latest() or "")

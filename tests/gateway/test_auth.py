@@ -110,9 +110,7 @@ def test_missing_authorization_is_401_with_json_error(shared_gateway: Gateway) -
     assert "Authorization" in message
 
 
-@pytest.mark.parametrize(
-    ("method", "path"), [("post", "/v1/retrieve"), ("put", "/v1/items"), ("get", "/v1/policy")]
-)
+@pytest.mark.parametrize(("method", "path"), [("post", "/v1/retrieve"), ("put", "/v1/items"), ("get", "/v1/policy")])
 def test_every_v1_endpoint_needs_a_credential(shared_gateway: Gateway, method: str, path: str) -> None:
     gateway = shared_gateway
     response = getattr(gateway.client, method)(path)
@@ -274,9 +272,9 @@ def jwt_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
 @pytest.fixture(scope="module")
 def rsa_pair() -> tuple[rsa.RSAPrivateKey, str]:
     private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    public_pem = private.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    ).decode()
+    public_pem = (
+        private.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    )
     return private, public_pem
 
 

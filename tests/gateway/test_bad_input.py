@@ -55,8 +55,13 @@ RAW_CASES = [
     ("single_quotes", b"{'task': {'type': 'account_followup'}}", 400, "bad_request", "malformed JSON"),
     ("not_utf8", b'\xff\xfe{"task": 1}', 400, "bad_request", "malformed JSON"),
     ("too_deeply_nested", b"[" * 100_000, 400, "bad_request", "malformed JSON"),
-    ("integer_too_long", b'{"task": {"type": "account_followup"}, "budget": {"bytes": ' + b"9" * 5000 + b"}}", 400,
-     "bad_request", "malformed JSON"),
+    (
+        "integer_too_long",
+        b'{"task": {"type": "account_followup"}, "budget": {"bytes": ' + b"9" * 5000 + b"}}",
+        400,
+        "bad_request",
+        "malformed JSON",
+    ),
     ("empty", b"", 400, "bad_request", "body"),
     ("whitespace", b"  \n\t ", 400, "bad_request", "body"),
     ("array", b"[]", 400, "bad_request", "JSON object"),
@@ -78,8 +83,13 @@ SHAPE_CASES: list[tuple[str, Any, int, str, str]] = [
     ("budget_bytes_zero", with_task(budget={"bytes": 0}), 422, "invalid_request", "budget.bytes"),
     ("entities_not_list", with_task(entities={"id": "ent_jane"}), 422, "invalid_request", "entities"),
     ("too_many_entities", with_task(entities=[{"id": f"ent_{i}"} for i in range(21)]), 422, "invalid_request", "entities"),
-    ("entity_two_keys", with_task(entities=[{"id": "ent_jane", "email": "jane@globex.example"}]), 422, "invalid_request",
-     "entities.0"),
+    (
+        "entity_two_keys",
+        with_task(entities=[{"id": "ent_jane", "email": "jane@globex.example"}]),
+        422,
+        "invalid_request",
+        "entities.0",
+    ),
     ("entity_no_key", with_task(entities=[{}]), 422, "invalid_request", "entities.0"),
     ("unknown_field", with_task(surprise=1), 422, "invalid_request", "surprise"),
     ("unknown_mode", with_task(mode="dig"), 422, "invalid_request", "mode"),
@@ -125,8 +135,14 @@ def test_a_valid_request_passes_the_same_checks(module_gateway: Gateway) -> None
     """The control for the tables above: the well-formed request they distort is answered."""
     gateway = module_gateway
     key = gateway.key("alice", groups=("sales",))
-    body = with_task(query="pricing", budget={"bytes": 200_000}, as_of="2026-01-01T00:00:00+02:00",
-                     entities=[{"id": f"ent_{i}"} for i in range(20)], fetch=[f"id_{i}" for i in range(20)], mode="scout")
+    body = with_task(
+        query="pricing",
+        budget={"bytes": 200_000},
+        as_of="2026-01-01T00:00:00+02:00",
+        entities=[{"id": f"ent_{i}"} for i in range(20)],
+        fetch=[f"id_{i}" for i in range(20)],
+        mode="scout",
+    )
     response = gateway.retrieve(key, body)
     assert response.status_code == 200, response.text
     assert gateway.trace(response.headers["x-trace-id"])["status_code"] == 200
@@ -282,8 +298,10 @@ def test_nul_characters_are_refused_on_every_backend(gateway: Gateway) -> None:
     writer = gateway.key("w", roles=("ingest",))
     written = gateway.client.put(
         "/v1/items",
-        json=[{"id": "nul", "kind": "memory", "text": "bad\u0000text", "acl": ["*"]},
-              {"id": "fine", "kind": "memory", "text": "fine text", "acl": ["*"]}],
+        json=[
+            {"id": "nul", "kind": "memory", "text": "bad\u0000text", "acl": ["*"]},
+            {"id": "fine", "kind": "memory", "text": "fine text", "acl": ["*"]},
+        ],
         headers=gateway.auth(writer),
     ).json()
     assert written["created"] == 1 and [r["id"] for r in written["rejected"]] == ["nul"]

@@ -103,7 +103,9 @@ def test_caller_narrows_kinds_never_widens(gateway: Gateway) -> None:
     gateway.ingest("acme", [memory("mem_k", "puffin"), doc("doc_k", "puffin")])
     only_docs = ask(gateway, query="puffin", kinds=["document"])
     assert [i["id"] for i in only_docs["items"]] == ["doc_k"]
-    research = gateway.retrieve(alice(gateway), {"task": {"type": "research"}, "query": "puffin", "kinds": ["memory", "document"]})
+    research = gateway.retrieve(
+        alice(gateway), {"task": {"type": "research"}, "query": "puffin", "kinds": ["memory", "document"]}
+    )
     assert {i["kind"] for i in research.json()["items"]} == {"document"}
 
 
@@ -113,8 +115,12 @@ def test_fetch_forbidden_and_unknown_ids_are_indistinguishable(gateway: Gateway)
     ok = ask(gateway, fetch=["mem_ok", "mem_secret", "mem_theirs", "mem_nope"])
     assert [i["id"] for i in ok["items"]] == ["mem_ok"]
     forbidden, unknown = ask(gateway, fetch=["mem_secret"]), ask(gateway, fetch=["mem_nope"])
-    strip = lambda b: {k: v for k, v in b.items() if k not in ("trace_id", "timings")} | {  # noqa: E731
-        "sources": {n: {k: v for k, v in s.items() if k != "ms"} for n, s in b["sources"].items()}}
+    strip = lambda b: (
+        {k: v for k, v in b.items() if k not in ("trace_id", "timings")}
+        | {  # noqa: E731
+            "sources": {n: {k: v for k, v in s.items() if k != "ms"} for n, s in b["sources"].items()}
+        }
+    )
     assert strip(forbidden) == strip(unknown)
     too_many = gateway.retrieve(alice(gateway), {"task": SALES_TASK, "fetch": [f"m{i}" for i in range(21)]})
     assert too_many.status_code == 422 and "fetch" in too_many.json()["error"]["message"]
@@ -216,9 +222,14 @@ def test_an_expand_that_can_place_nothing_spends_what_it_left_out(gateway: Gatew
     """Issue 30: an item larger than the page budget made every later expand empty with the same
     cursor, and the client's pages() looped for ever. A page that places nothing spends the
     entries it could not place (named in its trace), so following the cursor ends."""
-    gateway.ingest("acme", [memory("mem_small_a", "narwhal tusk note " + "n" * 40),
-                            memory("mem_huge", "narwhal tusk note " + "h" * 3000),
-                            memory("mem_small_b", "narwhal tusk note " + "m" * 60)])
+    gateway.ingest(
+        "acme",
+        [
+            memory("mem_small_a", "narwhal tusk note " + "n" * 40),
+            memory("mem_huge", "narwhal tusk note " + "h" * 3000),
+            memory("mem_small_b", "narwhal tusk note " + "m" * 60),
+        ],
+    )
     first = ask(gateway, query="narwhal tusk", budget={"bytes": 400})
     seen = [i["id"] for i in first["items"]]
     cursor, pages = first["cursor"], 0
@@ -244,8 +255,10 @@ def test_an_actors_live_cursors_are_capped_oldest_dropped(database_url: str, tmp
         cursors = [ask(capped, query="walrus pricing", budget={"bytes": 700})["cursor"] for _ in range(5)]
         bob = capped.key("bob", groups=("sales",), clearance="confidential")
         bobs = capped.retrieve(bob, {"task": SALES_TASK, "query": "walrus pricing", "budget": {"bytes": 700}}).json()["cursor"]
-        alive = [capped.retrieve(alice(capped), {"task": SALES_TASK, "cursor": c, "budget": {"bytes": 700}}).status_code
-                 for c in cursors]
+        alive = [
+            capped.retrieve(alice(capped), {"task": SALES_TASK, "cursor": c, "budget": {"bytes": 700}}).status_code
+            for c in cursors
+        ]
         assert alive == [404, 404, 200, 200, 200], alive
         assert capped.retrieve(bob, {"task": SALES_TASK, "cursor": bobs, "budget": {"bytes": 700}}).status_code == 200
 

@@ -21,7 +21,10 @@ from gateway.writes.vectorize import embed_all, item, item_vector, lag
 
 WORDS = "renewal pricing discount billing invoice contract support escalation quarterly forecast".split()
 # Lengths from a few tokens to past the 256-token truncation, in an order that sorting changes.
-TEXTS = [" ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(n)) for i, n in enumerate([40, 3, 300, 12, 90, 1, 260, 25, 150, 7, 60, 33])]
+TEXTS = [
+    " ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(n))
+    for i, n in enumerate([40, 3, 300, 12, 90, 1, 260, 25, 150, 7, 60, 33])
+]
 NOTES = [
     "Call John Smith at +1 415 555 0132 about the renewal.",
     "Nothing personal here: the Q3 forecast moved to 1.2M.",
@@ -78,7 +81,9 @@ def test_embed_all_stores_each_vector_on_its_item(database_url: str, bulk_model:
     assert embed_all(engine, bulk_model, batch=2, progress=seen.append, chunk=5) == len(TEXTS)
     assert sum(seen) == len(TEXTS) and lag(engine, bulk_model.model_id) == 0
     with engine.connect() as conn:
-        rows = conn.execute(select(item.c.id, item.c.text, item_vector.c.vector).join(item_vector, item_vector.c.item_pk == item.c.pk)).all()
+        rows = conn.execute(
+            select(item.c.id, item.c.text, item_vector.c.vector).join(item_vector, item_vector.c.item_pk == item.c.pk)
+        ).all()
     assert len(rows) == len(TEXTS)
     reference = OnnxMiniLM(threads=1)
     for row in rows:
@@ -124,13 +129,22 @@ def test_serial_analyze_all_matches_one_at_a_time(database_url: str, detector: D
     engine.dispose()
 
 
-CLEAN_ENV: dict[str, str | None] = {"GATEWAY_DATABASE_URL": None, "GATEWAY_DATA_DIR": None, "GATEWAY_EMBEDDINGS": None, "GATEWAY_EMBEDDINGS_URL": None}
+CLEAN_ENV: dict[str, str | None] = {
+    "GATEWAY_DATABASE_URL": None,
+    "GATEWAY_DATA_DIR": None,
+    "GATEWAY_EMBEDDINGS": None,
+    "GATEWAY_EMBEDDINGS_URL": None,
+}
 
 
 @pytest.mark.parametrize(
     ("args", "field"),
-    [(["embed", "--batch", "0"], "--batch"), (["embed", "--threads", "0"], "--threads"),
-     (["pii", "analyze", "--processes", "0"], "--processes"), (["pii", "analyze", "--batch", "x"], "--batch")],
+    [
+        (["embed", "--batch", "0"], "--batch"),
+        (["embed", "--threads", "0"], "--threads"),
+        (["pii", "analyze", "--processes", "0"], "--processes"),
+        (["pii", "analyze", "--batch", "x"], "--batch"),
+    ],
 )
 def test_bad_bulk_options_are_refused_by_name(tmp_path: Path, args: list[str], field: str) -> None:
     result = CliRunner().invoke(main, [*args, "--data", str(tmp_path)], env=CLEAN_ENV)
@@ -144,4 +158,3 @@ def test_pii_analyze_command_analyses_everything(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["pii", "analyze", "--data", str(tmp_path), "--processes", "1"], env=CLEAN_ENV)
     assert result.exit_code == 0, result.output
     assert f"{len(STORED)} items analysed; 0 waiting" in result.output
-

@@ -56,8 +56,22 @@ def found(gateway: Gateway, key: str, query: str) -> list[str]:
 
 
 def test_keys_create_prints_a_key_that_authenticates(cli_gateway: Gateway, data_dir: Path) -> None:
-    result = ok(run("keys", "create", "--data", data_dir, "--tenant", "acme", "--principal", "user:x",
-                    "--roles", "agent", "--clearance", "internal"))
+    result = ok(
+        run(
+            "keys",
+            "create",
+            "--data",
+            data_dir,
+            "--tenant",
+            "acme",
+            "--principal",
+            "user:x",
+            "--roles",
+            "agent",
+            "--clearance",
+            "internal",
+        )
+    )
     key = result.stdout.strip()
     assert TOKEN.fullmatch(key), result.stdout
     response = cli_gateway.retrieve(key, {"task": {"type": "research"}, "query": "anything"})
@@ -69,8 +83,9 @@ def test_keys_create_prints_a_key_that_authenticates(cli_gateway: Gateway, data_
 def test_keys_create_with_groups_sees_group_items(cli_gateway: Gateway, data_dir: Path) -> None:
     cli_gateway.ingest("acme", [memory("mem_group", "kookaburra sales note", acl=["group:sales"])])
     plain = ok(run("keys", "create", "--data", data_dir, "--tenant", "acme", "--principal", "user:plain")).stdout.strip()
-    seller = ok(run("keys", "create", "--data", data_dir, "--tenant", "acme", "--principal", "user:seller",
-                    "--groups", "sales,emea")).stdout.strip()
+    seller = ok(
+        run("keys", "create", "--data", data_dir, "--tenant", "acme", "--principal", "user:seller", "--groups", "sales,emea")
+    ).stdout.strip()
     assert plain != seller
     refused = cli_gateway.retrieve(plain, {"task": SALES_TASK, "query": "kookaburra"})  # the sales task is the group's
     assert refused.status_code == 403 and refused.json()["error"]["reasons"] == ["task_not_granted"]
@@ -78,8 +93,9 @@ def test_keys_create_with_groups_sees_group_items(cli_gateway: Gateway, data_dir
 
 
 def test_keys_created_by_the_cli_carry_their_roles(cli_gateway: Gateway, data_dir: Path) -> None:
-    writer = ok(run("keys", "create", "--data", data_dir, "--tenant", "acme", "--principal", "user:loader",
-                    "--roles", "ingest")).stdout.strip()
+    writer = ok(
+        run("keys", "create", "--data", data_dir, "--tenant", "acme", "--principal", "user:loader", "--roles", "ingest")
+    ).stdout.strip()
     response = cli_gateway.client.put("/v1/items", json=[memory("mem_w", "kookaburra written")], headers=cli_gateway.auth(writer))
     assert response.status_code == 200 and response.json()["created"] == 1
     agent = ok(run("keys", "create", "--data", data_dir, "--tenant", "acme", "--principal", "user:agent")).stdout.strip()
@@ -180,9 +196,7 @@ def test_ingest_file_with_a_bad_item_exits_1_but_writes_the_good_ones(
     assert found(cli_gateway, key, "lyrebirdbad") == []
 
 
-def test_ingest_malformed_json_file_exits_1_and_goes_on_to_the_next(
-    cli_gateway: Gateway, data_dir: Path, tmp_path: Path
-) -> None:
+def test_ingest_malformed_json_file_exits_1_and_goes_on_to_the_next(cli_gateway: Gateway, data_dir: Path, tmp_path: Path) -> None:
     broken, good = tmp_path / "broken.json", tmp_path / "good.json"
     broken.write_text('[{"id": "mem_x", ')
     good.write_text(json.dumps([memory("mem_after", "lyrebirdafter note")]))

@@ -11,8 +11,16 @@ JANE = {"id": "ent_jane", "kind": "entity", "entity_type": "contact", "email": "
 
 
 def fact(item_id: str, value: str, **envelope: Any) -> dict[str, Any]:
-    return {"id": item_id, "kind": "property", "entity": "ent_jane", "name": "plan", "value": value,
-            "slot": "ent_jane#plan", "acl": ["*"], **envelope}
+    return {
+        "id": item_id,
+        "kind": "property",
+        "entity": "ent_jane",
+        "name": "plan",
+        "value": value,
+        "slot": "ent_jane#plan",
+        "acl": ["*"],
+        **envelope,
+    }
 
 
 def ask(gateway: Gateway, **body: Any) -> dict[str, Any]:
@@ -27,10 +35,19 @@ def test_recent_speculative_note_ranks_below_older_approved_decision(gateway: Ga
     gateway.ingest(
         "acme",
         [
-            memory("mem_guess", "Discount rule for annual billing: maybe 25 percent off",
-                   authority="speculative", recorded_at="2026-11-20T00:00:00Z"),
-            memory("mem_decision", "Discount rule for annual billing: 10 percent off, approved by finance",
-                   authority="approved", recorded_at="2025-03-01T00:00:00Z", valid_from="2025-03-01T00:00:00Z"),
+            memory(
+                "mem_guess",
+                "Discount rule for annual billing: maybe 25 percent off",
+                authority="speculative",
+                recorded_at="2026-11-20T00:00:00Z",
+            ),
+            memory(
+                "mem_decision",
+                "Discount rule for annual billing: 10 percent off, approved by finance",
+                authority="approved",
+                recorded_at="2025-03-01T00:00:00Z",
+                valid_from="2025-03-01T00:00:00Z",
+            ),
         ],
     )
     items = ask(gateway, query="discount rule annual billing")["items"]
@@ -43,8 +60,10 @@ def test_authority_does_not_override_a_much_stronger_match(gateway: Gateway) -> 
     gateway.ingest(
         "acme",
         [memory(f"mem_filler_{i}", f"renewal call notes number {i}", authority="speculative") for i in range(30)]
-        + [memory("mem_strong", "renewal escalation playbook renewal escalation", authority="unreviewed"),
-           memory("mem_weak_approved", "renewal", authority="approved")],
+        + [
+            memory("mem_strong", "renewal escalation playbook renewal escalation", authority="unreviewed"),
+            memory("mem_weak_approved", "renewal", authority="approved"),
+        ],
     )
     body = ask(gateway, query="renewal escalation playbook", sources={"semantic": False})
     ids = [i["id"] for i in body["items"]]
@@ -102,7 +121,9 @@ def test_as_of_in_the_past_returns_what_was_true_then(gateway: Gateway) -> None:
         "acme",
         [
             JANE,
-            fact("plan_2024", "Starter", authority="approved", valid_from="2024-01-01T00:00:00Z", valid_to="2025-06-01T00:00:00Z"),
+            fact(
+                "plan_2024", "Starter", authority="approved", valid_from="2024-01-01T00:00:00Z", valid_to="2025-06-01T00:00:00Z"
+            ),
             fact("plan_2025", "Pro", authority="approved", valid_from="2025-06-01T00:00:00Z"),
             fact("plan_guess", "Enterprise", authority="speculative", valid_from="2026-03-01T00:00:00Z"),
         ],
@@ -112,13 +133,22 @@ def test_as_of_in_the_past_returns_what_was_true_then(gateway: Gateway) -> None:
     assert then["items"][0]["status"] == "current"
     now = ask(gateway, entities=[{"id": "ent_jane"}], include_historical=True)
     assert [(i["id"], i["status"]) for i in now["items"]] == [
-        ("plan_2025", "current"), ("plan_2024", "historical"), ("plan_guess", "disputed")]
+        ("plan_2025", "current"),
+        ("plan_2024", "historical"),
+        ("plan_guess", "disputed"),
+    ]
     assert [i["id"] for i in ask(gateway, entities=[{"id": "ent_jane"}])["items"]] == ["plan_2025"]
     assert ask(gateway, entities=[{"id": "ent_jane"}], as_of="2023-01-01T00:00:00Z")["items"] == []
 
 
 def test_fetch_returns_a_named_superseded_item_labelled(gateway: Gateway) -> None:
-    gateway.ingest("acme", [JANE, fact("plan_now", "Pro", authority="approved"),
-                            fact("plan_was", "Basic", authority="approved", status="superseded")])
+    gateway.ingest(
+        "acme",
+        [
+            JANE,
+            fact("plan_now", "Pro", authority="approved"),
+            fact("plan_was", "Basic", authority="approved", status="superseded"),
+        ],
+    )
     items = ask(gateway, fetch=["plan_was"])["items"]
     assert [(i["id"], i["status"], i["current"]) for i in items] == [("plan_was", "superseded", False)]

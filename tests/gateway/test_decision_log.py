@@ -28,8 +28,13 @@ OPA_FIELDS = {"decision_id", "path", "input", "result", "bundles", "timestamp", 
 
 def plant_and_decide(gateway: Gateway) -> str:
     """Ingest planted values, retrieve with them (one allowed call, one denied); the policy revision."""
-    gateway.ingest("acme", [memory("mem_1", f"quokka note, write to {PLANTED}", slot=f"contact:{PLANTED}"),
-                            {"id": "ent_j", "kind": "entity", "entity_type": "contact", "email": PLANTED, "acl": ["*"]}])
+    gateway.ingest(
+        "acme",
+        [
+            memory("mem_1", f"quokka note, write to {PLANTED}", slot=f"contact:{PLANTED}"),
+            {"id": "ent_j", "kind": "entity", "entity_type": "contact", "email": PLANTED, "acl": ["*"]},
+        ],
+    )
     key = gateway.key("alice", groups=("sales",), clearance="confidential")
     ok = gateway.retrieve(key, {"task": SALES_TASK, "query": f"quokka {PLANTED}", "entities": [{"email": PLANTED}]})
     assert ok.status_code == 200 and ok.json()["items"]

@@ -55,7 +55,7 @@ def test_front_matter_inline_and_dash_lists_quoted_strings_and_comments() -> Non
         "authority: approved\n"
         "status: active\n"
         "valid_from: 2026-01-01T00:00:00Z\n"
-        "valid_to: \"2027-01-01T00:00:00+01:00\"\n"
+        'valid_to: "2027-01-01T00:00:00+01:00"\n'
         "recorded_at: 2026-02-01T10:00:00Z\n"
         "slot: 'pricing#discounts'\n"
         "entity: ent_globex\n"
@@ -95,31 +95,31 @@ def test_single_quotes_escape_by_doubling_and_scalar_list_value_is_one_entry() -
     ("front", "expected"),
     [
         ("---\nsensitivity: internal\n---\n", "acl is required"),
-        ("---\nacl: [\"*\"]\ncolour: blue\n---\n", "line 3: unknown key 'colour'"),
-        ("---\nacl: [\"*\"]\nid: mine\n---\n", "line 3: unknown key 'id'"),
-        ("---\nacl: [\"*\"]\nthis line is not a key\n---\n", "line 3: expected 'key: value'"),
-        ("---\nacl: [\"*\"]\nstatus:active\n---\n", "line 3: expected 'key: value'"),
-        ("---\nacl: [\"*\"\n---\n", "line 2: acl: list not closed"),
+        ('---\nacl: ["*"]\ncolour: blue\n---\n', "line 3: unknown key 'colour'"),
+        ('---\nacl: ["*"]\nid: mine\n---\n', "line 3: unknown key 'id'"),
+        ('---\nacl: ["*"]\nthis line is not a key\n---\n', "line 3: expected 'key: value'"),
+        ('---\nacl: ["*"]\nstatus:active\n---\n', "line 3: expected 'key: value'"),
+        ('---\nacl: ["*"\n---\n', "line 2: acl: list not closed"),
         ("---\nacl: [a, [b]]\n---\n", "line 2: acl: nested lists"),
         ("---\nacl: [a,, b]\n---\n", "line 2: acl: empty entry"),
         ("---\nacl: [a] trailing\n---\n", "line 2: acl: unexpected text"),
         ("---\nacl: *\n---\n", "line 2: acl: unsupported syntax"),
-        ("---\nacl: [\"*\"]\ntitle: |\n  block\n---\n", "line 3: title: unsupported syntax"),
-        ("---\nacl: [\"*\"]\nsource_system: {a: b}\n---\n", "line 3: source_system: unsupported syntax"),
-        ("---\nacl: [\"*\"]\nslot: a: b\n---\n", "line 3: slot: a value containing ': ' must be quoted"),
-        ("---\nacl: [\"*\"]\ntitle: \"open\n---\n", "line 3: title: unterminated quoted string"),
-        ("---\nacl: [\"*\"]\ntitle: \"a\\qb\"\n---\n", "line 3: title: unsupported escape"),
+        ('---\nacl: ["*"]\ntitle: |\n  block\n---\n', "line 3: title: unsupported syntax"),
+        ('---\nacl: ["*"]\nsource_system: {a: b}\n---\n', "line 3: source_system: unsupported syntax"),
+        ('---\nacl: ["*"]\nslot: a: b\n---\n', "line 3: slot: a value containing ': ' must be quoted"),
+        ('---\nacl: ["*"]\ntitle: "open\n---\n', "line 3: title: unterminated quoted string"),
+        ('---\nacl: ["*"]\ntitle: "a\\qb"\n---\n', "line 3: title: unsupported escape"),
         ("---\nacl:\n  sales: x\n---\n", "line 3: indented line"),
-        ("---\n- group:sales\nacl: [\"*\"]\n---\n", "line 2: a '- item' line must follow a key with no value"),
+        ('---\n- group:sales\nacl: ["*"]\n---\n', "line 2: a '- item' line must follow a key with no value"),
         ("---\nacl:\nscope: [sales]\n---\n", "line 2: acl: no value"),
-        ("---\nacl: [\"*\"]\nslot:\n---\n", "line 3: slot: no value"),
-        ("---\nacl: [\"*\"]\nacl: [\"*\"]\n---\n", "line 3: acl: given twice"),
-        ("---\nacl: [\"*\"]\nsensitivity: [internal]\n---\n", "line 3: sensitivity: expected a single value"),
+        ('---\nacl: ["*"]\nslot:\n---\n', "line 3: slot: no value"),
+        ('---\nacl: ["*"]\nacl: ["*"]\n---\n', "line 3: acl: given twice"),
+        ('---\nacl: ["*"]\nsensitivity: [internal]\n---\n', "line 3: sensitivity: expected a single value"),
         ("---\nacl: group:a, group:b\n---\n", "line 2: acl: write a list as [a, b]"),
-        ("---\nacl: [\"*\"]\n", "no closing ---"),
-        ("---\nacl: [\"*\"]\nsensitivity: secret\n---\n", "front matter: sensitivity:"),
-        ("---\nacl: [\"nobody\"]\n---\n", "front matter: acl:"),
-        ("---\nacl: [\"*\"]\nvalid_from: tomorrow\n---\n", "front matter: valid_from:"),
+        ('---\nacl: ["*"]\n', "no closing ---"),
+        ('---\nacl: ["*"]\nsensitivity: secret\n---\n', "front matter: sensitivity:"),
+        ('---\nacl: ["nobody"]\n---\n', "front matter: acl:"),
+        ('---\nacl: ["*"]\nvalid_from: tomorrow\n---\n', "front matter: valid_from:"),
     ],
 )
 def test_front_matter_errors_name_the_line_and_key(front: str, expected: str) -> None:
@@ -130,7 +130,7 @@ def test_front_matter_errors_name_the_line_and_key(front: str, expected: str) ->
 
 def test_unknown_key_message_lists_the_allowed_keys() -> None:
     with pytest.raises(BadRequest) as caught:
-        doc("Body.\n", front="---\nacl: [\"*\"]\nkind: memory\n---\n")
+        doc("Body.\n", front='---\nacl: ["*"]\nkind: memory\n---\n')
     assert "unknown key 'kind'" in caught.value.message
     assert "acl" in caught.value.message and "source_uri" in caught.value.message
 
@@ -144,7 +144,7 @@ def test_no_front_matter_is_refused(raw: str) -> None:
 
 def test_error_messages_never_quote_the_value() -> None:
     with pytest.raises(BadRequest) as caught:
-        doc("Body.\n", front="---\nacl: [\"*\"]\ntitle: \"secretvalue\n---\n")
+        doc("Body.\n", front='---\nacl: ["*"]\ntitle: "secretvalue\n---\n')
     assert "secretvalue" not in caught.value.message
 
 

@@ -84,8 +84,11 @@ def test_a_hit_returns_its_whole_section_once(gateway: Gateway) -> None:
     assert billing_pieces >= 3
     key = gateway.key("agent", groups=("sales",))
     body = gateway.retrieve(key, {"task": RESEARCH, "query": "periwinkle clause", "budget": {"bytes": 100000}}).json()
-    sections = [i for i in body["items"] if i["section"] == "Pricing guideline > Discounts > Annual billing"
-                or i["section"].endswith("Annual billing")]
+    sections = [
+        i
+        for i in body["items"]
+        if i["section"] == "Pricing guideline > Discounts > Annual billing" or i["section"].endswith("Annual billing")
+    ]
     assert len(sections) == 1, [i["section"] for i in body["items"]]
     whole = sections[0]
     assert len(whole["pieces"]) == billing_pieces
@@ -97,11 +100,19 @@ def test_a_hit_returns_its_whole_section_once(gateway: Gateway) -> None:
 
 def test_a_piece_the_actor_may_not_see_is_left_out_of_the_section(gateway: Gateway) -> None:
     section = {"kind": "document", "document": "handbook", "section": "Handbook > Travel", "scope": ["sales"]}
-    gateway.ingest("acme", [
-        {**section, "id": "handbook:0000", "text": "Travel is booked through the portal.", "acl": ["*"]},
-        {**section, "id": "handbook:0001", "text": "Executive travel uses the falcon jet account.", "acl": ["group:executives"]},
-        {**section, "id": "handbook:0002", "text": "Receipts are filed within a week of travel.", "acl": ["*"]},
-    ])
+    gateway.ingest(
+        "acme",
+        [
+            {**section, "id": "handbook:0000", "text": "Travel is booked through the portal.", "acl": ["*"]},
+            {
+                **section,
+                "id": "handbook:0001",
+                "text": "Executive travel uses the falcon jet account.",
+                "acl": ["group:executives"],
+            },
+            {**section, "id": "handbook:0002", "text": "Receipts are filed within a week of travel.", "acl": ["*"]},
+        ],
+    )
     key = gateway.key("agent", groups=("sales",))
     response = gateway.retrieve(key, {"task": RESEARCH, "query": "receipts travel"})
     [item] = response.json()["items"]

@@ -222,5 +222,7 @@ def test_entity_endpoints_validate_input(gateway: Gateway) -> None:
     missing_type = gateway.client.put("/v1/entities/ent_1", json={"acl": ["*"]}, headers=headers)
     assert missing_type.status_code == 422 and "entity_type" in missing_type.text
     assert gateway.client.put("/v1/entities/bad%20id", json=entity("bad id"), headers=headers).status_code == 400
-    ok = gateway.client.put("/v1/entities/ent_1", json={"entity_type": "company", "acl": ["*"], "website": "a.example.com"}, headers=headers)
+    ok = gateway.client.put(
+        "/v1/entities/ent_1", json={"entity_type": "company", "acl": ["*"], "website": "a.example.com"}, headers=headers
+    )
     assert ok.status_code == 200 and ok.json()["created"] == 1

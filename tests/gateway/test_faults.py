@@ -45,16 +45,25 @@ def start(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
 
 
 def batch(writer: int, number: int) -> list[dict[str, Any]]:
-    return [{"id": f"w{writer}_b{number}_{i}", "kind": "memory", "text": f"renewal note {i} of batch {number}, call Jane Roe",
-             "acl": ["*"], "tags": ["billing", f"batch-{writer}-{number}"]} for i in range(BATCH)]
+    return [
+        {
+            "id": f"w{writer}_b{number}_{i}",
+            "kind": "memory",
+            "text": f"renewal note {i} of batch {number}, call Jane Roe",
+            "acl": ["*"],
+            "tags": ["billing", f"batch-{writer}-{number}"],
+        }
+        for i in range(BATCH)
+    ]
 
 
 @pytest.mark.skipif(not GATEWAY.exists(), reason="no gateway command beside this Python")
 def test_sigkill_during_ingest_and_retrieve_leaves_a_whole_store(tmp_path: Path) -> None:
     engine = open_store(f"sqlite:///{tmp_path / 'gateway.db'}")
     writer_key = create_api_key(engine, tenant="acme", principal="user:writer", roles=["ingest"], groups=[], clearance="internal")
-    reader_key = create_api_key(engine, tenant="acme", principal="user:alice", roles=["agent"], groups=["sales"],
-                                clearance="confidential")
+    reader_key = create_api_key(
+        engine, tenant="acme", principal="user:alice", roles=["agent"], groups=["sales"], clearance="confidential"
+    )
     close_store(engine)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -106,7 +115,9 @@ def test_sigkill_during_ingest_and_retrieve_leaves_a_whole_store(tmp_path: Path)
                     prefix = f"w{writer}_b{number}_"
                     ids = [item["id"] for item in batch(writer, number)]
                     found = conn.execute(select(func.count()).select_from(Item).where(Item.id.in_(ids))).scalar_one()
-                    tagged = conn.execute(select(func.count()).select_from(ItemTag).where(ItemTag.tag == f"batch-{writer}-{number}")).scalar_one()
+                    tagged = conn.execute(
+                        select(func.count()).select_from(ItemTag).where(ItemTag.tag == f"batch-{writer}-{number}")
+                    ).scalar_one()
                     if (writer, number) in acknowledged:
                         assert (found, tagged) == (BATCH, BATCH), prefix
                     else:  # cut by the kill: all of it or none of it, never part
@@ -116,8 +127,12 @@ def test_sigkill_during_ingest_and_retrieve_leaves_a_whole_store(tmp_path: Path)
             while pending(engine, version) and time.monotonic() < deadline:
                 time.sleep(0.5)
             assert pending(engine, version) == 0
-            answer = httpx.post(f"{url}/v1/retrieve", json={"task": SALES_TASK, "query": "renewal note", "depth": "fast"},
-                                headers={"Authorization": f"Bearer {reader_key}"}, timeout=10)
+            answer = httpx.post(
+                f"{url}/v1/retrieve",
+                json={"task": SALES_TASK, "query": "renewal note", "depth": "fast"},
+                headers={"Authorization": f"Bearer {reader_key}"},
+                timeout=10,
+            )
             assert answer.status_code == 200 and answer.json()["items"]
         finally:
             close_store(engine)
@@ -172,8 +187,14 @@ def test_a_hanging_embeddings_endpoint_times_out_its_source_and_threads_do_not_p
     from tests.conftest import open_gateway
 
     hanging = Hanging()
-    settings = {"embeddings_url": hanging.url, "embeddings_model": "bow-64", "embeddings_dims": 64,
-                "embeddings_timeout_ms": 1500, "connector_deadline_ms": 400, "background_embedding": False}
+    settings = {
+        "embeddings_url": hanging.url,
+        "embeddings_model": "bow-64",
+        "embeddings_dims": 64,
+        "embeddings_timeout_ms": 1500,
+        "connector_deadline_ms": 400,
+        "background_embedding": False,
+    }
     try:
         with open_gateway(sqlite_url, tmp_path, **settings) as gateway:
             gateway.ingest("acme", [{"id": "n1", "kind": "memory", "text": "renewal pricing for the account", "acl": ["*"]}])

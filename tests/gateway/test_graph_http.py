@@ -37,14 +37,23 @@ def test_edges_are_written_with_derived_ids_and_bad_ones_rejected_alone(gateway:
     gateway.ingest("acme", [entity("ent_a"), entity("ent_b")])
     report = put_edges(
         gateway,
-        [edge("ent_a", "reports_to", "ent_b", confidence=0.9, weight=2.0), {"from": "ent_a", "relation": "owns", "acl": ["*"]},
-         edge("ent_a", "works_at", "ent_b", confidence=1.5)],
+        [
+            edge("ent_a", "reports_to", "ent_b", confidence=0.9, weight=2.0),
+            {"from": "ent_a", "relation": "owns", "acl": ["*"]},
+            edge("ent_a", "works_at", "ent_b", confidence=1.5),
+        ],
     )
     assert report["created"] == 1 and len(report["rejected"]) == 2
     assert "to" in str(report["rejected"][0]["errors"]) and "confidence" in str(report["rejected"][1]["errors"])
     [found] = walk(gateway)
     assert found["id"] == "edge:ent_a:reports_to:ent_b"
-    assert (found["from"], found["to"], found["relation"], found["confidence"], found["weight"]) == ("ent_a", "ent_b", "reports_to", 0.9, 2.0)
+    assert (found["from"], found["to"], found["relation"], found["confidence"], found["weight"]) == (
+        "ent_a",
+        "ent_b",
+        "reports_to",
+        0.9,
+        2.0,
+    )
     writer = gateway.auth(gateway.key("writer-acme", roles=("ingest",)))
     wrong = gateway.client.put("/v1/edges", json=[{"id": "m", "kind": "memory", "text": "x", "acl": ["*"]}], headers=writer)
     assert wrong.status_code == 400 and "kind" in wrong.json()["error"]["message"]
@@ -71,8 +80,13 @@ def test_traversal_respects_depth_and_fan_out(gateway: Gateway) -> None:
 def test_traversal_never_crosses_a_forbidden_relation_or_entity(gateway: Gateway) -> None:
     gateway.ingest(
         "acme",
-        [entity("ent_a"), entity("ent_b"), entity("ent_secret", acl=["group:executives"]), entity("ent_behind"),
-         entity("ent_rival")],
+        [
+            entity("ent_a"),
+            entity("ent_b"),
+            entity("ent_secret", acl=["group:executives"]),
+            entity("ent_behind"),
+            entity("ent_rival"),
+        ],
     )
     put_edges(
         gateway,

@@ -107,9 +107,10 @@ def test_entity_the_actor_may_not_see_is_indistinguishable_from_unknown(seeded: 
     assert hidden.status_code == unknown.status_code == 200
     assert hidden.json()["entities"] == unknown.json()["entities"] == []
     assert hidden.json()["items"] == unknown.json()["items"] == []
-    assert hidden.json()["sources"] == {**unknown.json()["sources"], **{
-        name: {**s, "ms": hidden.json()["sources"][name]["ms"]} for name, s in unknown.json()["sources"].items()
-    }}
+    assert hidden.json()["sources"] == {
+        **unknown.json()["sources"],
+        **{name: {**s, "ms": hidden.json()["sources"][name]["ms"]} for name, s in unknown.json()["sources"].items()},
+    }
     assert "quokkasecretent" not in hidden.text
 
 
@@ -133,7 +134,9 @@ def test_as_of_in_the_past_sees_what_was_valid_then(seeded: tuple[Gateway, str])
 
 def test_audit_row_records_shape_not_text(seeded: tuple[Gateway, str]) -> None:
     gateway, key = seeded
-    response = gateway.retrieve(key, {"task": SALES_TASK, "query": "wombatacl secretquerytext", "entities": [{"email": "jane@globex.example"}]})
+    response = gateway.retrieve(
+        key, {"task": SALES_TASK, "query": "wombatacl secretquerytext", "entities": [{"email": "jane@globex.example"}]}
+    )
     row = gateway.trace(response.headers["x-trace-id"])
     assert row["tenant"] == "acme" and row["actor"] == "user:alice" and row["decision"] == "allow"
     assert row["policy_revision"] == response.json()["decision"]["policy_revision"]

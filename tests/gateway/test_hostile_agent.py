@@ -49,8 +49,7 @@ def test_a_task_type_the_actor_was_not_granted_is_refused_and_audited(gateway: G
 
 
 def test_a_task_type_with_no_grant_is_usable_by_nobody(sqlite_url: str, tmp_path: Path, policy_copy: Path) -> None:
-    edit_json(policy_copy / "gateway" / "config" / "data.json",
-              lambda d: d["task_types"]["research"].pop("grants"))
+    edit_json(policy_copy / "gateway" / "config" / "data.json", lambda d: d["task_types"]["research"].pop("grants"))
     with open_gateway(sqlite_url, tmp_path, policies_dir=policy_copy) as gateway:
         for groups in ((), ("sales",), ("compliance",)):
             refused = gateway.retrieve(agent(gateway, *groups), {"task": {"type": "research"}, "query": "x"})
@@ -77,8 +76,10 @@ def test_an_as_of_in_the_future_is_refused(gateway: Gateway) -> None:
 
 
 def test_future_reads_can_be_granted_per_task(sqlite_url: str, tmp_path: Path, policy_copy: Path) -> None:
-    edit_json(policy_copy / "gateway" / "config" / "data.json",
-              lambda d: d["task_types"]["account_followup"].update(future_reads=["group:planning"]))
+    edit_json(
+        policy_copy / "gateway" / "config" / "data.json",
+        lambda d: d["task_types"]["account_followup"].update(future_reads=["group:planning"]),
+    )
     with open_gateway(sqlite_url, tmp_path, policies_dir=policy_copy) as gateway:
         gateway.ingest("acme", [EMBARGO])
         body = {"task": SALES_TASK, "fetch": ["doc_embargo_q3"], "as_of": "2027-07-01T00:00:00Z"}
@@ -91,15 +92,18 @@ def test_future_reads_can_be_granted_per_task(sqlite_url: str, tmp_path: Path, p
 
 
 def hidden_entity_world(gateway: Gateway) -> None:
-    gateway.ingest("acme", [
-        {"id": "ent_jane", "kind": "entity", "entity_type": "contact", "name": "Jane", "acl": ["*"]},
-        {"id": "ent_secret", "kind": "entity", "entity_type": "company", "name": "Secretco", "acl": ["group:finance"]},
-        {"id": "ent_public", "kind": "entity", "entity_type": "company", "name": "Publicco", "acl": ["*"]},
-        {"id": "edge_secret", "kind": "edge", "from": "ent_jane", "relation": "works_at", "to": "ent_secret", "acl": ["*"]},
-        {"id": "edge_public", "kind": "edge", "from": "ent_jane", "relation": "works_at", "to": "ent_public", "acl": ["*"]},
-        memory("mem_about_secret", "zebrafirm acquisition talks", entity="ent_secret"),
-        memory("mem_about_public", "zebrafirm public note", entity="ent_public"),
-    ])
+    gateway.ingest(
+        "acme",
+        [
+            {"id": "ent_jane", "kind": "entity", "entity_type": "contact", "name": "Jane", "acl": ["*"]},
+            {"id": "ent_secret", "kind": "entity", "entity_type": "company", "name": "Secretco", "acl": ["group:finance"]},
+            {"id": "ent_public", "kind": "entity", "entity_type": "company", "name": "Publicco", "acl": ["*"]},
+            {"id": "edge_secret", "kind": "edge", "from": "ent_jane", "relation": "works_at", "to": "ent_secret", "acl": ["*"]},
+            {"id": "edge_public", "kind": "edge", "from": "ent_jane", "relation": "works_at", "to": "ent_public", "acl": ["*"]},
+            memory("mem_about_secret", "zebrafirm acquisition talks", entity="ent_secret"),
+            memory("mem_about_public", "zebrafirm public note", entity="ent_public"),
+        ],
+    )
 
 
 def visible(gateway: Gateway, key: str, **body: Any) -> list[str]:
@@ -115,7 +119,9 @@ def test_an_edge_or_a_note_naming_a_hidden_entity_is_never_returned(gateway: Gat
     hidden_entity_world(gateway)
     seller = agent(gateway, "sales")
     assert visible(gateway, seller, fetch=["edge_secret", "edge_public", "mem_about_secret", "mem_about_public"]) == [
-        "edge_public", "mem_about_public"]
+        "edge_public",
+        "mem_about_public",
+    ]
     assert visible(gateway, seller, query="zebrafirm") == ["mem_about_public"]
     assert visible(gateway, seller, mode="brief", entities=[{"id": "ent_jane"}]) == ["edge_public"]
     # the finance group sees the other end, so it sees the edge and the note too
@@ -131,8 +137,11 @@ def test_the_item_policy_alone_keeps_the_edge_out(gateway: Gateway, monkeypatch:
     from sqlalchemy import true
 
     monkeypatch.setattr(connectors.sql.pushdown, "_linked_entity_visible", lambda *_: true())
-    built = (connectors.sql.pushdown._permitted, connectors.sql.pushdown._conjuncts,
-             connectors.sql.graph._reachable_edges)  # templates built once per process
+    built = (
+        connectors.sql.pushdown._permitted,
+        connectors.sql.pushdown._conjuncts,
+        connectors.sql.graph._reachable_edges,
+    )  # templates built once per process
     for cached in built:
         cached.cache_clear()
     seller = agent(gateway, "sales")
@@ -145,14 +154,16 @@ def test_the_item_policy_alone_keeps_the_edge_out(gateway: Gateway, monkeypatch:
     assert [i["id"] for i in response.json()["items"]] == ["edge_public"]
     lineage = gateway.trace(response.headers["x-trace-id"])["lineage"]
     assert sorted((d["id"], d["reason"]) for d in lineage["dropped_by_policy"]) == [
-        ("edge_secret", "linked_entity"), ("mem_about_secret", "linked_entity")]
+        ("edge_secret", "linked_entity"),
+        ("mem_about_secret", "linked_entity"),
+    ]
 
 
 def test_the_pushdown_alone_keeps_the_edge_out(sqlite_url: str, tmp_path: Path, policy_copy: Path) -> None:
     """With the item policy's link rule removed, the SQL pushdown still never reads the edge or the note."""
     items = policy_copy / "gateway" / "items" / "items.rego"
     source = items.read_text()
-    cut = source.index("failures contains [item.id, \"linked_entity\"]")
+    cut = source.index('failures contains [item.id, "linked_entity"]')
     items.write_text(source[:cut])
     with open_gateway(sqlite_url, tmp_path, policies_dir=policy_copy) as gateway:
         hidden_entity_world(gateway)
@@ -190,8 +201,15 @@ def test_tags_reach_the_trail_only_as_fingerprints_and_are_bounded(gateway: Gate
 
 
 def test_expand_pages_keep_the_historical_items_the_first_call_was_allowed(gateway: Gateway) -> None:
-    ended = [memory(f"mem_old_{i}", f"walrus renewal history note {i} " + "padding " * 20,
-                    valid_from="2024-01-01T00:00:00Z", valid_to="2025-01-01T00:00:00Z") for i in range(6)]
+    ended = [
+        memory(
+            f"mem_old_{i}",
+            f"walrus renewal history note {i} " + "padding " * 20,
+            valid_from="2024-01-01T00:00:00Z",
+            valid_to="2025-01-01T00:00:00Z",
+        )
+        for i in range(6)
+    ]
     gateway.ingest("acme", ended)
     seller = agent(gateway, "sales")
     body = {"task": SALES_TASK, "query": "walrus renewal", "include_historical": True, "budget": {"bytes": 400}}

@@ -70,11 +70,25 @@ def item_count(gateway: Gateway) -> int:
 ITEMS = [
     memory("mem_one", "platypusone first note"),
     memory("mem_two", "platypustwo second note"),
-    {"id": "doc_one", "kind": "document", "document": "guide", "section": "Intro", "text": "platypusdoc guide section",
-     "acl": ["*"], "scope": ["sales"]},
+    {
+        "id": "doc_one",
+        "kind": "document",
+        "document": "guide",
+        "section": "Intro",
+        "text": "platypusdoc guide section",
+        "acl": ["*"],
+        "scope": ["sales"],
+    },
     {"id": "ent_one", "kind": "entity", "entity_type": "contact", "name": "One", "email": "one@example.com", "acl": ["*"]},
-    {"id": "prop_one", "kind": "property", "entity": "ent_one", "name": "stage", "value": "platypusprop", "acl": ["*"],
-     "scope": ["sales"]},
+    {
+        "id": "prop_one",
+        "kind": "property",
+        "entity": "ent_one",
+        "name": "stage",
+        "value": "platypusprop",
+        "acl": ["*"],
+        "scope": ["sales"],
+    },
 ]
 
 
@@ -148,8 +162,12 @@ BAD_ITEMS: list[tuple[str, Any, str | None, str]] = [
     ("bad_principal", memory("bad_principal", "platypusbad", acl=["team:sales"]), "bad_principal", "acl:"),
     ("bad_timestamp", memory("bad_time", "platypusbad", valid_from="yesterday"), "bad_time", "valid_from:"),
     ("timestamp_without_offset", memory("bad_offset", "platypusbad", valid_to="2030-01-01T00:00:00"), "bad_offset", "valid_to:"),
-    ("timestamp_out_of_range", memory("bad_range", "platypusbad", recorded_at="0001-01-01T00:00:00+01:00"), "bad_range",
-     "recorded_at:"),
+    (
+        "timestamp_out_of_range",
+        memory("bad_range", "platypusbad", recorded_at="0001-01-01T00:00:00+01:00"),
+        "bad_range",
+        "recorded_at:",
+    ),
     ("unknown_kind", memory("bad_kind", "platypusbad") | {"kind": "note"}, "bad_kind", "kind:"),
     ("unknown_field", memory("bad_field", "platypusbad", colour="blue"), "bad_field", "colour:"),
     ("tenant_field", memory("bad_tenant", "platypusbad", tenant="globex"), "bad_tenant", "tenant:"),
@@ -233,7 +251,9 @@ def test_rejected_update_keeps_the_previous_version(gateway: Gateway) -> None:
 def principals_of(gateway: Gateway, tenant: str, item_id: str) -> set[str]:
     with Session(gateway.store) as session:
         rows = session.exec(
-            select(ItemPrincipal.principal).join(Item, Item.pk == ItemPrincipal.item_pk).where(Item.tenant == tenant, Item.id == item_id)
+            select(ItemPrincipal.principal)
+            .join(Item, Item.pk == ItemPrincipal.item_pk)
+            .where(Item.tenant == tenant, Item.id == item_id)
         ).all()
     return set(rows)
 

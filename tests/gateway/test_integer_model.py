@@ -95,7 +95,9 @@ def test_the_setting_chooses_the_path(tmp_path: Path) -> None:
 
 def test_vectors_of_the_float_model_are_embedded_again(tmp_path: Path, integer: OnnxMiniLM, floating: OnnxMiniLM) -> None:
     store = open_store(f"sqlite:///{tmp_path / 'gateway.db'}")
-    report = ingest(store, "acme", [{"id": f"note_{i}", "kind": "memory", "acl": ["*"], "text": text} for i, text in enumerate(TEXTS)])
+    report = ingest(
+        store, "acme", [{"id": f"note_{i}", "kind": "memory", "acl": ["*"], "text": text} for i, text in enumerate(TEXTS)]
+    )
     assert report.rejected == []
     assert embed_all(store, floating) == len(TEXTS)
     assert lag(store, floating.model_id) == 0

@@ -65,7 +65,12 @@ def test_a_key_admin_lists_its_own_tenants_keys_without_secrets(gateway: Gateway
     assert all(set(k) == LISTED for k in keys)
     listed = {k["id"]: k for k in keys}[key_id(alice)]
     assert (listed["tenant"], listed["roles"], listed["groups"], listed["clearance"], listed["revoked_at"]) == (
-        "acme", ["agent"], ["sales"], "confidential", None)
+        "acme",
+        ["agent"],
+        ["sales"],
+        "confidential",
+        None,
+    )
     assert listed["created_at"].endswith("Z")
     for key in gateway.keys.values():
         assert secret(key) not in response.text
@@ -87,15 +92,23 @@ def test_the_key_endpoints_need_the_key_admin_role(gateway: Gateway, method: str
 
 
 def test_a_key_admin_creates_a_key_shown_once_that_works_in_its_own_tenant(gateway: Gateway) -> None:
-    response = gateway.client.post("/v1/keys", json={"principal": "user:newbie", "roles": ["agent"], "groups": ["sales"],
-                                                     "clearance": "confidential"}, headers=admin(gateway))
+    response = gateway.client.post(
+        "/v1/keys",
+        json={"principal": "user:newbie", "roles": ["agent"], "groups": ["sales"], "clearance": "confidential"},
+        headers=admin(gateway),
+    )
     assert response.status_code == 201, response.text
     created = response.json()
     token = created.pop("key")
     assert TOKEN.fullmatch(token) and created["id"] == key_id(token)
     assert set(created) == LISTED
     assert (created["tenant"], created["principal"], created["roles"], created["groups"], created["revoked_at"]) == (
-        "acme", "user:newbie", ["agent"], ["sales"], None)
+        "acme",
+        "user:newbie",
+        ["agent"],
+        ["sales"],
+        None,
+    )
     answer = gateway.retrieve(token, {"task": SALES_TASK, "query": "anything"})
     assert answer.status_code == 200, answer.text
     assert (gateway.trace(answer.headers["x-trace-id"])["tenant"]) == "acme"
@@ -108,23 +121,27 @@ def test_a_key_admin_creates_a_key_shown_once_that_works_in_its_own_tenant(gatew
     assert (defaults["roles"], defaults["groups"], defaults["clearance"]) == (["agent"], [], "internal")
 
 
-@pytest.mark.parametrize(("body", "status", "field"), [
-    ({"principal": "user:x", "tenant": "globex"}, 400, "tenant"),
-    ({"principal": "user:x", "tenant": "acme"}, 400, "tenant"),
-    ({"principal": f"user:{MARKER} x"}, 400, "principal"),
-    ({"principal": "group:sales"}, 400, "principal"),
-    ({"principal": "user:x", "roles": ["agent", f"{MARKER} role"]}, 400, "roles"),
-    ({"principal": "user:x", "groups": [f"{MARKER} y"]}, 400, "groups"),
-    ({"principal": "user:x", "clearance": MARKER}, 400, "clearance"),
-    ({"principal": "user:x\u0000"}, 400, "body"),
-    ({"principal": "user:x", "surprise": 1}, 422, "surprise"),
-    ({"principal": 7}, 422, "principal"),
-    ({"roles": ["agent"]}, 422, "principal"),
-    ({"principal": "user:x", "roles": "agent"}, 422, "roles"),
-    ([{"principal": "user:x"}], 400, "body"),
-])
-def test_a_bad_new_key_is_refused_by_field_without_echo_and_nothing_is_stored(gateway: Gateway, body: Any, status: int,
-                                                                              field: str) -> None:
+@pytest.mark.parametrize(
+    ("body", "status", "field"),
+    [
+        ({"principal": "user:x", "tenant": "globex"}, 400, "tenant"),
+        ({"principal": "user:x", "tenant": "acme"}, 400, "tenant"),
+        ({"principal": f"user:{MARKER} x"}, 400, "principal"),
+        ({"principal": "group:sales"}, 400, "principal"),
+        ({"principal": "user:x", "roles": ["agent", f"{MARKER} role"]}, 400, "roles"),
+        ({"principal": "user:x", "groups": [f"{MARKER} y"]}, 400, "groups"),
+        ({"principal": "user:x", "clearance": MARKER}, 400, "clearance"),
+        ({"principal": "user:x\u0000"}, 400, "body"),
+        ({"principal": "user:x", "surprise": 1}, 422, "surprise"),
+        ({"principal": 7}, 422, "principal"),
+        ({"roles": ["agent"]}, 422, "principal"),
+        ({"principal": "user:x", "roles": "agent"}, 422, "roles"),
+        ([{"principal": "user:x"}], 400, "body"),
+    ],
+)
+def test_a_bad_new_key_is_refused_by_field_without_echo_and_nothing_is_stored(
+    gateway: Gateway, body: Any, status: int, field: str
+) -> None:
     headers = admin(gateway)
     response = gateway.client.post("/v1/keys", json=body, headers=headers)
     message = assert_clean_error(gateway, response, status, "bad_request" if status == 400 else "invalid_request")
@@ -134,8 +151,11 @@ def test_a_bad_new_key_is_refused_by_field_without_echo_and_nothing_is_stored(ga
 
 
 def test_a_non_finite_number_in_a_new_key_is_a_400(gateway: Gateway) -> None:
-    response = gateway.client.post("/v1/keys", content=b'{"principal": "user:x", "roles": [NaN]}',
-                                   headers={**admin(gateway), "content-type": "application/json"})
+    response = gateway.client.post(
+        "/v1/keys",
+        content=b'{"principal": "user:x", "roles": [NaN]}',
+        headers={**admin(gateway), "content-type": "application/json"},
+    )
     assert assert_clean_error(gateway, response, 400, "bad_request").startswith("roles[0]: ")
 
 
@@ -145,12 +165,20 @@ def test_revoking_a_key_makes_it_a_401_at_once(gateway: Gateway) -> None:
     response = gateway.client.delete(f"/v1/keys/{key_id(alice)}", headers=admin(gateway))
     assert response.status_code == 200, response.text
     revoked = response.json()
-    assert (revoked["id"], revoked["principal"], revoked["changed"], revoked["sessions_ended"]) == (key_id(alice), "user:alice", True, 0)
+    assert (revoked["id"], revoked["principal"], revoked["changed"], revoked["sessions_ended"]) == (
+        key_id(alice),
+        "user:alice",
+        True,
+        0,
+    )
     assert revoked["revoked_at"] and secret(alice) not in response.text
     assert retrieve_status(gateway, alice) == 401
     row = gateway.trace(response.headers["x-trace-id"])
     assert (row["endpoint"], row["decision"], row["lineage"]["keys"]) == (
-        "key_revoke", "write", {"revoked": key_id(alice), "changed": True, "sessions_ended": 0})
+        "key_revoke",
+        "write",
+        {"revoked": key_id(alice), "changed": True, "sessions_ended": 0},
+    )
     again = gateway.client.delete(f"/v1/keys/{key_id(alice)}", headers=admin(gateway))
     assert again.status_code == 200 and again.json()["changed"] is False
     assert again.json()["revoked_at"] == revoked["revoked_at"]  # the first revocation stands
@@ -172,8 +200,7 @@ def test_another_tenants_key_is_the_same_404_as_an_unknown_one_and_stays_valid(g
     assert retrieve_status(gateway, mallory) == 401
 
 
-@pytest.mark.parametrize("path_id", ["not-a-key", "0123456789ABCDEF", "0123456789abcde", "٠١٢٣٤٥٦٧٨٩abcdef",
-                                     "0123456789abcdef0"])
+@pytest.mark.parametrize("path_id", ["not-a-key", "0123456789ABCDEF", "0123456789abcde", "٠١٢٣٤٥٦٧٨٩abcdef", "0123456789abcdef0"])
 def test_a_malformed_key_id_is_a_400_naming_key_id(gateway: Gateway, path_id: str) -> None:
     response = gateway.client.delete(f"/v1/keys/{path_id}", headers=admin(gateway))
     message = assert_clean_error(gateway, response, 400, "bad_request")
@@ -202,8 +229,12 @@ def test_revoking_an_auditor_key_ends_its_audit_page_session(gateway: Gateway) -
     page = gateway.client.get("/audit")  # the client still holds the session's cookie
     assert page.status_code == 401 and 'id="sign-in-form"' in page.text and 'id="filters"' not in page.text
     gateway.client.cookies.clear()
-    assert gateway.client.post("/audit/sign-in", data={"key": auditor}, headers={"origin": "http://testserver"},
-                               follow_redirects=False).status_code == 401
+    assert (
+        gateway.client.post(
+            "/audit/sign-in", data={"key": auditor}, headers={"origin": "http://testserver"}, follow_redirects=False
+        ).status_code
+        == 401
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -249,7 +280,9 @@ def test_keys_revoke_from_the_cli(gateway: Gateway) -> None:
 
 
 def test_the_cli_makes_a_key_admin(gateway: Gateway) -> None:
-    token = ok(cli(gateway, "keys", "create", "--tenant", "acme", "--principal", "user:root", "--roles", "key_admin")).stdout.strip()
+    token = ok(
+        cli(gateway, "keys", "create", "--tenant", "acme", "--principal", "user:root", "--roles", "key_admin")
+    ).stdout.strip()
     assert gateway.client.get("/v1/keys", headers=gateway.auth(token)).status_code == 200
 
 

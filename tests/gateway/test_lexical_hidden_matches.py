@@ -36,13 +36,23 @@ HIDE = (
 
 
 def visible() -> list[dict[str, Any]]:
-    return [{"id": f"note_{i}", "kind": "memory", "acl": ["*"], "text": f"renewal pricing review number {i} for the account"}
-            for i in range(30)]
+    return [
+        {"id": f"note_{i}", "kind": "memory", "acl": ["*"], "text": f"renewal pricing review number {i} for the account"}
+        for i in range(30)
+    ]
 
 
 def hidden(start: int, stop: int) -> list[dict[str, Any]]:
-    return [{"id": f"hidden_{i}", "kind": "memory", "acl": ["*"], **HIDE[i % len(HIDE)],
-             "text": f"heliotrope renewal rollout marker{i} quarterly heliotrope"} for i in range(start, stop)]
+    return [
+        {
+            "id": f"hidden_{i}",
+            "kind": "memory",
+            "acl": ["*"],
+            **HIDE[i % len(HIDE)],
+            "text": f"heliotrope renewal rollout marker{i} quarterly heliotrope",
+        }
+        for i in range(start, stop)
+    ]
 
 
 def answer(gateway: Gateway, key: str, query: str) -> dict[str, Any]:
@@ -50,8 +60,13 @@ def answer(gateway: Gateway, key: str, query: str) -> dict[str, Any]:
     assert response.status_code == 200, response.text
     body = response.json()
     lexical = body["sources"]["lexical"]
-    return {"status": lexical["status"], "count": lexical["count"], "partial": body["partial"],
-            "items": [item["id"] for item in body["items"]], "empty_reason": body.get("empty_reason")}
+    return {
+        "status": lexical["status"],
+        "count": lexical["count"],
+        "partial": body["partial"],
+        "items": [item["id"] for item in body["items"]],
+        "empty_reason": body.get("empty_reason"),
+    }
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
@@ -61,8 +76,9 @@ def planted(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         # The service's default deadline, and no background embedding or analysis: on a 2-core CI
         # machine those workers, busy with the 7,500 items just written, took the lexical thread's
         # share of the CPU past 250 ms (the lexical stage itself is what this measures).
-        with open_gateway(url, Path(directory), connector_deadline_ms=250, background_embedding=False,
-                          pii_background=False) as gateway:
+        with open_gateway(
+            url, Path(directory), connector_deadline_ms=250, background_embedding=False, pii_background=False
+        ) as gateway:
             yield gateway
 
 
@@ -86,7 +102,9 @@ def test_lexical_answer_is_the_same_at_every_count_of_hidden_matches(planted: Ga
         assert answers[level] == baseline, level
     # The hidden items are there, and a caller of the finance group finds its share of them.
     with gateway.store.connect() as conn:
-        planted_count = conn.execute(text("SELECT count(*) FROM item WHERE tenant = 'acme' AND text LIKE '%heliotrope%'")).scalar_one()
+        planted_count = conn.execute(
+            text("SELECT count(*) FROM item WHERE tenant = 'acme' AND text LIKE '%heliotrope%'")
+        ).scalar_one()
     assert planted_count == LEVELS[-1]
     finance = gateway.key("finance_analyst", groups=("sales", "finance"), clearance="confidential")
     response = gateway.retrieve(finance, {"task": SALES_TASK, "query": "marker4"})

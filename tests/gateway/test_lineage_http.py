@@ -36,17 +36,38 @@ def test_a_new_row_is_version_2_with_its_reasons_as_codes(sqlite_gateway: Gatewa
     assert lineage["sources"]["semantic"]["skip"] == "query has no words to embed"
     assert lineage["sources"]["graph"]["skip"] == "not requested"
     assert lineage["depth"] == {"requested": "standard", "effective": "fast", "fallback_reason": "no_words_to_embed"}
-    assert set(body["timings"]) == {"decide_ms", "verify_ms", "embed_ms", "semantic_ms", "lexical_ms", "graph_ms",
-                                    "sections_ms", "recall_ms", "fuse_ms", "mask_ms", "total_ms"}  # as the README lists
+    assert set(body["timings"]) == {
+        "decide_ms",
+        "verify_ms",
+        "embed_ms",
+        "semantic_ms",
+        "lexical_ms",
+        "graph_ms",
+        "sections_ms",
+        "recall_ms",
+        "fuse_ms",
+        "mask_ms",
+        "total_ms",
+    }  # as the README lists
     assert lineage["timings"] == body["timings"]
 
 
 def test_a_version_1_row_still_reads_in_the_review_api_and_on_the_page(sqlite_gateway: Gateway) -> None:
     gateway = sqlite_gateway
     trace_id = new_trace_id()
-    old = Trace(trace_id=trace_id, created_at=utc_now(), endpoint="retrieve", status_code=200, decision="allow",
-                tenant="acme", actor="user:alice", policy_engine="embedded", policy_revision="r1", error_code=None,
-                lineage=VERSION_1)
+    old = Trace(
+        trace_id=trace_id,
+        created_at=utc_now(),
+        endpoint="retrieve",
+        status_code=200,
+        decision="allow",
+        tenant="acme",
+        actor="user:alice",
+        policy_engine="embedded",
+        policy_revision="r1",
+        error_code=None,
+        lineage=VERSION_1,
+    )
     gateway.client.app.state.context.audit.write_sync(old)  # type: ignore[attr-defined]
     auditor = gateway.auth(gateway.key("auditor-acme", roles=("auditor",)))
 

@@ -34,24 +34,72 @@ RESEARCH = {"type": "research"}  # masked by the project's policies
 QUERY = f"refund escalation for {PERSON}"
 
 ITEMS: list[dict[str, Any]] = [
-    {"id": "ent_contact", "kind": "entity", "entity_type": "contact", "name": PERSON, "email": EMAIL, "phone": PHONE,
-     "acl": ["*"]},
-    {"id": "ent_company", "kind": "entity", "entity_type": "company", "name": "Globex", "website": "globex.example",
-     "acl": ["*"]},
-    {"id": "mem_plan", "kind": "memory", "entity": "ent_contact", "attached_to": "ent_contact", "acl": ["*"],
-     "scope": ["sales"], "tags": ["refunds"], "slot": f"{EMAIL}#plan",
-     "text": f"Refund escalation plan: {PERSON} wants mail to {EMAIL} and calls on {PHONE}.",
-     "source": {"system": f"crm notes of {PERSON}", "uri": f"mailto:{EMAIL}"}},
-    {"id": "mem_card", "kind": "memory", "entity": "ent_contact", "attached_to": "ent_contact", "acl": ["*"],
-     "scope": ["sales"], "tags": ["refunds"], "slot": f"{PERSON}#card",
-     "text": f"Refund escalation card on file for {PERSON}: {CARD}.",
-     "source": {"system": "billing", "uri": f"billing://cards/{CARD}"}},
-    {"id": "prop_phone", "kind": "property", "entity": "ent_contact", "attached_to": "ent_contact", "acl": ["*"],
-     "scope": ["sales"], "tags": ["refunds"], "name": "phone", "value": PHONE, "slot": f"{PHONE}#phone",
-     "source": {"system": "crm", "uri": f"tel:{PHONE}"}},
-    {"id": "edge_works", "kind": "edge", "from": "ent_contact", "to": "ent_company", "relation": "works_at",
-     "acl": ["*"], "scope": ["sales"], "tags": ["refunds"], "text": f"{PERSON} works at Globex, refund escalation owner",
-     "source": {"system": "crm", "uri": f"crm://contacts/{EMAIL}"}},
+    {
+        "id": "ent_contact",
+        "kind": "entity",
+        "entity_type": "contact",
+        "name": PERSON,
+        "email": EMAIL,
+        "phone": PHONE,
+        "acl": ["*"],
+    },
+    {
+        "id": "ent_company",
+        "kind": "entity",
+        "entity_type": "company",
+        "name": "Globex",
+        "website": "globex.example",
+        "acl": ["*"],
+    },
+    {
+        "id": "mem_plan",
+        "kind": "memory",
+        "entity": "ent_contact",
+        "attached_to": "ent_contact",
+        "acl": ["*"],
+        "scope": ["sales"],
+        "tags": ["refunds"],
+        "slot": f"{EMAIL}#plan",
+        "text": f"Refund escalation plan: {PERSON} wants mail to {EMAIL} and calls on {PHONE}.",
+        "source": {"system": f"crm notes of {PERSON}", "uri": f"mailto:{EMAIL}"},
+    },
+    {
+        "id": "mem_card",
+        "kind": "memory",
+        "entity": "ent_contact",
+        "attached_to": "ent_contact",
+        "acl": ["*"],
+        "scope": ["sales"],
+        "tags": ["refunds"],
+        "slot": f"{PERSON}#card",
+        "text": f"Refund escalation card on file for {PERSON}: {CARD}.",
+        "source": {"system": "billing", "uri": f"billing://cards/{CARD}"},
+    },
+    {
+        "id": "prop_phone",
+        "kind": "property",
+        "entity": "ent_contact",
+        "attached_to": "ent_contact",
+        "acl": ["*"],
+        "scope": ["sales"],
+        "tags": ["refunds"],
+        "name": "phone",
+        "value": PHONE,
+        "slot": f"{PHONE}#phone",
+        "source": {"system": "crm", "uri": f"tel:{PHONE}"},
+    },
+    {
+        "id": "edge_works",
+        "kind": "edge",
+        "from": "ent_contact",
+        "to": "ent_company",
+        "relation": "works_at",
+        "acl": ["*"],
+        "scope": ["sales"],
+        "tags": ["refunds"],
+        "text": f"{PERSON} works at Globex, refund escalation owner",
+        "source": {"system": "crm", "uri": f"crm://contacts/{EMAIL}"},
+    },
 ]
 DOCUMENT = f"""---
 acl: ["*"]
@@ -113,12 +161,14 @@ def masked(module_database_url: str, tmp_path_factory: pytest.TempPathFactory, l
     """One gateway per backend with the planted items and document, read by the tests below."""
     directory = tmp_path_factory.mktemp("masking-fields")
     policies = policies_masking_account_followup(directory)
-    with open_gateway(module_database_url, directory, policies_dir=policies, llm_url=llm.url,
-                      llm_timeout_ms=5000) as gateway:
+    with open_gateway(module_database_url, directory, policies_dir=policies, llm_url=llm.url, llm_timeout_ms=5000) as gateway:
         gateway.ingest("acme", ITEMS)
         writer = gateway.key("writer-acme", roles=("ingest",))
-        response = gateway.client.put("/v1/documents/doc_refunds", content=DOCUMENT.encode(),
-                                      headers={**gateway.auth(writer), "Content-Type": "text/markdown"})
+        response = gateway.client.put(
+            "/v1/documents/doc_refunds",
+            content=DOCUMENT.encode(),
+            headers={**gateway.auth(writer), "Content-Type": "text/markdown"},
+        )
         assert response.status_code == 200, response.text
         yield gateway
 
@@ -138,8 +188,11 @@ def ask(gateway: Gateway, key: str, body: dict[str, Any]) -> dict[str, Any]:
 MODES: dict[str, dict[str, Any]] = {
     "brief": {"mode": "brief", "query": QUERY, "entities": [{"email": EMAIL}, {"phone": PHONE}]},
     "scout": {"mode": "scout", "query": QUERY, "entities": [{"email": EMAIL}]},
-    "fetch": {"mode": "fetch", "fetch": ["mem_plan", "mem_card", "prop_phone", "edge_works", "doc_refunds:0000", "doc_refunds:0001"],
-              "entities": [{"phone": PHONE}]},
+    "fetch": {
+        "mode": "fetch",
+        "fetch": ["mem_plan", "mem_card", "prop_phone", "edge_works", "doc_refunds:0000", "doc_refunds:0001"],
+        "entities": [{"phone": PHONE}],
+    },
     "filter": {"mode": "filter", "filters": {"tags": ["refunds"]}, "query": QUERY, "entities": [{"email": EMAIL}]},
 }
 
@@ -165,7 +218,12 @@ def test_no_planted_value_anywhere_in_the_response_of_a_masked_task(masked: Gate
         assert kind in ("email", "phone") and PLACEHOLDER.fullmatch(value), entity
     # Ids, enumerations and instants are left as they are.
     for item in body["items"]:
-        assert item["kind"] in ("memory", "property", "document", "edge") and item["status"] in ("current", "superseded", "historical", "disputed")
+        assert item["kind"] in ("memory", "property", "document", "edge") and item["status"] in (
+            "current",
+            "superseded",
+            "historical",
+            "disputed",
+        )
         assert not PLACEHOLDER.search(item["id"]) and not PLACEHOLDER.search(item.get("entity") or "")
     trace = masked.trace(body["trace_id"])
     assert leaks(trace) == []
@@ -209,8 +267,16 @@ def test_research_documents_come_back_with_title_slot_and_source_masked(masked: 
 
 def test_the_model_receives_no_planted_value_from_any_field_or_the_question(masked: Gateway, llm: LlmDouble) -> None:
     before = len(llm.requests)
-    body = ask(masked, reader(masked), {"task": MASKED_TASK, **MODES["brief"], "synthesize": True,
-                                        "query": f"Who is {PERSON} ({EMAIL}, {PHONE}) and which card {CARD}?"})
+    body = ask(
+        masked,
+        reader(masked),
+        {
+            "task": MASKED_TASK,
+            **MODES["brief"],
+            "synthesize": True,
+            "query": f"Who is {PERSON} ({EMAIL}, {PHONE}) and which card {CARD}?",
+        },
+    )
     sent = llm.requests[before:]
     assert len(sent) == 1 and sent[0].messages
     assert leaks(sent[0].body) == []
@@ -260,15 +326,26 @@ def masking(detector: Detector) -> Masking:
     return Masking(Masker(), {}, {}, detector=detector)
 
 
-def fields(mask: Masking, objects: list[tuple[dict[str, Any], frozenset[str]]], keep: frozenset[str] = frozenset(),
-           whole: dict[str, str] | None = None) -> list[dict[str, Any]]:
+def fields(
+    mask: Masking,
+    objects: list[tuple[dict[str, Any], frozenset[str]]],
+    keep: frozenset[str] = frozenset(),
+    whole: dict[str, str] | None = None,
+) -> list[dict[str, Any]]:
     return anyio.run(mask.fields, objects, keep, whole)
 
 
 def test_everything_but_the_allowlisted_top_level_keys_is_masked_at_any_depth(detector: Detector) -> None:
-    item = {"id": EMAIL, "kind": "memory", "slot": f"{EMAIL}#plan", "count": 3, "flag": True, "none": None,
-            "source": {"system": f"notes of {PERSON}", "uri": f"mailto:{EMAIL}", "id": EMAIL},
-            "extra": [[f"call {PHONE}"], {"deeper": CARD}]}
+    item = {
+        "id": EMAIL,
+        "kind": "memory",
+        "slot": f"{EMAIL}#plan",
+        "count": 3,
+        "flag": True,
+        "none": None,
+        "source": {"system": f"notes of {PERSON}", "uri": f"mailto:{EMAIL}", "id": EMAIL},
+        "extra": [[f"call {PHONE}"], {"deeper": CARD}],
+    }
     [out] = fields(masking(detector), [(item, frozenset({"id", "kind"}))])
     assert out["id"] == EMAIL and out["kind"] == "memory"  # allowlisted at the top level only
     assert out["count"] == 3 and out["flag"] is True and out["none"] is None
@@ -308,14 +385,29 @@ def test_nothing_to_mask_needs_no_detector() -> None:
 
 
 def test_batched_analysis_finds_what_one_by_one_analysis_finds(detector: Detector) -> None:
-    texts = [f"{EMAIL}#plan", "4111 1111", "1111 1111", f"tel:{PHONE}", "", "  ", "192.168.1.20", "555",
-             "0100", CARD, "DE89 3704 0044 0532 0130 00", "ops@corp.internal", "Pricing > Discounts", PERSON]
+    texts = [
+        f"{EMAIL}#plan",
+        "4111 1111",
+        "1111 1111",
+        f"tel:{PHONE}",
+        "",
+        "  ",
+        "192.168.1.20",
+        "555",
+        "0100",
+        CARD,
+        "DE89 3704 0044 0532 0130 00",
+        "ops@corp.internal",
+        "Pricing > Discounts",
+        PERSON,
+    ]
     one_by_one = [detector.analyze(t) for t in texts]
     batched = detector.analyze_many(texts)
     assert len(batched) == len(texts)
     for text, alone, together in zip(texts, one_by_one, batched):
         # No value found by pattern reaches over the separator into the next string.
-        assert {(s.type, s.start, s.end) for s in alone if s.type != "PERSON"} == \
-               {(s.type, s.start, s.end) for s in together if s.type != "PERSON"}, text
+        assert {(s.type, s.start, s.end) for s in alone if s.type != "PERSON"} == {
+            (s.type, s.start, s.end) for s in together if s.type != "PERSON"
+        }, text
         assert all(0 <= s.start < s.end <= len(text) for s in together)
     json.dumps([[s.as_json() for s in spans] for spans in batched])

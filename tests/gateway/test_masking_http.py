@@ -21,8 +21,10 @@ VALUES = {
     "PHONE_NUMBER": "+44 20 7946 0958",
     "CREDIT_CARD": "4111 1111 1111 1111",
 }
-TEXT = (f"Escalation guide: {VALUES['PERSON']} owns refunds; write to {VALUES['EMAIL_ADDRESS']} or call "
-        f"{VALUES['PHONE_NUMBER']}. Test card {VALUES['CREDIT_CARD']} is used for refund drills.")
+TEXT = (
+    f"Escalation guide: {VALUES['PERSON']} owns refunds; write to {VALUES['EMAIL_ADDRESS']} or call "
+    f"{VALUES['PHONE_NUMBER']}. Test card {VALUES['CREDIT_CARD']} is used for refund drills."
+)
 
 
 def doc(item_id: str = "doc_refunds", text: str = TEXT, **fields: Any) -> dict[str, Any]:
@@ -106,8 +108,13 @@ def test_spans_are_stored_after_ingest_and_text_without_them_is_analysed_at_requ
 
 
 def test_expanded_pages_are_masked_too(gateway: Gateway) -> None:
-    gateway.ingest("acme", [doc(f"doc_{i}", f"Refund escalation guide part {i}: ask {VALUES['PERSON']} at {VALUES['EMAIL_ADDRESS']}.")
-                            for i in range(8)])
+    gateway.ingest(
+        "acme",
+        [
+            doc(f"doc_{i}", f"Refund escalation guide part {i}: ask {VALUES['PERSON']} at {VALUES['EMAIL_ADDRESS']}.")
+            for i in range(8)
+        ],
+    )
     key = gateway.key("rita", clearance="internal")
     first = ask(gateway, key, budget={"bytes": 200})
     texts = [i["text"] for i in first["items"]]

@@ -41,8 +41,9 @@ def key(live: LiveGateway, name: str) -> str:
     return live.gateway.keys[name]
 
 
-async def _calls(url: str, token: str | None, calls: list[tuple[str, dict[str, Any]]], *,
-                 origin: str | None = None, mode: str = "auto") -> tuple[list[str], list[CallToolResult]]:
+async def _calls(
+    url: str, token: str | None, calls: list[tuple[str, dict[str, Any]]], *, origin: str | None = None, mode: str = "auto"
+) -> tuple[list[str], list[CallToolResult]]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     if origin:
         headers["Origin"] = origin
@@ -84,7 +85,17 @@ def test_the_tools_are_listed_with_the_http_models_schemas(live: LiveGateway, mo
     assert names == ["retrieve", "fetch", "expand", "report_usage", "feedback"]
     schema = TOOLS["retrieve"].listing().input_schema
     assert schema["required"] == ["task"] and schema["additionalProperties"] is False
-    assert set(schema["properties"]) == {"mode", "task", "query", "entities", "depth", "budget", "kinds", "as_of", "include_historical"}
+    assert set(schema["properties"]) == {
+        "mode",
+        "task",
+        "query",
+        "entities",
+        "depth",
+        "budget",
+        "kinds",
+        "as_of",
+        "include_historical",
+    }
     assert schema["properties"]["mode"]["enum"] == ["brief", "scout"]
     assert schema["$defs"]["Budget"]["properties"]["bytes"]["maximum"] == 200_000  # RetrieveRequest's own bound
     assert not any({"tenant", "actor"} & set(tool.listing().input_schema["properties"]) for tool in TOOLS.values())
@@ -136,8 +147,9 @@ def test_fetch_expand_usage_and_feedback_each_leave_an_audit_row(live: LiveGatew
     rows = [row(live, result) for result in (first, fetched, more, used, rated)]
     assert [r["endpoint"] for r in rows] == ["retrieve", "retrieve", "retrieve", "usage", "feedback"]
     assert [r["lineage"]["request"]["mode"] for r in rows[:3]] == ["scout", "fetch", "expand"]
-    assert all((r["actor"], r["tenant"], r["status_code"], r["lineage"]["channel"]) == ("user:alice", "acme", 200, "mcp")
-               for r in rows)
+    assert all(
+        (r["actor"], r["tenant"], r["status_code"], r["lineage"]["channel"]) == ("user:alice", "acme", 200, "mcp") for r in rows
+    )
     assert rows[0]["trace_id"] == answer["trace_id"] and sorted(rows[0]["lineage"]["packed"]) == returned
     assert rows[3]["lineage"]["used"] == [returned[0]] and rows[3]["lineage"]["about"] == answer["trace_id"]
     assert "useful" not in json.dumps(rows[4])  # the comment is kept as a keyed hash
@@ -175,7 +187,11 @@ def test_a_task_the_actor_was_not_granted_is_a_tool_error(live: LiveGateway) -> 
     assert "policy_denied" in text(result) and "task_not_granted" in text(result)
     audited = row(live, result)
     assert (audited["decision"], audited["status_code"], audited["actor"], audited["lineage"]["channel"]) == (
-        "deny", 403, "user:alice", "mcp")
+        "deny",
+        403,
+        "user:alice",
+        "mcp",
+    )
 
 
 def test_retrieve_narrows_by_kind_and_asks_for_a_future_instant_only_when_granted(live: LiveGateway) -> None:
@@ -192,15 +208,20 @@ def test_retrieve_narrows_by_kind_and_asks_for_a_future_instant_only_when_grante
     assert malformed.is_error and body(malformed)["error"]["message"].startswith("as_of")
 
 
-@pytest.mark.parametrize(("arguments", "code", "field"), [
-    ({"task": SALES_TASK, "tenant": "globex"}, "bad_request", "tenant"),
-    ({"task": SALES_TASK, "actor": "user:root"}, "bad_request", "actor"),
-    ({"task": SALES_TASK, "fetch": ["mem_acl"]}, "invalid_request", "fetch"),
-    ({"task": SALES_TASK, "mode": "filter"}, "invalid_request", "mode"),
-    ({"task": SALES_TASK, "budget": {"bytes": 0}}, "invalid_request", "budget.bytes"),
-    ({"query": "no task"}, "invalid_request", "task"),
-])
-def test_an_argument_outside_the_tool_is_refused_naming_it(live: LiveGateway, arguments: dict[str, Any], code: str, field: str) -> None:
+@pytest.mark.parametrize(
+    ("arguments", "code", "field"),
+    [
+        ({"task": SALES_TASK, "tenant": "globex"}, "bad_request", "tenant"),
+        ({"task": SALES_TASK, "actor": "user:root"}, "bad_request", "actor"),
+        ({"task": SALES_TASK, "fetch": ["mem_acl"]}, "invalid_request", "fetch"),
+        ({"task": SALES_TASK, "mode": "filter"}, "invalid_request", "mode"),
+        ({"task": SALES_TASK, "budget": {"bytes": 0}}, "invalid_request", "budget.bytes"),
+        ({"query": "no task"}, "invalid_request", "task"),
+    ],
+)
+def test_an_argument_outside_the_tool_is_refused_naming_it(
+    live: LiveGateway, arguments: dict[str, Any], code: str, field: str
+) -> None:
     result = call(live, "alice", "retrieve", arguments)
     assert result.is_error
     error = body(result)["error"]
@@ -224,7 +245,9 @@ def test_a_call_without_a_credential_fails(live: LiveGateway) -> None:
     assert missing.status_code == 401
     assert missing.headers["www-authenticate"] == 'Bearer realm="governed-gateway"'
     assert missing.json()["error"]["code"] == "unauthenticated"
-    wrong = httpx.post(f"{live.url}/mcp", json=initialize, headers={**accept, "Authorization": "Bearer gw_0123456789abcdef_" + "x" * 40})
+    wrong = httpx.post(
+        f"{live.url}/mcp", json=initialize, headers={**accept, "Authorization": "Bearer gw_0123456789abcdef_" + "x" * 40}
+    )
     assert wrong.status_code == 401 and 'error="invalid_token"' in wrong.headers["www-authenticate"]
     audited = live.gateway.trace(missing.headers["x-trace-id"])
     assert (audited["endpoint"], audited["status_code"], audited["lineage"]["channel"]) == ("mcp", 401, "mcp")
@@ -232,8 +255,11 @@ def test_a_call_without_a_credential_fails(live: LiveGateway) -> None:
 
 def test_a_browser_origin_must_be_allowed(live: LiveGateway) -> None:
     listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
-    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
-               "Authorization": f"Bearer {key(live, 'alice')}"}
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "Authorization": f"Bearer {key(live, 'alice')}",
+    }
     for origin in ("http://evil.example", "null", f"{ALLOWED_ORIGIN}.evil.example:80", "https://agents.example:8080"):
         refused = httpx.post(f"{live.url}/mcp", json=listing, headers={**headers, "Origin": origin})
         assert refused.status_code == 403 and refused.json()["error"]["code"] == "forbidden", origin
@@ -258,8 +284,11 @@ def test_past_the_admission_limit_a_call_is_a_rate_limited_tool_error(tmp_path: 
 def test_every_mcp_request_is_admitted_so_a_tools_list_flood_is_refused_and_audited(tmp_path: Path) -> None:
     with serve_gateway(f"sqlite:///{tmp_path / 'gateway.db'}", tmp_path, admission_actor_rate=5) as served:
         served.gateway.key("alice", groups=("sales",))
-        headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
-                   "Authorization": f"Bearer {key(served, 'alice')}"}
+        headers = {
+            "Accept": "application/json, text/event-stream",
+            "Content-Type": "application/json",
+            "Authorization": f"Bearer {key(served, 'alice')}",
+        }
         listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
         with httpx.Client(base_url=served.url, headers=headers, timeout=30) as client:
             answers = [client.post("/mcp", json=listing) for _ in range(12)]
@@ -273,10 +302,16 @@ def test_every_mcp_request_is_admitted_so_a_tools_list_flood_is_refused_and_audi
         assert malformed.status_code in (400, 429)  # a malformed frame is admitted too: never a free request
         for answer in (answers[0], malformed):  # every message is a row, answered or refused
             audited = served.gateway.trace(answer.headers["x-trace-id"])
-            assert (audited["endpoint"], audited["status_code"], audited["lineage"]["channel"]) == ("mcp", answer.status_code, "mcp")
+            assert (audited["endpoint"], audited["status_code"], audited["lineage"]["channel"]) == (
+                "mcp",
+                answer.status_code,
+                "mcp",
+            )
         assert served.gateway.trace(answers[0].headers["x-trace-id"])["lineage"]["admission"]["cost"] == 1
         served.gateway.key("gina", tenant="globex", groups=("sales",))
-        other = httpx.post(f"{served.url}/mcp", json=listing, headers={**headers, "Authorization": f"Bearer {key(served, 'gina')}"})
+        other = httpx.post(
+            f"{served.url}/mcp", json=listing, headers={**headers, "Authorization": f"Bearer {key(served, 'gina')}"}
+        )
         assert other.status_code == 200  # another tenant's actor is not held back
 
 
@@ -289,17 +324,26 @@ def test_a_get_or_delete_opens_no_stream_and_is_an_audited_405(live: LiveGateway
         assert answer.json()["error"]["code"] == "method_not_allowed"
         audited = live.gateway.trace(answer.headers["x-trace-id"])
         assert (audited["endpoint"], audited["status_code"], audited["lineage"]["channel"]) == ("mcp", 405, "mcp")
-    assert httpx.get(f"{live.url}/mcp", headers={"Accept": "text/event-stream"}, timeout=10).status_code == 401  # credential first
+    assert (
+        httpx.get(f"{live.url}/mcp", headers={"Accept": "text/event-stream"}, timeout=10).status_code == 401
+    )  # credential first
 
 
 def test_a_body_past_the_limit_is_refused_before_the_transport_reads_it(live: LiveGateway) -> None:
     """/mcp reads a message itself to see its method: at most GATEWAY_MAX_BODY_BYTES, as the HTTP API."""
-    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
-               "Authorization": f"Bearer {key(live, 'alice')}"}
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "Authorization": f"Bearer {key(live, 'alice')}",
+    }
     limit = live.gateway.settings.max_body_bytes
     padding = "x" * (limit + 1)
-    answer = httpx.post(f"{live.url}/mcp", headers=headers, timeout=30,
-                        content=json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"pad": padding}}))
+    answer = httpx.post(
+        f"{live.url}/mcp",
+        headers=headers,
+        timeout=30,
+        content=json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"pad": padding}}),
+    )
     assert answer.status_code == 413 and answer.json()["error"]["code"] == "payload_too_large"
     audited = live.gateway.trace(answer.headers["x-trace-id"])
     assert (audited["endpoint"], audited["status_code"]) == ("mcp", 413)
@@ -312,11 +356,17 @@ def test_a_failing_policy_engine_is_a_policy_unavailable_tool_error(tmp_path: Pa
     rego.write_text(rego.read_text() + '\nrefusals contains "never" if time.parse_rfc3339_ns(input.task.scope) < 0\n')
     with serve_gateway(f"sqlite:///{tmp_path / 'gateway.db'}", tmp_path, policies_dir=policy_copy) as served:
         seed(served.gateway)
-        result = anyio.run(lambda: _calls(served.url, key(served, "alice"), [("retrieve", {"task": SALES_TASK, "query": "wombatacl"})]))[1][0]
+        result = anyio.run(
+            lambda: _calls(served.url, key(served, "alice"), [("retrieve", {"task": SALES_TASK, "query": "wombatacl"})])
+        )[1][0]
         assert result.is_error and body(result)["error"]["code"] == "policy_unavailable", text(result)
         assert "wombat" not in text(result) and "items" not in body(result)
         audited = row(served, result)
-        assert (audited["status_code"], audited["error_code"], audited["lineage"]["channel"]) == (503, "policy_unavailable", "mcp")
+        assert (audited["status_code"], audited["error_code"], audited["lineage"]["channel"]) == (
+            503,
+            "policy_unavailable",
+            "mcp",
+        )
         assert "packed" not in audited["lineage"]
 
 
@@ -336,4 +386,6 @@ def test_the_settings_turn_mcp_off_and_name_the_origins() -> None:
     allowed = settings.mcp_origins
     assert origin_allowed(None, allowed) and origin_allowed("https://a.example", allowed)
     assert origin_allowed("http://[::1]:3000", allowed) and not origin_allowed("http://[::1]", allowed)
-    assert not any(origin_allowed(o, allowed) for o in ("null", "https://a.example:443", "http://a.example", "https://a.example.evil"))
+    assert not any(
+        origin_allowed(o, allowed) for o in ("null", "https://a.example:443", "http://a.example", "https://a.example.evil")
+    )

@@ -38,8 +38,16 @@ PARAMETER = re.compile(r'\s*([a-z_]+)="([^"\\]*)"\s*(?:,|$)')
 
 
 def token(audience: str | None = None, **claims: Any) -> str:
-    payload = {"sub": "carol", "tenant": "acme", "roles": ["agent"], "groups": ["sales"], "clearance": "internal",
-               "iss": ISSUER, "exp": int(time.time()) + 600, **claims}
+    payload = {
+        "sub": "carol",
+        "tenant": "acme",
+        "roles": ["agent"],
+        "groups": ["sales"],
+        "clearance": "internal",
+        "iss": ISSUER,
+        "exp": int(time.time()) + 600,
+        **claims,
+    }
     if audience is not None:
         payload["aud"] = audience
     return jwt.encode(payload, SECRET, algorithm="HS256")
@@ -82,21 +90,33 @@ def oauth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
 def test_the_metadata_names_the_issuer_and_the_mcp_url(oauth: Gateway) -> None:
     response = oauth.client.get(METADATA)
     assert response.status_code == 200, response.text
-    assert response.json() == {"resource": "http://testserver/mcp", "authorization_servers": [ISSUER],
-                               "bearer_methods_supported": ["header"], "resource_name": "Governed retrieval gateway (MCP tools)"}
+    assert response.json() == {
+        "resource": "http://testserver/mcp",
+        "authorization_servers": [ISSUER],
+        "bearer_methods_supported": ["header"],
+        "resource_name": "Governed retrieval gateway (MCP tools)",
+    }
     # it names the request's Host (no GATEWAY_PUBLIC_URL): a shared cache must not serve it to another caller
     assert response.headers["cache-control"] == "private, max-age=3600" and response.headers["vary"] == "Host"
     assert "x-trace-id" not in response.headers  # public and holding no data, like /healthz: no audit row
     assert oauth.client.get("/.well-known/oauth-protected-resource").status_code == 404  # only the path-suffixed form
 
 
-@pytest.mark.parametrize(("settings", "named"), [
-    ({}, "GATEWAY_JWT_ISSUER is not set"),
-    ({"jwt_issuer": ISSUER}, "GATEWAY_JWT_SECRET or GATEWAY_JWT_PUBLIC_KEY"),  # an issuer, but no JWT is verified
-    ({"jwt_secret": SECRET, "jwt_issuer": "idp"}, "GATEWAY_JWT_ISSUER is not an http(s) URL"),  # a name, as tests/gateway/test_auth.py uses
-    ({"jwt_secret": SECRET, "jwt_issuer": "http:idp"}, "GATEWAY_JWT_ISSUER is not an http(s) URL"),
-])
-def test_without_an_issuer_url_nothing_is_published(sqlite_url: str, tmp_path: Path, settings: dict[str, Any], named: str) -> None:
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({}, "GATEWAY_JWT_ISSUER is not set"),
+        ({"jwt_issuer": ISSUER}, "GATEWAY_JWT_SECRET or GATEWAY_JWT_PUBLIC_KEY"),  # an issuer, but no JWT is verified
+        (
+            {"jwt_secret": SECRET, "jwt_issuer": "idp"},
+            "GATEWAY_JWT_ISSUER is not an http(s) URL",
+        ),  # a name, as tests/gateway/test_auth.py uses
+        ({"jwt_secret": SECRET, "jwt_issuer": "http:idp"}, "GATEWAY_JWT_ISSUER is not an http(s) URL"),
+    ],
+)
+def test_without_an_issuer_url_nothing_is_published(
+    sqlite_url: str, tmp_path: Path, settings: dict[str, Any], named: str
+) -> None:
     with open_gateway(sqlite_url, tmp_path, **settings) as gateway:
         response = gateway.client.get(METADATA)
         assert response.status_code == 404, response.text
@@ -124,7 +144,8 @@ def test_the_route_and_its_document_are_the_same_in_every_configuration(sqlite_u
     operation = document["paths"][METADATA]["get"]
     assert operation["security"] == [] and set(operation["responses"]) == {"200", "400", "404"}
     assert operation["responses"]["200"]["content"]["application/json"]["schema"] == {
-        "$ref": "#/components/schemas/ProtectedResourceMetadata"}
+        "$ref": "#/components/schemas/ProtectedResourceMetadata"
+    }
 
 
 # ---------------------------------------------------------------- the challenge
@@ -134,8 +155,12 @@ def test_every_401_of_mcp_names_the_metadata(oauth: Gateway) -> None:
     url = "http://testserver" + METADATA
     missing = unauthenticated(oauth)
     assert missing.headers["www-authenticate"] == f'Bearer realm="governed-gateway", resource_metadata="{url}"'
-    for authorization in ("Bearer gw_0123456789abcdef_" + "x" * 40, "Bearer not-a-token", f"Bearer {token(exp=int(time.time()) - 60)}",
-                          f"Bearer {token(iss='https://other-idp.example.com')}"):
+    for authorization in (
+        "Bearer gw_0123456789abcdef_" + "x" * 40,
+        "Bearer not-a-token",
+        f"Bearer {token(exp=int(time.time()) - 60)}",
+        f"Bearer {token(iss='https://other-idp.example.com')}",
+    ):
         challenge = parameters(unauthenticated(oauth, authorization).headers["www-authenticate"])
         assert (challenge["error"], challenge["resource_metadata"]) == ("invalid_token", url), authorization
     # the HTTP API's 401s are not the MCP resource's: no pointer there
@@ -148,7 +173,9 @@ def test_the_public_url_wins_over_the_host(sqlite_url: str, tmp_path: Path) -> N
         for host in ("testserver", "attacker.example", "attacker.example:8443"):
             metadata = gateway.client.get(METADATA, headers={"Host": host})
             assert metadata.status_code == 200 and metadata.json()["resource"] == f"{PUBLIC}/mcp", host
-            assert metadata.headers["cache-control"] == "public, max-age=3600" and "vary" not in metadata.headers  # one answer for all
+            assert (
+                metadata.headers["cache-control"] == "public, max-age=3600" and "vary" not in metadata.headers
+            )  # one answer for all
             challenge = parameters(unauthenticated(gateway, Host=host).headers["www-authenticate"])
             assert challenge["resource_metadata"] == PUBLIC + METADATA
 
@@ -160,18 +187,21 @@ def test_without_a_public_url_the_host_as_parsed_names_the_gateway(oauth: Gatewa
     assert challenge["resource_metadata"] == "http://gateway.internal:8080" + METADATA
 
 
-@pytest.mark.parametrize("host", [
-    'evil.example", error="insufficient_scope',
-    "evil.example, resource_metadata=https://evil.example/x",
-    'evil.example\\"',
-    "evil.example\r\nSet-Cookie: pwned=1",
-    "evil.example\nX-Injected: 1",
-    "evil example",
-    "[::1",
-    "evil.example:99999",
-    "user@evil.example",
-    "",
-])
+@pytest.mark.parametrize(
+    "host",
+    [
+        'evil.example", error="insufficient_scope',
+        "evil.example, resource_metadata=https://evil.example/x",
+        'evil.example\\"',
+        "evil.example\r\nSet-Cookie: pwned=1",
+        "evil.example\nX-Injected: 1",
+        "evil example",
+        "[::1",
+        "evil.example:99999",
+        "user@evil.example",
+        "",
+    ],
+)
 def test_a_hostile_host_cannot_break_into_the_challenge(oauth: Gateway, host: str) -> None:
     """Starlette takes a Host that is not a host and port for none (the server's address stands in),
     and the gateway checks the authority again before quoting a URL built on it."""
@@ -194,7 +224,9 @@ def test_a_jwt_for_another_audience_is_refused_with_the_challenge(sqlite_url: st
             assert challenge["error_description"].startswith("JWT rejected: ")
             audited = gateway.trace(response.headers["x-trace-id"])
             assert (audited["endpoint"], audited["status_code"], audited["actor"]) == ("mcp", 401, None)
-        listed = gateway.client.post("/mcp", json=LISTING, headers={**ACCEPT, "Authorization": f"Bearer {token(f'{PUBLIC}/mcp')}"})
+        listed = gateway.client.post(
+            "/mcp", json=LISTING, headers={**ACCEPT, "Authorization": f"Bearer {token(f'{PUBLIC}/mcp')}"}
+        )
         assert listed.status_code == 200, listed.text
 
 
@@ -223,8 +255,9 @@ def test_an_oauth_client_finds_the_issuer_and_its_jwt_lists_the_tools(tmp_path: 
         pointer, metadata, names, fetched = anyio.run(_discover_and_list, live.url, token(audience))
     assert pointer == live.url + METADATA
     assert metadata is not None and [str(server) for server in metadata.authorization_servers] == [ISSUER]
-    assert check_resource_allowed(requested_resource=resource_url_from_server_url(f"{live.url}/mcp"),
-                                  configured_resource=str(metadata.resource))
+    assert check_resource_allowed(
+        requested_resource=resource_url_from_server_url(f"{live.url}/mcp"), configured_resource=str(metadata.resource)
+    )
     assert names == ["retrieve", "fetch", "expand", "report_usage", "feedback"]
     assert not fetched.is_error and [item["id"] for item in fetched.structured_content["items"]] == ["mem_oauth_note"]
     row = live.gateway.trace(fetched.meta["gateway/trace_id"])
@@ -245,9 +278,16 @@ def test_over_a_socket_a_hostile_host_falls_back_to_the_servers_address(tmp_path
 def test_the_public_url_is_a_scheme_and_host_only() -> None:
     assert load_settings(environ={}).public_url is None
     assert load_settings(environ={"GATEWAY_PUBLIC_URL": "http://[::1]:8080"}).public_url == "http://[::1]:8080"
-    for bad in ("gateway.example.com", "ftp://gateway.example.com", "https://gateway.example.com/gw", "https://gateway.example.com?x=1",
-                "https://user:hunter2@gateway.example.com", 'https://gateway.example.com"', "https://gateway.example.com:65536",
-                "https://gateway.example.com#top"):
+    for bad in (
+        "gateway.example.com",
+        "ftp://gateway.example.com",
+        "https://gateway.example.com/gw",
+        "https://gateway.example.com?x=1",
+        "https://user:hunter2@gateway.example.com",
+        'https://gateway.example.com"',
+        "https://gateway.example.com:65536",
+        "https://gateway.example.com#top",
+    ):
         with pytest.raises(ConfigurationError, match="GATEWAY_PUBLIC_URL") as refused:
             load_settings(environ={"GATEWAY_PUBLIC_URL": bad})
         assert "hunter2" not in str(refused.value)
@@ -260,5 +300,7 @@ def test_an_authority_starlette_let_through_is_checked_again() -> None:
     for server in (('evil.example", error="x', 80), ("evil.example, b", 80), ("a b", 80)):
         request = Request({"type": "http", "scheme": "http", "method": "POST", "path": "/mcp", "headers": [], "server": server})
         assert resource.urls(request) is None and resource.metadata_url(request) is None, server
-    fine = Request({"type": "http", "scheme": "https", "method": "POST", "path": "/mcp", "headers": [], "server": ("gw.example", 443)})
+    fine = Request(
+        {"type": "http", "scheme": "https", "method": "POST", "path": "/mcp", "headers": [], "server": ("gw.example", 443)}
+    )
     assert resource.urls(fine) == ("https://gw.example/mcp", "https://gw.example" + METADATA)

@@ -28,13 +28,26 @@ ITEMS = [
     {"id": "mem_part", "kind": "memory", "acl": ["*"], "scope": ["sales"], "text": MISSED_PART},
     {"id": "mem_question", "kind": "memory", "acl": ["*"], "scope": ["sales"], "text": MISSED_FROM_QUESTION},
     {"id": "mem_hidden", "kind": "memory", "acl": ["*"], "scope": ["sales"], "text": HIDDEN},
-    {"id": "mem_source", "kind": "memory", "acl": ["*"], "scope": ["sales"], "text": "The renewal call is booked.",
-     "source": {"system": SOURCE}},
+    {
+        "id": "mem_source",
+        "kind": "memory",
+        "acl": ["*"],
+        "scope": ["sales"],
+        "text": "The renewal call is booked.",
+        "source": {"system": SOURCE},
+    },
     # entity ids can spell a name: an edge's text names its ends by id
     {"id": "ent_tomomi_nishiyama", "kind": "entity", "entity_type": "contact", "acl": ["*"]},
     {"id": "ent_northwind", "kind": "entity", "entity_type": "company", "acl": ["*"]},
-    {"id": "edge_works", "kind": "edge", "from": "ent_tomomi_nishiyama", "relation": "works_at", "to": "ent_northwind",
-     "acl": ["*"], "scope": ["sales"]},
+    {
+        "id": "edge_works",
+        "kind": "edge",
+        "from": "ent_tomomi_nishiyama",
+        "relation": "works_at",
+        "to": "ent_northwind",
+        "acl": ["*"],
+        "scope": ["sales"],
+    },
 ]
 NAMES = ("Tomomi", "Nishiyama", "Rubija", "Kovač", "Zorblat", "Quenk")
 
@@ -48,8 +61,13 @@ def llm() -> Iterator[LlmDouble]:
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory, llm: LlmDouble) -> Iterator[Gateway]:
     directory = tmp_path_factory.mktemp("one-mask")
-    with open_gateway(f"sqlite:///{directory / 'g.db'}", directory, policies_dir=policies_masking_account_followup(directory),
-                      llm_url=llm.url, llm_timeout_ms=5000) as gateway:
+    with open_gateway(
+        f"sqlite:///{directory / 'g.db'}",
+        directory,
+        policies_dir=policies_masking_account_followup(directory),
+        llm_url=llm.url,
+        llm_timeout_ms=5000,
+    ) as gateway:
         gateway.ingest("acme", ITEMS)
         yield gateway
 
@@ -67,8 +85,17 @@ def test_the_analyzer_alone_misses_these_names_where_they_stand() -> None:
 
 def ask(gateway: Gateway, **body: Any) -> dict[str, Any]:
     key = gateway.key("alice", groups=("sales",), clearance="confidential")
-    response = gateway.retrieve(key, {"task": SALES_TASK, "query": QUESTION, "limit": 10, "budget": {"bytes": 8000},
-                                      "sources": {"exact": False, "semantic": False, "graph": False}, **body})
+    response = gateway.retrieve(
+        key,
+        {
+            "task": SALES_TASK,
+            "query": QUESTION,
+            "limit": 10,
+            "budget": {"bytes": 8000},
+            "sources": {"exact": False, "semantic": False, "graph": False},
+            **body,
+        },
+    )
     assert response.status_code == 200, response.text
     result: dict[str, Any] = response.json()
     return result
@@ -79,7 +106,9 @@ def test_every_value_masked_somewhere_is_masked_everywhere_in_the_response(gatew
     texts = {item["id"]: item["text"] for item in body["items"]}
     assert set(texts) >= {"mem_found", "mem_part", "mem_hidden", "mem_source"}
     assert re.fullmatch(r"Sales lead <PERSON_\d+> approved the renewal discount\.", texts["mem_found"]), texts["mem_found"]
-    assert re.fullmatch(r"Osaka renewal - <PERSON_\d+> - after lunch", texts["mem_part"]), texts["mem_part"]  # a part of a masked name
+    assert re.fullmatch(r"Osaka renewal - <PERSON_\d+> - after lunch", texts["mem_part"]), texts[
+        "mem_part"
+    ]  # a part of a masked name
     assert "Zorblat" not in texts["mem_hidden"] and "Quenk" not in texts["mem_hidden"]  # found in another item's source
     source = next(i for i in body["items"] if i["id"] == "mem_source")["source"]["system"]
     placeholder = source.removeprefix("notes from ")

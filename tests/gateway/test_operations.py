@@ -124,8 +124,10 @@ def test_only_the_platforms_policy_admin_is_shown_where_the_policies_are_read_fr
     every tenant's, so a tenant's own policy_admin is not shown it either."""
     agent, tenant_admin = gateway.key("alice", groups=("sales",)), gateway.key("pat", roles=("policy_admin",))
     platform = gateway.key("ops", tenant=gateway.settings.platform_tenant, roles=("policy_admin",))
-    seen = {name: gateway.client.get("/v1/policy", headers=gateway.auth(key)).json()
-            for name, key in (("agent", agent), ("tenant_admin", tenant_admin), ("platform", platform))}
+    seen = {
+        name: gateway.client.get("/v1/policy", headers=gateway.auth(key)).json()
+        for name, key in (("agent", agent), ("tenant_admin", tenant_admin), ("platform", platform))
+    }
     for name in ("agent", "tenant_admin"):
         assert "source" not in seen[name] and str(gateway.settings.policies_dir) not in str(seen[name]), name
     assert seen["platform"]["source"] and seen["platform"]["revision"] == seen["agent"]["revision"]

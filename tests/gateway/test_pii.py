@@ -74,7 +74,9 @@ def test_a_name_never_swallows_a_value_found_by_pattern() -> None:
     assert "192.168.22.246" not in masked and "Jane Roe" in masked
     digits_only = "mobile +14167583748"
     assert clean([Span("PERSON", 0, 19, 0.85), Span("PHONE_NUMBER", 7, 19, 0.4)], digits_only) == (
-        Span("PERSON", 0, 6, 0.85), Span("PHONE_NUMBER", 7, 19, 0.4))
+        Span("PERSON", 0, 6, 0.85),
+        Span("PHONE_NUMBER", 7, 19, 0.4),
+    )
 
 
 def test_placeholder_like_text_is_escaped_and_comes_back_as_written(detector: Detector) -> None:
@@ -107,16 +109,23 @@ def test_masking_by_slicing_gives_what_presidios_anonymizer_gives(detector: Dete
     """`mask_many` puts the placeholders in itself (the 5 ms budget of a 16 KB context); on real
     detections, kept types, literal placeholders, an overlapping and an out-of-range span, its text
     and numbering are the anonymizer's."""
-    texts = [TEXT, "Ann met Bob; <PERSON_1> is literal text. Ann again, and bob@x.example",
-             "Margaret Thornton and Thornton's IBAN DE89 3704 0044 0532 0130 00", "nothing personal here", ""]
+    texts = [
+        TEXT,
+        "Ann met Bob; <PERSON_1> is literal text. Ann again, and bob@x.example",
+        "Margaret Thornton and Thornton's IBAN DE89 3704 0044 0532 0130 00",
+        "nothing personal here",
+        "",
+    ]
     cases = [(text, list(detector.analyze(text))) for text in texts]
     cases.append(("Ann met Bob", [Span("PERSON", 0, 3, 0.9), Span("PERSON", 2, 6, 0.9), Span("PERSON", 8, 40, 0.9)]))
     for keep in (frozenset(), frozenset({"EMAIL_ADDRESS", "IBAN_CODE"})):
         sliced, reference = Masker(), Masker()
         assert sliced.mask_many(cases, keep) == [reference.presidio_mask(text, spans, keep) for text, spans in cases]
         assert sliced.counts() == reference.counts() and sliced.counts().get("PERSON", 0) >= 2
-        assert all(sliced.restore(a, ALL_TYPES | {LITERAL}) == text
-                   for (text, _), a in zip(cases[:-1], sliced.mask_many(cases[:-1], keep)))
+        assert all(
+            sliced.restore(a, ALL_TYPES | {LITERAL}) == text
+            for (text, _), a in zip(cases[:-1], sliced.mask_many(cases[:-1], keep))
+        )
 
 
 def test_types_the_reader_may_see_are_left_in_place() -> None:

@@ -12,11 +12,29 @@ from gateway.privacy import detect
 from gateway.privacy.detect import Detector, Masker
 from tests.conftest import Gateway
 
-ADDRESSES = ("ops@corp.internal", "admin@mail.local", "hr@intranet.acme", "x@globex.example", "m.thornton@northwind.com",
-             "admin@localhost", "root@buildbox")  # a bare host too
+ADDRESSES = (
+    "ops@corp.internal",
+    "admin@mail.local",
+    "hr@intranet.acme",
+    "x@globex.example",
+    "m.thornton@northwind.com",
+    "admin@localhost",
+    "root@buildbox",
+)  # a bare host too
 NOT_ADDRESSES = (
-    "@mention", "ping @jane.roe on chat", "user@", "a@b", "lodash@4.17.21", "pkg@1.2.3-rc1", "@babel/core@7.0.0",
-    "x@y.z", "python@sha256:9f86d081884c7d65", "price 5@3.50 each", "npm i react@latest", "pkg@next", "node@18",
+    "@mention",
+    "ping @jane.roe on chat",
+    "user@",
+    "a@b",
+    "lodash@4.17.21",
+    "pkg@1.2.3-rc1",
+    "@babel/core@7.0.0",
+    "x@y.z",
+    "python@sha256:9f86d081884c7d65",
+    "price 5@3.50 each",
+    "npm i react@latest",
+    "pkg@next",
+    "node@18",
     "admin@localhost:8080/path",
 )
 
@@ -37,8 +55,12 @@ def test_an_address_on_any_domain_is_found_in_running_text_and_masked(detector: 
 
 
 def test_addresses_in_urls_slots_and_headings_are_found(detector: Detector) -> None:
-    for text, address in (("mailto:ops@corp.internal", "ops@corp.internal"), ("hr@intranet.acme#plan", "hr@intranet.acme"),
-                          ("<admin@mail.local>", "admin@mail.local"), ("Jane.Roe+billing@Globex.Example", "Jane.Roe+billing@Globex.Example")):
+    for text, address in (
+        ("mailto:ops@corp.internal", "ops@corp.internal"),
+        ("hr@intranet.acme#plan", "hr@intranet.acme"),
+        ("<admin@mail.local>", "admin@mail.local"),
+        ("Jane.Roe+billing@Globex.Example", "Jane.Roe+billing@Globex.Example"),
+    ):
         assert [text[s.start : s.end] for s in detector.analyze(text) if s.type == "EMAIL_ADDRESS"] == [address], text
 
 
@@ -49,7 +71,9 @@ def test_what_only_contains_an_at_sign_is_not_an_address(detector: Detector, tex
 
 def test_the_rule_itself() -> None:
     assert all(detect.email_domain_ok(a) for a in ADDRESSES + ("a@xn--80ak6aa92e.xn--p1ai", "b@пример.рф"))
-    assert not any(detect.email_domain_ok(a) for a in ("v@1.2.3", "x@y.z", "p@1.2.3-rc1", "q@host.9a", "r@latest", "s@ab", "t@9x"))
+    assert not any(
+        detect.email_domain_ok(a) for a in ("v@1.2.3", "x@y.z", "p@1.2.3-rc1", "q@host.9a", "r@latest", "s@ab", "t@9x")
+    )
 
 
 def test_a_new_recognizer_configuration_makes_stored_spans_stale(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -61,12 +85,23 @@ def test_a_new_recognizer_configuration_makes_stored_spans_stale(monkeypatch: py
 
 def test_a_masked_task_returns_no_address_on_an_internal_domain(gateway: Gateway) -> None:
     text = "Escalation contacts: " + ", ".join(ADDRESSES) + "."
-    item: dict[str, Any] = {"id": "doc_contacts", "kind": "document", "text": text, "acl": ["*"], "scope": ["research"],
-                            "source": {"system": "wiki", "uri": "mailto:ops@corp.internal"}}
+    item: dict[str, Any] = {
+        "id": "doc_contacts",
+        "kind": "document",
+        "text": text,
+        "acl": ["*"],
+        "scope": ["research"],
+        "source": {"system": "wiki", "uri": "mailto:ops@corp.internal"},
+    }
     gateway.ingest("acme", [item])
-    response = gateway.retrieve(gateway.key("rita", clearance="internal"), {"task": {"type": "research"}, "query": "escalation contacts"})
+    response = gateway.retrieve(
+        gateway.key("rita", clearance="internal"), {"task": {"type": "research"}, "query": "escalation contacts"}
+    )
     assert response.status_code == 200, response.text
     [returned] = response.json()["items"]
-    assert returned["text"] == "Escalation contacts: " + ", ".join(f"<EMAIL_ADDRESS_{n}>" for n in range(1, len(ADDRESSES) + 1)) + "."
+    assert (
+        returned["text"]
+        == "Escalation contacts: " + ", ".join(f"<EMAIL_ADDRESS_{n}>" for n in range(1, len(ADDRESSES) + 1)) + "."
+    )
     assert returned["source"]["uri"] == "mailto:<EMAIL_ADDRESS_1>"
     assert not any(address in response.text for address in ADDRESSES)

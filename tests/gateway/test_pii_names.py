@@ -128,10 +128,12 @@ def test_company_and_product_names_are_not_persons(detector: Detector) -> None:
 
 
 def test_a_persons_company_is_not_a_person(detector: Detector) -> None:
-    for text, person in (("I'm Evelyn Griffin from Robinson, Sosa and Henry; we met at the expo.", "Evelyn Griffin"),
-                         ("Call with Philip Zimmermann (Stadelmann) on Monday: he wants 40 seats.", "Philip Zimmermann"),
-                         ("Kind regards,\nMelanie Schröder\nMohaupt", "Melanie Schröder"),
-                         ("I'm Lars Kaiser from Söding; we met in Berlin.", "Lars Kaiser")):
+    for text, person in (
+        ("I'm Evelyn Griffin from Robinson, Sosa and Henry; we met at the expo.", "Evelyn Griffin"),
+        ("Call with Philip Zimmermann (Stadelmann) on Monday: he wants 40 seats.", "Philip Zimmermann"),
+        ("Kind regards,\nMelanie Schröder\nMohaupt", "Melanie Schröder"),
+        ("I'm Lars Kaiser from Söding; we met in Berlin.", "Lars Kaiser"),
+    ):
         assert [text[s.start : s.end] for s in detector.analyze(text) if s.type == "PERSON"] == [person], text
 
 
@@ -161,8 +163,24 @@ def test_the_gazetteer_is_compact_casefolded_and_loads_fast() -> None:
         assert isinstance(entries, frozenset)
         assert all(entry == names.fold(entry) for entry in entries)
     assert len(g.first) > 20_000 and len(g.last) > 20_000
-    for locale_name in ("katalin", "nagy", "virtanen", "ольга", "смирнова", "olga", "smirnova", "佐藤", "sato", "jose",
-                        "garcia", "sofia", "kowalski", "yilmaz", "dvorak", "muller"):
+    for locale_name in (
+        "katalin",
+        "nagy",
+        "virtanen",
+        "ольга",
+        "смирнова",
+        "olga",
+        "smirnova",
+        "佐藤",
+        "sato",
+        "jose",
+        "garcia",
+        "sofia",
+        "kowalski",
+        "yilmaz",
+        "dvorak",
+        "muller",
+    ):
         assert g.kind(names.fold(locale_name)) & (names.FIRST | names.LAST), locale_name
     for word in ("will", "may", "mark", "bill", "grant", "price", "sales", "best", "young", "king", "monday", "june"):
         assert word not in g.first and word not in g.last, word

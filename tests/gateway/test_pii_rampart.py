@@ -16,8 +16,10 @@ MISSED_BEFORE = (
     ("My name is Rubija and I run the night shift.", ["Rubija"]),
     ("Tomomi Nishiyama lives at 12 Harbour Road.", ["Tomomi Nishiyama"]),
     ("John: You saved my life!\nMegan: Remember me?", ["John", "Megan"]),
-    ("They had 6: Kateřina, James, Christopher, Jennifer, Emily and Michael.",
-     ["Kateřina", "James", "Christopher", "Jennifer", "Emily", "Michael"]),
+    (
+        "They had 6: Kateřina, James, Christopher, Jennifer, Emily and Michael.",
+        ["Kateřina", "James", "Christopher", "Jennifer", "Emily", "Michael"],
+    ),
     ("What's your last name? Baba", ["Baba"]),
     ("This song by ex-Zombie Kleist is a perfect example of why.", ["Kleist"]),
 )
@@ -38,8 +40,10 @@ def test_names_in_ordinary_sentences_are_masked(detector: Detector, text: str, e
 
 def test_a_scientific_sentence_is_not_read() -> None:
     """No candidate word (capitalised words are English, acronyms, or covered): nothing for the model."""
-    text = ("Background: Alveolar macrophages express TLR4. Methods: We measured IL-6 in 40 patients. "
-            "Results were significant (p < 0.01).")
+    text = (
+        "Background: Alveolar macrophages express TLR4. Methods: We measured IL-6 in 40 patients. "
+        "Results were significant (p < 0.01)."
+    )
     assert rampart.unread(text, []) == []
 
 
@@ -60,8 +64,10 @@ def test_a_gazetteer_name_in_lower_case_is_a_candidate() -> None:
 
 def test_address_parts_are_not_persons(detector: Detector) -> None:
     """Read as parts of an address by the classifier: the rules' PERSON spans on them are dropped."""
-    for text in ("Please send it to the corner of 76 Boulevard de Normandie and Eriksson Bridge.",
-                 "I'm originally from Greenlander"):
+    for text in (
+        "Please send it to the corner of 76 Boulevard de Normandie and Eriksson Bridge.",
+        "I'm originally from Greenlander",
+    ):
         assert [s for s in detector.analyze(text) if s.type == "PERSON"] == [], text
 
 

@@ -79,9 +79,7 @@ def test_policy_that_errors_at_evaluation_fails_closed_with_503_and_a_trace(
         assert row["decision"] == "error" and "packed" not in row["lineage"]
 
 
-def test_item_the_policy_denies_after_pushdown_is_dropped_and_counted(
-    sqlite_url: str, tmp_path: Path, policy_copy: Path
-) -> None:
+def test_item_the_policy_denies_after_pushdown_is_dropped_and_counted(sqlite_url: str, tmp_path: Path, policy_copy: Path) -> None:
     rego = policy_copy / "gateway/items/items.rego"
     rego.write_text(
         rego.read_text()
@@ -138,8 +136,9 @@ def _essence(response: Any) -> tuple[int, list[str], str | None]:
 # What each way of breaking the live OPA does to it; "garbage" needs the double (a real OPA always answers JSON).
 BREAKS = {
     # an evaluation error: two complete definitions of `allow` both true -> 500 eval_conflict_error
-    "error": lambda opa: opa.put_policy(REQUEST_MODULE, "package gateway.request\n\nallow := true if input.actor\n"
-                                                       "allow := false if input.actor\n"),
+    "error": lambda opa: opa.put_policy(
+        REQUEST_MODULE, "package gateway.request\n\nallow := true if input.actor\nallow := false if input.actor\n"
+    ),
     # the decision's package gone -> 200 without a result
     "undefined": lambda opa: opa.delete_policy(REQUEST_MODULE),
     # the process stopped where it stands: the connection is accepted, no answer comes
@@ -197,8 +196,9 @@ def test_opa_items_denial_midway_fails_closed(sqlite_url: str, tmp_path: Path, o
     with gateway_with(sqlite_url, tmp_path, opa_url=opa_live.url, opa_timeout_ms=1000) as gateway:
         key = seed(gateway)
         assert gateway.retrieve(key, {"task": SALES_TASK, "query": "wombatacl"}).status_code == 200
-        opa_live.put_policy("gateway/items/items.rego", "package gateway.items\n\nallowed := 1 if input.items\n"
-                                                        "allowed := 2 if input.items\n")
+        opa_live.put_policy(
+            "gateway/items/items.rego", "package gateway.items\n\nallowed := 1 if input.items\nallowed := 2 if input.items\n"
+        )
         response = gateway.retrieve(key, {"task": SALES_TASK, "query": "wombatacl"})
         assert response.status_code == 503
         assert "wombat" not in response.text

@@ -41,8 +41,11 @@ def items_of(answer: dict[str, Any], part: str = "in_force") -> dict[str, dict[s
 
 def project_policies(change_config: Any = None) -> dict[str, Any]:
     """The project's policies as an inline candidate `{modules, data}`, its config changed by `change_config`."""
-    modules = {str(p.relative_to(PROJECT_POLICIES)): p.read_text() for p in PROJECT_POLICIES.rglob("*.rego")
-               if not p.name.endswith("_test.rego")}
+    modules = {
+        str(p.relative_to(PROJECT_POLICIES)): p.read_text()
+        for p in PROJECT_POLICIES.rglob("*.rego")
+        if not p.name.endswith("_test.rego")
+    }
     config = json.loads((PROJECT_POLICIES / "gateway" / "config" / "data.json").read_text())
     if change_config is not None:
         change_config(config)
@@ -76,13 +79,16 @@ def test_explain_naming_the_denying_rule(seeded: Gateway) -> None:
     assert allowed["pushdown"] == {"admits": True, "excluded_by": []}
 
 
-@pytest.mark.parametrize(("item_id", "constraints", "reasons"), [
-    ("mem_restricted", ["sensitivity"], ["sensitivity"]),
-    ("mem_future", ["valid_from"], ["validity"]),
-    ("mem_support_scope", ["scope"], ["scope"]),
-    ("mem_retracted", ["status"], ["status"]),
-    ("mem_attached_other", ["attachment"], ["attachment"]),
-])
+@pytest.mark.parametrize(
+    ("item_id", "constraints", "reasons"),
+    [
+        ("mem_restricted", ["sensitivity"], ["sensitivity"]),
+        ("mem_future", ["valid_from"], ["validity"]),
+        ("mem_support_scope", ["scope"], ["scope"]),
+        ("mem_retracted", ["status"], ["status"]),
+        ("mem_attached_other", ["attachment"], ["attachment"]),
+    ],
+)
 def test_explain_names_the_constraint_that_keeps_an_item_out_of_the_pushdown(
     seeded: Gateway, item_id: str, constraints: list[str], reasons: list[str]
 ) -> None:
@@ -110,8 +116,11 @@ def test_an_item_failing_several_constraints_names_each(seeded: Gateway) -> None
 
 
 def test_the_request_entities_are_the_subjects(seeded: Gateway) -> None:
-    body = {"actor": ALICE, "request": {**REQUEST, "entities": [{"email": "jane@globex.example"}]},
-            "items": ["mem_attached_jane_ok", "mem_attached_other"]}
+    body = {
+        "actor": ALICE,
+        "request": {**REQUEST, "entities": [{"email": "jane@globex.example"}]},
+        "items": ["mem_attached_jane_ok", "mem_attached_other"],
+    }
     answer = explain(seeded, body).json()
     assert answer["in_force"]["subjects"] == ["ent_jane"]
     assert items_of(answer)["mem_attached_jane_ok"]["status"] == "allowed"
@@ -136,14 +145,31 @@ def test_the_answer_holds_envelopes_never_text(seeded: Gateway) -> None:
         assert marker not in response.text
     envelope = items_of(response.json())["ent_jane"]["envelope"]
     # never the slot: free text that responses mask (the decision log leaves it out too)
-    assert set(envelope) <= {"id", "kind", "tenant", "acl", "sensitivity", "scope", "authority", "status", "valid_from",
-                             "valid_to", "attached_to", "entity", "edge_from", "edge_to"}
+    assert set(envelope) <= {
+        "id",
+        "kind",
+        "tenant",
+        "acl",
+        "sensitivity",
+        "scope",
+        "authority",
+        "status",
+        "valid_from",
+        "valid_to",
+        "attached_to",
+        "entity",
+        "edge_from",
+        "edge_to",
+    }
     assert all("slot" not in (i["envelope"] or {}) for i in response.json()["in_force"]["items"])
     # A note about an entity alice may not see: the pushdown names the link as well as the attachment.
     note = items_of(response.json())["mem_secret_note"]
     assert note["policy"]["reason"] == "attachment"
-    assert [c["constraint"] for c in note["pushdown"]["excluded_by"]] == ["attachment", "linked_entity:entity",
-                                                                          "linked_entity:attached_to"]
+    assert [c["constraint"] for c in note["pushdown"]["excluded_by"]] == [
+        "attachment",
+        "linked_entity:entity",
+        "linked_entity:attached_to",
+    ]
 
 
 def test_a_denied_request_explains_its_reasons(seeded: Gateway) -> None:
@@ -167,20 +193,23 @@ def test_only_a_policy_admin_may_explain(seeded: Gateway) -> None:
     assert response.status_code == 403 and response.json()["error"]["code"] == "forbidden"
 
 
-@pytest.mark.parametrize(("body", "status", "field"), [
-    ([], 400, "body"),
-    ({"actor": ALICE, "request": REQUEST, "extra": 1}, 400, "extra"),
-    ({"request": REQUEST}, 400, "actor"),
-    ({"actor": {**ALICE, "id": "not valid!"}, "request": REQUEST}, 400, "actor.id"),
-    ({"actor": {**ALICE, "roles": "agent"}, "request": REQUEST}, 400, "actor.roles"),
-    ({"actor": ALICE}, 400, "request"),
-    ({"actor": ALICE, "request": {"task": {}}}, 422, "request.task.type"),
-    ({"actor": ALICE, "request": {**REQUEST, "tenant": "globex"}}, 400, "request.tenant"),
-    ({"actor": ALICE, "request": REQUEST, "items": "mem_acl"}, 400, "items"),
-    ({"actor": ALICE, "request": REQUEST, "items": ["x"] * 51}, 400, "items"),
-    ({"actor": ALICE, "request": REQUEST, "items": [""]}, 400, "items[0]"),
-    ({"actor": ALICE, "request": REQUEST, "policies": {"modules": {}}}, 400, "policies.modules"),
-])
+@pytest.mark.parametrize(
+    ("body", "status", "field"),
+    [
+        ([], 400, "body"),
+        ({"actor": ALICE, "request": REQUEST, "extra": 1}, 400, "extra"),
+        ({"request": REQUEST}, 400, "actor"),
+        ({"actor": {**ALICE, "id": "not valid!"}, "request": REQUEST}, 400, "actor.id"),
+        ({"actor": {**ALICE, "roles": "agent"}, "request": REQUEST}, 400, "actor.roles"),
+        ({"actor": ALICE}, 400, "request"),
+        ({"actor": ALICE, "request": {"task": {}}}, 422, "request.task.type"),
+        ({"actor": ALICE, "request": {**REQUEST, "tenant": "globex"}}, 400, "request.tenant"),
+        ({"actor": ALICE, "request": REQUEST, "items": "mem_acl"}, 400, "items"),
+        ({"actor": ALICE, "request": REQUEST, "items": ["x"] * 51}, 400, "items"),
+        ({"actor": ALICE, "request": REQUEST, "items": [""]}, 400, "items[0]"),
+        ({"actor": ALICE, "request": REQUEST, "policies": {"modules": {}}}, 400, "policies.modules"),
+    ],
+)
 def test_bad_input_is_a_4xx_naming_the_field(seeded: Gateway, body: Any, status: int, field: str) -> None:
     response = explain(seeded, body)
     assert response.status_code == status, response.text
@@ -192,18 +221,30 @@ def test_a_candidate_that_allows_what_the_policy_in_force_denies_shows_the_diffe
         config["task_types"]["account_followup"]["max_sensitivity"] = "restricted"
 
     actor = {**ALICE, "clearance": "restricted"}
-    body = {"actor": actor, "request": REQUEST, "items": ["mem_restricted", "mem_acl_ok"], "policies": project_policies(raise_ceiling)}
+    body = {
+        "actor": actor,
+        "request": REQUEST,
+        "items": ["mem_restricted", "mem_acl_ok"],
+        "policies": project_policies(raise_ceiling),
+    }
     response = explain(seeded, body)
     assert response.status_code == 200, response.text
     answer = response.json()
     assert items_of(answer)["mem_restricted"]["status"] == "excluded"
     assert items_of(answer, "candidate")["mem_restricted"]["status"] == "allowed"
     assert answer["candidate"]["revision"] != answer["in_force"]["revision"]
-    assert answer["differences"] == {"decision": False,
-                                     "items": [{"id": "mem_restricted", "in_force": "excluded", "candidate": "allowed"}]}
+    assert answer["differences"] == {
+        "decision": False,
+        "items": [{"id": "mem_restricted", "in_force": "excluded", "candidate": "allowed"}],
+    }
     lineage = seeded.trace(response.headers["x-trace-id"])["lineage"]
-    assert lineage["policy_explain"] == {"actor": "user:alice", "task": "account_followup", "items": 2,
-                                         "in_force": answer["in_force"]["revision"], "candidate": answer["candidate"]["revision"]}
+    assert lineage["policy_explain"] == {
+        "actor": "user:alice",
+        "task": "account_followup",
+        "items": 2,
+        "in_force": answer["in_force"]["revision"],
+        "candidate": answer["candidate"]["revision"],
+    }
 
 
 def test_a_candidate_without_the_failures_document_names_the_first_denying_check(seeded: Gateway) -> None:
@@ -230,8 +271,10 @@ def test_a_broken_candidate_is_a_422_with_its_file_and_line(seeded: Gateway) -> 
 def test_a_candidate_that_fails_at_evaluation_is_a_400_naming_the_failure(seeded: Gateway) -> None:
     """As impact answers it (issue 30): the candidate's failure, not the service's, so never a 503."""
     policies = project_policies()  # it passes the start-up self-check (no items), and fails on real ones
-    policies["modules"]["gateway/items/items.rego"] = ("package gateway.items\n\nallowed := [] if count(input.items) == 0\n"
-                                                       'allowed := "broken" if count(input.items) > 0\n\ndenied := []\n')
+    policies["modules"]["gateway/items/items.rego"] = (
+        "package gateway.items\n\nallowed := [] if count(input.items) == 0\n"
+        'allowed := "broken" if count(input.items) > 0\n\ndenied := []\n'
+    )
     response = explain(seeded, {"actor": ALICE, "request": REQUEST, "items": ["mem_acl_ok"], "policies": policies})
     assert response.status_code == 400, response.text
     message = response.json()["error"]["message"]
@@ -249,10 +292,25 @@ def cli_store(tmp_path: Path) -> Iterator[str]:
 def test_cli_explains_on_the_local_store(cli_store: str, tmp_path: Path) -> None:
     request = tmp_path / "request.json"
     request.write_text(json.dumps(REQUEST))
-    result = CliRunner().invoke(main, [
-        "policy", "explain", "--database-url", cli_store, "--actor", json.dumps(ALICE), "--request", str(request),
-        "--item", "mem_acl", "--item", "mem_acl_ok", "--item", "mem_other_tenant",
-    ])
+    result = CliRunner().invoke(
+        main,
+        [
+            "policy",
+            "explain",
+            "--database-url",
+            cli_store,
+            "--actor",
+            json.dumps(ALICE),
+            "--request",
+            str(request),
+            "--item",
+            "mem_acl",
+            "--item",
+            "mem_acl_ok",
+            "--item",
+            "mem_other_tenant",
+        ],
+    )
     assert result.exit_code == 0, result.output
     answer = json.loads(result.output)
     found = items_of(answer)
@@ -268,27 +326,54 @@ def test_cli_explains_against_a_candidate_directory(cli_store: str, tmp_path: Pa
     document = json.loads(config.read_text())
     document["task_types"]["account_followup"]["max_sensitivity"] = "restricted"
     config.write_text(json.dumps(document))
-    result = CliRunner().invoke(main, [
-        "policy", "explain", "--database-url", cli_store, "--actor", json.dumps({**ALICE, "clearance": "restricted"}),
-        "--request", json.dumps(REQUEST), "--item", "mem_restricted", "--candidate", str(policy_copy),
-    ])
+    result = CliRunner().invoke(
+        main,
+        [
+            "policy",
+            "explain",
+            "--database-url",
+            cli_store,
+            "--actor",
+            json.dumps({**ALICE, "clearance": "restricted"}),
+            "--request",
+            json.dumps(REQUEST),
+            "--item",
+            "mem_restricted",
+            "--candidate",
+            str(policy_copy),
+        ],
+    )
     assert result.exit_code == 0, result.output
     answer = json.loads(result.output)
     assert answer["differences"]["items"] == [{"id": "mem_restricted", "in_force": "excluded", "candidate": "allowed"}]
 
 
 def test_cli_refuses_a_bad_actor(cli_store: str) -> None:
-    result = CliRunner().invoke(main, ["policy", "explain", "--database-url", cli_store, "--actor", "{}",
-                                       "--request", json.dumps(REQUEST)])
+    result = CliRunner().invoke(
+        main, ["policy", "explain", "--database-url", cli_store, "--actor", "{}", "--request", json.dumps(REQUEST)]
+    )
     assert result.exit_code != 0 and "actor" in result.output
 
 
 def test_a_slot_holding_personal_data_is_never_shown(seeded: Gateway) -> None:
     """Responses mask a slot (it is free text); explain, which shows envelopes, leaves it out."""
-    seeded.ingest("acme", [{"id": "mem_slotted", "kind": "memory", "text": "note", "acl": ["*"], "scope": ["sales"],
-                            "slot": "contact:marta.quell@northwind.example"}])
-    for body in ({"actor": ALICE, "request": REQUEST, "items": ["mem_slotted"]},
-                 {"actor": ALICE, "request": {"task": {"type": "no_such_task"}}, "items": ["mem_slotted"]}):
+    seeded.ingest(
+        "acme",
+        [
+            {
+                "id": "mem_slotted",
+                "kind": "memory",
+                "text": "note",
+                "acl": ["*"],
+                "scope": ["sales"],
+                "slot": "contact:marta.quell@northwind.example",
+            }
+        ],
+    )
+    for body in (
+        {"actor": ALICE, "request": REQUEST, "items": ["mem_slotted"]},
+        {"actor": ALICE, "request": {"task": {"type": "no_such_task"}}, "items": ["mem_slotted"]},
+    ):
         response = explain(seeded, body)
         assert response.status_code == 200, response.text
         assert "marta.quell" not in response.text and "northwind" not in response.text

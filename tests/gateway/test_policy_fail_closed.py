@@ -92,8 +92,17 @@ def run_decide(result: Any, actor: Actor = ALICE) -> Decision:
 
 
 def record(item_id: str) -> Record:
-    return Record(id=item_id, kind="memory", tenant="acme", text="t", acl=("*",), sensitivity="internal",
-                  scope=("sales",), authority="unreviewed", status="active")
+    return Record(
+        id=item_id,
+        kind="memory",
+        tenant="acme",
+        text="t",
+        acl=("*",),
+        sensitivity="internal",
+        scope=("sales",),
+        authority="unreviewed",
+        status="active",
+    )
 
 
 def run_verify(items_result: Any, ids: tuple[str, ...] = ("a", "b")) -> Verdict:
@@ -116,8 +125,16 @@ def test_control_valid_constraints_are_parsed_field_by_field() -> None:
     assert items.sensitivities == ("public", "internal", "confidential")
     assert items.valid_at == NOW
     assert (items.scopes, items.kinds) == (("sales",), ("memory", "document"))
-    assert (items.statuses, items.entity_statuses, items.history) == (("active", "disputed"), ("active", "pending_deletion"), False)
-    assert (constraints.graph.relations, constraints.graph.max_depth, constraints.graph.fanout) == (("reports_to", "works_at"), 2, 10)
+    assert (items.statuses, items.entity_statuses, items.history) == (
+        ("active", "disputed"),
+        ("active", "pending_deletion"),
+        False,
+    )
+    assert (constraints.graph.relations, constraints.graph.max_depth, constraints.graph.fanout) == (
+        ("reports_to", "works_at"),
+        2,
+        10,
+    )
     assert (constraints.disclosure.mask, constraints.disclosure.reveal) == (True, ("EMAIL_ADDRESS",))
 
 
@@ -145,8 +162,16 @@ def test_a_missing_constraint_is_policy_unavailable(key: str) -> None:
 
 
 # A string where a list belongs: iterating it would silently give one-letter entries.
-LIST_FIELDS = [("principals",), ("sensitivities",), ("scopes",), ("kinds",), ("statuses",), ("entity_statuses",),
-               ("graph", "relations"), ("pii", "reveal")]
+LIST_FIELDS = [
+    ("principals",),
+    ("sensitivities",),
+    ("scopes",),
+    ("kinds",),
+    ("statuses",),
+    ("entity_statuses",),
+    ("graph", "relations"),
+    ("pii", "reveal"),
+]
 
 
 @pytest.mark.parametrize("path", LIST_FIELDS, ids=".".join)
@@ -156,8 +181,11 @@ def test_a_list_constraint_of_another_type_is_policy_unavailable(path: tuple[str
         run_decide(allow(changed(path, value)))
 
 
-@pytest.mark.parametrize("principals", [["user:alice", ""], [""], ["user:alice", None], ["user:alice", 7], ["*", ["x"]]],
-                         ids=["empty_string", "only_empty", "null", "number", "nested_list"])
+@pytest.mark.parametrize(
+    "principals",
+    [["user:alice", ""], [""], ["user:alice", None], ["user:alice", 7], ["*", ["x"]]],
+    ids=["empty_string", "only_empty", "null", "number", "nested_list"],
+)
 def test_an_empty_or_non_string_principal_is_policy_unavailable(principals: list[Any]) -> None:
     with pytest.raises(PolicyUnavailable, match="malformed constraints: ValueError"):
         run_decide(allow(changed(("principals",), principals)))
@@ -190,8 +218,16 @@ def test_graph_that_is_not_an_object_is_policy_unavailable(graph: Any) -> None:
 
 @pytest.mark.parametrize(
     "valid_at",
-    ["yesterday", "2026-11-30", "2026-11-30T12:00:00", "2026-13-45T00:00:00Z", "9999-12-31T23:59:59Z",
-     "9999-12-31T23:59:59-01:00", 1796040000, None],
+    [
+        "yesterday",
+        "2026-11-30",
+        "2026-11-30T12:00:00",
+        "2026-13-45T00:00:00Z",
+        "9999-12-31T23:59:59Z",
+        "9999-12-31T23:59:59-01:00",
+        1796040000,
+        None,
+    ],
     ids=["word", "date_only", "no_offset", "impossible_date", "past_2200", "no_utc_instant", "number", "null"],
 )
 def test_a_bad_valid_at_is_policy_unavailable_and_not_echoed(valid_at: Any) -> None:
@@ -236,8 +272,9 @@ def test_the_same_constraints_are_allowed_for_an_actor_of_that_tenant() -> None:
 
 
 # Each carries valid constraints, so without the boolean check the truthy ones would be an allow.
-@pytest.mark.parametrize("value", ["true", 1, "false", None, [True], {"value": True}],
-                         ids=["str_true", "one", "str_false", "null", "list", "object"])
+@pytest.mark.parametrize(
+    "value", ["true", 1, "false", None, [True], {"value": True}], ids=["str_true", "one", "str_false", "null", "list", "object"]
+)
 def test_an_allow_that_is_not_a_boolean_is_policy_unavailable(value: Any) -> None:
     result = allow(allow=value)
     with pytest.raises(PolicyUnavailable, match="boolean allow"):
@@ -246,15 +283,17 @@ def test_an_allow_that_is_not_a_boolean_is_policy_unavailable(value: Any) -> Non
         run_decide(result)
 
 
-@pytest.mark.parametrize("result", [None, [], "allow", True, {}, {"constraints": valid_constraints()}],
-                         ids=["null", "list", "string", "true", "empty", "no_allow"])
+@pytest.mark.parametrize(
+    "result",
+    [None, [], "allow", True, {}, {"constraints": valid_constraints()}],
+    ids=["null", "list", "string", "true", "empty", "no_allow"],
+)
 def test_a_request_result_that_is_not_an_object_with_allow_is_policy_unavailable(result: Any) -> None:
     with pytest.raises(PolicyUnavailable, match="boolean allow"):
         run_decide(result)
 
 
-@pytest.mark.parametrize("constraints", [DELETE, None, [], "all", True],
-                         ids=["missing", "null", "list", "string", "true"])
+@pytest.mark.parametrize("constraints", [DELETE, None, [], "all", True], ids=["missing", "null", "list", "string", "true"])
 def test_an_allow_without_constraints_is_policy_unavailable(constraints: Any) -> None:
     result: dict[str, Any] = {"allow": True, "reasons": []}
     if constraints is not DELETE:
@@ -302,8 +341,9 @@ def test_non_string_allowed_entries_allow_nothing() -> None:
 
 
 # A string or an object would iterate into ids ("ab" -> "a", "b") without the list check.
-@pytest.mark.parametrize("allowed", ["ab", {"a": True, "b": True}, None, True, DELETE],
-                         ids=["string", "object", "null", "true", "missing"])
+@pytest.mark.parametrize(
+    "allowed", ["ab", {"a": True, "b": True}, None, True, DELETE], ids=["string", "object", "null", "true", "missing"]
+)
 def test_an_allowed_that_is_not_a_list_is_policy_unavailable(allowed: Any) -> None:
     result: dict[str, Any] = {"denied": []}
     if allowed is not DELETE:

@@ -32,15 +32,41 @@ ITEMS = [
     {"id": "ent_acct", "kind": "entity", "entity_type": "company", "name": "Acct", "acl": ["*"]},
     {"id": "ent_person", "kind": "entity", "entity_type": "contact", "name": "Pat", "acl": ["*"]},
     {"id": "mem_sales", "kind": "memory", "text": "impactword sales note", "acl": ["*"], "scope": ["sales"]},
-    {"id": "mem_support", "kind": "memory", "text": "impactword support note", "acl": ["*"], "scope": ["support"],
-     "entity": "ent_acct"},
-    {"id": "doc_research", "kind": "document", "document": "d1", "section": "s", "text": "impactword research",
-     "acl": ["*"], "scope": ["research"]},
+    {
+        "id": "mem_support",
+        "kind": "memory",
+        "text": "impactword support note",
+        "acl": ["*"],
+        "scope": ["support"],
+        "entity": "ent_acct",
+    },
+    {
+        "id": "doc_research",
+        "kind": "document",
+        "document": "d1",
+        "section": "s",
+        "text": "impactword research",
+        "acl": ["*"],
+        "scope": ["research"],
+    },
 ]
 EDGES = [  # support_ticket reads no edges: the first two are what widening its kinds lets in
     {"from": "ent_acct", "relation": "works_at", "to": "ent_person", "acl": ["*"], "scope": ["support"]},
-    {"from": "ent_person", "relation": "owns", "to": "ent_acct", "acl": ["*"], "scope": ["support"], "sensitivity": "confidential"},
-    {"from": "ent_acct", "relation": "reports_to", "to": "ent_person", "acl": ["*"], "scope": ["sales"]},  # out of scope either way
+    {
+        "from": "ent_person",
+        "relation": "owns",
+        "to": "ent_acct",
+        "acl": ["*"],
+        "scope": ["support"],
+        "sensitivity": "confidential",
+    },
+    {
+        "from": "ent_acct",
+        "relation": "reports_to",
+        "to": "ent_person",
+        "acl": ["*"],
+        "scope": ["sales"],
+    },  # out of scope either way
 ]
 
 
@@ -63,10 +89,19 @@ def as_older_row(gateway: Gateway, trace_id: str, actor: str | None = None) -> s
     row = gateway.trace(trace_id)
     lineage = {k: v for k, v in row["lineage"].items() if k not in ("actor", "subjects")}
     lineage["request"] = {k: v for k, v in lineage["request"].items() if k != "graph"}
-    copy = Trace(trace_id=trace_id + "_old", created_at=datetime.fromisoformat(row["created_at"]).replace(tzinfo=timezone.utc),
-                 endpoint="retrieve", status_code=row["status_code"], decision=row["decision"], tenant=row["tenant"],
-                 actor=actor or row["actor"], policy_engine=row["policy_engine"], policy_revision=row["policy_revision"],
-                 error_code=row["error_code"], lineage=lineage)
+    copy = Trace(
+        trace_id=trace_id + "_old",
+        created_at=datetime.fromisoformat(row["created_at"]).replace(tzinfo=timezone.utc),
+        endpoint="retrieve",
+        status_code=row["status_code"],
+        decision=row["decision"],
+        tenant=row["tenant"],
+        actor=actor or row["actor"],
+        policy_engine=row["policy_engine"],
+        policy_revision=row["policy_revision"],
+        error_code=row["error_code"],
+        lineage=lineage,
+    )
     gateway.client.app.state.context.audit.write_sync(copy)  # type: ignore[attr-defined]
     return copy.trace_id
 
@@ -82,9 +117,11 @@ def planted(module_sqlite_gateway: Gateway) -> Planted:
     sue = gateway.key("sue", groups=("support",), clearance="confidential")
     rex = gateway.key("rex")
     gina = gateway.key("gina", tenant="globex", groups=("sales",), clearance="confidential")
-    sams = [call(gateway, sam, {"task": SALES, "query": "impactword", "entities": [{"id": "ent_acct"}]}),
-            call(gateway, sam, {"task": SALES, "query": "impactword"}),
-            call(gateway, sam, {"task": SALES, "query": "impactword", "graph": {"max_depth": 1}})]
+    sams = [
+        call(gateway, sam, {"task": SALES, "query": "impactword", "entities": [{"id": "ent_acct"}]}),
+        call(gateway, sam, {"task": SALES, "query": "impactword"}),
+        call(gateway, sam, {"task": SALES, "query": "impactword", "graph": {"max_depth": 1}}),
+    ]
     call(gateway, sam, {"task": SUPPORT, "query": "impactword"}, 403)  # not granted: stays a deny
     for _ in range(2):
         call(gateway, sue, {"task": SUPPORT, "query": "impactword", "entities": [{"id": "ent_acct"}]})
@@ -139,7 +176,11 @@ def test_widening_a_tasks_kinds_newly_allows_exactly_the_planted_items(planted: 
     report = run_impact(planted, {"policies": candidate(widen_support_kinds)}).json()
     assert report["flips"] == {"allow_to_deny": [], "deny_to_allow": []}
     assert report["items"]["newly_allowed"] == {
-        "count": 2, "by_sensitivity": {"confidential": 1, "internal": 1}, "by_reason": {"kind": 2}, "by_kind": {"edge": 2}}
+        "count": 2,
+        "by_sensitivity": {"confidential": 1, "internal": 1},
+        "by_reason": {"kind": 2},
+        "by_kind": {"edge": 2},
+    }
     assert report["items"]["newly_denied"] == NO_ITEMS
     assert "items newly allowed: 2" in report["summary"]
 
@@ -169,15 +210,18 @@ def test_since_and_limit_narrow_the_window(planted: Planted) -> None:
     assert later["calls"] == 0 and "0 read" in later["summary"]
 
 
-@pytest.mark.parametrize(("body", "field"), [
-    ({"policies": {"modules": {}}}, "policies.modules"),
-    ({}, "policies"),
-    ({"policies": candidate(), "since": "yesterday"}, "since"),
-    ({"policies": candidate(), "limit": 0}, "limit"),
-    ({"policies": candidate(), "limit": 10_001}, "limit"),
-    ({"policies": candidate(), "limit": "5"}, "limit"),
-    ({"policies": candidate(), "query": "x"}, "query"),
-])
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"policies": {"modules": {}}}, "policies.modules"),
+        ({}, "policies"),
+        ({"policies": candidate(), "since": "yesterday"}, "since"),
+        ({"policies": candidate(), "limit": 0}, "limit"),
+        ({"policies": candidate(), "limit": 10_001}, "limit"),
+        ({"policies": candidate(), "limit": "5"}, "limit"),
+        ({"policies": candidate(), "query": "x"}, "query"),
+    ],
+)
 def test_bad_input_is_a_400_naming_the_field(planted: Planted, body: dict[str, Any], field: str) -> None:
     message = run_impact(planted, body, 400).json()["error"]["message"]
     assert message.startswith(field + ":")
@@ -210,23 +254,49 @@ def test_the_command_writes_the_json_report_and_prints_the_summary(planted: Plan
     drop_sales_grant(document)
     config.write_text(json.dumps(document))
     out = tmp_path / "impact.json"
-    result = CliRunner().invoke(main, ["policy", "impact", "--database-url", planted.gateway.settings.effective_database_url,
-                                       "--candidate", str(policy_copy), "--tenant", "acme", "--json", str(out)])
+    result = CliRunner().invoke(
+        main,
+        [
+            "policy",
+            "impact",
+            "--database-url",
+            planted.gateway.settings.effective_database_url,
+            "--candidate",
+            str(policy_copy),
+            "--tenant",
+            "acme",
+            "--json",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "allow -> deny: 4 calls" in result.output
     report = json.loads(out.read_text())
     assert report["flips"]["allow_to_deny"][0]["count"] == 4 and report["replayed"] == 8
-    everyone = CliRunner().invoke(main, ["policy", "impact", "--database-url", planted.gateway.settings.effective_database_url,
-                                         "--candidate", str(policy_copy)])
+    everyone = CliRunner().invoke(
+        main,
+        ["policy", "impact", "--database-url", planted.gateway.settings.effective_database_url, "--candidate", str(policy_copy)],
+    )
     assert "allow -> deny: 6 calls" in everyone.output  # globex's sales calls too
     bad = CliRunner().invoke(main, ["policy", "impact", "--candidate", str(policy_copy), "--since", "soon"])
     assert bad.exit_code != 0 and "since:" in bad.output
 
 
 def test_a_replay_asks_the_policy_what_the_call_asked() -> None:
-    request = parse_retrieve({"task": SALES, "query": "q", "entities": [{"id": "e1"}, {"email": "a@b.example"}],
-                              "as_of": "2026-01-02T03:04:05+01:00", "kinds": ["memory"], "graph": {"max_depth": 2},
-                              "sources": {"graph": True}, "depth": "deep", "include_historical": True, "mode": "brief"})
+    request = parse_retrieve(
+        {
+            "task": SALES,
+            "query": "q",
+            "entities": [{"id": "e1"}, {"email": "a@b.example"}],
+            "as_of": "2026-01-02T03:04:05+01:00",
+            "kinds": ["memory"],
+            "graph": {"max_depth": 2},
+            "sources": {"graph": True},
+            "depth": "deep",
+            "include_historical": True,
+            "mode": "brief",
+        }
+    )
     actor = Actor("sam", "acme", ("agent",), ("sales",), "confidential")
     shape = request_shape(request, TraceBuilder("tr_x", "retrieve", datetime.now(timezone.utc), key=b"k" * 32))
     now = datetime(2026, 5, 1, tzinfo=timezone.utc)
@@ -239,7 +309,8 @@ def test_a_candidate_failing_on_calls_counts_them_never_as_an_allow_or_a_deny(pl
     failing = candidate()
     # Passes the start-up probe; fails (a built-in given null) on every account_followup call.
     failing["modules"]["gateway/request/request.rego"] += (
-        '\nboom := time.parse_rfc3339_ns(object.get(input.request, "as_of", null)) if input.task.type == "account_followup"\n')
+        '\nboom := time.parse_rfc3339_ns(object.get(input.request, "as_of", null)) if input.task.type == "account_followup"\n'
+    )
     report = run_impact(planted, {"policies": failing}).json()
     assert report["failed"]["candidate"]["count"] == 4 and sorted(report["failed"]["candidate"]["traces"]) == sorted(planted.sam)
     assert report["replayed"] == 4 and report["flips"] == {"allow_to_deny": [], "deny_to_allow": []}
@@ -251,7 +322,8 @@ def test_a_candidates_own_reasons_are_not_echoed(planted: Planted) -> None:
     items = leaky["modules"]["gateway/items/items.rego"]
     assert "\ndenied := " in items
     leaky["modules"]["gateway/items/items.rego"] = items.replace("\ndenied := ", "\nshipped_denied := ") + (
-        '\ndenied := [{"id": d.id, "reason": sprintf("leak-%s", [d.id])} | some d in shipped_denied]\n')
+        '\ndenied := [{"id": d.id, "reason": sprintf("leak-%s", [d.id])} | some d in shipped_denied]\n'
+    )
     response = run_impact(planted, {"policies": leaky})
     assert response.json()["items"]["newly_denied"]["by_reason"] == {"other": 1}  # mem_support, for sue's calls
     assert "leak-" not in response.text
@@ -279,8 +351,10 @@ def test_a_replay_stops_at_its_deadline_or_when_its_client_leaves() -> None:
         async def is_disconnected() -> bool:
             return gone_after is not None and time.monotonic() - started >= gone_after
 
-        return SimpleNamespace(context=SimpleNamespace(settings=SimpleNamespace(impact_deadline_seconds=deadline)),
-                               request=SimpleNamespace(is_disconnected=is_disconnected))
+        return SimpleNamespace(
+            context=SimpleNamespace(settings=SimpleNamespace(impact_deadline_seconds=deadline)),
+            request=SimpleNamespace(is_disconnected=is_disconnected),
+        )
 
     async def main() -> None:
         assert await _bounded(call(5, None), quick()) == {"replayed": 1}

@@ -15,8 +15,18 @@ NOW = datetime(2026, 11, 30, tzinfo=timezone.utc)
 
 
 def entry(item_id: str, *, strength: float = 1.0, kind: str = "memory", text: str = "x", **fields: Any) -> Fused:
-    record = Record(id=item_id, kind=kind, tenant="t", text=text, acl=("*",), sensitivity="internal", scope=fields.pop("scope", ()),
-                    authority=fields.pop("authority", "unreviewed"), status=fields.pop("status", "active"), **fields)
+    record = Record(
+        id=item_id,
+        kind=kind,
+        tenant="t",
+        text=text,
+        acl=("*",),
+        sensitivity="internal",
+        scope=fields.pop("scope", ()),
+        authority=fields.pop("authority", "unreviewed"),
+        status=fields.pop("status", "active"),
+        **fields,
+    )
     return Fused(record, strength, ("lexical",), strength=strength)
 
 
@@ -30,7 +40,11 @@ def test_inside_a_tier_authority_wins_across_tiers_strength_wins() -> None:
         entry("close_approved", strength=0.9, authority="approved"),
         entry("weak_approved", strength=0.5, authority="approved"),
     ]
-    assert ids(rank(fused, at=NOW, scopes=(), include_history=False).shown) == ["close_approved", "strong_speculative", "weak_approved"]
+    assert ids(rank(fused, at=NOW, scopes=(), include_history=False).shown) == [
+        "close_approved",
+        "strong_speculative",
+        "weak_approved",
+    ]
 
 
 def test_recency_breaks_ties_only_after_authority_validity_and_scope() -> None:
@@ -42,7 +56,11 @@ def test_recency_breaks_ties_only_after_authority_validity_and_scope() -> None:
         entry("new_scoped", recorded_at=new, scope=("sales",)),
     ]
     assert ids(rank(fused, at=NOW, scopes=("sales",), include_history=False).shown) == [
-        "new_scoped", "old_scoped", "new_unscoped", "new_disputed"]
+        "new_scoped",
+        "old_scoped",
+        "new_unscoped",
+        "new_disputed",
+    ]
 
 
 def test_each_slot_has_at_most_one_current_item_whatever_the_order() -> None:
@@ -50,9 +68,14 @@ def test_each_slot_has_at_most_one_current_item_whatever_the_order() -> None:
     authorities = ("approved", "reviewed", "unreviewed", "speculative")
     for _ in range(200):
         fused = [
-            entry(f"i{i}", strength=rng.random(), authority=rng.choice(authorities), slot=rng.choice(("s1", "s2", None)),
-                  status=rng.choice(("active", "active", "superseded", "disputed")),
-                  recorded_at=datetime(2020 + rng.randint(0, 6), 1, 1, tzinfo=timezone.utc))
+            entry(
+                f"i{i}",
+                strength=rng.random(),
+                authority=rng.choice(authorities),
+                slot=rng.choice(("s1", "s2", None)),
+                status=rng.choice(("active", "active", "superseded", "disputed")),
+                recorded_at=datetime(2020 + rng.randint(0, 6), 1, 1, tzinfo=timezone.utc),
+            )
             for i in range(rng.randint(1, 12))
         ]
         ranking = rank(fused, at=NOW, scopes=(), include_history=True)

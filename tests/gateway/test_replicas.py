@@ -87,11 +87,20 @@ def prepare(database_url: str) -> dict[str, str]:
         migrate_in_process(database_url)
     engine = open_store(database_url)
     try:
-        def key(principal: str, roles: list[str], groups: tuple[str, ...] = (), clearance: str = "internal", tenant: str = "acme") -> str:
-            return create_api_key(engine, tenant=tenant, principal=principal, roles=roles, groups=list(groups), clearance=clearance)
 
-        return {"writer": key("user:writer", ["ingest"]), "alice": key("user:alice", ["agent"], ("sales",), "confidential"),
-                "auditor": key("user:audrey", ["auditor"]), "admin": key("user:pat", ["policy_admin"], tenant="platform")}
+        def key(
+            principal: str, roles: list[str], groups: tuple[str, ...] = (), clearance: str = "internal", tenant: str = "acme"
+        ) -> str:
+            return create_api_key(
+                engine, tenant=tenant, principal=principal, roles=roles, groups=list(groups), clearance=clearance
+            )
+
+        return {
+            "writer": key("user:writer", ["ingest"]),
+            "alice": key("user:alice", ["agent"], ("sales",), "confidential"),
+            "auditor": key("user:audrey", ["auditor"]),
+            "admin": key("user:pat", ["policy_admin"], tenant="platform"),
+        }
     finally:
         close_store(engine)
 
@@ -115,9 +124,16 @@ def start(name: str, database_url: str, policies: Path, directory: Path, **env: 
     data = directory / name
     data.mkdir()
     log = directory / f"{name}.log"
-    environ = {**os.environ, "GATEWAY_DATABASE_URL": database_url, "GATEWAY_DATA_DIR": str(data), "GATEWAY_PORT": str(port),
-               "GATEWAY_POLICIES_DIR": str(policies), "GATEWAY_PII_BACKGROUND": "false",
-               "GATEWAY_CONNECTOR_DEADLINE_MS": "20000", **env}
+    environ = {
+        **os.environ,
+        "GATEWAY_DATABASE_URL": database_url,
+        "GATEWAY_DATA_DIR": str(data),
+        "GATEWAY_PORT": str(port),
+        "GATEWAY_POLICIES_DIR": str(policies),
+        "GATEWAY_PII_BACKGROUND": "false",
+        "GATEWAY_CONNECTOR_DEADLINE_MS": "20000",
+        **env,
+    }
     with log.open("wb") as out:
         process = subprocess.Popen([str(GATEWAY), "serve"], env=environ, stdout=out, stderr=subprocess.STDOUT)
     return Replica(name, f"http://127.0.0.1:{port}", process, log)
@@ -131,7 +147,9 @@ def wait_ready(replica: Replica) -> None:
                 return
         except httpx.TransportError:
             pass
-        assert replica.process.poll() is None and time.monotonic() < deadline, f"replica {replica.name} did not start:\n{replica.tail()}"
+        assert replica.process.poll() is None and time.monotonic() < deadline, (
+            f"replica {replica.name} did not start:\n{replica.tail()}"
+        )
         time.sleep(0.3)
 
 
@@ -205,13 +223,17 @@ def test_an_item_written_through_one_replica_is_found_through_the_other(cluster:
     assert "lexical" in found(b.retrieve(keys["alice"], {"task": SALES_TASK, "query": "quarrelsome zeppelin"}))["mem_lexical_1"]
 
     def semantic_on_b(item_id: str, query: str) -> bool:
-        return item_id in found(b.retrieve(keys["alice"], {"task": SALES_TASK, "query": query, "sources": SEMANTIC_ONLY}), "semantic")
+        return item_id in found(
+            b.retrieve(keys["alice"], {"task": SALES_TASK, "query": query, "sources": SEMANTIC_ONLY}), "semantic"
+        )
 
     # semantically: once A's worker has embedded it; B embeds nothing, its index mirrors A's rows
     eventually(lambda: semantic_on_b("mem_lexical_1", "airship upkeep agreement renewal"), 90, "B finds A's first vector")
     # B's index for the tenant is warm now; a second item must still reach it
     ingest(a, keys["writer"], [memory("mem_semantic_2", "Their finance lead wants invoices split across three cost centres.")])
-    eventually(lambda: semantic_on_b("mem_semantic_2", "billing divided between several departments"), 90, "B finds A's later vector")
+    eventually(
+        lambda: semantic_on_b("mem_semantic_2", "billing divided between several departments"), 90, "B finds A's later vector"
+    )
     worker_b = b.call("GET", "/readyz", keys["alice"]).json()
     assert worker_b["status"] == "ready"
 
@@ -223,8 +245,17 @@ def test_a_vector_committed_out_of_order_by_another_writer_still_reaches_the_ind
     until they are settled, not only past the newest stamp it holds."""
     a, b, keys = cluster.a, cluster.b, cluster.keys
     ingest(a, keys["writer"], [memory("mem_race_old", "Walrus sanctuary volunteers counted the pups at dawn.")])
-    eventually(lambda: "mem_race_old" in found(b.retrieve(keys["alice"], {"task": SALES_TASK, "query": "walrus pup census",
-                                                                            "sources": SEMANTIC_ONLY}), "semantic"), 90, "embedded")
+    eventually(
+        lambda: (
+            "mem_race_old"
+            in found(
+                b.retrieve(keys["alice"], {"task": SALES_TASK, "query": "walrus pup census", "sources": SEMANTIC_ONLY}),
+                "semantic",
+            )
+        ),
+        90,
+        "embedded",
+    )
     ingest(a, keys["writer"], [memory("mem_race_new", "The kiln firing schedule for the stoneware glaze batch slipped a week.")])
     query = {"task": SALES_TASK, "query": "pottery kiln glaze firing delayed", "sources": SEMANTIC_ONLY}
     eventually(lambda: "mem_race_new" in found(b.retrieve(keys["alice"], query), "semantic"), 90, "B reads the newest stamp")
@@ -233,7 +264,8 @@ def test_a_vector_committed_out_of_order_by_another_writer_still_reaches_the_ind
     late = cluster.sql(
         "UPDATE item_vector SET vector = n.vector, seq = n.seq - 1000000000 FROM item_vector n, item i, item j "
         "WHERE n.item_pk = j.pk AND j.id = 'mem_race_new' AND item_vector.item_pk = i.pk AND i.id = 'mem_race_old' "
-        "RETURNING item_vector.item_pk")
+        "RETURNING item_vector.item_pk"
+    )
     assert len(late) == 1
     assert "mem_race_old" in found(b.retrieve(keys["alice"], query), "semantic")
 
@@ -249,7 +281,9 @@ def test_a_cursor_issued_by_one_replica_pages_on_the_other(cluster: Cluster) -> 
     assert cursor and len(seen) < len(ids), first.json()
     pages = 0
     while cursor:
-        page = (b if pages % 2 == 0 else a).retrieve(keys["alice"], {"task": SALES_TASK, "cursor": cursor, "budget": {"bytes": 1500}})
+        page = (b if pages % 2 == 0 else a).retrieve(
+            keys["alice"], {"task": SALES_TASK, "cursor": cursor, "budget": {"bytes": 1500}}
+        )
         new = list(found(page))
         assert new and not set(new) & set(seen), (new, seen)
         seen += new
@@ -302,8 +336,11 @@ def test_two_appenders_of_one_chain_take_turns_instead_of_racing(cluster: Cluste
                 time.sleep(1.0)
                 assert not waiting.done()  # it waits its turn: the chain's head is not settled yet
                 # in the two-key space (objsubid 2), apart from any single-key lock such as the background lease
-                held = cluster.sql("SELECT classid::bigint AS c, objsubid, granted FROM pg_locks WHERE locktype = 'advisory' "
-                                   "AND classid::bigint = :c", c=CHAIN_LOCK_CLASS)
+                held = cluster.sql(
+                    "SELECT classid::bigint AS c, objsubid, granted FROM pg_locks WHERE locktype = 'advisory' "
+                    "AND classid::bigint = :c",
+                    c=CHAIN_LOCK_CLASS,
+                )
                 assert sorted((r.objsubid, r.granted) for r in held) == [(2, False), (2, True)], held
             assert waiting.result(timeout=30) == mine + 1
     finally:
@@ -366,8 +403,10 @@ def test_a_replica_whose_listener_dropped_catches_up_on_reconnect(cluster: Clust
         skew(copy, 7)
     # Nobody reloads: the change is on disk only. Cut B's listening connection; on reconnecting it
     # reloads once, since it cannot know what it missed. A, whose connection stayed, does not.
-    cut = cluster.sql("SELECT pg_terminate_backend(pid) AS cut FROM pg_stat_activity WHERE application_name = :name",
-                      name=f"{LISTENER_NAME} {b.process.pid}")
+    cut = cluster.sql(
+        "SELECT pg_terminate_backend(pid) AS cut FROM pg_stat_activity WHERE application_name = :name",
+        name=f"{LISTENER_NAME} {b.process.pid}",
+    )
     assert [r.cut for r in cut] == [True], f"B's listener was not found:\n{b.tail()}"
     eventually(lambda: b.revision(keys["admin"]) != before, 15, "B catches up", b)
     assert a.revision(keys["admin"]) == before
@@ -375,5 +414,13 @@ def test_a_replica_whose_listener_dropped_catches_up_on_reconnect(cluster: Clust
     # and it listens again: A's reload of the same change is heard and changes nothing on B
     answer = a.call("POST", "/v1/policy/reload", keys["admin"]).json()["reload"]
     assert answer["status"] == "switched" and answer["revision"] == b.revision(keys["admin"])
-    eventually(lambda: cluster.sql("SELECT count(*) AS n FROM pg_stat_activity WHERE application_name LIKE :name",
-                                   name=f"{LISTENER_NAME} %")[0].n == 2, 10, "both replicas listen")
+    eventually(
+        lambda: (
+            cluster.sql(
+                "SELECT count(*) AS n FROM pg_stat_activity WHERE application_name LIKE :name", name=f"{LISTENER_NAME} %"
+            )[0].n
+            == 2
+        ),
+        10,
+        "both replicas listen",
+    )

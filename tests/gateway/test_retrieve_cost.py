@@ -91,11 +91,14 @@ def test_a_walk_that_finds_too_few_stops_early_only_when_allowed_to(numbers: tup
 def crowded(tmp_path: Path) -> Iterator[Engine]:
     """Three permitted notes behind 300 forbidden ones that are nearer to the query."""
     engine = open_store(f"sqlite:///{tmp_path / 'crowded.db'}")
-    forbidden = [note(f"forbidden_{i}", f"walrus tusk pricing discount offer number {i}", acl=["group:finance"])
-                 for i in range(300)]
-    permitted = [note("permitted_a", "the walrus discount for annual plans"),
-                 note("permitted_b", "pricing of tusks in the museum shop"),
-                 note("permitted_c", "quarterly report on the weather")]
+    forbidden = [
+        note(f"forbidden_{i}", f"walrus tusk pricing discount offer number {i}", acl=["group:finance"]) for i in range(300)
+    ]
+    permitted = [
+        note("permitted_a", "the walrus discount for annual plans"),
+        note("permitted_b", "pricing of tusks in the museum shop"),
+        note("permitted_c", "quarterly report on the weather"),
+    ]
     assert ingest(engine, "acme", forbidden + permitted).rejected == []
     embed_all(engine, minilm())
     yield engine
@@ -105,14 +108,19 @@ def crowded(tmp_path: Path) -> Iterator[Engine]:
 def nearest_permitted(engine: Engine, vector: np.ndarray, ids: list[str], k: int) -> list[str]:
     """The reference answer: the permitted items' vectors scored one by one."""
     embedder = minilm()
-    texts = {"permitted_a": "the walrus discount for annual plans", "permitted_b": "pricing of tusks in the museum shop",
-             "permitted_c": "quarterly report on the weather"}
+    texts = {
+        "permitted_a": "the walrus discount for annual plans",
+        "permitted_b": "pricing of tusks in the museum shop",
+        "permitted_c": "quarterly report on the weather",
+    }
     scores = {i: float(embedder.embed([texts[i]])[0] @ vector) for i in ids}
     return sorted(scores, key=lambda i: -scores[i])[:k]
 
 
 @pytest.mark.parametrize("strategy", ["exact", "approximate"])
-def test_semantic_search_past_hundreds_of_nearer_forbidden_items_returns_the_best_permitted(crowded: Engine, strategy: str) -> None:
+def test_semantic_search_past_hundreds_of_nearer_forbidden_items_returns_the_best_permitted(
+    crowded: Engine, strategy: str
+) -> None:
     embedder = minilm()
     vector = embedder.embed(["walrus pricing discount"])[0]
     index = VectorIndex(crowded, embedder.model_id, embedder.dims, ann_min_items=1_000_000)

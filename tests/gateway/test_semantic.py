@@ -34,8 +34,9 @@ TOPICS = [
     doc("doc_sku", "Product code SKU4471B is the rack mount kit for the storage appliance."),
 ]
 # The nearest neighbour of its own text, and forbidden to the agent: it must never surface.
-SECRET = doc("doc_secret_refunds", "Refunds for annual plans are prorated to the remaining months, board only.",
-             acl=["group:executives"])
+SECRET = doc(
+    "doc_secret_refunds", "Refunds for annual plans are prorated to the remaining months, board only.", acl=["group:executives"]
+)
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +62,9 @@ def ids(response: Any) -> list[str]:
 
 def test_forbidden_nearest_neighbour_never_appears_and_k_permitted_still_come_back(seeded: tuple[Gateway, str]) -> None:
     gateway, key = seeded
-    response = gateway.retrieve(key, {"task": RESEARCH, "query": SECRET["text"], "sources": SEMANTIC_ONLY, "limit": 5},
-                                semantic=True)
+    response = gateway.retrieve(
+        key, {"task": RESEARCH, "query": SECRET["text"], "sources": SEMANTIC_ONLY, "limit": 5}, semantic=True
+    )
     body = response.json()
     assert "doc_secret_refunds" not in response.text and "board only" not in response.text
     assert "doc_globex_refunds" not in response.text
@@ -102,8 +104,9 @@ def test_a_question_about_nothing_stored_abstains(seeded: tuple[Gateway, str]) -
 
 def test_meaning_without_shared_words_is_found(seeded: tuple[Gateway, str]) -> None:
     gateway, key = seeded
-    response = gateway.retrieve(key, {"task": RESEARCH, "query": "money back when cancelling a yearly subscription"},
-                                semantic=True)
+    response = gateway.retrieve(
+        key, {"task": RESEARCH, "query": "money back when cancelling a yearly subscription"}, semantic=True
+    )
     assert ids(response)[0] == "doc_refunds"
 
 
@@ -219,15 +222,22 @@ def embeddings_double() -> Iterator[EmbeddingsDouble]:
     double.close()
 
 
-def test_an_openai_compatible_endpoint_embeds_instead(sqlite_url: str, tmp_path: Path, embeddings_double: EmbeddingsDouble) -> None:
-    settings = {"embeddings_url": embeddings_double.url, "embeddings_model": "bow-64", "embeddings_key": "k" * 20,
-                "embeddings_dims": EmbeddingsDouble.dims}
+def test_an_openai_compatible_endpoint_embeds_instead(
+    sqlite_url: str, tmp_path: Path, embeddings_double: EmbeddingsDouble
+) -> None:
+    settings = {
+        "embeddings_url": embeddings_double.url,
+        "embeddings_model": "bow-64",
+        "embeddings_key": "k" * 20,
+        "embeddings_dims": EmbeddingsDouble.dims,
+    }
     with open_gateway(sqlite_url, tmp_path, **settings) as gateway:
         gateway.ingest("acme", TOPICS)
         gateway.embed_all()
         assert waiting(gateway) == 0
-        response = gateway.retrieve(gateway.key("agent"), {"task": RESEARCH, "query": "invoices due thirty days",
-                                                           "sources": SEMANTIC_ONLY}, semantic=True)
+        response = gateway.retrieve(
+            gateway.key("agent"), {"task": RESEARCH, "query": "invoices due thirty days", "sources": SEMANTIC_ONLY}, semantic=True
+        )
         assert ids(response)[0] == "doc_invoices"
     assert all(r["path"] == "/v1/embeddings" and r["auth"] == "Bearer " + "k" * 20 for r in embeddings_double.requests)
     assert {r["body"]["model"] for r in embeddings_double.requests} == {"bow-64"}
@@ -262,14 +272,13 @@ def test_vectors_of_another_model_are_never_compared(seeded: tuple[Gateway, str]
         asyncio.run(connector.search(constraints_like, RecallQuery(text="x", vector=(0.1,) * 384, model="other-model")))
 
 
-def test_a_source_past_its_deadline_is_a_timeout_and_the_answer_comes_back(
-    database_url: str, tmp_path: Path
-) -> None:
+def test_a_source_past_its_deadline_is_a_timeout_and_the_answer_comes_back(database_url: str, tmp_path: Path) -> None:
     with open_gateway(database_url, tmp_path, connector_deadline_ms=1) as gateway:
         gateway.ingest("acme", TOPICS)
         gateway.embed_all()
-        response = gateway.retrieve(gateway.key("agent"), {"task": RESEARCH, "query": "refund policy for annual plans"},
-                                    semantic=True)
+        response = gateway.retrieve(
+            gateway.key("agent"), {"task": RESEARCH, "query": "refund policy for annual plans"}, semantic=True
+        )
         body = response.json()
         assert response.status_code == 200 and body["partial"] is True
         assert body["sources"]["semantic"]["status"] == "timeout"

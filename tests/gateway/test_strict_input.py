@@ -58,28 +58,54 @@ def stored_items(gateway: Gateway) -> int:
 
 # (path, body, content type, the field the message must lead with)
 NON_FINITE_BODIES = [
-    ("/v1/edges", b'[{"from": "ent_a", "relation": "knows", "to": "ent_b", "weight": 1e999, "acl": ["*"]}]', "application/json",
-     "[0].weight"),
-    ("/v1/edges", b'[{"from": "ent_a", "relation": "knows", "to": "ent_b", "weight": -1e999, "acl": ["*"]}]', "application/json",
-     "[0].weight"),
-    ("/v1/items", b'[{"id": "e1", "kind": "edge", "from": "ent_a", "relation": "r", "to": "ent_b", "acl": ["*"]},'
-                  b' {"id": "e2", "kind": "edge", "from": "ent_a", "relation": "r", "to": "ent_b", "confidence": NaN, "acl": ["*"]}]',
-     "application/json", "[1].confidence"),
-    ("/v1/items", b'{"id": "e1", "kind": "edge", "from": "ent_a", "relation": "r", "to": "ent_b", "weight": Infinity, "acl": ["*"]}',
-     "application/json", "[0].weight"),
-    ("/v1/items", b'{"id": "p1", "kind": "property", "entity": "ent_a", "name": "n", "value": {"x": [1, -Infinity]}, "acl": ["*"]}\n',
-     "application/x-ndjson", "[0].value.x[1]"),
-    ("/v1/edges", b'{"from": "ent_a", "relation": "r", "to": "ent_b", "acl": ["*"]}\n'
-                  b'{"from": "ent_a", "relation": "s", "to": "ent_b", "weight": 2e400, "acl": ["*"]}\n',
-     "application/x-ndjson", "[1].weight"),
+    (
+        "/v1/edges",
+        b'[{"from": "ent_a", "relation": "knows", "to": "ent_b", "weight": 1e999, "acl": ["*"]}]',
+        "application/json",
+        "[0].weight",
+    ),
+    (
+        "/v1/edges",
+        b'[{"from": "ent_a", "relation": "knows", "to": "ent_b", "weight": -1e999, "acl": ["*"]}]',
+        "application/json",
+        "[0].weight",
+    ),
+    (
+        "/v1/items",
+        b'[{"id": "e1", "kind": "edge", "from": "ent_a", "relation": "r", "to": "ent_b", "acl": ["*"]},'
+        b' {"id": "e2", "kind": "edge", "from": "ent_a", "relation": "r", "to": "ent_b", "confidence": NaN, "acl": ["*"]}]',
+        "application/json",
+        "[1].confidence",
+    ),
+    (
+        "/v1/items",
+        b'{"id": "e1", "kind": "edge", "from": "ent_a", "relation": "r", "to": "ent_b", "weight": Infinity, "acl": ["*"]}',
+        "application/json",
+        "[0].weight",
+    ),
+    (
+        "/v1/items",
+        b'{"id": "p1", "kind": "property", "entity": "ent_a", "name": "n", "value": {"x": [1, -Infinity]}, "acl": ["*"]}\n',
+        "application/x-ndjson",
+        "[0].value.x[1]",
+    ),
+    (
+        "/v1/edges",
+        b'{"from": "ent_a", "relation": "r", "to": "ent_b", "acl": ["*"]}\n'
+        b'{"from": "ent_a", "relation": "s", "to": "ent_b", "weight": 2e400, "acl": ["*"]}\n',
+        "application/x-ndjson",
+        "[1].weight",
+    ),
     ("/v1/entities/ent_a", b'{"entity_type": "contact", "name": "A", "acl": ["*"], "value": NaN}', "application/json", "value"),
 ]
 
 
-@pytest.mark.parametrize(("path", "content", "content_type", "field"), NON_FINITE_BODIES,
-                         ids=[f"{p}-{f}" for p, _, _, f in NON_FINITE_BODIES])
+@pytest.mark.parametrize(
+    ("path", "content", "content_type", "field"), NON_FINITE_BODIES, ids=[f"{p}-{f}" for p, _, _, f in NON_FINITE_BODIES]
+)
 def test_a_number_json_cannot_carry_is_a_400_naming_its_field_and_nothing_is_written(
-        gateway: Gateway, path: str, content: bytes, content_type: str, field: str) -> None:
+    gateway: Gateway, path: str, content: bytes, content_type: str, field: str
+) -> None:
     response = put_raw(gateway, path, content, content_type)
     message = assert_clean_error(gateway, response, 400, "bad_request")
     assert message.startswith(f"{field}: ") and "finite" in message, message
@@ -90,12 +116,24 @@ def test_a_number_json_cannot_carry_is_a_400_naming_its_field_and_nothing_is_wri
 def test_an_infinite_weight_no_longer_poisons_every_later_answer(gateway: Gateway) -> None:
     """Before: `"weight": 1e999` was stored as infinity, and every answer holding the edge was a 500."""
     gateway.ingest("acme", [entity("ent_a"), entity("ent_b")])
-    refused = put_raw(gateway, "/v1/edges", b'[{"from": "ent_a", "relation": "works_at", "to": "ent_b", "weight": 1e999, "acl": ["*"]}]')
+    refused = put_raw(
+        gateway, "/v1/edges", b'[{"from": "ent_a", "relation": "works_at", "to": "ent_b", "weight": 1e999, "acl": ["*"]}]'
+    )
     assert refused.status_code == 400 and "weight" in refused.json()["error"]["message"]
-    accepted = put_raw(gateway, "/v1/edges", b'[{"from": "ent_a", "relation": "works_at", "to": "ent_b", "weight": 1e308, "acl": ["*"]}]')
-    assert accepted.status_code == 200 and accepted.json()["rejected"][0]["errors"][0].startswith("weight:")  # finite, out of range
-    assert put_raw(gateway, "/v1/edges", b'[{"from": "ent_a", "relation": "works_at", "to": "ent_b", "weight": 1000000,'
-                                         b' "confidence": 1, "acl": ["*"]}]').json()["created"] == 1
+    accepted = put_raw(
+        gateway, "/v1/edges", b'[{"from": "ent_a", "relation": "works_at", "to": "ent_b", "weight": 1e308, "acl": ["*"]}]'
+    )
+    assert accepted.status_code == 200 and accepted.json()["rejected"][0]["errors"][0].startswith(
+        "weight:"
+    )  # finite, out of range
+    assert (
+        put_raw(
+            gateway,
+            "/v1/edges",
+            b'[{"from": "ent_a", "relation": "works_at", "to": "ent_b", "weight": 1000000, "confidence": 1, "acl": ["*"]}]',
+        ).json()["created"]
+        == 1
+    )
     key = gateway.key("alice", groups=("sales",), clearance="confidential")
     response = gateway.retrieve(key, {"task": SALES_TASK, "mode": "brief", "entities": [{"id": "ent_a"}]})
     assert response.status_code == 200, response.text
@@ -103,14 +141,24 @@ def test_an_infinite_weight_no_longer_poisons_every_later_answer(gateway: Gatewa
     assert (found["weight"], found["confidence"]) == (1_000_000, 1)
 
 
-@pytest.mark.parametrize(("fields", "name"), [
-    ({"weight": 1_000_000.5}, "weight"), ({"weight": -1_000_001}, "weight"), ({"weight": 10**400}, "weight"),
-    ({"weight": True}, "weight"), ({"confidence": 1.0000001}, "confidence"), ({"confidence": -0.1}, "confidence"),
-])
+@pytest.mark.parametrize(
+    ("fields", "name"),
+    [
+        ({"weight": 1_000_000.5}, "weight"),
+        ({"weight": -1_000_001}, "weight"),
+        ({"weight": 10**400}, "weight"),
+        ({"weight": True}, "weight"),
+        ({"confidence": 1.0000001}, "confidence"),
+        ({"confidence": -0.1}, "confidence"),
+    ],
+)
 def test_out_of_range_edge_numbers_are_rejected_by_name(gateway: Gateway, fields: dict[str, Any], name: str) -> None:
     writer_key = gateway.key("writer", roles=("ingest",))
-    report = gateway.client.put("/v1/edges", json=[edge(**fields), edge(relation="fine", weight=-1_000_000, confidence=0)],
-                                headers=gateway.auth(writer_key)).json()
+    report = gateway.client.put(
+        "/v1/edges",
+        json=[edge(**fields), edge(relation="fine", weight=-1_000_000, confidence=0)],
+        headers=gateway.auth(writer_key),
+    ).json()
     assert report["created"] == 1, report
     [rejected] = report["rejected"]
     assert rejected["index"] == 0 and rejected["errors"][0].startswith(f"{name}: "), rejected
@@ -120,11 +168,15 @@ def test_out_of_range_edge_numbers_are_rejected_by_name(gateway: Gateway, fields
 def test_non_finite_numbers_in_a_retrieve_body_are_a_400_naming_the_field(module_gateway: Gateway) -> None:
     gateway = module_gateway
     key = gateway.key("alice", groups=("sales",))
-    for raw, field in [(b'{"task": {"type": "account_followup"}, "budget": {"bytes": NaN}}', "budget.bytes"),
-                       (b'{"task": {"type": "account_followup"}, "limit": 1e999}', "limit"),
-                       (b'{"task": {"type": "account_followup"}, "graph": {"max_depth": -Infinity}}', "graph.max_depth"),
-                       (b"NaN", "body")]:
-        response = gateway.client.post("/v1/retrieve", content=raw, headers={**gateway.auth(key), "content-type": "application/json"})
+    for raw, field in [
+        (b'{"task": {"type": "account_followup"}, "budget": {"bytes": NaN}}', "budget.bytes"),
+        (b'{"task": {"type": "account_followup"}, "limit": 1e999}', "limit"),
+        (b'{"task": {"type": "account_followup"}, "graph": {"max_depth": -Infinity}}', "graph.max_depth"),
+        (b"NaN", "body"),
+    ]:
+        response = gateway.client.post(
+            "/v1/retrieve", content=raw, headers={**gateway.auth(key), "content-type": "application/json"}
+        )
         message = assert_clean_error(gateway, response, 400, "bad_request")
         assert message.startswith(f"{field}: "), message
 
@@ -133,15 +185,22 @@ def test_feedback_with_a_non_finite_rating_is_a_400(module_gateway: Gateway) -> 
     gateway = module_gateway
     key = gateway.key("alice", groups=("sales",))
     trace_id = gateway.retrieve(key, {"task": SALES_TASK, "query": "anything"}).headers["x-trace-id"]
-    response = gateway.client.post(f"/v1/traces/{trace_id}/feedback", content=b'{"rating": Infinity}',
-                                   headers={**gateway.auth(key), "content-type": "application/json"})
+    response = gateway.client.post(
+        f"/v1/traces/{trace_id}/feedback",
+        content=b'{"rating": Infinity}',
+        headers={**gateway.auth(key), "content-type": "application/json"},
+    )
     assert assert_clean_error(gateway, response, 400, "bad_request").startswith("rating: ")
 
 
 def test_loads_json_names_the_first_non_finite_number_in_document_order() -> None:
     assert loads_json(b'{"a": [1.5, 2e10, -0.0], "b": 1e308}') == {"a": [1.5, 2e10, -0.0], "b": 1e308}
-    cases = {b'{"a": {"b": [0, 1, {"c": NaN}]}, "d": Infinity}': "a.b[2].c", b"[Infinity]": "[0]", b"-Infinity": "body",
-             b'{"' + b"k" * 500 + b'": NaN}': "k" * 64}
+    cases = {
+        b'{"a": {"b": [0, 1, {"c": NaN}]}, "d": Infinity}': "a.b[2].c",
+        b"[Infinity]": "[0]",
+        b"-Infinity": "body",
+        b'{"' + b"k" * 500 + b'": NaN}': "k" * 64,
+    }
     for raw, path in cases.items():
         with pytest.raises(BadRequest) as caught:
             loads_json(raw)
@@ -200,11 +259,48 @@ def test_ascii_int() -> None:
 # ---------------------------------------------------------------------------
 
 GOOD_TENANTS = ["acme", "globex", "initech", "t", "tenant-a", "eu.acme_2", "0", "a" * 63]
-BAD_TENANTS = ["-", "", "ACME", "Acme", "acme corp", "acme\n", "-acme", ".acme", "_acme", "a" * 64, "acmé", "ａｃｍｅ", "acme/x",
-               "acme@x", "acme:x", "*"]
-GOOD_PRINCIPALS = ["user:alice", "user:x", "user:writer-acme", "user:Alice.Smith@acme.example", "user:u1", "user:a:b", "user:" + "a" * 200]
-BAD_PRINCIPALS = ["alice", "user:", "user:-x", "user:.x", "user:a b", "user:ａ", "user:alice\n", "group:sales", "role:agent", "*",
-                  "user:" + "a" * 201, "user:a/b", "USER:alice"]
+BAD_TENANTS = [
+    "-",
+    "",
+    "ACME",
+    "Acme",
+    "acme corp",
+    "acme\n",
+    "-acme",
+    ".acme",
+    "_acme",
+    "a" * 64,
+    "acmé",
+    "ａｃｍｅ",
+    "acme/x",
+    "acme@x",
+    "acme:x",
+    "*",
+]
+GOOD_PRINCIPALS = [
+    "user:alice",
+    "user:x",
+    "user:writer-acme",
+    "user:Alice.Smith@acme.example",
+    "user:u1",
+    "user:a:b",
+    "user:" + "a" * 200,
+]
+BAD_PRINCIPALS = [
+    "alice",
+    "user:",
+    "user:-x",
+    "user:.x",
+    "user:a b",
+    "user:ａ",
+    "user:alice\n",
+    "group:sales",
+    "role:agent",
+    "*",
+    "user:" + "a" * 201,
+    "user:a/b",
+    "USER:alice",
+]
 
 
 def test_the_reserved_tenant_names_hold_the_unauthenticated_audit_chain() -> None:
@@ -240,8 +336,9 @@ def test_bad_principals_are_refused_at_key_creation_naming_the_rule(sqlite_gatew
 
 def test_a_group_with_a_trailing_newline_is_refused_without_echo(sqlite_gateway: Gateway) -> None:
     with pytest.raises(BadRequest) as caught:
-        create_api_key(sqlite_gateway.store, tenant="acme", principal="user:x", roles=["agent"], groups=[f"{MARKER}\n"],
-                       clearance="internal")
+        create_api_key(
+            sqlite_gateway.store, tenant="acme", principal="user:x", roles=["agent"], groups=[f"{MARKER}\n"], clearance="internal"
+        )
     assert caught.value.message.startswith("groups: ") and MARKER not in caught.value.message
 
 
@@ -262,15 +359,29 @@ def token(**claims: Any) -> str:
     return jwt.encode({**base, **claims}, JWT_SECRET, algorithm="HS256")
 
 
-@pytest.mark.parametrize(("claims", "claim"), [
-    ({"tenant": NO_TENANT}, "tenant"), ({"tenant": "ACME"}, "tenant"), ({"tenant": f"{MARKER} x"}, "tenant"),
-    ({"tenant": "acme\n"}, "tenant"), ({"tenant": 7}, "tenant"), ({"sub": "-x"}, "sub"), ({"sub": f"{MARKER} y"}, "sub"),
-    ({"sub": "alice\n"}, "sub"), ({"sub": "ａlice"}, "sub"),
-], ids=["dash", "upper", "space", "newline", "number", "sub_dash", "sub_space", "sub_newline", "sub_fullwidth"])
-def test_a_jwt_naming_a_reserved_or_malformed_tenant_or_subject_is_refused(jwt_gateway: Gateway, claims: dict[str, Any],
-                                                                           claim: str) -> None:
-    response = jwt_gateway.client.post("/v1/retrieve", json={"task": SALES_TASK, "query": "x", "sources": {"semantic": False}},
-                                       headers={"Authorization": f"Bearer {token(**claims)}"})
+@pytest.mark.parametrize(
+    ("claims", "claim"),
+    [
+        ({"tenant": NO_TENANT}, "tenant"),
+        ({"tenant": "ACME"}, "tenant"),
+        ({"tenant": f"{MARKER} x"}, "tenant"),
+        ({"tenant": "acme\n"}, "tenant"),
+        ({"tenant": 7}, "tenant"),
+        ({"sub": "-x"}, "sub"),
+        ({"sub": f"{MARKER} y"}, "sub"),
+        ({"sub": "alice\n"}, "sub"),
+        ({"sub": "ａlice"}, "sub"),
+    ],
+    ids=["dash", "upper", "space", "newline", "number", "sub_dash", "sub_space", "sub_newline", "sub_fullwidth"],
+)
+def test_a_jwt_naming_a_reserved_or_malformed_tenant_or_subject_is_refused(
+    jwt_gateway: Gateway, claims: dict[str, Any], claim: str
+) -> None:
+    response = jwt_gateway.client.post(
+        "/v1/retrieve",
+        json={"task": SALES_TASK, "query": "x", "sources": {"semantic": False}},
+        headers={"Authorization": f"Bearer {token(**claims)}"},
+    )
     assert response.status_code == 401, response.text
     error = response.json()["error"]
     assert error["code"] == "unauthenticated" and f"'{claim}'" in error["message"] and MARKER not in response.text
@@ -279,8 +390,11 @@ def test_a_jwt_naming_a_reserved_or_malformed_tenant_or_subject_is_refused(jwt_g
 
 
 def test_a_good_jwt_still_passes(jwt_gateway: Gateway) -> None:
-    response = jwt_gateway.client.post("/v1/retrieve", json={"task": SALES_TASK, "query": "x", "sources": {"semantic": False}},
-                                       headers={"Authorization": f"Bearer {token(tenant='eu.acme_2', sub='Alice.Smith@acme.example')}"})
+    response = jwt_gateway.client.post(
+        "/v1/retrieve",
+        json={"task": SALES_TASK, "query": "x", "sources": {"semantic": False}},
+        headers={"Authorization": f"Bearer {token(tenant='eu.acme_2', sub='Alice.Smith@acme.example')}"},
+    )
     assert response.status_code == 200, response.text
 
 
@@ -312,7 +426,8 @@ def test_an_entity_id_with_a_trailing_newline_is_a_400(gateway: Gateway) -> None
 
 
 def test_an_unexpected_exception_is_a_500_with_a_generic_message_and_the_trace_id(
-        sqlite_gateway: Gateway, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    sqlite_gateway: Gateway, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     gateway = sqlite_gateway
     gateway.ingest("acme", [memory("mem_x", "zebra note")])
     secret = f"{MARKER} /srv/secret/path password=hunter2"

@@ -35,8 +35,15 @@ def test_a_retrieve_is_one_trace_with_a_span_per_layer_and_its_id_in_the_audit_r
     with observed_gateway(sqlite_url, tmp_path, decision_log=decisions) as seen:
         key = seed(seen.gateway)
         seen.spans.clear()
-        response = seen.gateway.retrieve(key, {"task": SALES_TASK, "mode": "brief", "query": "wombatacl wombatsens quokkaacl",
-                                               "entities": [{"email": "jane@globex.example"}]})
+        response = seen.gateway.retrieve(
+            key,
+            {
+                "task": SALES_TASK,
+                "mode": "brief",
+                "query": "wombatacl wombatsens quokkaacl",
+                "entities": [{"email": "jane@globex.example"}],
+            },
+        )
         assert response.status_code == 200
         spans = seen.finished()
         row = seen.gateway.trace(response.headers["x-trace-id"])
@@ -75,7 +82,8 @@ def test_a_caller_trace_is_continued(sqlite_url: str, tmp_path: Path) -> None:
         key = seed(seen.gateway)
         seen.spans.clear()
         response = seen.gateway.client.post(
-            "/v1/retrieve", json={"task": SALES_TASK, "query": "wombatacl"},
+            "/v1/retrieve",
+            json={"task": SALES_TASK, "query": "wombatacl"},
             headers={**seen.gateway.auth(key), "traceparent": f"00-{INBOUND_TRACE}-00f067aa0ba902b7-01"},
         )
         (server,) = [s for s in seen.finished() if s.kind == SpanKind.SERVER]
@@ -86,14 +94,19 @@ def test_a_caller_trace_is_continued(sqlite_url: str, tmp_path: Path) -> None:
     assert response.headers["traceparent"].startswith(f"00-{INBOUND_TRACE}-")
 
 
-def test_metrics_count_layers_denials_mismatches_and_degraded_sources(
-    sqlite_url: str, tmp_path: Path, policy_copy: Path
-) -> None:
+def test_metrics_count_layers_denials_mismatches_and_degraded_sources(sqlite_url: str, tmp_path: Path, policy_copy: Path) -> None:
     rego = policy_copy / "gateway/items/items.rego"
-    rego.write_text(rego.read_text() + '\nfailures contains [item.id, "embargo"] if {\n\tsome item in input.items\n\titem.id == "mem_acl_ok"\n}\n')
+    rego.write_text(
+        rego.read_text()
+        + '\nfailures contains [item.id, "embargo"] if {\n\tsome item in input.items\n\titem.id == "mem_acl_ok"\n}\n'
+    )
     failing = EmbeddingsDouble(fail=True)  # the semantic source fails on every query
-    settings = {"policies_dir": policy_copy, "embeddings_url": failing.url, "embeddings_model": "bow-64",
-                "embeddings_dims": EmbeddingsDouble.dims}
+    settings = {
+        "policies_dir": policy_copy,
+        "embeddings_url": failing.url,
+        "embeddings_model": "bow-64",
+        "embeddings_dims": EmbeddingsDouble.dims,
+    }
     try:
         with observed_gateway(sqlite_url, tmp_path, **settings) as seen:
             key = seed(seen.gateway)
@@ -113,7 +126,9 @@ def test_metrics_count_layers_denials_mismatches_and_degraded_sources(
     assert degraded == {"semantic": 1}
     retrieval = {p.attributes["gen_ai.data_source.id"] for p in points["gen_ai.retrieval.duration"]}
     assert {"exact", "lexical", "semantic"} <= retrieval
-    answered = {(p.attributes["endpoint"], p.attributes["http.response.status_code"]): p.value for p in points["gateway.requests"]}
+    answered = {
+        (p.attributes["endpoint"], p.attributes["http.response.status_code"]): p.value for p in points["gateway.requests"]
+    }
     assert answered[("retrieve", 200)] == 1 and answered[("retrieve", 403)] == 1
 
 
@@ -156,8 +171,16 @@ class Collector:
 def test_the_otlp_exporter_sends_spans_and_metrics_to_the_configured_collector(sqlite_url: str, tmp_path: Path) -> None:
     collector = Collector()
     try:
-        settings = load_settings({"data_dir": tmp_path / "data", "database_url": sqlite_url, "otel_exporter": "otlp",
-                                  "otel_endpoint": collector.url, "otel_service_name": "gateway-under-test"}, environ={})
+        settings = load_settings(
+            {
+                "data_dir": tmp_path / "data",
+                "database_url": sqlite_url,
+                "otel_exporter": "otlp",
+                "otel_endpoint": collector.url,
+                "otel_service_name": "gateway-under-test",
+            },
+            environ={},
+        )
         with TestClient(create_app(settings), raise_server_exceptions=False) as client:
             gateway = Gateway(client, settings)
             key = seed(gateway)
@@ -166,16 +189,26 @@ def test_the_otlp_exporter_sends_spans_and_metrics_to_the_configured_collector(s
     finally:
         collector.close()
     spans = [span for request in collector.traces for rs in request.resource_spans for ss in rs.scope_spans for span in ss.spans]
-    services = {a.value.string_value for request in collector.traces for rs in request.resource_spans
-                for a in rs.resource.attributes if a.key == "service.name"}
+    services = {
+        a.value.string_value
+        for request in collector.traces
+        for rs in request.resource_spans
+        for a in rs.resource.attributes
+        if a.key == "service.name"
+    }
     assert services == {"gateway-under-test"}
     names = {span.name for span in spans}
     assert {"POST /v1/retrieve", "retrieval", "policy.decide", "recall", "retrieval lexical", "audit.write"} <= names
-    (server,) = [s for s in spans if s.name == "POST /v1/retrieve"
-                 and any(a.key == "gateway.trace_id" and a.value.string_value == trace_id for a in s.attributes)]
+    (server,) = [
+        s
+        for s in spans
+        if s.name == "POST /v1/retrieve"
+        and any(a.key == "gateway.trace_id" and a.value.string_value == trace_id for a in s.attributes)
+    ]
     assert server.kind == server.SPAN_KIND_SERVER
-    metric_names = {m.name for request in collector.metrics for rm in request.resource_metrics
-                    for sm in rm.scope_metrics for m in sm.metrics}
+    metric_names = {
+        m.name for request in collector.metrics for rm in request.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+    }
     assert {"gateway.layer.duration", "gateway.requests", "gen_ai.retrieval.duration"} <= metric_names
 
 

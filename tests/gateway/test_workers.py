@@ -28,8 +28,12 @@ from tests.conftest import children, free_port, require_postgres
 
 GATEWAY = Path(sys.executable).parent / "gateway"
 needs_gateway = pytest.mark.skipif(not GATEWAY.exists(), reason="no gateway command beside this Python")
-LIGHT = {"GATEWAY_PII": "none", "GATEWAY_EMBEDDINGS": "none", "GATEWAY_BACKGROUND_EMBEDDING": "false",
-         "GATEWAY_PII_BACKGROUND": "false"}
+LIGHT = {
+    "GATEWAY_PII": "none",
+    "GATEWAY_EMBEDDINGS": "none",
+    "GATEWAY_BACKGROUND_EMBEDDING": "false",
+    "GATEWAY_PII_BACKGROUND": "false",
+}
 
 
 def flock_holders(path: Path) -> list[int]:
@@ -46,8 +50,9 @@ def flock_holders(path: Path) -> list[int]:
 def serve(data: Path, workers: int, extra: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     env = {**os.environ, "GATEWAY_DATA_DIR": str(data), "GATEWAY_PORT": str(port), **extra}
-    process = subprocess.Popen([str(GATEWAY), "serve", "--workers", str(workers)], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [str(GATEWAY), "serve", "--workers", str(workers)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     return process, f"http://127.0.0.1:{port}"
 
 
@@ -94,8 +99,13 @@ def test_a_port_in_use_is_a_clear_error() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = subprocess.run([str(GATEWAY), "serve", "--workers", "2", "--port", str(port)], capture_output=True,
-                                text=True, timeout=60, env={**os.environ, **LIGHT})
+        result = subprocess.run(
+            [str(GATEWAY), "serve", "--workers", "2", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, **LIGHT},
+        )
     assert result.returncode != 0
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr and "Traceback" not in result.stderr
 
@@ -216,7 +226,7 @@ def test_serve_with_two_workers_runs_the_jobs_in_one_and_another_takes_over(tmp_
         assert wait_for(lambda: embedded(database) == 4 or None)
 
         os.kill(holder, signal.SIGKILL)
-        successor = wait_for(lambda: (h if (h := holder_of(lease)) not in (None, holder) else None))
+        successor = wait_for(lambda: h if (h := holder_of(lease)) not in (None, holder) else None)
         assert successor in children(server.pid) and flock_holders(lease) == [successor]
         ingest(url, writer, "second", 3)
         assert wait_for(lambda: embedded(database) == 7 or None)
@@ -248,8 +258,16 @@ def holder_of(lease: Path) -> int | None:
 
 
 def ingest(url: str, key: str, prefix: str, count: int) -> None:
-    items = [{"id": f"{prefix}-{i}", "kind": "memory", "text": f"Renewal call {prefix} {i} about the Globex discount",
-              "acl": ["*"], "scope": ["sales"]} for i in range(count)]
+    items = [
+        {
+            "id": f"{prefix}-{i}",
+            "kind": "memory",
+            "text": f"Renewal call {prefix} {i} about the Globex discount",
+            "acl": ["*"],
+            "scope": ["sales"],
+        }
+        for i in range(count)
+    ]
     response = httpx.put(f"{url}/v1/items", json=items, headers={"Authorization": f"Bearer {key}"}, timeout=30)
     assert response.status_code == 200 and response.json()["rejected"] == [], response.text
 
@@ -294,9 +312,14 @@ def test_the_advisory_lease_is_one_per_schema_and_ends_with_its_session(two_sche
         first.release()
         assert rival.acquire()  # let go: the standby takes it
         with engines[2].connect() as conn:  # the holders' sessions end (a dropped connection, a dead process)
-            ended = conn.exec_driver_sql(
-                "SELECT pg_terminate_backend(a.pid) FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid "
-                f"WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = '{APP}'").scalars().all()
+            ended = (
+                conn.exec_driver_sql(
+                    "SELECT pg_terminate_backend(a.pid) FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid "
+                    f"WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = '{APP}'"
+                )
+                .scalars()
+                .all()
+            )
         assert len(ended) == 2
         assert not rival.held() and not elsewhere.held()
         assert first.acquire()  # free again once the session is gone

@@ -35,9 +35,9 @@ READS_IDS = {
     "names a value made from the id": '\nfailures contains [substring(item.id, 0, 1), "x"] if {\n\tsome item in input.items\n}\n',
     "makes the id a reason": '\nfailures contains [item.id, item.id] if {\n\tsome item in input.items\n\tendswith(item.id, "3")\n}\n',
     "reads the failures": '\nfailures contains [item.id, "x"] if {\n\tsome item in input.items\n\tsome [id, _] in failures0\n\tid == "i3"\n}\n'
-                          'failures0 := failures\n',
+    "failures0 := failures\n",
     "passes the item on": '\nfailures contains [item.id, "x"] if {\n\tsome item in input.items\n\tis_three(item)\n}\n'
-                          'is_three(x) if x.id == "i3"\n',
+    'is_three(x) if x.id == "i3"\n',
     "every over the items": '\nfailures contains ["i3", "x"] if {\n\tevery item in input.items { item.id != "i3" }\n}\n',
     "with replaces the input": '\nfailures contains [item.id, "x"] if {\n\tsome item in input.items\n\tnot item.kind with input as {}\n}\n',
 }
@@ -50,8 +50,14 @@ def batch(rng: random.Random, size: int) -> list[dict[str, Any]]:
 
 
 def policy_input(items: list[dict[str, Any]], decided: dict[str, Any]) -> dict[str, Any]:
-    return {"actor": ACTOR, "task": {"type": "account_followup"}, "constraints": decided, "subjects": ["ent_jane"],
-            "items": items, "entities": {}}
+    return {
+        "actor": ACTOR,
+        "task": {"type": "account_followup"},
+        "constraints": decided,
+        "subjects": ["ent_jane"],
+        "items": items,
+        "entities": {},
+    }
 
 
 def bundle_with(tmp_path: Path, extra: str) -> PolicyBundle:
@@ -77,7 +83,12 @@ def test_changed_id_plumbing_is_not_trusted(tmp_path: Path) -> None:
 
 
 def test_one_item_per_envelope_is_evaluated() -> None:
-    items = [{"id": "a", "kind": "memory"}, {"id": "b", "kind": "memory"}, {"id": "c", "kind": "edge"}, {"id": 7, "kind": "memory"}]
+    items = [
+        {"id": "a", "kind": "memory"},
+        {"id": "b", "kind": "memory"},
+        {"id": "c", "kind": "edge"},
+        {"id": 7, "kind": "memory"},
+    ]
     reduced, others = by_envelope({"items": items})
     assert [i["id"] for i in reduced["items"]] == ["a", "c", 7] and others == {"a": ["b"]}
 
@@ -138,7 +149,10 @@ def _request(bundle: PolicyBundle, request_input: dict[str, Any]) -> Any:
 
 @pytest.mark.parametrize("extra, deduplicated", [("", True), (READS_IDS["compares the id"], False)], ids=["shipped", "reads ids"])
 def test_the_policy_process_deduplicates_only_a_policy_that_reads_no_ids(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra: str, deduplicated: bool,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    extra: str,
+    deduplicated: bool,
 ) -> None:
     import io
 

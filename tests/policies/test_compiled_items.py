@@ -39,8 +39,10 @@ def outcome(evaluate: Any, policy_input: dict[str, Any]) -> Any:
         document = evaluate(policy_input)
     except Exception:  # noqa: BLE001 - a failed evaluation is an outcome both paths must share
         return FAILED
-    return {"allowed": sorted(document["allowed"]),
-            "denied": sorted(json.dumps(d, sort_keys=True) for d in document.get("denied") or [])}
+    return {
+        "allowed": sorted(document["allowed"]),
+        "denied": sorted(json.dumps(d, sort_keys=True) for d in document.get("denied") or []),
+    }
 
 
 def constraints(interpret_request: Any) -> dict[str, Any]:
@@ -53,7 +55,9 @@ def shipped() -> tuple[CompiledItems, Any, dict[str, Any]]:
     compiled = CompiledItems.compile(bundle)
     assert compiled is not None, "the shipped items policy compiles to a program"
     engine = build_engine(bundle)
-    engine.set_input_json(json.dumps({"actor": ACTOR, "task": {"type": "account_followup", "scope": "sales"}, "request": {}, "now": NOW}))
+    engine.set_input_json(
+        json.dumps({"actor": ACTOR, "task": {"type": "account_followup", "scope": "sales"}, "request": {}, "now": NOW})
+    )
     decided = first_value(engine.eval_query_as_json("data.gateway.request"))
     assert decided["allow"]
     return compiled, interpreter_for(bundle), decided["constraints"]
@@ -77,8 +81,14 @@ def test_large_random_batches_decide_exactly_as_the_interpreter(shipped: tuple[C
         items = [long_acl(rng, random_item(rng, batch * 1000 + i)) for i in range(size)]
         if rng.random() < 0.7:  # most batches hold only well-formed envelopes, so both paths answer
             items = [i for i in items if all(isinstance(i.get(f), (str, list, type(None))) for f in ("tenant", "attached_to"))]
-        policy_input = {"actor": ACTOR, "task": {"type": "account_followup"}, "constraints": decided,
-                        "subjects": ["ent_jane"], "items": items, "entities": {}}
+        policy_input = {
+            "actor": ACTOR,
+            "task": {"type": "account_followup"},
+            "constraints": decided,
+            "subjects": ["ent_jane"],
+            "items": items,
+            "entities": {},
+        }
         ours = outcome(lambda i: compiled.evaluate(i, interpret), policy_input)
         theirs = outcome(interpret, policy_input)
         assert ours == theirs, (batch, size)
@@ -89,14 +99,28 @@ def test_large_random_batches_decide_exactly_as_the_interpreter(shipped: tuple[C
     assert compiled.chunk != START_CHUNK or compiled.fallbacks > 0  # the limit was met, and the chunk size measured
 
 
-def test_a_chunk_that_trips_the_limit_shrinks_and_the_verdicts_stay_whole(shipped: tuple[CompiledItems, Any, dict[str, Any]]) -> None:
+def test_a_chunk_that_trips_the_limit_shrinks_and_the_verdicts_stay_whole(
+    shipped: tuple[CompiledItems, Any, dict[str, Any]],
+) -> None:
     _, interpret, decided = shipped
     compiled = CompiledItems.compile(read_bundle(PROJECT_POLICIES))
     assert compiled is not None
     compiled.chunk = 10_000  # far past what one execution holds: it must find its size, never drop items
-    items = [{"id": f"i{n}", "kind": "memory", "tenant": "acme", "acl": ["group:sales", *(f"group:x{k}" for k in range(20))],
-              "sensitivity": "internal", "scope": ["sales"], "status": "active", "valid_from": None, "valid_to": None,
-              "attached_to": None} for n in range(300)]
+    items = [
+        {
+            "id": f"i{n}",
+            "kind": "memory",
+            "tenant": "acme",
+            "acl": ["group:sales", *(f"group:x{k}" for k in range(20))],
+            "sensitivity": "internal",
+            "scope": ["sales"],
+            "status": "active",
+            "valid_from": None,
+            "valid_to": None,
+            "attached_to": None,
+        }
+        for n in range(300)
+    ]
     policy_input = {"actor": ACTOR, "task": {"type": "account_followup"}, "constraints": decided, "subjects": [], "items": items}
     ours = compiled.evaluate(policy_input, interpret)
     assert sorted(ours["allowed"]) == sorted(f"i{n}" for n in range(300)) == sorted(interpret(policy_input)["allowed"])
@@ -110,8 +134,14 @@ def test_the_policy_processes_verify_on_the_compiled_path_with_the_interpreters_
     rng = random.Random(7)
     items = [random_item(rng, n) for n in range(250)]
     items = [i for i in items if all(isinstance(i.get(f), (str, list, type(None))) for f in ("tenant", "attached_to"))]
-    policy_input = {"actor": ACTOR, "task": {"type": "account_followup"}, "constraints": decided, "subjects": ["ent_jane"],
-                    "items": items, "entities": {}}
+    policy_input = {
+        "actor": ACTOR,
+        "task": {"type": "account_followup"},
+        "constraints": decided,
+        "subjects": ["ent_jane"],
+        "items": items,
+        "entities": {},
+    }
     engine = EmbeddedEngine(read_bundle(PROJECT_POLICIES), workers=1)
     try:
         served = outcome(lambda i: asyncio.run(engine.evaluate("items", i)), policy_input)
@@ -132,7 +162,9 @@ def write_policy(root: Path, items_rego: str) -> PolicyBundle:
 
 
 def test_a_policy_without_denied_answers_denied_empty(tmp_path: Path) -> None:
-    bundle = write_policy(tmp_path, 'package gateway.items\n\nallowed := [item.id | some item in input.items; item.kind == "memory"]\n')
+    bundle = write_policy(
+        tmp_path, 'package gateway.items\n\nallowed := [item.id | some item in input.items; item.kind == "memory"]\n'
+    )
     compiled = CompiledItems.compile(bundle)
     assert compiled is not None
     policy_input = {"items": [{"id": "a", "kind": "memory"}, {"id": "b", "kind": "edge"}]}

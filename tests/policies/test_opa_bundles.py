@@ -22,8 +22,12 @@ from tests.engines import OpaServer, opa_command
 from tests.gateway.fixtures import seed
 from tests.policies.test_policy_reload import QUESTION, reload, rsa_pair, without_sales
 
-REQUEST = {"actor": {"id": "alice", "tenant": "acme", "roles": ["agent"], "groups": ["sales"], "clearance": "internal"},
-           "task": {"type": "account_followup", "scope": "sales"}, "request": {}, "now": "2026-12-01T00:00:00Z"}
+REQUEST = {
+    "actor": {"id": "alice", "tenant": "acme", "roles": ["agent"], "groups": ["sales"], "clearance": "internal"},
+    "task": {"type": "account_followup", "scope": "sales"},
+    "request": {},
+    "now": "2026-12-01T00:00:00Z",
+}
 
 
 def opa_build(source: Path, output: Path, revision: str, *signing: str) -> Path:
@@ -57,8 +61,9 @@ def test_a_signed_opa_build_bundle_serves_and_hot_reloads(tmp_path: Path, policy
     bundle = tmp_path / "policy.tar.gz"
     signing = ("--signing-key", str(private), "--signing-alg", "RS256")
     opa_build(policy_copy, bundle, "r1", *signing)
-    with open_gateway(f"sqlite:///{tmp_path / 'g.db'}", tmp_path, policy_bundle=str(bundle),
-                      policy_bundle_key=str(public)) as gateway:
+    with open_gateway(
+        f"sqlite:///{tmp_path / 'g.db'}", tmp_path, policy_bundle=str(bundle), policy_bundle_key=str(public)
+    ) as gateway:
         alice = seed(gateway)
         admin = gateway.key("pat", tenant="platform", roles=("policy_admin",))
         key = VerificationKey.load(str(public), "RS256")

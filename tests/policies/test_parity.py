@@ -104,8 +104,17 @@ CHOICES: dict[str, list[Any]] = {
 }
 
 
-VALID = {"tenant": "acme", "acl": ["group:sales"], "sensitivity": "internal", "valid_from": None, "valid_to": None,
-         "scope": ["sales"], "kind": "memory", "status": "active", "attached_to": None}
+VALID = {
+    "tenant": "acme",
+    "acl": ["group:sales"],
+    "sensitivity": "internal",
+    "valid_from": None,
+    "valid_to": None,
+    "scope": ["sales"],
+    "kind": "memory",
+    "status": "active",
+    "attached_to": None,
+}
 
 
 def random_item(rng: random.Random, index: int) -> dict[str, Any]:
@@ -132,8 +141,13 @@ def test_items_parity_on_200_random_batches(engines: tuple[EmbeddedEngine, Any])
     compared = allowed_somewhere = 0
     for batch in range(200):
         items = [random_item(rng, batch * 10 + i) for i in range(rng.randint(1, 6))]
-        policy_input = {"actor": ACTOR, "task": {"type": "account_followup"}, "constraints": constraints,
-                        "subjects": ["ent_jane"], "items": items}
+        policy_input = {
+            "actor": ACTOR,
+            "task": {"type": "account_followup"},
+            "constraints": constraints,
+            "subjects": ["ent_jane"],
+            "items": items,
+        }
         ours = decision(on_embedded(embedded, "items", policy_input), ("allowed", "denied"))
         theirs = decision(on_opa(opa, "items", policy_input), ("allowed", "denied"))
         if ours == UNAVAILABLE:

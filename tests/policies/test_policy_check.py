@@ -52,7 +52,7 @@ def test_errors_found_only_by_evaluation_are_reported_at_file_line_col(policy_co
 
 def test_an_entry_point_that_fails_the_start_up_probe_is_an_error(policy_copy: Path) -> None:
     request = policy_copy / "gateway" / "request" / "request.rego"
-    request.write_text(request.read_text().replace("default allow := false", "default allow := \"no\""))
+    request.write_text(request.read_text().replace("default allow := false", 'default allow := "no"'))
     result = check(policy_copy)
     assert result.exit_code == 1
     assert "error entrypoint: data.gateway.request does not answer the start-up probe with a boolean allow" in result.output
@@ -81,18 +81,18 @@ def test_data_that_is_not_json_is_reported_with_its_line(policy_copy: Path) -> N
 UNGUARDED = {
     "engine-divergence/parse-null": "p if {\n\ttime.parse_rfc3339_ns(input.request.as_of) > 0\n}\n",
     "engine-divergence/membership": "p if {\n\tsome item in input.items\n\tnot item.kind in input.constraints.kinds\n}\n",
-    "unguarded-input": "p if {\n\tnot startswith(input.task.scope, \"s\")\n}\n",
+    "unguarded-input": 'p if {\n\tnot startswith(input.task.scope, "s")\n}\n',
 }
 GUARDED = [
     "p if {\n\tis_string(input.request.as_of)\n\ttime.parse_rfc3339_ns(input.request.as_of) > 0\n}\n",
-    "p if {\n\tlib.is_time(input.request.as_of)\n\ttime.parse_ns(\"2006-01-02\", input.request.as_of) > 0\n}\n",
+    'p if {\n\tlib.is_time(input.request.as_of)\n\ttime.parse_ns("2006-01-02", input.request.as_of) > 0\n}\n',
     "p := time.parse_rfc3339_ns(input.now) if is_string(input.now)\n",
-    "p if {\n\tsome item in input.items\n\tnot item.kind in object.get(input.constraints, \"kinds\", [])\n}\n",
-    "p if {\n\tis_array(input.constraints.kinds)\n\tnot \"memory\" in input.constraints.kinds\n}\n",
+    'p if {\n\tsome item in input.items\n\tnot item.kind in object.get(input.constraints, "kinds", [])\n}\n',
+    'p if {\n\tis_array(input.constraints.kinds)\n\tnot "memory" in input.constraints.kinds\n}\n',
     "p := [i | some i in input.items; is_string(i)]\n",
-    "p if {\n\tnot input.task.scope == \"sales\"\n}\n",
-    "p if {\n\tnot startswith(object.get(input.task, \"scope\", \"\"), \"s\")\n}\n",
-    "# not x in input.constraints.kinds, in a comment\np := \"not time.parse_ns(1, input.x)\"\n",
+    'p if {\n\tnot input.task.scope == "sales"\n}\n',
+    'p if {\n\tnot startswith(object.get(input.task, "scope", ""), "s")\n}\n',
+    '# not x in input.constraints.kinds, in a comment\np := "not time.parse_ns(1, input.x)"\n',
 ]
 
 
@@ -135,8 +135,11 @@ def test_what_the_warnings_name_really_diverges_and_the_guarded_forms_agree(code
     ours, theirs = decide(UNGUARDED[code], policy_input)
     # OPA's server treats a built-in's bad argument as undefined; only the embedded engine's 503 is checked.
     assert ours == "error" if code == "engine-divergence/parse-null" else ours != theirs
-    guarded = {"engine-divergence/parse-null": GUARDED[0], "engine-divergence/membership": GUARDED[3],
-               "unguarded-input": GUARDED[7]}[code]
+    guarded = {
+        "engine-divergence/parse-null": GUARDED[0],
+        "engine-divergence/membership": GUARDED[3],
+        "unguarded-input": GUARDED[7],
+    }[code]
     assert decide(guarded, policy_input)[0] == decide(guarded, policy_input)[1] != "error"
 
 
@@ -149,8 +152,16 @@ def test_warnings_pass_unless_strict_and_the_json_report_lists_them(policy_copy:
     strict = check(policy_copy, "--strict", "--format", "json")
     report = json.loads(strict.output)
     assert strict.exit_code == 1 and report["passed"] is False and report["errors"] == 0 and report["warnings"] == 1
-    assert report["findings"] == [{"severity": "warning", "code": "engine-divergence/parse-null", "file": str(path),
-                                   "line": 4, "col": 2, "message": report["findings"][0]["message"]}]
+    assert report["findings"] == [
+        {
+            "severity": "warning",
+            "code": "engine-divergence/parse-null",
+            "file": str(path),
+            "line": 4,
+            "col": 2,
+            "message": report["findings"][0]["message"],
+        }
+    ]
 
 
 def test_the_default_directory_is_the_configured_one(policy_copy: Path) -> None:

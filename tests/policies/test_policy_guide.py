@@ -51,8 +51,7 @@ def test_an_example_passes_its_own_and_the_shipped_rego_tests(example: Path, tmp
     assert {"gateway.request_test", "gateway.items_test"} <= {r.package for r in results}
 
 
-ACTOR = {"id": "ann", "tenant": "acme", "groups": ["support", "incident-responders"], "roles": ["agent"],
-         "clearance": "internal"}
+ACTOR = {"id": "ann", "tenant": "acme", "groups": ["support", "incident-responders"], "roles": ["agent"], "clearance": "internal"}
 NOW = "2026-06-01T00:00:00Z"
 # Inputs each example is about, nulls and refusals included (a task type the policy does not know is
 # left out: the shipped policy's reasons for it differ between the engines, its allow does not).
@@ -147,10 +146,13 @@ def memory(item_id: str, text: str, **envelope: object) -> dict[str, object]:
 def test_break_glass_is_granted_audited_with_its_ticket_and_widens_nothing_else(tmp_path: Path) -> None:
     policies = with_example(EXAMPLES / "break_glass", tmp_path / "policies")
     with open_gateway(f"sqlite:///{tmp_path / 'gateway.db'}", tmp_path, policies_dir=policies) as gateway:
-        gateway.ingest("acme", [
-            memory("mem_legal_hold", "quokkaglass legal hold memo", scope=["legal"], sensitivity="restricted"),
-            memory("mem_ticket_note", "quokkaglass support ticket note", scope=["support"]),
-        ])
+        gateway.ingest(
+            "acme",
+            [
+                memory("mem_legal_hold", "quokkaglass legal hold memo", scope=["legal"], sensitivity="restricted"),
+                memory("mem_ticket_note", "quokkaglass support ticket note", scope=["support"]),
+            ],
+        )
         gateway.ingest("globex", [memory("mem_globex_hold", "quokkaglass globex memo", sensitivity="restricted")])
         responder = gateway.key("rita", groups=("support", "incident-responders"), clearance="internal")
         agent = gateway.key("sam", groups=("support",), clearance="internal")

@@ -90,10 +90,12 @@ def test_a_runaway_evaluation_is_ended_at_its_time_and_fails_closed() -> None:
 
 
 def test_what_a_policy_prints_never_reaches_an_answer() -> None:
-    chatty = bundle_of((
-        "gateway/items.rego",
-        'package gateway.items\nimport rego.v1\n\nallowed := ["a"] if { print("a line of its own\\n+{}"); true }\n',
-    ))
+    chatty = bundle_of(
+        (
+            "gateway/items.rego",
+            'package gateway.items\nimport rego.v1\n\nallowed := ["a"] if { print("a line of its own\\n+{}"); true }\n',
+        )
+    )
     engine = EmbeddedEngine(chatty, workers=1)
     try:
         for _ in range(3):
@@ -103,14 +105,18 @@ def test_what_a_policy_prints_never_reaches_an_answer() -> None:
 
 
 def test_an_undefined_document_or_an_engine_error_is_unavailable_never_a_decision() -> None:
-    undefined = bundle_of(("gateway/request.rego", "package gateway.request\nimport rego.v1\n\nallow := false\n"))  # no items document
+    undefined = bundle_of(
+        ("gateway/request.rego", "package gateway.request\nimport rego.v1\n\nallow := false\n")
+    )  # no items document
     engine = EmbeddedEngine(undefined, workers=1)
     try:
         with pytest.raises(PolicyUnavailable, match="undefined"):
             evaluate(engine, "items", EMPTY_ITEMS)
     finally:
         close(engine)
-    failing = bundle_of(("gateway/items.rego", "package gateway.items\nimport rego.v1\n\nallowed := [time.parse_rfc3339_ns(input.at)]\n"))
+    failing = bundle_of(
+        ("gateway/items.rego", "package gateway.items\nimport rego.v1\n\nallowed := [time.parse_rfc3339_ns(input.at)]\n")
+    )
     engine = EmbeddedEngine(failing, workers=1)
     try:
         with pytest.raises(PolicyUnavailable, match="embedded policy evaluation failed"):
@@ -122,10 +128,12 @@ def test_an_undefined_document_or_an_engine_error_is_unavailable_never_a_decisio
 def test_the_service_threads_go_on_while_a_policy_evaluates() -> None:
     """In the service's own interpreter, regorus held the lock for a whole evaluation: nothing else
     in the process ran. Now a thread counting meanwhile gets most of its time."""
-    slow = bundle_of((
-        "gateway/items.rego",
-        "package gateway.items\nimport rego.v1\n\nallowed := [] if { count([x | some x in numbers.range(1, 600000)]) > 0 }\n",
-    ))
+    slow = bundle_of(
+        (
+            "gateway/items.rego",
+            "package gateway.items\nimport rego.v1\n\nallowed := [] if { count([x | some x in numbers.range(1, 600000)]) > 0 }\n",
+        )
+    )
     engine = EmbeddedEngine(slow, workers=1)
     try:
         evaluate(engine, "items", EMPTY_ITEMS)  # warm

@@ -37,10 +37,12 @@ QUESTION = {"task": SALES_TASK, "query": "wombatacl sales group note"}
 
 def rsa_pair() -> tuple[str, str]:
     private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    private_pem = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                        serialization.NoEncryption()).decode()
-    public_pem = private.public_key().public_bytes(serialization.Encoding.PEM,
-                                                   serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    private_pem = private.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    public_pem = (
+        private.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    )
     return private_pem, public_pem
 
 
@@ -87,12 +89,18 @@ def test_only_a_policy_admin_may_reload(reloading: tuple[Gateway, str, str]) -> 
     assert answer.status_code == 403 and answer.json()["error"]["code"] == "forbidden"
 
 
-@pytest.mark.parametrize(("broken", "why"), [
-    ("package gateway.request\n\nallow := {\n", "request.rego"),  # does not compile: named with its file
-    ("package gateway.request\n\nnothing := true\n", "self-check"),  # compiles, but the entry point is undefined
-])
+@pytest.mark.parametrize(
+    ("broken", "why"),
+    [
+        ("package gateway.request\n\nallow := {\n", "request.rego"),  # does not compile: named with its file
+        ("package gateway.request\n\nnothing := true\n", "self-check"),  # compiles, but the entry point is undefined
+    ],
+)
 def test_a_broken_revision_pushed_under_load_is_refused_and_nothing_fails(
-    reloading: tuple[Gateway, str, str], policy_copy: Path, broken: str, why: str,
+    reloading: tuple[Gateway, str, str],
+    policy_copy: Path,
+    broken: str,
+    why: str,
 ) -> None:
     gateway, alice, admin = reloading
     before = gateway.client.get("/v1/policy", headers=gateway.auth(admin)).json()["revision"]
@@ -122,12 +130,15 @@ def test_a_broken_revision_pushed_under_load_is_refused_and_nothing_fails(
     assert row["error_code"] == "policy_rejected" and row["lineage"]["policy_reload"]["errors"]
     # every call made meanwhile was decided by the old revision
     with gateway.store.connect() as conn:
-        revisions = {r for (r,) in conn.execute(text("SELECT DISTINCT policy_revision FROM audit_trace WHERE endpoint = 'retrieve'"))}
+        revisions = {
+            r for (r,) in conn.execute(text("SELECT DISTINCT policy_revision FROM audit_trace WHERE endpoint = 'retrieve'"))
+        }
     assert revisions == {before}
 
 
 def test_a_switch_under_load_fails_no_call_and_each_call_has_one_revision(
-    reloading: tuple[Gateway, str, str], policy_copy: Path,
+    reloading: tuple[Gateway, str, str],
+    policy_copy: Path,
 ) -> None:
     gateway, alice, admin = reloading
     stop = threading.Event()
@@ -217,8 +228,7 @@ def test_a_directory_and_its_bundle_decide_alike() -> None:
     assert bundle.revision == directory.revision  # the content names the revision, not the manifest
 
 
-def test_a_bundle_re_signed_with_other_content_under_the_same_manifest_revision_is_a_new_revision(
-        policy_copy: Path) -> None:
+def test_a_bundle_re_signed_with_other_content_under_the_same_manifest_revision_is_a_new_revision(policy_copy: Path) -> None:
     """The attack of issue 29: a widened grant re-signed under the manifest revision in force was
     "unchanged" on reload, and every audit row named the old revision."""
     secret = "s" * 40
@@ -316,19 +326,24 @@ class BundleServer:
 
 
 def test_a_bundle_server_is_polled_with_etags_and_a_forged_revision_never_serves(
-    sqlite_url: str, tmp_path: Path, policy_copy: Path,
+    sqlite_url: str,
+    tmp_path: Path,
+    policy_copy: Path,
 ) -> None:
     private, public = rsa_pair()
     _, stranger_public = rsa_pair()
     server = BundleServer()
     server.archive = write_archive(policy_copy, "v1", private)
     try:
-        with open_gateway(sqlite_url, tmp_path, policy_bundle=server.url, policy_bundle_key=public,
-                          policy_poll_seconds=3600) as gateway:
+        with open_gateway(
+            sqlite_url, tmp_path, policy_bundle=server.url, policy_bundle_key=public, policy_poll_seconds=3600
+        ) as gateway:
             alice, admin = seed(gateway), gateway.key("pat", tenant="platform", roles=("policy_admin",))
             policy = gateway.client.app.state.context.policy  # type: ignore[attr-defined]
             v1 = policy.revision
-            assert v1.startswith("sha256:") and policy.bundle.label == "v1" and gateway.retrieve(alice, QUESTION).status_code == 200
+            assert (
+                v1.startswith("sha256:") and policy.bundle.label == "v1" and gateway.retrieve(alice, QUESTION).status_code == 200
+            )
             info = gateway.client.get("/v1/policy", headers=gateway.auth(admin)).json()
             assert info["revision"] == v1 and info["label"] == "v1"
             assert reload(gateway, admin).json()["reload"]["status"] == "unchanged"
@@ -360,8 +375,10 @@ def test_polling_switches_without_being_asked(sqlite_url: str, tmp_path: Path, p
         assert gateway.client.app.state.context.policy.revision != before  # type: ignore[attr-defined]
         assert gateway.retrieve(alice, QUESTION).status_code == 403
         with gateway.store.connect() as conn:
-            rows = [json.loads(r) if isinstance(r, str) else r for (r,) in conn.execute(
-                text("SELECT lineage FROM audit_trace WHERE endpoint = 'policy_reload'"))]
+            rows = [
+                json.loads(r) if isinstance(r, str) else r
+                for (r,) in conn.execute(text("SELECT lineage FROM audit_trace WHERE endpoint = 'policy_reload'"))
+            ]
         assert [row["policy_reload"]["trigger"] for row in rows] == ["poll"]
 
 
@@ -383,13 +400,23 @@ def revisions_seen(url: str, key: str, calls: int = 24) -> set[str]:
 @pytest.mark.skipif(not GATEWAY.exists(), reason="no gateway command beside this Python")
 def test_every_worker_switches_on_sighup_and_on_a_reload_call(tmp_path: Path, policy_copy: Path) -> None:
     engine = open_store(f"sqlite:///{tmp_path / 'gateway.db'}")
-    admin = create_api_key(engine, tenant="platform", principal="user:pat", roles=["policy_admin"], groups=[], clearance="internal")
+    admin = create_api_key(
+        engine, tenant="platform", principal="user:pat", roles=["policy_admin"], groups=[], clearance="internal"
+    )
     close_store(engine)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "GATEWAY_DATA_DIR": str(tmp_path), "GATEWAY_PORT": str(port), "GATEWAY_POLICIES_DIR": str(policy_copy),
-           "GATEWAY_BACKGROUND_EMBEDDING": "false", "GATEWAY_PII_BACKGROUND": "false"}
-    server = subprocess.Popen([str(GATEWAY), "serve", "--workers", "2"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {
+        **os.environ,
+        "GATEWAY_DATA_DIR": str(tmp_path),
+        "GATEWAY_PORT": str(port),
+        "GATEWAY_POLICIES_DIR": str(policy_copy),
+        "GATEWAY_BACKGROUND_EMBEDDING": "false",
+        "GATEWAY_PII_BACKGROUND": "false",
+    }
+    server = subprocess.Popen(
+        [str(GATEWAY), "serve", "--workers", "2"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         deadline = time.monotonic() + 90
         while True:
@@ -410,8 +437,12 @@ def test_every_worker_switches_on_sighup_and_on_a_reload_call(tmp_path: Path, po
             time.sleep(0.2)
         assert len(seen) == 1 and not seen & first, seen
         # a reload call answered by one worker switches the other too
-        (policy_copy / CONFIG).write_text((policy_copy / CONFIG).read_text().replace('"as_of_skew_seconds": 5', '"as_of_skew_seconds": 6'))
-        answered = httpx.post(f"{url}/v1/policy/reload", headers={"Authorization": f"Bearer {admin}"}, timeout=30).json()["reload"]
+        (policy_copy / CONFIG).write_text(
+            (policy_copy / CONFIG).read_text().replace('"as_of_skew_seconds": 5', '"as_of_skew_seconds": 6')
+        )
+        answered = httpx.post(f"{url}/v1/policy/reload", headers={"Authorization": f"Bearer {admin}"}, timeout=30).json()[
+            "reload"
+        ]
         assert answered["status"] == "switched"
         deadline = time.monotonic() + 30
         while (now := revisions_seen(url, admin)) != {answered["revision"]} and time.monotonic() < deadline:

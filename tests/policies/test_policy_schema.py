@@ -52,8 +52,10 @@ def test_malformed_inputs_and_results_are_rejected() -> None:
     assert validate({"allow": True, "reasons": []}, "request.result") == ["/: 'constraints' is a required property"]
     assert validate({"allowed": ["a"], "denied": [{"id": "b"}]}, "items.result") == ["/denied/0: 'reason' is a required property"]
     item = {"id": "m1", "kind": "memory", "text": "a body never goes to the policy"}
-    errors = validate({"actor": PROBE_ACTOR, "task": {"type": "x"}, "constraints": {}, "subjects": [], "items": [item],
-                       "entities": {}}, "items.input")
+    errors = validate(
+        {"actor": PROBE_ACTOR, "task": {"type": "x"}, "constraints": {}, "subjects": [], "items": [item], "entities": {}},
+        "items.input",
+    )
     assert any(e.startswith("/items/0: Additional properties") for e in errors)
 
 
@@ -79,18 +81,39 @@ def recorded_decisions(gateway: Gateway) -> None:
     with a graph walk over edges, with history and as_of, narrowed kinds."""
     key = seed(gateway)
     writer = gateway.auth(gateway.key("writer-acme", roles=("ingest",)))
-    edges = [{"from": "ent_jane", "relation": "works_at", "to": "ent_other", "acl": ["*"]},
-             {"from": "ent_jane", "relation": "owns", "to": "ent_secret", "acl": ["*"]}]
+    edges = [
+        {"from": "ent_jane", "relation": "works_at", "to": "ent_other", "acl": ["*"]},
+        {"from": "ent_jane", "relation": "owns", "to": "ent_secret", "acl": ["*"]},
+    ]
     assert gateway.client.put("/v1/edges", json=edges, headers=writer).status_code == 200
     calls: list[tuple[dict[str, Any], int]] = [
         ({"task": SALES_TASK, "query": "wombatacl"}, 200),
         ({"task": {"type": "compliance_review"}, "query": "wombatacl"}, 403),  # not granted
         ({"task": {"type": "no_such_task"}}, 403),
-        ({"task": SALES_TASK, "query": "wombatattach", "entities": [{"id": "ent_jane"}, {"email": "other@initech.example"}]}, 200),
-        ({"task": SALES_TASK, "mode": "brief", "entities": [{"id": "ent_jane"}],
-          "graph": {"max_depth": 2, "relations": ["works_at", "owns"]}}, 200),
-        ({"task": SALES_TASK, "query": "quokkaexpired", "as_of": "2025-06-01T00:00:00Z", "include_historical": True,
-          "kinds": ["memory", "edge"], "depth": "fast"}, 200),
+        (
+            {"task": SALES_TASK, "query": "wombatattach", "entities": [{"id": "ent_jane"}, {"email": "other@initech.example"}]},
+            200,
+        ),
+        (
+            {
+                "task": SALES_TASK,
+                "mode": "brief",
+                "entities": [{"id": "ent_jane"}],
+                "graph": {"max_depth": 2, "relations": ["works_at", "owns"]},
+            },
+            200,
+        ),
+        (
+            {
+                "task": SALES_TASK,
+                "query": "quokkaexpired",
+                "as_of": "2025-06-01T00:00:00Z",
+                "include_historical": True,
+                "kinds": ["memory", "edge"],
+                "depth": "fast",
+            },
+            200,
+        ),
         ({"task": SALES_TASK, "query": "wombatfuture", "as_of": "2099-01-01T00:00:00+02:00"}, 403),  # as_of_in_future
     ]
     for body, status in calls:
@@ -119,7 +142,10 @@ def test_every_recorded_input_and_result_matches_the_schemas(sqlite_url: str, tm
     items = [e for e in entries if e["path"] == "gateway/items"]
     assert seen["request"] >= 7 and seen["items"] >= 4
     assert {tuple(e["result"]["reasons"]) for e in requests if not e["result"]["allow"]} >= {
-        ("task_not_granted",), ("unknown_task_type",), ("as_of_in_future",)}
+        ("task_not_granted",),
+        ("unknown_task_type",),
+        ("as_of_in_future",),
+    }
     assert any(e["input"]["request"].get("as_of") and e["input"]["request"].get("include_historical") for e in requests)
     assert any(e["input"].get("entities") for e in items)  # linked entity envelopes were sent
     assert any(i["kind"] == "edge" for e in items for i in e["input"]["items"])  # the graph walk

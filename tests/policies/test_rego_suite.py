@@ -22,13 +22,14 @@ def test_project_rego_tests_all_pass() -> None:
 
 def test_runner_reports_a_failing_and_an_erroring_test(policy_copy: Path) -> None:
     (policy_copy / "gateway/extra_test.rego").write_text(
-        "package gateway.extra_test\n\ntest_fails if { false }\n\ntest_errors if { time.parse_rfc3339_ns(\"nope\") > 0 }\n\ntest_passes if { true }\n"
+        'package gateway.extra_test\n\ntest_fails if { false }\n\ntest_errors if { time.parse_rfc3339_ns("nope") > 0 }\n\ntest_passes if { true }\n'
     )
     outcome = {r.name: r.passed for r in run_rego_tests(policy_copy) if r.package == "gateway.extra_test"}
     assert outcome == {"test_fails": False, "test_errors": False, "test_passes": True}
 
 
 # ---------------------------------------------------------------- a platform team's own tools agree
+
 
 def test_opa_test_runs_the_same_tests_and_passes_them_all() -> None:
     """`opa test policies/` on the real binary: every test the gateway's runner finds, each passing."""

@@ -21,8 +21,11 @@ log = logging.getLogger("gateway.http")
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates" / "audit"
 ENVIRONMENT = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, undefined=jinja2.StrictUndefined,
-    trim_blocks=True, lstrip_blocks=True,
+    loader=jinja2.FileSystemLoader(TEMPLATES),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
 )
 STYLE = (TEMPLATES / "page.css").read_text()
 # No script runs on these pages; the one inline style block is allowed by its hash.

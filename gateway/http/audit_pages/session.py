@@ -73,8 +73,9 @@ def _mac(key: bytes, sid: str, key_id: str, created_at: datetime) -> str:
     return hmac.new(key, message, hashlib.sha256).hexdigest()
 
 
-def open_session(engine: Engine, key: bytes, key_id: str, minutes: int, now: datetime | None = None,
-                 replacing: str | None = None) -> tuple[str, OpenSession]:
+def open_session(
+    engine: Engine, key: bytes, key_id: str, minutes: int, now: datetime | None = None, replacing: str | None = None
+) -> tuple[str, OpenSession]:
     """A new session for the key `key_id`: its cookie token (to the browser only) and its row. Dead
     rows go first (a bounded number), and the session of the cookie `replacing`, if any."""
     now = to_utc(now or utc_now())
@@ -86,10 +87,15 @@ def open_session(engine: Engine, key: bytes, key_id: str, minutes: int, now: dat
             _purge(conn, now, minutes)
             if replacing is not None and TOKEN.fullmatch(replacing):
                 conn.execute(delete(session_table).where(session_table.c.id == session_id(key, replacing)))
-            conn.execute(insert(session_table).values(
-                id=sid, key_id=key_id, created_at=now, expires_at=opened.expires_at,
-                mac=_mac(key, sid, key_id, now),
-            ))
+            conn.execute(
+                insert(session_table).values(
+                    id=sid,
+                    key_id=key_id,
+                    created_at=now,
+                    expires_at=opened.expires_at,
+                    mac=_mac(key, sid, key_id, now),
+                )
+            )
     except SQLAlchemyError as exc:
         raise StoreUnavailable(f"the session could not be stored: {type(exc).__name__}") from exc
     return token, opened
@@ -98,10 +104,11 @@ def open_session(engine: Engine, key: bytes, key_id: str, minutes: int, now: dat
 def _purge(conn: Connection, now: datetime, minutes: int) -> None:
     """Delete up to PURGE_LIMIT sessions that can no longer open a page: expired, or older than the
     lifetime cap."""
-    dead = (select(session_table.c.id)
-            .where(or_(session_table.c.expires_at <= now,
-                       session_table.c.created_at <= now - timedelta(minutes=minutes)))
-            .limit(PURGE_LIMIT))
+    dead = (
+        select(session_table.c.id)
+        .where(or_(session_table.c.expires_at <= now, session_table.c.created_at <= now - timedelta(minutes=minutes)))
+        .limit(PURGE_LIMIT)
+    )
     ids = list(conn.execute(dead).scalars())
     if ids:
         conn.execute(delete(session_table).where(session_table.c.id.in_(ids)))

@@ -68,8 +68,10 @@ def _check_origin(request: Request) -> None:
     origin = request.headers.get("origin")
     if origin is None:
         if request.headers.get("sec-fetch-site") != "same-origin":
-            raise Forbidden("This form can only be sent from the audit page itself, and this request did not say "
-                            "where it came from (no Origin header).")
+            raise Forbidden(
+                "This form can only be sent from the audit page itself, and this request did not say "
+                "where it came from (no Origin header)."
+            )
         return
     if urlsplit(origin).netloc != request.headers.get("host"):
         raise Forbidden("This form can only be sent from the audit page itself.")
@@ -100,15 +102,25 @@ async def list_page(call: Call) -> tuple[int, Response]:
         filters, after = page_query(params)
     except BadRequest as exc:
         call.trace.error_code = exc.code
-        return page(exc.status, "list.html", actor, filters=values, error=exc.message, rows=[], older=None, newest=None,
-                    decisions=KNOWN_DECISIONS)
+        return page(
+            exc.status,
+            "list.html",
+            actor,
+            filters=values,
+            error=exc.message,
+            rows=[],
+            older=None,
+            newest=None,
+            decisions=KNOWN_DECISIONS,
+        )
     rows, last = await anyio.to_thread.run_sync(list_traces, call.context.store, actor.tenant, filters, after, PAGE_SIZE)
     call.trace.lineage.audit_read = AuditReadRecord(listed=len(rows))
     rows = [{**row, "href": "/audit/traces/" + quote(row["trace_id"], safe="")} for row in rows]
     older = "/audit?" + urlencode({**chosen, "cursor": f"c_{last}"}) if last is not None else None
     newest = "/audit?" + urlencode(chosen) if after is not None else None
-    return page(200, "list.html", actor, filters=values, error=None, rows=rows, older=older, newest=newest,
-                decisions=KNOWN_DECISIONS)
+    return page(
+        200, "list.html", actor, filters=values, error=None, rows=rows, older=older, newest=newest, decisions=KNOWN_DECISIONS
+    )
 
 
 async def trace_page(call: Call) -> tuple[int, Response]:
@@ -122,10 +134,17 @@ async def trace_page(call: Call) -> tuple[int, Response]:
         raise NotFound(UNKNOWN_TRACE)
     call.trace.lineage.audit_read = AuditReadRecord(trace=found["trace_id"])
     lineage = read_lineage(found.get("lineage"))
-    return page(200, "trace.html", actor, trace=found, stages=lineage_stages(found), channel=lineage.channel or "http",
-                reasons=lineage.decision.reasons if lineage.decision else [],
-                sources=sorted((name, s.wire()) for name, s in (lineage.sources or {}).items()),
-                lineage_json=json.dumps(found.get("lineage") or {}, indent=2, sort_keys=True))
+    return page(
+        200,
+        "trace.html",
+        actor,
+        trace=found,
+        stages=lineage_stages(found),
+        channel=lineage.channel or "http",
+        reasons=lineage.decision.reasons if lineage.decision else [],
+        sources=sorted((name, s.wire()) for name, s in (lineage.sources or {}).items()),
+        lineage_json=json.dumps(found.get("lineage") or {}, indent=2, sort_keys=True),
+    )
 
 
 async def verify_page(call: Call) -> tuple[int, Response]:
@@ -174,13 +193,27 @@ async def sign_in(call: Call) -> tuple[int, Response]:
     if ROLE not in actor.roles:
         return refuse(call, Forbidden, "This key does not have the auditor role.")
     key_id, minutes = match.group(1), call.context.settings.audit_session_minutes
-    token, opened = await anyio.to_thread.run_sync(functools.partial(
-        open_session, call.context.store, _session_key(call.context), key_id, minutes,
-        replacing=call.request.cookies.get(SESSION_COOKIE)))
+    token, opened = await anyio.to_thread.run_sync(
+        functools.partial(
+            open_session,
+            call.context.store,
+            _session_key(call.context),
+            key_id,
+            minutes,
+            replacing=call.request.cookies.get(SESSION_COOKIE),
+        )
+    )
     call.trace.lineage.audit_session = {"key_id": key_id, "session": opened.ref, "expires_at": opened.expires_at.isoformat()}
     response = redirect_home()
-    response.set_cookie(SESSION_COOKIE, token, max_age=minutes * 60, path="/audit", secure=call.request.url.scheme == "https",
-                        httponly=True, samesite="strict")
+    response.set_cookie(
+        SESSION_COOKIE,
+        token,
+        max_age=minutes * 60,
+        path="/audit",
+        secure=call.request.url.scheme == "https",
+        httponly=True,
+        samesite="strict",
+    )
     return 303, response
 
 

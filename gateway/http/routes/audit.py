@@ -45,8 +45,13 @@ def review_query(params: QueryParams, others: frozenset[str], unknown: str) -> t
         if not match:
             raise BadRequest("cursor: not a cursor this page issued")
         after = int(match.group(1))
-    filters = Filters(actor=params.get("actor") or None, task=params.get("task") or None,
-                      decision=params.get("decision") or None, item=params.get("item") or None, **instants)
+    filters = Filters(
+        actor=params.get("actor") or None,
+        task=params.get("task") or None,
+        decision=params.get("decision") or None,
+        item=params.get("item") or None,
+        **instants,
+    )
     return filters, after
 
 
@@ -127,7 +132,7 @@ async def report_usage(call: Call) -> tuple[int, dict[str, Any]]:
     body = await call.json()
     used = body.get("used") if isinstance(body, dict) else None
     if not isinstance(used, list) or len(used) > 200 or not all(isinstance(i, str) for i in used) or set(body) != {"used"}:
-        raise BadRequest("used: expected {\"used\": [item ids]} with at most 200 ids")
+        raise BadRequest('used: expected {"used": [item ids]} with at most 200 ids')
     packed = set(read_lineage(found["lineage"]).packed or ())
     kept = sorted({i for i in used if i in packed})
     call.trace.lineage.used, call.trace.lineage.not_returned_by_that_call = kept, len(set(used)) - len(kept)
@@ -142,7 +147,7 @@ async def report_feedback(call: Call) -> tuple[int, dict[str, Any]]:
     call.trace.decision = "write"
     body = await call.json()
     if not isinstance(body, dict) or set(body) - {"rating", "comment"}:
-        raise BadRequest("body: expected {\"rating\": 1..5, \"comment\": \"...\"}")
+        raise BadRequest('body: expected {"rating": 1..5, "comment": "..."}')
     rating, comment = body.get("rating"), body.get("comment")
     if not isinstance(rating, int) or isinstance(rating, bool) or not 1 <= rating <= 5:
         raise BadRequest("rating: expected a whole number from 1 to 5")
@@ -164,8 +169,12 @@ async def verify_chain(call: Call) -> tuple[int, dict[str, Any]]:
 
 def verify_record(report: dict[str, Any]) -> AuditVerifyRecord:
     """What a verify call found, for its own audit row."""
-    return AuditVerifyRecord(ok=report["ok"], rows=sum(c["rows"] for c in report["chains"].values()),
-                             checkpointed=report.get("checkpointed"), not_yet_checkpointed=report.get("not_yet_checkpointed"))
+    return AuditVerifyRecord(
+        ok=report["ok"],
+        rows=sum(c["rows"] for c in report["chains"].values()),
+        checkpointed=report.get("checkpointed"),
+        not_yet_checkpointed=report.get("not_yet_checkpointed"),
+    )
 
 
 async def verify_route(request: Request) -> Response:

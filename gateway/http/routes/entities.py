@@ -38,7 +38,9 @@ async def put_entity(call: Call) -> tuple[int, dict[str, Any]]:
         raise BadRequest("id: differs from the id in the path")
     if body.get("kind", "entity") != "entity":
         raise BadRequest("kind: this endpoint writes entities")
-    report = await anyio.to_thread.run_sync(ingest, call.context.store, actor.tenant, [{**body, "id": entity_id, "kind": "entity"}])
+    report = await anyio.to_thread.run_sync(
+        ingest, call.context.store, actor.tenant, [{**body, "id": entity_id, "kind": "entity"}]
+    )
     if report.created or report.updated:
         call.context.nudge_workers()
     call.trace.lineage.entity = WriteRecord(created=report.created, updated=report.updated, rejected=len(report.rejected))

@@ -25,8 +25,13 @@ async def write_items(call: Call, entries: list[Any]) -> tuple[int, dict[str, An
     report = await anyio.to_thread.run_sync(ingest, call.context.store, call.actor.tenant, entries)
     if report.created or report.updated:
         call.context.nudge_workers()
-    call.trace.lineage.ingest = WriteRecord(received=len(entries), created=report.created, updated=report.updated,
-                                            unchanged=report.unchanged, rejected=len(report.rejected))
+    call.trace.lineage.ingest = WriteRecord(
+        received=len(entries),
+        created=report.created,
+        updated=report.updated,
+        unchanged=report.unchanged,
+        rejected=len(report.rejected),
+    )
     return 200, report.as_dict()
 
 

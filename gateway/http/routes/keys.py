@@ -52,9 +52,17 @@ async def create_key(call: Call) -> tuple[int, dict[str, Any]]:
         new = NewKey.model_validate(body)
     except ValidationError as exc:
         raise SchemaError(describe_validation_error(exc)) from exc
-    token = await anyio.to_thread.run_sync(functools.partial(
-        create_api_key, call.context.store, tenant=call.actor.tenant, principal=new.principal,
-        roles=new.roles, groups=new.groups, clearance=new.clearance))
+    token = await anyio.to_thread.run_sync(
+        functools.partial(
+            create_api_key,
+            call.context.store,
+            tenant=call.actor.tenant,
+            principal=new.principal,
+            roles=new.roles,
+            groups=new.groups,
+            clearance=new.clearance,
+        )
+    )
     key_id = token.split("_")[1]  # gw_<id>_<secret>
     call.trace.lineage.keys = {"created": key_id}
     created = await anyio.to_thread.run_sync(list_api_keys, call.context.store, call.actor.tenant, key_id)
@@ -66,7 +74,11 @@ async def revoke_key(call: Call) -> tuple[int, dict[str, Any]]:
     call.trace.decision = "write"
     key_id = str(call.request.path_params["key_id"])
     revoked = await anyio.to_thread.run_sync(revoke_api_key, call.context.store, key_id, call.actor.tenant)
-    call.trace.lineage.keys = {"revoked": revoked["id"], "changed": revoked["changed"], "sessions_ended": revoked["sessions_ended"]}
+    call.trace.lineage.keys = {
+        "revoked": revoked["id"],
+        "changed": revoked["changed"],
+        "sessions_ended": revoked["sessions_ended"],
+    }
     return 200, revoked
 
 

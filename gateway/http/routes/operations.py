@@ -31,16 +31,22 @@ async def readyz(request: Request) -> JSONResponse:
     if checkpointer is not None:  # a signer that started without its checkpoints vouches for nothing it found
         checks["audit_checkpoints"] = checkpointer.readiness()
     ready = all(v == "ok" for v in checks.values())
-    return JSONResponse({"status": "ready" if ready else "not ready", "checks": checks, "admission": load},
-                        status_code=200 if ready else 503)
+    return JSONResponse(
+        {"status": "ready" if ready else "not ready", "checks": checks, "admission": load}, status_code=200 if ready else 503
+    )
 
 
 @requires()
 async def _policy(call: Call) -> tuple[int, dict[str, Any]]:
     policy = call.context.policy
     last = policy.last.as_json() if policy.last is not None else None
-    body = {"engine": policy.name, "revision": policy.revision, "label": policy.bundle.label,
-            "loaded_at": policy.loaded_at.isoformat(), "last_reload": last}
+    body = {
+        "engine": policy.name,
+        "revision": policy.revision,
+        "label": policy.bundle.label,
+        "loaded_at": policy.loaded_at.isoformat(),
+        "last_reload": last,
+    }
     # Where the policies are read from (a server path, a bundle server) is the platform's business:
     # any other caller, a tenant's own policy_admin included, learns only which revision decides its calls.
     if _platform_admin(call):
@@ -70,8 +76,10 @@ async def _reload(call: Call) -> tuple[int, dict[str, Any]]:
     if result.status == "rejected":
         call.trace.error_code = "policy_rejected"
         message = f"the new policy revision was refused; {result.revision} keeps serving"
-        return 422, {"error": {"code": "policy_rejected", "message": message, "trace_id": call.trace.trace_id},
-                     "reload": result.as_json()}
+        return 422, {
+            "error": {"code": "policy_rejected", "message": message, "trace_id": call.trace.trace_id},
+            "reload": result.as_json(),
+        }
     return 200, {"reload": result.as_json()}
 
 

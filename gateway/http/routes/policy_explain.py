@@ -34,8 +34,13 @@ async def handle(call: Call) -> tuple[int, dict[str, Any]]:
     bundle = inline_bundle(body["policies"]) if body.get("policies") is not None else None
     context, now = call.context, utc_now()
     subjects = request_subjects(context.connectors.exact, actor, request)
-    note: dict[str, Any] = {"actor": actor.principal, "task": request.task.type, "items": len(ids),
-                            "in_force": context.policy.revision, "candidate": bundle and bundle.revision}
+    note: dict[str, Any] = {
+        "actor": actor.principal,
+        "task": request.task.type,
+        "items": len(ids),
+        "in_force": context.policy.revision,
+        "candidate": bundle and bundle.revision,
+    }
     call.trace.lineage.policy_explain = note
     with call.admitted(1 + (CANDIDATE_COST if bundle else 0)):
         in_force = await explain(context.policy, context.store, actor, request, ids, now, subjects)

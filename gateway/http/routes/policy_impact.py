@@ -47,9 +47,11 @@ async def handle(call: Call) -> tuple[int, dict[str, Any]]:
         finally:
             await candidate.aclose()
     call.trace.lineage.policy_impact = {
-        "candidate_revision": report["candidate_revision"], "replayed": report["replayed"],
+        "candidate_revision": report["candidate_revision"],
+        "replayed": report["replayed"],
         "flips": sum(g["count"] for groups in report["flips"].values() for g in groups),
-        "newly_allowed": report["items"]["newly_allowed"]["count"], "newly_denied": report["items"]["newly_denied"]["count"],
+        "newly_allowed": report["items"]["newly_allowed"]["count"],
+        "newly_denied": report["items"]["newly_denied"]["count"],
     }
     return 200, {**report, "summary": summary(report)}
 

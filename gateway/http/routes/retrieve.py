@@ -18,7 +18,11 @@ async def handle(call: Call) -> tuple[int, dict[str, Any]]:
     """Admitted at the cost its body implies (a deep walk, synthesis and large budgets cost more)."""
     actor = call.actor
     request = parse_retrieve(await call.json())
-    attributes = {"gen_ai.operation.name": "retrieval", "gen_ai.data_source.id": "gateway", "gateway.mode": request.effective_mode}
+    attributes = {
+        "gen_ai.operation.name": "retrieval",
+        "gen_ai.data_source.id": "gateway",
+        "gateway.mode": request.effective_mode,
+    }
     with call.admitted(retrieve_cost(request, call.context.settings.default_budget_bytes)), layer("retrieval", attributes):
         body = await call.context.pipeline.run(actor, request, call.trace)
     return 200, body

@@ -145,7 +145,7 @@ def _check_plain(text: str, key: str, number: int) -> None:
     if not text:
         raise BadRequest(f"{where}: empty value")
     if text[0] in _PLAIN_FORBIDDEN_START or text.startswith(("- ", "? ")) or text == "-":
-        raise BadRequest(f"{where}: unsupported syntax; quote the value (\"...\") if it is a string")
+        raise BadRequest(f'{where}: unsupported syntax; quote the value ("...") if it is a string')
     if ": " in text or text.endswith(":"):
         raise BadRequest(f"{where}: a value containing ': ' must be quoted; nested mappings are not supported")
 
