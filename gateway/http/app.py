@@ -19,27 +19,9 @@ from core.errors import GatewayError, MethodNotAllowed, NotFound, where
 from core.store import close_store
 from gateway.background import lease_for, run_background
 from gateway.context import GatewayContext, build_context
-from gateway.http import audit_pages
 from gateway.http.errors import error_answer
-from gateway.http.mcp import MCP_PATH, METADATA_PATH, ProtectedResource, mcp_endpoint
-from gateway.http.openapi import openapi_route
-from gateway.http.routes.audit import (
-    export_route,
-    feedback_route,
-    proof_route,
-    trace_route,
-    traces_route,
-    usage_route,
-    verify_route,
-)
-from gateway.http.routes.documents import document_route
-from gateway.http.routes.entities import edges_route, entity_route, merge_route
-from gateway.http.routes.ingest import items_route
-from gateway.http.routes.keys import key_route, keys_route
-from gateway.http.routes.operations import healthz, policy_reload_route, policy_route, readyz
-from gateway.http.routes.policy_explain import policy_explain_route
-from gateway.http.routes.policy_impact import policy_impact_route
-from gateway.http.routes.retrieve import retrieve_route
+from gateway.http.mcp import MCP_PATH, ProtectedResource, mcp_endpoint
+from gateway.http.table import routes
 from gateway.http.traced import refusal, traced
 from gateway.reloads import follow, watch
 from gateway.settings import Settings
@@ -129,38 +111,8 @@ def create_app(
     # setting when nothing is published), so every configuration serves the same OpenAPI document.
     resource = ProtectedResource.of(settings)
     mcp = [Route(MCP_PATH, mcp_endpoint(settings, resource))] if settings.mcp else []
-    return Starlette(
-        routes=[
-            Route("/healthz", healthz, methods=["GET"]),
-            Route("/readyz", readyz, methods=["GET"]),
-            Route("/openapi.json", openapi_route, methods=["GET"]),
-            Route(METADATA_PATH, resource.route, methods=["GET"]),
-            Route("/v1/retrieve", retrieve_route, methods=["POST"]),
-            Route("/v1/items", items_route, methods=["PUT"]),
-            Route("/v1/documents/{document_id}", document_route, methods=["PUT"]),
-            Route("/v1/entities/{entity_id}", entity_route, methods=["PUT", "DELETE"]),
-            Route("/v1/entities/{entity_id}/merge", merge_route, methods=["POST"]),
-            Route("/v1/edges", edges_route, methods=["PUT"]),
-            Route("/v1/policy", policy_route, methods=["GET"]),
-            Route("/v1/policy/explain", policy_explain_route, methods=["POST"]),
-            Route("/v1/policy/reload", policy_reload_route, methods=["POST"]),
-            Route("/v1/policy/impact", policy_impact_route, methods=["POST"]),
-            Route("/v1/keys", keys_route, methods=["GET", "POST"]),
-            Route("/v1/keys/{key_id}", key_route, methods=["DELETE"]),
-            Route("/v1/audit/verify", verify_route, methods=["GET"]),
-            Route("/v1/audit/traces", traces_route, methods=["GET"]),
-            Route("/v1/audit/traces/{trace_id}", trace_route, methods=["GET"]),
-            Route("/v1/audit/traces/{trace_id}/proof", proof_route, methods=["GET"]),
-            Route("/v1/audit/export", export_route, methods=["GET"]),
-            Route("/v1/traces/{trace_id}/usage", usage_route, methods=["POST"]),
-            Route("/v1/traces/{trace_id}/feedback", feedback_route, methods=["POST"]),
-            Route("/audit", audit_pages.list_route, methods=["GET"]),
-            Route("/audit/sign-in", audit_pages.sign_in_route, methods=["POST"]),
-            Route("/audit/sign-out", audit_pages.sign_out_route, methods=["POST"]),
-            Route("/audit/traces/{trace_id}", audit_pages.trace_route, methods=["GET"]),
-            Route("/audit/verify", audit_pages.verify_route, methods=["GET"]),
-            *mcp,
-        ],
+    app = Starlette(
+        routes=[*routes(), *mcp],  # every declared operation (gateway/http/table.py), and the MCP transport
         exception_handlers={
             404: unknown_route,  # a status handler takes the router's HTTPException before the class handler
             405: method_not_allowed,
@@ -170,3 +122,5 @@ def create_app(
         },
         lifespan=lifespan,
     )
+    app.state.resource = resource  # the OAuth metadata route's (gateway/http/mcp.py)
+    return app

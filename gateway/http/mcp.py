@@ -48,6 +48,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Message, Receive, Scope, Send
 
+from api.service import Error
 from audit.trace import TraceBuilder
 from core.errors import BadRequest, DeadlineExceeded, Forbidden, MethodNotAllowed, NotFound, SchemaError, Unauthenticated
 from core.request import IDENTITY_FIELDS, RetrieveRequest, Strict
@@ -55,6 +56,7 @@ from core.validation import describe_validation_error
 from gateway.admission import DOOR_COURTESY_MAX_S, give_way
 from gateway.context import GatewayContext
 from gateway.http.errors import error_answer
+from gateway.http.operation import Operation, json_answer, ref
 from gateway.http.routes.audit import report_feedback, report_usage
 from gateway.http.routes.retrieve import handle as retrieve_handler
 from gateway.http.traced import Answer, Call, Handler, governed, read_body, requires, traced, unrendered
@@ -592,3 +594,52 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 
 def mcp_endpoint(settings: Settings, resource: ProtectedResource) -> McpEndpoint:
     return McpEndpoint(build_server(), settings.mcp_origins, settings.max_body_bytes, resource)
+
+
+async def metadata_route(request: Request) -> JSONResponse:
+    """The metadata of the app's /mcp: the app keeps its `ProtectedResource` (made from its settings)."""
+    resource: ProtectedResource = request.app.state.resource
+    return await resource.route(request)
+
+
+# The operations this module serves (gateway/http/operation.py).
+OPERATIONS = (
+    Operation(
+        METADATA_PATH,
+        "get",
+        metadata_route,
+        "The OAuth 2.0 protected-resource metadata of /mcp (RFC 9728)",
+        "operations",
+        {
+            "200": json_answer(
+                "`resource` is the URL of /mcp, `authorization_servers` the JWT issuer (`GATEWAY_JWT_ISSUER`)",
+                ref(ProtectedResourceMetadata),
+                traced=False,
+                headers={
+                    "Cache-Control": {
+                        "required": True,
+                        "schema": {"enum": [METADATA_CACHE, METADATA_CACHE_BY_HOST]},
+                        "description": "public with GATEWAY_PUBLIC_URL; private, with `Vary: Host`, "
+                        "when the answer names the request's Host",
+                    },
+                    "Vary": {"schema": {"const": "Host"}},
+                },
+            ),
+            "400": json_answer(
+                "`bad_request`: the request's Host names no URL (`GATEWAY_PUBLIC_URL` takes it out of the answer)",
+                ref(Error),
+                traced=False,
+            ),
+            "404": json_answer(
+                "`not_found`: nothing is published: no `GATEWAY_JWT_ISSUER`, one that is not an http(s) URL, no JWT "
+                "key, or no /mcp (one message for all of them; the service's log says which)",
+                ref(Error),
+                traced=False,
+            ),
+        },
+        auth=None,
+        description="Where an OAuth-capable MCP client finds the authorization server of the gateway's JWTs; every 401 of "
+        "/mcp names this URL in its `WWW-Authenticate` (`resource_metadata`) when it is published. Public and "
+        "holding no data, like /healthz: not audited.",
+    ),
+)

@@ -1,100 +1,12 @@
-"""The item envelope: ``ItemIn``, one item as written over HTTP, from a file or from a document section.
-
-Both ``gateway.writes.items`` (ingest) and ``gateway.writes.documents`` (front matter checks) import it.
-"""
+"""The item envelope, ``ItemIn``: one item as written over HTTP, from a file or from a document
+section. The model is the contract's (api/writes.py); this module names it for the writes."""
 
 from __future__ import annotations
 
-import re
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-
-from core.instants import parse_rfc3339
-
-ID = r"^[A-Za-z0-9_.:@-]{1,200}$"
-PRINCIPAL = re.compile(r"^(\*|(user|group|role):[A-Za-z0-9_.@:-]{1,200})$")
-NAME = r"^[A-Za-z0-9_.:-]{1,200}$"
-MAX_TEXT_CHARS = 100_000
-MAX_SECTION_CHARS = 500
-MAX_WEIGHT = 1_000_000  # an edge's weight is finite, from -MAX_WEIGHT to MAX_WEIGHT
-
-
-class ItemIn(BaseModel):
-    """One item as written over HTTP or from a file. The tenant is never part of it."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    id: str = Field(pattern=ID)
-    kind: Literal["entity", "property", "memory", "document", "edge"]
-    text: str | None = Field(default=None, max_length=MAX_TEXT_CHARS)
-    value: Any = None
-    name: str | None = Field(default=None, max_length=500)
-    entity: str | None = Field(default=None, pattern=ID)
-    section: str | None = Field(default=None, max_length=MAX_SECTION_CHARS)
-    document: str | None = Field(default=None, pattern=ID)
-    entity_type: Literal["contact", "company"] | None = None
-    email: str | None = Field(default=None, max_length=320)
-    website: str | None = Field(default=None, max_length=2000)
-    phone: str | None = Field(default=None, max_length=50)
-    relation: str | None = Field(default=None, pattern=NAME)
-    from_: str | None = Field(default=None, alias="from", pattern=ID)
-    to: str | None = Field(default=None, pattern=ID)
-    confidence: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
-    weight: float | None = Field(default=None, ge=-MAX_WEIGHT, le=MAX_WEIGHT, allow_inf_nan=False)
-    tags: list[str] = Field(default_factory=list, max_length=50)
-    acl: list[str] = Field(min_length=1, max_length=200)
-    sensitivity: Literal["public", "internal", "confidential", "restricted"] = "internal"
-    valid_from: str | None = None
-    valid_to: str | None = None
-    scope: list[str] = Field(default_factory=list, max_length=50)
-    authority: Literal["approved", "reviewed", "unreviewed", "speculative"] = "unreviewed"
-    status: Literal["active", "superseded", "disputed", "retracted", "pending_deletion"] = "active"
-    slot: str | None = Field(default=None, max_length=500)
-    attached_to: str | None = Field(default=None, pattern=ID)
-    source: dict[str, str] | None = None
-    recorded_at: str | None = None
-
-    @field_validator("acl")
-    @classmethod
-    def principals_are_well_formed(cls, acl: list[str]) -> list[str]:
-        for principal in acl:
-            if not PRINCIPAL.match(principal):
-                raise ValueError("each principal is user:ID, group:ID, role:ID or *")
-        return acl
-
-    @field_validator("scope", "tags")
-    @classmethod
-    def names_are_well_formed(cls, names: list[str]) -> list[str]:
-        for name in names:
-            if not re.match(NAME, name):
-                raise ValueError("names use letters, digits and _.:- only")
-        return names
-
-    @field_validator("valid_from", "valid_to", "recorded_at")
-    @classmethod
-    def instants_are_rfc3339(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_rfc3339(value)
-        return value
-
-    @field_validator("source")
-    @classmethod
-    def source_has_known_keys(cls, source: dict[str, str] | None) -> dict[str, str] | None:
-        if source is not None and not set(source) <= {"system", "uri"}:
-            raise ValueError("source takes only system and uri")
-        return source
-
-    @model_validator(mode="after")
-    def fits_its_kind(self) -> "ItemIn":
-        if self.kind in ("memory", "document") and not (self.text and self.text.strip()):
-            raise ValueError(f"a {self.kind} needs non-empty text")
-        if self.kind == "property" and (not self.name or self.value is None):
-            raise ValueError("a property needs name and value")
-        if self.kind == "entity" and self.entity_type is None:
-            raise ValueError("an entity needs entity_type (contact or company)")
-        if self.kind == "edge" and not (self.from_ and self.to and self.relation):
-            raise ValueError("an edge needs from, to and relation")
-        if self.valid_from and self.valid_to and parse_rfc3339(self.valid_to) <= parse_rfc3339(self.valid_from):
-            raise ValueError("valid_to must be after valid_from")
-        return self
+from api.writes import ID as ID  # re-exported
+from api.writes import MAX_SECTION_CHARS as MAX_SECTION_CHARS
+from api.writes import MAX_TEXT_CHARS as MAX_TEXT_CHARS
+from api.writes import MAX_WEIGHT as MAX_WEIGHT
+from api.writes import NAME as NAME
+from api.writes import PRINCIPAL as PRINCIPAL
+from api.writes import ItemIn as ItemIn

@@ -22,6 +22,8 @@ from gateway.auth import KEY_PATTERN
 from gateway.context import GatewayContext
 from gateway.http.audit_pages.render import as_page, forget_session, page, redirect_home, sign_in_form
 from gateway.http.audit_pages.session import SESSION_COOKIE, SignedOut, end_session, find_session, open_session, session_key
+from gateway.http.operation import CURSOR, REDIRECT, REVIEW_FILTERS, STRING, TRACE_ID, Operation, obj, page_answers
+from gateway.http.operation import page as page_answer
 from gateway.http.routes.audit import FILTER_NAMES, review_query, verify_record
 from gateway.http.traced import Call, traced
 
@@ -251,3 +253,80 @@ async def sign_in_route(request: Request) -> Response:
 
 async def sign_out_route(request: Request) -> Response:
     return await traced(request, "audit_sign_out", as_page(sign_out))
+
+
+# The operations this module serves (gateway/http/operation.py).
+OPERATIONS = (
+    Operation(
+        "/audit",
+        "get",
+        list_route,
+        "The audit page: the sign-in form, or the tenant's traces",
+        "audit pages",
+        page_answers(
+            {"200": page_answer("The sign-in form, or a page of traces")},
+            {400: "A bad filter, shown on the page", 401: "The session is not valid any more: the sign-in form"},
+        ),
+        auth="session",
+        parameters=(*REVIEW_FILTERS, CURSOR),
+    ),
+    Operation(
+        "/audit/sign-in",
+        "post",
+        sign_in_route,
+        "Open a session with an auditor key",
+        "audit pages",
+        page_answers(
+            {"303": {**REDIRECT, "headers": {**REDIRECT["headers"], "Set-Cookie": {"schema": STRING}}}},
+            {
+                400: "Not a form",
+                401: "The key was not accepted",
+                403: "Not from this page, or not an auditor's key",
+                413: "The body is too large",
+            },
+        ),
+        auth=None,
+        body={
+            "required": True,
+            "content": {
+                "application/x-www-form-urlencoded": {
+                    "schema": obj(
+                        {"key": {"type": "string", "description": "An API key with the auditor role"}}, required=["key"]
+                    )
+                }
+            },
+        },
+        description="Accepted from the audit page only: the `Origin` header must name this host.",
+    ),
+    Operation(
+        "/audit/sign-out",
+        "post",
+        sign_out_route,
+        "End the session",
+        "audit pages",
+        page_answers({"303": REDIRECT}, {403: "Not from this page"}),
+        auth="session",
+        description="Accepted from the audit page only: the `Origin` header must name this host.",
+    ),
+    Operation(
+        "/audit/traces/{trace_id}",
+        "get",
+        trace_route,
+        "One trace as a page",
+        "audit pages",
+        page_answers(
+            {"200": page_answer("The trace")}, {401: "Not signed in: the sign-in form", 404: "No such trace in the tenant"}
+        ),
+        auth="session",
+        parameters=(TRACE_ID,),
+    ),
+    Operation(
+        "/audit/verify",
+        "get",
+        verify_route,
+        "The chain check as a page",
+        "audit pages",
+        page_answers({"200": page_answer("The chain check")}, {401: "Not signed in: the sign-in form"}),
+        auth="session",
+    ),
+)

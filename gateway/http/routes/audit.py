@@ -12,11 +12,28 @@ from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
 
+from api.audit import FeedbackRequest, FeedbackResult, Trace, TraceList, TraceProof, UsageRequest, UsageResult, VerifyReport
 from audit.lineage import AuditReadRecord, AuditVerifyRecord, FeedbackRecord, read_lineage
 from audit.review import MAX_PAGE, Filters, export, get_trace, list_traces
 from core.errors import BadRequest, NotFound
 from core.instants import parse_rfc3339
 from core.validation import ascii_int
+from gateway.http.operation import (
+    CURSOR as CURSOR_PARAMETER,
+)
+from gateway.http.operation import (
+    NDJSON,
+    REVIEW_FILTERS,
+    STRING,
+    TRACE_ID,
+    TRACE_ID_HEADER,
+    Operation,
+    json_answer,
+    json_body,
+    query_parameter,
+    ref,
+    v1,
+)
 from gateway.http.traced import Call, Stream, requires, traced
 
 UNKNOWN_TRACE = "trace: no such trace"
@@ -203,3 +220,115 @@ async def usage_route(request: Request) -> Response:
 
 async def feedback_route(request: Request) -> Response:
     return await traced(request, "feedback", report_feedback)
+
+
+# The operations this module serves (gateway/http/operation.py).
+OPERATIONS = (
+    Operation(
+        "/v1/audit/verify",
+        "get",
+        verify_route,
+        "Check the tenant's hash chain",
+        "audit",
+        v1({"200": json_answer("Where the chain breaks, if it does", ref(VerifyReport))}, errors={}),
+        role="auditor",
+    ),
+    Operation(
+        "/v1/audit/traces",
+        "get",
+        traces_route,
+        "The tenant's traces, newest first",
+        "audit",
+        v1(
+            {"200": json_answer("One page", ref(TraceList))},
+            errors={400: "an unknown parameter, a bad instant, cursor or limit"},
+        ),
+        role="auditor",
+        parameters=(
+            *REVIEW_FILTERS,
+            CURSOR_PARAMETER,
+            query_parameter("limit", "Page size", {"type": "string", "pattern": r"^\d+$", "default": "50"}),
+        ),
+    ),
+    Operation(
+        "/v1/audit/traces/{trace_id}",
+        "get",
+        trace_route,
+        "One trace, whole",
+        "audit",
+        v1(
+            {"200": json_answer("The trace with the usage and feedback its agent reported", ref(Trace))},
+            errors={404: "no such trace in this tenant"},
+        ),
+        role="auditor",
+        parameters=(TRACE_ID,),
+    ),
+    Operation(
+        "/v1/audit/traces/{trace_id}/proof",
+        "get",
+        proof_route,
+        "One trace with its inclusion proof and the signed checkpoint it is under",
+        "audit",
+        v1(
+            {"200": json_answer("The proof, for `gateway audit verify-proof`", ref(TraceProof))},
+            errors={
+                404: "no such trace in this tenant",
+                409: "no signed checkpoint with a Merkle root covers the trace yet, or this gateway signs none",
+            },
+        ),
+        role="auditor",
+        parameters=(TRACE_ID,),
+    ),
+    Operation(
+        "/v1/audit/export",
+        "get",
+        export_route,
+        "Every matching trace, streamed",
+        "audit",
+        v1(
+            {
+                "200": {
+                    "description": "One trace per line (jsonl) or row (csv), oldest first",
+                    "headers": {"x-trace-id": {**TRACE_ID_HEADER, "required": True}},
+                    "content": {NDJSON: {"schema": STRING}, "text/csv": {"schema": STRING}},
+                }
+            },
+            errors={400: "an unknown parameter, a bad instant or format"},
+        ),
+        role="auditor",
+        parameters=(*REVIEW_FILTERS, query_parameter("format", "jsonl (default) or csv", {"enum": ["jsonl", "csv"]})),
+    ),
+    Operation(
+        "/v1/traces/{trace_id}/usage",
+        "post",
+        usage_route,
+        "Report which returned items the agent used",
+        "audit",
+        v1(
+            {"200": json_answer("What was recorded", ref(UsageResult))},
+            body=True,
+            errors={400: 'malformed JSON or not `{"used": [ids]}`', 404: "not a retrieve trace of this actor"},
+        ),
+        parameters=(TRACE_ID,),
+        body=json_body(ref(UsageRequest)),
+        description="Only the actor of that retrieve call may report.",
+    ),
+    Operation(
+        "/v1/traces/{trace_id}/feedback",
+        "post",
+        feedback_route,
+        "Rate a call",
+        "audit",
+        v1(
+            {"200": json_answer("What was recorded", ref(FeedbackResult))},
+            body=True,
+            errors={
+                400: "malformed JSON, a rating not 1 to 5, a comment over 2,000 characters",
+                404: "not a retrieve trace of this actor",
+            },
+        ),
+        parameters=(TRACE_ID,),
+        body=json_body(ref(FeedbackRequest)),
+        description="Only the actor of that retrieve call may report.",
+    ),
+)

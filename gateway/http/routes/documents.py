@@ -8,7 +8,9 @@ import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import Response
 
+from api.writes import ID, DocumentReport
 from audit.lineage import DocumentRecord
+from gateway.http.operation import NOT_FOUND_ROUTE, STRING, Operation, json_answer, path_parameter, ref, v1
 from gateway.http.traced import Call, requires, traced
 from gateway.writes.documents import parse_document
 from gateway.writes.items import ingest_document
@@ -30,3 +32,32 @@ async def handle(call: Call) -> tuple[int, dict[str, Any]]:
 
 async def document_route(request: Request) -> Response:
     return await traced(request, "document", handle)
+
+
+# The operations this module serves (gateway/http/operation.py).
+OPERATIONS = (
+    Operation(
+        "/v1/documents/{document_id}",
+        "put",
+        document_route,
+        "Write a Markdown document, cut into section items",
+        "ingest",
+        v1(
+            {"200": json_answer("The document's sections as written", ref(DocumentReport))},
+            body=True,
+            errors={
+                400: "a bad document id, a body that is not UTF-8 text or holds NUL",
+                404: NOT_FOUND_ROUTE,
+                422: "a section was rejected (the report says why)",
+            },
+            also={422: ref(DocumentReport)},
+        ),
+        role="ingest",
+        parameters=(path_parameter("document_id", "The document's id", ID),),
+        body={
+            "required": True,
+            "description": "Markdown; front matter holds the envelope fields of `ItemIn` (acl is required)",
+            "content": {"text/markdown": {"schema": STRING}},
+        },
+    ),
+)

@@ -10,9 +10,21 @@ import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import Response
 
+from api.writes import IngestReport, MergeRequest, MergeResult, TombstoneResult
 from audit.lineage import ChangeRecord, WriteRecord
 from core.errors import BadRequest
 from core.validation import has_nul
+from gateway.http.operation import (
+    ENTITY_ID,
+    MERGE_ROUTE,
+    NOT_FOUND_ROUTE,
+    Operation,
+    batch_body,
+    json_answer,
+    json_body,
+    ref,
+    v1,
+)
 from gateway.http.routes.ingest import write_items
 from gateway.http.traced import Call, requires, traced
 from gateway.writes.entities import mark_pending_deletion, merge
@@ -106,3 +118,75 @@ async def merge_route(request: Request) -> Response:
 
 async def edges_route(request: Request) -> Response:
     return await traced(request, "edges", put_edges)
+
+
+# The operations this module serves (gateway/http/operation.py).
+OPERATIONS = (
+    Operation(
+        "/v1/entities/{entity_id}",
+        "put",
+        entity_route,
+        "Write an entity",
+        "ingest",
+        v1(
+            {"200": json_answer("What was written", ref(IngestReport))},
+            body=True,
+            errors={
+                400: "not a JSON object, an id other than the path's, a kind other than entity",
+                404: NOT_FOUND_ROUTE,
+                405: MERGE_ROUTE,
+                422: "the entity was rejected (the report says why)",
+            },
+            also={422: ref(IngestReport)},
+        ),
+        role="ingest",
+        parameters=(ENTITY_ID,),
+        body=json_body(ref("EntityIn")),
+    ),
+    Operation(
+        "/v1/entities/{entity_id}",
+        "delete",
+        entity_route,
+        "Mark an entity pending deletion (everything attached is hidden at once)",
+        "ingest",
+        v1(
+            {"200": json_answer("The tombstone", ref(TombstoneResult))},
+            errors={400: "not an entity id", 404: "no such entity in this tenant", 405: MERGE_ROUTE},
+        ),
+        role="ingest",
+        parameters=(ENTITY_ID,),
+    ),
+    Operation(
+        "/v1/entities/{entity_id}/merge",
+        "post",
+        merge_route,
+        "Merge an entity into a survivor",
+        "ingest",
+        v1(
+            {"200": json_answer("The merge", ref(MergeResult))},
+            body=True,
+            errors={
+                400: "malformed JSON, no `into`, unknown fields, a merge into itself",
+                404: "either entity is not in this tenant",
+                409: "the merge would close a cycle, or involves an entity pending deletion",
+            },
+        ),
+        role="ingest",
+        parameters=(ENTITY_ID,),
+        body=json_body(ref(MergeRequest)),
+    ),
+    Operation(
+        "/v1/edges",
+        "put",
+        edges_route,
+        "Write edges",
+        "ingest",
+        v1(
+            {"200": json_answer("What was written, and what was rejected and why", ref(IngestReport))},
+            body=True,
+            errors={400: "the body is neither a JSON array nor NDJSON, or names another kind"},
+        ),
+        role="ingest",
+        body=batch_body("edge", "EdgeIn"),
+    ),
+)

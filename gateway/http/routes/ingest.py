@@ -8,7 +8,9 @@ import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import Response
 
+from api.writes import IngestReport, ItemIn
 from audit.lineage import WriteRecord
+from gateway.http.operation import Operation, batch_body, json_answer, ref, v1
 from gateway.http.traced import Call, requires, traced
 from gateway.writes.items import ingest, parse_items_body
 
@@ -37,3 +39,22 @@ async def write_items(call: Call, entries: list[Any]) -> tuple[int, dict[str, An
 
 async def items_route(request: Request) -> Response:
     return await traced(request, "ingest", handle)
+
+
+# The operations this module serves (gateway/http/operation.py).
+OPERATIONS = (
+    Operation(
+        "/v1/items",
+        "put",
+        items_route,
+        "Write items (idempotent by id)",
+        "ingest",
+        v1(
+            {"200": json_answer("What was written, and what was rejected and why", ref(IngestReport))},
+            body=True,
+            errors={400: "the body is neither a JSON array nor NDJSON"},
+        ),
+        role="ingest",
+        body=batch_body("item", ItemIn),
+    ),
+)

@@ -8,26 +8,19 @@ import functools
 from typing import Any
 
 import anyio.to_thread
-from pydantic import Field, ValidationError
+from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
+from api.keys import CreatedKey, KeyList, RevokedKey
+from api.keys import NewKey as NewKey  # the contract's; named here for the route
 from core.errors import BadRequest, SchemaError
-from core.request import Strict
 from core.validation import describe_validation_error, has_nul
 from gateway.auth import create_api_key, list_api_keys, revoke_api_key
+from gateway.http.operation import Operation, json_answer, json_body, path_parameter, ref, v1
 from gateway.http.traced import Call, requires, traced
 
 ROLE = "key_admin"
-
-
-class NewKey(Strict):
-    """POST /v1/keys: who the key speaks for; its tenant is the caller's."""
-
-    principal: str = Field(max_length=300)
-    roles: list[str] = Field(default_factory=lambda: ["agent"], max_length=10)
-    groups: list[str] = Field(default_factory=list, max_length=100)
-    clearance: str = Field(default="internal", max_length=50)
 
 
 @requires(ROLE)
@@ -90,3 +83,44 @@ async def keys_route(request: Request) -> Response:
 
 async def key_route(request: Request) -> Response:
     return await traced(request, "key_revoke", revoke_key)
+
+
+# The operations this module serves (gateway/http/operation.py).
+OPERATIONS = (
+    Operation(
+        "/v1/keys",
+        "get",
+        keys_route,
+        "The tenant's API keys, revoked ones too",
+        "keys",
+        v1({"200": json_answer("The keys, oldest first", ref(KeyList))}, errors={}),
+        role="key_admin",
+    ),
+    Operation(
+        "/v1/keys",
+        "post",
+        keys_route,
+        "Create an API key in the caller's tenant",
+        "keys",
+        v1(
+            {"201": json_answer("The new key; its secret is shown this once", ref(CreatedKey))},
+            body=True,
+            errors={400: "malformed JSON, a `tenant`, a bad principal, role, group or clearance", 422: None},
+        ),
+        role="key_admin",
+        body=json_body(ref(NewKey)),
+    ),
+    Operation(
+        "/v1/keys/{key_id}",
+        "delete",
+        key_route,
+        "Revoke a key of the caller's tenant and end its audit-page sessions",
+        "keys",
+        v1(
+            {"200": json_answer("The revoked key", ref(RevokedKey))},
+            errors={400: "not a key id (16 hex digits)", 404: "no such key in this tenant"},
+        ),
+        role="key_admin",
+        parameters=(path_parameter("key_id", "The 16 hex digits after `gw_` in the key", "^[0-9a-f]{16}$"),),
+    ),
+)

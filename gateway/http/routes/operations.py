@@ -8,8 +8,11 @@ import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from api.policy import PolicyInfo, PolicyReload
+from api.service import Health, Readiness
 from core.errors import Forbidden
 from core.store import store_reachable
+from gateway.http.operation import Operation, json_answer, ref, v1
 from gateway.http.traced import Call, requires, traced
 from gateway.reloads import announce
 
@@ -85,3 +88,54 @@ async def _reload(call: Call) -> tuple[int, dict[str, Any]]:
 
 async def policy_reload_route(request: Request) -> Response:
     return await traced(request, "policy_reload", _reload)
+
+
+# The operations this module serves (gateway/http/operation.py).
+OPERATIONS = (
+    Operation(
+        "/healthz",
+        "get",
+        healthz,
+        "The process is up",
+        "operations",
+        {"200": json_answer("Up", ref(Health), traced=False)},
+        auth=None,
+    ),
+    Operation(
+        "/readyz",
+        "get",
+        readyz,
+        "Policy loaded and store reachable",
+        "operations",
+        {
+            "200": json_answer("Ready", ref(Readiness), traced=False),
+            "503": json_answer("Not ready: `checks` names the failing part", ref(Readiness), traced=False),
+        },
+        auth=None,
+    ),
+    Operation(
+        "/v1/policy",
+        "get",
+        policy_route,
+        "The loaded policy revision",
+        "policy",
+        v1({"200": json_answer("The engine and revision", ref(PolicyInfo))}, errors={}),
+    ),
+    Operation(
+        "/v1/policy/reload",
+        "post",
+        policy_reload_route,
+        "Switch to the policy source's revision now",
+        "policy",
+        v1(
+            {"200": json_answer("Switched, or unchanged", ref(PolicyReload))},
+            errors={
+                403: "the key is not a `policy_admin` of the platform tenant (`GATEWAY_PLATFORM_TENANT`)",
+                422: "the new revision was refused (`policy_rejected`; `reload.errors` says why); the old one serves on",
+            },
+        ),
+        role="policy_admin",
+        description="Reads the policy directory or bundle again; a revision that compiles and passes the probe replaces "
+        "the one in force atomically, on every worker; calls in flight finish on the revision they started with.",
+    ),
+)

@@ -7,8 +7,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from api.policy import ExplainReport, ExplainRequest
 from core.errors import BadRequest, ConfigurationError, Forbidden, PolicyUnavailable, SchemaError
 from core.instants import utc_now
+from gateway.http.operation import Operation, json_answer, json_body, ref, v1
 from gateway.http.traced import Call, requires, traced
 from gateway.pipeline.subjects import request_subjects
 from gateway.policy.candidate import inline_bundle, open_candidate
@@ -63,3 +65,32 @@ async def handle(call: Call) -> tuple[int, dict[str, Any]]:
 
 async def policy_explain_route(request: Request) -> Response:
     return await traced(request, "policy_explain", handle)
+
+
+# The operations this module serves (gateway/http/operation.py).
+OPERATIONS = (
+    Operation(
+        "/v1/policy/explain",
+        "post",
+        policy_explain_route,
+        "Explain a decision and named items for a hypothetical actor, in force or against a candidate",
+        "policy",
+        v1(
+            {
+                "200": json_answer(
+                    "The decision, its constraints, and per item the denying checks and excluding constraints",
+                    ref(ExplainReport),
+                )
+            },
+            body=True,
+            errors={
+                400: "malformed JSON, an unknown field, a bad actor, request or item id",
+                403: "an `actor.tenant` other than the caller's",
+                422: "a malformed request, or a candidate that does not compile (file:line)",
+            },
+        ),
+        role="policy_admin",
+        body=json_body(ref(ExplainRequest)),
+        description="Items are read in the caller's tenant only (another tenant's id is `not_found`); envelopes only, never text.",
+    ),
+)

@@ -9,8 +9,10 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import Response
 
+from api.policy import ImpactReport, ImpactRequest
 from core.errors import BadRequest, ConfigurationError, DeadlineExceeded, Forbidden
 from core.validation import has_nul
+from gateway.http.operation import Operation, json_answer, json_body, ref, v1
 from gateway.http.traced import Call, requires, traced
 from gateway.policy.candidate import inline_bundle, open_candidate
 from gateway.policy.impact import impact, parse_window, summary
@@ -88,3 +90,27 @@ async def _bounded(call: Call, run: Coroutine[Any, Any, dict[str, Any]]) -> dict
 
 async def policy_impact_route(request: Request) -> Response:
     return await traced(request, "policy_impact", handle)
+
+
+# The operations this module serves (gateway/http/operation.py).
+OPERATIONS = (
+    Operation(
+        "/v1/policy/impact",
+        "post",
+        policy_impact_route,
+        "Replay the tenant's recorded calls against a candidate policy",
+        "policy",
+        v1(
+            {"200": json_answer("Decisions that flip and items newly allowed or denied", ref(ImpactReport))},
+            body=True,
+            errors={
+                400: "malformed JSON, an unknown field, a bad `since` or `limit`, a candidate that does not compile (file:line)",
+                403: "a `tenant` other than the caller's",
+                504: "`deadline_exceeded`: the replay ran past `GATEWAY_IMPACT_DEADLINE_SECONDS`",
+            },
+        ),
+        role="policy_admin",
+        body=json_body(ref(ImpactRequest)),
+        description="Reads envelopes and request shapes only; the report holds counts, task types, roles and trace ids.",
+    ),
+)

@@ -7,8 +7,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from api.retrieve import RetrieveRequest, RetrieveResponse
 from core.request import parse_retrieve
 from gateway.admission import retrieve_cost
+from gateway.http.operation import Operation, json_answer, json_body, ref, v1
 from gateway.http.traced import Call, requires, traced
 from gateway.telemetry import layer
 
@@ -30,3 +32,27 @@ async def handle(call: Call) -> tuple[int, dict[str, Any]]:
 
 async def retrieve_route(request: Request) -> Response:
     return await traced(request, "retrieve", handle)
+
+
+# The operations this module serves (gateway/http/operation.py).
+OPERATIONS = (
+    Operation(
+        "/v1/retrieve",
+        "post",
+        retrieve_route,
+        "Retrieve the context for one task",
+        "retrieve",
+        v1(
+            {"200": json_answer("The packed context", ref(RetrieveResponse))},
+            body=True,
+            errors={
+                400: "malformed JSON, identity fields in the body, synthesize without a model, expand without a cursor",
+                404: "a cursor that is unknown, expired, spent or another actor's",
+                409: "a cursor another expand keeps advancing",
+                422: None,
+            },
+        ),
+        body=json_body(ref(RetrieveRequest), "Only `task.type` is required; unknown fields are refused (422)"),
+        description="Any authenticated key; the policy decides what the actor may read (403 `policy_denied`).",
+    ),
+)

@@ -1,0 +1,45 @@
+"""What every route may answer: health, readiness, and the one shape of an error."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, GetJsonSchemaHandler
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
+
+from api.wire import Wire
+
+
+class Health(Wire):
+    status: Literal["ok"]
+
+
+class Readiness(Wire):
+    OPTIONAL = frozenset({"checks", "admission"})
+    status: str
+    checks: dict[str, str] = Field(default_factory=dict)
+    admission: dict[str, Any] = Field(default_factory=dict)
+
+
+class ErrorDetail(Wire):
+    OPTIONAL = frozenset({"reasons"})
+    code: str
+    message: str = Field(description="Names the field at fault; never a stored value")
+    trace_id: str | None = Field(
+        description="The audit row of the call (null for a failure before any handler ran, and on the unaudited OAuth "
+        "metadata route)"
+    )
+    reasons: list[str] = Field(default_factory=list, description="Why the policy denied the call (`policy_denied` only)")
+
+
+class Error(Wire):
+    """Every error: `{"error": {"code", "message", "trace_id"}}`, its detail written out in place."""
+
+    error: ErrorDetail
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        schema = handler.resolve_ref_schema(handler(core_schema))
+        schema["properties"]["error"] = dict(handler.resolve_ref_schema(schema["properties"]["error"]))
+        return schema
