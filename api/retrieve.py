@@ -12,6 +12,7 @@ from api.wire import Instant, Strict, Wire, clear, personal
 
 Mode = Literal["brief", "scout", "fetch", "filter", "expand"]
 ItemKind = Literal["property", "memory", "document", "edge"]
+ItemStatus = Literal["current", "historical", "superseded", "disputed"]
 NAME = r"^[A-Za-z0-9_.:-]{1,100}$"
 MAX_TAGS = 20
 MAX_TAG_CHARS = 200  # a stored tag is at most 200 characters: a longer one can match nothing
@@ -161,7 +162,7 @@ class RetrievedItem(Wire):
          "recorded_at", "source", "pieces", *EDGE_FIELDS}
     )  # fmt: skip
     id: str = clear()
-    kind: Literal["property", "memory", "document", "edge"] = clear()
+    kind: ItemKind = clear()
     citation: str = clear()
     text: str = clear(description="Masked from the item's stored spans before it was packed")
     entity: str | None = clear(default=None)
@@ -169,7 +170,7 @@ class RetrievedItem(Wire):
     document: str | None = clear(default=None)
     slot: str | None = personal(default=None)
     authority: str | None = clear(default=None)
-    status: Literal["current", "historical", "superseded", "disputed"] = clear()
+    status: ItemStatus = clear()
     current: bool | None = clear(default=None)
     sensitivity: str | None = clear(default=None)
     scope: list[str] = clear(default_factory=list)

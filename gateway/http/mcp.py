@@ -49,6 +49,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Message, Receive, Scope, Send
 
 from api.service import Error
+from api.wire import Wire
 from audit.trace import TraceBuilder
 from core.errors import BadRequest, DeadlineExceeded, Forbidden, MethodNotAllowed, NotFound, SchemaError, Unauthenticated
 from core.request import IDENTITY_FIELDS, RetrieveRequest, Strict
@@ -282,6 +283,8 @@ def _tool_result(
     an error is the same `{"error": {code, message, trace_id}}` with `isError`. Rendered here, before
     the row is written, so a body JSON cannot hold fails as a 500 in the row as in the result."""
     try:
+        if isinstance(answer, Wire):  # a model of the contract (api/): the fields its builder set
+            answer = answer.wire()
         if not isinstance(answer, dict):
             raise TypeError("a tool's handler answers with a JSON body")
         json.dumps(answer, allow_nan=False)

@@ -19,6 +19,7 @@ from opentelemetry.trace import Status, StatusCode
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from api.wire import Wire
 from audit.lineage import OtelRecord
 from audit.trace import TraceBuilder, new_trace_id
 from core.actor import Actor
@@ -33,7 +34,7 @@ from gateway.telemetry import active, span_ids, traceparent
 log = logging.getLogger("gateway.http")
 REFUSAL_WAIT_S = 0.5  # how long a 429 takes to come back (at most its Retry-After)
 
-Answer: TypeAlias = "dict[str, Any] | Stream | Response"  # what a handler returns with its status
+Answer: TypeAlias = "Wire | dict[str, Any] | Stream | Response"  # what a handler returns with its status
 Handler = Callable[["Call"], Awaitable[tuple[int, Answer]]]
 H = TypeVar("H", bound=Callable[..., Awaitable[Any]])
 R = TypeVar("R")
@@ -315,6 +316,8 @@ def _response(status: int, body: Answer) -> Response:
         return body
     if isinstance(body, Stream):
         return StreamingResponse(body.chunks, status_code=status, media_type=body.media_type)
+    if isinstance(body, Wire):  # a model of the contract (api/): the fields its builder set
+        body = body.wire()
     return JSONResponse(body, status_code=status)  # renders here, and raises on what JSON cannot hold
 
 

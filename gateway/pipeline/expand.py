@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 
+from api.retrieve import RetrieveResponse
 from audit.lineage import DepthRecord, Dropped, FallbackReason, SourceRecord
 from audit.trace import TraceBuilder
 from core import work
@@ -34,7 +35,7 @@ PAGE_ENTRIES = 100  # entries read per expand; what fits the budget is returned
 ATTEMPTS = 3
 
 
-async def expand(pipeline: Pipeline, actor: Actor, request: RetrieveRequest, trace: TraceBuilder) -> dict[str, Any]:
+async def expand(pipeline: Pipeline, actor: Actor, request: RetrieveRequest, trace: TraceBuilder) -> RetrieveResponse:
     pipeline.admit(request, trace)
     if request.synthesize:
         raise BadRequest("synthesize: an expand returns the next page of context; synthesise from the first call")
@@ -52,7 +53,7 @@ async def expand(pipeline: Pipeline, actor: Actor, request: RetrieveRequest, tra
 
 async def _page(
     pipeline: Pipeline, actor: Actor, request: RetrieveRequest, cursor: Cursor, trace: TraceBuilder
-) -> dict[str, Any] | None:
+) -> RetrieveResponse | None:
     timer = StageTimer()
     stored = cursor.request
     if request.task.model_dump() != stored["task"]:
@@ -121,7 +122,7 @@ async def _page(
     lineage.sources, lineage.timings = sources, timings
     body = respond(trace.trace_id, "expand", revision, packed, sources, timings, depth, request.cursor if remaining else None)
     if masking is not None:  # the page's other strings, with its text's placeholders
-        await pipeline.mask_response(body, constraints, masking, trace, timer)
+        body = await pipeline.mask_response(body, constraints, masking, trace, timer)
     return body
 
 

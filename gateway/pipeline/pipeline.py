@@ -12,6 +12,7 @@ from typing import Any
 from opentelemetry.trace import get_current_span
 from sqlalchemy.engine import Engine
 
+from api.retrieve import Answer, RetrieveResponse
 from audit.lineage import ActorRecord, DecisionRecord, Dropped, EntitiesRecord, PiiRecord, RelevanceRecord
 from audit.trace import TraceBuilder
 from connectors.base import ExactConnector, GraphConnector, LexicalConnector
@@ -89,17 +90,17 @@ class Pipeline:
         self.privacy = privacy
         self.synthesizer = synthesizer
 
-    async def run(self, actor: Actor, request: RetrieveRequest, trace: TraceBuilder) -> dict[str, Any]:
+    async def run(self, actor: Actor, request: RetrieveRequest, trace: TraceBuilder) -> RetrieveResponse:
         """One call: an expand continues a cursor, every other mode retrieves."""
         if request.effective_mode == "expand":
             return await self.expand(actor, request, trace)
         return await self.retrieve(actor, request, trace)
 
-    async def expand(self, actor: Actor, request: RetrieveRequest, trace: TraceBuilder) -> dict[str, Any]:
+    async def expand(self, actor: Actor, request: RetrieveRequest, trace: TraceBuilder) -> RetrieveResponse:
         """The next page of an earlier result, decided and verified again (gateway.pipeline.expand)."""
         return await expand(self, actor, request, trace)
 
-    async def retrieve(self, actor: Actor, request: RetrieveRequest, trace: TraceBuilder) -> dict[str, Any]:
+    async def retrieve(self, actor: Actor, request: RetrieveRequest, trace: TraceBuilder) -> RetrieveResponse:
         timer = StageTimer()
         self.admit(request, trace)
         if request.cursor is not None:
@@ -171,13 +172,15 @@ class Pipeline:
         depth = depth_report(request.depth, results["semantic"], self.connectors.semantic.unavailable)
         trace.lineage.sources, trace.lineage.timings, trace.lineage.depth = sources, timings, depth
         body = respond(trace.trace_id, request.effective_mode, revision, packed, sources, timings, depth, cursor)
-        body["entities"] = entities_report(resolution)
+        body = body.model_copy(update={"entities": entities_report(resolution)})
         if masking is not None:  # every other string of the items and entities, with the text's placeholders
-            await self.mask_response(body, constraints, masking, trace, timer, request.query or "")
+            body = await self.mask_response(body, constraints, masking, trace, timer, request.query or "")
         if request.synthesize and self.synthesizer is not None:
-            body["answer"] = await self.synthesize(request, constraints, packed, pieces, masking, trace, timer)
+            answer = Answer.model_validate(await self.synthesize(request, constraints, packed, pieces, masking, trace, timer))
             timings.update(synthesis_ms=round(timer.timings.synthesis_ms or 0.0, 3), total_ms=timer.finish()["total_ms"])
-        body["partial"] = body["partial"] or bool(resolution.alias_error)
+            body = body.model_copy(update={"answer": answer, "timings": dict(timings)})
+        if resolution.alias_error:
+            body = body.model_copy(update={"partial": True})
         return body
 
     # ---------------------------------------------------------------- stages
@@ -298,22 +301,25 @@ class Pipeline:
 
     async def mask_response(
         self,
-        body: dict[str, Any],
+        body: RetrieveResponse,
         constraints: Constraints,
         masking: Masking,
         trace: TraceBuilder,
         timer: StageTimer,
         question: str = "",
-    ) -> None:
-        """Every string of the body's items and entities but ids, enumerations, instants and the text
-        (masked already) masked with the same placeholders, at response building (outside the
-        budget, which counts text only). Detection runs now, once per distinct string, batched."""
+    ) -> RetrieveResponse:
+        """The body with every string of its items and entities but those the contract marks clear
+        (ids, enumerations, instants, the text masked already) masked with the same placeholders, at
+        response building (outside the budget, which counts text only). Detection runs now, once per
+        distinct string, batched."""
         with timer.stage("pii.mask_fields", "mask_ms") as span:
-            await mask_fields(body, masking, frozenset(constraints.disclosure.reveal), question)
+            body = await mask_fields(body, masking, frozenset(constraints.disclosure.reveal), question)
             span.set_attributes({f"gateway.pii.masked.{kind}": n for kind, n in masking.masker.counts().items()})
-        finished, timings = timer.finish(), body["timings"]
+        finished = timer.finish()
+        timings = trace.lineage.timings if trace.lineage.timings is not None else dict(body.timings)  # the trail's too
         timings.update({key: finished[key] for key in ("mask_ms", "total_ms") if key in timings})
         trace.lineage.pii = PiiRecord(masked=masking.masker.counts(), analysed_at_request=masking.analysed_now)
+        return body.model_copy(update={"timings": dict(timings)})
 
     def pack(self, ranked: list[Ranked] | tuple[Ranked, ...], limit_bytes: int) -> Packed:
         return pack(ranked, limit_bytes, self.settings.budget_shares)

@@ -2,49 +2,41 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Final, cast
 
+from api.retrieve import (
+    BudgetReport,
+    Decision,
+    Depth,
+    ItemKind,
+    ItemSource,
+    Mode,
+    ResolvedEntity,
+    RetrievedItem,
+    RetrieveResponse,
+    Share,
+    SourceStatus,
+)
+from api.wire import clear_fields
 from audit.lineage import DepthRecord, Fingerprint, RequestShape, SourceRecord
 from audit.trace import TraceBuilder
-from core.instants import rfc3339
 from core.records import SourceResult
 from core.request import RetrieveRequest
 from gateway.pipeline.budget import Packed
-from gateway.pipeline.entities import TOMBSTONE, Resolution
+from gateway.pipeline.entities import Resolution
 from gateway.pipeline.ranking import Ranked
 from gateway.privacy.mask import Masking
 
-EMPTY_REASON = "no_relevant_permitted_items"
+EMPTY_REASON: Final = "no_relevant_permitted_items"
 CITATION_PREFIX = {"memory": "M", "document": "D", "property": "P", "edge": "E"}
 RESOLVED_FROM = {"domain": "website", "profile": "website"}
 # When the policy masks, every string of an item and of an entity, at any depth, is masked (see
-# `mask_fields`) except these top-level fields: an allowlist, so a field added later is masked
-# unless it is added here. Ids, enumerations (the store's, or the policy's vocabulary of scopes and
-# relations) and instants; an item's `text` was masked from stored spans before packing. Numbers,
-# booleans and nulls are never masked.
-ITEM_NOT_MASKED = frozenset(
-    {
-        "id",
-        "entity",
-        "document",
-        "from",
-        "to",
-        "pieces",
-        "citation",  # ids
-        "kind",
-        "status",
-        "authority",
-        "sensitivity",
-        "found_by",
-        "scope",
-        "relation",  # enumerations
-        "valid_from",
-        "valid_to",
-        "recorded_at",  # instants
-        "text",  # masked before packing
-    }
-)
-ENTITY_NOT_MASKED = frozenset({"id", "kind", "status", "merged_from", "aliases"})
+# `mask_fields`) except those of the fields the contract marks clear (api/retrieve.py): ids,
+# enumerations, instants, and an item's `text`, masked from stored spans before packing. A field
+# added later is masked until it is marked. Numbers, booleans and nulls are never masked.
+ITEM_NOT_MASKED = clear_fields(RetrievedItem)
+ENTITY_NOT_MASKED = clear_fields(ResolvedEntity)
 # An echoed identifier of these kinds (`resolved_from`) is one value of its type as a whole.
 IDENTIFIER_TYPES = {"email": "EMAIL_ADDRESS", "phone": "PHONE_NUMBER"}
 
@@ -89,30 +81,34 @@ def source_records(results: dict[str, SourceResult], allowed_ids: frozenset[str]
 
 def respond(
     trace_id: str,
-    mode: str,
+    mode: Mode,
     revision: str,
     packed: Packed,
     sources: dict[str, SourceRecord],
-    timings: dict[str, float],
+    timings: Mapping[str, float | None],
     depth: DepthRecord,
     cursor: str | None,
-) -> dict[str, Any]:
+) -> RetrieveResponse:
     items = [item_body(ranked, citation) for ranked, citation in zip(packed.items, cite(packed.items))]
-    return {
-        "trace_id": trace_id,
-        "mode": mode,
-        "decision": {"allow": True, "policy_revision": revision, "reasons": []},
-        "entities": [],
-        "items": items,
-        "sources": {name: record.wire() for name, record in sources.items()},
-        "depth": depth.model_dump(mode="json"),
-        "budget": {"limit_bytes": packed.limit_bytes, "used_bytes": packed.used_bytes, "per_source": packed.per_source},
-        "partial": any(s.status in ("error", "timeout") for s in sources.values()),
-        "empty_reason": None if items else EMPTY_REASON,
-        "cursor": cursor,
-        "answer": None,
-        "timings": timings,
-    }
+    return RetrieveResponse(
+        trace_id=trace_id,
+        mode=mode,
+        decision=Decision(allow=True, policy_revision=revision, reasons=[]),
+        entities=[],
+        items=items,
+        sources={name: SourceStatus(**record.wire()) for name, record in sources.items()},
+        depth=Depth(**depth.model_dump(mode="json")),
+        budget=BudgetReport(
+            limit_bytes=packed.limit_bytes,
+            used_bytes=packed.used_bytes,
+            per_source={name: Share(**share) for name, share in packed.per_source.items()},
+        ),
+        partial=any(s.status in ("error", "timeout") for s in sources.values()),
+        empty_reason=None if items else EMPTY_REASON,
+        cursor=cursor,
+        answer=None,
+        timings=dict(timings),
+    )
 
 
 def cite(items: tuple[Ranked, ...]) -> list[str]:
@@ -126,72 +122,77 @@ def cite(items: tuple[Ranked, ...]) -> list[str]:
     return citations
 
 
-def item_body(ranked: Ranked, citation: str) -> dict[str, Any]:
+def item_body(ranked: Ranked, citation: str) -> RetrievedItem:
     record = ranked.record
-    body: dict[str, Any] = {
-        "id": record.id,
-        "kind": record.kind,
-        "citation": citation,
-        "text": record.text,
-        "entity": record.entity,
-        "section": record.section,
-        "document": record.document,
-        "slot": record.slot,
-        "authority": record.authority,
-        "status": ranked.label,
-        "current": ranked.current,
-        "sensitivity": record.sensitivity,
-        "scope": list(record.scope),
-        "valid_from": rfc3339(record.valid_from),
-        "valid_to": rfc3339(record.valid_to),
-        "recorded_at": rfc3339(record.recorded_at),
-        "source": {"system": record.source_system, "uri": record.source_uri},
-        "found_by": list(ranked.entry.found_by),
-        "pieces": list(ranked.entry.pieces),
-    }
+    edge: dict[str, Any] = {}
     if record.kind == "edge":
-        body.update(
-            {
-                "from": record.edge_from,
-                "to": record.edge_to,
-                "relation": record.relation,
-                "confidence": record.confidence,
-                "weight": record.weight,
-            }
-        )
-    return body
+        edge = {
+            "from_": record.edge_from,
+            "to": record.edge_to,
+            "relation": record.relation,
+            "confidence": record.confidence,
+            "weight": record.weight,
+        }
+    return RetrievedItem(
+        id=record.id,
+        kind=cast(ItemKind, record.kind),
+        citation=citation,
+        text=record.text,
+        entity=record.entity,
+        section=record.section,
+        document=record.document,
+        slot=record.slot,
+        authority=record.authority,
+        status=ranked.label,
+        current=ranked.current,
+        sensitivity=record.sensitivity,
+        scope=list(record.scope),
+        valid_from=record.valid_from,
+        valid_to=record.valid_to,
+        recorded_at=record.recorded_at,
+        source=ItemSource(system=record.source_system, uri=record.source_uri),
+        found_by=list(ranked.entry.found_by),
+        pieces=list(ranked.entry.pieces),
+        **edge,
+    )
 
 
-def entities_report(resolution: Resolution) -> list[dict[str, Any]]:
-    report: list[dict[str, Any]] = []
+def entities_report(resolution: Resolution) -> list[ResolvedEntity]:
+    report: list[ResolvedEntity] = []
     for entity in resolution.entities:
         record = entity.record
         if entity.tombstone:  # a bare tombstone: it existed, nothing more
-            report.append({"id": record.id, "kind": record.entity_type or "entity", "status": TOMBSTONE})
+            report.append(ResolvedEntity(id=record.id, kind=record.entity_type or "entity", status="pending_deletion"))
             continue
         given = entity.resolved_from
         report.append(
-            {
-                "id": record.id,
-                "kind": record.entity_type or "entity",
-                "status": "live",
-                "resolved_from": {RESOLVED_FROM.get(given.kind, given.kind): given.value},
-                "merged_from": list(entity.merged_from),
-                "aliases": list(entity.aliases),
-            }
+            ResolvedEntity(
+                id=record.id,
+                kind=record.entity_type or "entity",
+                status="live",
+                resolved_from={RESOLVED_FROM.get(given.kind, given.kind): given.value},
+                merged_from=list(entity.merged_from),
+                aliases=list(entity.aliases),
+            )
         )
     return report
 
 
-async def mask_fields(body: dict[str, Any], masking: Masking, keep: frozenset[str], question: str = "") -> None:
-    """The body's items and entities with every string but the allowlisted fields masked, in place,
-    with the request's placeholders (those of the text), the types in `keep` left in clear. Then one
-    mask per value: whatever was masked in a field or named in the question is masked in every
-    item's text too, where the analyzer missed it."""
-    items, entities = body["items"], body["entities"]
+async def mask_fields(body: RetrieveResponse, masking: Masking, keep: frozenset[str], question: str = "") -> RetrieveResponse:
+    """The body with every string of its items and entities masked but those of fields the contract
+    marks clear, with the request's placeholders (those of the text), the types in `keep` left in
+    clear. Then one mask per value: whatever was masked in a field or named in the question is
+    masked in every item's text too, where the analyzer missed it."""
+    items, entities = [item.wire() for item in body.items], [entity.wire() for entity in body.entities]
     objects = [(item, ITEM_NOT_MASKED) for item in items] + [(entity, ENTITY_NOT_MASKED) for entity in entities]
     masked = await masking.fields(objects, keep, IDENTIFIER_TYPES, also=(question,) if question else ())
-    body["items"], body["entities"] = masked[: len(items)], masked[len(items) :]
-    texts = [item for item in body["items"] if isinstance(item.get("text"), str)]
+    items, entities = masked[: len(items)], masked[len(items) :]
+    texts = [item for item in items if isinstance(item.get("text"), str)]
     for item, text in zip(texts, masking.sweep([item["text"] for item in texts], keep)):
         item["text"] = text
+    return body.model_copy(
+        update={
+            "items": [RetrievedItem.model_validate(item) for item in items],
+            "entities": [ResolvedEntity.model_validate(entity) for entity in entities],
+        }
+    )

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -16,7 +14,7 @@ from gateway.telemetry import layer
 
 
 @requires(admit=False)
-async def handle(call: Call) -> tuple[int, dict[str, Any]]:
+async def handle(call: Call) -> tuple[int, RetrieveResponse]:
     """Admitted at the cost its body implies (a deep walk, synthesis and large budgets cost more)."""
     actor = call.actor
     request = parse_retrieve(await call.json())
