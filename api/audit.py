@@ -61,13 +61,23 @@ class ChainReport(Wire):
     ok: bool
 
 
+class BrokenLink(Wire):
+    """Where a chain breaks: which chain, at which row, and why."""
+
+    OPTIONAL = frozenset({"chain", "seq", "trace_id"})
+    chain: str | None = None
+    seq: int | None = None
+    trace_id: str | None = None
+    reason: str
+
+
 class VerifyReport(Wire):
     """The hash chain checked: `ok`, per chain, and the first broken link if any."""
 
     OPTIONAL = frozenset({"checkpointed", "not_yet_checkpointed"})
     ok: bool
     chains: dict[str, ChainReport] = Field(default_factory=dict)
-    first_broken: dict[str, Any] | None = None
+    first_broken: BrokenLink | None = None
     checkpointed: int = Field(default=0, ge=0)
     not_yet_checkpointed: int = Field(default=0, ge=0)
 

@@ -29,6 +29,7 @@ from gateway.client.models import (
     TracePage,
     UsageReport,
     VerifyReport,
+    name_of,
 )
 
 T = TypeVar("T")
@@ -112,7 +113,7 @@ def model(kind: type[M]) -> Callable[[httpx.Response], M]:
             first = exc.errors()[0]
             where = ".".join(str(part) for part in first["loc"]) or "body"
             raise UnexpectedAnswer(
-                f"{kind.__name__}.{where}: {first['msg']}", status=response.status_code, trace_id=trace_id_of(response)
+                f"{name_of(kind)}.{where}: {first['msg']}", status=response.status_code, trace_id=trace_id_of(response)
             ) from exc
 
     return read
