@@ -8,7 +8,8 @@ from typing import Any, Literal
 from pydantic import Field
 
 from api.retrieve import RetrieveRequest
-from api.wire import Instant, Strict, Wire
+from api.service import Error
+from api.wire import Strict, Wire
 
 
 class PolicyInfo(Wire):
@@ -16,7 +17,7 @@ class PolicyInfo(Wire):
     engine: str
     revision: str
     label: str
-    loaded_at: Instant
+    loaded_at: str = Field(json_schema_extra={"format": "date-time"})
     source: str = Field(default="", description="where the policies are read from: for the policy_admin role only")
     last_reload: dict[str, Any] | None = None
 
@@ -32,6 +33,12 @@ class ReloadResult(Wire):
 
 
 class PolicyReload(Wire):
+    reload: ReloadResult
+
+
+class PolicyRejected(Error):
+    """A reload refused (422): the error, and the reload that was tried."""
+
     reload: ReloadResult
 
 

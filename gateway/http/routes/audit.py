@@ -77,7 +77,7 @@ def _api_query(call: Call) -> tuple[Filters, int | None]:
 
 
 @requires("auditor")
-async def list_route_handler(call: Call) -> tuple[int, dict[str, Any]]:
+async def list_route_handler(call: Call) -> tuple[int, TraceList]:
     """GET /v1/audit/traces: newest first, filtered, paged by cursor."""
     actor = call.actor
     call.trace.decision = "read"
@@ -85,11 +85,11 @@ async def list_route_handler(call: Call) -> tuple[int, dict[str, Any]]:
     limit = ascii_int("limit", call.request.query_params.get("limit", "50"), 1, MAX_PAGE)
     rows, last = await anyio.to_thread.run_sync(list_traces, call.context.store, actor.tenant, filters, after, limit)
     call.trace.lineage.audit_read = AuditReadRecord(listed=len(rows))
-    return 200, {"traces": rows, "cursor": f"c_{last}" if last is not None else None}
+    return 200, TraceList.model_validate({"traces": rows, "cursor": f"c_{last}" if last is not None else None})
 
 
 @requires("auditor")
-async def one_trace(call: Call) -> tuple[int, dict[str, Any]]:
+async def one_trace(call: Call) -> tuple[int, Trace]:
     """GET /v1/audit/traces/{trace_id}: the whole trace, with what the agent reported about it."""
     actor = call.actor
     call.trace.decision = "read"
@@ -97,11 +97,11 @@ async def one_trace(call: Call) -> tuple[int, dict[str, Any]]:
     if found is None:
         raise NotFound(UNKNOWN_TRACE)
     call.trace.lineage.audit_read = AuditReadRecord(trace=found["trace_id"])
-    return 200, found
+    return 200, Trace.model_validate(found)
 
 
 @requires("auditor", admit=False)
-async def trace_proof(call: Call) -> tuple[int, dict[str, Any]]:
+async def trace_proof(call: Call) -> tuple[int, TraceProof]:
     """GET /v1/audit/traces/{trace_id}/proof: the row, its inclusion proof and the signed checkpoint
     it is under (audit.proofs), for `gateway audit verify-proof`. It reads every row hash of the
     chain up to the checkpoint, so it is admitted at PROOF_COST units, not one."""
@@ -113,7 +113,7 @@ async def trace_proof(call: Call) -> tuple[int, dict[str, Any]]:
     if found is None:
         raise NotFound(UNKNOWN_TRACE)
     call.trace.lineage.audit_read = AuditReadRecord(trace=trace_id)
-    return 200, found
+    return 200, TraceProof.model_validate(found)
 
 
 @requires("auditor")
@@ -142,7 +142,7 @@ async def _own_trace(call: Call) -> dict[str, Any]:
 
 
 @requires()
-async def report_usage(call: Call) -> tuple[int, dict[str, Any]]:
+async def report_usage(call: Call) -> tuple[int, UsageResult]:
     """POST /v1/traces/{trace_id}/usage {"used": [ids]}: which returned items the agent used."""
     found = await _own_trace(call)
     call.trace.decision = "write"
@@ -153,11 +153,11 @@ async def report_usage(call: Call) -> tuple[int, dict[str, Any]]:
     packed = set(read_lineage(found["lineage"]).packed or ())
     kept = sorted({i for i in used if i in packed})
     call.trace.lineage.used, call.trace.lineage.not_returned_by_that_call = kept, len(set(used)) - len(kept)
-    return 200, {"trace_id": found["trace_id"], "recorded": kept, "ignored": len(set(used)) - len(kept)}
+    return 200, UsageResult(trace_id=found["trace_id"], recorded=kept, ignored=len(set(used)) - len(kept))
 
 
 @requires()
-async def report_feedback(call: Call) -> tuple[int, dict[str, Any]]:
+async def report_feedback(call: Call) -> tuple[int, FeedbackResult]:
     """POST /v1/traces/{trace_id}/feedback {"rating": 1..5, "comment": "..."}. The comment is kept as a
     hash and a length only: it is free text and may hold anything."""
     found = await _own_trace(call)
@@ -171,17 +171,17 @@ async def report_feedback(call: Call) -> tuple[int, dict[str, Any]]:
     if comment is not None and (not isinstance(comment, str) or len(comment) > 2000):
         raise BadRequest("comment: expected text of at most 2,000 characters")
     call.trace.lineage.feedback = FeedbackRecord(rating=rating, comment=call.trace.fingerprint(comment) if comment else None)
-    return 200, {"trace_id": found["trace_id"], "rating": rating}
+    return 200, FeedbackResult(trace_id=found["trace_id"], rating=rating)
 
 
 @requires("auditor")
-async def verify_chain(call: Call) -> tuple[int, dict[str, Any]]:
+async def verify_chain(call: Call) -> tuple[int, VerifyReport]:
     """GET /v1/audit/verify: recompute the tenant's hash chain and name the first broken link."""
     actor = call.actor
     call.trace.decision = "read"
     report = await anyio.to_thread.run_sync(call.context.audit.verify, actor.tenant)
     call.trace.lineage.audit_verify = verify_record(report)
-    return 200, report
+    return 200, VerifyReport.model_validate(report)
 
 
 def verify_record(report: dict[str, Any]) -> AuditVerifyRecord:

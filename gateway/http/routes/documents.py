@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import Response
@@ -17,7 +15,7 @@ from gateway.writes.items import ingest_document
 
 
 @requires("ingest")
-async def handle(call: Call) -> tuple[int, dict[str, Any]]:
+async def handle(call: Call) -> tuple[int, DocumentReport]:
     actor = call.actor
     call.trace.decision = "write"
     document = parse_document(call.request.path_params["document_id"], await call.body())
@@ -27,7 +25,7 @@ async def handle(call: Call) -> tuple[int, dict[str, Any]]:
     call.trace.lineage.document = DocumentRecord.model_validate(
         {key: report[key] for key in ("document", "sha256", "changed", "pieces", "created", "updated", "unchanged", "removed")}
     )
-    return (200 if not report["rejected"] else 422), report
+    return (200 if not report["rejected"] else 422), DocumentReport.model_validate(report)
 
 
 async def document_route(request: Request) -> Response:

@@ -39,7 +39,7 @@ def _entity_id(call: Call) -> str:
 
 
 @requires("ingest")
-async def put_entity(call: Call) -> tuple[int, dict[str, Any]]:
+async def put_entity(call: Call) -> tuple[int, IngestReport]:
     actor = call.actor
     call.trace.decision = "write"
     entity_id = _entity_id(call)
@@ -56,11 +56,11 @@ async def put_entity(call: Call) -> tuple[int, dict[str, Any]]:
     if report.created or report.updated:
         call.context.nudge_workers()
     call.trace.lineage.entity = WriteRecord(created=report.created, updated=report.updated, rejected=len(report.rejected))
-    return (422 if report.rejected else 200), report.as_dict()
+    return (422 if report.rejected else 200), IngestReport.model_validate(report.as_dict())
 
 
 @requires("ingest")
-async def merge_entity(call: Call) -> tuple[int, dict[str, Any]]:
+async def merge_entity(call: Call) -> tuple[int, MergeResult]:
     actor = call.actor
     call.trace.decision = "write"
     entity_id = _entity_id(call)
@@ -71,16 +71,16 @@ async def merge_entity(call: Call) -> tuple[int, dict[str, Any]]:
         raise BadRequest(f"{sorted(set(body) - {'into'})[0]}: unknown field")
     result = await anyio.to_thread.run_sync(merge, call.context.store, actor.tenant, entity_id, body["into"])
     call.trace.lineage.merge = ChangeRecord(changed=result["changed"])
-    return 200, result
+    return 200, MergeResult.model_validate(result)
 
 
 @requires("ingest")
-async def delete_entity(call: Call) -> tuple[int, dict[str, Any]]:
+async def delete_entity(call: Call) -> tuple[int, TombstoneResult]:
     actor = call.actor
     call.trace.decision = "write"
     result = await anyio.to_thread.run_sync(mark_pending_deletion, call.context.store, actor.tenant, _entity_id(call))
     call.trace.lineage.tombstone = ChangeRecord(changed=result["changed"], hidden_items=result["hidden_items"])
-    return 200, result
+    return 200, TombstoneResult.model_validate(result)
 
 
 def edge_entry(entry: Any) -> Any:
@@ -98,7 +98,7 @@ def edge_entry(entry: Any) -> Any:
 
 
 @requires("ingest")
-async def put_edges(call: Call) -> tuple[int, dict[str, Any]]:
+async def put_edges(call: Call) -> tuple[int, IngestReport]:
     call.trace.decision = "write"
     entries = [edge_entry(e) for e in parse_items_body(await call.body(), call.request.headers.get("content-type"))]
     wrong_kind = [i for i, e in enumerate(entries) if isinstance(e, dict) and e.get("kind") != "edge"]

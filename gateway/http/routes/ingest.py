@@ -16,13 +16,13 @@ from gateway.writes.items import ingest, parse_items_body
 
 
 @requires("ingest")
-async def handle(call: Call) -> tuple[int, dict[str, Any]]:
+async def handle(call: Call) -> tuple[int, IngestReport]:
     call.trace.decision = "write"
     entries = parse_items_body(await call.body(), call.request.headers.get("content-type"))
     return await write_items(call, entries)
 
 
-async def write_items(call: Call, entries: list[Any]) -> tuple[int, dict[str, Any]]:
+async def write_items(call: Call, entries: list[Any]) -> tuple[int, IngestReport]:
     """Write the entries in the caller's tenant, wake the workers, and note the counts on the trace."""
     report = await anyio.to_thread.run_sync(ingest, call.context.store, call.actor.tenant, entries)
     if report.created or report.updated:
@@ -34,7 +34,7 @@ async def write_items(call: Call, entries: list[Any]) -> tuple[int, dict[str, An
         unchanged=report.unchanged,
         rejected=len(report.rejected),
     )
-    return 200, report.as_dict()
+    return 200, IngestReport.model_validate(report.as_dict())
 
 
 async def items_route(request: Request) -> Response:

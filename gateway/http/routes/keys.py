@@ -5,7 +5,6 @@ that creates it; neither it nor its hash is listed or audited."""
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 import anyio.to_thread
 from pydantic import ValidationError
@@ -24,15 +23,15 @@ ROLE = "key_admin"
 
 
 @requires(ROLE)
-async def list_keys(call: Call) -> tuple[int, dict[str, Any]]:
+async def list_keys(call: Call) -> tuple[int, KeyList]:
     call.trace.decision = "read"
     keys = await anyio.to_thread.run_sync(list_api_keys, call.context.store, call.actor.tenant)
     call.trace.lineage.keys = {"listed": len(keys)}
-    return 200, {"keys": keys}
+    return 200, KeyList.model_validate({"keys": keys})
 
 
 @requires(ROLE)
-async def create_key(call: Call) -> tuple[int, dict[str, Any]]:
+async def create_key(call: Call) -> tuple[int, CreatedKey]:
     call.trace.decision = "write"
     body = await call.json()
     if not isinstance(body, dict):
@@ -59,11 +58,11 @@ async def create_key(call: Call) -> tuple[int, dict[str, Any]]:
     key_id = token.split("_")[1]  # gw_<id>_<secret>
     call.trace.lineage.keys = {"created": key_id}
     created = await anyio.to_thread.run_sync(list_api_keys, call.context.store, call.actor.tenant, key_id)
-    return 201, {**created[0], "key": token}
+    return 201, CreatedKey.model_validate({**created[0], "key": token})
 
 
 @requires(ROLE)
-async def revoke_key(call: Call) -> tuple[int, dict[str, Any]]:
+async def revoke_key(call: Call) -> tuple[int, RevokedKey]:
     call.trace.decision = "write"
     key_id = str(call.request.path_params["key_id"])
     revoked = await anyio.to_thread.run_sync(revoke_api_key, call.context.store, key_id, call.actor.tenant)
@@ -72,7 +71,7 @@ async def revoke_key(call: Call) -> tuple[int, dict[str, Any]]:
         "changed": revoked["changed"],
         "sessions_ended": revoked["sessions_ended"],
     }
-    return 200, revoked
+    return 200, RevokedKey.model_validate(revoked)
 
 
 async def keys_route(request: Request) -> Response:

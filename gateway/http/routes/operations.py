@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from api.policy import PolicyInfo, PolicyReload
-from api.service import Health, Readiness
+from api.policy import PolicyInfo, PolicyRejected, PolicyReload, ReloadResult
+from api.service import ErrorDetail, Health, Readiness
 from core.errors import Forbidden
 from core.store import store_reachable
 from gateway.http.operation import Operation, json_answer, ref, v1
@@ -18,7 +16,7 @@ from gateway.reloads import announce
 
 
 async def healthz(request: Request) -> JSONResponse:
-    return JSONResponse({"status": "ok"})
+    return JSONResponse(Health(status="ok").wire())
 
 
 async def readyz(request: Request) -> JSONResponse:
@@ -35,12 +33,13 @@ async def readyz(request: Request) -> JSONResponse:
         checks["audit_checkpoints"] = checkpointer.readiness()
     ready = all(v == "ok" for v in checks.values())
     return JSONResponse(
-        {"status": "ready" if ready else "not ready", "checks": checks, "admission": load}, status_code=200 if ready else 503
+        Readiness(status="ready" if ready else "not ready", checks=checks, admission=load).wire(),
+        status_code=200 if ready else 503,
     )
 
 
 @requires()
-async def _policy(call: Call) -> tuple[int, dict[str, Any]]:
+async def _policy(call: Call) -> tuple[int, PolicyInfo]:
     policy = call.context.policy
     last = policy.last.as_json() if policy.last is not None else None
     body = {
@@ -54,7 +53,7 @@ async def _policy(call: Call) -> tuple[int, dict[str, Any]]:
     # any other caller, a tenant's own policy_admin included, learns only which revision decides its calls.
     if _platform_admin(call):
         body["source"] = policy.source.location if not policy.source.remote else "bundle server"
-    return 200, body
+    return 200, PolicyInfo.model_validate(body)
 
 
 def _platform_admin(call: Call) -> bool:
@@ -66,7 +65,7 @@ async def policy_route(request: Request) -> Response:
 
 
 @requires("policy_admin")
-async def _reload(call: Call) -> tuple[int, dict[str, Any]]:
+async def _reload(call: Call) -> tuple[int, PolicyReload | PolicyRejected]:
     """Read the policy source again and switch to its revision when it compiles and passes the
     probe; a broken one is refused with its errors (422) while the old revision serves on. The policy
     decides every tenant's calls, so only a policy_admin of the platform tenant may reload it."""
@@ -79,11 +78,9 @@ async def _reload(call: Call) -> tuple[int, dict[str, Any]]:
     if result.status == "rejected":
         call.trace.error_code = "policy_rejected"
         message = f"the new policy revision was refused; {result.revision} keeps serving"
-        return 422, {
-            "error": {"code": "policy_rejected", "message": message, "trace_id": call.trace.trace_id},
-            "reload": result.as_json(),
-        }
-    return 200, {"reload": result.as_json()}
+        detail = ErrorDetail(code="policy_rejected", message=message, trace_id=call.trace.trace_id)
+        return 422, PolicyRejected(error=detail, reload=ReloadResult.model_validate(result.as_json()))
+    return 200, PolicyReload(reload=ReloadResult.model_validate(result.as_json()))
 
 
 async def policy_reload_route(request: Request) -> Response:

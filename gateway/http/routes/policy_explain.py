@@ -21,7 +21,7 @@ CANDIDATE_COST = 4  # admission units: a candidate compiles in a policy process 
 
 
 @requires("policy_admin", admit=False)
-async def handle(call: Call) -> tuple[int, dict[str, Any]]:
+async def handle(call: Call) -> tuple[int, ExplainReport]:
     """The caller's tenant only: the hypothetical actor may be anyone of it, never of another."""
     body = await call.json()
     if not isinstance(body, dict):
@@ -46,9 +46,8 @@ async def handle(call: Call) -> tuple[int, dict[str, Any]]:
     call.trace.lineage.policy_explain = note
     with call.admitted(1 + (CANDIDATE_COST if bundle else 0)):
         in_force = await explain(context.policy, context.store, actor, request, ids, now, subjects)
-        answer: dict[str, Any] = {"in_force": in_force.as_json()}
         if bundle is None:
-            return 200, answer
+            return 200, ExplainReport.model_validate({"in_force": in_force.as_json()})
         try:
             engine = await open_candidate(bundle)
         except ConfigurationError as exc:  # the candidate's own compile error, with file:line
@@ -59,8 +58,8 @@ async def handle(call: Call) -> tuple[int, dict[str, Any]]:
             raise BadRequest(f"policies: the candidate failed at evaluation (it would answer 503): {exc.message}") from exc
         finally:
             await engine.aclose()
-    answer.update(candidate=candidate.as_json(), differences=differences(in_force, candidate))
-    return 200, answer
+    answer = {"in_force": in_force.as_json(), "candidate": candidate.as_json(), "differences": differences(in_force, candidate)}
+    return 200, ExplainReport.model_validate(answer)
 
 
 async def policy_explain_route(request: Request) -> Response:

@@ -23,7 +23,7 @@ DISCONNECT_POLL_S = 0.5  # how often a running replay looks whether its client i
 
 
 @requires("policy_admin", admit=False)
-async def handle(call: Call) -> tuple[int, dict[str, Any]]:
+async def handle(call: Call) -> tuple[int, ImpactReport]:
     """The impact report of `policies` on the caller's tenant, with a `summary` for people."""
     call.trace.decision = "read"
     body = await call.json()
@@ -55,7 +55,7 @@ async def handle(call: Call) -> tuple[int, dict[str, Any]]:
         "newly_allowed": report["items"]["newly_allowed"]["count"],
         "newly_denied": report["items"]["newly_denied"]["count"],
     }
-    return 200, {**report, "summary": summary(report)}
+    return 200, ImpactReport.model_validate({**report, "summary": summary(report)})
 
 
 async def _bounded(call: Call, run: Coroutine[Any, Any, dict[str, Any]]) -> dict[str, Any]:
