@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 from urllib.parse import quote, unquote
 
 import anyio
@@ -46,11 +46,24 @@ from audit.keys import KEY_NAME, seal_key
 from audit.merkle import Range, consistency_proof, leaf_hash
 from audit.notes import NoteError, Signer, Verifier, open_note, sign
 
-if TYPE_CHECKING:
-    from audit.witness import WitnessClient
-
 log = logging.getLogger("gateway.audit.checkpoints")
 ORIGIN_PREFIX = KEY_NAME + "/"
+
+
+class WitnessAnswer(Protocol):
+    @property
+    def status(self) -> int: ...
+    @property
+    def text(self) -> str: ...
+
+
+class WitnessSubmission(Protocol):
+    """What the signer needs of a witness (audit.witness.WitnessClient): submit a checkpoint, read
+    back the latest cosigned one. Named here, so this module never imports audit.witness, which
+    imports it."""
+
+    def add(self, old: int, proof: list[bytes], note: str) -> WitnessAnswer: ...
+    def latest(self, origin: str) -> str | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,7 +289,7 @@ class Checkpointer:
         rows: int = 100,
         seconds: int = 60,
         clock: Callable[[], float] = time.monotonic,
-        witness: WitnessClient | None = None,
+        witness: WitnessSubmission | None = None,
         previous: Sequence[Verifier] = (),
     ) -> None:
         self.engine, self.signer, self.log = engine, signer, log_file

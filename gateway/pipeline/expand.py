@@ -8,34 +8,71 @@ forbidden since is never returned; it is dropped from the cursor for good.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio.to_thread
+from sqlalchemy.engine import Engine
 
 from api.retrieve import RetrieveResponse
 from audit.lineage import DepthRecord, Dropped, FallbackReason, SourceRecord
 from audit.trace import TraceBuilder
+from connectors.base import ExactConnector
 from core import work
 from core.actor import Actor
 from core.errors import BadRequest, Conflict, ConnectorError
 from core.records import Fused, RecallQuery, Record, SkipReason, SourceResult
-from core.request import RetrieveRequest
+from core.request import RetrieveRequest, Task
 from gateway.admission import DOOR_COURTESY_MAX_S, give_way
+from gateway.pipeline.budget import Packed
 from gateway.pipeline.cursors import Cursor, advance, load
 from gateway.pipeline.ranking import Ranked
 from gateway.pipeline.recall import SOURCES
 from gateway.pipeline.respond import respond
 from gateway.pipeline.stages import StageTimer
+from gateway.policy.decide import Constraints
+from gateway.policy.verify import Verdict
+from gateway.privacy.mask import Masking
+from gateway.settings import Settings
 from gateway.writes.documents import join_section
-
-if TYPE_CHECKING:
-    from gateway.pipeline.pipeline import Pipeline
 
 PAGE_ENTRIES = 100  # entries read per expand; what fits the budget is returned
 ATTEMPTS = 3
 
 
-async def expand(pipeline: Pipeline, actor: Actor, request: RetrieveRequest, trace: TraceBuilder) -> RetrieveResponse:
+class ExactSource(Protocol):
+    @property
+    def exact(self) -> ExactConnector: ...
+
+
+class Stages(Protocol):
+    """What an expand needs of the pipeline (gateway.pipeline.pipeline.Pipeline, which passes itself):
+    its store, settings and exact connector, and the stages it runs again. Named here, so this module
+    never imports the pipeline that imports it."""
+
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def store(self) -> Engine: ...
+    @property
+    def connectors(self) -> ExactSource: ...
+
+    def admit(self, request: RetrieveRequest, trace: TraceBuilder) -> None: ...
+    async def decide(
+        self, actor: Actor, request: RetrieveRequest, trace: TraceBuilder, timer: StageTimer
+    ) -> tuple[Constraints, str]: ...
+    async def verify(
+        self, actor: Actor, task: Task, constraints: Constraints, records: list[Record], timer: StageTimer
+    ) -> Verdict: ...
+    async def mask(
+        self, constraints: Constraints, entries: list[Fused], pieces: tuple[Record, ...], trace: TraceBuilder, timer: StageTimer
+    ) -> tuple[Masking, list[Fused]]: ...
+    async def mask_response(
+        self, body: RetrieveResponse, constraints: Constraints, masking: Masking, trace: TraceBuilder, timer: StageTimer
+    ) -> RetrieveResponse: ...
+    def pack(self, ranked: list[Ranked], limit_bytes: int) -> Packed: ...
+
+
+async def expand(pipeline: Stages, actor: Actor, request: RetrieveRequest, trace: TraceBuilder) -> RetrieveResponse:
     pipeline.admit(request, trace)
     if request.synthesize:
         raise BadRequest("synthesize: an expand returns the next page of context; synthesise from the first call")
@@ -52,7 +89,7 @@ async def expand(pipeline: Pipeline, actor: Actor, request: RetrieveRequest, tra
 
 
 async def _page(
-    pipeline: Pipeline, actor: Actor, request: RetrieveRequest, cursor: Cursor, trace: TraceBuilder
+    pipeline: Stages, actor: Actor, request: RetrieveRequest, cursor: Cursor, trace: TraceBuilder
 ) -> RetrieveResponse | None:
     timer = StageTimer()
     stored = cursor.request
