@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("core", "connectors", "audit", "gateway")
+PACKAGES = ("api", "core", "connectors", "audit", "gateway")
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:

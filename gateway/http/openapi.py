@@ -3,8 +3,9 @@
 Every schema is a model's (the package `api`: requests in validation mode, answers in
 serialization mode; `ProtectedResourceMetadata` is the MCP SDK's), error codes come from the error
 tree (`core.errors`), and every operation is the declaration beside its handler
-(`gateway.http.operation.Operation`, gathered by `gateway.http.table`). The document is rendered
-from the app's own routes, so it names exactly the operations the app serves. It is built once per
+(`gateway.http.operation.Operation`, gathered here in `OPERATIONS`, from which `gateway.http.table`
+builds the app's routes). The document is rendered from the app's own routes, so it names exactly
+the operations the app serves. It is built once per
 app, on the first request for it; it holds no data, so the route is unauthenticated, like /healthz.
 """
 
@@ -13,7 +14,6 @@ from __future__ import annotations
 import copy
 import inspect
 from collections.abc import Iterable
-from typing import Any
 
 from mcp.shared.auth import ProtectedResourceMetadata
 from pydantic import BaseModel
@@ -29,9 +29,22 @@ import api.retrieve
 import api.service
 import api.writes
 from api.wire import Wire
+from gateway.http import mcp
 from gateway.http.audit_pages import SESSION_COOKIE
+from gateway.http.audit_pages import views as pages
+from gateway.http.operation import OPEN_OBJECT, Operation, Schema, json_answer
 from gateway.http.operation import SCHEMAS as SCHEMAS  # re-exported
-from gateway.http.operation import Operation, Schema
+from gateway.http.routes import (
+    audit,
+    documents,
+    entities,
+    ingest,
+    keys,
+    operations,
+    policy_explain,
+    policy_impact,
+    retrieve,
+)
 
 WIRE_MODULES = (api.retrieve, api.writes, api.audit, api.policy, api.keys, api.service)
 
@@ -140,11 +153,31 @@ async def openapi_route(request: Request) -> JSONResponse:
     return JSONResponse(built)
 
 
-def __getattr__(name: str) -> Any:
-    """`OPERATIONS`: every declared operation by (path, method), from the route table (imported
-    when asked for: the table imports this module for the document's own route)."""
-    if name == "OPERATIONS":
-        from gateway.http.table import OPERATIONS
-
-        return {(operation.path, operation.method): operation for operation in OPERATIONS}
-    raise AttributeError(name)
+# Every operation the app serves, each declared beside its handler, gathered here by (path, method):
+# the route table (gateway/http/table.py) and the document above are both built from this.
+DECLARED: tuple[Operation, ...] = (
+    *operations.OPERATIONS,
+    Operation(
+        "/openapi.json",
+        "get",
+        openapi_route,
+        "This document",
+        "operations",
+        {"200": json_answer("The OpenAPI 3.1 document", OPEN_OBJECT, traced=False)},
+        auth=None,
+    ),
+    *mcp.OPERATIONS,
+    *retrieve.OPERATIONS,
+    *ingest.OPERATIONS,
+    *documents.OPERATIONS,
+    *entities.OPERATIONS,
+    *policy_explain.OPERATIONS,
+    *policy_impact.OPERATIONS,
+    *keys.OPERATIONS,
+    *audit.OPERATIONS,
+    *pages.OPERATIONS,
+)
+OPERATIONS: dict[tuple[str, str], Operation] = {}
+for _operation in DECLARED:
+    if OPERATIONS.setdefault((_operation.path, _operation.method), _operation) is not _operation:
+        raise ValueError(f"{_operation.method.upper()} {_operation.path} is declared twice")
