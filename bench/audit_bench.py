@@ -7,7 +7,7 @@ Run from the project root with the project's venv:
     .venv/bin/python bench/audit_bench.py             # 100k items, exports at 10k and 100k traces, SQLite
     .venv/bin/python bench/audit_bench.py --postgres-url postgresql+psycopg://postgres@127.0.0.1:5432/test
 
-See bench/README.md ("Audit benchmark") for what each printed figure means.
+See bench/history/audit_bench.md ("Reading the report") for what each printed figure means.
 """
 
 from __future__ import annotations

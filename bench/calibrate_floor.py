@@ -16,7 +16,7 @@ rejected. Run from the project root:
     .venv/bin/python bench/calibrate_floor.py --data-set /work/shared/data/scifact
 
 Passages are embedded exactly as the gateway embeds a document section (title, newline, abstract),
-queries exactly as a retrieve query. See bench/README.md for how to recalibrate for another model
+queries exactly as a retrieve query. See bench/history/calibrate_floor.md for how to recalibrate for another model
 or corpus.
 """
 

@@ -14,7 +14,8 @@ sensitivity above the caller's, a scope the task lacks, a status it does not rea
 claim is searched through the lexical connector on all three stores in turn, and the benchmark
 reports the p50 and p95 of each against `alone` (target for `hidden, same words`: at most 1.5x),
 whether any claim's status differed, and how much of each claim's top 50 is the same as `alone`'s
-(not all of it: BM25's document frequencies count hidden items too, so scores move; see README).
+(not all of it: BM25's document frequencies count hidden items too, so scores move; see
+docs/http-api.md, "Lexical search never ranks what the caller may not see").
 
     .venv/bin/python bench/lexical_hidden_bench.py --data-set /work/shared/data/scifact            # 10,000 hidden
     .venv/bin/python bench/lexical_hidden_bench.py --data-set /work/shared/data/scifact --hidden 2000

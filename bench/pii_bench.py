@@ -20,7 +20,7 @@ Run from the project root with the project's venv:
     .venv/bin/python bench/pii_bench.py                      # ~600 notes, 300 contexts (~1-2 min on 2 cores)
     .venv/bin/python bench/pii_bench.py --notes 200 --contexts 200 --reanalyze 2 --show 5
 
-See bench/README.md ("PII benchmark") for what each printed figure means.
+See bench/history/pii_bench.md ("What it does") for what each printed figure means.
 """
 
 from __future__ import annotations

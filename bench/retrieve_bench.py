@@ -5,7 +5,7 @@ Run from the project root with the project's venv:
     .venv/bin/python bench/retrieve_bench.py --items 5000 --requests 300   # quick
     .venv/bin/python bench/retrieve_bench.py                               # 100k items, 2000 requests per phase
 
-See bench/README.md for what each printed figure means.
+See bench/history/retrieve_bench.md ("Reading the report") for what each printed figure means.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ newest `recorded_at`, then the id. Run from the project root with the project's 
     .venv/bin/python bench/temporal_bench.py --facts 1000            # ~1,000 facts, every fact
     .venv/bin/python bench/temporal_bench.py --queries 200           # 1,200 facts, 200 of them asked
 
-See bench/README.md for what each printed figure means.
+See bench/history/temporal_bench.md ("Reading the report") for what each printed figure means.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`gateway policy check`: compile every module, validate the data document, warn on engine divergence.
 
 Needs no server and no database. Errors fail the check; warnings fail it only with --strict.
-The divergence warnings are text heuristics over each rule (see the README's "Checking policies").
+The divergence warnings are text heuristics over each rule (see docs/policies.md, "Checking policies").
 """
 
 from __future__ import annotations

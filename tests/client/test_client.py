@@ -41,7 +41,7 @@ from gateway.client.calls import retry_after
 from tests.conftest import LiveGateway, free_port, serve_gateway
 from tests.gateway.fixtures import FORBIDDEN, SALES_TASK, VISIBLE, memory, seed
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+AGENTS = (Path(__file__).resolve().parents[2] / "docs" / "agents.md").read_text()  # the manual's page
 PAGES = [f"mem_page_{i:02d}" for i in range(12)]
 
 
@@ -232,19 +232,19 @@ def test_usage_feedback_and_the_audit_review(live: LiveGateway) -> None:
             other_tenant.trace(call.trace_id)
 
 
-# ---------------------------------------------------------------- the README's example
+# ---------------------------------------------------------------- the manual's example (docs/agents.md)
 
 
-def test_the_readme_example_runs_against_a_live_gateway(live: LiveGateway, monkeypatch: pytest.MonkeyPatch) -> None:
-    section = README.split("### Python client", 1)[1].split("\n### ", 1)[0]
+def test_the_manuals_example_runs_against_a_live_gateway(live: LiveGateway, monkeypatch: pytest.MonkeyPatch) -> None:
+    section = AGENTS.split("\n## Python client\n", 1)[1].split("\n## ", 1)[0]
     example = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-    assert example, "the README's Python client section has no example"
+    assert example, "the Python client section of docs/agents.md has no example"
     code = example.group(1)
     assert "http://127.0.0.1:8080" in code
     monkeypatch.setenv("GATEWAY_KEY", live.gateway.key("alice", groups=("sales",), clearance="confidential"))
     printed = StringIO()
     with redirect_stdout(printed):
-        exec(compile(code.replace("http://127.0.0.1:8080", live.url), "README.md", "exec"), {})
+        exec(compile(code.replace("http://127.0.0.1:8080", live.url), "docs/agents.md", "exec"), {})
     assert re.search(r"^[MDPE]\d+ ", printed.getvalue(), re.MULTILINE), printed.getvalue()
 
 

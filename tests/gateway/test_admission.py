@@ -278,7 +278,7 @@ def test_a_flood_from_one_tenant_is_turned_away_and_leaves_another_tenant_served
         print(f"the other tenant's p95: {ratio:.1f}x its idle p95 under the flood")
         # Measured 2.0-2.4x on a 2-core machine; 330x on the live server that found the problem, 25x
         # with admission alone, 6-8x before the pushdown and the audit append were built once, the
-        # policy left the interpreter and heavy calls gave way (README, "Admission").
+        # policy left the interpreter and heavy calls gave way (docs/http-api.md, "Admission and deadlines").
         assert ratio <= 3.0, f"the other tenant's p95 rose {ratio:.1f}x under the flood"
         ready = httpx.get(f"{url}/readyz", timeout=5).json()
         assert ready["admission"]["refused"] > 0

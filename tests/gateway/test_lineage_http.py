@@ -48,7 +48,7 @@ def test_a_new_row_is_version_2_with_its_reasons_as_codes(sqlite_gateway: Gatewa
         "fuse_ms",
         "mask_ms",
         "total_ms",
-    }  # as the README lists
+    }  # as docs/http-api.md lists (POST /v1/retrieve)
     assert lineage["timings"] == body["timings"]
 
 

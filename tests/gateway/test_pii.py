@@ -45,8 +45,8 @@ def test_every_planted_value_is_found_with_its_type_and_masked_away(detector: De
 def test_the_dependency_parser_stays_in_the_pipeline() -> None:
     """Nothing reads the parse, but the entity recogniser respects the sentence boundaries it sets:
     without it (or with spaCy's cheaper `senter`) 2 to 3 of the first 1,000 SciFact abstracts
-    gained a false PERSON ("mm Hg", "Pre-eclampsia"; bench/README.md, issue 18). Speed is not
-    bought with spans."""
+    gained a false PERSON ("mm Hg", "Pre-eclampsia"; bench/history/ingest_bench.md, "What did not work", issue 18).
+    Speed is not bought with spans."""
     from gateway.privacy.detect import _analyzer
 
     model = _analyzer().nlp_engine.nlp["en"]
