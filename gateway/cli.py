@@ -673,7 +673,7 @@ def policy_impact(
     """Replay recorded retrieve calls against the policy in force and the candidate; print what changes."""
     import anyio
 
-    from gateway.policy.impact import parse_window, summary
+    from gateway.policy_tools.impact import parse_window, summary
 
     settings = settings_from(**flags)
     try:
@@ -691,7 +691,7 @@ async def _impact(settings: Settings, candidate_path: Path, window: Any) -> dict
     from core.store import close_store, open_store
     from gateway.policy.candidate import open_candidate, read_candidate
     from gateway.policy.factory import policy_source
-    from gateway.policy.impact import impact
+    from gateway.policy_tools.impact import impact
 
     in_force = await policy_source(settings).fetch()
     assert in_force is not None  # a first fetch has no ETag to match
@@ -737,7 +737,7 @@ def policy_bundle(directory: Path, output: Path, revision: str, signing_key: str
 @click.option("-v", "--verbose", is_flag=True, help="List passing tests too.")
 def policy_test(directory: Path | None, verbose: bool) -> None:
     """Run the Rego tests (test_ rules) with the embedded engine; exit 1 on any failure."""
-    from gateway.policy.rego_tests import run_rego_tests
+    from gateway.policy_tools.rego_tests import run_rego_tests
 
     root = directory or load_settings().policies_dir
     try:
@@ -769,7 +769,7 @@ def policy_explain(actor_json: str, request_arg: str, item_ids: tuple[str, ...],
     import anyio
 
     from core.validation import loads_json
-    from gateway.policy.explain import parse_actor, parse_items, parse_request
+    from gateway.policy_tools.explain import parse_actor, parse_items, parse_request
 
     settings = settings_from(**flags)
     try:
@@ -794,8 +794,8 @@ async def _explain(
     from core.store import close_store, open_store
     from gateway.pipeline.subjects import request_subjects
     from gateway.policy.candidate import open_candidate, read_candidate
-    from gateway.policy.explain import differences, explain
     from gateway.policy.factory import policy_source
+    from gateway.policy_tools.explain import differences, explain
 
     in_force_bundle = await policy_source(settings).fetch()
     assert in_force_bundle is not None  # a first fetch has no ETag to match
@@ -825,7 +825,7 @@ async def _explain(
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def policy_check(directory: Path | None, strict: bool, output_format: str) -> None:
     """Compile the policies, validate the data document, warn on engine divergence; no server needed."""
-    from gateway.policy.check import check_policies
+    from gateway.policy_tools.check import check_policies
 
     report = check_policies(directory or settings_from().policies_dir)
     if output_format == "json":
