@@ -82,7 +82,7 @@ def serve(workers: int, **flags: Any) -> None:
     _export(settings)
     # On SIGTERM uvicorn stops accepting and waits for the calls in flight, at most drain_seconds;
     # then the lifespan flushes the decision log and signs the last audit checkpoint.
-    if workers <= 1:  # one process: it reloads its policy on SIGHUP itself (gateway/reloads.py)
+    if workers <= 1:  # one process: it reloads its policy on SIGHUP itself (gateway/policy/reload.py)
         uvicorn.run(
             "gateway.http.server:app",
             host=settings.host,

@@ -41,7 +41,7 @@ from gateway.http.routes.policy_explain import policy_explain_route
 from gateway.http.routes.policy_impact import policy_impact_route
 from gateway.http.routes.retrieve import retrieve_route
 from gateway.http.traced import refusal, traced
-from gateway.reloads import follow, watch
+from gateway.policy.reload import follow, watch
 from gateway.settings import Settings
 from gateway.telemetry import Telemetry
 

@@ -11,7 +11,7 @@ from starlette.responses import JSONResponse, Response
 from core.errors import Forbidden
 from core.store import store_reachable
 from gateway.http.traced import Call, requires, traced
-from gateway.reloads import announce
+from gateway.policy.reload import announce
 
 
 async def healthz(request: Request) -> JSONResponse:
