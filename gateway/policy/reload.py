@@ -240,10 +240,13 @@ FOLLOWING = ("notify", "reconnect")  # triggers that follow another replica's sw
 CHASE_S = (1, 2, 4, 8, 15, 30, 60)
 
 
-async def reload_and_audit(context: Served, trigger: str) -> ReloadResult:
-    """Reload; a switch or a rejection leaves an audit row of its own (endpoint `policy_reload`)."""
+async def reload_and_announce(context: Served, trigger: str, *, own_row: bool = True) -> ReloadResult:
+    """Reload, and announce a switch to the sibling workers and the other replicas (unless it follows
+    another replica's). A switch or a rejection leaves an audit row of its own (endpoint
+    `policy_reload`), unless the caller's trace records it (`own_row=False`: POST /v1/policy/reload).
+    Every reload goes through here: the HTTP route, SIGHUP and polling (`watch`), `follow`."""
     result = await context.policy.reload(trigger)
-    if result.status != "unchanged":
+    if own_row and result.status != "unchanged":
         trace = TraceBuilder(new_trace_id(), "policy_reload", utc_now(), key=context.audit.key)
         trace.policy_engine, trace.policy_revision = context.policy.name, result.revision
         trace.decision = "none"
@@ -320,7 +323,7 @@ class _Chase:
 
 async def _reload_quietly(context: Served, trigger: str) -> ReloadResult | None:
     try:
-        return await reload_and_audit(context, trigger)
+        return await reload_and_announce(context, trigger)
     except Exception as exc:  # a reload never stops the listener
         log.error("policy reload (%s) failed: %s", trigger, type(exc).__name__)
         return None
@@ -359,7 +362,7 @@ async def watch(context: Served) -> None:
                 trigger = "sighup"
             hangup = anyio.Event()
             try:
-                await reload_and_audit(context, trigger)
+                await reload_and_announce(context, trigger)
             except Exception as exc:  # a reload never stops the watcher
                 log.error("policy reload (%s) failed: %s", trigger, type(exc).__name__)
     finally:
