@@ -10,7 +10,7 @@ Outside a request, reloads come on SIGHUP and by polling the source (`watch`), e
 
 With several worker processes (`gateway serve --workers N`), the supervisor passes SIGHUP on to
 every worker, and a `POST /v1/policy/reload` answered by one worker sends SIGHUP to the supervisor,
-so every worker switches (gateway/cli.py `serve`). Replicas on one PostgreSQL (separate processes,
+so every worker switches (gateway/cli/serve.py). Replicas on one PostgreSQL (separate processes,
 separate hosts) hear of a switch through LISTEN/NOTIFY (gateway/policy/broadcast.py): the replica
 that switched announces the revision, and each of the others reloads from its own source.
 """
