@@ -22,8 +22,8 @@ from core.validation import RESERVED_TENANTS, ascii_int, check_principal, check_
 from gateway.auth import create_api_key
 from tests.conftest import Gateway, make_gateway
 from tests.gateway.fixtures import SALES_TASK, memory
-from tests.gateway.test_audit_page import signed_in
-from tests.gateway.test_bad_input import assert_clean_error
+from tests.gateway.http.test_audit_page import signed_in
+from tests.gateway.http.test_bad_input import assert_clean_error
 from tests.gateway.test_cli import TOKEN, run
 
 JWT_SECRET = "strict-input-hs256-secret-" + "z" * 40
