@@ -30,18 +30,18 @@ class FallbackReason(StrEnum):
     EXPAND_READS_BY_ID = "expand_reads_by_id"
 
 
-class Record(BaseModel):
+class LineagePart(BaseModel):
     """A lineage part: keys are fixed, unknown keys of older rows are kept as they were."""
 
     model_config = ConfigDict(extra="allow")
 
 
-class Fingerprint(Record):
+class Fingerprint(LineagePart):
     hmac: str
     length: int
 
 
-class RequestShape(Record):
+class RequestShape(LineagePart):
     """The request's shape: hashes and sizes of its text, never the text."""
 
     task: dict[str, Any] = Field(default_factory=dict)
@@ -65,7 +65,7 @@ class RequestShape(Record):
         return value if isinstance(value, str) else None
 
 
-class ActorRecord(Record):
+class ActorRecord(LineagePart):
     """What the policy was told of the actor beyond its id and tenant (the row has those)."""
 
     roles: list[str] = Field(default_factory=list)
@@ -73,36 +73,36 @@ class ActorRecord(Record):
     clearance: str
 
 
-class DecisionRecord(Record):
+class DecisionRecord(LineagePart):
     allow: bool
     reasons: list[str] = Field(default_factory=list)
     ms: float = 0.0
 
 
-class EntitiesRecord(Record):
+class EntitiesRecord(LineagePart):
     resolved: int = 0
     tombstones: int = 0
     aliases: int = 0
     alias_error: str | None = None
 
 
-class Dropped(Record):
+class Dropped(LineagePart):
     id: str
     reason: str
 
 
-class RelevanceRecord(Record):
+class RelevanceRecord(LineagePart):
     floor: float
     best_similarity: float | None = None
     below_floor: list[str] = Field(default_factory=list)
 
 
-class PiiRecord(Record):
+class PiiRecord(LineagePart):
     masked: dict[str, int] = Field(default_factory=dict)
     analysed_at_request: int = 0
 
 
-class SourceRecord(Record):
+class SourceRecord(LineagePart):
     """One source as the response reported it; `count` holds only policy-confirmed candidates."""
 
     status: str
@@ -118,13 +118,13 @@ class SourceRecord(Record):
         return self.model_dump(exclude_none=True, exclude={"skip"})
 
 
-class DepthRecord(Record):
+class DepthRecord(LineagePart):
     requested: str
     effective: str
     fallback_reason: FallbackReason | None = None
 
 
-class SynthesisRecord(Record):
+class SynthesisRecord(LineagePart):
     sent: list[str] = Field(default_factory=list)
     cited: list[str] = Field(default_factory=list)
     invented_citations: int = 0
@@ -135,12 +135,12 @@ class SynthesisRecord(Record):
     masked_for_model: dict[str, int] = Field(default_factory=dict)
 
 
-class OtelRecord(Record):
+class OtelRecord(LineagePart):
     trace_id: str | None = None
     span_id: str | None = None
 
 
-class WriteRecord(Record):
+class WriteRecord(LineagePart):
     """An ingest or entity write: counts only."""
 
     received: int | None = None
@@ -151,7 +151,7 @@ class WriteRecord(Record):
     removed: int | None = None
 
 
-class DocumentRecord(Record):
+class DocumentRecord(LineagePart):
     """A document write: which document, its hash, and what happened to its pieces."""
 
     document: str
@@ -164,31 +164,31 @@ class DocumentRecord(Record):
     removed: int = 0
 
 
-class ChangeRecord(Record):
+class ChangeRecord(LineagePart):
     """A merge or a deletion mark: what changed."""
 
     changed: int | bool = 0
     hidden_items: int | None = None
 
 
-class AuditReadRecord(Record):
+class AuditReadRecord(LineagePart):
     listed: int | None = None
     trace: str | None = None
 
 
-class AuditVerifyRecord(Record):
+class AuditVerifyRecord(LineagePart):
     ok: bool
     rows: int
     checkpointed: int | None = None  # rows covered by a signed checkpoint
     not_yet_checkpointed: int | None = None
 
 
-class FeedbackRecord(Record):
+class FeedbackRecord(LineagePart):
     rating: str | int | None = None
     comment: Fingerprint | None = None
 
 
-class Lineage(Record):
+class Lineage(LineagePart):
     """One call's lineage. Retrieve and expand fill the retrieval parts; the other endpoints note
     what they wrote or read (`ingest`, `merge`, `audit_read`, `used`, ...)."""
 

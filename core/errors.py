@@ -17,7 +17,6 @@
      ├── MaskingUnavailable    503  the policy requires masking and nothing can detect personal data
      ├── DeadlineExceeded      504  a long operation (an impact replay) ran past its total deadline
      ├── ConnectorError            one source failed; the answer degrades
-     │    └── ConnectorTimeout
      └── ConfigurationError        bad settings or policies at start-up
 
 Messages never carry stored values. gateway.http.errors maps them to HTTP, in that one place.
@@ -127,10 +126,6 @@ class DeadlineExceeded(GatewayError):
 class ConnectorError(GatewayError):
     status = 502
     code = "connector_error"
-
-
-class ConnectorTimeout(ConnectorError):
-    code = "connector_timeout"
 
 
 class ConfigurationError(GatewayError):

@@ -26,9 +26,6 @@ PROFILE_PATHS = {
     "facebook.com": re.compile(r"^/[^/?#]+/?$"),
 }
 
-# What each identifier resolves to: a contact, a company, or whatever entity has that id.
-ENTITY_TYPE_OF = {"email": "contact", "phone": "contact", "profile": "contact", "domain": "company", "id": None}
-
 
 @cache
 def _suffixes() -> PublicSuffixList:

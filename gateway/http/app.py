@@ -23,7 +23,7 @@ from gateway.http.errors import error_answer
 from gateway.http.mcp import MCP_PATH, ProtectedResource, mcp_endpoint
 from gateway.http.table import routes
 from gateway.http.traced import refusal, traced
-from gateway.reloads import follow, watch
+from gateway.policy.reload import follow, watch
 from gateway.settings import Settings
 from gateway.telemetry import Telemetry
 

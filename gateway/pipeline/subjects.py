@@ -9,8 +9,8 @@ from core.request import RetrieveRequest
 from gateway.pipeline.entities import resolve
 from gateway.policy.base import PolicyEngine
 from gateway.policy.decide import Constraints
-from gateway.policy.explain import Subjects
 from gateway.policy.verify import verify
+from gateway.policy_tools.explain import Subjects
 
 
 def request_subjects(exact: ExactConnector, actor: Actor, request: RetrieveRequest) -> Subjects:

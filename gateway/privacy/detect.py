@@ -329,7 +329,7 @@ class Masker:
         """`mask` of each (text, spans). The placeholders are put in by slicing, not by Presidio's
         anonymizer: the spans are already clean (`clean`: in order, no overlaps), which is all its
         conflict handling would give, and its per-span objects cost 2-3 ms on a 16 KB context of
-        ninety items, half the 5 ms a retrieve may spend masking. `tests/gateway/test_pii.py`
+        ninety items, half the 5 ms a retrieve may spend masking. `tests/gateway/privacy/test_pii.py`
         checks the two give the same text, on every text of the development split."""
         out: list[str] = []
         for text, spans in texts:

@@ -16,7 +16,7 @@ from gateway.writes.vectorize import lag
 from tests.conftest import Gateway, open_gateway
 from tests.engines import Endpoint
 from tests.gateway.fixtures import SALES_TASK
-from tests.gateway.test_semantic import TOPICS as SEMANTIC_TOPICS
+from tests.gateway.pipeline.test_semantic import TOPICS as SEMANTIC_TOPICS
 
 SEMANTIC_ONLY = {"exact": False, "lexical": False, "semantic": True, "graph": False}
 

@@ -21,7 +21,7 @@ from gateway.settings import load_settings
 from tests.conftest import Gateway
 from tests.gateway.fixtures import SALES_TASK, seed
 from tests.gateway.observed import observed_gateway
-from tests.gateway.test_semantic import EmbeddingsDouble
+from tests.gateway.pipeline.test_semantic import EmbeddingsDouble
 
 INBOUND_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 

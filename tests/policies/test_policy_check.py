@@ -14,7 +14,7 @@ from click.testing import CliRunner, Result
 from opa_bindings import OpaEngine, OpaError
 
 from gateway.cli import main
-from gateway.policy.check import check_policies, lint_module
+from gateway.policy_tools.check import check_policies, lint_module
 
 
 def check(*args: str | Path, env: dict[str, str | None] | None = None) -> Result:

@@ -15,7 +15,7 @@ from opa_bindings import OpaEngine
 
 from gateway.policy.bundle import read_bundle
 from gateway.policy.embedded import build_engine, first_value
-from gateway.policy.rego_tests import run_rego_tests
+from gateway.policy_tools.rego_tests import run_rego_tests
 from gateway.settings import PROJECT_POLICIES
 from tests.conftest import open_gateway
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gateway.policy.rego_tests import run_rego_tests
+from gateway.policy_tools.rego_tests import run_rego_tests
 from gateway.settings import PROJECT_POLICIES
 from tests.engines import opa_command
 

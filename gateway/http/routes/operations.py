@@ -12,7 +12,7 @@ from core.errors import Forbidden
 from core.store import store_reachable
 from gateway.http.operation import Operation, json_answer, ref, v1
 from gateway.http.traced import Call, requires, traced
-from gateway.reloads import announce
+from gateway.policy.reload import reload_and_announce
 
 
 async def healthz(request: Request) -> JSONResponse:
@@ -71,10 +71,9 @@ async def _reload(call: Call) -> tuple[int, PolicyReload | PolicyRejected]:
     decides every tenant's calls, so only a policy_admin of the platform tenant may reload it."""
     if not _platform_admin(call):
         raise Forbidden("reloading the policy needs a policy_admin key of the platform tenant (GATEWAY_PLATFORM_TENANT)")
-    result = await call.context.policy.reload("http")
+    # A switch reaches the other workers, and the other replicas on PostgreSQL; this call's trace records it.
+    result = await reload_and_announce(call.context, "http", own_row=False)
     call.trace.lineage.policy_reload = result.as_json()
-    if result.status == "switched":
-        await announce(call.context, result.revision)  # the other workers, and the other replicas on PostgreSQL
     if result.status == "rejected":
         call.trace.error_code = "policy_rejected"
         message = f"the new policy revision was refused; {result.revision} keeps serving"

@@ -14,7 +14,7 @@ from gateway.http.operation import Operation, json_answer, json_body, ref, v1
 from gateway.http.traced import Call, requires, traced
 from gateway.pipeline.subjects import request_subjects
 from gateway.policy.candidate import inline_bundle, open_candidate
-from gateway.policy.explain import differences, explain, parse_actor, parse_items, parse_request
+from gateway.policy_tools.explain import differences, explain, parse_actor, parse_items, parse_request
 
 FIELDS = frozenset({"actor", "request", "items", "policies"})
 CANDIDATE_COST = 4  # admission units: a candidate compiles in a policy process of its own

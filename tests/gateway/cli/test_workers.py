@@ -23,7 +23,7 @@ from sqlalchemy import create_engine, text
 from core.store import close_store, open_store
 from gateway.auth import create_api_key
 from gateway.background import AdvisoryLease, FileLease, PendingWorker, run_background
-from gateway.cli import listening_socket
+from gateway.cli.serve import listening_socket
 from tests.conftest import children, free_port, require_postgres
 
 GATEWAY = Path(sys.executable).parent / "gateway"

@@ -19,7 +19,7 @@ from audit.merkle import leaf_hash, root
 from audit.proofs import verify_proof
 from core import store as db
 from gateway.cli import main
-from tests.gateway.test_audit_checkpoints import TENANT, Signed, chain_rows, signed  # noqa: F401 - the fixture
+from tests.audit.test_audit_checkpoints import TENANT, Signed, chain_rows, signed  # noqa: F401 - the fixture
 
 __all__ = ["signed"]
 

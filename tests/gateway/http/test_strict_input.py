@@ -21,10 +21,10 @@ from core.tables import ApiKey
 from core.validation import RESERVED_TENANTS, ascii_int, check_principal, check_tenant, loads_json
 from gateway.auth import create_api_key
 from tests.conftest import Gateway, make_gateway
+from tests.gateway.cli.test_cli import TOKEN, run
 from tests.gateway.fixtures import SALES_TASK, memory
-from tests.gateway.test_audit_page import signed_in
-from tests.gateway.test_bad_input import assert_clean_error
-from tests.gateway.test_cli import TOKEN, run
+from tests.gateway.http.test_audit_page import signed_in
+from tests.gateway.http.test_bad_input import assert_clean_error
 
 JWT_SECRET = "strict-input-hs256-secret-" + "z" * 40
 MARKER = "qqstrictmarkerqq"

@@ -21,7 +21,7 @@ from gateway.cli import main
 from gateway.pipeline.respond import request_shape
 from gateway.policy.bundle import read_bundle
 from gateway.policy.decide import request_input
-from gateway.policy.impact import replay_input
+from gateway.policy_tools.impact import replay_input
 from gateway.settings import PROJECT_POLICIES
 from tests.conftest import Gateway
 

@@ -18,8 +18,8 @@ from audit.checkpoints import Checkpointer, CheckpointLog, read_checkpoints
 from audit.keys import generate, load_signer, load_verifier
 from core import store as db
 from gateway.cli import main
+from tests.audit.test_audit_checkpoints import TENANT, Signed, chain_rows, rehash, signed  # noqa: F401 - the fixture
 from tests.conftest import open_gateway
-from tests.gateway.test_audit_checkpoints import TENANT, Signed, chain_rows, rehash, signed  # noqa: F401 - the fixture
 
 __all__ = ["signed"]
 
@@ -147,7 +147,7 @@ def test_offline_verify_is_monotonic(signed: Signed) -> None:
     # replaced with the earlier file, the last five rows deleted: consistent on its own...
     shutil.copy(earlier, signed.checkpoints)
     with db.writer(signed.gateway.store).begin() as conn:
-        from tests.gateway.test_audit_checkpoints import delete_rows
+        from tests.audit.test_audit_checkpoints import delete_rows
 
         delete_rows(conn, [r["pk"] for r in chain_rows(conn)[-5:]])
     assert offline(signed, TENANT)[0] == 0

@@ -11,9 +11,9 @@ import pytest
 
 import gateway.pipeline.respond as respond_module
 from audit.integrity import verify
+from tests.audit.test_audit_outcomes import audit_dump
 from tests.conftest import Gateway
 from tests.gateway.fixtures import SALES_TASK, memory
-from tests.gateway.test_audit_outcomes import audit_dump
 
 QUERY = {"task": SALES_TASK, "query": "wombattruth"}
 ITEMS = [memory("mem_truth_a", "wombattruth first note"), memory("mem_truth_b", "wombattruth second note")]

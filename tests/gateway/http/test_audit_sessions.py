@@ -22,7 +22,7 @@ from core.store import writer
 from gateway.http.audit_pages import SESSION_COOKIE, session_id, session_key
 from gateway.http.audit_pages import session as audit_sessions
 from tests.conftest import Gateway, open_gateway
-from tests.gateway.test_audit_page import SAME_ORIGIN, audit_rows, auditor_key, sign_in
+from tests.gateway.http.test_audit_page import SAME_ORIGIN, audit_rows, auditor_key, sign_in
 
 table = audit_sessions.session_table
 ENV_SESSION_KEY = "an operator's session key, 32 bytes or more, kept out of the database"

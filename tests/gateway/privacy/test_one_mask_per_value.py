@@ -14,7 +14,7 @@ import pytest
 from gateway.privacy.detect import Detector
 from tests.conftest import Gateway, open_gateway
 from tests.gateway.fixtures import SALES_TASK
-from tests.gateway.test_masking_fields import policies_masking_account_followup
+from tests.gateway.privacy.test_masking_fields import policies_masking_account_followup
 from tests.llm_double import LlmDouble, echo_placeholders
 
 FOUND = "Sales lead Tomomi Nishiyama approved the renewal discount."  # the analyzer finds the name here

@@ -356,7 +356,7 @@ def test_the_service_signs_as_rows_arrive_and_once_at_shutdown(sqlite_url: str, 
 
 
 def test_the_audit_page_says_what_the_checkpoints_cover(signed: Signed) -> None:
-    from tests.gateway.test_audit_page import signed_in
+    from tests.gateway.http.test_audit_page import signed_in
 
     signed.write(2)
     page = signed_in(signed.gateway).client.get("/audit/verify")

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import MetaData, select
 
 from tests.gateway.observed import observed_gateway
-from tests.gateway.test_semantic import EmbeddingsDouble, doc
+from tests.gateway.pipeline.test_semantic import EmbeddingsDouble, doc
 
 EMAIL = "kim.plantedsson@northwind.example"
 PHONE = "+1 415 555 0199"

@@ -15,10 +15,10 @@ from core.tables import ApiKey
 from gateway.auth import create_api_key, list_api_keys, revoke_api_key
 from gateway.http.audit_pages import session as audit_sessions
 from tests.conftest import Gateway
+from tests.gateway.cli.test_cli import TOKEN, ok, run
 from tests.gateway.fixtures import SALES_TASK
-from tests.gateway.test_audit_page import auditor_key, signed_in
-from tests.gateway.test_bad_input import assert_clean_error
-from tests.gateway.test_cli import TOKEN, ok, run
+from tests.gateway.http.test_audit_page import auditor_key, signed_in
+from tests.gateway.http.test_bad_input import assert_clean_error
 
 LISTED = {"id", "tenant", "principal", "roles", "groups", "clearance", "created_at", "revoked_at"}
 MARKER = "qqkeysmarkerqq"

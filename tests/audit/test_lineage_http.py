@@ -9,7 +9,7 @@ from audit.trace import Trace, new_trace_id
 from core.instants import utc_now
 from tests.conftest import Gateway
 from tests.gateway.fixtures import SALES_TASK, memory
-from tests.gateway.test_audit_page import signed_in
+from tests.gateway.http.test_audit_page import signed_in
 
 # As a version-1 gateway wrote it: no version, the skip reason only as text.
 VERSION_1 = {

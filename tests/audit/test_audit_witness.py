@@ -23,8 +23,8 @@ from audit.notes import Verifier, sign
 from audit.witness import WITNESS_NAME, WitnessClient
 from core import store as db
 from gateway.cli import main
+from tests.audit.test_audit_checkpoints import TENANT, Signed, chain_rows, rehash
 from tests.conftest import free_port
-from tests.gateway.test_audit_checkpoints import TENANT, Signed, chain_rows, rehash
 
 ORIGIN = f"gateway.audit/{TENANT}"
 

@@ -1,0 +1,262 @@
+"""`gateway audit`: keys, verify, witness, proofs, checkpoints and pruning of the audit trail."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from core.errors import GatewayError
+from gateway.cli.common import settings_from, store_options
+from gateway.settings import Settings
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+    from audit.chain import Pruned
+
+
+@click.group()
+def audit() -> None:
+    """Audit trail tools."""
+
+
+@audit.command("keygen")
+@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Directory for the new key pair.")
+def audit_keygen(out_dir: Path) -> None:
+    """Write a new Ed25519 key pair for signing audit checkpoints: the private key (mode 0600) for
+    GATEWAY_AUDIT_SIGNING_KEY, and the public key and verifier key for auditors."""
+    from audit.keys import generate
+
+    try:
+        paths = generate(out_dir)
+    except GatewayError as exc:
+        raise click.ClickException(exc.message) from exc
+    click.echo(json.dumps({name: str(path) for name, path in paths.items()}, indent=2))
+
+
+@audit.command("verify")
+@store_options
+@click.option("--tenant", help="Check this tenant's chain only (default: every chain).")
+@click.option("--checkpoints", type=click.Path(path_type=Path), help="The signed checkpoint file to hold the chains against.")
+@click.option(
+    "--public-key",
+    type=click.Path(path_type=Path),
+    multiple=True,
+    help="The public key (PEM or verifier key) the checkpoints are signed with; again for each key it replaced.",
+)
+@click.option(
+    "--known",
+    type=click.Path(path_type=Path),
+    help="Checkpoints you hold from before (an earlier copy of the "
+    "file, or notes a witness cosigned): each must still be in --checkpoints, so an emptied, truncated or "
+    "replaced file fails.",
+)
+def audit_verify(
+    tenant: str | None, checkpoints: Path | None, public_key: tuple[Path, ...], known: Path | None, **flags: Any
+) -> None:
+    """Recompute the audit hash chains, and hold them against the signed checkpoints when given;
+    print the report, name the first problem and exit 1 if there is one."""
+    from audit.checkpoints import read_checkpoints
+    from audit.integrity import verify
+    from audit.keys import load_verifier
+    from core.store import close_store, open_store
+
+    if (checkpoints is None) != (not public_key):
+        raise click.ClickException("--checkpoints and --public-key: give both, or neither")
+    if known is not None and checkpoints is None:
+        raise click.ClickException("--known: give --checkpoints and --public-key too")
+    settings = settings_from(**flags)
+    attested = held = None
+    if checkpoints is not None and public_key:
+        if not checkpoints.is_file():
+            raise click.ClickException(f"--checkpoints: {checkpoints} cannot be read")
+        try:
+            verifier = [load_verifier(key) for key in public_key]
+        except GatewayError as exc:
+            raise click.ClickException(exc.message) from exc
+        attested = read_checkpoints(checkpoints, verifier, tenant if tenant is not None else None)
+        if known is not None:
+            if not known.is_file():
+                raise click.ClickException(f"--known: {known} cannot be read")
+            held = read_checkpoints(known, verifier, tenant if tenant is not None else None)
+    engine = open_store(settings.effective_database_url)
+    try:
+        report = verify(engine, tenant, attested, known=held)
+    finally:
+        close_store(engine)
+    click.echo(json.dumps(report, indent=2))
+    click.echo(verdict(report), err=True)
+    sys.exit(0 if report["ok"] else 1)
+
+
+def verdict(report: dict[str, Any]) -> str:
+    """One line for people: the first problem, or what was verified and what is not yet covered."""
+    rows = sum(c["rows"] for c in report["chains"].values())
+    if not report["ok"]:
+        broken = report["first_broken"]
+        at = f" at position {broken['seq']}" if broken["seq"] is not None else ""
+        return f"FAILED: chain {broken['chain']}{at}: {broken['reason']}"
+    if "checkpoints" not in report:
+        return f"OK: {rows} rows in {len(report['chains'])} chains link and match their hashes (no checkpoints given)"
+    return (
+        f"OK: {report['checkpointed']} rows match signed checkpoints; {report['not_yet_checkpointed']} rows are not yet "
+        "checkpointed (checked for links and hashes only)"
+    )
+
+
+@audit.command("witness")
+@click.option(
+    "--state",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="The witness's own directory: the latest cosigned checkpoint of each chain (never the gateway's volume).",
+)
+@click.option(
+    "--log-key",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="The gateway's public key (PEM or verifier key): only checkpoints it signed are cosigned.",
+)
+@click.option(
+    "--key",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="The witness's own Ed25519 private key (PEM, `gateway audit keygen`).",
+)
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, default=8090, show_default=True)
+def audit_witness(state: Path, log_key: Path, key: Path, host: str, port: int) -> None:
+    """Run a witness of the audit checkpoints (C2SP tlog-witness's add-checkpoint): it cosigns a
+    checkpoint only when a consistency proof shows it extends the last one it cosigned, and
+    refuses a fork. Point GATEWAY_AUDIT_WITNESS_URL at it."""
+    import uvicorn
+
+    from audit.keys import load_signer, load_verifier
+
+    try:
+        load_verifier(log_key)
+        load_signer(key)
+    except GatewayError as exc:
+        raise click.ClickException(exc.message) from exc
+    os.environ.update(
+        {"GATEWAY_WITNESS_STATE": str(state), "GATEWAY_WITNESS_LOG_KEY": str(log_key), "GATEWAY_WITNESS_KEY": str(key)}
+    )
+    uvicorn.run("gateway.http.witness:app", factory=True, host=host, port=port, log_level="info")
+
+
+@audit.command("verify-proof")
+@click.argument("proof", type=click.Path(path_type=Path))
+@click.option(
+    "--public-key",
+    type=click.Path(path_type=Path),
+    required=True,
+    multiple=True,
+    help="The public key (PEM or verifier key) the checkpoint was signed with; again for each key it replaced.",
+)
+def audit_verify_proof(proof: Path, public_key: tuple[Path, ...]) -> None:
+    """Check one trace's proof (GET /v1/audit/traces/{id}/proof) with nothing but the public key:
+    the row's hash from its content, its inclusion path to the Merkle root, the checkpoint's
+    signature over that root. Exits 1 and says what does not hold."""
+    from audit.keys import load_verifier
+    from audit.proofs import verify_proof
+
+    try:
+        verifier = [load_verifier(key) for key in public_key]
+        document = json.loads(proof.read_text(encoding="utf-8"))
+    except GatewayError as exc:
+        raise click.ClickException(exc.message) from exc
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise click.ClickException(f"{proof}: not a readable JSON proof ({type(exc).__name__})") from exc
+    ok, line = verify_proof(document, verifier)
+    click.echo(line if ok else f"FAILED: {line}", err=not ok)
+    sys.exit(0 if ok else 1)
+
+
+@audit.command("checkpoint")
+@store_options
+@click.option(
+    "--adopt",
+    is_flag=True,
+    help="Also sign chains found without a checkpoint of them, as they are (marked "
+    "'adopted' in the note): an operator's decision to trust what the store holds.",
+)
+def audit_checkpoint(adopt: bool, **flags: Any) -> None:
+    """Sign a checkpoint of every chain now (GATEWAY_AUDIT_SIGNING_KEY, GATEWAY_AUDIT_CHECKPOINTS);
+    the service does this on its own as rows arrive and at shutdown. A chain with no checkpoint in
+    the file is refused (exit 1) unless --adopt: this process did not see it written."""
+    from core.store import close_store, open_store
+    from gateway.context import build_checkpointer
+
+    settings = settings_from(**flags)
+    if settings.audit_signing_key is None:
+        raise click.ClickException("GATEWAY_AUDIT_SIGNING_KEY and GATEWAY_AUDIT_CHECKPOINTS: set both to sign checkpoints")
+    engine = open_store(settings.effective_database_url)
+    try:
+        checkpointer = build_checkpointer(settings, engine)
+        assert checkpointer is not None
+        made = checkpointer.checkpoint(every_chain=True, adopt=adopt)
+    except GatewayError as exc:
+        raise click.ClickException(exc.message) from exc
+    finally:
+        close_store(engine)
+    click.echo(
+        json.dumps({"signed": [{"chain": c.chain, **c.as_dict()} for c in made], "refused": checkpointer.refusing}, indent=2)
+    )
+    if checkpointer.refusing:
+        click.echo(
+            f"REFUSED: {len(checkpointer.refusing)} chain(s) found without a checkpoint of them were not signed "
+            "(restore the checkpoint file, or --adopt them as found)",
+            err=True,
+        )
+    sys.exit(1 if any(c.refused for c in made) or checkpointer.refusing else 0)
+
+
+@audit.command("prune")
+@store_options
+@click.option("--days", type=int, help="Keep this many days (default GATEWAY_AUDIT_RETENTION_DAYS).")
+def audit_prune(days: int | None, **flags: Any) -> None:
+    """Remove audit rows older than the retention period; each chain stays verifiable from its
+    oldest kept row. With a signing key, each chain is verified first (a broken one is left
+    alone) and what was removed is signed, so verify can tell the prune from a deletion."""
+    from datetime import timedelta
+
+    from core.instants import utc_now
+    from core.store import close_store, open_store
+
+    settings = settings_from(**flags)
+    keep_days = days if days is not None else settings.audit_retention_days
+    if keep_days < 1:
+        raise click.ClickException("--days: keep at least one day")
+    engine = open_store(settings.effective_database_url)
+    try:
+        removed, refused = _prune(settings, engine, utc_now() - timedelta(days=keep_days))
+    except GatewayError as exc:
+        raise click.ClickException(exc.message) from exc
+    finally:
+        close_store(engine)
+    click.echo(
+        json.dumps({"kept_days": keep_days, "removed": {c: p.removed for c, p in removed.items()}, "not_pruned_broken": refused})
+    )
+
+
+def _prune(settings: Settings, engine: "Engine", before: "datetime") -> tuple[dict[str, "Pruned"], dict[str, str]]:
+    """Prune every chain that verifies (all of them without a signing key), then sign what went."""
+    from audit.chain import chains_in, prune
+    from audit.store import AuditStore
+    from gateway.context import build_checkpointer
+
+    checkpointer = build_checkpointer(settings, engine)
+    if checkpointer is None:
+        return prune(engine, before), {}
+    checker = AuditStore(engine, checkpointer=checkpointer)
+    with engine.connect() as conn:
+        reports = {chain: checker.verify(chain) for chain in chains_in(conn)}
+    removed = prune(engine, before, [chain for chain, report in reports.items() if report["ok"]], checkpointer.cut_before)
+    checkpointer.pruned({chain: (p.oldest, p.prev_hash) for chain, p in removed.items()})
+    return removed, {chain: report["first_broken"]["reason"] for chain, report in reports.items() if not report["ok"]}
