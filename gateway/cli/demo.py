@@ -42,5 +42,5 @@ def demo(**flags: Any) -> None:
     )
     click.echo(
         f"An MCP client reaches the same calls as tools at http://{settings.host}:{settings.port}/mcp with the same\n"
-        "Authorization header; Python agents use gateway.client (README: Connecting agents)."
+        "Authorization header; Python agents use gateway.client (docs/agents.md)."
     )
