@@ -44,7 +44,7 @@ from connectors.sql.cancel import pausing
 from core import work
 from core.errors import ConfigurationError, RateLimited
 from core.request import RetrieveRequest
-from gateway.settings import Settings
+from gateway.settings import AdmissionSettings
 
 COURTESY_STEP_S = 0.005  # how often a heavy call that gives way looks again
 COURTESY_MAX_S = 0.05  # the longest it waits at one stage boundary
@@ -329,7 +329,7 @@ def retrieve_cost(request: RetrieveRequest, default_budget: int) -> int:
     return cost
 
 
-def load_admission(settings: Settings, document: Mapping[str, Any]) -> Admission:
+def load_admission(settings: AdmissionSettings, document: Mapping[str, Any]) -> Admission:
     """Limits from settings, with per-tenant ones from the policy's config document
     (`admission.tenants`); a malformed entry stops start-up with its name."""
     defaults = TenantLimits(

@@ -28,7 +28,7 @@ from core.validation import (
     principal_id_problem,
     tenant_problem,
 )
-from gateway.settings import Settings
+from gateway.settings import AuthSettings
 
 KEY_PATTERN = re.compile(r"^gw_([0-9a-f]{16})_([A-Za-z0-9_-]{20,100})$")
 KEY_ID = re.compile(r"[0-9a-f]{16}", re.ASCII)
@@ -137,7 +137,7 @@ def revoke_api_key(engine: Engine, key_id: str, tenant: str | None = None) -> di
 class Authenticator:
     """Turns an Authorization header into an Actor, or raises Unauthenticated."""
 
-    def __init__(self, engine: Engine, settings: Settings) -> None:
+    def __init__(self, engine: Engine, settings: AuthSettings) -> None:
         self.engine = engine
         self.settings = settings
 

@@ -28,7 +28,7 @@ from gateway.pipeline.semantic import Semantic
 from gateway.policy.factory import load_engine
 from gateway.policy.reload import ReloadingEngine
 from gateway.privacy.store import Privacy, load_privacy
-from gateway.settings import Settings
+from gateway.settings import AuditSettings, EmbeddingSettings, Settings
 from gateway.synthesis.client import Synthesizer
 from gateway.telemetry import NOOP, Telemetry, build_telemetry
 from gateway.writes.embeddings import Embedder, load_embedder
@@ -104,7 +104,7 @@ async def build_context(settings: Settings, telemetry: Telemetry | None = None) 
     )
 
 
-def build_checkpointer(settings: Settings, store: Engine) -> Checkpointer | None:
+def build_checkpointer(settings: AuditSettings, store: Engine) -> Checkpointer | None:
     """With GATEWAY_AUDIT_SIGNING_KEY: the signer of the audit chains' checkpoints."""
     if settings.audit_signing_key is None or settings.audit_checkpoints is None:
         return None
@@ -124,7 +124,7 @@ def build_checkpointer(settings: Settings, store: Engine) -> Checkpointer | None
     )
 
 
-def build_weaviate(settings: Settings, embedder: Embedder) -> "WeaviateConnector":
+def build_weaviate(settings: EmbeddingSettings, embedder: Embedder) -> "WeaviateConnector":
     """The Weaviate connector of GATEWAY_WEAVIATE_URL, for the model's vectors."""
     from connectors.weaviate import WeaviateConnector
 

@@ -7,8 +7,8 @@ import re
 from dataclasses import dataclass, fields, replace
 from functools import cache
 from pathlib import Path
-from types import MappingProxyType
-from typing import Any, Mapping
+from types import MappingProxyType, UnionType
+from typing import Any, Mapping, get_args, get_type_hints
 from urllib.parse import urlsplit
 
 from core.errors import ConfigurationError
@@ -18,10 +18,61 @@ BUDGET_SOURCES = ("memory", "document", "external", "property", "graph")
 DEFAULT_SPLIT = "memory=35,document=30,external=20,property=10,graph=5"
 
 
-@dataclass(frozen=True, slots=True)
-class Settings:
+@dataclass(frozen=True)
+class StoreSettings:
+    """Where the store is: a data directory (the embedded SQLite file, the integer model) or a database."""
+
     data_dir: Path = Path(".gateway")
     database_url: str | None = None
+
+    @property
+    def effective_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'gateway.db').resolve()}"
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """The HTTP service: where it listens, how it names itself, what it reads, how it stops."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    # The gateway's own public `scheme://host[:port]`, as clients reach it through its ingress: the
+    # base of the URLs it names of itself (the OAuth protected-resource metadata of /mcp). Unset, a
+    # request's own scheme and Host stand in, which only a gateway reached under one name can trust.
+    public_url: str | None = None
+    max_body_bytes: int = 1024 * 1024
+    drain_seconds: int = 30
+    # The MCP server at /mcp (gateway/http/mcp.py), and the browser origins it answers: a comma list
+    # of `scheme://host[:port]` (`:*` for any port). A request with no Origin (an agent, not a
+    # browser page) is always heard; none is allowed by default, as a page could be rebinding DNS.
+    mcp: bool = True
+    mcp_allowed_origins: str = ""
+
+    @property
+    def mcp_origins(self) -> frozenset[str]:
+        return parse_origins(self.mcp_allowed_origins)
+
+
+@dataclass(frozen=True)
+class AuthSettings:
+    """JWTs beside the API keys: the HS256 secret or RS256 public key, and the claims they must carry."""
+
+    jwt_secret: str | None = None
+    jwt_public_key: str | None = None
+    jwt_audience: str | None = None
+    jwt_issuer: str | None = None
+
+    @property
+    def jwt_enabled(self) -> bool:
+        return bool(self.jwt_secret or self.jwt_public_key)
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    """The policy: where it is read from, which engine decides, reloads, and the decision log."""
+
     policies_dir: Path = PROJECT_POLICIES
     opa_url: str | None = None
     opa_timeout_ms: int = 500
@@ -34,28 +85,55 @@ class Settings:
     policy_bundle_key_alg: str = "RS256"
     policy_bundle_scope: str | None = None
     policy_poll_seconds: int | None = None
-    jwt_secret: str | None = None
-    jwt_public_key: str | None = None
-    jwt_audience: str | None = None
-    jwt_issuer: str | None = None
-    max_body_bytes: int = 1024 * 1024
-    connector_deadline_ms: int = 250
-    # Admission (gateway/admission.py): units in flight at once, and units per second, per actor and
-    # per tenant (a light call is 1 unit); the process's capacity, past which /readyz says saturated.
+    policy_compiled: bool = True  # the embedded engine verifies on regorus's compiled path (gateway/policy/compiled.py)
+    # The tenant whose policy_admin keys run the platform: they alone reload the policy (which every
+    # tenant shares) over HTTP and see where it is read from (gateway/http/routes/operations.py).
+    platform_tenant: str = "platform"
+    impact_deadline_seconds: int = 120
+    decision_log: Path | None = None
+    decision_log_url: str | None = None
+    decision_log_buffer: int = 10_000
+
+    @property
+    def policy_poll_interval(self) -> int | None:
+        """Seconds between looks for a new policy revision; None: only on SIGHUP or a reload call."""
+        if self.policy_poll_seconds is not None:
+            return self.policy_poll_seconds
+        return 30 if self.policy_bundle and self.policy_bundle.startswith(("http://", "https://")) else None
+
+
+@dataclass(frozen=True)
+class AdmissionSettings:
+    """Admission (gateway/admission.py): units in flight at once, and units per second, per actor and
+    per tenant (a light call is 1 unit); the process's capacity, past which /readyz says saturated."""
+
     admission_actor_concurrency: int = 8
     admission_actor_rate: int = 100
     admission_tenant_concurrency: int = 16
     admission_tenant_rate: int = 200
     admission_capacity: int = 32
+
+
+@dataclass(frozen=True)
+class RetrievalSettings:
+    """A retrieve call: the sources' deadline, the budget and its split, cursors, the relevance floor."""
+
+    connector_deadline_ms: int = 250
     default_budget_bytes: int = 16_000
     budget_split: str = DEFAULT_SPLIT
     cursor_idle_seconds: int = 3600
     cursor_max_per_actor: int = 100
-    impact_deadline_seconds: int = 120
-    policy_compiled: bool = True  # the embedded engine verifies on regorus's compiled path (gateway/policy/compiled.py)
-    # The tenant whose policy_admin keys run the platform: they alone reload the policy (which every
-    # tenant shares) over HTTP and see where it is read from (gateway/http/routes/operations.py).
-    platform_tenant: str = "platform"
+    semantic_floor: float = 0.30
+
+    @property
+    def budget_shares(self) -> Mapping[str, float]:
+        return parse_split(self.budget_split)
+
+
+@dataclass(frozen=True)
+class EmbeddingSettings:
+    """Semantic search: the model (or a remote endpoint), where vectors are indexed, and the worker."""
+
     # `minilm` the packaged model re-quantized for integer arithmetic (gateway/writes/integer_model.py),
     # `minilm-float` the packaged graph as shipped (float arithmetic), `none` semantic search off.
     embeddings: str = "minilm"
@@ -65,16 +143,30 @@ class Settings:
     embeddings_key: str | None = None
     embeddings_dims: int | None = None
     embeddings_timeout_ms: int = 2000
-    semantic_floor: float = 0.30
+    background_embedding: bool = True
+    # Where semantic search runs (unless weaviate_url is set): `memory` the in-process index,
+    # `pgvector` an HNSW index inside PostgreSQL, `auto` pgvector when the store has the extension.
+    vector_index: str = "auto"
+    weaviate_url: str | None = None
+    weaviate_grpc_port: int = 50051
+    weaviate_api_key: str | None = None
+    weaviate_collection: str = "GatewayItem"
+
+
+@dataclass(frozen=True)
+class PrivacySettings:
+    """Personal data: the analyzer, and whether stored items are analysed in the background."""
+
     pii: str = "presidio"
+    pii_background: bool = True
+
+
+@dataclass(frozen=True)
+class AuditSettings:
+    """The audit trail: its keys, retention, the audit page's sessions, signed checkpoints, a witness."""
+
     audit_key: str | None = None
     audit_retention_days: int = 400
-    decision_log: Path | None = None
-    decision_log_url: str | None = None
-    decision_log_buffer: int = 10_000
-    otel_exporter: str = "none"
-    otel_endpoint: str | None = None
-    otel_service_name: str = "governed-gateway"
     audit_session_minutes: int = 60
     audit_session_key: str | None = None
     audit_signing_key: Path | None = None
@@ -83,60 +175,64 @@ class Settings:
     audit_checkpoint_seconds: int = 60
     audit_witness_url: str | None = None
     audit_previous_keys: str | None = None  # comma-separated public key files: keys the signing key replaced
+
+
+@dataclass(frozen=True)
+class SynthesisSettings:
+    """The chat endpoint an answer is synthesized with, if any."""
+
     llm_url: str | None = None
     llm_model: str = "gpt-4o-mini"
     llm_key: str | None = None
     llm_timeout_ms: int = 20_000
-    pii_background: bool = True
-    background_embedding: bool = True
-    weaviate_url: str | None = None
-    weaviate_grpc_port: int = 50051
-    weaviate_api_key: str | None = None
-    weaviate_collection: str = "GatewayItem"
-    # Where semantic search runs (unless weaviate_url is set): `memory` the in-process index,
-    # `pgvector` an HNSW index inside PostgreSQL, `auto` pgvector when the store has the extension.
-    vector_index: str = "auto"
-    drain_seconds: int = 30
-    # The MCP server at /mcp (gateway/http/mcp.py), and the browser origins it answers: a comma list
-    # of `scheme://host[:port]` (`:*` for any port). A request with no Origin (an agent, not a
-    # browser page) is always heard; none is allowed by default, as a page could be rebinding DNS.
-    mcp: bool = True
-    mcp_allowed_origins: str = ""
-    # The gateway's own public `scheme://host[:port]`, as clients reach it through its ingress: the
-    # base of the URLs it names of itself (the OAuth protected-resource metadata of /mcp). Unset, a
-    # request's own scheme and Host stand in, which only a gateway reached under one name can trust.
-    public_url: str | None = None
-    host: str = "127.0.0.1"
-    port: int = 8080
 
-    @property
-    def effective_database_url(self) -> str:
-        if self.database_url:
-            return self.database_url
-        return f"sqlite:///{(self.data_dir / 'gateway.db').resolve()}"
+
+@dataclass(frozen=True)
+class TelemetrySettings:
+    """OpenTelemetry: the exporter and where it sends."""
+
+    otel_exporter: str = "none"
+    otel_endpoint: str | None = None
+    otel_service_name: str = "governed-gateway"
+
+
+# The groups, each a concern; Settings is all of them (its bases in reverse, so its fields come in this order).
+GROUPS: tuple[type, ...] = (
+    StoreSettings,
+    ServerSettings,
+    AuthSettings,
+    PolicySettings,
+    AdmissionSettings,
+    RetrievalSettings,
+    EmbeddingSettings,
+    PrivacySettings,
+    AuditSettings,
+    SynthesisSettings,
+    TelemetrySettings,
+)
+
+
+@dataclass(frozen=True)
+class Settings(
+    TelemetrySettings,
+    SynthesisSettings,
+    AuditSettings,
+    PrivacySettings,
+    EmbeddingSettings,
+    RetrievalSettings,
+    AdmissionSettings,
+    PolicySettings,
+    AuthSettings,
+    ServerSettings,
+    StoreSettings,
+):
+    """Every setting. Each concern is a frozen value of its own (the groups above); a Settings is each
+    of them, so a component is typed to read only its group (`load_admission(settings:
+    AdmissionSettings)`). Every field is the variable `GATEWAY_<NAME>`, read once at start-up."""
 
     @property
     def effective_model_dir(self) -> Path:
         return self.model_dir if self.model_dir is not None else self.data_dir / "models"
-
-    @property
-    def budget_shares(self) -> Mapping[str, float]:
-        return parse_split(self.budget_split)
-
-    @property
-    def policy_poll_interval(self) -> int | None:
-        """Seconds between looks for a new policy revision; None: only on SIGHUP or a reload call."""
-        if self.policy_poll_seconds is not None:
-            return self.policy_poll_seconds
-        return 30 if self.policy_bundle and self.policy_bundle.startswith(("http://", "https://")) else None
-
-    @property
-    def jwt_enabled(self) -> bool:
-        return bool(self.jwt_secret or self.jwt_public_key)
-
-    @property
-    def mcp_origins(self) -> frozenset[str]:
-        return parse_origins(self.mcp_allowed_origins)
 
 
 @cache
@@ -192,38 +288,47 @@ def parse_origins(text: str) -> frozenset[str]:
 
 
 def _convert(name: str, raw: str, kind: Any) -> Any:
-    kind = str(kind)
+    """The variable's text as the field's own type (its annotation, resolved): a bool from 1/0,
+    true/false, yes/no, on/off; an int above 0; a float from -1 to 1; a Path; else the text."""
+    if isinstance(kind, UnionType):  # `int | None`: a variable sets the value, never None
+        kind = next(arg for arg in get_args(kind) if arg is not type(None))
     try:
-        if "bool" in kind:
+        if kind is bool:
             lowered = raw.strip().lower()
             if lowered not in {"1", "0", "true", "false", "yes", "no", "on", "off"}:
                 raise ValueError(raw)
             return lowered in {"1", "true", "yes", "on"}
-        if "float" in kind:
+        if kind is float:
             number = float(raw)
             if not -1.0 <= number <= 1.0:
                 raise ValueError(raw)
             return number
-        if "int" in kind:
+        if kind is int:
             value = int(raw)
             if value <= 0:
                 raise ValueError(raw)
             return value
-        if "Path" in kind:
+        if kind is Path:
             return Path(raw)
-        return raw
+        if kind is str:
+            return raw
     except ValueError as exc:
-        raise ConfigurationError(f"GATEWAY_{name.upper()}: expected {kind.split('|')[0].strip()}, got {raw!r}") from exc
+        raise ConfigurationError(f"GATEWAY_{name.upper()}: expected {kind.__name__}, got {raw!r}") from exc
+    raise TypeError(f"setting {name}: no reader for {kind!r}")  # a field of a new type: give it one above
+
+
+# Every field's type, resolved from its annotation once (this module defers annotations).
+TYPES: dict[str, Any] = {field.name: get_type_hints(Settings)[field.name] for field in fields(Settings)}
 
 
 def load_settings(overrides: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
     """Build settings: defaults, then GATEWAY_* variables, then explicit overrides (flags win)."""
     environ = os.environ if environ is None else environ
     values: dict[str, Any] = {}
-    for field in fields(Settings):
-        raw = environ.get(f"GATEWAY_{field.name.upper()}")
+    for name, kind in TYPES.items():
+        raw = environ.get(f"GATEWAY_{name.upper()}")
         if raw is not None and raw != "":
-            values[field.name] = _convert(field.name, raw, field.type)
+            values[name] = _convert(name, raw, kind)
     for key, value in (overrides or {}).items():
         if value is not None:
             values[key] = value

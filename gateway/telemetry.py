@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from gateway.settings import Settings
+from gateway.settings import TelemetrySettings
 
 Attributes = Mapping[str, str | int | float | bool | Sequence[str]]
 PROPAGATOR = TraceContextTextMapPropagator()
@@ -168,7 +168,7 @@ def documents(entries: Sequence[tuple[str, float]]) -> str:
 
 
 def build_telemetry(
-    settings: Settings, span_processors: Sequence[SpanProcessor] = (), metric_readers: Sequence[MetricReader] = ()
+    settings: TelemetrySettings, span_processors: Sequence[SpanProcessor] = (), metric_readers: Sequence[MetricReader] = ()
 ) -> Telemetry:
     """Spans always get real trace ids (the audit row and the response header carry them); they are
     recorded and exported only with GATEWAY_OTEL_EXPORTER=otlp, or to the processors and readers

@@ -23,7 +23,7 @@ from opentelemetry.trace import get_current_span
 
 from core.errors import PolicyUnavailable
 from gateway.policy.base import ENTRYPOINTS, PolicyEngine
-from gateway.settings import Settings
+from gateway.settings import PolicySettings
 
 log = logging.getLogger("gateway.decision_log")
 
@@ -230,7 +230,7 @@ class FanOutSink:
             sink.close()
 
 
-def open_sink(settings: Settings) -> DecisionSink | None:
+def open_sink(settings: PolicySettings) -> DecisionSink | None:
     """The file sink, the HTTP sink, or both, as the settings ask; None when neither is set."""
     sinks: list[DecisionSink] = []
     if settings.decision_log:

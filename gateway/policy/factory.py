@@ -13,10 +13,10 @@ from gateway.policy.opa import OpaServerEngine
 from gateway.policy.reload import ReloadingEngine
 from gateway.policy.signatures import VerificationKey
 from gateway.policy.source import PolicySource
-from gateway.settings import Settings
+from gateway.settings import PolicySettings
 
 
-def policy_source(settings: Settings) -> PolicySource:
+def policy_source(settings: PolicySettings) -> PolicySource:
     """GATEWAY_POLICY_BUNDLE (a bundle file or URL) when set, else the policies directory."""
     key = (
         VerificationKey.load(settings.policy_bundle_key, settings.policy_bundle_key_alg, settings.policy_bundle_scope or "")
@@ -26,7 +26,7 @@ def policy_source(settings: Settings) -> PolicySource:
     return PolicySource(settings.policy_bundle or str(settings.policies_dir), key)
 
 
-async def load_engine(settings: Settings) -> ReloadingEngine:
+async def load_engine(settings: PolicySettings) -> ReloadingEngine:
     """The OPA engine when an OPA URL is set, else the embedded one; both checked before use."""
     source = policy_source(settings)
     bundle = await source.fetch()
@@ -39,7 +39,7 @@ async def load_engine(settings: Settings) -> ReloadingEngine:
     return ReloadingEngine(await build(bundle), bundle, build, source, sink)
 
 
-async def build_engine(settings: Settings, bundle: PolicyBundle, sink: DecisionSink | None) -> PolicyEngine:
+async def build_engine(settings: PolicySettings, bundle: PolicyBundle, sink: DecisionSink | None) -> PolicyEngine:
     """One revision's engine, probed on both entry points (the probe is not logged as a decision);
     ConfigurationError when it fails to compile or to answer the probe. For an OPA server that gets the policies pushed, the
     candidate is first compiled and probed in a policy process of its own, so a broken one is

@@ -21,7 +21,7 @@ from opa_client.errors import RegoParseError
 from core.errors import ConfigurationError, PolicyUnavailable
 from gateway.policy.base import ENTRYPOINTS
 from gateway.policy.bundle import PolicyBundle
-from gateway.settings import Settings
+from gateway.settings import PolicySettings
 
 # What the client raises when a call fails: aiohttp's errors, the deadline, a body that is not JSON
 # (ValueError covers json's error), and the client's own (a rejected module or document).
@@ -51,7 +51,7 @@ class OpaServerEngine:
         self.loaded_at = datetime.now(timezone.utc)
 
     @classmethod
-    async def connect(cls, settings: Settings, bundle: PolicyBundle) -> "OpaServerEngine":
+    async def connect(cls, settings: PolicySettings, bundle: PolicyBundle) -> "OpaServerEngine":
         """Connect, push the bundle through the policy API unless told OPA loads it itself."""
         assert settings.opa_url
         client = opa_client(settings.opa_url, settings.opa_timeout_ms / 1000)
