@@ -186,6 +186,17 @@ async def traced(request: Request, endpoint: str, handler: Handler) -> Response:
     return response
 
 
+def serving(endpoint: str, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+    """The Starlette endpoint of an HTTP operation: `handler` run by `traced` as `endpoint` (the name
+    its audit rows carry). Declared once, in the operation (gateway/http/operation.py)."""
+
+    async def serve(request: Request) -> Response:
+        return await traced(request, endpoint, handler)
+
+    serve.__name__ = f"{endpoint}_route"
+    return serve
+
+
 async def governed(
     request: Request,
     endpoint: str,

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final, cast
+from typing import Any, Final
 
 from api.retrieve import (
     BudgetReport,
     Decision,
     Depth,
-    ItemKind,
-    ItemSource,
     Mode,
     ResolvedEntity,
     RetrievedItem,
@@ -89,7 +87,9 @@ def respond(
     depth: DepthRecord,
     cursor: str | None,
 ) -> RetrieveResponse:
-    items = [item_body(ranked, citation) for ranked, citation in zip(packed.items, cite(packed.items))]
+    items = [
+        RetrievedItem.model_validate(item_body(ranked, citation)) for ranked, citation in zip(packed.items, cite(packed.items))
+    ]
     return RetrieveResponse(
         trace_id=trace_id,
         mode=mode,
@@ -122,39 +122,42 @@ def cite(items: tuple[Ranked, ...]) -> list[str]:
     return citations
 
 
-def item_body(ranked: Ranked, citation: str) -> RetrievedItem:
+def item_body(ranked: Ranked, citation: str) -> dict[str, Any]:
+    """The item's fields by their wire names (an edge's `from`, `to`, `relation`, `confidence` and
+    `weight` only on an edge); `respond` makes the contract's `RetrievedItem` of them."""
     record = ranked.record
-    edge: dict[str, Any] = {}
+    body: dict[str, Any] = {
+        "id": record.id,
+        "kind": record.kind,
+        "citation": citation,
+        "text": record.text,
+        "entity": record.entity,
+        "section": record.section,
+        "document": record.document,
+        "slot": record.slot,
+        "authority": record.authority,
+        "status": ranked.label,
+        "current": ranked.current,
+        "sensitivity": record.sensitivity,
+        "scope": list(record.scope),
+        "valid_from": record.valid_from,
+        "valid_to": record.valid_to,
+        "recorded_at": record.recorded_at,
+        "source": {"system": record.source_system, "uri": record.source_uri},
+        "found_by": list(ranked.entry.found_by),
+        "pieces": list(ranked.entry.pieces),
+    }
     if record.kind == "edge":
-        edge = {
-            "from_": record.edge_from,
-            "to": record.edge_to,
-            "relation": record.relation,
-            "confidence": record.confidence,
-            "weight": record.weight,
-        }
-    return RetrievedItem(
-        id=record.id,
-        kind=cast(ItemKind, record.kind),
-        citation=citation,
-        text=record.text,
-        entity=record.entity,
-        section=record.section,
-        document=record.document,
-        slot=record.slot,
-        authority=record.authority,
-        status=ranked.label,
-        current=ranked.current,
-        sensitivity=record.sensitivity,
-        scope=list(record.scope),
-        valid_from=record.valid_from,
-        valid_to=record.valid_to,
-        recorded_at=record.recorded_at,
-        source=ItemSource(system=record.source_system, uri=record.source_uri),
-        found_by=list(ranked.entry.found_by),
-        pieces=list(ranked.entry.pieces),
-        **edge,
-    )
+        body.update(
+            {
+                "from": record.edge_from,
+                "to": record.edge_to,
+                "relation": record.relation,
+                "confidence": record.confidence,
+                "weight": record.weight,
+            }
+        )
+    return body
 
 
 def entities_report(resolution: Resolution) -> list[ResolvedEntity]:

@@ -25,7 +25,7 @@ from gateway.http.audit_pages.session import SESSION_COOKIE, SignedOut, end_sess
 from gateway.http.operation import CURSOR, REDIRECT, REVIEW_FILTERS, STRING, TRACE_ID, Operation, obj, page_answers
 from gateway.http.operation import page as page_answer
 from gateway.http.routes.audit import FILTER_NAMES, review_query, verify_record
-from gateway.http.traced import Call, traced
+from gateway.http.traced import Call, serving
 
 ROLE = "auditor"
 PAGE_SIZE = 50
@@ -235,32 +235,12 @@ async def sign_out(call: Call) -> tuple[int, Response]:
     return 303, response
 
 
-async def list_route(request: Request) -> Response:
-    return await traced(request, "audit_page", as_page(list_page))
-
-
-async def trace_route(request: Request) -> Response:
-    return await traced(request, "audit_page_trace", as_page(trace_page))
-
-
-async def verify_route(request: Request) -> Response:
-    return await traced(request, "audit_page_verify", as_page(verify_page))
-
-
-async def sign_in_route(request: Request) -> Response:
-    return await traced(request, "audit_sign_in", as_page(sign_in))
-
-
-async def sign_out_route(request: Request) -> Response:
-    return await traced(request, "audit_sign_out", as_page(sign_out))
-
-
 # The operations this module serves (gateway/http/operation.py).
 OPERATIONS = (
     Operation(
         "/audit",
         "get",
-        list_route,
+        serving("audit_page", as_page(list_page)),
         "The audit page: the sign-in form, or the tenant's traces",
         "audit pages",
         page_answers(
@@ -273,7 +253,7 @@ OPERATIONS = (
     Operation(
         "/audit/sign-in",
         "post",
-        sign_in_route,
+        serving("audit_sign_in", as_page(sign_in)),
         "Open a session with an auditor key",
         "audit pages",
         page_answers(
@@ -301,7 +281,7 @@ OPERATIONS = (
     Operation(
         "/audit/sign-out",
         "post",
-        sign_out_route,
+        serving("audit_sign_out", as_page(sign_out)),
         "End the session",
         "audit pages",
         page_answers({"303": REDIRECT}, {403: "Not from this page"}),
@@ -311,7 +291,7 @@ OPERATIONS = (
     Operation(
         "/audit/traces/{trace_id}",
         "get",
-        trace_route,
+        serving("audit_page_trace", as_page(trace_page)),
         "One trace as a page",
         "audit pages",
         page_answers(
@@ -323,7 +303,7 @@ OPERATIONS = (
     Operation(
         "/audit/verify",
         "get",
-        verify_route,
+        serving("audit_page_verify", as_page(verify_page)),
         "The chain check as a page",
         "audit pages",
         page_answers({"200": page_answer("The chain check")}, {401: "Not signed in: the sign-in form"}),

@@ -9,8 +9,6 @@ from typing import Any
 
 import anyio.to_thread
 from starlette.datastructures import QueryParams
-from starlette.requests import Request
-from starlette.responses import Response
 
 from api.audit import FeedbackRequest, FeedbackResult, Trace, TraceList, TraceProof, UsageRequest, UsageResult, VerifyReport
 from audit.lineage import AuditReadRecord, AuditVerifyRecord, FeedbackRecord, read_lineage
@@ -34,7 +32,7 @@ from gateway.http.operation import (
     ref,
     v1,
 )
-from gateway.http.traced import Call, Stream, requires, traced
+from gateway.http.traced import Call, Stream, requires, serving
 
 UNKNOWN_TRACE = "trace: no such trace"
 PROOF_COST = 4  # admission units of a proof: O(n) in its chain (222 ms at 100,000 rows), like an impact run
@@ -194,40 +192,12 @@ def verify_record(report: dict[str, Any]) -> AuditVerifyRecord:
     )
 
 
-async def verify_route(request: Request) -> Response:
-    return await traced(request, "audit_verify", verify_chain)
-
-
-async def traces_route(request: Request) -> Response:
-    return await traced(request, "audit_list", list_route_handler)
-
-
-async def trace_route(request: Request) -> Response:
-    return await traced(request, "audit_trace", one_trace)
-
-
-async def proof_route(request: Request) -> Response:
-    return await traced(request, "audit_proof", trace_proof)
-
-
-async def export_route(request: Request) -> Response:
-    return await traced(request, "audit_export", export_traces)
-
-
-async def usage_route(request: Request) -> Response:
-    return await traced(request, "usage", report_usage)
-
-
-async def feedback_route(request: Request) -> Response:
-    return await traced(request, "feedback", report_feedback)
-
-
 # The operations this module serves (gateway/http/operation.py).
 OPERATIONS = (
     Operation(
         "/v1/audit/verify",
         "get",
-        verify_route,
+        serving("audit_verify", verify_chain),
         "Check the tenant's hash chain",
         "audit",
         v1({"200": json_answer("Where the chain breaks, if it does", ref(VerifyReport))}, errors={}),
@@ -236,7 +206,7 @@ OPERATIONS = (
     Operation(
         "/v1/audit/traces",
         "get",
-        traces_route,
+        serving("audit_list", list_route_handler),
         "The tenant's traces, newest first",
         "audit",
         v1(
@@ -253,7 +223,7 @@ OPERATIONS = (
     Operation(
         "/v1/audit/traces/{trace_id}",
         "get",
-        trace_route,
+        serving("audit_trace", one_trace),
         "One trace, whole",
         "audit",
         v1(
@@ -266,7 +236,7 @@ OPERATIONS = (
     Operation(
         "/v1/audit/traces/{trace_id}/proof",
         "get",
-        proof_route,
+        serving("audit_proof", trace_proof),
         "One trace with its inclusion proof and the signed checkpoint it is under",
         "audit",
         v1(
@@ -282,7 +252,7 @@ OPERATIONS = (
     Operation(
         "/v1/audit/export",
         "get",
-        export_route,
+        serving("audit_export", export_traces),
         "Every matching trace, streamed",
         "audit",
         v1(
@@ -301,7 +271,7 @@ OPERATIONS = (
     Operation(
         "/v1/traces/{trace_id}/usage",
         "post",
-        usage_route,
+        serving("usage", report_usage),
         "Report which returned items the agent used",
         "audit",
         v1(
@@ -316,7 +286,7 @@ OPERATIONS = (
     Operation(
         "/v1/traces/{trace_id}/feedback",
         "post",
-        feedback_route,
+        serving("feedback", report_feedback),
         "Rate a call",
         "audit",
         v1(

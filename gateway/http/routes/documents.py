@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import anyio.to_thread
-from starlette.requests import Request
-from starlette.responses import Response
 
 from api.writes import ID, DocumentReport
 from audit.lineage import DocumentRecord
 from gateway.http.operation import NOT_FOUND_ROUTE, STRING, Operation, json_answer, path_parameter, ref, v1
-from gateway.http.traced import Call, requires, traced
+from gateway.http.traced import Call, requires, serving
 from gateway.writes.documents import parse_document
 from gateway.writes.items import ingest_document
 
@@ -28,16 +26,12 @@ async def handle(call: Call) -> tuple[int, DocumentReport]:
     return (200 if not report["rejected"] else 422), DocumentReport.model_validate(report)
 
 
-async def document_route(request: Request) -> Response:
-    return await traced(request, "document", handle)
-
-
 # The operations this module serves (gateway/http/operation.py).
 OPERATIONS = (
     Operation(
         "/v1/documents/{document_id}",
         "put",
-        document_route,
+        serving("document", handle),
         "Write a Markdown document, cut into section items",
         "ingest",
         v1(

@@ -7,8 +7,6 @@ import re
 from typing import Any
 
 import anyio.to_thread
-from starlette.requests import Request
-from starlette.responses import Response
 
 from api.writes import IngestReport, MergeRequest, MergeResult, TombstoneResult
 from audit.lineage import ChangeRecord, WriteRecord
@@ -26,7 +24,7 @@ from gateway.http.operation import (
     v1,
 )
 from gateway.http.routes.ingest import write_items
-from gateway.http.traced import Call, requires, traced
+from gateway.http.traced import Call, requires, serving
 from gateway.writes.entities import mark_pending_deletion, merge
 from gateway.writes.items import ID, Rejected, ingest, parse_items_body
 
@@ -107,25 +105,12 @@ async def put_edges(call: Call) -> tuple[int, IngestReport]:
     return await write_items(call, entries)
 
 
-async def entity_route(request: Request) -> Response:
-    handler = delete_entity if request.method == "DELETE" else put_entity
-    return await traced(request, "entity", handler)
-
-
-async def merge_route(request: Request) -> Response:
-    return await traced(request, "entity_merge", merge_entity)
-
-
-async def edges_route(request: Request) -> Response:
-    return await traced(request, "edges", put_edges)
-
-
 # The operations this module serves (gateway/http/operation.py).
 OPERATIONS = (
     Operation(
         "/v1/entities/{entity_id}",
         "put",
-        entity_route,
+        serving("entity", put_entity),
         "Write an entity",
         "ingest",
         v1(
@@ -146,7 +131,7 @@ OPERATIONS = (
     Operation(
         "/v1/entities/{entity_id}",
         "delete",
-        entity_route,
+        serving("entity", delete_entity),
         "Mark an entity pending deletion (everything attached is hidden at once)",
         "ingest",
         v1(
@@ -159,7 +144,7 @@ OPERATIONS = (
     Operation(
         "/v1/entities/{entity_id}/merge",
         "post",
-        merge_route,
+        serving("entity_merge", merge_entity),
         "Merge an entity into a survivor",
         "ingest",
         v1(
@@ -178,7 +163,7 @@ OPERATIONS = (
     Operation(
         "/v1/edges",
         "put",
-        edges_route,
+        serving("edges", put_edges),
         "Write edges",
         "ingest",
         v1(

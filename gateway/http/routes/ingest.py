@@ -5,13 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import anyio.to_thread
-from starlette.requests import Request
-from starlette.responses import Response
 
 from api.writes import IngestReport, ItemIn
 from audit.lineage import WriteRecord
 from gateway.http.operation import Operation, batch_body, json_answer, ref, v1
-from gateway.http.traced import Call, requires, traced
+from gateway.http.traced import Call, requires, serving
 from gateway.writes.items import ingest, parse_items_body
 
 
@@ -37,16 +35,12 @@ async def write_items(call: Call, entries: list[Any]) -> tuple[int, IngestReport
     return 200, IngestReport.model_validate(report.as_dict())
 
 
-async def items_route(request: Request) -> Response:
-    return await traced(request, "ingest", handle)
-
-
 # The operations this module serves (gateway/http/operation.py).
 OPERATIONS = (
     Operation(
         "/v1/items",
         "put",
-        items_route,
+        serving("ingest", handle),
         "Write items (idempotent by id)",
         "ingest",
         v1(

@@ -8,8 +8,6 @@ import functools
 
 import anyio.to_thread
 from pydantic import ValidationError
-from starlette.requests import Request
-from starlette.responses import Response
 
 from api.keys import CreatedKey, KeyList, RevokedKey
 from api.keys import NewKey as NewKey  # the contract's; named here for the route
@@ -17,7 +15,7 @@ from core.errors import BadRequest, SchemaError
 from core.validation import describe_validation_error, has_nul
 from gateway.auth import create_api_key, list_api_keys, revoke_api_key
 from gateway.http.operation import Operation, json_answer, json_body, path_parameter, ref, v1
-from gateway.http.traced import Call, requires, traced
+from gateway.http.traced import Call, requires, serving
 
 ROLE = "key_admin"
 
@@ -74,22 +72,12 @@ async def revoke_key(call: Call) -> tuple[int, RevokedKey]:
     return 200, RevokedKey.model_validate(revoked)
 
 
-async def keys_route(request: Request) -> Response:
-    if request.method == "POST":
-        return await traced(request, "keys_create", create_key)
-    return await traced(request, "keys_list", list_keys)
-
-
-async def key_route(request: Request) -> Response:
-    return await traced(request, "key_revoke", revoke_key)
-
-
 # The operations this module serves (gateway/http/operation.py).
 OPERATIONS = (
     Operation(
         "/v1/keys",
         "get",
-        keys_route,
+        serving("keys_list", list_keys),
         "The tenant's API keys, revoked ones too",
         "keys",
         v1({"200": json_answer("The keys, oldest first", ref(KeyList))}, errors={}),
@@ -98,7 +86,7 @@ OPERATIONS = (
     Operation(
         "/v1/keys",
         "post",
-        keys_route,
+        serving("keys_create", create_key),
         "Create an API key in the caller's tenant",
         "keys",
         v1(
@@ -112,7 +100,7 @@ OPERATIONS = (
     Operation(
         "/v1/keys/{key_id}",
         "delete",
-        key_route,
+        serving("key_revoke", revoke_key),
         "Revoke a key of the caller's tenant and end its audit-page sessions",
         "keys",
         v1(

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import anyio.to_thread
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse
 
 from api.policy import PolicyInfo, PolicyRejected, PolicyReload, ReloadResult
 from api.service import ErrorDetail, Health, Readiness
 from core.errors import Forbidden
 from core.store import store_reachable
 from gateway.http.operation import Operation, json_answer, ref, v1
-from gateway.http.traced import Call, requires, traced
+from gateway.http.traced import Call, requires, serving
 from gateway.policy.reload import reload_and_announce
 
 
@@ -60,10 +60,6 @@ def _platform_admin(call: Call) -> bool:
     return "policy_admin" in call.actor.roles and call.actor.tenant == call.context.settings.platform_tenant
 
 
-async def policy_route(request: Request) -> Response:
-    return await traced(request, "policy", _policy)
-
-
 @requires("policy_admin")
 async def _reload(call: Call) -> tuple[int, PolicyReload | PolicyRejected]:
     """Read the policy source again and switch to its revision when it compiles and passes the
@@ -80,10 +76,6 @@ async def _reload(call: Call) -> tuple[int, PolicyReload | PolicyRejected]:
         detail = ErrorDetail(code="policy_rejected", message=message, trace_id=call.trace.trace_id)
         return 422, PolicyRejected(error=detail, reload=ReloadResult.model_validate(result.as_json()))
     return 200, PolicyReload(reload=ReloadResult.model_validate(result.as_json()))
-
-
-async def policy_reload_route(request: Request) -> Response:
-    return await traced(request, "policy_reload", _reload)
 
 
 # The operations this module serves (gateway/http/operation.py).
@@ -112,7 +104,7 @@ OPERATIONS = (
     Operation(
         "/v1/policy",
         "get",
-        policy_route,
+        serving("policy", _policy),
         "The loaded policy revision",
         "policy",
         v1({"200": json_answer("The engine and revision", ref(PolicyInfo))}, errors={}),
@@ -120,7 +112,7 @@ OPERATIONS = (
     Operation(
         "/v1/policy/reload",
         "post",
-        policy_reload_route,
+        serving("policy_reload", _reload),
         "Switch to the policy source's revision now",
         "policy",
         v1(

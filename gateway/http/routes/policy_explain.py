@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from starlette.requests import Request
-from starlette.responses import Response
-
 from api.policy import ExplainReport, ExplainRequest
 from core.errors import BadRequest, ConfigurationError, Forbidden, PolicyUnavailable, SchemaError
 from core.instants import utc_now
 from gateway.http.operation import Operation, json_answer, json_body, ref, v1
-from gateway.http.traced import Call, requires, traced
+from gateway.http.traced import Call, requires, serving
 from gateway.pipeline.subjects import request_subjects
 from gateway.policy.candidate import inline_bundle, open_candidate
 from gateway.policy_tools.explain import differences, explain, parse_actor, parse_items, parse_request
@@ -62,16 +59,12 @@ async def handle(call: Call) -> tuple[int, ExplainReport]:
     return 200, ExplainReport.model_validate(answer)
 
 
-async def policy_explain_route(request: Request) -> Response:
-    return await traced(request, "policy_explain", handle)
-
-
 # The operations this module serves (gateway/http/operation.py).
 OPERATIONS = (
     Operation(
         "/v1/policy/explain",
         "post",
-        policy_explain_route,
+        serving("policy_explain", handle),
         "Explain a decision and named items for a hypothetical actor, in force or against a candidate",
         "policy",
         v1(

@@ -6,14 +6,12 @@ from collections.abc import Coroutine
 from typing import Any
 
 import anyio
-from starlette.requests import Request
-from starlette.responses import Response
 
 from api.policy import ImpactReport, ImpactRequest
 from core.errors import BadRequest, ConfigurationError, DeadlineExceeded, Forbidden
 from core.validation import has_nul
 from gateway.http.operation import Operation, json_answer, json_body, ref, v1
-from gateway.http.traced import Call, requires, traced
+from gateway.http.traced import Call, requires, serving
 from gateway.policy.candidate import inline_bundle, open_candidate
 from gateway.policy_tools.impact import impact, parse_window, summary
 
@@ -88,16 +86,12 @@ async def _bounded(call: Call, run: Coroutine[Any, Any, dict[str, Any]]) -> dict
     raise DeadlineExceeded(f"impact: the replay ran past its {deadline} s deadline; narrow it with `limit` or `since`")
 
 
-async def policy_impact_route(request: Request) -> Response:
-    return await traced(request, "policy_impact", handle)
-
-
 # The operations this module serves (gateway/http/operation.py).
 OPERATIONS = (
     Operation(
         "/v1/policy/impact",
         "post",
-        policy_impact_route,
+        serving("policy_impact", handle),
         "Replay the tenant's recorded calls against a candidate policy",
         "policy",
         v1(

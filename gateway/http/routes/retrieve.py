@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from starlette.requests import Request
-from starlette.responses import Response
-
 from api.retrieve import RetrieveRequest, RetrieveResponse
 from core.request import parse_retrieve
 from gateway.admission import retrieve_cost
 from gateway.http.operation import Operation, json_answer, json_body, ref, v1
-from gateway.http.traced import Call, requires, traced
+from gateway.http.traced import Call, requires, serving
 from gateway.telemetry import layer
 
 
@@ -28,16 +25,12 @@ async def handle(call: Call) -> tuple[int, RetrieveResponse]:
     return 200, body
 
 
-async def retrieve_route(request: Request) -> Response:
-    return await traced(request, "retrieve", handle)
-
-
 # The operations this module serves (gateway/http/operation.py).
 OPERATIONS = (
     Operation(
         "/v1/retrieve",
         "post",
-        retrieve_route,
+        serving("retrieve", handle),
         "Retrieve the context for one task",
         "retrieve",
         v1(
