@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from core.errors import BadRequest
 
@@ -23,6 +23,38 @@ def describe_validation_error(exc: ValidationError, root: str = "body") -> str:
             message = "unknown field"
         parts.append(f"{location}: {message}")
     return "; ".join(parts)
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validated(model: type[M], body: Any) -> M:
+    """A parsed JSON body as the contract's `model` (api/): not an object, a NUL anywhere, or a value
+    the model refuses is a 400 whose message names the field (never the value)."""
+    if not isinstance(body, dict):
+        raise BadRequest("body: expected a JSON object")
+    try:
+        value = model.model_validate(body)
+    except ValidationError as exc:
+        raise BadRequest(describe_validation_error(exc)) from exc
+    where = nul_at(body)
+    if where is not None:  # one the model's own rules let through (a free-text comment, say)
+        raise BadRequest(f"{where}: strings must not contain the NUL character")
+    return value
+
+
+def nul_at(value: Any, path: str = "body") -> str | None:
+    """Where a NUL character hides in a JSON value (`body.comment`, `body.used.3`), or None."""
+    if isinstance(value, str):
+        return path if "\x00" in value else None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, inner in items:
+        if isinstance(key, str) and "\x00" in key:
+            return path
+        found = nul_at(inner, f"{key}" if path == "body" else f"{path}.{key}")
+        if found is not None:
+            return found
+    return None
 
 
 def has_nul(value: Any) -> bool:

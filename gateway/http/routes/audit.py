@@ -15,7 +15,7 @@ from audit.lineage import AuditReadRecord, AuditVerifyRecord, FeedbackRecord, re
 from audit.review import MAX_PAGE, Filters, export, get_trace, list_traces
 from core.errors import BadRequest, NotFound
 from core.instants import parse_rfc3339
-from core.validation import ascii_int
+from core.validation import ascii_int, validated
 from gateway.http.operation import (
     CURSOR as CURSOR_PARAMETER,
 )
@@ -144,10 +144,7 @@ async def report_usage(call: Call) -> tuple[int, UsageResult]:
     """POST /v1/traces/{trace_id}/usage {"used": [ids]}: which returned items the agent used."""
     found = await _own_trace(call)
     call.trace.decision = "write"
-    body = await call.json()
-    used = body.get("used") if isinstance(body, dict) else None
-    if not isinstance(used, list) or len(used) > 200 or not all(isinstance(i, str) for i in used) or set(body) != {"used"}:
-        raise BadRequest('used: expected {"used": [item ids]} with at most 200 ids')
+    used = validated(UsageRequest, await call.json()).used
     packed = set(read_lineage(found["lineage"]).packed or ())
     kept = sorted({i for i in used if i in packed})
     call.trace.lineage.used, call.trace.lineage.not_returned_by_that_call = kept, len(set(used)) - len(kept)
@@ -160,14 +157,8 @@ async def report_feedback(call: Call) -> tuple[int, FeedbackResult]:
     hash and a length only: it is free text and may hold anything."""
     found = await _own_trace(call)
     call.trace.decision = "write"
-    body = await call.json()
-    if not isinstance(body, dict) or set(body) - {"rating", "comment"}:
-        raise BadRequest('body: expected {"rating": 1..5, "comment": "..."}')
-    rating, comment = body.get("rating"), body.get("comment")
-    if not isinstance(rating, int) or isinstance(rating, bool) or not 1 <= rating <= 5:
-        raise BadRequest("rating: expected a whole number from 1 to 5")
-    if comment is not None and (not isinstance(comment, str) or len(comment) > 2000):
-        raise BadRequest("comment: expected text of at most 2,000 characters")
+    feedback = validated(FeedbackRequest, await call.json())
+    rating, comment = feedback.rating, feedback.comment
     call.trace.lineage.feedback = FeedbackRecord(rating=rating, comment=call.trace.fingerprint(comment) if comment else None)
     return 200, FeedbackResult(trace_id=found["trace_id"], rating=rating)
 

@@ -11,7 +11,7 @@ import anyio.to_thread
 from api.writes import IngestReport, MergeRequest, MergeResult, TombstoneResult
 from audit.lineage import ChangeRecord, WriteRecord
 from core.errors import BadRequest
-from core.validation import has_nul
+from core.validation import has_nul, validated
 from gateway.http.operation import (
     ENTITY_ID,
     MERGE_ROUTE,
@@ -62,12 +62,8 @@ async def merge_entity(call: Call) -> tuple[int, MergeResult]:
     actor = call.actor
     call.trace.decision = "write"
     entity_id = _entity_id(call)
-    body = await call.json()
-    if not isinstance(body, dict) or not isinstance(body.get("into"), str) or not re.fullmatch(ID, body["into"]):
-        raise BadRequest("into: expected the id of the surviving entity")
-    if set(body) - {"into"}:
-        raise BadRequest(f"{sorted(set(body) - {'into'})[0]}: unknown field")
-    result = await anyio.to_thread.run_sync(merge, call.context.store, actor.tenant, entity_id, body["into"])
+    into = validated(MergeRequest, await call.json()).into
+    result = await anyio.to_thread.run_sync(merge, call.context.store, actor.tenant, entity_id, into)
     call.trace.lineage.merge = ChangeRecord(changed=result["changed"])
     return 200, MergeResult.model_validate(result)
 
