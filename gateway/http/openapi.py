@@ -5,8 +5,8 @@ serialization mode; `ProtectedResourceMetadata` is the MCP SDK's), error codes c
 tree (`core.errors`), and every operation is the declaration beside its handler
 (`gateway.http.operation.Operation`, gathered here in `OPERATIONS`, from which `gateway.http.table`
 builds the app's routes). The document is rendered from the app's own routes, so it names exactly
-the operations the app serves. It is built once per
-app, on the first request for it; it holds no data, so the route is unauthenticated, like /healthz.
+the operations the app serves. It is built once per app, on the first request for it; it holds no
+data, so the route is unauthenticated, like /healthz.
 """
 
 from __future__ import annotations
