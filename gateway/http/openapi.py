@@ -121,7 +121,8 @@ def document(routes: Iterable[BaseRoute]) -> Schema:
             "title": "Governed retrieval gateway",
             "version": "1",
             "description": 'A policy-first retrieval gateway. Errors are `{"error": {"code", "message", "trace_id"}}`; '
-            "every /v1 answer carries `x-trace-id`, `traceparent` and `Server-Timing`.",
+            "every /v1 answer carries `x-trace-id`, `traceparent` and `Server-Timing`. Answers are open: a later "
+            "version may add fields, so a client keeps or ignores those it does not know; request bodies refuse them.",
         },
         "jsonSchemaDialect": "https://spec.openapis.org/oas/3.1/dialect/base",
         "paths": dict(sorted(paths.items())),
