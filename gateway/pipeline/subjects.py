@@ -8,9 +8,8 @@ from core.errors import ConnectorError, PolicyUnavailable
 from core.request import RetrieveRequest
 from gateway.pipeline.entities import resolve
 from gateway.policy.base import PolicyEngine
-from gateway.policy.decide import Constraints
+from gateway.policy.decide import Constraints, Subjects
 from gateway.policy.verify import verify
-from gateway.policy_tools.explain import Subjects
 
 
 def request_subjects(exact: ExactConnector, actor: Actor, request: RetrieveRequest) -> Subjects:

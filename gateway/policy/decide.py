@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -136,3 +137,8 @@ async def decide(engine: PolicyEngine, actor: Actor, request: RetrieveRequest, n
         raise PolicyUnavailable("policy constraints name a tenant other than the actor's")
     ms = (time.perf_counter() - started) * 1000
     return Decision(result["allow"], reasons, constraints, engine.name, engine.revision, ms)
+
+
+# Resolves the entities a request is about, under a decision's constraints, verified by the engine
+# that decided (gateway/pipeline/subjects.py makes one; explain takes one).
+Subjects = Callable[[PolicyEngine, Constraints], Awaitable[tuple[str, ...]]]

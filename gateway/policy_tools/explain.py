@@ -12,7 +12,7 @@ nobody holds. Only envelopes are read out, never an item's text, name or any oth
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -32,7 +32,7 @@ from core.records import Record
 from core.request import RetrieveRequest, parse_retrieve
 from core.validation import describe_validation_error, has_nul, principal_id_problem, tenant_problem
 from gateway.policy.base import PolicyEngine
-from gateway.policy.decide import Constraints, Decision, decide
+from gateway.policy.decide import Constraints, Decision, Subjects, decide
 from gateway.policy.verify import items_input, verdict_from
 
 MAX_ITEMS = 50
@@ -64,8 +64,6 @@ CONSTRAINTS = {
     "tombstone": "the entity named in this column is not pending deletion",
     "linked_entity": "the entity named in this column is admitted by the same constraints",
 }
-
-Subjects = Callable[[PolicyEngine, Constraints], Awaitable[tuple[str, ...]]]
 
 
 class _ActorBody(BaseModel):
