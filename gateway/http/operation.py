@@ -20,6 +20,8 @@ from core.errors import GatewayError
 Schema = dict[str, Any]
 Method = Literal["get", "put", "post", "delete"]
 Endpoint = Callable[[Request], Awaitable[Response]]
+# The attribute `@requires` sets on a handler, and `serving` on its endpoint: the role the call needs.
+REQUIRED_ROLE = "required_role"
 
 JSON = "application/json"
 HTML = "text/html"
@@ -109,7 +111,8 @@ class Operation:
     """One (path, method) the app serves, declared once beside its handler: the route table
     (`gateway.http.table`) and the OpenAPI document (`gateway.http.openapi`) are both built from
     these. `serve` is the Starlette endpoint; `auth`: `bearer` (an API key or JWT, with `role` when
-    the endpoint needs one), `session` (the audit page's cookie, optional), or None."""
+    the endpoint needs one), `session` (the audit page's cookie, optional), or None. The role is the
+    one the handler's `@requires` checks (carried by `serving` onto the endpoint), never written here."""
 
     path: str
     method: Method
@@ -118,10 +121,14 @@ class Operation:
     tag: str
     responses: dict[str, Schema]
     auth: str | None = "bearer"
-    role: str | None = None
     body: Schema | None = None
     parameters: tuple[Schema, ...] = ()
     description: str = ""
+
+    @property
+    def role(self) -> str | None:
+        role: str | None = getattr(self.serve, REQUIRED_ROLE, None)
+        return role
 
     def render(self, operation_id: str) -> Schema:
         description = self.description

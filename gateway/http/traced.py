@@ -29,6 +29,7 @@ from core.validation import loads_json
 from gateway.admission import holding
 from gateway.context import GatewayContext
 from gateway.http.errors import CLIENT_CLOSED, closed_answer, error_answer
+from gateway.http.operation import REQUIRED_ROLE
 from gateway.telemetry import active, span_ids, traceparent
 
 log = logging.getLogger("gateway.http")
@@ -142,6 +143,7 @@ def requires(role: str | None = None, *, admit: bool = True) -> Callable[[H], H]
             with call.admitted(1):
                 return await handler(call)
 
+        setattr(checked, REQUIRED_ROLE, role)  # the operation's documented role is this one
         return cast(H, checked)
 
     return declare
@@ -194,6 +196,7 @@ def serving(endpoint: str, handler: Handler) -> Callable[[Request], Awaitable[Re
         return await traced(request, endpoint, handler)
 
     serve.__name__ = f"{endpoint}_route"
+    setattr(serve, REQUIRED_ROLE, getattr(handler, REQUIRED_ROLE, None))
     return serve
 
 

@@ -113,3 +113,10 @@ def test_the_client_reads_the_same_model_and_keeps_fields_added_later() -> None:
     item = Item.model_validate(wire)
     assert type(item) is RetrievedItem and item.model_extra == {"added_later": {"x": 1}}
     assert item.wire() == wire
+
+
+def test_the_documented_role_is_the_one_the_handler_checks() -> None:
+    roles = {key: operation.role for key, operation in OPERATIONS.items()}
+    assert roles[("/v1/keys", "post")] == roles[("/v1/keys/{key_id}", "delete")] == "key_admin"
+    assert roles[("/v1/audit/verify", "get")] == "auditor" and roles[("/v1/items", "put")] == "ingest"
+    assert roles[("/v1/retrieve", "post")] is None and roles[("/healthz", "get")] is None

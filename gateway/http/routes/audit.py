@@ -192,7 +192,6 @@ OPERATIONS = (
         "Check the tenant's hash chain",
         "audit",
         v1({"200": json_answer("Where the chain breaks, if it does", ref(VerifyReport))}, errors={}),
-        role="auditor",
     ),
     Operation(
         "/v1/audit/traces",
@@ -204,7 +203,6 @@ OPERATIONS = (
             {"200": json_answer("One page", ref(TraceList))},
             errors={400: "an unknown parameter, a bad instant, cursor or limit"},
         ),
-        role="auditor",
         parameters=(
             *REVIEW_FILTERS,
             CURSOR_PARAMETER,
@@ -221,7 +219,6 @@ OPERATIONS = (
             {"200": json_answer("The trace with the usage and feedback its agent reported", ref(Trace))},
             errors={404: "no such trace in this tenant"},
         ),
-        role="auditor",
         parameters=(TRACE_ID,),
     ),
     Operation(
@@ -237,7 +234,6 @@ OPERATIONS = (
                 409: "no signed checkpoint with a Merkle root covers the trace yet, or this gateway signs none",
             },
         ),
-        role="auditor",
         parameters=(TRACE_ID,),
     ),
     Operation(
@@ -256,7 +252,6 @@ OPERATIONS = (
             },
             errors={400: "an unknown parameter, a bad instant or format"},
         ),
-        role="auditor",
         parameters=(*REVIEW_FILTERS, query_parameter("format", "jsonl (default) or csv", {"enum": ["jsonl", "csv"]})),
     ),
     Operation(

@@ -44,7 +44,6 @@ OPERATIONS = (
             },
             also={422: ref(DocumentReport)},
         ),
-        role="ingest",
         parameters=(path_parameter("document_id", "The document's id", ID),),
         body={
             "required": True,

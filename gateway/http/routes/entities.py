@@ -120,7 +120,6 @@ OPERATIONS = (
             },
             also={422: ref(IngestReport)},
         ),
-        role="ingest",
         parameters=(ENTITY_ID,),
         body=json_body(ref("EntityIn")),
     ),
@@ -134,7 +133,6 @@ OPERATIONS = (
             {"200": json_answer("The tombstone", ref(TombstoneResult))},
             errors={400: "not an entity id", 404: "no such entity in this tenant", 405: MERGE_ROUTE},
         ),
-        role="ingest",
         parameters=(ENTITY_ID,),
     ),
     Operation(
@@ -152,7 +150,6 @@ OPERATIONS = (
                 409: "the merge would close a cycle, or involves an entity pending deletion",
             },
         ),
-        role="ingest",
         parameters=(ENTITY_ID,),
         body=json_body(ref(MergeRequest)),
     ),
@@ -167,7 +164,6 @@ OPERATIONS = (
             body=True,
             errors={400: "the body is neither a JSON array nor NDJSON, or names another kind"},
         ),
-        role="ingest",
         body=batch_body("edge", "EdgeIn"),
     ),
 )

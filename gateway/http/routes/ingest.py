@@ -48,7 +48,6 @@ OPERATIONS = (
             body=True,
             errors={400: "the body is neither a JSON array nor NDJSON"},
         ),
-        role="ingest",
         body=batch_body("item", ItemIn),
     ),
 )

@@ -81,7 +81,6 @@ OPERATIONS = (
         "The tenant's API keys, revoked ones too",
         "keys",
         v1({"200": json_answer("The keys, oldest first", ref(KeyList))}, errors={}),
-        role="key_admin",
     ),
     Operation(
         "/v1/keys",
@@ -94,7 +93,6 @@ OPERATIONS = (
             body=True,
             errors={400: "malformed JSON, a `tenant`, a bad principal, role, group or clearance", 422: None},
         ),
-        role="key_admin",
         body=json_body(ref(NewKey)),
     ),
     Operation(
@@ -107,7 +105,6 @@ OPERATIONS = (
             {"200": json_answer("The revoked key", ref(RevokedKey))},
             errors={400: "not a key id (16 hex digits)", 404: "no such key in this tenant"},
         ),
-        role="key_admin",
         parameters=(path_parameter("key_id", "The 16 hex digits after `gw_` in the key", "^[0-9a-f]{16}$"),),
     ),
 )

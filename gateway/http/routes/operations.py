@@ -122,7 +122,6 @@ OPERATIONS = (
                 422: "the new revision was refused (`policy_rejected`; `reload.errors` says why); the old one serves on",
             },
         ),
-        role="policy_admin",
         description="Reads the policy directory or bundle again; a revision that compiles and passes the probe replaces "
         "the one in force atomically, on every worker; calls in flight finish on the revision they started with.",
     ),

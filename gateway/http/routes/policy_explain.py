@@ -81,7 +81,6 @@ OPERATIONS = (
                 422: "a malformed request, or a candidate that does not compile (file:line)",
             },
         ),
-        role="policy_admin",
         body=json_body(ref(ExplainRequest)),
         description="Items are read in the caller's tenant only (another tenant's id is `not_found`); envelopes only, never text.",
     ),

@@ -103,7 +103,6 @@ OPERATIONS = (
                 504: "`deadline_exceeded`: the replay ran past `GATEWAY_IMPACT_DEADLINE_SECONDS`",
             },
         ),
-        role="policy_admin",
         body=json_body(ref(ImpactRequest)),
         description="Reads envelopes and request shapes only; the report holds counts, task types, roles and trace ids.",
     ),
