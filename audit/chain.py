@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -17,12 +18,15 @@ from sqlalchemy.engine import Connection, Engine
 
 from audit.keys import seal, sealed
 from audit.merkle import Range, leaf_hash
-from core.audit_tables import AuditAnchor, AuditItem, AuditTrace
+from core.audit_facts import HOUR_S, facts_of, hour_of, tally_rows
+from core.audit_tables import AuditAnchor, AuditFacet, AuditItem, AuditRollup, AuditTrace
 from core.store import writer
 
 audit_trace = AuditTrace.__table__  # type: ignore[attr-defined]
 audit_item = AuditItem.__table__  # type: ignore[attr-defined]
 audit_anchor = AuditAnchor.__table__  # type: ignore[attr-defined]
+audit_facet = AuditFacet.__table__  # type: ignore[attr-defined]
+audit_rollup = AuditRollup.__table__  # type: ignore[attr-defined]
 GENESIS = "0" * 64
 NO_TENANT = "-"
 # Version 1 of the row hash left out the review columns derived from the lineage; rows written with
@@ -123,7 +127,58 @@ CHAIN_LOCK = select(
 )
 
 
-def append(conn: Connection, values: dict[str, Any], seal_key: bytes | None = None) -> Appended:
+Rollup = Counter[tuple[str, int, str, str]]  # (chain, hour, measure, key) -> n, to add to audit_rollup
+
+
+def add_to_rollup(conn: Connection, counts: Rollup) -> None:
+    """Add the counts to the hourly rollup (an upsert per key, in the caller's transaction)."""
+    if not counts:
+        return
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as upsert
+    else:
+        from sqlalchemy.dialects.sqlite import insert as upsert  # type: ignore[assignment]
+    statement = upsert(audit_rollup)
+    statement = statement.on_conflict_do_update(
+        index_elements=["chain", "hour", "measure", "key"], set_={"n": audit_rollup.c.n + statement.excluded.n}
+    )
+    rows = [{"chain": c, "hour": h, "measure": m, "key": k, "n": n} for (c, h, m, k), n in sorted(counts.items())]
+    conn.execute(statement, rows)
+
+
+def rebuild_rollup(conn: Connection, chain: str, first_hour: int, last_hour: int) -> None:
+    """The chain's rollup for these hours again, from the rows it holds now (after a prune)."""
+    conn.execute(
+        delete(audit_rollup).where(
+            audit_rollup.c.chain == chain, audit_rollup.c.hour >= first_hour, audit_rollup.c.hour <= last_hour
+        )
+    )
+    start = datetime.fromtimestamp(first_hour * HOUR_S, timezone.utc)
+    end = datetime.fromtimestamp((last_hour + 1) * HOUR_S, timezone.utc)
+    rows = conn.execute(
+        select(audit_trace).where(audit_trace.c.chain == chain, audit_trace.c.created_at >= start, audit_trace.c.created_at < end)
+    )
+    add_to_rollup(conn, Counter({(chain, *key): n for key, n in tally_rows(r._mapping for r in rows).items()}))
+
+
+def rederive(conn: Connection, chain: str) -> None:
+    """The chain's facet index and rollup again from its rows as they are now: a repair after rows
+    were rewritten on purpose (and what someone who rewrites rows must also do to pass verify)."""
+    pks = select(audit_trace.c.pk).where(audit_trace.c.chain == chain)
+    conn.execute(delete(audit_facet).where(audit_facet.c.trace_pk.in_(pks)))
+    conn.execute(delete(audit_rollup).where(audit_rollup.c.chain == chain))
+    counts: Rollup = Counter()
+    for row in conn.execute(select(audit_trace).where(audit_trace.c.chain == chain)):
+        m = row._mapping
+        facts = facts_of(m)
+        if facts.facets:
+            conn.execute(insert(audit_facet), [{"trace_pk": m["pk"], "facet": f, "value": v} for f, v in sorted(facts.facets)])
+        for measure, key, n in facts.tallies:
+            counts[chain, facts.hour, measure, key] += n
+    add_to_rollup(conn, counts)
+
+
+def append(conn: Connection, values: dict[str, Any], seal_key: bytes | None = None, rollup: Rollup | None = None) -> Appended:
     """Insert one row at the head of its chain (inside the caller's write transaction); with a seal
     key the row carries its seal.
 
@@ -150,6 +205,14 @@ def append(conn: Connection, values: dict[str, Any], seal_key: bytes | None = No
     pk = conn.execute(INSERT_ROW, {**row, "row_hash": digest, "seal": seal(seal_key, digest) if seal_key else None}).scalar_one()
     if facts.packed:
         conn.execute(insert(audit_item), [{"trace_pk": pk, "item_id": i} for i in facts.packed])
+    counted = facts_of(row)
+    if counted.facets:
+        conn.execute(insert(audit_facet), [{"trace_pk": pk, "facet": f, "value": v} for f, v in sorted(counted.facets)])
+    counts = rollup if rollup is not None else Counter()
+    for measure, key, n in counted.tallies:
+        counts[chain, counted.hour, measure, key] += n
+    if rollup is None:
+        add_to_rollup(conn, counts)
     return Appended(chain, row["seq"], digest)
 
 
@@ -182,6 +245,9 @@ class Walk:
     before_unsealed: tuple[int, str] = (0, GENESIS)  # the position and hash just before `unsealed`
     leaves: list[str] | None = None  # the row hashes walked, in order (when asked for: `collect`)
     roots: dict[int, str] = field(default_factory=dict)  # the Merkle root at the positions asked for (with `tree`)
+    # The overview counts of the rows walked, (hour, measure, key) -> n: set on a walk of the whole
+    # chain (no `after`), for verify to hold the rollup against.
+    tally: Counter[tuple[int, str, str]] | None = None
 
 
 def walk_chain(
@@ -208,6 +274,8 @@ def walk_chain(
         walk = Walk(chain, first=first, start_hash=start, head=first - 1, head_hash=start)
     if collect:
         walk.leaves = []
+    if after is None:
+        walk.tally = Counter()
     if tree is not None and tree.size != walk.first - 1:
         tree = None  # not the tree of what comes before this walk: no roots
     statement = (
@@ -219,9 +287,12 @@ def walk_chain(
         for batch in result.partitions(WALK_BATCH):
             rows = [dict(r._mapping) for r in batch]
             index = _index_of(conn, [m["pk"] for m in rows])
+            facets = _facets_of(conn, [m["pk"] for m in rows])
             for m in rows:
                 walk.rows += 1
                 problem, legacy = _check(m, walk, legacy, index.get(m["pk"], set()))
+                if problem is None:
+                    problem = _check_facts(m, facets.get(m["pk"], set()), walk.tally)
                 if problem is not None:
                     walk.broken = Break(chain, m["seq"], m["trace_id"], problem)
                     return walk
@@ -304,6 +375,55 @@ def _index_of(conn: Connection, pks: list[int]) -> dict[int, set[str]]:
         for pk, item in conn.execute(select(audit_item.c.trace_pk, audit_item.c.item_id).where(audit_item.c.trace_pk.in_(pks))):
             index.setdefault(pk, set()).add(item)
     return index
+
+
+def _facets_of(conn: Connection, pks: list[int]) -> dict[int, set[tuple[str, str]]]:
+    """The facet index rows of these calls, in one query per batch."""
+    found: dict[int, set[tuple[str, str]]] = {}
+    if pks:
+        statement = select(audit_facet.c.trace_pk, audit_facet.c.facet, audit_facet.c.value).where(
+            audit_facet.c.trace_pk.in_(pks)
+        )
+        for pk, facet, value in conn.execute(statement):
+            found.setdefault(pk, set()).add((facet, value))
+    return found
+
+
+def _check_facts(m: dict[str, Any], indexed: set[tuple[str, str]], tally: Counter[tuple[int, str, str]] | None) -> str | None:
+    """The row's facet index rows against its lineage; its overview counts go into `tally`."""
+    facts = facts_of(m)
+    if indexed != facts.facets:
+        extra, missing = sorted(indexed - facts.facets), sorted(facts.facets - indexed)
+        what = f"lists {extra[0]!r}, which this call's lineage does not hold" if extra else f"lacks {missing[0]!r}"
+        return f"the facet index {what} (index edited)"
+    if tally is not None:
+        for measure, key, n in facts.tallies:
+            tally[facts.hour, measure, key] += n
+    return None
+
+
+def rollup_break(conn: Connection, walk: Walk) -> Break | None:
+    """The chain's stored rollup against the counts of a whole walk: the first count that differs."""
+    if walk.tally is None or walk.broken is not None:
+        return None
+    stored: Counter[tuple[int, str, str]] = Counter()
+    statement = select(audit_rollup.c.hour, audit_rollup.c.measure, audit_rollup.c.key, audit_rollup.c.n).where(
+        audit_rollup.c.chain == walk.chain
+    )
+    for hour, measure, key, n in conn.execute(statement):
+        if n:
+            stored[hour, measure, key] += n
+    if stored == walk.tally:
+        return None
+    hour, measure, key = min(set(stored) ^ set(walk.tally) or {k for k in stored if stored[k] != walk.tally[k]})
+    at = datetime.fromtimestamp(hour * HOUR_S, timezone.utc).isoformat()
+    return Break(
+        walk.chain,
+        None,
+        None,
+        f"the overview rollup for the hour of {at} counts {stored[hour, measure, key]} for {measure} {key!r}, "
+        f"the rows {walk.tally[hour, measure, key]} (rollup edited)",
+    )
 
 
 def _check(m: dict[str, Any], walk: Walk, legacy: bool, indexed: set[str]) -> tuple[str | None, bool]:
@@ -412,9 +532,17 @@ def prune(
             ):
                 before_cut(conn, chain, keep.seq)
             doomed = select(audit_trace.c.pk).where(audit_trace.c.chain == chain, audit_trace.c.seq < keep.seq)
+            span = conn.execute(
+                select(func.min(audit_trace.c.created_at), func.max(audit_trace.c.created_at)).where(
+                    audit_trace.c.chain == chain, audit_trace.c.seq < keep.seq
+                )
+            ).first()
             conn.execute(delete(audit_item).where(audit_item.c.trace_pk.in_(doomed)))
+            conn.execute(delete(audit_facet).where(audit_facet.c.trace_pk.in_(doomed)))
             count = conn.execute(delete(audit_trace).where(audit_trace.c.chain == chain, audit_trace.c.seq < keep.seq)).rowcount
             if count:
+                if span is not None and span[0] is not None:
+                    rebuild_rollup(conn, chain, hour_of(span[0]), hour_of(span[1]))
                 conn.execute(delete(audit_anchor).where(audit_anchor.c.chain == chain))
                 conn.execute(
                     insert(audit_anchor).values(

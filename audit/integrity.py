@@ -15,7 +15,18 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection, Engine
 
-from audit.chain import Break, Walk, anchor_of, audit_trace, chain_of, chains_in, moved_out_of_chains, unchained_rows, walk_chain
+from audit.chain import (
+    Break,
+    Walk,
+    anchor_of,
+    audit_trace,
+    chain_of,
+    chains_in,
+    moved_out_of_chains,
+    rollup_break,
+    unchained_rows,
+    walk_chain,
+)
 from audit.checkpoints import Attested, Checkpoint, cut_of
 from audit.merkle import Range
 
@@ -57,6 +68,9 @@ def verify(
                 tree=_tree_before(conn, name, checkpoints) if any(c.tree for c in checkpoints) else None,
             )
             found, entry = _judge(walk, checkpoints, attested is not None)
+            rollup = rollup_break(conn, walk)
+            if rollup is not None:
+                found.append(rollup)
             if attested is not None and not checkpoints and walk.rows and walk.broken is None:
                 found += _never_checkpointed(conn, walk, attested, name, signer_since)
             entry["ok"] = not found

@@ -102,6 +102,15 @@ class PiiRecord(LineagePart):
     analysed_at_request: int = 0
 
 
+class ReturnedRecord(LineagePart):
+    """What a call returned, counted from the envelopes and the placeholders issued, never the text:
+    the items by sensitivity, how many carried a placeholder, and the types the policy revealed."""
+
+    sensitivity: dict[str, int] = Field(default_factory=dict)
+    masked_items: int = 0
+    revealed: list[str] = Field(default_factory=list)
+
+
 class SourceRecord(LineagePart):
     """One source as the response reported it; `count` holds only policy-confirmed candidates."""
 
@@ -215,6 +224,10 @@ class Lineage(LineagePart):
     dropped_for_budget: list[str] | None = None
     dropped_since_issued: list[str] | None = None
     packed: list[str] | None = None
+    returned: ReturnedRecord | None = None  # absent in older rows
+    # The entities the items this call read name (core.records.Record.linked_entities, and an
+    # entity item its own id): entity id -> those item ids. What a subject report is built from.
+    named_entities: dict[str, list[str]] | None = None
     # What the call had packed but never delivered (its body failed to build, or the client left):
     # kept for review, out of the per-item index of "which calls returned item X".
     not_delivered: list[str] | None = None
@@ -233,6 +246,7 @@ class Lineage(LineagePart):
     # An explain: the hypothetical actor's principal, the task type, how many items, the revisions.
     policy_explain: dict[str, Any] | None = None
     used: list[str] | None = None
+    used_about: list[str] | None = None  # the entities the used items name, as that call's trace recorded
     not_returned_by_that_call: int | None = None
     feedback: FeedbackRecord | None = None
     audit_read: AuditReadRecord | None = None

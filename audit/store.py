@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 import threading
+from collections import Counter
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Sequence
 
@@ -12,7 +13,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
-from audit.chain import Appended, append, chain_of
+from audit.chain import Appended, Rollup, add_to_rollup, append, chain_of
 from audit.checkpoints import Checkpointer, read_checkpoints
 from audit.integrity import verify
 from audit.trace import Trace
@@ -90,7 +91,9 @@ class AuditStore:
                     for pending in group:
                         for write in pending.also:
                             write(conn)
-                    appended: list[Appended] = [append(conn, pending.values, self._seal_key) for pending in group]
+                    rollup: Rollup = Counter()  # the group's overview counts, one upsert per key
+                    appended: list[Appended] = [append(conn, pending.values, self._seal_key, rollup) for pending in group]
+                    add_to_rollup(conn, rollup)
                 if self.checkpointer is not None:
                     self.checkpointer.appended(appended)
                 return

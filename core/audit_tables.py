@@ -14,6 +14,7 @@ class AuditTrace(SQLModel, table=True):
     __table_args__ = (
         Index("ix_audit_tenant_created", "tenant", "created_at"),
         Index("ux_audit_chain_seq", "chain", "seq", unique=True),
+        Index("ix_audit_chain_created", "chain", "created_at"),
     )
 
     pk: int | None = Field(default=None, primary_key=True)
@@ -50,6 +51,35 @@ class AuditItem(SQLModel, table=True):
 
     trace_pk: int = Field(foreign_key="audit_trace.pk", primary_key=True, ondelete="CASCADE")
     item_id: str = Field(primary_key=True, max_length=200)
+
+
+class AuditFacet(SQLModel, table=True):
+    """What a call is about, one row each (core.audit_facts): a denial reason, a sensitivity or a
+    masked or revealed type it returned, an entity and the stage an item about it reached
+    (`subject:returned`, ...), a chain check's result. Derived from the row's lineage in its append
+    transaction and checked against it by verify, so the filters and the subject report it drives
+    are read from an index, never a scan, and still trust only the hashed row."""
+
+    __tablename__ = "audit_facet"
+    __table_args__ = (Index("ix_audit_facet_value", "facet", "value", "trace_pk"),)
+
+    trace_pk: int = Field(foreign_key="audit_trace.pk", primary_key=True, ondelete="CASCADE")
+    facet: str = Field(primary_key=True, max_length=40)
+    value: str = Field(primary_key=True, max_length=400)
+
+
+class AuditRollup(SQLModel, table=True):
+    """The compliance overview's hourly counts per chain (core.audit_facts): kept in step by each
+    append's own transaction, rebuilt for the hours a prune touched, and recomputed from the rows by
+    verify, which names any count that differs."""
+
+    __tablename__ = "audit_rollup"
+
+    chain: str = Field(primary_key=True, max_length=200)
+    hour: int = Field(primary_key=True)  # hours since the epoch, UTC
+    measure: str = Field(primary_key=True, max_length=40)
+    key: str = Field(primary_key=True, max_length=400)
+    n: int
 
 
 class AuditSecret(SQLModel, table=True):

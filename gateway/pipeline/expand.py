@@ -28,6 +28,7 @@ from gateway.pipeline.cursors import Cursor, advance, load
 from gateway.pipeline.ranking import Ranked
 from gateway.pipeline.recall import SOURCES
 from gateway.pipeline.respond import respond
+from gateway.pipeline.returned import note_returned
 from gateway.pipeline.stages import StageTimer
 from gateway.policy.decide import Constraints
 from gateway.policy.verify import Verdict
@@ -160,6 +161,7 @@ async def _page(
     body = respond(trace.trace_id, "expand", revision, packed, sources, timings, depth, request.cursor if remaining else None)
     if masking is not None:  # the page's other strings, with its text's placeholders
         body = await pipeline.mask_response(body, constraints, masking, trace, timer)
+    note_returned(trace, records.values(), packed, constraints, masking, body)
     return body
 
 

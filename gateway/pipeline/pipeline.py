@@ -31,6 +31,7 @@ from gateway.pipeline.ranking import Ranked, rank
 from gateway.pipeline.recall import SOURCES, Search, recall
 from gateway.pipeline.relevance import above_floor
 from gateway.pipeline.respond import cite, entities_report, mask_fields, request_shape, respond, source_records
+from gateway.pipeline.returned import note_returned
 from gateway.pipeline.sections import read_whole, section_keys
 from gateway.pipeline.semantic import Semantic, semantic_search
 from gateway.pipeline.stages import StageTimer
@@ -175,6 +176,7 @@ class Pipeline:
         body = body.model_copy(update={"entities": entities_report(resolution)})
         if masking is not None:  # every other string of the items and entities, with the text's placeholders
             body = await self.mask_response(body, constraints, masking, trace, timer, request.query or "")
+        note_returned(trace, [*candidates, *pieces], packed, constraints, masking, body)
         if request.synthesize and self.synthesizer is not None:
             answer = Answer.model_validate(await self.synthesize(request, constraints, packed, pieces, masking, trace, timer))
             timings.update(synthesis_ms=round(timer.timings.synthesis_ms or 0.0, 3), total_ms=timer.finish()["total_ms"])

@@ -364,6 +364,11 @@ class Masker:
         operators = {"DEFAULT": _operator_config(ISSUE, {"masker": self})}
         return str(_anonymizer().anonymize(text, chosen, operators, merge_entities_with_spaces=False).text)
 
+    def carries_placeholder(self, text: str) -> bool:
+        """Whether the text holds a placeholder this masker issued for personal data (not a literal)."""
+        with self._lock:
+            return any(self._values.get(m.group(0), (LITERAL,))[0] != LITERAL for m in PLACEHOLDER.finditer(text))
+
     def restore(self, text: str, reveal: frozenset[str]) -> str:
         """Placeholders this masker issued, of the types in `reveal`, back to their values (literal
         placeholders always); anything else, a mangled or invented placeholder included, stays."""

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.engine import Connection
 
-from audit.chain import GENESIS, audit_anchor, audit_item, audit_trace, row_hash
+from audit.chain import GENESIS, audit_anchor, audit_facet, audit_item, audit_trace, rederive, row_hash
 from audit.checkpoints import Checkpointer, read_checkpoints
 from audit.keys import generate, load_verifier
 from audit.trace import Trace
@@ -145,11 +145,14 @@ def rehash(conn: Connection, tenant: str = TENANT) -> None:
         r["row_hash"] = row_hash(r)
         conn.execute(update(audit_trace).where(audit_trace.c.pk == r["pk"]).values(prev_hash=prev, row_hash=r["row_hash"]))
         prev = r["row_hash"]
+    rederive(conn, tenant)  # and the facet index and rollup, so only the signatures can catch it
 
 
 def delete_rows(conn: Connection, pks: list[int]) -> None:
     conn.execute(delete(audit_item).where(audit_item.c.trace_pk.in_(pks)))
+    conn.execute(delete(audit_facet).where(audit_facet.c.trace_pk.in_(pks)))
     conn.execute(delete(audit_trace).where(audit_trace.c.pk.in_(pks)))
+    rederive(conn, TENANT)
 
 
 def delete_last_five(conn: Connection) -> None:
@@ -170,6 +173,7 @@ def forge_a_row(conn: Connection) -> None:
     row["row_hash"] = row_hash(row)
     pk = conn.execute(insert(audit_trace).values(**row).returning(audit_trace.c.pk)).scalar_one()
     conn.execute(insert(audit_item).values(trace_pk=pk, item_id="doc-secret"))
+    rederive(conn, TENANT)
 
 
 def edit_and_rehash(conn: Connection) -> None:

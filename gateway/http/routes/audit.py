@@ -145,9 +145,12 @@ async def report_usage(call: Call) -> tuple[int, UsageResult]:
     found = await _own_trace(call)
     call.trace.decision = "write"
     used = validated(UsageRequest, await call.json()).used
-    packed = set(read_lineage(found["lineage"]).packed or ())
+    returned = read_lineage(found["lineage"])
+    packed = set(returned.packed or ())
     kept = sorted({i for i in used if i in packed})
     call.trace.lineage.used, call.trace.lineage.not_returned_by_that_call = kept, len(set(used)) - len(kept)
+    named = returned.named_entities or {}
+    call.trace.lineage.used_about = sorted(e for e, items in named.items() if set(items) & set(kept)) or None
     return 200, UsageResult(trace_id=found["trace_id"], recorded=kept, ignored=len(set(used)) - len(kept))
 
 

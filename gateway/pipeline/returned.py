@@ -1,0 +1,48 @@
+"""What a call returned, for the trail's compliance figures: its items counted by sensitivity, how
+many carried a placeholder, the types the policy revealed, and the entities the items it read name.
+Counted from envelopes and placeholders, never from text (audit.facts reads these)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable
+
+from api.retrieve import RetrieveResponse
+from audit.lineage import ReturnedRecord
+from audit.trace import TraceBuilder
+from core.records import Record
+from gateway.pipeline.budget import Packed
+from gateway.policy.decide import Constraints
+from gateway.privacy.mask import Masking
+
+
+def named_entities(records: Iterable[Record]) -> dict[str, list[str]]:
+    """Entity id -> the ids of the items that name it (an entity item names itself)."""
+    named: dict[str, list[str]] = {}
+    for record in records:
+        ends = (record.id,) if record.kind == "entity" else ()
+        for entity in dict.fromkeys((*ends, *record.linked_entities())):
+            if record.id not in named.setdefault(entity, []):
+                named[entity].append(record.id)
+    return named
+
+
+def note_returned(
+    trace: TraceBuilder,
+    read: Iterable[Record],
+    packed: Packed,
+    constraints: Constraints,
+    masking: Masking | None,
+    body: RetrieveResponse,
+) -> None:
+    """Record on the trace what the body returns and the entities of what the call read."""
+    masked = 0
+    if masking is not None:
+        masked = sum(1 for item in body.items if masking.masker.carries_placeholder(json.dumps(item.wire())))
+    trace.lineage.returned = ReturnedRecord(
+        sensitivity=dict(Counter(r.record.sensitivity for r in packed.items)),
+        masked_items=masked,
+        revealed=sorted(constraints.disclosure.reveal) if constraints.disclosure.mask else [],
+    )
+    trace.lineage.named_entities = named_entities([*read, *(r.record for r in packed.items)])
