@@ -35,7 +35,8 @@ def _aware(value: datetime) -> datetime:
 
 
 def _instant(value: datetime) -> str:
-    return value.isoformat(timespec="seconds").replace("+00:00", "Z")
+    """RFC 3339 in UTC, to the microsecond when it has any: a bar's end is where the next starts."""
+    return value.isoformat(timespec="microseconds" if value.microsecond else "seconds").replace("+00:00", "Z")
 
 
 def bucket_hours(since: datetime, until: datetime) -> int:

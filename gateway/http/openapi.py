@@ -31,6 +31,7 @@ import api.writes
 from api.wire import Wire
 from gateway.http import mcp
 from gateway.http.audit_pages import SESSION_COOKIE
+from gateway.http.audit_pages import overview as overview_pages
 from gateway.http.audit_pages import views as pages
 from gateway.http.operation import OPEN_OBJECT, Operation, Schema, json_answer
 from gateway.http.operation import SCHEMAS as SCHEMAS  # re-exported
@@ -179,6 +180,7 @@ DECLARED: tuple[Operation, ...] = (
     *audit.OPERATIONS,
     *compliance.OPERATIONS,
     *pages.OPERATIONS,
+    *overview_pages.OPERATIONS,
 )
 OPERATIONS: dict[tuple[str, str], Operation] = {}
 for _operation in DECLARED:
