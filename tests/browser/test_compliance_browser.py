@@ -37,7 +37,9 @@ def seed(gateway: LiveGateway) -> tuple[str, dict[str, list[str]]]:
             (bob, {"task": {"type": "no_such_task"}, "query": "zanzibar"}, "deny"),
             (auditor, {"task": SALES_TASK, "query": "zanzibar"}, "deny"),
         ):
-            answer = client.post("/v1/retrieve", json={**body, "sources": {"semantic": False}}, headers={"Authorization": f"Bearer {key}"})
+            answer = client.post(
+                "/v1/retrieve", json={**body, "sources": {"semantic": False}}, headers={"Authorization": f"Bearer {key}"}
+            )
             assert answer.status_code == (200 if outcome == "allow" else 403), answer.text
             calls[outcome].append(answer.headers["x-trace-id"])
     return auditor, calls
@@ -60,7 +62,10 @@ def test_a_reviewer_reads_the_overview_follows_a_bar_and_opens_a_subject(browser
     browser.find_element(By.ID, "overview-link").click()
     wait_for(browser, "calls-chart")
     assert browser.find_element(By.ID, "calls-total").text == "5"
-    legend = {e.get_attribute("data-outcome"): e.find_element(By.CSS_SELECTOR, "strong.total").text for e in browser.find_elements(By.CSS_SELECTOR, "a.legend")}
+    legend = {
+        e.get_attribute("data-outcome"): e.find_element(By.CSS_SELECTOR, "strong.total").text
+        for e in browser.find_elements(By.CSS_SELECTOR, "a.legend")
+    }
     assert legend["allow"] == "3" and legend["deny"] == "2" and legend["error"] == "0"
     # The numbers on the time chart itself: its segments' labels and each bar's total.
     segments = browser.find_elements(By.CSS_SELECTOR, "#calls-chart rect.segment")
@@ -68,7 +73,9 @@ def test_a_reviewer_reads_the_overview_follows_a_bar_and_opens_a_subject(browser
     totals = [int(t.text) for t in browser.find_elements(By.CSS_SELECTOR, "#calls-chart g.period text.value")]
     assert sum(totals) == 5
     reasons = browser.find_elements(By.CSS_SELECTOR, "#denials-by-task g.bar")
-    labels = {r.find_element(By.CSS_SELECTOR, "text.label").text: r.find_element(By.CSS_SELECTOR, "text.value").text for r in reasons}
+    labels = {
+        r.find_element(By.CSS_SELECTOR, "text.label").text: r.find_element(By.CSS_SELECTOR, "text.value").text for r in reasons
+    }
     assert labels["no_such_task"] == "1" and labels["account_followup"] == "1"
     screenshot(browser, "overview.png")
     # A bar of the chart lands on exactly the calls behind it.
