@@ -38,6 +38,7 @@ from gateway.http.routes import (
     audit,
     documents,
     entities,
+    evidence,
     ingest,
     keys,
     operations,
@@ -176,6 +177,7 @@ DECLARED: tuple[Operation, ...] = (
     *policy_impact.OPERATIONS,
     *keys.OPERATIONS,
     *audit.OPERATIONS,
+    *evidence.OPERATIONS,
     *pages.OPERATIONS,
 )
 OPERATIONS: dict[tuple[str, str], Operation] = {}
