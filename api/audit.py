@@ -100,3 +100,44 @@ class FeedbackRequest(Strict):
 class FeedbackResult(Wire):
     trace_id: str
     rating: int = Field(ge=1, le=5)
+
+
+class OverviewReport(Wire):
+    """The compliance overview of a period (audit.overview): counts only, never item text."""
+
+    period: dict[str, Any]
+    calls: dict[str, Any]
+    timeline: list[dict[str, Any]]
+    denials: dict[str, Any]
+    returned: dict[str, Any]
+    masking: dict[str, Any]
+    revisions: list[dict[str, Any]]
+    endpoints: dict[str, int]
+    chain: dict[str, Any]
+
+
+class SubjectCall(Wire):
+    """One call of a subject report: how far an item about the subject got, and the masking applied."""
+
+    trace_id: str
+    created_at: Instant
+    actor: str | None = None
+    endpoint: str
+    channel: str
+    task: str | None = None
+    decision: str
+    status_code: int
+    stages: list[Literal["asked", "retrieved", "returned", "sent", "used"]]
+    reached: str
+    items: dict[str, list[str]]
+    masking: dict[str, Any]
+    about: str | None = None
+
+
+class SubjectReport(Wire):
+    """Every call about one entity and the entities merged with it (audit.subjects), newest first."""
+
+    entity_id: str
+    entities: list[str]
+    calls: list[SubjectCall] = Field(default_factory=list)
+    cursor: str | None = None

@@ -266,6 +266,7 @@ class _Signed:
     head: str
     oldest: int
     tree: str = ""  # its Merkle root, when the checkpoint carried one
+    time: str = ""  # when it was signed (RFC 3339)
 
 
 def cut_of(checkpoints: Iterable[Checkpoint], oldest: int) -> Range | None:
@@ -325,7 +326,9 @@ class Checkpointer:
             newest = max(checkpoints, key=lambda c: c.size)
             known = self._signed.get(name)
             if known is None or newest.size > known.size:
-                self._signed[name] = _Signed(newest.size, newest.head, max(c.oldest for c in checkpoints), newest.tree)
+                self._signed[name] = _Signed(
+                    newest.size, newest.head, max(c.oldest for c in checkpoints), newest.tree, newest.time
+                )
             self._refused.update((name, c.refused[0]) for c in checkpoints if c.refused)
             self._cuts[name] = [c for c in checkpoints if c.range]
 
@@ -340,6 +343,19 @@ class Checkpointer:
                 self._fresh += 1
                 if row.seq == 1:
                     self._born.add(row.chain)
+
+    def state(self, chain: str) -> dict[str, object]:
+        """What this signer knows of one chain: its last signed checkpoint (size and time), whether
+        a witness is configured, the size it last cosigned here, and why it refused, if it did."""
+        signed = self._signed.get(chain)
+        return {
+            "signed_size": signed.size if signed else 0,
+            "signed_at": signed.time if signed else None,
+            "witness": self.witness is not None,
+            "cosigned_size": self._witnessed.get(chain, 0),
+            "witness_refused": self.witness_refused.get(chain),
+            "refusing": self.refusing.get(chain),
+        }
 
     def due(self) -> bool:
         with self._counter:
@@ -396,7 +412,7 @@ class Checkpointer:
             notes = [sign(c.text(), self.signer) for c in made]
             self.log.append(notes)
             for c in made:
-                self._signed[c.chain] = _Signed(c.size, c.head, c.oldest, c.tree)
+                self._signed[c.chain] = _Signed(c.size, c.head, c.oldest, c.tree, c.time)
             if self.witness is not None:
                 self._submit(made, notes)
             return made
@@ -472,7 +488,7 @@ class Checkpointer:
             log.error("audit chain %s: the witness's checkpoint does not verify with this signer's keys", chain)
             return
         if found.chain == chain and found.refused is None:
-            self._signed[chain] = _Signed(found.size, found.head, found.oldest, found.tree)
+            self._signed[chain] = _Signed(found.size, found.head, found.oldest, found.tree, found.time)
             self._witnessed[chain] = found.size
             log.warning("audit chain %s: recovered from the witness at %s rows", chain, found.size)
 

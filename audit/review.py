@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, false, select
+from sqlalchemy import ColumnElement, false, or_, select
 from sqlalchemy.engine import Engine
 
-from audit.chain import audit_item, audit_trace, chain_of, derived
+from audit.chain import audit_facet, audit_item, audit_trace, chain_of, derived
 from audit.chain import utc_instant as _instant
 from audit.lineage import read_lineage
+from core.audit_facts import RETRIEVAL, SUBJECT, SUBJECT_STAGES, facts_of, outcome
 
 MAX_PAGE = 200
 EXPORT_CHUNK_BYTES = 64 * 1024  # one response chunk per ~64 KiB, not per row
@@ -50,6 +51,41 @@ class Filters:
     since: datetime | None = None
     until: datetime | None = None
     item: str | None = None
+    # The overview's links: a retrieval call's outcome (core.audit_facts.OUTCOMES), the policy
+    # revision in force, and the facets: a denial reason, a sensitivity returned, a type masked or
+    # revealed ("any": some type), an entity (any subject stage).
+    outcome: str | None = None
+    revision: str | None = None
+    reason: str | None = None
+    returned: str | None = None
+    masked: str | None = None
+    revealed: str | None = None
+    entity: str | None = None
+
+    def facets(self) -> list[tuple[str, str | None]]:
+        """(facet, value) pairs the filters ask for; a value of None: any value of the facet."""
+        asked: list[tuple[str, str | None]] = []
+        for facet, value in (("reason", self.reason), ("returned", self.returned), ("masked", self.masked)):
+            if value:
+                asked.append((facet, value))
+        if self.revealed:
+            asked.append(("revealed", None if self.revealed == "any" else self.revealed))
+        return asked
+
+    def texts(self) -> tuple[str | None, ...]:
+        return (
+            self.actor,
+            self.task,
+            self.decision,
+            self.item,
+            self.outcome,
+            self.revision,
+            self.reason,
+            self.returned,
+            self.masked,
+            self.revealed,
+            self.entity,
+        )
 
 
 def _unheld(value: str) -> bool:
@@ -60,7 +96,7 @@ def _unheld(value: str) -> bool:
 
 def _where(tenant: str, filters: Filters) -> list[ColumnElement[bool]]:
     conditions: list[ColumnElement[bool]] = [audit_trace.c.chain == chain_of(tenant)]
-    if any(value and _unheld(value) for value in (filters.actor, filters.task, filters.decision, filters.item)):
+    if any(value and _unheld(value) for value in filters.texts()):
         return [*conditions, false()]
     if filters.actor:
         conditions.append(audit_trace.c.actor == filters.actor)
@@ -72,10 +108,42 @@ def _where(tenant: str, filters: Filters) -> list[ColumnElement[bool]]:
         conditions.append(audit_trace.c.created_at >= filters.since)
     if filters.until:
         conditions.append(audit_trace.c.created_at < filters.until)
+    if filters.outcome:
+        conditions += _outcome_where(filters.outcome)
+    if filters.revision:
+        conditions.append(audit_trace.c.policy_revision == filters.revision)
+    for facet, value in filters.facets():
+        found = select(audit_facet.c.trace_pk).where(audit_facet.c.facet == facet)
+        conditions.append(audit_trace.c.pk.in_(found.where(audit_facet.c.value == value) if value is not None else found))
+    if filters.entity:
+        conditions.append(
+            audit_trace.c.pk.in_(
+                select(audit_facet.c.trace_pk).where(
+                    audit_facet.c.facet.in_([SUBJECT + s for s in SUBJECT_STAGES]), audit_facet.c.value == filters.entity
+                )
+            )
+        )
     if filters.item:
         # Driven from the item's index: the calls that returned it, not a scan of the chain.
         conditions.append(audit_trace.c.pk.in_(select(audit_item.c.trace_pk).where(audit_item.c.item_id == filters.item)))
     return conditions
+
+
+def _outcome_where(result: str) -> list[ColumnElement[bool]]:
+    """The columns of a retrieval call with that outcome (a superset: `_returned` checks each row
+    with core.audit_facts.outcome itself)."""
+    retrieval = audit_trace.c.endpoint == RETRIEVAL
+    if result == "rate_limited":
+        return [retrieval, audit_trace.c.status_code == 429]
+    if result == "deny":
+        return [retrieval, audit_trace.c.decision == "deny"]
+    if result == "allow":
+        return [retrieval, audit_trace.c.status_code >= 200, audit_trace.c.status_code < 300]
+    if result == "error":
+        return [retrieval, or_(audit_trace.c.status_code >= 500, audit_trace.c.decision == "error")]
+    if result == "invalid":
+        return [retrieval, audit_trace.c.status_code >= 300, audit_trace.c.status_code < 500]
+    return [false()]
 
 
 def summary(m: Any) -> dict[str, Any]:
@@ -112,7 +180,18 @@ def list_traces(
 def _returned(m: Any, filters: Filters) -> bool:
     """The item filter, checked again against the row's own (hashed) lineage: an index row added by
     someone who can write the database never makes a call look as if it returned the item."""
-    return filters.item is None or filters.item in derived(m["lineage"]).packed
+    if filters.item is not None and filters.item not in derived(m["lineage"]).packed:
+        return False
+    if filters.outcome and outcome(m["endpoint"], m["status_code"], m["decision"]) != filters.outcome:
+        return False
+    asked = filters.facets()
+    if not asked and not filters.entity:
+        return True
+    facets = facts_of(m).facets
+    for facet, value in asked:
+        if not any(f == facet and (value is None or v == value) for f, v in facets):
+            return False
+    return not filters.entity or any(f.startswith(SUBJECT) and v == filters.entity for f, v in facets)
 
 
 def get_trace(engine: Engine, tenant: str, trace_id: str) -> dict[str, Any] | None:

@@ -55,16 +55,16 @@ def outcome(endpoint: str, status: int, decision: str) -> str | None:
     return "allow" if 200 <= status < 300 else "invalid"
 
 
-def _dict(value: Any) -> dict[str, Any]:
+def dict_of(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _texts(value: Any) -> list[str]:
+def texts_of(value: Any) -> list[str]:
     return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
 
-def _counts(value: Any) -> dict[str, int]:
-    return {k: v for k, v in _dict(value).items() if isinstance(v, int) and not isinstance(v, bool) and v > 0}
+def counts_of(value: Any) -> dict[str, int]:
+    return {k: v for k, v in dict_of(value).items() if isinstance(v, int) and not isinstance(v, bool) and v > 0}
 
 
 def _cut(value: str) -> str:
@@ -74,12 +74,12 @@ def _cut(value: str) -> str:
 def subject_stages(lineage: Mapping[str, Any]) -> dict[str, set[str]]:
     """Entity id -> the stages a call reached with an item about it (or with it as a subject)."""
     stages: dict[str, set[str]] = {}
-    for entity in _texts(lineage.get("subjects")):
+    for entity in texts_of(lineage.get("subjects")):
         stages.setdefault(entity, set()).add("asked")
-    packed = set(_texts(lineage.get("packed")))
-    sent = set(_texts(_dict(lineage.get("synthesis")).get("sent")))
-    for entity, items in _dict(lineage.get("named_entities")).items():
-        ids = set(_texts(items))
+    packed = set(texts_of(lineage.get("packed")))
+    sent = set(texts_of(dict_of(lineage.get("synthesis")).get("sent")))
+    for entity, items in dict_of(lineage.get("named_entities")).items():
+        ids = set(texts_of(items))
         if not isinstance(entity, str) or not ids:
             continue
         reached = stages.setdefault(entity, set())
@@ -88,7 +88,7 @@ def subject_stages(lineage: Mapping[str, Any]) -> dict[str, set[str]]:
             reached.add("returned")
         if ids & sent:
             reached.add("sent")
-    for entity in _texts(lineage.get("used_about")):
+    for entity in texts_of(lineage.get("used_about")):
         stages.setdefault(entity, set()).add("used")
     return stages
 
@@ -97,7 +97,7 @@ def facts_of(row: Mapping[str, Any] | Any) -> Facts:
     """The row's tallies (measure, key, n) for the hourly rollup and its facets for the filters.
     `row` has the audit_trace columns (created_at, endpoint, status_code, decision, actor,
     task_type, policy_revision, lineage)."""
-    lineage = _dict(row.get("lineage"))
+    lineage = dict_of(row.get("lineage"))
     endpoint, actor = str(row.get("endpoint") or ""), _cut(row.get("actor") or "")
     tallies: Counter[tuple[str, str]] = Counter({("endpoint", _cut(endpoint)): 1})
     facets: set[Facet] = set()
@@ -105,25 +105,25 @@ def facts_of(row: Mapping[str, Any] | Any) -> Facts:
     if result is not None:
         tallies["calls", _cut(f"{result}|{row.get('policy_revision') or ''}")] += 1
     if result == "deny":
-        for reason in dict.fromkeys(_texts(_dict(lineage.get("decision")).get("reasons"))):
+        for reason in dict.fromkeys(texts_of(dict_of(lineage.get("decision")).get("reasons"))):
             tallies["denied_reason", _cut(reason)] += 1
             facets.add(("reason", _cut(reason)))
         tallies["denied_task", _cut(row.get("task_type") or "")] += 1
     if result is not None and isinstance(lineage.get("packed"), list):  # delivered (not `not_delivered`)
-        returned = _dict(lineage.get("returned"))
-        for sensitivity, n in _counts(returned.get("sensitivity")).items():
+        returned = dict_of(lineage.get("returned"))
+        for sensitivity, n in counts_of(returned.get("sensitivity")).items():
             tallies["returned", _cut(sensitivity)] += n
             facets.add(("returned", _cut(sensitivity)))
-        restricted = _counts(returned.get("sensitivity")).get("restricted", 0)
+        restricted = counts_of(returned.get("sensitivity")).get("restricted", 0)
         if restricted:
             tallies["restricted_by", actor] += restricted
         masked_items = returned.get("masked_items")
         if isinstance(masked_items, int) and not isinstance(masked_items, bool) and masked_items > 0:
             tallies["masked_items", ""] += masked_items
-        for kind, n in _counts(_dict(lineage.get("pii")).get("masked")).items():
+        for kind, n in counts_of(dict_of(lineage.get("pii")).get("masked")).items():
             tallies["placeholders", _cut(kind)] += n
             facets.add(("masked", _cut(kind)))
-        revealed = sorted(set(_texts(returned.get("revealed"))))
+        revealed = sorted(set(texts_of(returned.get("revealed"))))
         for kind in revealed:
             tallies["revealed", _cut(kind)] += 1
             facets.add(("revealed", _cut(kind)))
@@ -132,7 +132,7 @@ def facts_of(row: Mapping[str, Any] | Any) -> Facts:
     for entity, stages in subject_stages(lineage).items():
         facets.update((SUBJECT + stage, _cut(entity)) for stage in stages)
     if endpoint in VERIFIED and row.get("status_code") == 200:
-        ok = _dict(lineage.get("audit_verify")).get("ok")
+        ok = dict_of(lineage.get("audit_verify")).get("ok")
         facets.add(("checked", "ok" if ok is True else "broken"))
     return Facts(
         hour=hour_of(row["created_at"]),

@@ -36,6 +36,7 @@ from gateway.http.operation import OPEN_OBJECT, Operation, Schema, json_answer
 from gateway.http.operation import SCHEMAS as SCHEMAS  # re-exported
 from gateway.http.routes import (
     audit,
+    compliance,
     documents,
     entities,
     evidence,
@@ -177,6 +178,7 @@ DECLARED: tuple[Operation, ...] = (
     *policy_impact.OPERATIONS,
     *keys.OPERATIONS,
     *audit.OPERATIONS,
+    *compliance.OPERATIONS,
     *evidence.OPERATIONS,
     *pages.OPERATIONS,
 )

@@ -229,6 +229,15 @@ REVIEW_FILTERS = (
     query_parameter("since", "Only calls at or after this RFC 3339 instant (with its offset)"),
     query_parameter("until", "Only calls before this RFC 3339 instant (with its offset)"),
     query_parameter("item", "Only calls that returned this item id"),
+    query_parameter(
+        "outcome", "Only retrieval calls with this outcome", {"enum": ["allow", "deny", "error", "rate_limited", "invalid"]}
+    ),
+    query_parameter("revision", "Only calls decided under this policy revision (`sha256:...`)"),
+    query_parameter("reason", "Only denials with this reason"),
+    query_parameter("returned", "Only calls that returned items of this sensitivity"),
+    query_parameter("masked", "Only calls that masked personal data of this type (`EMAIL_ADDRESS`, ...)"),
+    query_parameter("revealed", "Only calls whose policy revealed this type (`any`: some type)"),
+    query_parameter("entity", "Only calls that asked about, read, returned, sent or used an item about this entity"),
 )
 CURSOR = query_parameter(
     "cursor", "The `cursor` of the previous page (`c_<n>`); blank is none", {"type": "string", "pattern": r"^(c_[0-9]{1,18})?$"}

@@ -13,6 +13,7 @@ from starlette.datastructures import QueryParams
 from api.audit import FeedbackRequest, FeedbackResult, Trace, TraceList, TraceProof, UsageRequest, UsageResult, VerifyReport
 from audit.lineage import AuditReadRecord, AuditVerifyRecord, FeedbackRecord, read_lineage
 from audit.review import MAX_PAGE, Filters, export, get_trace, list_traces
+from core.audit_facts import OUTCOMES
 from core.errors import BadRequest, NotFound
 from core.instants import parse_rfc3339
 from core.validation import ascii_int, validated
@@ -37,7 +38,22 @@ from gateway.http.traced import Call, Stream, requires, serving
 UNKNOWN_TRACE = "trace: no such trace"
 PROOF_COST = 4  # admission units of a proof: O(n) in its chain (222 ms at 100,000 rows), like an impact run
 CURSOR = re.compile(r"c_([0-9]{1,18})", re.ASCII)  # fullmatch: ASCII digits, no trailing newline
-FILTER_NAMES = ("actor", "task", "decision", "since", "until", "item")
+FILTER_NAMES = (
+    "actor",
+    "task",
+    "decision",
+    "since",
+    "until",
+    "item",
+    "outcome",
+    "revision",
+    "reason",
+    "returned",
+    "masked",
+    "revealed",
+    "entity",
+)
+TEXT_FILTERS = ("actor", "task", "decision", "item", "revision", "reason", "returned", "masked", "revealed", "entity")
 
 
 def review_query(params: QueryParams, others: frozenset[str], unknown: str) -> tuple[Filters, int | None]:
@@ -60,13 +76,11 @@ def review_query(params: QueryParams, others: frozenset[str], unknown: str) -> t
         if not match:
             raise BadRequest("cursor: not a cursor this page issued")
         after = int(match.group(1))
-    filters = Filters(
-        actor=params.get("actor") or None,
-        task=params.get("task") or None,
-        decision=params.get("decision") or None,
-        item=params.get("item") or None,
-        **instants,
-    )
+    result = params.get("outcome") or None
+    if result is not None and result not in OUTCOMES:
+        raise BadRequest(f"outcome: expected one of {', '.join(OUTCOMES)}")
+    texts = {name: params.get(name) or None for name in TEXT_FILTERS}
+    filters = Filters(outcome=result, since=instants.get("since"), until=instants.get("until"), **texts)
     return filters, after
 
 

@@ -1,0 +1,178 @@
+"""The report on one data subject (GDPR art. 15, CCPA's right to know): every call of the tenant
+whose lineage asked about the entity, retrieved, returned, sent to a model or used an item about
+it, or about an entity merged with it; with actor, task, time, the furthest stage reached, and
+the masking applied.
+
+Driven from the facet index (core.audit_facts: `subject:<stage>` = entity id), then read back from
+each row's own hashed lineage: an index row someone added never puts a call in the report. The
+merge group is read from the entity envelopes (merged_into), never item text; the report holds
+ids, types and counts the trail already holds.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterator
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.engine import Connection, Engine
+
+from audit.chain import audit_facet, audit_trace, chain_of, utc_instant
+from core.audit_facts import SUBJECT, SUBJECT_STAGES, counts_of, dict_of, subject_stages, texts_of
+from core.tables import Item
+
+item_table = Item.__table__  # type: ignore[attr-defined]
+MAX_GROUP = 500  # entities of one merge group followed at most
+MAX_PAGE = 500
+CSV_COLUMNS = (
+    "trace_id",
+    "created_at",
+    "actor",
+    "endpoint",
+    "task",
+    "decision",
+    "status_code",
+    "reached",
+    "stages",
+    "returned",
+    "masked",
+    "about",
+)
+
+
+def merge_group(conn: Connection, tenant: str, entity_id: str) -> list[str]:
+    """The entity, the one it was merged into (and so on), and every entity merged into any of
+    them: one person under every id the store has given them."""
+    if "\x00" in entity_id:
+        return []
+
+    def survivor_of(entity: str) -> str | None:
+        return conn.execute(
+            select(item_table.c.merged_into).where(
+                item_table.c.tenant == tenant, item_table.c.kind == "entity", item_table.c.id == entity
+            )
+        ).scalar_one_or_none()
+
+    root, seen = entity_id, {entity_id}
+    while (up := survivor_of(root)) is not None and up not in seen and len(seen) < MAX_GROUP:
+        seen.add(up)
+        root = up
+    group, frontier = {root, *seen}, [root, *seen]
+    while frontier and len(group) < MAX_GROUP:
+        found = conn.execute(
+            select(item_table.c.id).where(
+                item_table.c.tenant == tenant, item_table.c.kind == "entity", item_table.c.merged_into.in_(frontier)
+            )
+        ).all()
+        frontier = [i for (i,) in found if i not in group]
+        group.update(frontier)
+    return sorted(group)[:MAX_GROUP]
+
+
+def _entry(m: Any, group: set[str]) -> dict[str, Any] | None:
+    """One call of the report, from its own lineage; None when it holds nothing about the group."""
+    lineage = dict_of(m["lineage"])
+    reached: set[str] = set()
+    for entity, its_stages in subject_stages(lineage).items():
+        if entity in group:
+            reached |= its_stages
+    if not reached:
+        return None
+    named = dict_of(lineage.get("named_entities"))
+    about_group = {i for entity, ids in named.items() if entity in group for i in texts_of(ids)}
+    packed = texts_of(lineage.get("packed"))
+    synthesis, pii, returned = (dict_of(lineage.get(part)) for part in ("synthesis", "pii", "returned"))
+    stages = [s for s in SUBJECT_STAGES if s in reached]
+    return {
+        "trace_id": m["trace_id"],
+        "created_at": utc_instant(m["created_at"]),
+        "actor": m["actor"],
+        "endpoint": m["endpoint"],
+        "channel": lineage.get("channel") or "http",
+        "task": m["task_type"],
+        "decision": m["decision"],
+        "status_code": m["status_code"],
+        "stages": stages,
+        "reached": stages[-1],
+        "items": {
+            "retrieved": sorted(about_group),
+            "returned": sorted(about_group & set(packed)),
+            "sent": sorted(about_group & set(texts_of(synthesis.get("sent")))),
+            "used": sorted(texts_of(lineage.get("used"))) if "used" in reached else [],
+        },
+        "masking": {
+            "masked": dict(sorted(counts_of(pii.get("masked")).items())),
+            "masked_for_model": dict(sorted(counts_of(synthesis.get("masked_for_model")).items())),
+            "items_masked": sum(counts_of({"n": returned.get("masked_items")}).values()),
+            "revealed": texts_of(returned.get("revealed")),
+        },
+        "about": m["about"],
+    }
+
+
+def subject_report(engine: Engine, tenant: str, entity_id: str, after: int | None = None, limit: int = 100) -> dict[str, Any]:
+    """Newest first, paged by chain position like the trace list."""
+    limit = max(1, min(limit, MAX_PAGE))
+    with engine.connect() as conn:
+        group = merge_group(conn, tenant, entity_id)
+        if not group:
+            return {"entity_id": entity_id, "entities": [], "calls": [], "cursor": None}
+        conditions = [
+            audit_trace.c.chain == chain_of(tenant),
+            audit_trace.c.pk.in_(
+                select(audit_facet.c.trace_pk).where(
+                    audit_facet.c.facet.in_([SUBJECT + s for s in SUBJECT_STAGES]), audit_facet.c.value.in_(group)
+                )
+            ),
+        ]
+        if after is not None:
+            conditions.append(audit_trace.c.seq < after)
+        rows = [
+            r._mapping
+            for r in conn.execute(select(audit_trace).where(*conditions).order_by(audit_trace.c.seq.desc()).limit(limit + 1))
+        ]
+    page, members = rows[:limit], set(group)
+    calls = [entry for m in page if (entry := _entry(m, members)) is not None]
+    more = len(rows) > limit
+    return {
+        "entity_id": entity_id,
+        "entities": group,
+        "calls": calls,
+        "cursor": f"c_{page[-1]['seq']}" if more and page else None,
+    }
+
+
+def report_csv(engine: Engine, tenant: str, entity_id: str) -> Iterator[bytes]:
+    """Every call of the report (all pages), one CSV row each, newest first."""
+    after: int | None = None
+    header = True
+    while True:
+        report = subject_report(engine, tenant, entity_id, after, MAX_PAGE)
+        buffer = io.StringIO()
+        writer = csv.writer(buffer)
+        if header:
+            writer.writerow(CSV_COLUMNS)
+            header = False
+        for call in report["calls"]:
+            writer.writerow(
+                [
+                    call["trace_id"],
+                    call["created_at"],
+                    call["actor"] or "",
+                    call["endpoint"],
+                    call["task"] or "",
+                    call["decision"],
+                    call["status_code"],
+                    call["reached"],
+                    ";".join(call["stages"]),
+                    ";".join(call["items"]["returned"]),
+                    ";".join(f"{k}:{v}" for k, v in call["masking"]["masked"].items()),
+                    call["about"] or "",
+                ]
+            )
+        yield buffer.getvalue().encode()
+        if report["cursor"] is None:
+            return
+        after = int(report["cursor"][2:])

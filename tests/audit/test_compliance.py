@@ -1,0 +1,217 @@
+"""The compliance overview and the subject report over the API: the figures are the trail's own
+counts (checked against the trace list they link to), the report follows merges, both stay in the
+auditor's tenant, refuse non-auditors, and hold no item text or personal value; the rollup and the
+facet index they read are held to the rows by verify."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any
+
+from sqlalchemy import insert, update
+
+from audit.chain import audit_facet, audit_rollup, audit_trace
+from core import store as db
+from tests.conftest import Gateway
+from tests.gateway.fixtures import SALES_TASK, memory
+
+SECRET_QUERY = "zanzibar pricing for the merger"
+SECRET_TEXT = "quetzalcoatl"  # in every item's text: must never reach a page or an answer
+EMAIL = "dana.scully@fbi.example"
+
+
+RESEARCH = {"type": "research"}
+COMPLIANCE = {"type": "compliance_review", "scope": "sales"}
+
+
+def seed(gateway: Gateway) -> dict[str, Any]:
+    """Alice asks about Dana and about her older record (merged into Dana afterwards) and reads a
+    research guide with an email in it (masked); a privacy-cleared reader has the email revealed;
+    a compliance reviewer reads a restricted note; one call is denied; another tenant calls too."""
+    gateway.ingest(
+        "acme",
+        [
+            {"id": "ent_dana", "kind": "entity", "entity_type": "contact", "name": "Dana", "acl": ["*"]},
+            {"id": "ent_dana_old", "kind": "entity", "entity_type": "contact", "name": "D. Scully", "acl": ["*"]},
+            memory("mem_dana", f"{SECRET_TEXT} zanzibar note", entity="ent_dana", attached_to="ent_dana"),
+            memory("mem_dana_old", f"{SECRET_TEXT} zanzibar older note", entity="ent_dana_old", attached_to="ent_dana_old"),
+            memory("mem_restricted", f"{SECRET_TEXT} zanzibar restricted pricing", sensitivity="restricted"),
+            {
+                "id": "doc_guide",
+                "kind": "document",
+                "text": f"{SECRET_TEXT} refund escalation guide: write to {EMAIL}.",
+                "acl": ["*"],
+                "scope": ["research"],
+            },
+        ],
+    )
+    gateway.ingest("globex", [{"id": "ent_dana", "kind": "entity", "entity_type": "contact", "name": "Dana G", "acl": ["*"]}])
+    gateway.ingest("globex", [memory("mem_g", f"{SECRET_TEXT} zanzibar globex note", entity="ent_dana", attached_to="ent_dana")])
+    alice = gateway.key("alice", groups=("sales",), clearance="confidential")
+    cleared = gateway.key("carol", groups=("privacy-cleared",), clearance="confidential")
+    boss = gateway.key("boss", groups=("compliance",), clearance="restricted")
+
+    def call(key: str, body: dict[str, Any]) -> str:
+        answer = gateway.retrieve(key, body)
+        assert answer.status_code == 200, answer.text
+        return str(answer.json()["trace_id"])
+
+    calls = {
+        "dana": call(alice, {"task": SALES_TASK, "query": SECRET_QUERY, "entities": [{"id": "ent_dana"}]}),
+        "dana_old": call(alice, {"task": SALES_TASK, "query": SECRET_QUERY, "entities": [{"id": "ent_dana_old"}]}),
+        "masked": call(alice, {"task": RESEARCH, "query": "refund escalation guide"}),
+        "revealed": call(cleared, {"task": RESEARCH, "query": "refund escalation guide"}),
+        "restricted": call(boss, {"task": COMPLIANCE, "query": "zanzibar restricted pricing"}),
+    }
+    assert gateway.retrieve(alice, {"task": {"type": "no_such_task"}, "query": "x"}).status_code == 403
+    merged = gateway.client.post(
+        "/v1/entities/ent_dana_old/merge",
+        json={"into": "ent_dana"},
+        headers=gateway.auth(gateway.key("writer", roles=("ingest",))),
+    )
+    assert merged.status_code == 200, merged.text
+    used = gateway.client.post(f"/v1/traces/{calls['dana']}/usage", json={"used": ["mem_dana"]}, headers=gateway.auth(alice))
+    assert used.status_code == 200, used.text
+    mallory = gateway.key("mallory", tenant="globex", groups=("sales",), clearance="confidential")
+    assert (
+        gateway.retrieve(mallory, {"task": SALES_TASK, "query": SECRET_QUERY, "entities": [{"id": "ent_dana"}]}).status_code
+        == 200
+    )
+    return {"alice": alice, "calls": calls}
+
+
+def auditor(gateway: Gateway, tenant: str = "acme") -> dict[str, str]:
+    return gateway.auth(gateway.key(f"auditor-{tenant}", tenant=tenant, roles=("auditor",)))
+
+
+def get(gateway: Gateway, path: str, tenant: str = "acme", **params: Any) -> Any:
+    return gateway.client.get(path, params=params, headers=auditor(gateway, tenant))
+
+
+def listed(gateway: Gateway, **filters: str) -> list[dict[str, Any]]:
+    return get(gateway, "/v1/audit/traces", limit=200, **filters).json()["traces"]
+
+
+def test_the_overview_counts_what_the_trail_holds_and_each_figure_names_its_traces(gateway: Gateway) -> None:
+    seeded = seed(gateway)
+    answer = get(gateway, "/v1/audit/overview", period="24h")
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["calls"]["by_outcome"]["allow"] == 5 and body["calls"]["by_outcome"]["deny"] == 1
+    assert body["calls"]["total"] == len(listed(gateway, outcome="allow")) + len(listed(gateway, outcome="deny")) == 6
+    assert sum(bar["by_outcome"]["allow"] for bar in body["timeline"]) == 5
+    assert body["denials"]["by_task"] == [{"task": "no_such_task", "calls": 1}]
+    assert body["denials"]["by_reason"]
+    for entry in body["denials"]["by_reason"]:
+        assert len(listed(gateway, outcome="deny", reason=entry["reason"])) == entry["calls"]
+    assert body["returned"]["by_sensitivity"]["restricted"] == 1
+    assert body["returned"]["restricted_by_actor"] == [{"actor": "user:boss", "items": 1}]
+    assert [t["actor"] for t in listed(gateway, returned="restricted")] == ["user:boss"]
+    masking = body["masking"]
+    assert masking["placeholders_by_type"]["EMAIL_ADDRESS"] == 1 and masking["items_masked"] == 1
+    assert [t["trace_id"] for t in listed(gateway, masked="EMAIL_ADDRESS")] == [seeded["calls"]["masked"]]
+    assert {"type": "EMAIL_ADDRESS", "calls": 1} in masking["reveals_by_type"]
+    assert masking["reveals_by_actor"] == [{"actor": "user:carol", "calls": 1}]
+    assert [t["trace_id"] for t in listed(gateway, revealed="any", actor="user:carol")] == [seeded["calls"]["revealed"]]
+    (revision,) = body["revisions"]
+    assert revision["revision"].startswith("sha256:") and revision["denial_rate"] == round(1 / 6, 4)
+    assert revision["before"] is None and len(listed(gateway, revision=revision["revision"], outcome="deny")) == 1
+    assert body["chain"]["rows"] >= 8 and body["endpoints"]["retrieve"] == 6
+    text = answer.text
+    assert SECRET_TEXT not in text and SECRET_QUERY not in text and EMAIL not in text
+
+
+def test_the_overview_of_another_tenant_and_of_a_non_auditor(gateway: Gateway) -> None:
+    seeded = seed(gateway)
+    theirs = get(gateway, "/v1/audit/overview", tenant="globex", period="24h").json()
+    assert theirs["calls"]["by_outcome"]["allow"] == 1 and theirs["returned"]["restricted_by_actor"] == []
+    assert "user:alice" not in json.dumps(theirs) and "user:boss" not in json.dumps(theirs)
+    for path in ("/v1/audit/overview", "/v1/audit/subjects/ent_dana"):
+        assert gateway.client.get(path, headers=gateway.auth(seeded["alice"])).status_code == 403
+        assert gateway.client.get(path).status_code == 401
+
+
+def test_bad_periods_are_refused_naming_the_field(gateway: Gateway) -> None:
+    for params, field in (
+        ({"period": "1y"}, "period"),
+        ({"since": "yesterday"}, "since"),
+        ({"until": "2026-12-01T00:00:00Z"}, "since"),
+        ({"since": "2026-12-01T00:00:00Z", "until": "2026-11-01T00:00:00Z"}, "until"),
+        ({"period": "7d", "since": "2026-12-01T00:00:00Z"}, "since"),
+        ({"bogus": "1"}, "bogus"),
+    ):
+        answer = get(gateway, "/v1/audit/overview", **params)
+        assert answer.status_code == 400 and answer.json()["error"]["message"].startswith(field + ":"), (params, answer.text)
+
+
+def test_a_custom_period_counts_its_edges_from_the_rows(gateway: Gateway) -> None:
+    seed(gateway)
+    whole = get(gateway, "/v1/audit/overview", period="24h").json()
+    rows = listed(gateway, outcome="allow")
+    assert len(rows) == whole["calls"]["by_outcome"]["allow"] == 5
+    first, last = min(r["created_at"] for r in rows), max(r["created_at"] for r in rows)
+    narrow = get(gateway, "/v1/audit/overview", since=first, until=last).json()  # `until` excludes the last
+    assert narrow["calls"]["by_outcome"]["allow"] == whole["calls"]["by_outcome"]["allow"] - 1
+
+
+def test_the_subject_report_follows_the_merge_and_names_each_stage(gateway: Gateway) -> None:
+    seeded = seed(gateway)
+    answer = get(gateway, "/v1/audit/subjects/ent_dana_old")
+    assert answer.status_code == 200, answer.text
+    report = answer.json()
+    assert report["entities"] == ["ent_dana", "ent_dana_old"]
+    by_id = {c["trace_id"]: c for c in report["calls"]}
+    calls = seeded["calls"]
+    assert {calls["dana"], calls["dana_old"]} <= set(by_id) and calls["masked"] not in by_id
+    first = by_id[calls["dana"]]
+    assert first["reached"] == "returned" and first["stages"][:2] == ["asked", "retrieved"] and first["actor"] == "user:alice"
+    assert first["items"]["returned"] == ["mem_dana"] and by_id[calls["dana_old"]]["items"]["returned"] == ["mem_dana_old"]
+    usage = [c for c in report["calls"] if c["endpoint"] == "usage"]
+    assert len(usage) == 1 and usage[0]["reached"] == "used" and usage[0]["about"] == calls["dana"]
+    assert usage[0]["items"]["used"] == ["mem_dana"]
+    assert get(gateway, "/v1/audit/subjects/ent_dana").json()["calls"] == report["calls"]
+    assert {t["trace_id"] for t in listed(gateway, entity="ent_dana")} == {c["trace_id"] for c in report["calls"]} - {
+        calls["dana_old"]
+    }
+    exported = get(gateway, "/v1/audit/subjects/ent_dana", format="csv")
+    assert exported.status_code == 200 and exported.headers["content-type"].startswith("text/csv")
+    rows = list(csv.DictReader(io.StringIO(exported.text)))
+    assert [r["trace_id"] for r in rows] == [c["trace_id"] for c in report["calls"]]
+    paged = get(gateway, "/v1/audit/subjects/ent_dana", limit=1).json()
+    assert len(paged["calls"]) <= 1 and paged["cursor"]
+    for text in (answer.text, exported.text):
+        assert SECRET_TEXT not in text and SECRET_QUERY not in text and EMAIL not in text
+
+
+def test_the_subject_report_stays_in_the_tenant(gateway: Gateway) -> None:
+    seed(gateway)
+    theirs = get(gateway, "/v1/audit/subjects/ent_dana", tenant="globex").json()
+    assert all(c["actor"] == "user:mallory" for c in theirs["calls"]) and theirs["calls"]
+    assert get(gateway, "/v1/audit/subjects/ent_nobody").json()["calls"] == []
+    assert get(gateway, "/v1/audit/subjects/ent_dana", format="xml").status_code == 400
+    assert get(gateway, "/v1/audit/subjects/ent_dana", cursor="nope").status_code == 400
+
+
+def test_verify_names_an_edited_rollup_and_a_planted_facet(gateway: Gateway) -> None:
+    seed(gateway)
+    assert get(gateway, "/v1/audit/verify").json()["ok"] is True
+    with db.writer(gateway.store).begin() as conn:
+        conn.execute(
+            update(audit_rollup).where(audit_rollup.c.chain == "acme", audit_rollup.c.measure == "returned").values(n=99)
+        )
+    broken = get(gateway, "/v1/audit/verify").json()
+    assert broken["ok"] is False and "rollup edited" in broken["first_broken"]["reason"]
+    with db.writer(gateway.store).begin() as conn:
+        conn.execute(update(audit_rollup).where(audit_rollup.c.chain == "acme", audit_rollup.c.n == 99).values(n=1))
+    # Put bob's call in the subject report: the report reads each row back and leaves it out; verify names it.
+    with db.writer(gateway.store).begin() as conn:
+        denial = conn.execute(audit_trace.select().where(audit_trace.c.decision == "deny", audit_trace.c.chain == "acme")).first()
+        assert denial is not None
+        conn.execute(insert(audit_facet).values(trace_pk=denial.pk, facet="subject:returned", value="ent_dana"))
+    report = get(gateway, "/v1/audit/subjects/ent_dana").json()
+    assert denial.trace_id not in {c["trace_id"] for c in report["calls"]}
+    assert denial.trace_id not in {t["trace_id"] for t in listed(gateway, entity="ent_dana")}
+    broken = get(gateway, "/v1/audit/verify").json()
+    assert broken["ok"] is False and "facet index" in broken["first_broken"]["reason"]
