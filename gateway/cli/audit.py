@@ -1,4 +1,4 @@
-"""`gateway audit`: keys, verify, witness, proofs, checkpoints and pruning of the audit trail."""
+"""`gateway audit`: keys, verify, witness, proofs, evidence packs, checkpoints and pruning of the audit trail."""
 
 from __future__ import annotations
 
@@ -176,6 +176,85 @@ def audit_verify_proof(proof: Path, public_key: tuple[Path, ...]) -> None:
     ok, line = verify_proof(document, verifier)
     click.echo(line if ok else f"FAILED: {line}", err=not ok)
     sys.exit(0 if ok else 1)
+
+
+def _instant(name: str, value: str) -> "datetime":
+    from core.instants import parse_rfc3339
+
+    try:
+        return parse_rfc3339(value)
+    except ValueError as exc:
+        raise click.ClickException(f"--{name}: {exc} (an RFC 3339 instant with its offset, e.g. 2026-11-30T00:00:00Z)") from exc
+
+
+@audit.command("export")
+@store_options
+@click.option("--since", required=True, help="The period's start, RFC 3339 with its offset (included).")
+@click.option("--until", required=True, help="The period's end, RFC 3339 with its offset (excluded).")
+@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="A new or empty directory for the pack.")
+@click.option("--tenant", help="The tenant whose chain to export (default: the store's only chain).")
+def audit_export(since: str, until: str, out_dir: Path, tenant: str | None, **flags: Any) -> None:
+    """Write an evidence pack of one tenant's audit rows over a period, for an outside auditor to
+    check offline with `gateway audit verify-pack`: the rows with everything their hashes cover,
+    the signed checkpoints they tie to and the public keys, the policy revisions in force, the
+    compliance overview's figures, a manifest of digests and a README (docs/evidence-pack.md)."""
+    from audit.chain import NO_TENANT, chains_in
+    from audit.evidence import gateway_version, signing_of, write_pack
+    from core.instants import utc_now
+    from core.store import close_store, open_store
+    from gateway.context import build_checkpointer
+
+    start, end = _instant("since", since), _instant("until", until)
+    if end <= start:
+        raise click.ClickException("--until: must come after --since")
+    settings = settings_from(**flags)
+    engine = open_store(settings.effective_database_url)
+    try:
+        if tenant is None:
+            with engine.connect() as conn:
+                chains = chains_in(conn)
+            if len(chains) != 1:
+                raise click.ClickException(f"--tenant: the store holds {len(chains)} chains; name the tenant to export")
+            tenant = "" if chains[0] == NO_TENANT else chains[0]
+        manifest = write_pack(
+            engine, tenant, start, end, out_dir, signing_of(build_checkpointer(settings, engine)), gateway_version(), utc_now()
+        )
+    except GatewayError as exc:
+        raise click.ClickException(exc.message) from exc
+    finally:
+        close_store(engine)
+    click.echo(
+        json.dumps({"pack": str(out_dir), **{k: manifest[k] for k in ("tenant", "period", "counts", "tied_to")}}, indent=2)
+    )
+
+
+@audit.command("verify-pack")
+@click.argument("pack", type=click.Path(path_type=Path))
+@click.option(
+    "--public-key",
+    type=click.Path(path_type=Path),
+    multiple=True,
+    help="The gateway's public key (PEM or verifier key) as you received it; again for each key it replaced. "
+    "Without it, the pack's own keys are used, which proves less.",
+)
+def audit_verify_pack(pack: Path, public_key: tuple[Path, ...]) -> None:
+    """Check an evidence pack (`gateway audit export`, GET /v1/audit/evidence) offline, without a
+    database or network: file digests, every row's hash, link and position, the checkpoints'
+    signatures and what they sign, the figures and policy revisions recomputed. Prints the report,
+    the first problem (file and line) on stderr, and exits 1 if there is one."""
+    from audit.evidence_check import check_pack, verdict
+    from audit.keys import load_verifier
+
+    if not (pack / "manifest.json").is_file():
+        raise click.ClickException(f"{pack}: not an evidence pack (no manifest.json)")
+    try:
+        verifiers = [load_verifier(key) for key in public_key] if public_key else None
+    except GatewayError as exc:
+        raise click.ClickException(exc.message) from exc
+    report = check_pack(pack, verifiers)
+    click.echo(json.dumps(report, indent=2))
+    click.echo(verdict(report), err=True)
+    sys.exit(0 if report["ok"] else 1)
 
 
 @audit.command("checkpoint")

@@ -40,6 +40,7 @@ from gateway.http.routes import (
     compliance,
     documents,
     entities,
+    evidence,
     ingest,
     keys,
     operations,
@@ -179,6 +180,7 @@ DECLARED: tuple[Operation, ...] = (
     *keys.OPERATIONS,
     *audit.OPERATIONS,
     *compliance.OPERATIONS,
+    *evidence.OPERATIONS,
     *pages.OPERATIONS,
     *overview_pages.OPERATIONS,
 )

@@ -1,0 +1,421 @@
+"""The evidence pack: one tenant's audit rows of a period, with what an outside auditor needs to
+check them without access to the gateway (audit.evidence_check, `gateway audit verify-pack`).
+
+A pack is a directory (or the same files in one zip, GET /v1/audit/evidence):
+
+- `rows.jsonl`: the chain's rows from the period's first row to its last, oldest first, each with
+  every column its hash covers (audit.chain.HASHED), `row_hash`, `seal` and `in_period` (false for
+  a row written inside that span but dated outside the period: a call's time is when it started);
+- `rows_before.jsonl`: the row just before (dated before the period), so that a row dropped from
+  the start of the period shows; `rows_after.jsonl`: the rows after, up to the first signed
+  checkpoint at or after the period's last row (at least the next row, when there is one), so the
+  period ties to a signature and a row dropped from its end shows;
+- `tree_before.json`: the compact range of the chain's Merkle tree (audit.merkle) before the pack's
+  first row, from which the recipient recomputes each checkpoint's root from the pack's rows;
+- `checkpoints.txt`: the signed checkpoint notes of the chain whose positions lie within the pack,
+  as the checkpoint file holds them (with any cosignature they carry); `public_keys/`: the keys
+  the gateway signs with (the current one and those it replaced), as verifier keys and PEM;
+- `policy_revisions.json`: the policy revisions the period's rows name, first and last seen, with
+  their counts, and the period's policy reloads (`policy_revisions`);
+- `figures.json`: the compliance overview's figures of the period (audit.overview);
+- `manifest.json`: tenant, period, counts, the SHA-256 of every other file, the gateway version;
+- `README.md`: for the recipient, what is in it, what it shows and what it cannot.
+
+Nothing in a pack is item or query text: rows hold shapes, ids and hashes only (core.audit_tables).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import zipfile
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import IO, Any
+
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from sqlalchemy import func, select
+from sqlalchemy.engine import Connection, Engine
+
+from audit.chain import HASHED, anchor_of, audit_trace, chain_of, row_hashes, utc_instant
+from audit.checkpoints import Attested, Checkpoint, Checkpointer, CheckpointLog, cut_of, read_checkpoints
+from audit.merkle import Range, leaf_hash
+from audit.notes import Verifier, verifier_key
+from core.audit_facts import RETRIEVAL
+from core.errors import BadRequest
+from core.instants import rfc3339, to_utc
+
+FORMAT = "gateway.audit.evidence/1"
+ROWS, ROWS_BEFORE, ROWS_AFTER = "rows.jsonl", "rows_before.jsonl", "rows_after.jsonl"
+TREE, CHECKPOINTS, POLICY, FIGURES = "tree_before.json", "checkpoints.txt", "policy_revisions.json", "figures.json"
+MANIFEST, README, KEYS = "manifest.json", "README.md", "public_keys"
+ROW_FIELDS = (*HASHED, "row_hash", "seal")  # what each row line holds, besides `in_period`
+RELOAD = "policy_reload"  # the endpoint of a policy reload's own row (and of POST /v1/policy/reload)
+
+
+@dataclass(frozen=True, slots=True)
+class Signing:
+    """What the gateway signs with: its checkpoint file and the keys that verify it (the signing
+    key's, then the keys it replaced)."""
+
+    log: CheckpointLog
+    verifiers: Sequence[Verifier]
+
+
+def signing_of(checkpointer: Checkpointer | None) -> Signing | None:
+    """What a gateway's checkpointer signs with (None: the gateway signs no checkpoints)."""
+    return None if checkpointer is None else Signing(checkpointer.log, tuple(checkpointer.verifiers))
+
+
+def gateway_version() -> str:
+    try:
+        return version("governed-gateway")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
+
+
+ARCHIVE_CHUNK = 64 * 1024
+
+
+def pack_archive(
+    engine: Engine, tenant: str, since: datetime, until: datetime, signing: Signing | None, created: datetime
+) -> tuple[dict[str, Any], IO[bytes]]:
+    """The pack as one zip (its files at the top level), built in a temporary directory and spooled
+    to a temporary file (in memory up to 8 MiB); with its manifest. The caller streams and closes it
+    (`archive_chunks`)."""
+    directory = Path(tempfile.mkdtemp(prefix="gateway-evidence-"))
+    try:
+        manifest = write_pack(engine, tenant, since, until, directory / "pack", signing, gateway_version(), created)
+        archive: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=8 << 20)  # noqa: SIM115 - closed by archive_chunks
+        with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as bundle:
+            for path in sorted((directory / "pack").rglob("*")):
+                if path.is_file():
+                    bundle.write(path, str(path.relative_to(directory / "pack")).replace(os.sep, "/"))
+        archive.seek(0)
+        return manifest, archive
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def archive_chunks(archive: IO[bytes]) -> Iterator[bytes]:
+    try:
+        while block := archive.read(ARCHIVE_CHUNK):
+            yield block
+    finally:
+        archive.close()
+
+
+def in_period(created_at: datetime, since: datetime, until: datetime) -> bool:
+    return since <= _aware(created_at) < until
+
+
+def _aware(value: datetime) -> datetime:
+    return to_utc(value)
+
+
+def row_line(m: Mapping[str, Any], since: datetime, until: datetime) -> dict[str, Any]:
+    """One row as a pack holds it: every hashed column (instants as the hash writes them)."""
+    line = {name: (utc_instant(m[name]) if name == "created_at" else m[name]) for name in ROW_FIELDS}
+    line["in_period"] = in_period(m["created_at"], since, until)
+    return line
+
+
+def policy_revisions(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The policy revisions the rows name (in the order first seen), with when each was first and
+    last seen and how many rows and retrieval calls name it, and the policy reload rows. `rows`:
+    the period's rows, oldest first, `created_at` as the hash writes it (utc_instant)."""
+    revisions: dict[str | None, dict[str, Any]] = {}
+    reloads = []
+    for m in rows:
+        revision = m.get("policy_revision")
+        entry = revisions.setdefault(
+            revision, {"revision": revision, "first_seen": m["created_at"], "last_seen": m["created_at"], "rows": 0, "calls": 0}
+        )
+        entry["first_seen"] = min(entry["first_seen"], m["created_at"])
+        entry["last_seen"] = max(entry["last_seen"], m["created_at"])
+        entry["rows"] += 1
+        entry["calls"] += 1 if m.get("endpoint") == RETRIEVAL else 0
+        if m.get("endpoint") == RELOAD:
+            lineage = m.get("lineage")
+            reloads.append(
+                {
+                    "seq": m.get("seq"),
+                    "trace_id": m.get("trace_id"),
+                    "created_at": m["created_at"],
+                    "status_code": m.get("status_code"),
+                    "policy_revision": revision,
+                    "policy_reload": lineage.get("policy_reload") if isinstance(lineage, dict) else None,
+                }
+            )
+    return {"revisions": list(revisions.values()), "reloads": reloads}
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 16), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _period_span(conn: Connection, chain: str, since: datetime, until: datetime) -> tuple[int, int, int]:
+    """(first, last, rows) of the period: the lowest and highest position dated inside it; for an
+    empty period, first is the position after the last row dated before it, last the one before that."""
+    low, high, count = conn.execute(
+        select(func.min(audit_trace.c.seq), func.max(audit_trace.c.seq), func.count()).where(
+            audit_trace.c.chain == chain, audit_trace.c.created_at >= since, audit_trace.c.created_at < until
+        )
+    ).one()
+    if low is not None:
+        return int(low), int(high), int(count)
+    before = conn.execute(
+        select(func.max(audit_trace.c.seq)).where(audit_trace.c.chain == chain, audit_trace.c.created_at < since)
+    ).scalar_one()
+    first = int(before or 0) + 1
+    return first, first - 1, 0
+
+
+def _rows(conn: Connection, chain: str, first: int, last: int) -> list[dict[str, Any]]:
+    statement = (
+        select(audit_trace)
+        .where(audit_trace.c.chain == chain, audit_trace.c.seq >= first, audit_trace.c.seq <= last)
+        .order_by(audit_trace.c.seq)
+    )
+    return [dict(r._mapping) for r in conn.execute(statement)]
+
+
+def _tree_before(conn: Connection, chain: str, size: int, checkpoints: list[Checkpoint]) -> dict[str, Any]:
+    """The compact range of the chain's Merkle tree of positions 1..size, from the row hashes (or,
+    in a pruned chain, from the range its signed prune kept)."""
+    oldest = anchor_of(conn, chain)
+    if oldest > 1:
+        cut = cut_of(checkpoints, oldest)
+        if cut is None:
+            return {"size": size, "nodes": None, "why": "the chain was pruned before Merkle trees: no range of what went"}
+        tree = Range(cut.size, list(cut.nodes))
+    else:
+        tree = Range()
+    if size < tree.size:
+        return {"size": size, "nodes": None, "why": "these positions were pruned"}
+    tree.extend(leaf_hash(h) for h in row_hashes(conn, chain, tree.size + 1, size))
+    if tree.size != size:
+        return {"size": size, "nodes": None, "why": "rows of the chain before the pack are missing from the store"}
+    return {"size": size, "nodes": [h.hex() for h in tree.hashes()]}
+
+
+def _write_json(path: Path, value: Any) -> None:
+    path.write_text(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+
+
+def _write_rows(path: Path, rows: Iterable[dict[str, Any]], since: datetime, until: datetime) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        for m in rows:
+            handle.write(json.dumps(row_line(m, since, until), sort_keys=True, ensure_ascii=False, default=str) + "\n")
+
+
+def _key_files(directory: Path, verifiers: Sequence[Verifier]) -> list[str]:
+    directory.mkdir()
+    written = []
+    for verifier in verifiers:
+        stem = f"{verifier.name}-{verifier.id.hex()}"
+        (directory / f"{stem}.vkey").write_text(verifier_key(verifier.name, verifier.public) + "\n", encoding="utf-8")
+        (directory / f"{stem}.pub.pem").write_bytes(verifier.public.public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo))
+        written.append(f"{KEYS}/{stem}.vkey")
+    return written
+
+
+def write_pack(
+    engine: Engine,
+    tenant: str,
+    since: datetime,
+    until: datetime,
+    out: Path,
+    signing: Signing | None,
+    version: str,
+    created: datetime,
+) -> dict[str, Any]:
+    """Write the evidence pack of `tenant`'s chain over [since, until) into `out` (an empty or new
+    directory); returns its manifest. BadRequest when the period is empty of time or `out` is not
+    empty."""
+    from audit.overview import figures
+
+    if until <= since:
+        raise BadRequest("until: must come after since")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise BadRequest(f"--out: {out} is not an empty directory; choose a new or empty one")
+    out.mkdir(parents=True, exist_ok=True)
+    chain = chain_of(tenant)
+    # The checkpoints first: every position they name is in the store when the rows are read after.
+    attested = read_checkpoints(signing.log.path, list(signing.verifiers), chain) if signing is not None else Attested("")
+    notes = dict(signing.log.notes()) if signing is not None else {}
+    checkpoints = attested.by_chain.get(chain, [])
+    with engine.connect() as conn:
+        first, last, counted = _period_span(conn, chain, since, until)
+        oldest = anchor_of(conn, chain)
+        head = int(conn.execute(select(func.max(audit_trace.c.seq)).where(audit_trace.c.chain == chain)).scalar_one() or 0)
+        start = max(first - 1, oldest, 1)  # the row before the period, when the chain keeps one
+        # The first checkpoint at or after the period's last row (after the row past it, for an empty one).
+        target = max(last if counted else last + 1, start)
+        covering = min((c for c in checkpoints if c.size >= target), key=_order, default=None)
+        end = min(head, max(last + 1, covering.size if covering is not None else 0))
+        rows = _rows(conn, chain, start, end) if end >= start else []
+        tree = _tree_before(conn, chain, start - 1, checkpoints) if rows else {"size": 0, "nodes": []}
+    overview = figures(engine, tenant, since, until)
+    before = [m for m in rows if m["seq"] < first]
+    period = [m for m in rows if first <= m["seq"] <= last]
+    after = [m for m in rows if m["seq"] > last]
+    bearing = sorted(
+        (
+            c
+            for c in checkpoints
+            if rows and (start - 1 <= c.size <= end or (c.refused is not None and start <= c.refused[0] <= end))
+        ),
+        key=lambda c: c.line,
+    )
+    _write_rows(out / ROWS_BEFORE, before, since, until)
+    _write_rows(out / ROWS, period, since, until)
+    _write_rows(out / ROWS_AFTER, after, since, until)
+    _write_json(out / TREE, tree)
+    (out / CHECKPOINTS).write_text("".join(notes[c.line] + "\n" for c in bearing), encoding="utf-8")
+    keys = _key_files(out / KEYS, signing.verifiers if signing is not None else ())
+    period_lines = [row_line(m, since, until) for m in period if in_period(m["created_at"], since, until)]
+    _write_json(out / POLICY, policy_revisions(period_lines))
+    _write_json(out / FIGURES, overview)
+    tied = covering if covering is not None and covering.size <= end and covering.refused is None else None
+    through = max((c.size for c in bearing if c.refused is None and c.size <= end), default=0)
+    untied = sum(1 for m in period_lines if m["seq"] > through)
+    manifest: dict[str, Any] = {
+        "format": FORMAT,
+        "tenant": tenant,
+        "chain": chain,
+        "period": {"since": rfc3339(since), "until": rfc3339(until)},
+        "created_at": rfc3339(created),
+        "gateway_version": version,
+        "positions": {
+            "first": start if rows else None,
+            "last": end if rows else None,
+            "period": [first, last] if counted else None,
+        },
+        "counts": {
+            "rows_in_period": counted,
+            "rows": len(period),
+            "rows_before": len(before),
+            "rows_after": len(after),
+            "checkpoints": len(bearing),
+            "policy_revisions": len(policy_revisions(period_lines)["revisions"]),
+            "not_tied": untied if signing is not None else counted,
+        },
+        "tied_to": None if tied is None else {"size": tied.size, "time": tied.time},
+        "signing": "checkpoints" if signing is not None else "none",
+        "public_keys": keys,
+        "left_out_notes": [line for line, _ in attested.problems],
+    }
+    _write_readme(out / README, manifest, tree)
+    manifest["files"] = {
+        name: sha256_file(out / name)
+        for name in sorted(
+            str(p.relative_to(out)).replace(os.sep, "/") for p in out.rglob("*") if p.is_file() and p.name != MANIFEST
+        )
+    }
+    _write_json(out / MANIFEST, manifest)
+    return manifest
+
+
+def _order(c: Checkpoint) -> tuple[int, str, int]:
+    return (c.size, c.time, c.line)
+
+
+def _write_readme(path: Path, manifest: dict[str, Any], tree: dict[str, Any]) -> None:
+    counts, period, tied = manifest["counts"], manifest["period"], manifest["tied_to"]
+    positions = manifest["positions"]
+    if manifest["signing"] == "none":
+        tie = (
+            "This gateway signs no checkpoints (GATEWAY_AUDIT_SIGNING_KEY is not set): the rows can be checked "
+            "against each other (content, hashes, links), but nothing ties them to a signature, so whoever could "
+            "write the database could have rewritten them consistently."
+        )
+    elif tied is not None:
+        tie = (
+            f"The rows are tied to the checkpoint of {tied['size']} rows signed {tied['time']} (in `{CHECKPOINTS}`): "
+            "its head hash is the hash of that row of the pack, and each row links to the one before, so every "
+            "row of the pack up to it is the one the gateway signed."
+        )
+    else:
+        tie = (
+            "No signed checkpoint covers the period's last row yet (the gateway signs every 100 rows or 60 "
+            "seconds): rows after the newest checkpoint in this pack are checked for content, hashes and links "
+            "only, never as signed. Export the period again later to tie them."
+        )
+    merkle = (
+        f"`{TREE}` holds the compact range of the chain's Merkle tree before the pack's first row, from which "
+        "each checkpoint's Merkle root is recomputed from the pack's rows."
+        if tree.get("nodes") is not None
+        else f"The chain's Merkle tree before the pack cannot be given ({tree.get('why')}): checkpoints are held "
+        "to by their head hash only."
+    )
+    text = f"""# Audit evidence pack
+
+Tenant `{manifest["tenant"]}`, the audit rows dated from {period["since"]} (included) to
+{period["until"]} (excluded): {counts["rows_in_period"]} rows. Made {manifest["created_at"]} by the
+governed retrieval gateway {manifest["gateway_version"]}. Chain positions
+{positions["first"]} to {positions["last"]} are in the pack.
+
+## Check it
+
+With the gateway's public key as you received it from the operator (out of band: not from this pack):
+
+```sh
+gateway audit verify-pack DIR --public-key audit-signing.pub.pem
+```
+
+Without `--public-key`, the keys in `{KEYS}/` are used, which shows only that the pack is consistent
+with itself: whoever made the pack could have made those keys too. It needs no database and no
+network, and exits 1 naming the file and line of the first problem.
+
+## Files
+
+- `{ROWS}`: the rows of the period, oldest first, one JSON object a line: every column the row's
+  hash covers, `row_hash`, `seal` (an HMAC under the gateway's key; not checkable without it) and
+  `in_period` (false for a row written between two rows of the period but dated outside it).
+- `{ROWS_BEFORE}`: the row before the period's first one, dated before the period.
+- `{ROWS_AFTER}`: the rows after the period's last one, up to the first signed checkpoint at or after
+  it.
+- `{TREE}`: the Merkle tree (RFC 6962) of the chain before the pack's first row, as its compact range.
+- `{CHECKPOINTS}`: the gateway's signed checkpoints (C2SP signed notes) whose positions lie in the pack.
+- `{KEYS}/`: the keys the gateway signs checkpoints with, as verifier keys and PEM.
+- `{POLICY}`: the policy revisions the period's rows name (first and last seen, rows, retrieval
+  calls) and the period's policy reloads.
+- `{FIGURES}`: the compliance overview's figures of the period, recomputable from `{ROWS}`.
+- `{MANIFEST}`: tenant, period, counts and the SHA-256 of every other file.
+
+No file holds item text or query text: audit rows hold ids, shapes, counts and hashes only.
+
+## What it shows
+
+- Every row's content gives its hash (SHA-256 of its canonical JSON), each row links to the one
+  before, and positions are consecutive: an edited, deleted or reordered row fails.
+- {tie}
+- {merkle}
+- The row before the period is dated before it and the row after it after it, so a row dropped at
+  either end shows (unless no checkpoint covers the end yet).
+- `{FIGURES}` and `{POLICY}` are what the period's rows give: the check recomputes both.
+
+## What it cannot show
+
+- Rows of the period past the last checkpoint in the pack are not signed yet: {counts["not_tied"]} here.
+- The seal of each row needs the gateway's key: only the gateway's own verify checks it.
+- A call is dated when it started and written when it ended, so the positions of calls that ran at
+  the same time need not follow their times; the period is taken from the first to the last position
+  dated in it, and a row dated in the period but written before the row before it would not be in
+  the pack.
+- The manifest is not signed: its digests catch a damaged file, the checkpoints an altered row.
+- Whether the operator gave you every checkpoint: hold `{CHECKPOINTS}` against notes a witness
+  cosigned, or ones you kept (`gateway audit verify --known`).
+"""
+    path.write_text(text, encoding="utf-8")
