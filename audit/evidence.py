@@ -47,8 +47,8 @@ from audit.chain import HASHED, anchor_of, audit_trace, chain_of, row_hashes, ut
 from audit.checkpoints import Attested, Checkpoint, Checkpointer, CheckpointLog, cut_of, read_checkpoints
 from audit.merkle import Range, leaf_hash
 from audit.notes import Verifier, verifier_key
-from core.audit_facts import RETRIEVAL
-from core.errors import BadRequest
+from core.audit_facts import RETRIEVAL, tally_rows
+from core.errors import BadRequest, Conflict
 from core.instants import rfc3339, to_utc
 
 FORMAT = "gateway.audit.evidence/1"
@@ -81,6 +81,7 @@ def gateway_version() -> str:
 
 
 ARCHIVE_CHUNK = 64 * 1024
+READ_ATTEMPTS = 5  # reads of rows and figures before a pack whose two never agree is refused
 
 
 def pack_archive(
@@ -243,7 +244,7 @@ def write_pack(
     """Write the evidence pack of `tenant`'s chain over [since, until) into `out` (an empty or new
     directory); returns its manifest. BadRequest when the period is empty of time or `out` is not
     empty."""
-    from audit.overview import figures
+    from audit.overview import figures, figures_of
 
     if until <= since:
         raise BadRequest("until: must come after since")
@@ -255,20 +256,33 @@ def write_pack(
     attested = read_checkpoints(signing.log.path, list(signing.verifiers), chain) if signing is not None else Attested("")
     notes = dict(signing.log.notes()) if signing is not None else {}
     checkpoints = attested.by_chain.get(chain, [])
-    with engine.connect() as conn:
-        first, last, counted = _period_span(conn, chain, since, until)
-        oldest = anchor_of(conn, chain)
-        head = int(conn.execute(select(func.max(audit_trace.c.seq)).where(audit_trace.c.chain == chain)).scalar_one() or 0)
-        start = max(first - 1, oldest, 1)  # the row before the period, when the chain keeps one
-        # The first checkpoint at or after the period's last row (after the row past it, for an empty one).
-        target = max(last if counted else last + 1, start)
-        covering = min((c for c in checkpoints if c.size >= target), key=_order, default=None)
-        end = min(head, max(last + 1, covering.size if covering is not None else 0))
-        rows = _rows(conn, chain, start, end) if end >= start else []
-        tree = _tree_before(conn, chain, start - 1, checkpoints) if rows else {"size": 0, "nodes": []}
-    overview = figures(engine, tenant, since, until)
+    # The figures come from the rollup and the rows from the chain, in two reads: a row appended in
+    # between (a period that reaches now) would make them disagree, and the pack fail its own check.
+    # Read again until they agree; a rollup that never agrees with its rows has been edited.
+    for _ in range(READ_ATTEMPTS):
+        with engine.connect() as conn:
+            first, last, counted = _period_span(conn, chain, since, until)
+            oldest = anchor_of(conn, chain)
+            head = int(conn.execute(select(func.max(audit_trace.c.seq)).where(audit_trace.c.chain == chain)).scalar_one() or 0)
+            start = max(first - 1, oldest, 1)  # the row before the period, when the chain keeps one
+            # The first checkpoint at or after the period's last row (after the row past it, for an empty one).
+            target = max(last if counted else last + 1, start)
+            covering = min((c for c in checkpoints if c.size >= target), key=_order, default=None)
+            end = min(head, max(last + 1, covering.size if covering is not None else 0))
+            rows = _rows(conn, chain, start, end) if end >= start else []
+            tree = _tree_before(conn, chain, start - 1, checkpoints) if rows else {"size": 0, "nodes": []}
+        overview = figures(engine, tenant, since, until)
+        inside = [m for m in rows if first <= m["seq"] <= last and in_period(m["created_at"], since, until)]
+        if _plain(overview) == _plain(figures_of(tally_rows(inside), since, until)):
+            break
+    else:
+        raise Conflict(
+            "the overview's rollup does not agree with the period's rows: run `gateway audit verify` "
+            "(an edited rollup is a break), or, for a period still being written, choose an until in the past"
+        )
     before = [m for m in rows if m["seq"] < first]
     period = [m for m in rows if first <= m["seq"] <= last]
+    period_lines = [row_line(m, since, until) for m in inside]
     after = [m for m in rows if m["seq"] > last]
     bearing = sorted(
         (
@@ -284,7 +298,6 @@ def write_pack(
     _write_json(out / TREE, tree)
     (out / CHECKPOINTS).write_text("".join(notes[c.line] + "\n" for c in bearing), encoding="utf-8")
     keys = _key_files(out / KEYS, signing.verifiers if signing is not None else ())
-    period_lines = [row_line(m, since, until) for m in period if in_period(m["created_at"], since, until)]
     _write_json(out / POLICY, policy_revisions(period_lines))
     _write_json(out / FIGURES, overview)
     tied = covering if covering is not None and covering.size <= end and covering.refused is None else None
@@ -325,6 +338,11 @@ def write_pack(
     }
     _write_json(out / MANIFEST, manifest)
     return manifest
+
+
+def _plain(value: Any) -> Any:
+    """The value as the pack's JSON holds it (instants as text), to compare figures."""
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
 
 
 def _order(c: Checkpoint) -> tuple[int, str, int]:

@@ -104,7 +104,8 @@ class PiiRecord(LineagePart):
 
 class ReturnedRecord(LineagePart):
     """What a call returned, counted from the envelopes and the placeholders issued, never the text:
-    the items by sensitivity, how many carried a placeholder, and the types the policy revealed."""
+    the items by sensitivity, how many carried a placeholder, and the types of personal data the
+    items held in clear because the policy revealed them to this reader."""
 
     sensitivity: dict[str, int] = Field(default_factory=dict)
     masked_items: int = 0

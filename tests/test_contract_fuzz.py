@@ -452,6 +452,12 @@ def test_the_documented_answers(fuzzed: Fuzzed) -> None:
     call("GET /v1/audit/verify", "auditor", 200)
     call("GET /v1/audit/export", "auditor", 200, query={"format": "csv", "since": "2000-01-01T00:00:00Z"})
     call("GET /v1/audit/export", "auditor", 200)
+    call("GET /v1/audit/overview", "auditor", 200, query={"period": "7d"})
+    call("GET /v1/audit/subjects/{entity_id}", "auditor", 200, path_parameters={"entity_id": "ent_globex"})
+    call(
+        "GET /v1/audit/subjects/{entity_id}", "auditor", 200, path_parameters={"entity_id": "ent_globex"}, query={"format": "csv"}
+    )
+    call("GET /v1/audit/evidence", "auditor", 200, query={"since": "2000-01-01T00:00:00Z", "until": "2100-01-01T00:00:00Z"})
 
     call("GET /v1/keys", "key_admin", 200)
     made = call(
@@ -475,6 +481,11 @@ def test_the_documented_answers(fuzzed: Fuzzed) -> None:
     call("GET /audit", "anonymous", 200, cookies=session, query={"task": "account_followup"})
     call("GET /audit/traces/{trace_id}", "anonymous", 200, cookies=session, path_parameters={"trace_id": state["trace"]})
     call("GET /audit/verify", "anonymous", 200, cookies=session)
+    call("GET /audit/overview", "anonymous", 200, cookies=session, query={"period": "30d"})
+    call("GET /audit/subjects", "anonymous", 200, cookies=session, query={"entity": "ent_globex"})
+    subject = {"entity_id": "ent_globex"}
+    call("GET /audit/subjects/{entity_id}", "anonymous", 200, cookies=session, path_parameters=subject)
+    call("GET /audit/subjects/{entity_id}", "anonymous", 200, cookies=session, path_parameters=subject, query={"format": "csv"})
     call("POST /audit/sign-out", "anonymous", 303, cookies=session, headers=SAME_ORIGIN)
     call("GET /audit/verify", "anonymous", 401, cookies=session)  # signed out
 

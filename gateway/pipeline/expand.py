@@ -161,7 +161,7 @@ async def _page(
     body = respond(trace.trace_id, "expand", revision, packed, sources, timings, depth, request.cursor if remaining else None)
     if masking is not None:  # the page's other strings, with its text's placeholders
         body = await pipeline.mask_response(body, constraints, masking, trace, timer)
-    note_returned(trace, records.values(), packed, constraints, masking, body)
+    note_returned(trace, records.values(), packed, masking, body)
     return body
 
 

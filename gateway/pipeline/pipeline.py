@@ -176,7 +176,7 @@ class Pipeline:
         body = body.model_copy(update={"entities": entities_report(resolution)})
         if masking is not None:  # every other string of the items and entities, with the text's placeholders
             body = await self.mask_response(body, constraints, masking, trace, timer, request.query or "")
-        note_returned(trace, [*candidates, *pieces], packed, constraints, masking, body)
+        note_returned(trace, [*candidates, *pieces], packed, masking, body)
         if request.synthesize and self.synthesizer is not None:
             answer = Answer.model_validate(await self.synthesize(request, constraints, packed, pieces, masking, trace, timer))
             timings.update(synthesis_ms=round(timer.timings.synthesis_ms or 0.0, 3), total_ms=timer.finish()["total_ms"])

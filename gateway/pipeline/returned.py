@@ -13,7 +13,6 @@ from audit.lineage import ReturnedRecord
 from audit.trace import TraceBuilder
 from core.records import Record
 from gateway.pipeline.budget import Packed
-from gateway.policy.decide import Constraints
 from gateway.privacy.mask import Masking
 
 
@@ -32,17 +31,19 @@ def note_returned(
     trace: TraceBuilder,
     read: Iterable[Record],
     packed: Packed,
-    constraints: Constraints,
     masking: Masking | None,
     body: RetrieveResponse,
 ) -> None:
     """Record on the trace what the body returns and the entities of what the call read."""
-    masked = 0
+    masked, revealed = 0, set()
     if masking is not None:
-        masked = sum(1 for item in body.items if masking.masker.carries_placeholder(json.dumps(item.wire())))
+        for item in body.items:
+            wire = json.dumps(item.wire(), ensure_ascii=False)
+            masked += masking.masker.carries_placeholder(wire)
+            revealed |= masking.masker.revealed_in(wire)
     trace.lineage.returned = ReturnedRecord(
         sensitivity=dict(Counter(r.record.sensitivity for r in packed.items)),
         masked_items=masked,
-        revealed=sorted(constraints.disclosure.reveal) if constraints.disclosure.mask else [],
+        revealed=sorted(revealed),
     )
     trace.lineage.named_entities = named_entities([*read, *(r.record for r in packed.items)])

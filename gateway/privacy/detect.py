@@ -308,6 +308,7 @@ class Masker:
         self._by_value: dict[tuple[str, str], str] = {}
         self._values: dict[str, tuple[str, str]] = {}  # placeholder -> (type, value)
         self._counts: dict[str, int] = {}
+        self._kept: set[tuple[str, str]] = set()  # (type, value) left in clear: its type is revealed
 
     def placeholder(self, kind: str, value: str) -> str:
         with self._lock:
@@ -337,6 +338,7 @@ class Masker:
             cursor = 0
             for span in spans:
                 if span.start < cursor or span.end > len(text) or (span.type in keep and span.type != LITERAL):
+                    self._keep(span, text, cursor, keep)
                     continue
                 parts.append(text[cursor : span.start])
                 parts.append(self.placeholder(span.type, text[span.start : span.end]))
@@ -355,6 +357,7 @@ class Masker:
         cursor = 0
         for span in spans:
             if span.start < cursor or span.end > len(text) or (span.type in keep and span.type != LITERAL):
+                self._keep(span, text, cursor, keep)
                 continue
             self.placeholder(span.type, text[span.start : span.end])  # numbered in text order, as mask_many does
             chosen.append(_recognizer_result(span))
@@ -363,6 +366,18 @@ class Masker:
             return text
         operators = {"DEFAULT": _operator_config(ISSUE, {"masker": self})}
         return str(_anonymizer().anonymize(text, chosen, operators, merge_entities_with_spaces=False).text)
+
+    def _keep(self, span: Span, text: str, cursor: int, keep: frozenset[str]) -> None:
+        """Note a value left in clear because its type is revealed (not one skipped as overlapping)."""
+        if span.type in keep and span.type != LITERAL and cursor <= span.start < span.end <= len(text):
+            with self._lock:
+                self._kept.add((span.type, text[span.start : span.end]))
+
+    def revealed_in(self, text: str) -> set[str]:
+        """The types of the values left in clear (revealed) that the text holds."""
+        with self._lock:
+            kept = list(self._kept)
+        return {kind for kind, value in kept if value in text}
 
     def carries_placeholder(self, text: str) -> bool:
         """Whether the text holds a placeholder this masker issued for personal data (not a literal)."""

@@ -291,3 +291,19 @@ def test_a_pack_from_a_gateway_without_signing_verifies_unsigned(signed: Signed,
     code, report, verdict = verify_pack(tmp_path / "pack")
     assert code == 0 and report["tied"] == 0 and report["not_tied"] == 12, report["problems"]
     assert "none is under a signed checkpoint" in verdict
+
+
+def test_export_refuses_a_rollup_that_disagrees_with_the_rows(signed: Signed, tmp_path: Path) -> None:
+    """The figures come from the rollup, the rows from the chain: someone who edits the rollup to
+    change what the overview shows gets no pack whose figures quietly differ from its rows."""
+    from sqlalchemy import update
+
+    from audit.chain import audit_rollup, chain_of
+    from core import store as db
+
+    signed.write(3, age=timedelta(hours=2))
+    with db.writer(signed.gateway.store).begin() as conn:
+        conn.execute(update(audit_rollup).where(audit_rollup.c.chain == chain_of(TENANT)).values(n=audit_rollup.c.n + 7))
+    code, output = export(signed, tmp_path / "pack", at(-timedelta(days=1)), at(timedelta(hours=1)))
+    assert code == 1 and "rollup does not agree with the period's rows" in output, output
+    assert not any((tmp_path / "pack").glob("*")), "nothing of a refused pack is written"

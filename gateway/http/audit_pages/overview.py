@@ -20,7 +20,7 @@ from gateway.http.audit_pages.render import SECURITY_HEADERS, as_page, page, sig
 from gateway.http.audit_pages.views import session_actor
 from gateway.http.operation import CURSOR, ENTITY_ID, Operation, page_answers, query_parameter
 from gateway.http.operation import page as page_answer
-from gateway.http.routes.compliance import PERIOD_PARAMETERS, PERIODS, check_names, overview_of, page_cursor, period_of
+from gateway.http.routes.compliance import PERIOD_PARAMETERS, PERIODS, check_names, overview_of, page_cursor, period_of, with_csv
 from gateway.http.traced import Call, serving
 
 REPORT_PAGE = 100
@@ -190,7 +190,10 @@ OPERATIONS = (
         serving("audit_page_subjects", as_page(subject_page)),
         "Look up a data subject: the form, or the report of `entity`",
         "audit pages",
-        page_answers({"200": page_answer("The form or the report")}, {401: "Not signed in: the sign-in form"}),
+        page_answers(
+            {"200": page_answer("The form or the report")},
+            {400: "A bad cursor or an unknown parameter, shown on the page", 401: "Not signed in: the sign-in form"},
+        ),
         auth="session",
         parameters=(query_parameter("entity", "The entity id to report on"), CURSOR),
     ),
@@ -200,7 +203,10 @@ OPERATIONS = (
         serving("audit_page_subject", as_page(subject_page)),
         "The report on one data subject as a page (or `format=csv`)",
         "audit pages",
-        page_answers({"200": page_answer("The calls about the subject")}, {401: "Not signed in: the sign-in form"}),
+        page_answers(
+            {"200": with_csv(page_answer("The calls about the subject, or with `format=csv` all of them as CSV"))},
+            {400: "A bad cursor or format, or an unknown parameter, shown on the page", 401: "Not signed in: the sign-in form"},
+        ),
         auth="session",
         parameters=(ENTITY_ID, CURSOR, query_parameter("format", "html (default) or csv", {"enum": ["html", "csv"]})),
     ),
