@@ -236,7 +236,9 @@ REVIEW_FILTERS = (
     query_parameter("reason", "Only denials with this reason"),
     query_parameter("returned", "Only calls that returned items of this sensitivity"),
     query_parameter("masked", "Only calls that masked personal data of this type (`EMAIL_ADDRESS`, ...)"),
-    query_parameter("revealed", "Only calls whose policy revealed this type (`any`: some type)"),
+    query_parameter(
+        "revealed", "Only calls that returned personal data of this type in clear, revealed by the policy (`any`: some type)"
+    ),
     query_parameter("entity", "Only calls that asked about, read, returned, sent or used an item about this entity"),
 )
 CURSOR = query_parameter(

@@ -89,6 +89,13 @@ def test_a_reviewer_reads_the_overview_follows_a_bar_and_opens_a_subject(browser
     browser.get(live_gateway.url + (deny_segment.find_element(By.XPATH, "..").get_dom_attribute("href") or ""))
     wait_for(browser, "filters")
     assert sorted(rows(browser)) == sorted(calls["deny"])
+    # The bar's filter shows in the form, unfolded, and pressing Filter keeps it.
+    assert browser.find_element(By.ID, "more-filters").get_attribute("open") is not None
+    assert browser.find_element(By.ID, "filter-outcome").get_attribute("value") == "deny"
+    screenshot(browser, "filtered.png")
+    browser.find_element(By.ID, "apply-filters").click()
+    wait_for(browser, "filters")
+    assert "outcome=deny" in browser.current_url and sorted(rows(browser)) == sorted(calls["deny"])
     # The subject report, from the header's link.
     browser.find_element(By.ID, "subjects-link").click()
     wait_for(browser, "subject-form")

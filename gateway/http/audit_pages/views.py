@@ -17,6 +17,7 @@ from audit.lineage import AuditReadRecord, read_lineage
 from audit.review import Filters, get_trace, list_traces
 from audit.stages import lineage_stages
 from core.actor import Actor
+from core.audit_facts import OUTCOMES
 from core.errors import BadRequest, Forbidden, GatewayError, NotFound, Unauthenticated
 from gateway.auth import KEY_PATTERN
 from gateway.context import GatewayContext
@@ -87,8 +88,17 @@ def page_query(params: QueryParams) -> tuple[Filters, int | None]:
     return review_query(params, frozenset(), "not a filter of this page")
 
 
+MORE_FILTERS = ("outcome", "revision", "reason", "returned", "masked", "revealed", "entity")  # folded on the page
+
+
 def filter_values(params: QueryParams) -> dict[str, str]:
     return {name: params.get(name, "") for name in FILTER_NAMES}
+
+
+def list_context(values: dict[str, str]) -> dict[str, object]:
+    """What the list's form shows besides the values: the outcomes to choose and whether the folded
+    filters are open (one is set, as when a chart of the overview links here)."""
+    return {"decisions": KNOWN_DECISIONS, "outcomes": OUTCOMES, "more_set": any(values.get(n) for n in MORE_FILTERS)}
 
 
 async def list_page(call: Call) -> tuple[int, Response]:
@@ -113,7 +123,7 @@ async def list_page(call: Call) -> tuple[int, Response]:
             rows=[],
             older=None,
             newest=None,
-            decisions=KNOWN_DECISIONS,
+            **list_context(values),
         )
     rows, last = await anyio.to_thread.run_sync(list_traces, call.context.store, actor.tenant, filters, after, PAGE_SIZE)
     call.trace.lineage.audit_read = AuditReadRecord(listed=len(rows))
@@ -121,7 +131,7 @@ async def list_page(call: Call) -> tuple[int, Response]:
     older = "/audit?" + urlencode({**chosen, "cursor": f"c_{last}"}) if last is not None else None
     newest = "/audit?" + urlencode(chosen) if after is not None else None
     return page(
-        200, "list.html", actor, filters=values, error=None, rows=rows, older=older, newest=newest, decisions=KNOWN_DECISIONS
+        200, "list.html", actor, filters=values, error=None, rows=rows, older=older, newest=newest, **list_context(values)
     )
 
 

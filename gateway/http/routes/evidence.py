@@ -77,7 +77,10 @@ OPERATIONS = (
                     "content": {ZIP: {"schema": {**STRING, "contentMediaType": ZIP}}},
                 }
             },
-            errors={400: "an unknown parameter, a missing or bad instant, or until not after since"},
+            errors={
+                400: "an unknown parameter, a missing or bad instant, or until not after since",
+                409: "the overview's rollup does not agree with the period's rows (edited): `gateway audit verify` names the hour",
+            },
         ),
         parameters=(
             {**query_parameter("since", "The period's start (included), RFC 3339 with its offset"), "required": True},

@@ -115,3 +115,17 @@ def test_no_item_or_query_text_is_in_the_pack(signed: Signed, tmp_path: Path) ->
     assert b"mem_planted" in files[pack / "rows.jsonl"]  # the call that returned the item is in the pack, by id
     for word in (b"zqxitemsecretzqx", b"zqxquerysecretzqx", b"okapiwidget"):
         assert [p.name for p, content in files.items() if word in content] == [], word
+
+
+def test_an_edited_rollup_is_a_409_not_a_pack_that_disagrees_with_its_rows(signed: Signed) -> None:
+    from sqlalchemy import update
+
+    from audit.chain import audit_rollup, chain_of
+    from core import store as db
+
+    signed.write(2, age=timedelta(hours=3))
+    with db.writer(signed.gateway.store).begin() as conn:
+        conn.execute(update(audit_rollup).where(audit_rollup.c.chain == chain_of(TENANT)).values(n=audit_rollup.c.n + 3))
+    response = evidence(signed, period(hours=24))
+    assert response.status_code == 409, response.text
+    assert "rollup does not agree with the period's rows" in response.json()["error"]["message"]
