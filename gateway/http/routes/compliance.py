@@ -51,7 +51,9 @@ def period_of(params: QueryParams, now: datetime) -> tuple[datetime, datetime]:
         chosen = period or DEFAULT_PERIOD
         if chosen not in PERIODS:
             raise BadRequest(f"period: expected one of {', '.join(PERIODS)}")
-        return now - PERIODS[chosen], now
+        # Rounded up to the whole second, so the period reads cleanly and still holds this second's rows.
+        until = now.replace(microsecond=0) + (timedelta(seconds=1) if now.microsecond else timedelta())
+        return until - PERIODS[chosen], until
     if "since" not in given:
         raise BadRequest("since: until needs a since")
     instants = {}
