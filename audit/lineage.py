@@ -181,6 +181,15 @@ class ChangeRecord(LineagePart):
     hidden_items: int | None = None
 
 
+class MergeRecord(ChangeRecord):
+    """An entity merge: which entity went into which (ids only). The subject report follows these
+    from the chain as well as from the entity envelopes, so an envelope edited in the database
+    cannot take a merged id out of a data subject's report."""
+
+    entity: str | None = None
+    into: str | None = None
+
+
 class AuditReadRecord(LineagePart):
     listed: int | None = None
     trace: str | None = None
@@ -240,7 +249,7 @@ class Lineage(LineagePart):
     ingest: WriteRecord | None = None
     document: DocumentRecord | None = None
     entity: WriteRecord | None = None
-    merge: ChangeRecord | None = None
+    merge: MergeRecord | None = None
     tombstone: ChangeRecord | None = None
     about: str | None = None
     policy_reload: dict[str, Any] | None = None  # a reload's trigger, outcome, revisions and errors

@@ -5,8 +5,8 @@ the masking applied.
 
 Driven from the facet index (core.audit_facts: `subject:<stage>` = entity id), then read back from
 each row's own hashed lineage: an index row someone added never puts a call in the report. The
-merge group is read from the entity envelopes (merged_into), never item text; the report holds
-ids, types and counts the trail already holds.
+merge group is read from the entity envelopes (merged_into) and the chain's own merge rows, never
+item text; the report holds ids, types and counts the trail already holds.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import io
 from collections.abc import Iterator
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.engine import Connection, Engine
 
 from audit.chain import audit_facet, audit_trace, chain_of, utc_instant
-from core.audit_facts import SUBJECT, SUBJECT_STAGES, counts_of, dict_of, subject_stages, texts_of
+from core.audit_facts import MERGE_FACETS, SUBJECT, SUBJECT_STAGES, counts_of, dict_of, merge_of, subject_stages, texts_of
 from core.tables import Item
 
 item_table = Item.__table__  # type: ignore[attr-defined]
@@ -43,32 +43,41 @@ CSV_COLUMNS = (
 
 
 def merge_group(conn: Connection, tenant: str, entity_id: str) -> list[str]:
-    """The entity, the one it was merged into (and so on), and every entity merged into any of
-    them: one person under every id the store has given them."""
+    """Every id the entity has had: the entities joined to it by a merge, one after another (the one
+    it went into, those merged into it, and so on), as the entity envelopes say (merged_into) and as
+    the chain's merge rows say. The chain is read too because an envelope someone edited in the
+    database could otherwise take a merged id, and its calls, out of the report."""
     if "\x00" in entity_id:
         return []
-
-    def survivor_of(entity: str) -> str | None:
-        return conn.execute(
-            select(item_table.c.merged_into).where(
-                item_table.c.tenant == tenant, item_table.c.kind == "entity", item_table.c.id == entity
-            )
-        ).scalar_one_or_none()
-
-    root, seen = entity_id, {entity_id}
-    while (up := survivor_of(root)) is not None and up not in seen and len(seen) < MAX_GROUP:
-        seen.add(up)
-        root = up
-    group, frontier = {root, *seen}, [root, *seen]
+    group, frontier = {entity_id}, [entity_id]
     while frontier and len(group) < MAX_GROUP:
-        found = conn.execute(
-            select(item_table.c.id).where(
-                item_table.c.tenant == tenant, item_table.c.kind == "entity", item_table.c.merged_into.in_(frontier)
-            )
-        ).all()
-        frontier = [i for (i,) in found if i not in group]
+        found = _envelope_merges(conn, tenant, frontier) | _chain_merges(conn, tenant, frontier)
+        frontier = sorted(found - group)
         group.update(frontier)
     return sorted(group)[:MAX_GROUP]
+
+
+def _envelope_merges(conn: Connection, tenant: str, frontier: list[str]) -> set[str]:
+    ids, into = item_table.c.id, item_table.c.merged_into
+    rows = conn.execute(
+        select(ids, into).where(
+            item_table.c.tenant == tenant, item_table.c.kind == "entity", or_(ids.in_(frontier), into.in_(frontier))
+        )
+    ).all()
+    return {value for pair in rows for value in pair if value is not None}
+
+
+def _chain_merges(conn: Connection, tenant: str, frontier: list[str]) -> set[str]:
+    """Both ends of the tenant's merge rows that name an entity of `frontier`, each read from the
+    row's own hashed lineage (merge_of), so an index row someone added joins nothing."""
+    marked = select(audit_facet.c.trace_pk).where(audit_facet.c.facet.in_(MERGE_FACETS), audit_facet.c.value.in_(frontier))
+    found: set[str] = set()
+    rows = conn.execute(select(audit_trace).where(audit_trace.c.chain == chain_of(tenant), audit_trace.c.pk.in_(marked)))
+    for row in rows:
+        pair = merge_of(row._mapping)
+        if pair is not None and set(pair) & set(frontier):
+            found.update(pair)
+    return found
 
 
 def _entry(m: Any, group: set[str]) -> dict[str, Any] | None:

@@ -21,6 +21,8 @@ OUTCOMES = ("allow", "deny", "error", "rate_limited", "invalid")
 SUBJECT_STAGES = ("asked", "retrieved", "returned", "sent", "used")
 SUBJECT = "subject:"  # facet prefix of the subject stages: subject:returned = an item about the entity was returned
 VERIFIED = ("audit_verify", "audit_page_verify")
+MERGE = "entity_merge"  # the endpoint of POST /v1/entities/{id}/merge
+MERGE_FACETS = ("merged", "merged_into")  # facet of a merge's entity and of the one it went into
 MAX_KEY = 400  # characters of a rollup key or facet value (longer values are cut, the same everywhere)
 HOUR_S = 3600
 
@@ -93,6 +95,17 @@ def subject_stages(lineage: Mapping[str, Any]) -> dict[str, set[str]]:
     return stages
 
 
+def merge_of(row: Mapping[str, Any] | Any) -> tuple[str, str] | None:
+    """(entity, into) of a merge that succeeded, from the row's own lineage; None for any other row."""
+    if row.get("endpoint") != MERGE or row.get("status_code") != 200:
+        return None
+    merge = dict_of(dict_of(row.get("lineage")).get("merge"))
+    entity, into = merge.get("entity"), merge.get("into")
+    if isinstance(entity, str) and isinstance(into, str) and entity and into and entity != into:
+        return entity, into
+    return None
+
+
 def facts_of(row: Mapping[str, Any] | Any) -> Facts:
     """The row's tallies (measure, key, n) for the hourly rollup and its facets for the filters.
     `row` has the audit_trace columns (created_at, endpoint, status_code, decision, actor,
@@ -131,6 +144,8 @@ def facts_of(row: Mapping[str, Any] | Any) -> Facts:
             tallies["revealed_by", actor] += 1
     for entity, stages in subject_stages(lineage).items():
         facets.update((SUBJECT + stage, _cut(entity)) for stage in stages)
+    if (merged := merge_of(row)) is not None:
+        facets.update((facet, _cut(entity)) for facet, entity in zip(MERGE_FACETS, merged, strict=True))
     if endpoint in VERIFIED and row.get("status_code") == 200:
         ok = dict_of(lineage.get("audit_verify")).get("ok")
         facets.add(("checked", "ok" if ok is True else "broken"))

@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import insert, update
 
 from audit.chain import audit_facet, audit_rollup, audit_trace
+from audit.subjects import item_table
 from core import store as db
 from tests.conftest import Gateway
 from tests.gateway.fixtures import SALES_TASK, memory
@@ -213,5 +214,36 @@ def test_verify_names_an_edited_rollup_and_a_planted_facet(gateway: Gateway) -> 
     report = get(gateway, "/v1/audit/subjects/ent_dana").json()
     assert denial.trace_id not in {c["trace_id"] for c in report["calls"]}
     assert denial.trace_id not in {t["trace_id"] for t in listed(gateway, entity="ent_dana")}
+    broken = get(gateway, "/v1/audit/verify").json()
+    assert broken["ok"] is False and "facet index" in broken["first_broken"]["reason"]
+
+
+def test_an_envelope_unmerged_in_the_database_keeps_its_calls_in_the_report(gateway: Gateway) -> None:
+    """Someone with write access to the database clears ent_dana_old's merged_into, so the envelopes
+    no longer join it to Dana: the chain's own merge row still does. A merge index row they add for
+    another entity joins nothing, because the report reads the row's hashed lineage."""
+    seeded = seed(gateway)
+    whole = get(gateway, "/v1/audit/subjects/ent_dana").json()
+    assert whole["entities"] == ["ent_dana", "ent_dana_old"]
+    with db.writer(gateway.store).begin() as conn:
+        conn.execute(
+            update(item_table).where(item_table.c.tenant == "acme", item_table.c.id == "ent_dana_old").values(merged_into=None)
+        )
+        merge_row = conn.execute(
+            audit_trace.select().where(audit_trace.c.chain == "acme", audit_trace.c.endpoint == "entity_merge")
+        ).first()
+        assert merge_row is not None and merge_row.lineage["merge"] == {
+            "changed": 1,
+            "entity": "ent_dana_old",
+            "into": "ent_dana",
+        }
+        denial = conn.execute(audit_trace.select().where(audit_trace.c.decision == "deny", audit_trace.c.chain == "acme")).first()
+        assert denial is not None
+        conn.execute(insert(audit_facet).values(trace_pk=denial.pk, facet="merged_into", value="ent_dana"))
+        conn.execute(insert(audit_facet).values(trace_pk=denial.pk, facet="merged", value="ent_restricted_person"))
+    after = get(gateway, "/v1/audit/subjects/ent_dana").json()
+    assert after["entities"] == ["ent_dana", "ent_dana_old"] and after["calls"] == whole["calls"]
+    assert seeded["calls"]["dana_old"] in {c["trace_id"] for c in after["calls"]}
+    assert get(gateway, "/v1/audit/subjects/ent_restricted_person").json()["entities"] == ["ent_restricted_person"]
     broken = get(gateway, "/v1/audit/verify").json()
     assert broken["ok"] is False and "facet index" in broken["first_broken"]["reason"]

@@ -9,7 +9,7 @@ from typing import Any
 import anyio.to_thread
 
 from api.writes import IngestReport, MergeRequest, MergeResult, TombstoneResult
-from audit.lineage import ChangeRecord, WriteRecord
+from audit.lineage import ChangeRecord, MergeRecord, WriteRecord
 from core.errors import BadRequest
 from core.validation import has_nul, validated
 from gateway.http.operation import (
@@ -64,7 +64,7 @@ async def merge_entity(call: Call) -> tuple[int, MergeResult]:
     entity_id = _entity_id(call)
     into = validated(MergeRequest, await call.json()).into
     result = await anyio.to_thread.run_sync(merge, call.context.store, actor.tenant, entity_id, into)
-    call.trace.lineage.merge = ChangeRecord(changed=result["changed"])
+    call.trace.lineage.merge = MergeRecord(changed=result["changed"], entity=entity_id, into=into)
     return 200, MergeResult.model_validate(result)
 
 
