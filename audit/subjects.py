@@ -16,7 +16,7 @@ import io
 from collections.abc import Iterator
 from typing import Any
 
-from sqlalchemy import or_, select
+from sqlalchemy import or_, select, union_all
 from sqlalchemy.engine import Connection, Engine
 
 from audit.chain import audit_facet, audit_trace, chain_of, utc_instant
@@ -26,6 +26,9 @@ from core.tables import Item
 item_table = Item.__table__  # type: ignore[attr-defined]
 MAX_GROUP = 500  # entities of one merge group followed at most
 MAX_PAGE = 500
+WALKED_STAGES = ("asked", "retrieved", "used")  # every call about an entity has one of these facets
+MAX_RANGES = 200  # index ranges walked in one statement (a big merge group takes several)
+MAX_WALK = 20_000  # index entries a range gives at most per step, when other tenants' share the ids
 CSV_COLUMNS = (
     "trace_id",
     "created_at",
@@ -121,27 +124,44 @@ def _entry(m: Any, group: set[str]) -> dict[str, Any] | None:
     }
 
 
+def _newest_marked(conn: Connection, group: list[str], before: int | None, k: int) -> list[int]:
+    """The k highest trace_pk below `before` with a subject facet of the group, newest first. Each
+    (stage, entity) is its own range of ix_audit_facet_value, ordered by trace_pk: walked from its
+    top and cut at k, so a page costs k index entries per range, not every call the subject ever had.
+    Only the stages every call about an entity reaches first are walked: returned and sent are
+    always also retrieved (they come from the same named_entities)."""
+    ranges = []
+    for stage in WALKED_STAGES:
+        for entity in group:
+            walk = select(audit_facet.c.trace_pk).where(audit_facet.c.facet == SUBJECT + stage, audit_facet.c.value == entity)
+            if before is not None:
+                walk = walk.where(audit_facet.c.trace_pk < before)
+            ranges.append(walk.order_by(audit_facet.c.trace_pk.desc()).limit(k).subquery().select())
+    marked: set[int] = set()
+    for chunk in range(0, len(ranges), MAX_RANGES):
+        marked.update(pk for (pk,) in conn.execute(union_all(*ranges[chunk : chunk + MAX_RANGES])))
+    return sorted(marked, reverse=True)[:k]
+
+
 def subject_report(engine: Engine, tenant: str, entity_id: str, after: int | None = None, limit: int = 100) -> dict[str, Any]:
-    """Newest first, paged by chain position like the trace list."""
+    """Newest first, paged by the row's key (`c_<pk>`; a chain's keys grow with its positions)."""
     limit = max(1, min(limit, MAX_PAGE))
     with engine.connect() as conn:
         group = merge_group(conn, tenant, entity_id)
         if not group:
             return {"entity_id": entity_id, "entities": [], "calls": [], "cursor": None}
-        conditions = [
-            audit_trace.c.chain == chain_of(tenant),
-            audit_trace.c.pk.in_(
-                select(audit_facet.c.trace_pk).where(
-                    audit_facet.c.facet.in_([SUBJECT + s for s in SUBJECT_STAGES]), audit_facet.c.value.in_(group)
-                )
-            ),
-        ]
-        if after is not None:
-            conditions.append(audit_trace.c.seq < after)
-        rows = [
-            r._mapping
-            for r in conn.execute(select(audit_trace).where(*conditions).order_by(audit_trace.c.seq.desc()).limit(limit + 1))
-        ]
+        rows: list[Any] = []
+        before, k = after, limit + 1
+        # Another tenant's calls about an entity of the same id share the ranges; they are dropped
+        # here, and the walk goes on below the last key seen until the page is full or none is left.
+        while len(rows) <= limit:
+            marked = _newest_marked(conn, group, before, k)
+            if marked:
+                statement = select(audit_trace).where(audit_trace.c.chain == chain_of(tenant), audit_trace.c.pk.in_(marked))
+                rows.extend(sorted((r._mapping for r in conn.execute(statement)), key=lambda m: -m["pk"]))
+            if len(marked) < k:
+                break
+            before, k = marked[-1], min(k * 4, MAX_WALK)
     page, members = rows[:limit], set(group)
     calls = [entry for m in page if (entry := _entry(m, members)) is not None]
     more = len(rows) > limit
@@ -149,7 +169,7 @@ def subject_report(engine: Engine, tenant: str, entity_id: str, after: int | Non
         "entity_id": entity_id,
         "entities": group,
         "calls": calls,
-        "cursor": f"c_{page[-1]['seq']}" if more and page else None,
+        "cursor": f"c_{page[-1]['pk']}" if more and page else None,
     }
 
 

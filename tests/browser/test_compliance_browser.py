@@ -1,7 +1,7 @@
 """The compliance overview and subject report in a real browser (headless Chromium, as the audit
 page's test): the overview renders with data, its charts carry the right numbers (read back from
 the SVG's labels), a chart's bar lands on the filtered traces, the subject page lists the calls.
-With GATEWAY_TEST_SCREENSHOTS=DIR it saves screenshots of both pages there."""
+With GATEWAY_TEST_SCREENSHOTS=DIR it saves screenshots of the pages there."""
 
 from __future__ import annotations
 
