@@ -150,18 +150,23 @@ def subject_report(engine: Engine, tenant: str, entity_id: str, after: int | Non
         group = merge_group(conn, tenant, entity_id)
         if not group:
             return {"entity_id": entity_id, "entities": [], "calls": [], "cursor": None}
-        rows: list[Any] = []
+        kept: list[int] = []
         before, k = after, limit + 1
-        # Another tenant's calls about an entity of the same id share the ranges; they are dropped
-        # here, and the walk goes on below the last key seen until the page is full or none is left.
-        while len(rows) <= limit:
+        # Another tenant's calls about an entity of the same id share the ranges: only the keys are
+        # read to drop them (the row's lineage is not), and the walk goes on below the last key seen,
+        # twice as far each step, until the page is full or the ranges run out.
+        while len(kept) <= limit:
             marked = _newest_marked(conn, group, before, k)
             if marked:
-                statement = select(audit_trace).where(audit_trace.c.chain == chain_of(tenant), audit_trace.c.pk.in_(marked))
-                rows.extend(sorted((r._mapping for r in conn.execute(statement)), key=lambda m: -m["pk"]))
+                ours = select(audit_trace.c.pk).where(audit_trace.c.chain == chain_of(tenant), audit_trace.c.pk.in_(marked))
+                found = {pk for (pk,) in conn.execute(ours)}
+                kept.extend(pk for pk in marked if pk in found)
             if len(marked) < k:
                 break
-            before, k = marked[-1], min(k * 4, MAX_WALK)
+            before, k = marked[-1], min(k * 2, MAX_WALK)
+        kept = kept[: limit + 1]
+        statement = select(audit_trace).where(audit_trace.c.pk.in_(kept)) if kept else None
+        rows = sorted((r._mapping for r in conn.execute(statement)), key=lambda m: -m["pk"]) if statement is not None else []
     page, members = rows[:limit], set(group)
     calls = [entry for m in page if (entry := _entry(m, members)) is not None]
     more = len(rows) > limit
