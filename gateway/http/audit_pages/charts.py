@@ -87,8 +87,11 @@ def timeline(
     """Stacked bars of calls by outcome over time, with the revisions marked as vertical lines."""
     counts = [[int(bar["by_outcome"].get(o, 0)) for o in outcomes] for bar in bars]  # type: ignore[attr-defined]
     top = max((sum(c) for c in counts), default=0) or 1
-    left, bottom, plot_h = 40, 30, height - 50
-    step = (width - left - 10) / max(1, len(bars))
+    step = (width - 40 - 10) / max(1, len(bars))
+    # A total wider than its bar is drawn upright (rotated), with room for it above the tallest bar.
+    upright = step < len(str(top)) * 6.5
+    left, bottom = 40, 30
+    plot_h = height - bottom - (len(str(top)) * 6 + 10 if upright else 20)
     bar_w = max(2.0, step * 0.8)
     parts = [
         Markup(
@@ -129,7 +132,14 @@ def timeline(
                     end=bar["end"],
                 )
             )
-        if sum(values):
+        if sum(values) and upright:
+            cx = x + bar_w / 2 + 3
+            parts.append(
+                Markup(
+                    '<text class="value" x="{:.1f}" y="{:.1f}" font-size="10" transform="rotate(-90 {:.1f} {:.1f})">{}</text>'
+                ).format(cx, y - 3, cx, y - 3, sum(values))
+            )
+        elif sum(values):
             parts.append(
                 Markup('<text class="value" x="{:.1f}" y="{:.1f}" font-size="10">{}</text>').format(x, y - 2, sum(values))
             )

@@ -15,6 +15,7 @@ from audit.subjects import report_csv, subject_report
 from core.audit_facts import OUTCOMES
 from core.errors import BadRequest
 from core.instants import parse_rfc3339, utc_now
+from core.tables import SENSITIVITIES
 from gateway.http.audit_pages.charts import Mark, Row, legend, ranked, timeline
 from gateway.http.audit_pages.render import SECURITY_HEADERS, as_page, page, sign_in_form
 from gateway.http.audit_pages.views import session_actor
@@ -24,6 +25,13 @@ from gateway.http.routes.compliance import PERIOD_PARAMETERS, PERIODS, check_nam
 from gateway.http.traced import Call, serving
 
 REPORT_PAGE = 100
+
+
+def by_level(counts: dict[str, int]) -> list[tuple[str, int]]:
+    """Sensitivities from the lowest level to the highest, any other name after them."""
+    return sorted(
+        counts.items(), key=lambda kv: (SENSITIVITIES.index(kv[0]) if kv[0] in SENSITIVITIES else len(SENSITIVITIES), kv[0])
+    )
 
 
 def traces_link(**filters: str | None) -> str:
@@ -75,7 +83,7 @@ def charts(found: dict[str, Any]) -> dict[str, Any]:
         "by_sensitivity": ranked(
             "returned-by-sensitivity",
             "Items returned by sensitivity",
-            [Row(s, n, traces_link(returned=s, **window)) for s, n in returned["by_sensitivity"].items()],
+            [Row(s, n, traces_link(returned=s, **window)) for s, n in by_level(returned["by_sensitivity"])],
         ),
         "restricted_by_actor": ranked(
             "restricted-by-actor",

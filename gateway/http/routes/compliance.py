@@ -41,6 +41,12 @@ PERIOD_PARAMETERS = (
 )
 
 
+def _whole_second(now: datetime) -> datetime:
+    """Now rounded up to the whole second: a period ending now reads cleanly and still holds this
+    second's rows."""
+    return now.replace(microsecond=0) + (timedelta(seconds=1) if now.microsecond else timedelta())
+
+
 def period_of(params: QueryParams, now: datetime) -> tuple[datetime, datetime]:
     """[since, until) from `period`, or from `since` (and `until`); never both."""
     period = params.get("period") or None
@@ -51,8 +57,7 @@ def period_of(params: QueryParams, now: datetime) -> tuple[datetime, datetime]:
         chosen = period or DEFAULT_PERIOD
         if chosen not in PERIODS:
             raise BadRequest(f"period: expected one of {', '.join(PERIODS)}")
-        # Rounded up to the whole second, so the period reads cleanly and still holds this second's rows.
-        until = now.replace(microsecond=0) + (timedelta(seconds=1) if now.microsecond else timedelta())
+        until = _whole_second(now)
         return until - PERIODS[chosen], until
     if "since" not in given:
         raise BadRequest("since: until needs a since")
@@ -62,7 +67,7 @@ def period_of(params: QueryParams, now: datetime) -> tuple[datetime, datetime]:
             instants[name] = parse_rfc3339(value)
         except ValueError as exc:
             raise BadRequest(f"{name}: expected an instant with its offset, such as 2026-11-30T00:00:00Z") from exc
-    since, until = instants["since"], instants.get("until", now)
+    since, until = instants["since"], instants.get("until", _whole_second(now))
     if until <= since:
         raise BadRequest("until: must be after since")
     if until - since > MAX_PERIOD:
