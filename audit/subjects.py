@@ -28,7 +28,7 @@ MAX_GROUP = 500  # entities of one merge group followed at most
 MAX_PAGE = 500
 WALKED_STAGES = ("asked", "retrieved", "used")  # every call about an entity has one of these facets
 MAX_RANGES = 200  # index ranges walked in one statement (a big merge group takes several)
-MAX_WALK = 20_000  # index entries a range gives at most per step, when other tenants' share the ids
+MAX_WALK = 20_000  # index entries a range gives at most per step, when other tenants' calls share the ids
 CSV_COLUMNS = (
     "trace_id",
     "created_at",

@@ -337,8 +337,10 @@ class Masker:
             parts: list[str] = []
             cursor = 0
             for span in spans:
-                if span.start < cursor or span.end > len(text) or (span.type in keep and span.type != LITERAL):
-                    self._keep(span, text, cursor, keep)
+                if span.start < cursor or span.end > len(text):
+                    continue
+                if span.type in keep and span.type != LITERAL:
+                    self._keep(span.type, text[span.start : span.end])
                     continue
                 parts.append(text[cursor : span.start])
                 parts.append(self.placeholder(span.type, text[span.start : span.end]))
@@ -356,8 +358,10 @@ class Masker:
         chosen = []
         cursor = 0
         for span in spans:
-            if span.start < cursor or span.end > len(text) or (span.type in keep and span.type != LITERAL):
-                self._keep(span, text, cursor, keep)
+            if span.start < cursor or span.end > len(text):
+                continue
+            if span.type in keep and span.type != LITERAL:
+                self._keep(span.type, text[span.start : span.end])
                 continue
             self.placeholder(span.type, text[span.start : span.end])  # numbered in text order, as mask_many does
             chosen.append(_recognizer_result(span))
@@ -367,11 +371,10 @@ class Masker:
         operators = {"DEFAULT": _operator_config(ISSUE, {"masker": self})}
         return str(_anonymizer().anonymize(text, chosen, operators, merge_entities_with_spaces=False).text)
 
-    def _keep(self, span: Span, text: str, cursor: int, keep: frozenset[str]) -> None:
-        """Note a value left in clear because its type is revealed (not one skipped as overlapping)."""
-        if span.type in keep and span.type != LITERAL and cursor <= span.start < span.end <= len(text):
-            with self._lock:
-                self._kept.add((span.type, text[span.start : span.end]))
+    def _keep(self, kind: str, value: str) -> None:
+        """Note a value left in clear because its type is revealed to the reader."""
+        with self._lock:
+            self._kept.add((kind, value))
 
     def revealed_in(self, text: str) -> set[str]:
         """The types of the values left in clear (revealed) that the text holds."""

@@ -87,10 +87,10 @@ def timeline(
     """Stacked bars of calls by outcome over time, with the revisions marked as vertical lines."""
     counts = [[int(bar["by_outcome"].get(o, 0)) for o in outcomes] for bar in bars]  # type: ignore[attr-defined]
     top = max((sum(c) for c in counts), default=0) or 1
-    step = (width - 40 - 10) / max(1, len(bars))
+    left, bottom = 40, 30
+    step = (width - left - 10) / max(1, len(bars))
     # A total wider than its bar is drawn upright (rotated), with room for it above the tallest bar.
     upright = step < len(str(top)) * 6.5
-    left, bottom = 40, 30
     plot_h = height - bottom - (len(str(top)) * 6 + 10 if upright else 20)
     bar_w = max(2.0, step * 0.8)
     parts = [
