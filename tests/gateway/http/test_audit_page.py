@@ -245,6 +245,18 @@ def test_filter_values_are_rendered_inert(sqlite_gateway: Gateway) -> None:
     assert error.status_code == 400 and "<script" not in error.text and "&lt;script&gt;" in error.text
 
 
+def test_the_folded_filters_are_rendered_inert_and_open(sqlite_gateway: Gateway) -> None:
+    """The overview's filters (revision, reason, entity, ...) echo into the folded form section too."""
+    signed_in(sqlite_gateway)
+    hostile = '"><script>alert(1)</script>'
+    names = ("revision", "reason", "returned", "masked", "revealed", "entity")
+    response = sqlite_gateway.client.get("/audit", params=dict.fromkeys(names, hostile))
+    assert response.status_code == 200 and "<script" not in response.text
+    assert response.text.count("&#34;&gt;&lt;script&gt;alert(1)&lt;/script&gt;") == len(names)
+    assert 'id="more-filters" open' in response.text
+    assert 'id="more-filters" open' not in sqlite_gateway.client.get("/audit").text
+
+
 @pytest.fixture
 def llm() -> Iterator[LlmDouble]:
     with LlmDouble(echo_placeholders(cite=["M1"])) as double:
