@@ -197,12 +197,59 @@ def flood(
     return threads, statuses
 
 
+LONE = {"task": TASK, "mode": "brief", "query": "renewal pricing note for the account"}
+
+
+def lone_actor(url: str, key: str, clients: int, seconds: float) -> tuple[float, list[float], Counter[int], list[float]]:
+    """One actor calling with `clients` parallel clients on an otherwise idle service, as an agent
+    framework calls tools in parallel: throughput, latencies, statuses and queue waits (Server-Timing)."""
+    stop = threading.Event()
+    times: list[float] = []
+    waits: list[float] = []
+    statuses: Counter[int] = Counter()
+    lock = threading.Lock()
+
+    def client_loop() -> None:
+        with httpx.Client(base_url=url, timeout=60) as client:
+            while not stop.is_set():
+                started = time.perf_counter()
+                response = client.post("/v1/retrieve", json=LONE, headers=auth(key))
+                took = (time.perf_counter() - started) * 1000
+                timing = dict(
+                    part.strip().split(";dur=")
+                    for part in response.headers.get("server-timing", "").split(",")
+                    if ";dur=" in part
+                )
+                with lock:
+                    statuses[response.status_code] += 1
+                    times.append(took)
+                    waits.append(float(timing.get("queue", 0.0)))
+
+    threads = [threading.Thread(target=client_loop, daemon=True) for _ in range(clients)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    time.sleep(seconds)
+    stop.set()
+    for thread in threads:
+        thread.join(60)
+    return len(times) / (time.perf_counter() - started), times, statuses, waits
+
+
+def spread(values: list[float]) -> str:
+    """min / median / max of per-round figures."""
+    ordered = sorted(values)
+    return f"{ordered[0]:.2f} / {ordered[len(ordered) // 2]:.2f} / {ordered[-1]:.2f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mix", action="append", choices=sorted(mixes()), help="run only this mix (repeatable)")
-    parser.add_argument("--seconds", type=float, default=8.0, help="how long each flood runs while the probe reads")
-    parser.add_argument("--calls", type=int, default=100, help="probe calls idle and under each flood, per round")
-    parser.add_argument("--rounds", type=int, default=2, help="idle-then-flood rounds per mix (default 2), pooled")
+    parser.add_argument("--seconds", type=float, default=6.0, help="how long each flood runs while the probe reads")
+    parser.add_argument("--calls", type=int, default=60, help="probe calls idle and under each flood, per round")
+    parser.add_argument("--rounds", type=int, default=3, help="idle-then-flood rounds per mix (default 3)")
+    parser.add_argument("--lone-seconds", type=float, default=6.0, help="how long the lone actor runs at each client count")
+    parser.add_argument("--no-lone", action="store_true", help="skip the lone actor's part")
     args = parser.parse_args()
     chosen = {name: mix for name, mix in mixes().items() if not args.mix or name in args.mix}
     with tempfile.TemporaryDirectory() as tmp:
@@ -214,47 +261,70 @@ def main() -> None:
         print(f"seeded in {time.perf_counter() - started:.0f} s; code {code_revision()}")
         server = Server(data_dir, free_port(), env={"GATEWAY_BACKGROUND_EMBEDDING": "false"}, label="flood")
         server.start()
+        lone_rows, rows = [], []
         try:
             server.wait_ready()
             probe(server.url, reader, 20)  # warm-up
-            rows = []
+            for clients in () if args.no_lone else (1, 4, 8, 16):
+                rate, times, statuses, waits = lone_actor(server.url, reader, clients, args.lone_seconds)
+                lone_rows.append((clients, rate, times, statuses, waits))
+                print(f"  lone actor, {clients} clients: {rate:.1f} calls/s, 429: {statuses.get(429, 0)}")
+                time.sleep(1.0)
             for name, (clients, call) in chosen.items():
                 idle: list[float] = []
                 during: list[float] = []
+                ratios: list[float] = []
                 outcomes: Counter[str] = Counter()
                 statuses: Counter[int] = Counter()
                 for values in SERVER_TIMING.values():
                     values.clear()
                 for _ in range(args.rounds):  # idle and flood alternate: drift hits both alike
-                    idle += probe(server.url, reader, args.calls)[0]
+                    round_idle = probe(server.url, reader, args.calls)[0]
+                    round_during: list[float] = []
                     stop = threading.Event()
                     threads, answered = flood(server.url, flooder, clients, call, stop)
                     time.sleep(1.0)
-                    finish, start = time.monotonic() + args.seconds, len(during)
-                    while time.monotonic() < finish or len(during) - start < args.calls:
+                    finish = time.monotonic() + args.seconds
+                    while time.monotonic() < finish or len(round_during) < args.calls:
                         times, seen = probe(server.url, reader, 10)
-                        during += times
+                        round_during += times
                         outcomes += seen
                     stop.set()
                     for thread in threads:
                         thread.join(60)
                     statuses += answered
-                    time.sleep(2.0)  # the flood's last calls and its debt drain before the next idle baseline
-                ratio = percentile(during, 95) / percentile(idle, 95)
-                rows.append((name, clients, percentile(idle, 95), percentile(during, 95), ratio, statuses, outcomes))
+                    idle += round_idle
+                    during += round_during
+                    ratios.append(percentile(round_during, 95) / percentile(round_idle, 95))
+                    time.sleep(2.0)  # the flood's last calls drain before the next idle baseline
+                rows.append((name, clients, idle, during, ratios, statuses, outcomes))
                 print(
-                    f"  {name}: probe p95 {percentile(idle, 95):.1f} -> {percentile(during, 95):.1f} ms ({ratio:.2f}x); "
-                    f"in the server (idle and flood calls): handler p95 {percentile(SERVER_TIMING['app'], 95):.1f} ms, "
-                    f"audit write p95 {percentile(SERVER_TIMING['audit'], 95):.1f} ms"
+                    f"  {name}: probe p95 {percentile(idle, 95):.1f} -> {percentile(during, 95):.1f} ms "
+                    f"(per round {', '.join(f'{r:.2f}x' for r in ratios)}); in the server: handler p95 "
+                    f"{percentile(SERVER_TIMING['app'], 95):.1f} ms, audit write p95 {percentile(SERVER_TIMING['audit'], 95):.1f} ms"
                 )
         finally:
             server.stop()
-    print("\n=== another tenant's probe p95 under each flood (2 cores, one process; target at most 3x) ===")
-    print(f"{'mix':<16} {'clients':>7} {'idle p95':>9} {'flood p95':>10} {'ratio':>7}  flood answers            probe answers")
-    for name, clients, idle95, flood95, ratio, statuses, outcomes in rows:
+    if lone_rows:
+        print("\n=== one actor alone, parallel clients of brief retrieves (2 cores, one process; target: no 429) ===")
+        print(f"{'clients':>7} {'calls/s':>8} {'p50 ms':>7} {'p95 ms':>7} {'429':>5} {'waited':>7} {'wait p95 ms':>11}")
+        for clients, rate, times, statuses, waits in lone_rows:
+            waited = sum(1 for w in waits if w >= 1)
+            print(
+                f"{clients:>7} {rate:>8.1f} {percentile(times, 50):>7.1f} {percentile(times, 95):>7.1f} "
+                f"{statuses.get(429, 0):>5} {waited:>7} {percentile(waits, 95):>11.1f}"
+            )
+    print("\n=== another tenant's probe under each flood (2 cores, one process; target p95 at most 2x, bound 3x) ===")
+    print(
+        f"{'mix':<16} {'clients':>7} {'idle p50/p95':>13} {'flood p50/p95':>14} {'p95 ratio min/med/max':>22}  flood answers      probe answers"
+    )
+    for name, clients, idle, during, ratios, statuses, outcomes in rows:
         answered = ", ".join(f"{status}: {count}" for status, count in sorted(statuses.items()))
         seen = ", ".join(f"{status}: {count}" for status, count in sorted(outcomes.items()))
-        print(f"{name:<16} {clients:>7} {idle95:>8.1f}  {flood95:>9.1f} {ratio:>6.2f}x  {answered:<24} {seen}")
+        print(
+            f"{name:<16} {clients:>7} {percentile(idle, 50):>6.1f}/{percentile(idle, 95):<6.1f} "
+            f"{percentile(during, 50):>7.1f}/{percentile(during, 95):<6.1f} {spread(ratios):>22}  {answered:<18} {seen}"
+        )
 
 
 if __name__ == "__main__":

@@ -18,37 +18,61 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import anyio
 import anyio.to_thread
+from sqlalchemy import and_, select
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from core.errors import where
+from core.errors import RateLimited, where
 
 log = logging.getLogger("gateway.background")
 LAG_EVERY_S = 2.0
 LEASE_EVERY_S = 1.0  # how often a standby tries the lease, and the holder checks it still holds it
 
 
+class Gate(Protocol):
+    """Admission for work that is not a call (gateway/admission/): `run` waits for a turn of the
+    tenant's, runs `work` in a worker thread charged to it, and returns what `work` returned."""
+
+    async def run(self, tenant: str, actor: str, estimate: int, work: Callable[[], int]) -> int: ...
+
+
 class PendingWorker:
-    def __init__(self, name: str, step: Callable[[], int], count: Callable[[], int], idle_s: float = 2.0) -> None:
+    """`step(tenant)` does one batch of the tenant's waiting items (None: anyone's) and returns how
+    many it finished; `next_tenant(after)` names the next tenant with items waiting after `after`
+    in name order, wrapping round (None when nothing waits). With a gate, each batch waits for a
+    turn of its tenant's in admission's fair queue and is charged to that tenant, as actor
+    `background:<name>`: a tenant's big ingests slow its own background work and its own calls,
+    not another tenant's calls. Tenants take turns, a batch each."""
+
+    def __init__(
+        self,
+        name: str,
+        step: Callable[[str | None], int],
+        count: Callable[[], int],
+        idle_s: float = 2.0,
+        next_tenant: Callable[[str | None], str | None] | None = None,
+    ) -> None:
         self.name = name
         self.step = step
         self.count = count
         self.idle_s = idle_s
+        self.next_tenant = next_tenant
         self.lag: int | None = None  # items waiting, as last counted
         self._lag_counted = 0.0
         self._wake = anyio.Event()
+        self._after: str | None = None  # the tenant whose batch ran last
 
     def nudge(self) -> None:
         self._wake.set()
 
-    async def run(self) -> None:
+    async def run(self, gate: Gate | None = None) -> None:
         while True:
             try:
-                done = await anyio.to_thread.run_sync(self.step)
+                done = await self._batch(gate)
                 if done:
                     if time.monotonic() - self._lag_counted > LAG_EVERY_S:
                         self.lag = await anyio.to_thread.run_sync(self.count)
@@ -56,11 +80,24 @@ class PendingWorker:
                     await anyio.sleep(0)  # let requests run between batches
                     continue
                 self.lag = 0
+            except RateLimited:  # its tenant's queue is full, or the batch waited its longest: later
+                pass
             except Exception as exc:  # a failing batch is retried later; the worker never dies
                 log.warning("%s batch failed: %s", self.name, where(exc))
             with anyio.move_on_after(self.idle_s):
                 await self._wake.wait()
             self._wake = anyio.Event()
+
+    async def _batch(self, gate: Gate | None) -> int:
+        """One batch: of the next tenant's items, under its turn, with a gate; else of anyone's."""
+        if gate is None or self.next_tenant is None:
+            return await anyio.to_thread.run_sync(self.step, None)
+        tenant = await anyio.to_thread.run_sync(self.next_tenant, self._after)
+        if tenant is None:
+            self._after = None
+            return 0
+        self._after = tenant
+        return await gate.run(tenant, f"background:{self.name}", 1, lambda: self.step(tenant))
 
     async def stand_by(self) -> None:
         """While another process runs the jobs: count what waits, after a write here and every
@@ -74,6 +111,18 @@ class PendingWorker:
             with anyio.move_on_after(self.idle_s):
                 await self._wake.wait()
             self._wake = anyio.Event()
+
+
+def next_tenant(engine: Engine, joined: Any, condition: Any, tenant: Any, after: str | None) -> str | None:
+    """The first `tenant` (a column of `joined`) in name order after `after` with a row matching
+    `condition`, wrapping round to the first; None when no row matches."""
+    for bound in (after,) if after is None else (after, None):
+        where = condition if bound is None else and_(condition, tenant > bound)
+        with engine.connect() as conn:
+            found = conn.execute(select(tenant).select_from(joined).where(where).order_by(tenant).limit(1)).scalar()
+        if found is not None:
+            return str(found)
+    return None
 
 
 class Lease(Protocol):
@@ -182,15 +231,16 @@ def lease_for(engine: Engine) -> Lease | None:
     return FileLease(Path(database).with_name(Path(database).name + ".background"))
 
 
-async def run_background(workers: Sequence[PendingWorker], lease: Lease | None) -> None:
-    """Run the workers while this process holds the lease; stand by while another does, trying
-    again every LEASE_EVERY_S. Runs until cancelled; the lease is let go on the way out."""
+async def run_background(workers: Sequence[PendingWorker], lease: Lease | None, gate: Gate | None = None) -> None:
+    """Run the workers (their batches admitted through `gate`) while this process holds the lease;
+    stand by while another does, trying again every LEASE_EVERY_S. Runs until cancelled; the lease
+    is let go on the way out."""
     if not workers:
         return
     if lease is None:
         async with anyio.create_task_group() as running:
             for worker in workers:
-                running.start_soon(worker.run)
+                running.start_soon(worker.run, gate)
         return
     try:
         while True:
@@ -203,7 +253,7 @@ async def run_background(workers: Sequence[PendingWorker], lease: Lease | None) 
             log.info("background jobs (%s) run in process %d", ", ".join(w.name for w in workers), os.getpid())
             async with anyio.create_task_group() as running:
                 for worker in workers:
-                    running.start_soon(worker.run)
+                    running.start_soon(worker.run, gate)
                 while await anyio.to_thread.run_sync(lease.held):
                     await anyio.sleep(LEASE_EVERY_S)
                 running.cancel_scope.cancel()

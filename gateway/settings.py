@@ -104,14 +104,17 @@ class PolicySettings:
 
 @dataclass(frozen=True)
 class AdmissionSettings:
-    """Admission (gateway/admission.py): units in flight at once, and units per second, per actor and
-    per tenant (a light call is 1 unit); the process's capacity, past which /readyz says saturated."""
+    """Admission (gateway/admission/): the process's seats (admission units in flight at once; a light
+    call is 1 unit), shared by fair queuing; the units a tenant may have waiting and how long a call
+    waits before it is refused; optional caps and rate quotas per tenant and per actor (None: none)."""
 
-    admission_actor_concurrency: int = 8
-    admission_actor_rate: int = 100
-    admission_tenant_concurrency: int = 16
-    admission_tenant_rate: int = 200
-    admission_capacity: int = 32
+    admission_capacity: int = 8
+    admission_queue_units: int | None = None  # None: 8 calls' worth per seat of capacity
+    admission_queue_wait_ms: int = 10_000
+    admission_tenant_concurrency: int | None = None
+    admission_actor_concurrency: int | None = None
+    admission_tenant_rate: int | None = None
+    admission_actor_rate: int | None = None
 
 
 @dataclass(frozen=True)

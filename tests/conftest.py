@@ -168,15 +168,10 @@ class Gateway:
 def make_gateway(database_url: str, tmp_path: Path, **overrides: Any) -> Iterator[Gateway]:
     # A generous source deadline: on a loaded CI machine a 250 ms deadline would make answers
     # depend on timing. The deadline itself is tested with its own setting.
-    # Admission's rates too: calls are settled against the CPU they measured, so on a slow machine a
-    # module's worth of sequential calls from one key would run into them. Admission is tested with
-    # limits of its own.
     defaults = {
         "data_dir": tmp_path / "data",
         "database_url": database_url,
         "connector_deadline_ms": 10_000,
-        "admission_actor_rate": 100_000,
-        "admission_tenant_rate": 100_000,
         "model_dir": Path(MODEL_DIR),
     }
     settings = load_settings({**defaults, **overrides}, environ={})

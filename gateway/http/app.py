@@ -86,7 +86,7 @@ def create_app(
         try:
             async with anyio.create_task_group() as background:
                 # Embedding and analysis: in one process per store (the lease's holder), not in each worker.
-                background.start_soon(run_background, pending, lease_for(app.state.context.store))
+                background.start_soon(run_background, pending, lease_for(app.state.context.store), app.state.context.admission)
                 if checkpointer is not None:  # counts the rows this process appended: one per process
                     background.start_soon(checkpointer.run)
                 background.start_soon(warm_vector_index, app.state.context)

@@ -538,7 +538,7 @@ def _door(manager: StreamableHTTPSessionManager, scope: Scope, receive: Receive)
     @requires(admit=False)
     async def door(call: Call) -> tuple[int, Answer]:
         call.trace.lineage.channel = CHANNEL
-        with call.admitted(DOOR_COST):
+        async with call.admitted(DOOR_COST):
             await give_way(DOOR_COURTESY_MAX_S)  # a crowded tenant's messages wait for lighter tenants' calls first
             try:
                 with anyio.fail_after(REQUEST_SECONDS):

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import wraps
 from typing import Any, Awaitable, Callable, Generic, TypeAlias, TypeVar, cast
@@ -26,7 +26,7 @@ from core.actor import Actor
 from core.errors import AuditWriteError, BadRequest, Forbidden, GatewayError, PayloadTooLarge, RateLimited, where
 from core.instants import utc_now
 from core.validation import loads_json
-from gateway.admission import holding
+from gateway.admission import Left, Ticket, holding
 from gateway.context import GatewayContext
 from gateway.http.errors import CLIENT_CLOSED, closed_answer, error_answer
 from gateway.http.operation import REQUIRED_ROLE
@@ -63,6 +63,8 @@ class Call:
         self.params: Mapping[str, Any] = request.path_params if params is None else params
         self._body = body
         self._actor: Actor | None = None
+        self._read = False  # the HTTP body was read, so the next ASGI message is the disconnect
+        self.ticket: Ticket | None = None  # the admitted call's seats, given back after its audit row
 
     @property
     def actor(self) -> Actor:
@@ -79,17 +81,28 @@ class Call:
             raise Forbidden(f"this endpoint needs the {required_role!r} role")
         return actor
 
-    @contextmanager
-    def admitted(self, cost: int) -> Iterator[None]:
-        """Hold the call's price (`cost`, the estimate, or more when the actor's calls of this endpoint
-        and estimate measured more lately) of the caller's actor and tenant while the block runs; past
-        a limit, RateLimited (429 with Retry-After), audited like any refusal."""
+    @asynccontextmanager
+    async def admitted(self, cost: int) -> AsyncIterator[None]:
+        """Wait for the call's turn in the fair queue at its price (`cost`, the estimate, or more when
+        the actor's calls of this endpoint and estimate measured more lately), run the block under it,
+        and settle it; its seats are given back after the audit write (`governed`). Past the queue's
+        bounds or a rate quota, RateLimited (429 with Retry-After), audited like any refusal; a client
+        that leaves while its call waits is a 499, and its place in the queue is given up."""
         actor = self.actor
         admission = self.trace.lineage.admission = {"cost": cost}
-        ticket = self.context.admission.admit(actor.tenant, actor.principal, cost, shape=f"{self.trace.endpoint}:{cost}")
-        admission["price"] = ticket.cost
+        left = self._left if self._body is None and self._read else None
         try:
-            with holding(ticket):
+            ticket = await self.context.admission.enter(
+                actor.tenant, actor.principal, cost, shape=f"{self.trace.endpoint}:{cost}", left=left
+            )
+        except Left as exc:
+            raise ClientDisconnect() from exc
+        self.ticket = ticket
+        admission["price"] = ticket.cost
+        if ticket.queued_ms:
+            admission["queued_ms"] = round(ticket.queued_ms, 3)
+        try:
+            with holding(ticket, release=False):
                 yield
         finally:  # after `holding` settled the call: what it measured is in the trace
             admission["used"] = round(ticket.used, 3)
@@ -97,8 +110,16 @@ class Call:
             if ticket.gave_way_ms:
                 admission["gave_way_ms"] = round(ticket.gave_way_ms, 3)
 
+    async def _left(self) -> None:
+        """Returns when the client goes away (its body already read: the next ASGI message is the
+        disconnect)."""
+        while (await self.request.receive())["type"] != "http.disconnect":
+            pass
+
     async def body(self) -> bytes:
-        return await read_body(self.request, self.context.settings.max_body_bytes)
+        raw = await read_body(self.request, self.context.settings.max_body_bytes)
+        self._read = True
+        return raw
 
     async def json(self) -> Any:
         if self._body is not None:
@@ -140,7 +161,7 @@ def requires(role: str | None = None, *, admit: bool = True) -> Callable[[H], H]
             await call.authenticate(role)
             if not admit:
                 return await handler(call)
-            with call.admitted(1):
+            async with call.admitted(1):
                 return await handler(call)
 
         setattr(checked, REQUIRED_ROLE, role)  # the operation's documented role is this one
@@ -168,6 +189,7 @@ class Outcome(Generic[R]):
     traceparent: str | None
     handled_ms: float
     audited_ms: float
+    queued_ms: float = 0.0
 
 
 async def traced(request: Request, endpoint: str, handler: Handler) -> Response:
@@ -180,7 +202,7 @@ async def traced(request: Request, endpoint: str, handler: Handler) -> Response:
     response.headers.update(
         {
             "x-trace-id": outcome.trace_id,
-            "server-timing": f"app;dur={outcome.handled_ms:.3f}, audit;dur={outcome.audited_ms:.3f}",
+            "server-timing": f"queue;dur={outcome.queued_ms:.3f}, app;dur={outcome.handled_ms:.3f}, audit;dur={outcome.audited_ms:.3f}",
         }
     )
     if outcome.traceparent:
@@ -232,27 +254,51 @@ async def governed(
         span.set_attribute("gateway.trace_id", trace.trace_id)
         with context.policy.pin() as policy:  # one revision decides, verifies and is stamped, whatever reloads meanwhile
             trace.policy_engine, trace.policy_revision = policy.name, policy.revision
-            status, answer, headers = await _run(Call(request, context, trace, body, params), endpoint, handler)
-        # Over MCP the SDK's transport owns the request's receive channel: it is not read here.
-        if status != CLIENT_CLOSED and channel is None and await _client_left(request):
-            status, answer = _closed(trace)
-        status, rendered = render(trace, status, answer, headers)
-        handled = time.perf_counter()
+            call = Call(request, context, trace, body, params)
+            status, answer, headers = await _run(call, endpoint, handler)
         try:
-            with telemetry.layer("audit.write"):
-                await context.audit.write(trace.freeze(status), trace.writes if status < 400 else ())
-        except AuditWriteError as exc:
-            log.error("audit write failed for %s", trace.trace_id)
-            status, error = error_answer(exc, trace.trace_id)
-            status, rendered = render(trace, status, error, {})
-        audited = time.perf_counter()
-        span.set_attributes({"http.response.status_code": status, "gateway.decision": trace.decision})
-        if status >= 500:
-            span.set_status(Status(StatusCode.ERROR, trace.error_code or str(status)))
-        telemetry.answered(endpoint, status, trace.decision)
-        if trace.decision == "deny":
-            telemetry.denied(endpoint)
-    return Outcome(status, rendered, trace.trace_id, traceparent(span), (handled - started) * 1000, (audited - handled) * 1000)
+            return await _answered(call, status, answer, headers, render, span, started, channel)
+        finally:  # the seats are held through the audit write: a flood's rows wait in its own turn
+            if call.ticket is not None:
+                call.ticket.release()
+
+
+async def _answered(
+    call: Call,
+    status: int,
+    answer: Answer,
+    headers: Mapping[str, str],
+    render: Render[R],
+    span: Any,
+    started: float,
+    channel: str | None,
+) -> Outcome[R]:
+    """Render the call's answer, write its audit row (an answer whose row cannot be written is a
+    500), and report it to telemetry."""
+    request, context, trace, telemetry = call.request, call.context, call.trace, call.context.telemetry
+    # Over MCP the SDK's transport owns the request's receive channel: it is not read here.
+    if status != CLIENT_CLOSED and channel is None and await _client_left(request):
+        status, answer = _closed(trace)
+    status, rendered = render(trace, status, answer, headers)
+    handled = time.perf_counter()
+    try:
+        with telemetry.layer("audit.write"):
+            await context.audit.write(trace.freeze(status), trace.writes if status < 400 else ())
+    except AuditWriteError as exc:
+        log.error("audit write failed for %s", trace.trace_id)
+        status, error = error_answer(exc, trace.trace_id)
+        status, rendered = render(trace, status, error, {})
+    audited = time.perf_counter()
+    span.set_attributes({"http.response.status_code": status, "gateway.decision": trace.decision})
+    if status >= 500:
+        span.set_status(Status(StatusCode.ERROR, trace.error_code or str(status)))
+    telemetry.answered(trace.endpoint, status, trace.decision)
+    if trace.decision == "deny":
+        telemetry.denied(trace.endpoint)
+    queued = call.ticket.queued_ms if call.ticket is not None else 0.0
+    return Outcome(
+        status, rendered, trace.trace_id, traceparent(span), (handled - started) * 1000, (audited - handled) * 1000, queued
+    )
 
 
 async def _run(call: Call, endpoint: str, handler: Handler) -> tuple[int, Answer, Mapping[str, str]]:

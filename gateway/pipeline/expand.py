@@ -155,7 +155,7 @@ async def _page(
         for name in SOURCES
     }
     sources["exact"] = SourceRecord(status=result.status, count=len(page), ms=round(result.ms, 3), detail=result.detail or None)
-    timings = {k: v for k, v in timer.finish().items() if k in ("decide_ms", "verify_ms", "total_ms")}
+    timings = {k: v for k, v in timer.finish().items() if k in ("queue_ms", "decide_ms", "verify_ms", "total_ms")}
     depth = DepthRecord(requested=request.depth, effective="fast", fallback_reason=FallbackReason.EXPAND_READS_BY_ID)
     lineage.sources, lineage.timings = sources, timings
     body = respond(trace.trace_id, "expand", revision, packed, sources, timings, depth, request.cursor if remaining else None)

@@ -10,9 +10,11 @@ from typing import Literal
 
 from opentelemetry.trace import Span
 
+from gateway.admission import held
 from gateway.telemetry import Attributes, layer
 
 TimingField = Literal[
+    "queue_ms",
     "decide_ms",
     "verify_ms",
     "embed_ms",
@@ -31,6 +33,7 @@ TimingField = Literal[
 class Timings:
     """Milliseconds per stage of one call, as the response's `timings`; a stage that did not run is absent."""
 
+    queue_ms: float | None = None  # waiting for the call's turn in admission's fair queue, before the total
     decide_ms: float | None = None
     verify_ms: float | None = None
     embed_ms: float | None = None
@@ -54,6 +57,9 @@ class StageTimer:
     def __init__(self) -> None:
         self.timings = Timings()
         self._started = time.perf_counter()
+        ticket = held()  # the call's wait for its turn in admission's fair queue, when it waited
+        if ticket is not None and ticket.queued_ms:
+            self.timings.queue_ms = ticket.queued_ms
 
     @contextlib.contextmanager
     def stage(self, name: str, timing: TimingField | None = None, attributes: Attributes | None = None) -> Iterator[Span]:

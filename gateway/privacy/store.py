@@ -19,7 +19,7 @@ from sqlalchemy.engine import Engine
 
 from core.store import writer
 from core.tables import Item, ItemPii
-from gateway.background import PendingWorker
+from gateway.background import PendingWorker, next_tenant
 from gateway.privacy.detect import Detector, Span
 
 item = Item.__table__  # type: ignore[attr-defined]
@@ -42,9 +42,11 @@ def pending(engine: Engine, version: str) -> int:
         return int(conn.execute(select(func.count()).select_from(joined).where(condition)).scalar_one())
 
 
-def analyze_pending(engine: Engine, detector: Detector, batch: int = 64) -> int:
-    """Analyse up to `batch` waiting items and store their spans; returns how many."""
+def analyze_pending(engine: Engine, detector: Detector, batch: int = 64, tenant: str | None = None) -> int:
+    """Analyse up to `batch` waiting items (of `tenant`, when named) and store their spans; returns how many."""
     joined, condition = _stale(detector.version)
+    if tenant is not None:
+        condition = and_(item.c.tenant == tenant, condition)
     with engine.connect() as conn:
         rows = conn.execute(
             select(item.c.pk, item.c.text, item.c.content_hash)
@@ -203,9 +205,10 @@ class AnalysisWorker(PendingWorker):
         self.detector = detector
         super().__init__(
             "pii analysis",
-            lambda: analyze_pending(engine, detector, batch),
+            lambda tenant: analyze_pending(engine, detector, batch, tenant),
             lambda: pending(engine, detector.version),
             idle_s,
+            lambda after: next_tenant(engine, *_stale(detector.version), item.c.tenant, after),
         )
 
 

@@ -22,7 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from connectors.sql.pushdown import record_from_row
 from core.store import writer
 from core.tables import Item, ItemVector
-from gateway.background import LAG_EVERY_S, PendingWorker
+from gateway.background import LAG_EVERY_S, PendingWorker, next_tenant
 from gateway.writes.embeddings import Embedder, Vectors, embed_many
 
 item = Item.__table__  # type: ignore[attr-defined]
@@ -69,9 +69,14 @@ def publish_to_weaviate(connector: Any, engine: Engine, vectors: dict[int, list[
         connector.upsert(tenant, records)
 
 
-def embed_pending(engine: Engine, embedder: Embedder, batch: int = 32, publish: Publish | None = None) -> int:
-    """Embed up to `batch` waiting items; returns how many were stored (and published, if asked)."""
+def embed_pending(
+    engine: Engine, embedder: Embedder, batch: int = 32, publish: Publish | None = None, tenant: str | None = None
+) -> int:
+    """Embed up to `batch` waiting items (of `tenant`, when named); returns how many were stored
+    (and published, if asked)."""
     joined, condition = _stale(embedder.model_id)
+    if tenant is not None:
+        condition = and_(item.c.tenant == tenant, condition)
     with engine.connect() as conn:
         rows = conn.execute(
             select(item.c.pk, item.c.text, item.c.content_hash, item.c.section)
@@ -175,11 +180,13 @@ class EmbeddingWorker(PendingWorker):
         self.embedder = embedder
         self.batch = batch
         self._tenant_lag: dict[str, tuple[int, float]] = {}  # tenant -> (waiting, when counted)
+        joined, condition = _stale(embedder.model_id)
         super().__init__(
             "embedding",
-            lambda: embed_pending(engine, embedder, batch, publish),
+            lambda tenant: embed_pending(engine, embedder, batch, publish, tenant),
             lambda: lag(engine, embedder.model_id),
             idle_s,
+            lambda after: next_tenant(engine, joined, condition, item.c.tenant, after),
         )
 
     def tenant_lag(self, tenant: str) -> int | None:

@@ -1,47 +1,26 @@
-"""Admission: per-actor and per-tenant limits turn a flood away at the door (429 with Retry-After,
-audited), heavy calls cost more, a tenant's limits come from the policy data, and one tenant's
-flood is turned away while another tenant is served."""
+"""Admission: work-conserving fair queuing. A lone actor's parallel calls wait for a seat instead of
+being refused; under contention seats go to the tenant (then the actor) with the fewest units in
+flight for its weight; a quiet tenant's first call never waits for a flood; a call is refused
+(429 with Retry-After) only past the queue's bounds; a waiting call whose client leaves gives up
+its place. Deterministic: the queue is driven call by call, no timing is asserted."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import random
-import shutil
-import subprocess
-import sys
 import threading
-import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
-from sqlmodel import select
 
-from core.audit_tables import AuditTrace
 from core.errors import ConfigurationError, RateLimited
-from core.request import parse_retrieve
-from core.store import close_store, open_store
-from gateway.admission import (
-    COURTESY_MAX_S,
-    Admission,
-    Limits,
-    TenantLimits,
-    Ticket,
-    give_way,
-    holding,
-    load_admission,
-    retrieve_cost,
-)
-from gateway.auth import create_api_key
+from gateway.admission import Admission, FairQueue, Left, Rates, Seat, Share, TenantLimits, load_admission
 from gateway.settings import load_settings
-from gateway.writes.items import ingest
-from tests.conftest import free_port, open_gateway
+from tests.conftest import open_gateway, serve_gateway
 from tests.gateway.fixtures import SALES_TASK
-
-LIGHT = TenantLimits(Limits(concurrency=4, rate=10), Limits(concurrency=2, rate=5))
 
 
 class Clock:
@@ -52,89 +31,290 @@ class Clock:
         return self.now
 
 
-def test_concurrency_and_rate_are_held_per_actor_and_per_tenant() -> None:
-    clock = Clock()
-    admission = Admission(LIGHT, clock=clock)
-    first, second = admission.admit("acme", "user:a", 1), admission.admit("acme", "user:a", 1)
-    with pytest.raises(RateLimited, match="actor's concurrency") as refused:
-        admission.admit("acme", "user:a", 1)
-    assert refused.value.status == 429 and refused.value.headers == {"Retry-After": "1"}
-    other = admission.admit("acme", "user:b", 1)  # another actor of the tenant still gets in
-    first.release()
-    first.release()  # releasing twice gives back nothing more
-    third = admission.admit("acme", "user:a", 1)
-    with pytest.raises(RateLimited, match="tenant's concurrency"):
-        admission.admit("acme", "user:c", 2)  # the tenant holds 3 of its 4 units (a, b, a)
-    admission.admit("globex", "user:a", 1).release()  # another tenant is another bucket
-    for ticket in (second, other, third):
-        ticket.release()
-    admission.admit("acme", "user:a", 1).release()  # the actor's bucket held 5 tokens: 4 are spent now
-    with pytest.raises(RateLimited, match="actor's rate") as rate:
-        admission.admit("acme", "user:a", 2)
-    assert int(rate.value.headers["Retry-After"]) >= 1
-    clock.now += 1.0  # a second later the bucket has refilled
-    admission.admit("acme", "user:a", 2).release()
-    assert admission.saturation()["in_flight"] == 0 and admission.saturation()["refused"] == 3
+def queue(capacity: int = 4, shares: dict[str, Share] | None = None, **kwargs: Any) -> FairQueue:
+    known = shares or {}
+    return FairQueue(capacity, lambda tenant: known.get(tenant, Share()), **kwargs)
 
 
-def test_a_call_larger_than_the_limits_is_let_through_alone() -> None:
-    admission = Admission(LIGHT, clock=Clock())
-    ticket = admission.admit("acme", "user:a", 9)  # more units than any limit: alone, it runs
-    with pytest.raises(RateLimited):
-        admission.admit("acme", "user:a", 1)
-    ticket.release()
+def run(scenario: Callable[[], Awaitable[None]]) -> None:
+    anyio.run(scenario)
 
 
-def test_heavy_calls_cost_more() -> None:
-    light = parse_retrieve({"task": SALES_TASK, "query": "renewal", "depth": "fast"})
-    heavy = parse_retrieve(
-        {
-            "task": SALES_TASK,
-            "query": "renewal",
-            "depth": "deep",
-            "synthesize": True,
-            "graph": {"max_depth": 3},
-            "budget": {"bytes": 100_000},
-        }
-    )
-    assert retrieve_cost(light, 16_000) == 1 and retrieve_cost(heavy, 16_000) == 8
+def granted(seats: list[Seat]) -> list[bool]:
+    return [seat.granted_at is not None for seat in seats]
 
 
-def test_a_heavy_call_gives_way_while_a_lighter_tenant_has_calls_running() -> None:
-    admission = Admission(TenantLimits(Limits(concurrency=16, rate=100), Limits(concurrency=8, rate=100)))
-    flood = admission.admit("acme", "user:flood", 5)
-    assert not admission.outweighed("acme")  # alone, nobody waits
-    reader = admission.admit("globex", "user:gina", 1)
-    assert admission.outweighed("acme") and not admission.outweighed("globex")
+def test_a_lone_actor_uses_every_seat_and_its_calls_past_them_wait_in_order() -> None:
+    async def scenario() -> None:
+        fair = queue(4)
+        seats = [fair.enter("acme", "user:agent", 1) for _ in range(8)]
+        assert granted(seats) == [True] * 4 + [False] * 4  # alone, it has every seat; none refused
+        assert fair.snapshot()["queued"] == 4 and fair.snapshot()["refused"] == 0
+        fair.release(seats[0])
+        assert granted(seats)[4:] == [True, False, False, False]  # first come, first served
+        for seat in seats[1:4]:
+            fair.release(seat)
+        assert granted(seats) == [True] * 8
+        fair.release(seats[0])  # a second release gives back nothing more
+        assert fair.snapshot()["in_flight"] == 4
 
-    async def gave_way(ticket: Ticket) -> float:
-        with holding(ticket):
-            await give_way()
-        return ticket.gave_way_ms
-
-    waited = asyncio.run(gave_way(flood))
-    assert COURTESY_MAX_S * 1000 <= waited < COURTESY_MAX_S * 1000 + 200  # bounded: it waits, then goes on
-    assert asyncio.run(gave_way(reader)) == 0.0  # a light call never waits
-    assert admission.saturation()["in_flight"] == 0  # holding gave both tickets back
-
-    even = admission.admit("acme", "user:flood", 5), admission.admit("globex", "user:gina", 5)
-    assert not admission.outweighed("acme") and not admission.outweighed("globex")  # equals never wait for each other
-    for ticket in even:
-        ticket.release()
-    assert not admission.outweighed("acme") and admission._tenants == {}  # a tenant with nothing in flight is forgotten
+    run(scenario)
 
 
-def test_tenant_limits_come_from_the_policy_data_and_bad_ones_stop_start_up() -> None:
+def test_a_quiet_tenants_call_never_waits_for_a_flood_and_the_flood_waits_for_its_share() -> None:
+    async def scenario() -> None:
+        fair = queue(4)
+        flood = [fair.enter("acme", "user:flood", 1) for _ in range(10)]
+        assert sum(granted(flood)) == 4
+        quiet = fair.enter("globex", "user:gina", 1)
+        assert quiet.granted_at is not None  # at once, although every seat was taken
+        assert fair.snapshot()["in_flight"] == 5
+        fair.release(flood[0])
+        assert sum(granted(flood)) == 4  # back at capacity: the flood's next call still waits
+        fair.release(flood[1])
+        assert sum(granted(flood)) == 5  # under capacity again: the flood's queue moves
+        fair.release(quiet)
+        second = fair.enter("globex", "user:gina", 1)
+        assert second.granted_at is not None  # the quiet tenant's next call, again at once
+
+    run(scenario)
+
+
+def test_under_contention_seats_go_to_the_tenant_with_fewer_units_in_flight_for_its_weight() -> None:
+    async def scenario() -> None:
+        fair = queue(4)
+        acme = [fair.enter("acme", "user:a", 1) for _ in range(8)]
+        globex = [fair.enter("globex", "user:g", 1) for _ in range(8)]
+        assert sum(granted(acme)) == 4 and sum(granted(globex)) == 2  # globex at once up to its half
+        for seat in acme[:4]:  # as acme's calls end, the seats go to globex until both hold two
+            fair.release(seat)
+        assert fair.in_flight("acme") == 2 and fair.in_flight("globex") == 2
+        fair.release(acme[4])
+        assert fair.in_flight("acme") == 2 and fair.in_flight("globex") == 2  # acme's seat goes back to acme: 2 each
+
+        weighted = queue(4, {"globex": Share(weight=3.0)})
+        acme = [weighted.enter("acme", "user:a", 1) for _ in range(8)]
+        globex = [weighted.enter("globex", "user:g", 1) for _ in range(8)]
+        for seat in acme[:4]:
+            weighted.release(seat)
+        assert weighted.in_flight("globex") == 3 and weighted.in_flight("acme") == 1  # shares by weight: 3 to 1
+
+    run(scenario)
+
+
+def test_inside_a_tenant_seats_go_to_the_actor_with_fewer_in_flight() -> None:
+    async def scenario() -> None:
+        fair = queue(2)
+        flood = [fair.enter("acme", "user:flood", 1) for _ in range(6)]
+        late = fair.enter("acme", "user:late", 1)
+        assert late.granted_at is None
+        fair.release(flood[0])
+        assert late.granted_at is not None  # ahead of the flood's four older calls
+        assert granted(flood) == [True, True, False, False, False, False]
+
+    run(scenario)
+
+
+def test_a_heavy_call_is_not_overtaken_forever_by_light_ones() -> None:
+    async def scenario() -> None:
+        fair = queue(4)
+        light = [fair.enter("acme", "user:a", 1) for _ in range(4)]
+        heavy = fair.enter("acme", "user:b", 3)
+        later = fair.enter("acme", "user:c", 1)
+        fair.release(light[0])
+        assert heavy.granted_at is None and later.granted_at is None  # one seat free: the heavy call is next, and waits
+        fair.release(light[1])
+        fair.release(light[2])
+        assert heavy.granted_at is not None and later.granted_at is None
+        huge = queue(4).enter("acme", "user:x", 50)
+        assert huge.granted_at is not None and huge.cost == 4  # a call past the capacity runs alone
+
+    run(scenario)
+
+
+def test_caps_hold_a_tenant_or_an_actor_under_a_ceiling_and_let_others_by() -> None:
+    async def scenario() -> None:
+        fair = queue(8, {"acme": Share(concurrency=3, actor_concurrency=2)})
+        first = [fair.enter("acme", "user:a", 1) for _ in range(3)]
+        assert granted(first) == [True, True, False]  # the actor's cap
+        other = fair.enter("acme", "user:b", 1)
+        assert other.granted_at is not None  # the tenant's third unit
+        assert fair.enter("acme", "user:c", 1).granted_at is None  # the tenant's cap
+        assert fair.enter("globex", "user:g", 1).granted_at is not None  # others go by
+
+    run(scenario)
+
+
+def test_past_the_queue_bound_a_call_is_refused_at_once_with_retry_after() -> None:
+    async def scenario() -> None:
+        fair = queue(2, {"acme": Share(queue=4)})
+        seats = [fair.enter("acme", "user:flood", 1) for _ in range(6)]
+        assert sum(granted(seats)) == 2 and fair.snapshot()["queued"] == 4
+        with pytest.raises(RateLimited, match="queue holds 4 units") as refused:
+            fair.enter("acme", "user:flood", 1)
+        assert refused.value.status == 429 and int(refused.value.headers["Retry-After"]) >= 1
+        # Another actor of the tenant takes the flooder's newest place instead of being refused.
+        other = fair.enter("acme", "user:other", 1)
+        assert seats[-1].refused is not None and seats[-1].event.is_set()
+        with pytest.raises(RateLimited, match="took this one's place"):
+            await fair.wait(seats[-1])
+        assert other.refused is None and fair.snapshot()["queued"] == 4
+        assert fair.enter("globex", "user:g", 1).granted_at is not None  # another tenant's queue is its own
+        assert fair.snapshot()["refused"] == 2
+
+    run(scenario)
+
+
+def test_a_call_that_waited_its_longest_is_refused_and_leaves_the_queue() -> None:
+    async def scenario() -> None:
+        fair = queue(1, max_wait_s=0.05)
+        holder = fair.enter("acme", "user:a", 1)
+        waiting = fair.enter("acme", "user:a", 1)
+        with pytest.raises(RateLimited, match="waited 0.05 s") as refused:
+            await fair.wait(waiting)
+        assert int(refused.value.headers["Retry-After"]) >= 1
+        assert fair.snapshot()["queued"] == 0
+        fair.release(holder)
+        assert waiting.granted_at is None and fair.snapshot()["in_flight"] == 0  # the seat did not go to it
+
+    run(scenario)
+
+
+def test_a_waiting_call_whose_client_leaves_gives_up_its_place() -> None:
+    async def scenario() -> None:
+        fair = queue(1)
+        holder = fair.enter("acme", "user:a", 1)
+        leaving = fair.enter("acme", "user:a", 1)
+        behind = fair.enter("acme", "user:a", 1)
+
+        async def client_leaves() -> None:  # what the HTTP layer passes: returns on the disconnect
+            await anyio.sleep(0.01)
+
+        with pytest.raises(Left):
+            await fair.wait(leaving, client_leaves)
+        assert fair.snapshot()["queued"] == 1
+        fair.release(holder)
+        assert leaving.granted_at is None and behind.granted_at is not None  # the next one got the seat
+
+        # Cancelled from outside while waiting (the server shutting down): it leaves the queue too.
+        cancelled = fair.enter("acme", "user:a", 1)
+        with anyio.move_on_after(0.01):
+            await fair.wait(cancelled)
+        assert fair.snapshot()["queued"] == 0
+        fair.release(behind)
+        assert cancelled.granted_at is None and fair.snapshot()["in_flight"] == 0
+
+    run(scenario)
+
+
+def test_a_call_granted_as_it_was_cancelled_gives_its_seats_back() -> None:
+    async def scenario() -> None:
+        fair = queue(1)
+        holder = fair.enter("acme", "user:a", 1)
+        waiter = fair.enter("acme", "user:a", 1)
+        nextone = fair.enter("acme", "user:a", 1)
+        scope = anyio.CancelScope()
+        returned: list[Seat] = []
+
+        async def waiting() -> None:
+            with scope:
+                await fair.wait(waiter)
+                returned.append(waiter)  # the caller owns the seat from here (it releases it after its row)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(waiting)
+            await anyio.sleep(0.01)  # it waits
+            fair.release(holder)  # granted now...
+            scope.cancel()  # ... and cancelled before it ran again
+        assert waiter.granted_at is not None
+        assert waiter.released != bool(returned)  # either the queue took the seat back, or the caller holds it
+        for seat in returned:
+            fair.release(seat)
+        assert nextone.granted_at is not None and fair.snapshot()["in_flight"] == 1  # no seat was lost
+
+    run(scenario)
+
+
+def test_the_admission_door_prices_queues_and_counts_refusals() -> None:
+    async def scenario() -> None:
+        clock = Clock()
+        limits = TenantLimits(Share(queue=8), Rates(tenant=0.0, actor=2.0))
+        admission = Admission(limits, capacity=2, clock=clock)
+        first = await admission.enter("acme", "user:a", 1)
+        second = await admission.enter("acme", "user:a", 1)
+        with pytest.raises(RateLimited, match="actor's rate quota"):  # 2 units a second, both spent
+            await admission.enter("acme", "user:a", 1)
+        clock.now += 1.0
+        third = admission.queue.enter("acme", "user:a", 1)  # the seats are both held: it waits
+        assert third.granted_at is None
+        first.release()
+        assert third.granted_at is not None and third.waited_s() == 0.0
+        second.release()
+        admission.queue.release(third)
+        state = admission.saturation()
+        assert state["refused"] == 1 and state["in_flight"] == 0 and state["capacity"] == 2
+
+    run(scenario)
+
+
+def test_limits_come_from_settings_and_the_policy_data_and_bad_ones_stop_start_up() -> None:
     settings = load_settings({}, environ={})
-    admission = load_admission(settings, {"admission": {"tenants": {"acme": {"concurrency": 2, "actor_rate": 3}}}})
-    assert admission.limits("acme").tenant.concurrency == 2 and admission.limits("acme").actor.rate == 3
-    assert admission.limits("globex") == admission.defaults
-    for bad in ({"acme": {"rate": float("inf")}}, {"acme": {"speed": 1}}, {"acme": {"concurrency": True}}, ["acme"]):
+    admission = load_admission(
+        settings, {"admission": {"tenants": {"acme": {"weight": 2, "queue": 16, "concurrency": 4, "actor_rate": 3}}}}
+    )
+    assert admission.capacity == 8 and admission.max_wait_s == 10.0
+    assert admission.limits("acme").share == Share(weight=2.0, queue=16, concurrency=4)
+    assert admission.limits("acme").rates == Rates(tenant=0.0, actor=3.0)
+    assert admission.limits("globex") == admission.defaults and admission.defaults.share.queue == 64
+    for bad in (
+        {"acme": {"rate": float("inf")}},
+        {"acme": {"speed": 1}},
+        {"acme": {"concurrency": True}},
+        {"acme": {"queue": 2}},
+        ["acme"],
+    ):
         with pytest.raises(ConfigurationError, match="admission"):
             load_admission(settings, {"admission": {"tenants": bad}})
+    with pytest.raises(ConfigurationError, match="GATEWAY_ADMISSION_QUEUE_UNITS"):
+        load_admission(load_settings({"admission_queue_units": 4}, environ={}), {})
 
 
-def test_a_caller_past_its_rate_gets_429_with_retry_after_and_an_audit_row(sqlite_url: str, tmp_path: Path) -> None:
+# ---------------------------------------------------------------- over HTTP
+
+
+def test_an_agents_parallel_calls_past_the_seats_wait_and_are_all_answered(sqlite_url: str, tmp_path: Path) -> None:
+    """Eight parallel clients of one actor on a service with two seats: no 429; the calls that
+    waited say so in Server-Timing, `timings.queue_ms` and the audit row."""
+    with serve_gateway(sqlite_url, tmp_path, admission_capacity=2) as served:
+        key = served.gateway.key("alice", groups=("sales",), clearance="confidential")
+        body = {"task": SALES_TASK, "mode": "brief", "query": "renewal pricing", "sources": {"semantic": False}}
+        answers: list[httpx.Response] = []
+        lock = threading.Lock()
+
+        def client() -> None:
+            with httpx.Client(base_url=served.url, timeout=60) as http:
+                for _ in range(4):
+                    response = http.post("/v1/retrieve", json=body, headers={"Authorization": f"Bearer {key}"})
+                    with lock:
+                        answers.append(response)
+
+        threads = [threading.Thread(target=client) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        assert sorted({a.status_code for a in answers}) == [200] and len(answers) == 32
+        waits = [float(a.headers["server-timing"].split("queue;dur=")[1].split(",")[0]) for a in answers]
+        queued = [a for a, wait in zip(answers, waits) if wait > 0]
+        assert queued, "eight clients on two seats: some calls must have waited"
+        assert all(a.json()["timings"]["queue_ms"] > 0 for a in queued)
+        row = served.gateway.trace(queued[0].headers["x-trace-id"])
+        assert row["lineage"]["admission"]["queued_ms"] > 0
+        ready = httpx.get(f"{served.url}/readyz").json()["admission"]
+        assert ready["refused"] == 0 and ready["waited"] > 0 and ready["in_flight"] == 0
+
+
+def test_a_caller_past_its_rate_quota_gets_429_with_retry_after_and_an_audit_row(sqlite_url: str, tmp_path: Path) -> None:
     with open_gateway(sqlite_url, tmp_path, admission_actor_rate=2) as gateway:
         alice = gateway.key("alice", groups=("sales",), clearance="confidential")
         answers = [gateway.retrieve(alice, {"task": SALES_TASK, "query": "renewal"}) for _ in range(3)]
@@ -148,7 +328,26 @@ def test_a_caller_past_its_rate_gets_429_with_retry_after_and_an_audit_row(sqlit
         assert gateway.retrieve(bob, {"task": SALES_TASK, "query": "renewal"}).status_code == 200
 
 
-def test_the_policy_data_sets_one_tenants_limits(sqlite_url: str, tmp_path: Path, policy_copy: Path) -> None:
+def test_past_the_queue_bound_a_call_is_a_429_with_an_audit_row(sqlite_url: str, tmp_path: Path) -> None:
+    """One seat, a queue of one unit, and the seat held: the second waiting call is refused at once."""
+    with open_gateway(sqlite_url, tmp_path, admission_capacity=1, admission_queue_units=1) as gateway:
+        alice = gateway.key("alice", groups=("sales",), clearance="confidential")
+        admission: Admission = gateway.client.app.state.context.admission  # type: ignore[attr-defined]
+        portal = gateway.client.portal  # type: ignore[attr-defined]
+        held = portal.call(admission.enter, "acme", "user:alice", 1)  # the one seat
+        waiting = portal.call(admission.queue.enter, "acme", "user:alice", 1)  # the queue's one unit
+        refused = gateway.retrieve(alice, {"task": SALES_TASK, "query": "renewal"})
+        assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
+        assert "queue holds 1 units" in refused.json()["error"]["message"]
+        row = gateway.trace(refused.headers["x-trace-id"])
+        assert (row["status_code"], row["error_code"]) == (429, "rate_limited")
+        portal.call(held.release)
+        assert waiting.granted_at is not None  # the seat went to the call that waited
+        portal.call(admission.queue.release, waiting)
+        assert gateway.retrieve(alice, {"task": SALES_TASK, "query": "renewal"}).status_code == 200
+
+
+def test_the_policy_data_sets_one_tenants_rate(sqlite_url: str, tmp_path: Path, policy_copy: Path) -> None:
     data = policy_copy / "gateway" / "config" / "data.json"
     document = json.loads(data.read_text())
     document["admission"] = {"tenants": {"acme": {"actor_rate": 1}}}
@@ -159,142 +358,3 @@ def test_the_policy_data_sets_one_tenants_limits(sqlite_url: str, tmp_path: Path
         assert gateway.retrieve(alice, {"task": SALES_TASK, "query": "renewal"}).status_code == 429
         gina = gateway.key("gina", tenant="globex", groups=("sales",), clearance="confidential")
         assert [gateway.retrieve(gina, {"task": SALES_TASK, "query": "x"}).status_code for _ in range(3)] == [200] * 3
-
-
-# ---------------------------------------------------------------- one tenant's flood, another's latency
-
-
-def p95(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
-
-
-def seed_store(data_dir: Path) -> tuple[str, str]:
-    """acme: a dense graph to flood with deep walks; globex: notes to read. Keys for both."""
-    engine = open_store(f"sqlite:///{data_dir / 'gateway.db'}")
-    try:
-        rng = random.Random(14)
-        entities = [
-            {"id": f"ent_{i}", "kind": "entity", "entity_type": "contact", "acl": ["*"], "text": f"contact {i}"}
-            for i in range(300)
-        ]
-        edges = [
-            {
-                "id": f"edge_{n}",
-                "kind": "edge",
-                "from": f"ent_{rng.randrange(300)}",
-                "to": f"ent_{rng.randrange(300)}",
-                "relation": rng.choice(["works_at", "reports_to", "knows"]),
-                "confidence": 0.5 + rng.random() / 2,
-                "acl": ["*"],
-            }
-            for n in range(3000)
-        ]
-        assert not ingest(engine, "acme", entities + edges).rejected
-        notes = [
-            {"id": f"note_{i}", "kind": "memory", "text": f"renewal pricing note {i} for the account", "acl": ["*"]}
-            for i in range(200)
-        ]
-        assert not ingest(engine, "globex", notes).rejected
-        flooder = create_api_key(
-            engine, tenant="acme", principal="user:flood", roles=["agent"], groups=["sales"], clearance="confidential"
-        )
-        reader = create_api_key(
-            engine, tenant="globex", principal="user:gina", roles=["agent"], groups=["sales"], clearance="confidential"
-        )
-    finally:
-        close_store(engine)
-    return flooder, reader
-
-
-@pytest.mark.skipif(shutil.which("gateway", path=str(Path(sys.executable).parent)) is None, reason="no gateway command")
-def test_a_flood_from_one_tenant_is_turned_away_and_leaves_another_tenant_served(tmp_path: Path) -> None:
-    flooder, reader = seed_store(tmp_path)
-    port = free_port()
-    env = {
-        **os.environ,
-        "GATEWAY_DATA_DIR": str(tmp_path),
-        "GATEWAY_PORT": str(port),
-        "GATEWAY_BACKGROUND_EMBEDDING": "false",
-        "GATEWAY_PII_BACKGROUND": "false",
-    }
-    server = subprocess.Popen(
-        [str(Path(sys.executable).parent / "gateway"), "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline and server.poll() is None, "the server did not start"
-            time.sleep(0.1)
-        light = {"task": SALES_TASK, "query": "renewal pricing", "depth": "fast", "sources": {"semantic": False}}
-        deep = {
-            "task": SALES_TASK,
-            "mode": "brief",
-            "depth": "deep",
-            "graph": {"max_depth": 3},
-            "entities": [{"id": f"ent_{i}"} for i in range(20)],
-            "sources": {"semantic": False},
-        }
-
-        def timed(client: httpx.Client, key: str, body: dict[str, Any]) -> tuple[int, float]:
-            started = time.perf_counter()
-            response = client.post("/v1/retrieve", json=body, headers={"Authorization": f"Bearer {key}"})
-            return response.status_code, (time.perf_counter() - started) * 1000
-
-        with httpx.Client(base_url=url, timeout=30) as client:
-            for _ in range(10):
-                timed(client, reader, light)
-            idle = [timed(client, reader, light) for _ in range(100)]
-        assert {status for status, _ in idle} == {200}
-
-        stop = threading.Event()
-        flood: list[int] = []
-
-        def flooding() -> None:
-            with httpx.Client(base_url=url, timeout=30) as client:
-                while not stop.is_set():
-                    flood.append(timed(client, flooder, deep)[0])
-
-        threads = [threading.Thread(target=flooding, daemon=True) for _ in range(20)]
-        for thread in threads:
-            thread.start()
-        try:
-            time.sleep(1.0)
-            with httpx.Client(base_url=url, timeout=30) as client:
-                during = [timed(client, reader, light) for _ in range(100)]
-        finally:
-            stop.set()
-            for thread in threads:
-                thread.join(30)
-        assert {status for status, _ in during} == {200}  # the other tenant is never refused
-        assert 429 in flood and 200 in flood, sorted(set(flood))  # the flood was admitted in part, turned away in part
-        ratio = p95([ms for _, ms in during]) / p95([ms for _, ms in idle])
-        print(f"the other tenant's p95: {ratio:.1f}x its idle p95 under the flood")
-        # Measured 2.0-2.4x on a 2-core machine; 330x on the live server that found the problem, 25x
-        # with admission alone, 6-8x before the pushdown and the audit append were built once, the
-        # policy left the interpreter and heavy calls gave way (docs/http-api.md, "Admission and deadlines").
-        assert ratio <= 3.0, f"the other tenant's p95 rose {ratio:.1f}x under the flood"
-        ready = httpx.get(f"{url}/readyz", timeout=5).json()
-        assert ready["admission"]["refused"] > 0
-    finally:
-        server.terminate()
-        server.wait(30)
-    engine = open_store(f"sqlite:///{tmp_path / 'gateway.db'}")
-    try:
-        with engine.connect() as conn:
-            admitted = (
-                conn.execute(select(AuditTrace.lineage).where(AuditTrace.tenant == "acme", AuditTrace.status_code == 200))
-                .scalars()
-                .all()
-            )
-    finally:
-        close_store(engine)
-    assert any(
-        (lineage.get("admission") or {}).get("gave_way_ms", 0) > 0 for lineage in admitted
-    )  # the flood gave way, and its trace says so

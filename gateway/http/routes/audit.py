@@ -120,7 +120,7 @@ async def trace_proof(call: Call) -> tuple[int, TraceProof]:
     actor = call.actor
     call.trace.decision = "read"
     trace_id = call.request.path_params["trace_id"]
-    with call.admitted(PROOF_COST):
+    async with call.admitted(PROOF_COST):
         found = await anyio.to_thread.run_sync(call.context.audit.proof, actor.tenant, trace_id)
     if found is None:
         raise NotFound(UNKNOWN_TRACE)

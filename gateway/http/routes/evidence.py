@@ -46,7 +46,7 @@ async def evidence_pack(call: Call) -> tuple[int, dict[str, Any] | Stream]:
     call.trace.decision = "read"
     since, until = _period(call)
     context = call.context
-    with call.admitted(EVIDENCE_COST):
+    async with call.admitted(EVIDENCE_COST):
         manifest, archive = await anyio.to_thread.run_sync(
             pack_archive, context.store, actor.tenant, since, until, signing_of(context.audit.checkpointer), utc_now()
         )

@@ -41,7 +41,7 @@ async def handle(call: Call) -> tuple[int, ExplainReport]:
         "candidate": bundle and bundle.revision,
     }
     call.trace.lineage.policy_explain = note
-    with call.admitted(1 + (CANDIDATE_COST if bundle else 0)):
+    async with call.admitted(1 + (CANDIDATE_COST if bundle else 0)):
         in_force = await explain(context.policy, context.store, actor, request, ids, now, subjects)
         if bundle is None:
             return 200, ExplainReport.model_validate({"in_force": in_force.as_json()})

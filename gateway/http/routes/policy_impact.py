@@ -37,7 +37,7 @@ async def handle(call: Call) -> tuple[int, ImpactReport]:
         raise Forbidden("tenant: impact replays the calls of the caller's own tenant only")
     window = parse_window(tenant, body.get("since"), body.get("limit"))
     bundle = inline_bundle(body.get("policies"))
-    with call.admitted(COST):
+    async with call.admitted(COST):
         try:
             candidate = await open_candidate(bundle)
         except ConfigurationError as exc:

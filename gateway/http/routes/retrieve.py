@@ -20,8 +20,9 @@ async def handle(call: Call) -> tuple[int, RetrieveResponse]:
         "gen_ai.data_source.id": "gateway",
         "gateway.mode": request.effective_mode,
     }
-    with call.admitted(retrieve_cost(request, call.context.settings.default_budget_bytes)), layer("retrieval", attributes):
-        body = await call.context.pipeline.run(actor, request, call.trace)
+    async with call.admitted(retrieve_cost(request, call.context.settings.default_budget_bytes)):
+        with layer("retrieval", attributes):
+            body = await call.context.pipeline.run(actor, request, call.trace)
     return 200, body
 
 

@@ -156,7 +156,7 @@ class Counted(PendingWorker):
         self.waiting = waiting
         super().__init__("counted", self._step, self._count, idle_s=0.05)
 
-    def _step(self) -> int:
+    def _step(self, tenant: str | None) -> int:
         self.steps += 1
         if self.waiting:
             self.waiting.pop()
