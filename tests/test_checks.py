@@ -25,7 +25,7 @@ TYPE = ("core/errors.py", '\n\ndef planted_type_error() -> int:\n    return "not
 # The import the issue says passed while gateway.client was missing from the layers.
 UPWARD = ("gateway/settings.py", "\n\nimport gateway.client  # noqa: F401\n")
 UPWARD_TYPE_CHECKING = (
-    "gateway/admission.py",
+    "gateway/admission/quota.py",
     "\n\nfrom typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from gateway.policy.base import PolicyEngine  # noqa: F401\n",
 )
 PLANTS = (FORMAT, LINT, TYPE, UPWARD, UPWARD_TYPE_CHECKING)
@@ -114,4 +114,4 @@ def test_an_upward_import_fails_the_layers_naming_the_importer(runs: tuple[Run, 
 def test_an_upward_import_under_type_checking_counts(runs: tuple[Run, Run, dict[str, int]]) -> None:
     _, planted, lines = runs
     out = planted.section("lint-imports")
-    assert f"gateway.admission -> gateway.policy.base (l.{lines[UPWARD_TYPE_CHECKING[0]] + 3})" in out, out
+    assert f"gateway.admission.quota -> gateway.policy.base (l.{lines[UPWARD_TYPE_CHECKING[0]] + 3})" in out, out

@@ -10,7 +10,8 @@ past a rate quota the operator set.
 - `fair_queue.py`: the seats, the queues and their bounds (deterministic; no I/O);
 - `quota.py`: prices (the door's estimate and what a shape measured lately) and optional rate quotas;
 - `door.py`: `Admission.enter`, the one entry point, and the call's `Ticket`;
-- `courtesy.py`: a running call of a busier tenant gives way to lighter tenants between its stages.
+- `courtesy.py`: a running call of a busier tenant gives way to lighter tenants between its stages;
+- `gate.py`: the same turn for background work, charged to the tenant whose items it processes.
 
 The manual: docs/http-api.md, "Admission and deadlines".
 """
@@ -18,6 +19,7 @@ The manual: docs/http-api.md, "Admission and deadlines".
 from gateway.admission.courtesy import COURTESY_MAX_S, DOOR_COURTESY_MAX_S, give_way, held, holding
 from gateway.admission.door import CROWDED_UNITS, Admission, TenantLimits, Ticket, load_admission
 from gateway.admission.fair_queue import FairQueue, Left, Seat, Share
+from gateway.admission.gate import Gate
 from gateway.admission.quota import Prices, Quotas, Rates, retrieve_cost
 
 __all__ = [
@@ -26,6 +28,7 @@ __all__ = [
     "DOOR_COURTESY_MAX_S",
     "Admission",
     "FairQueue",
+    "Gate",
     "Left",
     "Prices",
     "Quotas",

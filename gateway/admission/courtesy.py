@@ -15,15 +15,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING
 
 import anyio
 
 from connectors.sql.cancel import pausing
 from core import work
-
-if TYPE_CHECKING:  # door.py runs background work under `holding`
-    from gateway.admission.door import Ticket
+from gateway.admission.door import Ticket
 
 COURTESY_STEP_S = 0.005  # how often a heavy call that gives way looks again
 COURTESY_MAX_S = 0.05  # the longest it waits at one stage boundary

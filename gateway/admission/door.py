@@ -19,12 +19,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import anyio
-import anyio.to_thread
-
 from core import work
 from core.errors import ConfigurationError, RateLimited
-from gateway.admission.courtesy import holding
 from gateway.admission.fair_queue import FairQueue, Seat, Share
 from gateway.admission.quota import Prices, Quotas, Rates
 from gateway.settings import AdmissionSettings
@@ -115,14 +111,6 @@ class Admission:
         seat = self.queue.enter(tenant, actor, price)
         await self.queue.wait(seat, left)
         return Ticket(self, seat, tenant, actor, price, estimate, shape, queued_ms=seat.waited_s() * 1000)
-
-    async def run(self, tenant: str, actor: str, estimate: int, job: Callable[[], int]) -> int:
-        """Work that is not a call (a background batch of the tenant's items): wait for a turn of the
-        tenant's as `actor`, run `job` in a worker thread charged to the tenant (its CPU time and
-        counted work settle its price, and teach the next batch's), give the seats back."""
-        ticket = await self.enter(tenant, actor, estimate, shape=actor)
-        with holding(ticket):
-            return await anyio.to_thread.run_sync(work.timed(job))
 
     def settle(self, ticket: Ticket) -> None:
         """Settle an ended call against what it measured (`ticket.used`, at least one unit): what it

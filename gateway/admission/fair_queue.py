@@ -132,7 +132,7 @@ class FairQueue:
                 raise self._refusal(state, f"too many calls waiting: the tenant's queue holds {state.share.queue} units")
             state.queues.setdefault(actor, deque()).append(seat)
             state.queued += cost
-            self._dispatch()
+            self._dispatch(seat.since)
         return seat
 
     async def wait(self, seat: Seat, left: Callable[[], Awaitable[Any]] | None = None) -> None:
@@ -206,11 +206,14 @@ class FairQueue:
     def snapshot(self) -> dict[str, Any]:
         """For /readyz and the operator: seats in use against capacity, calls waiting, refusals so far."""
         with self._lock:
+            queued = sum(s.queued for s in self._tenants.values())
             return {
                 "in_flight": self._in_flight,
                 "capacity": self.capacity,
-                "saturated": self._in_flight >= self.capacity,
-                "queued": sum(s.queued for s in self._tenants.values()),
+                # Busy is not saturated: every seat taken with calls waiting is a queue doing its job.
+                # Saturated is a full queue's worth waiting (the default tenant's bound), across tenants.
+                "saturated": queued >= self.share("").queue,
+                "queued": queued,
                 "waiting_calls": sum(len(q) for s in self._tenants.values() for q in s.queues.values()),
                 "waited": self._waited,
                 "refused": self._refused,
@@ -218,8 +221,9 @@ class FairQueue:
 
     # ------------------------------------------------------------------ under the lock
 
-    def _dispatch(self) -> None:
+    def _dispatch(self, now: float | None = None) -> None:
         """Grant waiting calls in fair order while the fairest one that its caps allow fits."""
+        now = self.clock() if now is None else now
         while True:
             ready = sorted(
                 (s for s in self._tenants.values() if s.queued),
@@ -231,7 +235,7 @@ class FairQueue:
                     continue  # every actor of this tenant is at a cap: the next tenant may go
                 if not self._fits(state, seat.cost):
                     return  # the fairest call waits for seats, and everything behind it
-                self._grant(state, seat)
+                self._grant(state, seat, now)
                 break
             else:
                 return
@@ -260,13 +264,13 @@ class FairQueue:
         active = sum(s.share.weight for s in self._tenants.values() if not s.idle())
         return state.in_flight + cost <= self.capacity * state.share.weight / active
 
-    def _grant(self, state: _Tenant, seat: Seat) -> None:
+    def _grant(self, state: _Tenant, seat: Seat, now: float) -> None:
         state.queues[seat.actor].popleft()
         if not state.queues[seat.actor]:
             del state.queues[seat.actor]
         state.queued -= seat.cost
         seat.units = seat.cost
-        seat.granted_at = self.clock()
+        seat.granted_at = max(now, seat.since)
         if seat.granted_at > seat.since:
             self._waited += 1
         state.in_flight += seat.units

@@ -17,6 +17,7 @@ from starlette.routing import Route
 
 from core.errors import GatewayError, MethodNotAllowed, NotFound, where
 from core.store import close_store
+from gateway.admission import Gate
 from gateway.background import lease_for, run_background
 from gateway.context import GatewayContext, build_context
 from gateway.http.errors import error_answer
@@ -86,7 +87,9 @@ def create_app(
         try:
             async with anyio.create_task_group() as background:
                 # Embedding and analysis: in one process per store (the lease's holder), not in each worker.
-                background.start_soon(run_background, pending, lease_for(app.state.context.store), app.state.context.admission)
+                background.start_soon(
+                    run_background, pending, lease_for(app.state.context.store), Gate(app.state.context.admission)
+                )
                 if checkpointer is not None:  # counts the rows this process appended: one per process
                     background.start_soon(checkpointer.run)
                 background.start_soon(warm_vector_index, app.state.context)

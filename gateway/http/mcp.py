@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from copy import copy
 from dataclasses import dataclass
 from functools import partial
@@ -51,6 +52,7 @@ from starlette.types import Message, Receive, Scope, Send
 from api.service import Error
 from api.wire import Wire
 from audit.trace import TraceBuilder
+from core import work
 from core.errors import BadRequest, DeadlineExceeded, Forbidden, MethodNotAllowed, NotFound, SchemaError, Unauthenticated
 from core.request import IDENTITY_FIELDS, RetrieveRequest, Strict
 from core.validation import describe_validation_error
@@ -540,11 +542,17 @@ def _door(manager: StreamableHTTPSessionManager, scope: Scope, receive: Receive)
         call.trace.lineage.channel = CHANNEL
         async with call.admitted(DOOR_COST):
             await give_way(DOOR_COURTESY_MAX_S)  # a crowded tenant's messages wait for lighter tenants' calls first
+            started = time.perf_counter()
             try:
                 with anyio.fail_after(REQUEST_SECONDS):
                     status, headers, content = await _captured(manager, scope, receive)
             except TimeoutError as exc:
                 raise DeadlineExceeded(f"/mcp: not answered within {REQUEST_SECONDS} s") from exc
+            finally:
+                # The SDK answers on the event loop, where a call's CPU cannot be told from its
+                # neighbours': the message is charged the time it took, so its price (and the seats
+                # the actor's next messages hold) follows what it cost, the more so under a flood.
+                work.charge(cpu_s=time.perf_counter() - started)
         response = Response(content, status_code=status)
         response.raw_headers = [(k, v) for k, v in headers if k.lower() != b"content-length"] + response.raw_headers
         return status, response

@@ -17,7 +17,9 @@ import httpx
 import pytest
 
 from core.errors import ConfigurationError, RateLimited
-from gateway.admission import Admission, FairQueue, Left, Rates, Seat, Share, TenantLimits, load_admission
+from core.work import charge
+from gateway.admission import Admission, FairQueue, Gate, Left, Rates, Seat, Share, TenantLimits, held, load_admission
+from gateway.background import PendingWorker
 from gateway.settings import load_settings
 from tests.conftest import open_gateway, serve_gateway
 from tests.gateway.fixtures import SALES_TASK
@@ -358,3 +360,52 @@ def test_the_policy_data_sets_one_tenants_rate(sqlite_url: str, tmp_path: Path, 
         assert gateway.retrieve(alice, {"task": SALES_TASK, "query": "renewal"}).status_code == 429
         gina = gateway.key("gina", tenant="globex", groups=("sales",), clearance="confidential")
         assert [gateway.retrieve(gina, {"task": SALES_TASK, "query": "x"}).status_code for _ in range(3)] == [200] * 3
+
+
+# ---------------------------------------------------------------- background work
+
+
+def test_background_batches_take_turns_and_wait_in_their_tenants_own_share() -> None:
+    """A tenant's background batches (embedding, analysis of what it wrote) wait for a turn of that
+    tenant's and are charged to it: while the tenant's calls hold every seat its batch waits, and
+    another tenant's call still starts at once. Tenants' batches take turns."""
+
+    async def scenario() -> None:
+        admission = Admission(TenantLimits(Share()), capacity=4)
+        waiting = {"acme": [1, 2, 3], "globex": [1]}
+        ran: list[tuple[str | None, str, str]] = []
+
+        def step(tenant: str | None) -> int:
+            ticket = held()
+            assert ticket is not None
+            ran.append((tenant, ticket.tenant, ticket.actor))
+            if tenant is not None and waiting[tenant]:
+                waiting[tenant].pop()
+                charge(cpu_s=0.03)  # 3 units of work, charged to the batch's tenant
+                return 1
+            return 0
+
+        def next_tenant(after: str | None) -> str | None:
+            names = sorted(tenant for tenant, left in waiting.items() if left)
+            later = [tenant for tenant in names if after is None or tenant > after]
+            return (later or names or [None])[0]
+
+        worker = PendingWorker("analysis", step, lambda: sum(map(len, waiting.values())), idle_s=0.05, next_tenant=next_tenant)
+        flood = [await admission.enter("acme", "user:flood", 1) for _ in range(4)]  # acme's calls hold every seat
+        async with anyio.create_task_group() as group:
+            group.start_soon(worker.run, Gate(admission))
+            await anyio.sleep(0.1)
+            assert ran == [] and admission.saturation()["waiting_calls"] == 1  # acme's batch waits its turn
+            quiet = await admission.enter("globex", "user:gina", 1)
+            assert quiet.seat is not None and quiet.queued_ms == 0.0  # another tenant's call starts at once
+            quiet.release()
+            for ticket in flood:
+                ticket.release()
+            await anyio.sleep(0.3)
+            group.cancel_scope.cancel()
+        assert [tenant for tenant, _, _ in ran[:4]] == ["acme", "globex", "acme", "acme"]  # turns, a batch each
+        assert all(tenant == charged and actor == "background:analysis" for tenant, charged, actor in ran)
+        assert waiting == {"acme": [], "globex": []}
+        assert admission.prices.price("acme", "background:analysis", "background:analysis", 1) == 3  # priced at its use
+
+    run(scenario)

@@ -25,8 +25,9 @@ async def readyz(request: Request) -> JSONResponse:
     checks = {
         "policy": "ok" if await context.policy.ready() else f"{context.policy.name} engine not answering",
         "store": "ok" if await anyio.to_thread.run_sync(store_reachable, context.store) else "unreachable",
-        # Honest under a flood: past its capacity the process asks the balancer for no more calls.
-        "admission": "ok" if not load["saturated"] else f"saturated: {load['in_flight']} of {load['capacity']} units in flight",
+        # Honest under a flood: with a full queue's worth of calls waiting, the process asks the
+        # balancer for no more; every seat busy with a short queue is normal work, not a reason.
+        "admission": "ok" if not load["saturated"] else f"saturated: {load['queued']} units waiting for {load['capacity']} seats",
     }
     checkpointer = context.audit.checkpointer
     if checkpointer is not None:  # a signer that started without its checkpoints vouches for nothing it found
