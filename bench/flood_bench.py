@@ -250,6 +250,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="idle-then-flood rounds per mix (default 3)")
     parser.add_argument("--lone-seconds", type=float, default=6.0, help="how long the lone actor runs at each client count")
     parser.add_argument("--no-lone", action="store_true", help="skip the lone actor's part")
+    parser.add_argument("--capacity", type=int, help="GATEWAY_ADMISSION_CAPACITY for the server (default: its own)")
     args = parser.parse_args()
     chosen = {name: mix for name, mix in mixes().items() if not args.mix or name in args.mix}
     with tempfile.TemporaryDirectory() as tmp:
@@ -259,7 +260,10 @@ def main() -> None:
         flooder = create_key(data_dir, "acme", "user:flood", "agent", "confidential", groups="sales")
         reader = create_key(data_dir, "globex", "user:gina", "agent", "confidential", groups="sales")
         print(f"seeded in {time.perf_counter() - started:.0f} s; code {code_revision()}")
-        server = Server(data_dir, free_port(), env={"GATEWAY_BACKGROUND_EMBEDDING": "false"}, label="flood")
+        env = {"GATEWAY_BACKGROUND_EMBEDDING": "false"}
+        if args.capacity:
+            env["GATEWAY_ADMISSION_CAPACITY"] = str(args.capacity)
+        server = Server(data_dir, free_port(), env=env, label="flood")
         server.start()
         lone_rows, rows = [], []
         try:
@@ -305,6 +309,8 @@ def main() -> None:
                 )
         finally:
             server.stop()
+            if any(status >= 500 for row in rows for status in row[5]):  # a 5xx is a bug: say where
+                print(f"\n5xx answers; the server's log ends:\n{server.log_tail(60)}")
     if lone_rows:
         print("\n=== one actor alone, parallel clients of brief retrieves (2 cores, one process; target: no 429) ===")
         print(f"{'clients':>7} {'calls/s':>8} {'p50 ms':>7} {'p95 ms':>7} {'429':>5} {'waited':>7} {'wait p95 ms':>11}")

@@ -69,12 +69,13 @@ def _wait_sync(ticket: Ticket) -> None:
         ticket.gave_way_ms += waited  # approximate under concurrent sources: a report, not a limit
 
 
-async def give_way(longest_s: float = COURTESY_MAX_S) -> None:
+async def give_way(longest_s: float = COURTESY_MAX_S, ticket: Ticket | None = None) -> None:
     """At a stage boundary of a call that yields (heavy, or of a crowded tenant): wait while a tenant
     with fewer units in flight has calls running, a few milliseconds at a time and at most
     `longest_s`, so the interpreter serves that tenant first. Other calls, and calls outside
-    admission, go on at once."""
-    ticket = _HELD.get()
+    admission, go on at once. The call is the running one, or `ticket` after its block ended (its
+    audit write)."""
+    ticket = ticket or _HELD.get()
     if ticket is None or ticket.admission is None or not ticket.yields():
         return
     started = time.perf_counter()

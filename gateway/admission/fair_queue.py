@@ -48,6 +48,7 @@ from core.errors import RateLimited
 
 UNIT_SECONDS_START = 0.05  # seconds a unit holds a seat, before any call has ended
 UNIT_SECONDS_WEIGHT = 0.1  # how much each ended call moves that estimate
+LINGER_S = 0.05  # a tenant whose last call ended this recently still counts as running, for courtesy
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +112,7 @@ class FairQueue:
     _unit_s: float = UNIT_SECONDS_START
     _refused: int = 0
     _waited: int = 0
+    _recent: dict[str, float] = field(default_factory=dict)  # tenants gone idle lately, and when
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # ------------------------------------------------------------------ a call's way through
@@ -198,10 +200,20 @@ class FairQueue:
             return state.in_flight if state else 0
 
     def outweighed(self, tenant: str) -> bool:
-        """Whether another tenant with fewer units in flight has calls running (gateway/admission/courtesy.py)."""
+        """Whether another tenant with fewer units in flight has calls running, or had one within
+        LINGER_S (a client calling one call after another is between two of them, not gone): what
+        a busier tenant's calls give way to (gateway/admission/courtesy.py)."""
         with self._lock:
             mine = self._tenants[tenant].in_flight if tenant in self._tenants else 0
-            return any(0 < s.in_flight < mine for other, s in self._tenants.items() if other != tenant)
+            if any(0 < s.in_flight < mine for other, s in self._tenants.items() if other != tenant):
+                return True
+            if not mine or not self._recent:
+                return False
+            now = self.clock()
+            for other, ended in list(self._recent.items()):
+                if now - ended > LINGER_S:
+                    del self._recent[other]
+            return any(other != tenant and other not in self._tenants for other in self._recent)
 
     def snapshot(self) -> dict[str, Any]:
         """For /readyz and the operator: seats in use against capacity, calls waiting, refusals so far."""
@@ -342,3 +354,4 @@ class FairQueue:
         state = self._tenants.get(tenant)
         if state is not None and state.idle() and not state.queues:
             del self._tenants[tenant]
+            self._recent[tenant] = self.clock()

@@ -10,7 +10,7 @@
           ├── NotFound             404       unknown, or not yours: the gateway never says which
           ├── Conflict             409
           ├── PayloadTooLarge      413
-          ├── RateLimited          429       past an admission limit; `retry_after` in seconds
+          ├── RateLimited          429       past an admission queue bound or quota; `retry_after` in s
           ├── Unavailable          503       no policy, store, audit or masking; `retry_after` if sent
           └── ServerError          other 5xx (a bare `internal_error`)
 

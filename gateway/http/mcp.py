@@ -62,7 +62,7 @@ from gateway.http.errors import error_answer
 from gateway.http.operation import Operation, json_answer, ref
 from gateway.http.routes.audit import report_feedback, report_usage
 from gateway.http.routes.retrieve import handle as retrieve_handler
-from gateway.http.traced import Answer, Call, Handler, governed, read_body, requires, traced, unrendered
+from gateway.http.traced import AUTHENTICATED, Answer, Call, Handler, governed, read_body, requires, traced, unrendered
 from gateway.settings import HOST, Settings
 
 log = logging.getLogger("gateway.mcp")
@@ -500,7 +500,7 @@ class McpEndpoint:
         try:
             if not origin_allowed(request.headers.get("origin"), self.allowed_origins):
                 raise Forbidden("Origin: this origin may not call /mcp (GATEWAY_MCP_ALLOWED_ORIGINS)")
-            await anyio.to_thread.run_sync(context.authenticator.authenticate, authorization)
+            scope[AUTHENTICATED] = await anyio.to_thread.run_sync(context.authenticator.authenticate, authorization)
             if request.method != "POST":
                 # Stateless: no session to end and nothing the server could ever send on a stream of
                 # its own, so GET and DELETE are a 405 (as the MCP transport allows), never an open stream.

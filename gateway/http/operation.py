@@ -38,7 +38,7 @@ ERROR_WHEN = {
     409: "the request contradicts stored state",
     413: "the body is above `GATEWAY_MAX_BODY_BYTES`",
     422: "well-formed JSON of the wrong shape",
-    429: "over a per-actor or per-tenant admission limit; `Retry-After` says when to try again",
+    429: "past the bounds of the tenant's admission queue, or a rate quota; `Retry-After` says when to try again",
     500: "a fault of the gateway, never by design; the message names nothing",
     503: "no decision, no audit record, no store, or no way to mask what the policy says to mask",
     504: "a long operation ran past its total deadline",

@@ -26,13 +26,14 @@ from core.actor import Actor
 from core.errors import AuditWriteError, BadRequest, Forbidden, GatewayError, PayloadTooLarge, RateLimited, where
 from core.instants import utc_now
 from core.validation import loads_json
-from gateway.admission import Left, Ticket, holding
+from gateway.admission import Left, Ticket, give_way, holding
 from gateway.context import GatewayContext
 from gateway.http.errors import CLIENT_CLOSED, closed_answer, error_answer
 from gateway.http.operation import REQUIRED_ROLE
 from gateway.telemetry import active, span_ids, traceparent
 
 log = logging.getLogger("gateway.http")
+AUTHENTICATED = "gateway.actor"  # the ASGI scope key of a request's actor, once read from its credential
 REFUSAL_WAIT_S = 0.5  # how long a 429 takes to come back (at most its Retry-After)
 
 Answer: TypeAlias = "Wire | dict[str, Any] | Stream | Response"  # what a handler returns with its status
@@ -73,8 +74,15 @@ class Call:
 
     async def authenticate(self, required_role: str | None = None) -> Actor:
         """The caller, read from the store on a worker thread (a PostgreSQL round trip no longer holds
-        the event loop); read afresh on every call, so a revoked key is refused at once."""
-        actor = await anyio.to_thread.run_sync(self.context.authenticator.authenticate, self.request.headers.get("authorization"))
+        the event loop); read afresh on every call, so a revoked key is refused at once. A request
+        whose credential was already read from the store on its way in (/mcp reads it before the
+        body, `AUTHENTICATED`) is not read twice."""
+        known = self.request.scope.get(AUTHENTICATED)
+        if isinstance(known, Actor):
+            actor = known
+        else:
+            authorization = self.request.headers.get("authorization")
+            actor = await anyio.to_thread.run_sync(self.context.authenticator.authenticate, authorization)
         self._actor = actor
         self.trace.tenant, self.trace.actor = actor.tenant, actor.principal
         if required_role and required_role not in actor.roles:
@@ -280,6 +288,8 @@ async def _answered(
     if status != CLIENT_CLOSED and channel is None and await _client_left(request):
         status, answer = _closed(trace)
     status, rendered = render(trace, status, answer, headers)
+    if call.ticket is not None:  # a busier tenant's row waits for a lighter tenant's calls too
+        await give_way(ticket=call.ticket)
     handled = time.perf_counter()
     try:
         with telemetry.layer("audit.write"):

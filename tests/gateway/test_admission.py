@@ -19,6 +19,7 @@ import pytest
 from core.errors import ConfigurationError, RateLimited
 from core.work import charge
 from gateway.admission import Admission, FairQueue, Gate, Left, Rates, Seat, Share, TenantLimits, held, load_admission
+from gateway.admission.fair_queue import LINGER_S
 from gateway.background import PendingWorker
 from gateway.settings import load_settings
 from tests.conftest import open_gateway, serve_gateway
@@ -407,5 +408,29 @@ def test_background_batches_take_turns_and_wait_in_their_tenants_own_share() -> 
         assert all(tenant == charged and actor == "background:analysis" for tenant, charged, actor in ran)
         assert waiting == {"acme": [], "globex": []}
         assert admission.prices.price("acme", "background:analysis", "background:analysis", 1) == 3  # priced at its use
+
+    run(scenario)
+
+
+def test_a_tenant_between_two_calls_still_counts_as_running_for_courtesy() -> None:
+    """A client calling one call after another is between two of them for a moment, not gone: a
+    busier tenant gives way for LINGER_S after the lighter tenant's call ended."""
+
+    async def scenario() -> None:
+        clock = Clock()
+        fair = queue(8, clock=clock)
+        for _ in range(4):
+            fair.enter("acme", "user:flood", 1)
+        probe = fair.enter("globex", "user:gina", 1)
+        assert fair.outweighed("acme") and not fair.outweighed("globex")
+        fair.release(probe)
+        assert fair.outweighed("acme")  # its call just ended
+        clock.now += LINGER_S + 0.001
+        assert not fair.outweighed("acme")  # long enough: it is gone
+        alone = queue(8, clock=clock)
+        seat = alone.enter("acme", "user:a", 1)
+        alone.release(seat)
+        alone.enter("acme", "user:a", 1)
+        assert not alone.outweighed("acme")  # a tenant never gives way to itself
 
     run(scenario)
