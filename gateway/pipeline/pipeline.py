@@ -21,7 +21,7 @@ from core.errors import BadRequest, ConnectorError, MaskingUnavailable, PolicyDe
 from core.instants import utc_now
 from core.records import Fused, RecallQuery, Record, SkipReason, SourceResult
 from core.request import RetrieveRequest, Task
-from gateway.admission import give_way
+from gateway.admission import DOOR_COURTESY_MAX_S, give_way
 from gateway.pipeline.budget import Packed, pack
 from gateway.pipeline.cursors import prepared
 from gateway.pipeline.entities import Resolution, ResolvedEntity, resolve
@@ -109,8 +109,9 @@ class Pipeline:
         if request.effective_mode == "fetch" and not request.fetch:
             raise BadRequest("fetch: mode fetch needs a list of item ids")
 
-        # A heavy call gives way to lighter tenants' calls between its stages (gateway/admission.py).
-        await give_way()
+        # A heavy call gives way to lighter tenants' calls between its stages, and longest before it
+        # starts (gateway/admission/courtesy.py).
+        await give_way(DOOR_COURTESY_MAX_S)
         constraints, revision = await self.decide(actor, request, trace, timer)
         await give_way()
         resolution, resolution_error, entity_verdict = await self.resolve(actor, request, constraints, trace, timer)
