@@ -434,3 +434,64 @@ def test_a_tenant_between_two_calls_still_counts_as_running_for_courtesy() -> No
         assert not alone.outweighed("acme")  # a tenant never gives way to itself
 
     run(scenario)
+
+
+def test_a_call_whose_client_leaves_while_it_waits_gives_up_its_place(sqlite_url: str, tmp_path: Path) -> None:
+    """Driven as a server drives the app: the call's body arrives, it waits for the one seat, then its
+    client leaves. It leaves the queue at once, is a 499 row, and the seat never goes to it."""
+    with open_gateway(sqlite_url, tmp_path, admission_capacity=1) as gateway:
+        key = gateway.key("alice", groups=("sales",), clearance="confidential")
+        app = gateway.client.app
+        admission: Admission = app.state.context.admission  # type: ignore[attr-defined]
+        portal = gateway.client.portal  # type: ignore[attr-defined]
+        holder = portal.call(admission.enter, "acme", "user:holder", 1)
+        body = json.dumps({"task": SALES_TASK, "query": "renewal", "sources": {"semantic": False}}).encode()
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": "/v1/retrieve",
+            "raw_path": b"/v1/retrieve",
+            "query_string": b"",
+            "root_path": "",
+            "headers": [
+                (b"host", b"testserver"),
+                (b"authorization", f"Bearer {key}".encode()),
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+            "client": ("127.0.0.1", 50000),
+            "server": ("testserver", 80),
+        }
+
+        async def scenario() -> list[dict[str, Any]]:
+            left, sent, messages = anyio.Event(), [], [{"type": "http.request", "body": body, "more_body": False}]
+
+            async def receive() -> dict[str, Any]:
+                if messages:
+                    return messages.pop()
+                await left.wait()
+                return {"type": "http.disconnect"}
+
+            async def send(message: dict[str, Any]) -> None:
+                sent.append(message)
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(app, scope, receive, send)
+                with anyio.fail_after(10):
+                    while admission.saturation()["waiting_calls"] == 0:
+                        await anyio.sleep(0.01)
+                    left.set()  # the client goes away while its call waits
+                    while admission.saturation()["waiting_calls"]:
+                        await anyio.sleep(0.01)
+            return sent
+
+        sent = portal.call(scenario)
+        start = next(message for message in sent if message["type"] == "http.response.start")
+        row = gateway.trace(dict(start["headers"])[b"x-trace-id"].decode())
+        assert (row["status_code"], row["error_code"]) == (499, "client_closed")
+        portal.call(holder.release)
+        assert admission.saturation()["in_flight"] == 0  # the seat did not go to the call that left
+        assert gateway.retrieve(key, {"task": SALES_TASK, "query": "renewal"}).status_code == 200
