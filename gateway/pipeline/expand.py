@@ -110,6 +110,7 @@ async def _page(
     )
     constraints, revision = await pipeline.decide(actor, original, trace, timer)
     constraints = constraints.with_subjects(tuple(stored["subjects"]))
+    await give_way()  # between its stages, as a retrieve does (gateway/admission/courtesy.py)
 
     entries = cursor.remaining[:PAGE_ENTRIES]
     wanted = tuple(dict.fromkeys([e["id"] for e in entries] + [p for e in entries for p in e["pieces"]]))
@@ -123,6 +124,7 @@ async def _page(
         span.set_attribute("gateway.source.status", result.status)
     records = {c.record.id: c.record for c in result.candidates}
     verdict = await pipeline.verify(actor, request.task, constraints, list(records.values()), timer)
+    await give_way()
     page = [ranked for e in entries if (ranked := _entry(e, records, verdict.allowed_ids)) is not None]
     masking = None
     if constraints.disclosure.mask and page:
