@@ -155,7 +155,10 @@ class FairQueue:
 
                             async def leaving() -> None:
                                 nonlocal gone
-                                await left()
+                                try:
+                                    await left()
+                                except Exception:  # a channel that cannot be read counts as gone
+                                    pass
                                 gone = True
                                 group.cancel_scope.cancel()
 
