@@ -210,13 +210,13 @@ class FairQueue:
             mine = self._tenants[tenant].in_flight if tenant in self._tenants else 0
             if any(0 < s.in_flight < mine for other, s in self._tenants.items() if other != tenant):
                 return True
-            if not mine or not self._recent:
+            if not mine:
                 return False
             now = self.clock()
-            for other, ended in list(self._recent.items()):
-                if now - ended > LINGER_S:
-                    del self._recent[other]
-            return any(other != tenant and other not in self._tenants for other in self._recent)
+            return any(
+                other != tenant and other not in self._tenants and now - ended <= LINGER_S
+                for other, ended in self._recent.items()
+            )
 
     def snapshot(self) -> dict[str, Any]:
         """For /readyz and the operator: seats in use against capacity, calls waiting, refusals so far."""
@@ -357,4 +357,6 @@ class FairQueue:
         state = self._tenants.get(tenant)
         if state is not None and state.idle() and not state.queues:
             del self._tenants[tenant]
-            self._recent[tenant] = self.clock()
+            now = self.clock()
+            self._recent = {t: ended for t, ended in self._recent.items() if now - ended <= LINGER_S}
+            self._recent[tenant] = now

@@ -75,16 +75,15 @@ async def drive(app: Any, scope: dict[str, Any], messages: list[dict[str, Any]])
     return sent
 
 
-def retrieve_then_leave(gateway: Gateway, key: str, body: bytes, messages: list[dict[str, Any]]) -> dict[str, Any]:
-    """A retrieve of `body` whose client sends `messages` and then leaves: the row it left. Driven in
-    the test client's event loop, where the app's lifespan runs."""
+def retrieve_scope(key: str, body: bytes) -> dict[str, Any]:
+    """The ASGI scope a server builds for `POST /v1/retrieve` of `body` under `key`."""
     headers = [
         (b"host", b"testserver"),
         (b"authorization", f"Bearer {key}".encode()),
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
     ]
-    scope = {
+    return {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
@@ -98,6 +97,12 @@ def retrieve_then_leave(gateway: Gateway, key: str, body: bytes, messages: list[
         "client": ("127.0.0.1", 50000),
         "server": ("testserver", 80),
     }
+
+
+def retrieve_then_leave(gateway: Gateway, key: str, body: bytes, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """A retrieve of `body` whose client sends `messages` and then leaves: the row it left. Driven in
+    the test client's event loop, where the app's lifespan runs."""
+    scope = retrieve_scope(key, body)
     assert gateway.client.portal is not None
     sent = gateway.client.portal.call(drive, gateway.client.app, scope, messages)
     start = next(message for message in sent if message["type"] == "http.response.start")

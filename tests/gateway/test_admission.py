@@ -22,6 +22,7 @@ from gateway.admission import Admission, FairQueue, Gate, Left, Rates, Seat, Sha
 from gateway.admission.fair_queue import LINGER_S
 from gateway.background import PendingWorker
 from gateway.settings import load_settings
+from tests.audit.test_audit_truth import retrieve_scope
 from tests.conftest import open_gateway, serve_gateway
 from tests.gateway.fixtures import SALES_TASK
 
@@ -446,25 +447,7 @@ def test_a_call_whose_client_leaves_while_it_waits_gives_up_its_place(sqlite_url
         portal = gateway.client.portal  # type: ignore[attr-defined]
         holder = portal.call(admission.enter, "acme", "user:holder", 1)
         body = json.dumps({"task": SALES_TASK, "query": "renewal", "sources": {"semantic": False}}).encode()
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0"},
-            "http_version": "1.1",
-            "method": "POST",
-            "scheme": "http",
-            "path": "/v1/retrieve",
-            "raw_path": b"/v1/retrieve",
-            "query_string": b"",
-            "root_path": "",
-            "headers": [
-                (b"host", b"testserver"),
-                (b"authorization", f"Bearer {key}".encode()),
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-            ],
-            "client": ("127.0.0.1", 50000),
-            "server": ("testserver", 80),
-        }
+        scope = retrieve_scope(key, body)
 
         async def scenario() -> list[dict[str, Any]]:
             left, sent, messages = anyio.Event(), [], [{"type": "http.request", "body": body, "more_body": False}]
@@ -495,3 +478,21 @@ def test_a_call_whose_client_leaves_while_it_waits_gives_up_its_place(sqlite_url
         portal.call(holder.release)
         assert admission.saturation()["in_flight"] == 0  # the seat did not go to the call that left
         assert gateway.retrieve(key, {"task": SALES_TASK, "query": "renewal"}).status_code == 200
+
+
+def test_a_refusal_says_nothing_of_another_tenant() -> None:
+    """A tenant refused past its own bound learns its own bound and a Retry-After from its own queue:
+    not which tenant is flooding, nor that tenant's bound or what it has waiting."""
+
+    async def scenario() -> None:
+        fair = queue(2, {"acme-secret-flooder": Share(queue=128), "globex": Share(queue=4)})
+        for _ in range(100):
+            fair.enter("acme-secret-flooder", "user:flood", 1)
+        for _ in range(5):  # one runs at once (its fair share), four wait: globex's queue is full
+            fair.enter("globex", "user:gina", 1)
+        with pytest.raises(RateLimited) as refused:
+            fair.enter("globex", "user:gina", 1)
+        said = f"{refused.value} {refused.value.headers}"
+        assert "4 units" in said and "acme" not in said and "128" not in said and "100" not in said
+
+    run(scenario)
