@@ -122,6 +122,7 @@ class SourceRecord(LineagePart):
     skip: SkipReason | None = None
     lag: int | None = None
     aliases: str | None = None
+    model: str | None = None  # semantic: the embedding model that ranked
 
     def wire(self) -> dict[str, Any]:
         """The response's `sources` entry: the typed reason stays in the trail."""

@@ -120,6 +120,8 @@ class SourceResult:
     lag: int | None = None  # semantic: items not yet embedded
     embed_ms: float | None = None  # semantic: time spent embedding the query
     skip: SkipReason | None = None  # why a skipped source did not run
+    model: str | None = None  # semantic: the embedding model of the query vector and the index
+    query_vector: tuple[float, ...] | None = None  # semantic: for the rerank; never leaves the process
 
     @classmethod
     def skipped(cls, connector: str, reason: SkipReason, detail: str | None = None) -> SourceResult:

@@ -18,7 +18,7 @@ from connectors.sql.graph import SqlGraphConnector
 from connectors.sql.lexical import FullTextConnector
 from connectors.sql.pgvector import PgvectorConnector
 from connectors.sql.pgvector import prepare as prepare_pgvector
-from connectors.sql.vectors import VectorConnector, VectorIndex
+from connectors.sql.vectors import StoredVectors, VectorConnector, VectorIndex
 from core.errors import ConfigurationError
 from core.store import open_store
 from gateway.admission import Admission, load_admission
@@ -141,24 +141,26 @@ def build_weaviate(settings: EmbeddingSettings, embedder: Embedder) -> "Weaviate
 
 def build_semantic(settings: Settings, store: Engine) -> Semantic:
     """The embedded vector index and its embedding worker, or the reason semantic search is off."""
-    embedder, unavailable = load_embedder(settings)
+    embedder, note = load_embedder(settings)
     if embedder is None:
-        return Semantic(None, None, None, unavailable)
+        return Semantic(None, None, None, note)
+    log.info("embedding model: %s (%d dimensions)%s", embedder.model_id, embedder.dims, f"; {note}" if note else "")
+    made = functools.partial(Semantic, fallback=note, stored=StoredVectors(store, embedder.model_id, embedder.dims))
     if settings.weaviate_url:
         from connectors.confirm import StoreConfirmed
 
         weaviate = build_weaviate(settings, embedder)
         publish = functools.partial(publish_to_weaviate, weaviate)
         worker = EmbeddingWorker(store, embedder, publish=publish) if settings.background_embedding else None
-        return Semantic(embedder, StoreConfirmed(weaviate, store), worker, close=weaviate.close)
+        return made(embedder, StoreConfirmed(weaviate, store), worker, close=weaviate.close)
     worker = EmbeddingWorker(store, embedder) if settings.background_embedding else None
     if settings.vector_index != "memory":
         # pgvector: the index lives in the store, so nothing vector-shaped is held (or warmed) here.
         reason = prepare_pgvector(store, embedder.dims)
         if reason is None:
-            return Semantic(embedder, PgvectorConnector(store, embedder.model_id, embedder.dims), worker)
+            return made(embedder, PgvectorConnector(store, embedder.model_id, embedder.dims), worker)
         if settings.vector_index == "pgvector":
             raise ConfigurationError(f"GATEWAY_VECTOR_INDEX=pgvector: {reason}")
         log.info("vector index: in-process (%s)", reason)
     index = VectorIndex(store, embedder.model_id, embedder.dims)
-    return Semantic(embedder, VectorConnector(index), worker)
+    return made(embedder, VectorConnector(index), worker)

@@ -127,6 +127,9 @@ class RetrievalSettings:
     cursor_idle_seconds: int = 3600
     cursor_max_per_actor: int = 100
     semantic_floor: float = 0.30
+    # `vectors`: after the verify, the allowed candidates are ranked again by the query's cosine with
+    # their stored vectors (gateway/pipeline/fuse.py); `off`: plain reciprocal rank fusion.
+    rerank: str = "vectors"
 
     @property
     def budget_shares(self) -> Mapping[str, float]:
@@ -137,10 +140,14 @@ class RetrievalSettings:
 class EmbeddingSettings:
     """Semantic search: the model (or a remote endpoint), where vectors are indexed, and the worker."""
 
-    # `minilm` the packaged model re-quantized for integer arithmetic (gateway/writes/integer_model.py),
+    # `bge-small` bge-small-en-v1.5 (int8) fetched from the Maven registry (gateway/writes/maven_model.py),
+    # `minilm` the packaged MiniLM re-quantized for integer arithmetic (gateway/writes/integer_model.py),
     # `minilm-float` the packaged graph as shipped (float arithmetic), `none` semantic search off.
-    embeddings: str = "minilm"
-    model_dir: Path | None = None  # where the integer model is made once; default <data_dir>/models
+    embeddings: str = "bge-small"
+    # Where fetched and converted model files are kept, once per user: default the user's cache
+    # ($XDG_CACHE_HOME or ~/.cache)/governed-gateway/models.
+    model_dir: Path | None = None
+    model_registry: str = "https://repo1.maven.org/maven2"  # a Maven repository (or a mirror of one)
     embeddings_url: str | None = None
     embeddings_model: str | None = None
     embeddings_key: str | None = None
@@ -235,7 +242,7 @@ class Settings(
 
     @property
     def effective_model_dir(self) -> Path:
-        return self.model_dir if self.model_dir is not None else self.data_dir / "models"
+        return self.model_dir if self.model_dir is not None else user_model_dir({})
 
 
 @cache
@@ -324,6 +331,12 @@ def _convert(name: str, raw: str, kind: Any) -> Any:
 TYPES: dict[str, Any] = {field.name: get_type_hints(Settings)[field.name] for field in fields(Settings)}
 
 
+def user_model_dir(environ: Mapping[str, str]) -> Path:
+    """The user's cache for model files: $XDG_CACHE_HOME (or ~/.cache)/governed-gateway/models."""
+    cache = environ.get("XDG_CACHE_HOME") or str(Path(environ.get("HOME") or Path.home()) / ".cache")
+    return Path(cache) / "governed-gateway" / "models"
+
+
 def load_settings(overrides: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
     """Build settings: defaults, then GATEWAY_* variables, then explicit overrides (flags win)."""
     environ = os.environ if environ is None else environ
@@ -336,6 +349,8 @@ def load_settings(overrides: Mapping[str, Any] | None = None, environ: Mapping[s
         if value is not None:
             values[key] = value
     settings = replace(Settings(), **values)
+    if settings.model_dir is None:
+        settings = replace(settings, model_dir=user_model_dir(environ))
     settings.budget_shares  # noqa: B018  (validated once, here: a bad split stops start-up)
     settings.mcp_origins  # noqa: B018  (likewise a malformed origin)
     if settings.audit_key is not None and len(settings.audit_key.encode()) < 32:
@@ -361,8 +376,12 @@ def load_settings(overrides: Mapping[str, Any] | None = None, environ: Mapping[s
                 "GATEWAY_PUBLIC_URL: expected a scheme and host (and port) only, such as https://gateway.example.com"
             )
         settings = replace(settings, public_url=settings.public_url.rstrip("/"))
-    if settings.embeddings not in ("minilm", "minilm-float", "none"):
-        raise ConfigurationError("GATEWAY_EMBEDDINGS: expected minilm, minilm-float or none")
+    if settings.embeddings not in ("bge-small", "minilm", "minilm-float", "none"):
+        raise ConfigurationError("GATEWAY_EMBEDDINGS: expected bge-small, minilm, minilm-float or none")
+    if settings.rerank not in ("vectors", "off"):
+        raise ConfigurationError("GATEWAY_RERANK: expected vectors or off")
+    if not settings.model_registry.startswith(("http://", "https://")):
+        raise ConfigurationError("GATEWAY_MODEL_REGISTRY: expected an http:// or https:// URL")
     if settings.vector_index not in ("auto", "memory", "pgvector"):
         raise ConfigurationError("GATEWAY_VECTOR_INDEX: expected auto, memory or pgvector")
     if settings.pii not in ("presidio", "none"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Literal
@@ -303,6 +304,46 @@ def permitted_pks(tags: tuple[str, ...]) -> Select[Any]:
         return _permitted_pks()
     joined, condition = _current(tags)
     return select(item.c.pk).select_from(joined).where(condition)
+
+
+@cache
+def _stored_vectors() -> Select[Any]:
+    joined, condition = _current(())
+    return (
+        select(item.c.id, item_vector.c.vector)
+        .select_from(joined)
+        .where(condition, item.c.id.in_(bindparam("stored_ids", expanding=True)))
+    )
+
+
+class StoredVectors:
+    """The stored vectors of named items, for re-scoring fused candidates (the rerank). Read from
+    `item_vector` whatever index serves the search (it holds every vector the gateway wrote), through
+    the same pushdown as a search: only items the filter admits, with a vector of this model made
+    from their current text."""
+
+    def __init__(self, engine: Engine, model: str, dims: int) -> None:
+        self.engine = engine
+        self.model = model
+        self.dims = dims
+
+    def similarities(self, where: ItemFilter, query: RecallQuery, ids: Sequence[str]) -> dict[str, float]:
+        """Cosine of `query.vector` with each admitted item's stored vector (blocking)."""
+        if not ids or query.vector is None:
+            return {}
+        if query.model != self.model or len(query.vector) != self.dims:
+            raise ConnectorError("query vector is of another model than the stored vectors")
+        statement = _stored_vectors() if not query.tags else _stored_vectors().where(tagged(query.tags))
+        try:
+            with watched(self.engine) as conn:
+                rows = conn.execute(statement, {**bound(where), "vector_model": self.model, "stored_ids": list(ids)}).all()
+        except SQLAlchemyError as exc:
+            raise ConnectorError(f"stored vectors could not be read: {type(exc).__name__}") from exc
+        if not rows:
+            return {}
+        matrix = np.frombuffer(b"".join(r.vector for r in rows), dtype=np.float32).reshape(len(rows), self.dims)
+        scores = matrix @ np.asarray(query.vector, dtype=np.float32)
+        return {r.id: float(score) for r, score in zip(rows, scores)}
 
 
 class VectorConnector:

@@ -1,5 +1,5 @@
 """The `gateway` command: one module per command group (serve, demo, migrate, keys, ingest, embed,
-audit, pii, policy), what they share in `common`."""
+models, audit, pii, policy), what they share in `common`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from core.errors import GatewayError
-from gateway.cli import audit, demo, embed, ingest, keys, migrate, pii, policy, serve
+from gateway.cli import audit, demo, embed, ingest, keys, migrate, models, pii, policy, serve
 
 
 class Gateway(click.Group):
@@ -34,6 +34,7 @@ for command in (
     keys.keys,
     ingest.ingest_command,
     embed.embed,
+    models.models,
     audit.audit,
     pii.pii,
     policy.policy,

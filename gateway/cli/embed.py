@@ -25,8 +25,16 @@ from gateway.cli.common import cores, rate_bar, settings_from, store_options
     default=None,
     help="Model runs side by side, one core each (default: the cores this process may use).",
 )
-def embed(batch: int, threads: int | None, **flags: Any) -> None:
-    """Embed every item still waiting for a vector (the service also does this in the background)."""
+@click.option(
+    "--rate",
+    type=click.FloatRange(min=0.1),
+    default=None,
+    help="At most this many items a second, to leave cores to a running service (default: as fast as it goes).",
+)
+def embed(batch: int, threads: int | None, rate: float | None, **flags: Any) -> None:
+    """Embed every item still waiting for a vector of the configured model (the service also does
+    this in the background). After a model change, this re-embeds every item; stopped, it resumes
+    where it stopped."""
     from core.errors import ConnectorError
     from core.store import open_store
     from gateway.context import build_weaviate
@@ -34,9 +42,11 @@ def embed(batch: int, threads: int | None, **flags: Any) -> None:
     from gateway.writes.vectorize import embed_all, lag, publish_to_weaviate
 
     settings = settings_from(**flags)
-    embedder, unavailable = load_embedder(settings, threads=threads or cores(), bulk=True)
+    embedder, note = load_embedder(settings, threads=threads or cores(), bulk=True)
     if embedder is None:
-        raise click.ClickException(unavailable or "no embedder")
+        raise click.ClickException(note or "no embedder")
+    if note:
+        click.echo(f"warning: {note}", err=True)
     engine = open_store(settings.effective_database_url)
     waiting = lag(engine, embedder.model_id)
     # With Weaviate, every chunk is copied there before it counts as embedded (as the service does).
@@ -44,7 +54,7 @@ def embed(batch: int, threads: int | None, **flags: Any) -> None:
     publish = functools.partial(publish_to_weaviate, weaviate) if weaviate else None
     try:
         with rate_bar(waiting, f"embedding with {embedder.model_id}") as bar:
-            done = embed_all(engine, embedder, batch, progress=bar.update, publish=publish)
+            done = embed_all(engine, embedder, batch, progress=bar.update, publish=publish, rate=rate)
     except ConnectorError as exc:
         raise click.ClickException(f"{exc.message}; the items not yet copied are still waiting") from exc
     finally:

@@ -6,7 +6,7 @@ cursor → respond (→ synthesis); `expand` (gateway.pipeline.expand) reuses th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from opentelemetry.trace import get_current_span
@@ -33,7 +33,7 @@ from gateway.pipeline.relevance import above_floor
 from gateway.pipeline.respond import cite, entities_report, mask_fields, request_shape, respond, source_records
 from gateway.pipeline.returned import note_returned
 from gateway.pipeline.sections import read_whole, section_keys
-from gateway.pipeline.semantic import Semantic, semantic_search
+from gateway.pipeline.semantic import Semantic, semantic_search, stored_similarities
 from gateway.pipeline.stages import StageTimer
 from gateway.pipeline.understand import depth_report, has_letters, rephrase
 from gateway.policy.base import PolicyEngine
@@ -131,8 +131,9 @@ class Pipeline:
         trace.lineage.pushdown_mismatches = len(verdict.denied)
 
         await give_way()
+        similarity = await self.rerank(request, constraints, results, verdict.allowed_ids, timer)
         with timer.stage("fuse", "fuse_ms"):
-            fused = fuse({name: r.candidates for name, r in results.items()}, verdict.allowed_ids)
+            fused = fuse({name: r.candidates for name, r in results.items()}, verdict.allowed_ids, similarity)
             relevant, floor_report = above_floor(fused, results["semantic"].candidates, self.settings.semantic_floor)
             relevant, merged = read_whole(relevant, pieces, verdict.allowed_ids)
         trace.lineage.section_pieces = sorted(p.id for p in pieces if p.id in verdict.allowed_ids)
@@ -276,6 +277,32 @@ class Pipeline:
         timer.add("verify_ms", verdict.ms)
         current_telemetry().mismatched(len(denied))
         return Verdict(verdict.allowed_ids, denied, verdict.ms)
+
+    async def rerank(
+        self,
+        request: RetrieveRequest,
+        constraints: Constraints,
+        results: dict[str, SourceResult],
+        allowed: frozenset[str],
+        timer: StageTimer,
+    ) -> dict[str, float]:
+        """The query's cosine with the stored vector of every candidate the policy allowed (the
+        rerank, after the verify: nothing the caller may not see is read), or nothing when the
+        rerank is off or the semantic search did not run. A failure keeps plain fusion and says so."""
+        semantic = results["semantic"]
+        if self.settings.rerank != "vectors" or semantic.query_vector is None:
+            return {}
+        ids = sorted({c.record.id for r in results.values() for c in r.candidates if c.record.id in allowed})
+        tags = tuple(request.filters.tags) if request.filters else ()
+        with timer.stage("rerank", "fuse_ms", {"gateway.rerank.candidates": len(ids)}):
+            try:
+                similarity = await stored_similarities(self.connectors.semantic, constraints.items, semantic, ids, tags)
+            except ConnectorError as exc:
+                results["semantic"] = replace(semantic, detail=f"{semantic.detail}; not reranked: {exc.message}")
+                return {}
+        note = f"{len(similarity)} of {len(ids)} candidates reranked by stored vectors"
+        results["semantic"] = replace(semantic, detail=f"{semantic.detail}; {note}" if semantic.detail else note)
+        return similarity
 
     async def linked(self, constraints: Constraints, records: list[Record]) -> tuple[Record, ...]:
         """The entities the records name, read for the item policy's link check (never returned). If

@@ -72,6 +72,7 @@ def source_records(results: dict[str, SourceResult], allowed_ids: frozenset[str]
             detail=result.detail or None,
             skip=result.skip,
             lag=result.lag,
+            model=result.model,
         )
         for name, result in results.items()
     }

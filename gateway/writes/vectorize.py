@@ -133,6 +133,7 @@ def embed_all(
     progress: Callable[[int], None] | None = None,
     chunk: int = 512,
     publish: Publish | None = None,
+    rate: float | None = None,
 ) -> int:
     """Embed everything waiting (the CLI's `gateway embed`). Reads `chunk` waiting items at a time
     in key order, each read starting after the last key seen (so the store is not scanned again
@@ -141,9 +142,14 @@ def embed_all(
     store's size. Passes repeat until one finds nothing, so an item rewritten behind the cursor
     meanwhile is embedded too. With `publish` (a Weaviate deployment), each chunk is copied there
     before its vectors are stored, as the background worker does: an item is never marked embedded
-    while the index that serves it lacks its vector."""
+    while the index that serves it lacks its vector. With `rate` (items a second), chunks are about a
+    second's worth and the loop sleeps to keep under the rate, leaving cores to a running service.
+    Stopped at any point, a run loses at most its current chunk: the next run starts from what waits."""
     joined, condition = _stale(embedder.model_id)
     total = 0
+    if rate is not None:
+        chunk = max(1, min(chunk, int(rate)))
+    started = time.monotonic()
     while True:
         done, after = 0, None
         while True:
@@ -164,6 +170,8 @@ def embed_all(
                 publish(engine, {r.pk: [float(x) for x in v] for r, v in zip(rows, vectors)})
             _store(engine, embedder, rows, vectors)
             done += len(rows)
+            if rate is not None:
+                time.sleep(max(0.0, (total + done) / rate - (time.monotonic() - started)))
         if not done:
             return total
         total += done
