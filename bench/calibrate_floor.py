@@ -1,7 +1,7 @@
 """Calibrate the semantic floor (GATEWAY_SEMANTIC_FLOOR): how much of what is relevant it keeps,
 how many off-topic questions it turns into an honest empty answer.
 
-Embeds, in-process with the gateway's packaged model (OnnxMiniLM, 2 threads), the relevant abstracts
+Embeds, in-process with the gateway's model (`--embeddings`, as GATEWAY_EMBEDDINGS; 2 threads), the relevant abstracts
 of N sampled SciFact training claims plus 800 other abstracts, then prints
 
 - positives: per claim, the best cosine between the claim and one of its relevant abstracts;
@@ -10,10 +10,11 @@ of N sampled SciFact training claims plus 800 other abstracts, then prints
 - negatives: per off-topic question (business chatter and nonsense a SciFact store should not
   answer), the best cosine over the whole pool;
 
-and, for floors 0.20 .. 0.45, the share of positives kept, claims answered and off-topic questions
+and, for floors 0.20 .. 0.75, the share of positives kept, claims answered and off-topic questions
 rejected. Run from the project root:
 
-    .venv/bin/python bench/calibrate_floor.py --data-set /work/shared/data/scifact
+    .venv/bin/python bench/calibrate_floor.py --data-set /work/shared/data/scifact                      # bge-small
+    .venv/bin/python bench/calibrate_floor.py --data-set /work/shared/data/scifact --embeddings minilm
 
 Passages are embedded exactly as the gateway embeds a document section (title, newline, abstract),
 queries exactly as a retrieve query. See bench/history/calibrate_floor.md for how to recalibrate for another model
@@ -33,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 OTHER_ABSTRACTS = 800
-FLOORS = [round(0.20 + 0.05 * i, 2) for i in range(6)]  # 0.20 .. 0.45
+FLOORS = [round(0.20 + 0.05 * i, 2) for i in range(12)]  # 0.20 .. 0.75
 OFF_TOPIC = [
     "What pricing did we discuss with Jane?",
     "When is the contract renewal for Acme?",
@@ -100,9 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-set", type=Path, required=True, help="the SciFact directory (BEIR layout)")
     parser.add_argument("--sample", type=int, default=200, help="training claims to sample (default 200)")
     parser.add_argument("--seed", type=int, default=7, help="sampling seed (default 7)")
+    parser.add_argument("--embeddings", choices=("bge-small", "minilm", "minilm-float"), default="bge-small")
     args = parser.parse_args(argv)
 
-    from gateway.writes.embeddings import OnnxMiniLM
+    from gateway.settings import load_settings
+    from gateway.writes.embeddings import load_embedder
 
     corpus, queries, qrels = read(args.data_set)
     rng = random.Random(args.seed)
@@ -112,7 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     pool = relevant + others
     row_of = {doc: i for i, doc in enumerate(pool)}
 
-    embedder = OnnxMiniLM(threads=2)
+    embedder, note = load_embedder(load_settings({"embeddings": args.embeddings}), threads=2)
+    if embedder is None or note:
+        raise SystemExit(f"--embeddings {args.embeddings}: {note}")
     print(
         f"Embedding {len(pool)} abstracts ({len(relevant)} relevant to {len(claims)} sampled claims, "
         f"{len(others)} others) with {embedder.model_id}...",

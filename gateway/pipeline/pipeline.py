@@ -134,7 +134,9 @@ class Pipeline:
         similarity = await self.rerank(request, constraints, results, verdict.allowed_ids, timer)
         with timer.stage("fuse", "fuse_ms"):
             fused = fuse({name: r.candidates for name, r in results.items()}, verdict.allowed_ids, similarity)
-            relevant, floor_report = above_floor(fused, results["semantic"].candidates, self.settings.semantic_floor)
+            relevant, floor_report = above_floor(
+                fused, results["semantic"].candidates, self.connectors.semantic.floor(self.settings.semantic_floor)
+            )
             relevant, merged = read_whole(relevant, pieces, verdict.allowed_ids)
         trace.lineage.section_pieces = sorted(p.id for p in pieces if p.id in verdict.allowed_ids)
         trace.lineage.merged_into_sections = merged

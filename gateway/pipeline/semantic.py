@@ -53,6 +53,7 @@ class QueryVectors:
                 self._vectors.popitem(last=False)
 
 
+DEFAULT_FLOOR = 0.30  # a model without a calibrated floor (an HTTP endpoint's): MiniLM's
 QUERY_VECTORS = 512  # recent query vectors kept per service (~5 MB at 384 dimensions)
 
 
@@ -69,6 +70,12 @@ class Semantic:
     vectors: QueryVectors = field(default_factory=lambda: QueryVectors(QUERY_VECTORS))
     fallback: str | None = None  # why the embedder is not the configured model (said on every answer)
     stored: StoredVectors | None = None  # the stored vectors the rerank reads
+
+    def floor(self, configured: float | None) -> float:
+        """The cosine a semantic-only hit needs: GATEWAY_SEMANTIC_FLOOR, else the model's own."""
+        if configured is not None:
+            return configured
+        return getattr(self.embedder, "floor", DEFAULT_FLOOR)
 
 
 async def semantic_search(semantic: Semantic, where: ItemFilter, query: RecallQuery) -> SourceResult:

@@ -27,6 +27,7 @@ log = logging.getLogger("gateway.writes.embeddings")
 Vectors = npt.NDArray[np.float32]
 TOKENIZER = Path(__file__).resolve().parent.parent / "models" / "minilm-tokenizer.json"
 MAX_TOKENS = 256
+BGE_FLOOR = 0.65  # calibrated with bench/calibrate_floor.py: rejects every off-topic question, keeps 98% of positives
 
 
 class Embedder(Protocol):
@@ -51,6 +52,7 @@ class OnnxEmbedder:
     path or its bytes."""
 
     dims = 384
+    floor = 0.30  # the cosine a semantic-only hit needs (GATEWAY_SEMANTIC_FLOOR overrides it)
 
     def __init__(
         self,
@@ -180,6 +182,8 @@ class OnnxBgeSmall(OnnxEmbedder):
     512 tokens, as it was trained; no query instruction: on SciFact's training claims it ranked
     lower with one (nDCG@10 0.745 against 0.749, bench/README.md)."""
 
+    floor = BGE_FLOOR
+
     def __init__(self, files: ModelFiles, threads: int = 1, bulk: bool = False) -> None:
         super().__init__(
             f"{BGE_SMALL.name}@{BGE_SMALL.model_sha256[:12]}",
@@ -260,11 +264,12 @@ def load_embedder(settings: Settings, *, threads: int = 1, bulk: bool = False) -
     try:
         if kind == "bge-small":
             try:
-                key = (kind, threads, bulk)
-                if key not in _MODELS:
+                # Per directory: the files are verified as they are loaded, and another directory's may differ.
+                bge_key = (f"{kind}:{settings.effective_model_dir}", threads, bulk)
+                if bge_key not in _MODELS:
                     files = fetch(BGE_SMALL, settings.effective_model_dir, settings.model_registry)
-                    _MODELS[key] = OnnxBgeSmall(files, threads=threads, bulk=bulk)
-                return _MODELS[key], None
+                    _MODELS[bge_key] = OnnxBgeSmall(files, threads=threads, bulk=bulk)
+                return _MODELS[bge_key], None
             except ModelUnavailable as exc:
                 note = f"bge-small is unavailable ({exc.message}); the packaged MiniLM runs instead"
                 log.error("embedding model: %s", note)

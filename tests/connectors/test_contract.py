@@ -27,7 +27,7 @@ from connectors.sql.exact import SqlExactConnector
 from connectors.sql.graph import SqlGraphConnector
 from connectors.sql.lexical import FullTextConnector
 from connectors.sql.pgvector import PgvectorConnector
-from connectors.sql.vectors import VectorConnector, VectorIndex
+from connectors.sql.vectors import StoredVectors, VectorConnector, VectorIndex
 from connectors.weaviate import WeaviateConnector
 from core.constraints import ItemFilter
 from core.errors import ConnectorError
@@ -216,6 +216,32 @@ class TestSemanticContract(ConnectorContract):
         assert scores == sorted(scores, reverse=True) and all(-1.0 <= s <= 1.0 for s in scores)
 
 
+def test_the_reranks_stored_vectors_admit_only_what_the_constraints_admit(store: Engine) -> None:
+    """The rerank reads stored vectors of ids it is handed; its own pushdown holds even when it is
+    handed every id of the store (the verify before it is the other layer)."""
+    embedder = minilm()
+    embed_all(store, embedder)
+    stored = StoredVectors(store, embedder.model_id, embedder.dims)
+    query = TestSemanticContract().query()
+    every = [f"forbidden_{name}_{i}" for name in FORBIDDEN_VARIANTS for i in range(4)]
+    every += [f"permitted_{i}" for i in range(12)] + ["permitted_other_entity", "globex_1", "unknown"]
+    found = stored.similarities(CONSTRAINTS, query, every)
+    assert set(found) == {f"permitted_{i}" for i in range(12)} | {"permitted_other_entity"}
+    assert all(-1.0 <= score <= 1.0 for score in found.values())
+    assert set(stored.similarities(CONSTRAINTS, replace(query, tags=("pricing",)), every)) == {
+        f"permitted_{i}" for i in range(12) if i % 2
+    }
+    assert stored.similarities(replace(CONSTRAINTS, principals=()), query, every) == {}
+    assert set(stored.similarities(replace(CONSTRAINTS, tenant="globex", subjects=()), query, every)) == {"globex_1"}
+    # A vector made from text the item no longer has is not read; nor is one of another model.
+    ingest(store, "acme", [note("permitted_3", "pricing note 3, rewritten")])
+    assert "permitted_3" not in stored.similarities(CONSTRAINTS, query, every)
+    other = StoredVectors(store, "another-model", embedder.dims)
+    with pytest.raises(ConnectorError, match="another model"):
+        other.similarities(CONSTRAINTS, query, every)
+    assert other.similarities(CONSTRAINTS, replace(query, model="another-model"), every) == {}
+
+
 class TestSemanticApproximateContract(TestSemanticContract):
     """The same index forced onto its HNSW path, widening its window past forbidden neighbours."""
 
@@ -330,6 +356,7 @@ def test_every_connector_class_is_checked_against_its_protocol() -> None:
 
 
 def minilm() -> Any:
+    """The default embedder (bge-small since it arrived; the name is the suite's history)."""
     embedder, reason = load_embedder(load_settings(environ={}))
     assert embedder is not None, reason
     return embedder

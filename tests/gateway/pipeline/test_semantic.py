@@ -161,7 +161,7 @@ def test_a_model_that_cannot_load_degrades_semantic_search(
 ) -> None:
     import gateway.writes.embeddings as embeddings
 
-    monkeypatch.setattr(embeddings, "_MINILM", {})
+    monkeypatch.setattr(embeddings, "_MODELS", {})
     monkeypatch.setattr(embeddings, "TOKENIZER", tmp_path / "missing-tokenizer.json")
     with open_gateway(sqlite_url, tmp_path, embeddings="minilm") as gateway:
         gateway.ingest("acme", TOPICS)

