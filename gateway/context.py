@@ -32,7 +32,7 @@ from gateway.settings import AuditSettings, EmbeddingSettings, Settings
 from gateway.synthesis.client import Synthesizer
 from gateway.telemetry import NOOP, Telemetry, build_telemetry
 from gateway.writes.embeddings import Embedder, load_embedder
-from gateway.writes.vectorize import EmbeddingWorker, publish_to_weaviate
+from gateway.writes.vectorize import EmbeddingWorker, forget_vectors, publish_to_weaviate
 
 if TYPE_CHECKING:  # Weaviate's client is imported only by a deployment that sets GATEWAY_WEAVIATE_URL
     from connectors.weaviate import WeaviateConnector
@@ -124,16 +124,19 @@ def build_checkpointer(settings: AuditSettings, store: Engine) -> Checkpointer |
     )
 
 
-def build_weaviate(settings: EmbeddingSettings, embedder: Embedder) -> "WeaviateConnector":
-    """The Weaviate connector of GATEWAY_WEAVIATE_URL, for the model's vectors."""
-    from connectors.weaviate import WeaviateConnector
+def build_weaviate(settings: EmbeddingSettings, embedder: Embedder, store: Engine) -> "WeaviateConnector":
+    """The Weaviate connector of GATEWAY_WEAVIATE_URL, for the model's vectors, in the model's own
+    collection; when it has to create that collection, the store's vectors of the model are
+    forgotten, so the worker (or `gateway embed`) makes and copies them again."""
+    from connectors.weaviate import WeaviateConnector, collection_for
 
     assert settings.weaviate_url
     return WeaviateConnector(
         settings.weaviate_url,
         model=embedder.model_id,
         dims=embedder.dims,
-        collection=settings.weaviate_collection,
+        collection=collection_for(settings.weaviate_collection, embedder.model_id),
+        on_created=functools.partial(forget_vectors, store, embedder.model_id),
         grpc_port=settings.weaviate_grpc_port,
         api_key=settings.weaviate_api_key,
     )
@@ -149,7 +152,7 @@ def build_semantic(settings: Settings, store: Engine) -> Semantic:
     if settings.weaviate_url:
         from connectors.confirm import StoreConfirmed
 
-        weaviate = build_weaviate(settings, embedder)
+        weaviate = build_weaviate(settings, embedder, store)
         publish = functools.partial(publish_to_weaviate, weaviate)
         worker = EmbeddingWorker(store, embedder, publish=publish) if settings.background_embedding else None
         return made(embedder, StoreConfirmed(weaviate, store), worker, close=weaviate.close)

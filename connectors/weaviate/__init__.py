@@ -19,6 +19,7 @@ from connectors.weaviate.schema import (
     SCHEMA,
     VECTOR,
     _properties,
+    collection_for,
     properties_of,
     record_of,
     schema_description,
@@ -27,6 +28,7 @@ from connectors.weaviate.schema import (
 )
 
 __all__ = [
+    "collection_for",
     "COLLECTION",
     "DEFAULT_GRPC_PORT",
     "FILTERED",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -67,7 +67,10 @@ class WeaviateConnector:
         grpc_port: int = DEFAULT_GRPC_PORT,
         api_key: str | None = None,
         timeout_s: float = 10.0,
+        on_created: Callable[[], object] | None = None,
     ) -> None:
+        """`on_created` runs once when this connector creates its collection: the store's vectors
+        of the model were never copied into it (the service forgets them, and they are made again)."""
         if dims < 1 or not model:
             raise ValueError("a semantic connector needs a model id and positive dimensions")
         self.model = model
@@ -75,6 +78,7 @@ class WeaviateConnector:
         self.collection = collection
         self._lock = threading.Lock()
         self._verified = False
+        self._on_created = on_created
         if isinstance(client, str):
             self._url = urlsplit(client)
             if self._url.scheme not in ("http", "https") or not self._url.hostname:
@@ -133,8 +137,10 @@ class WeaviateConnector:
     def _prepare(self, client: weaviate.WeaviateClient) -> None:
         if self._verified:
             return
+        created = False
         if not client.collections.exists(self.collection):
             try:
+                created = True
                 client.collections.create(
                     self.collection,
                     description=schema_description(self.model, self.dims),
@@ -147,11 +153,14 @@ class WeaviateConnector:
                     inverted_index_config=Configure.inverted_index(index_null_state=True),
                 )
             except WeaviateBaseError:
+                created = False
                 if not client.collections.exists(self.collection):  # not another replica creating it meanwhile
                     raise
         problems = schema_problems(client.collections.use(self.collection).config.get(), self.model, self.dims)
         if problems:
             raise ConnectorError("semantic: the Weaviate collection does not fit: " + "; ".join(problems))
+        if created and self._on_created is not None:
+            self._on_created()
         self._verified = True
 
     # -- writing

@@ -148,6 +148,13 @@ def record_of(props: dict[str, Any], tenant: str) -> Record:
 # ---------------------------------------------------------------- the collection
 
 
+def collection_for(base: str, model: str) -> str:
+    """The collection of one embedding model: `GATEWAY_WEAVIATE_COLLECTION`, then the model id in
+    the characters a collection name allows. A model change writes a collection of its own, so no
+    search ever compares vectors of two models, even while replicas of both run."""
+    return f"{base}_{re.sub('[^0-9A-Za-z]+', '_', model).strip('_')}"
+
+
 def schema_description(model: str, dims: int) -> str:
     return json.dumps({"gateway": "semantic", "model": model, "dims": dims}, sort_keys=True)
 

@@ -50,7 +50,7 @@ def embed(batch: int, threads: int | None, rate: float | None, **flags: Any) -> 
     engine = open_store(settings.effective_database_url)
     waiting = lag(engine, embedder.model_id)
     # With Weaviate, every chunk is copied there before it counts as embedded (as the service does).
-    weaviate = build_weaviate(settings, embedder) if settings.weaviate_url else None
+    weaviate = build_weaviate(settings, embedder, engine) if settings.weaviate_url else None
     publish = functools.partial(publish_to_weaviate, weaviate) if weaviate else None
     try:
         with rate_bar(waiting, f"embedding with {embedder.model_id}") as bar:

@@ -183,10 +183,11 @@ class OnnxBgeSmall(OnnxEmbedder):
     lower with one (nDCG@10 0.745 against 0.749, bench/README.md)."""
 
     floor = BGE_FLOOR
+    MODEL_ID = f"{BGE_SMALL.name}@{BGE_SMALL.model_sha256[:12]}"  # the pinned file's digest: new bytes, new id
 
     def __init__(self, files: ModelFiles, threads: int = 1, bulk: bool = False) -> None:
         super().__init__(
-            f"{BGE_SMALL.name}@{BGE_SMALL.model_sha256[:12]}",
+            self.MODEL_ID,
             files.model,
             files.tokenizer,
             pooling="cls",

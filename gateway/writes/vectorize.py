@@ -44,6 +44,13 @@ def _stale(model: str):  # type: ignore[no-untyped-def]
     return joined, condition
 
 
+def forget_vectors(engine: Engine, model: str) -> int:
+    """Drop every stored vector of `model` (its items wait for one again); returns how many. For an
+    index that lost them or never had them: a Weaviate collection created new."""
+    with writer(engine).begin() as conn:
+        return int(conn.execute(item_vector.delete().where(item_vector.c.model == model)).rowcount or 0)
+
+
 def lag(engine: Engine, model: str, tenant: str | None = None) -> int:
     """Items waiting for a vector of `model`: all of them, or one tenant's (read through the
     (tenant, kind) index, so the count costs the tenant's size, not the store's)."""

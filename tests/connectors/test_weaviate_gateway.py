@@ -4,6 +4,7 @@ forbidden nearest neighbours never surfacing."""
 
 from __future__ import annotations
 
+import functools
 import secrets
 import time
 from collections.abc import Callable, Iterator
@@ -12,7 +13,10 @@ from typing import Any
 
 import pytest
 
-from gateway.writes.vectorize import lag
+from connectors.weaviate import collection_for
+from gateway.writes import integer_model
+from gateway.writes.embeddings import OnnxBgeSmall
+from gateway.writes.vectorize import embed_all, lag, publish_to_weaviate
 from tests.conftest import Gateway, open_gateway
 from tests.engines import Endpoint
 from tests.gateway.fixtures import SALES_TASK
@@ -120,14 +124,31 @@ def on_weaviate(endpoint: Endpoint, collection: str, tmp_path: Path, **overrides
     )
 
 
+MODELS = (OnnxBgeSmall.MODEL_ID, integer_model.model_id())
+
+
 @pytest.fixture
 def drop(weaviate_endpoint: Endpoint) -> Iterator[Callable[[str], None]]:
+    """Drops, after the test, the collections the gateway makes of this base name (one per model)."""
     made: list[str] = []
     yield made.append
     client = weaviate_endpoint.client()
     try:
         for name in made:
-            client.collections.delete(name)
+            for model in MODELS:
+                client.collections.delete(collection_for(name, model))
+    finally:
+        client.close()
+
+
+def copies(endpoint: Endpoint, collection: str, model: str = OnnxBgeSmall.MODEL_ID) -> int:
+    """Objects in the tenant acme's shard of the model's collection."""
+    client = endpoint.client()
+    try:
+        name = collection_for(collection, model)
+        if not client.collections.exists(name):
+            return 0
+        return len(client.collections.use(name).with_tenant("acme").query.fetch_objects(limit=100).objects)
     finally:
         client.close()
 
@@ -234,19 +255,12 @@ def test_a_documents_removed_pieces_leave_weaviate_when_a_search_meets_them(
             response = gateway.client.put("/v1/documents/travel", content=body.encode(), headers=writer)
             assert response.status_code == 200, response.text
 
-        def copies() -> int:
-            client = weaviate_endpoint.client()
-            try:
-                return len(client.collections.use(collection).with_tenant("acme").query.fetch_objects(limit=100).objects)
-            finally:
-                client.close()
-
         put(GUIDE)
         wait_embedded(gateway)
-        assert copies() == 3
+        assert copies(weaviate_endpoint, collection) == 3
         put(GUIDE.split("# Trains")[0])  # only the hotels section is left: two pieces removed from the store
         wait_embedded(gateway)
-        assert copies() == 3  # Weaviate still holds the removed pieces' copies
+        assert copies(weaviate_endpoint, collection) == 3  # Weaviate still holds the removed pieces' copies
         question = {
             "task": SALES_TASK,
             "query": "which class of train ticket and which flights need approval",
@@ -256,4 +270,38 @@ def test_a_documents_removed_pieces_leave_weaviate_when_a_search_meets_them(
         response = gateway.retrieve(key, question, semantic=True)
         assert response.status_code == 200, response.text
         assert [i["id"] for i in response.json()["items"]] in ([], ["travel:0000"])
-        assert copies() == 1  # met by that search, confirmed gone from the store, dropped from Weaviate
+        assert copies(weaviate_endpoint, collection) == 1  # met by that search, confirmed gone from the store, dropped from Weaviate
+
+
+def copied(gateway: Gateway) -> None:
+    """Embed what waits and copy it into Weaviate, now, as the worker would (it is off here)."""
+    semantic = gateway.client.app.state.context.connectors.semantic  # type: ignore[attr-defined]
+    embed_all(gateway.store, semantic.embedder, publish=functools.partial(publish_to_weaviate, semantic.connector.inner))
+
+
+def test_each_model_has_its_own_collection_and_a_new_one_is_filled_again(
+    weaviate_endpoint: Endpoint, collection: str, drop: Callable[[str], None], tmp_path: Path
+) -> None:
+    """MiniLM's collection, then bge's on the same store: the bge one starts empty and is filled by
+    embedding again, and no search compares vectors of the two. A collection the store's vectors
+    were never copied into (a new base name) makes them wait again rather than search an empty index."""
+    drop(collection)
+    drop(f"{collection}Renamed")
+    with on_weaviate(weaviate_endpoint, collection, tmp_path, embeddings="minilm", background_embedding=False) as gateway:
+        gateway.ingest("acme", TOPICS[2:4])
+        copied(gateway)
+    assert copies(weaviate_endpoint, collection, integer_model.model_id()) == 2
+    with on_weaviate(weaviate_endpoint, collection, tmp_path, background_embedding=False) as gateway:
+        key = gateway.key("alice", groups=("sales",), clearance="confidential")
+        assert lag(gateway.store, OnnxBgeSmall.MODEL_ID) == 2
+        assert ask(gateway, key, "security") == ("empty", [])  # MiniLM's copies are in another collection
+        copied(gateway)
+        assert copies(weaviate_endpoint, collection) == 2
+        assert ask(gateway, key, "security")[1][0] == "doc_security"
+    assert copies(weaviate_endpoint, collection, integer_model.model_id()) == 2  # left as it was, never searched
+    with on_weaviate(weaviate_endpoint, f"{collection}Renamed", tmp_path, background_embedding=False) as gateway:
+        key = gateway.key("alice", groups=("sales",), clearance="confidential")
+        assert ask(gateway, key, "security") == ("empty", [])  # the search created the collection...
+        assert lag(gateway.store, OnnxBgeSmall.MODEL_ID) == 2  # ...and its vectors wait to be copied again
+        copied(gateway)
+        assert ask(gateway, key, "security")[1][0] == "doc_security"
