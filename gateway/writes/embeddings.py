@@ -1,4 +1,4 @@
-"""Embeddings: a packaged MiniLM on onnxruntime by default, or an OpenAI-compatible endpoint.
+"""Embeddings: bge-small (fetched from Maven Central) or the packaged MiniLM on onnxruntime, or an OpenAI-compatible endpoint.
 
 Vectors are unit length (float32), so a dot product is the cosine similarity. Every vector is
 stored with the id of the model that made it; vectors of another model are never compared.
