@@ -8,13 +8,16 @@ SQLite store, copies that store once per run, and times, each as its own subproc
   a call in key order, padded to the longest, `embed_pending` until nothing waits);
 - `gateway embed (float)`: `gateway embed` on the packaged graph as shipped (`GATEWAY_EMBEDDINGS=minilm-float`);
 - `gateway embed` (length-sorted batches, one single-threaded session per core, streamed chunks) on
-  the default integer model (gateway/writes/integer_model.py, made once before the runs and timed
-  on its own);
+  MiniLM's integer model (`GATEWAY_EMBEDDINGS=minilm`; gateway/writes/integer_model.py, made once
+  before the runs and timed on its own);
+- `gateway embed bge-small`: the same command on the default model, bge-small-en-v1.5 (fetched into
+  the run's model directory before the runs, from the user's cache when it is there);
 - `old pii analyze`: the path `gateway pii analyze` took before (one text per Presidio call, one process, `analyze_pending` until nothing waits);
 - `gateway pii analyze --processes 1` (spaCy `pipe` in batches, one process) and
   `gateway pii analyze` (the same, one worker process per core).
 
-Each run reports items/s, KB/s (UTF-8 bytes of the analysed or embedded text) and the peak RSS of
+Then each model embeds 200 SciFact claims one at a time on one thread, as the service embeds a
+query: p50 and p95 per query. Each run reports items/s, KB/s (UTF-8 bytes of the analysed or embedded text) and the peak RSS of
 the run's whole process tree (psutil, sampled every 0.1 s: the CLI and its worker processes summed),
 and the new paths are given as ratios to the old ones measured in the same run. Afterwards the
 vectors of both embed runs are compared (cosine per item) and the spans of both analyses (equal per
@@ -141,6 +144,40 @@ def spans(store: Path) -> dict[int, str]:
         return {pk: found for pk, found in conn.execute("SELECT item_pk, spans FROM item_pii")}
 
 
+def bge_files(model_dir: Path) -> None:
+    """bge-small's verified files in `model_dir`: copied from the user's cache (fetched there when missing)."""
+    from gateway.settings import load_settings
+    from gateway.writes.maven_model import BGE_SMALL, fetch
+
+    settings = load_settings()
+    started = time.perf_counter()
+    fetch(BGE_SMALL, settings.effective_model_dir, settings.model_registry)
+    shutil.copytree(BGE_SMALL.directory(settings.effective_model_dir), BGE_SMALL.directory(model_dir), dirs_exist_ok=True)
+    print(f"bge-small's files in place in {time.perf_counter() - started:.1f} s")
+
+
+def query_latency(data_set: Path, model_dir: Path, count: int = 200) -> None:
+    """Per model, `count` claims embedded one at a time on one thread (as a retrieve embeds its query)."""
+    from gateway.settings import load_settings
+    from gateway.writes.embeddings import load_embedder
+
+    with (data_set / "queries.jsonl").open(encoding="utf-8") as lines:
+        claims = [json.loads(line)["text"] for line in lines if line.strip()][:count]
+    print(f"\n| model | query embed p50 ms | p95 ms | ({len(claims)} claims, one thread, one at a time) |")
+    print("|---|---|---|---|")
+    for kind in ("minilm", "bge-small"):
+        embedder, note = load_embedder(load_settings({"embeddings": kind, "model_dir": model_dir}))
+        assert embedder is not None and not note, note
+        embedder.embed(claims[:5])  # warm
+        times = []
+        for claim in claims:
+            started = time.perf_counter()
+            embedder.embed([claim])
+            times.append((time.perf_counter() - started) * 1000)
+        times.sort()
+        print(f"| {embedder.model_id} | {times[len(times) // 2]:.1f} | {times[int(len(times) * 0.95)]:.1f} | |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--data-set", type=Path, required=True, help="a BEIR-style directory with corpus.jsonl")
@@ -163,7 +200,7 @@ def main() -> None:
             f"loaded {len(items):,} documents ({kb:,.0f} KB) through ingest in {seconds:.1f} s ({len(items) / seconds:,.0f} items/s)"
         )
         python, gateway = sys.executable, gateway_executable()
-        models = {"GATEWAY_MODEL_DIR": str(work / "models")}
+        models = {"GATEWAY_MODEL_DIR": str(work / "models"), "GATEWAY_EMBEDDINGS": "minilm"}
         runs: list[tuple[str, str, list[str]]] = []
         if args.only in (None, "embed"):
             from gateway.writes.integer_model import integer_model
@@ -171,10 +208,12 @@ def main() -> None:
             started = time.perf_counter()
             integer_model(work / "models")
             print(f"made the integer model from the packaged one in {time.perf_counter() - started:.1f} s")
+            bge_files(work / "models")
             if not args.skip_old:
                 runs.append(("embed", "old embed", [python, "-c", OLD_EMBED, "sqlite:///{db}"]))
                 runs.append(("embed", "gateway embed (float)", [gateway, "embed", "--database-url", "sqlite:///{db}"]))
             runs.append(("embed", "gateway embed", [gateway, "embed", "--database-url", "sqlite:///{db}"]))
+            runs.append(("embed", "gateway embed bge-small", [gateway, "embed", "--database-url", "sqlite:///{db}"]))
         if args.only in (None, "pii"):
             if not args.skip_old:
                 runs.append(("pii", "old pii analyze", [python, "-c", OLD_PII, "sqlite:///{db}"]))
@@ -191,6 +230,7 @@ def main() -> None:
             db = work / f"{name.replace(' ', '-')}.db"
             shutil.copy(base, db)
             env = {**models, "GATEWAY_EMBEDDINGS": "minilm-float"} if name.endswith("(float)") else models
+            env = {**models, "GATEWAY_EMBEDDINGS": "bge-small"} if name.endswith("bge-small") else env
             seconds, peak, out = timed([part.replace("{db}", str(db)) for part in command], env)
             results[name] = {"kind": kind, "db": db, "s": seconds, "rss": peak, "out": out}
             print(
@@ -209,6 +249,13 @@ def main() -> None:
             )
             ratio = f"{old['s'] / r['s']:.2f}x" if old else ""
             print(f"| `{name}` | {len(items) / r['s']:.1f} | {kb / r['s']:.1f} | {r['rss'] / 2**20:.0f} | {ratio} |")
+        if "gateway embed bge-small" in results and "gateway embed" in results:
+            print(
+                f"\n`gateway embed` bge-small vs MiniLM (integer): "
+                f"{results['gateway embed']['s'] / results['gateway embed bge-small']['s']:.2f}x the items/s"
+            )
+        if args.only in (None, "embed"):
+            query_latency(args.data_set, work / "models")
         if "old embed" in results and "gateway embed (float)" in results:
             embedded = results["gateway embed"]["s"]
             print(f"\n`gateway embed` integer vs float: {results['gateway embed (float)']['s'] / embedded:.2f}x the items/s")

@@ -1,0 +1,139 @@
+"""What the embedding model costs a call: the standard retrieve over HTTP with bge-small and with MiniLM, in one run.
+
+Loads the first N SciFact abstracts (default 1,000) through `PUT /v1/items` into one store per model,
+embeds each with its model (`gateway embed`), then serves both at once and asks the same claims of
+each, one client, alternating a block of calls to one server with a block to the other (so the
+machine's drift falls on both alike): a standard-depth retrieve (exact, lexical, semantic, the rerank
+on, the default limit and budget) and `/healthz`, the HTTP floor of the same server. Prints p50 and
+p95 of each, the retrieve as a ratio to its server's `/healthz`, and bge-small's retrieve p50 as a
+ratio to MiniLM's. Run from the project root:
+
+    .venv/bin/python bench/model_latency_bench.py --data-set /work/shared/data/scifact            # ~6 minutes
+    .venv/bin/python bench/model_latency_bench.py --data-set /work/shared/data/scifact --items 200 --queries 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+from harness import Server, clean_env, create_key, free_port, gateway_executable, load_through_api, percentile
+
+MODELS = ("minilm", "bge-small")
+TENANT = "scifact"
+TASK = {"type": "compliance_review"}  # granted to the compliance group; masks nothing (scores ids, as quality_bench)
+BLOCK = 20  # calls to one server before switching to the other
+
+
+def corpus(data_set: Path, limit: int) -> tuple[list[dict[str, object]], list[str]]:
+    with (data_set / "corpus.jsonl").open(encoding="utf-8") as lines:
+        docs = [json.loads(line) for line in lines if line.strip()][:limit]
+    with (data_set / "queries.jsonl").open(encoding="utf-8") as lines:
+        claims = [json.loads(line)["text"] for line in lines if line.strip()]
+    items = [
+        {
+            "id": f"scifact_{d['_id']}",
+            "kind": "document",
+            "section": d["title"],
+            "text": f"{d['title']}\n{d['text']}",
+            "acl": ["*"],
+        }
+        for d in docs
+    ]
+    return items, claims
+
+
+def prepared(root: Path, model: str, items: list[dict[str, object]]) -> tuple[Server, str]:
+    """A store of the items embedded with `model`, its server started, and an agent key."""
+    data_dir = root / model
+    data_dir.mkdir()
+    env = {"GATEWAY_EMBEDDINGS": model}
+    loader = Server(data_dir, free_port(), env={"GATEWAY_EMBEDDINGS": "none"}, label=f"load-{model}")
+    loader.start()
+    loader.wait_ready()
+    try:
+        load_through_api(loader.url, create_key(data_dir, TENANT, "user:loader", "ingest"), items)
+    finally:
+        loader.stop()
+    started = time.perf_counter()
+    done = subprocess.run(
+        [gateway_executable(), "embed", "--data", str(data_dir), "--threads", "2"],
+        capture_output=True,
+        text=True,
+        env=clean_env(env),
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"gateway embed ({model}) failed: {done.stderr[-500:]}")
+    print(f"{model}: {done.stdout.strip()} in {time.perf_counter() - started:.1f} s", flush=True)
+    key = create_key(data_dir, TENANT, "user:agent", "agent", groups="compliance")
+    server = Server(data_dir, free_port(), env={**env, "GATEWAY_BACKGROUND_EMBEDDING": "false"}, label=f"serve-{model}")
+    server.start()
+    server.wait_ready()
+    return server, key
+
+
+def timed(client: httpx.Client, method: str, path: str, body: dict[str, object] | None) -> float:
+    started = time.perf_counter()
+    response = client.request(method, path, json=body)
+    ms = (time.perf_counter() - started) * 1000
+    if response.status_code != 200:
+        raise SystemExit(f"{method} {path}: HTTP {response.status_code} {response.text[:300]}")
+    return ms
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--data-set", type=Path, required=True, help="the SciFact directory (BEIR layout)")
+    parser.add_argument("--items", type=int, default=1000, help="abstracts to load (default 1000)")
+    parser.add_argument("--queries", type=int, default=400, help="claims asked of each server (default 400)")
+    args = parser.parse_args()
+    items, claims = corpus(args.data_set, args.items)
+    root = Path(tempfile.mkdtemp(prefix="gw-model-latency-"))
+    servers: dict[str, tuple[Server, str]] = {}
+    try:
+        for model in MODELS:
+            servers[model] = prepared(root, model, items)
+        clients = {
+            model: httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+            for model, (server, key) in servers.items()
+        }
+        times: dict[str, dict[str, list[float]]] = {model: {"retrieve": [], "healthz": []} for model in MODELS}
+        asked = [claims[i % len(claims)] for i in range(args.queries)]
+        for model, client in clients.items():  # warm: the model, the vector index, the policy
+            for claim in asked[:BLOCK]:
+                timed(client, "POST", "/v1/retrieve", {"task": TASK, "query": claim})
+        for start in range(0, len(asked), BLOCK):
+            for model, client in clients.items():
+                for claim in asked[start : start + BLOCK]:
+                    times[model]["retrieve"].append(timed(client, "POST", "/v1/retrieve", {"task": TASK, "query": claim}))
+                    times[model]["healthz"].append(timed(client, "GET", "/healthz", None))
+        print(f"\n=== standard retrieve over HTTP, {len(items):,} SciFact abstracts, {len(asked)} claims per model, 1 client ===")
+        print("| model | retrieve p50 ms | p95 ms | /healthz p50 ms | retrieve p50 / healthz p50 |")
+        print("|---|---|---|---|---|")
+        p50 = {}
+        for model in MODELS:
+            retrieve, healthz = times[model]["retrieve"], times[model]["healthz"]
+            p50[model] = percentile(retrieve, 50)
+            print(
+                f"| {model} | {p50[model]:.1f} | {percentile(retrieve, 95):.1f} | {percentile(healthz, 50):.2f} | "
+                f"{p50[model] / percentile(healthz, 50):.1f}x |"
+            )
+        print(f"\nbge-small retrieve p50 / MiniLM retrieve p50 = {p50['bge-small'] / p50['minilm']:.3f}")
+        for client in clients.values():
+            client.close()
+        return 0
+    finally:
+        for server, _ in servers.values():
+            server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
