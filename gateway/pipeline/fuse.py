@@ -2,9 +2,11 @@
 
 With `similarity` (the rerank, GATEWAY_RERANK=vectors), the semantic list is ranked again over
 every fused candidate that has a stored vector, so an item only the lexical search found is still
-judged by its meaning, and an item absent from a text list counts as ranked just after its last.
-`found_by` still names only the sources that returned an item. See docs/fusion.md for the
-evidence strength each entry carries.
+judged by its meaning (at half weight: the semantic search did not find it), an item absent from a
+text list counts as ranked just after its last, and the semantic evidence is measured from the
+model's floor (a cosine at the floor counts as none), so a model whose cosines sit high does not
+give every candidate the same evidence. `found_by` still names only the sources that returned an
+item. See docs/fusion.md for the evidence strength each entry carries.
 """
 
 from __future__ import annotations
@@ -17,14 +19,19 @@ RRF_K = 60
 SUBJECT_LISTS = frozenset({"exact", "graph"})  # lists whose hits are about the request's entities
 SUBJECT_ONLY = 0.8
 OTHER_SCALE = 0.64
+RERANKED_ONLY = 0.5  # the weight of semantic evidence for an item the semantic search did not return
 
 Lists = dict[str, list[Candidate]]
 
 
 def fuse(
-    lists: dict[str, tuple[Candidate, ...]], allowed_ids: frozenset[str], similarity: Mapping[str, float] | None = None
+    lists: dict[str, tuple[Candidate, ...]],
+    allowed_ids: frozenset[str],
+    similarity: Mapping[str, float] | None = None,
+    floor: float = 0.0,
 ) -> list[Fused]:
-    """Only allowed ids take part; an item found by a single connector is kept."""
+    """Only allowed ids take part; an item found by a single connector is kept. `floor` is the
+    semantic floor, used with `similarity` only."""
     scores: dict[str, float] = {}
     text_match: dict[str, float] = {}
     found_by: dict[str, list[str]] = {}
@@ -45,7 +52,11 @@ def fuse(
             item_id = candidate.record.id
             scores[item_id] = scores.get(item_id, 0.0) + 1.0 / (RRF_K + candidate.rank)
             if connector in text_lists:
-                relative = max(candidate.score, 0.0) / best if best > 0 else 1.0
+                if similarity and connector == "semantic":
+                    relative = max(candidate.score - floor, 0.0) / (best - floor) if best > floor else 0.0
+                    relative *= 1.0 if connector in found_by[item_id] else RERANKED_ONLY
+                else:
+                    relative = max(candidate.score, 0.0) / best if best > 0 else 1.0
                 text_match[item_id] = text_match.get(item_id, 0.0) + relative / len(text_lists)
         if similarity and connector in text_lists and connector != "semantic":
             listed = {c.record.id for c in candidates}

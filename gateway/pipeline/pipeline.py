@@ -132,11 +132,10 @@ class Pipeline:
 
         await give_way()
         similarity = await self.rerank(request, constraints, results, verdict.allowed_ids, timer)
+        floor = self.connectors.semantic.floor(self.settings.semantic_floor)
         with timer.stage("fuse", "fuse_ms"):
-            fused = fuse({name: r.candidates for name, r in results.items()}, verdict.allowed_ids, similarity)
-            relevant, floor_report = above_floor(
-                fused, results["semantic"].candidates, self.connectors.semantic.floor(self.settings.semantic_floor)
-            )
+            fused = fuse({name: r.candidates for name, r in results.items()}, verdict.allowed_ids, similarity, floor)
+            relevant, floor_report = above_floor(fused, results["semantic"].candidates, floor)
             relevant, merged = read_whole(relevant, pieces, verdict.allowed_ids)
         trace.lineage.section_pieces = sorted(p.id for p in pieces if p.id in verdict.allowed_ids)
         trace.lineage.merged_into_sections = merged

@@ -270,7 +270,9 @@ def test_a_documents_removed_pieces_leave_weaviate_when_a_search_meets_them(
         response = gateway.retrieve(key, question, semantic=True)
         assert response.status_code == 200, response.text
         assert [i["id"] for i in response.json()["items"]] in ([], ["travel:0000"])
-        assert copies(weaviate_endpoint, collection) == 1  # met by that search, confirmed gone from the store, dropped from Weaviate
+        assert (
+            copies(weaviate_endpoint, collection) == 1
+        )  # met by that search, confirmed gone from the store, dropped from Weaviate
 
 
 def copied(gateway: Gateway) -> None:
