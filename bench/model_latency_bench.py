@@ -30,6 +30,7 @@ MODELS = ("minilm", "bge-small")
 TENANT = "scifact"
 TASK = {"type": "compliance_review"}  # granted to the compliance group; masks nothing (scores ids, as quality_bench)
 BLOCK = 20  # calls to one server before switching to the other
+EXPECTED = {"minilm": "all-MiniLM-L6-v2", "bge-small": "bge-small-en-v1.5"}  # the model id each server must report
 
 
 def corpus(data_set: Path, limit: int) -> tuple[list[dict[str, object]], list[str]]:
@@ -95,6 +96,8 @@ def main() -> int:
     parser.add_argument("--queries", type=int, default=400, help="claims asked of each server (default 400)")
     args = parser.parse_args()
     items, claims = corpus(args.data_set, args.items)
+    if args.queries > len(claims) - BLOCK:
+        parser.error(f"--queries: at most {len(claims) - BLOCK} (each claim once, the last {BLOCK} warm up)")
     root = Path(tempfile.mkdtemp(prefix="gw-model-latency-"))
     servers: dict[str, tuple[Server, str]] = {}
     try:
@@ -105,10 +108,15 @@ def main() -> int:
             for model, (server, key) in servers.items()
         }
         times: dict[str, dict[str, list[float]]] = {model: {"retrieve": [], "healthz": []} for model in MODELS}
-        asked = [claims[i % len(claims)] for i in range(args.queries)]
+        asked = claims[: args.queries]  # each once: every measured call embeds its query
         for model, client in clients.items():  # warm: the model, the vector index, the policy
-            for claim in asked[:BLOCK]:
+            # Claims never measured: a measured claim's vector must not be in the query cache already.
+            for claim in claims[-BLOCK:]:
                 timed(client, "POST", "/v1/retrieve", {"task": TASK, "query": claim})
+            semantic = client.post("/v1/retrieve", json={"task": TASK, "query": claims[-1]}).json()["sources"]["semantic"]
+            if semantic["status"] != "ok" or not semantic.get("model", "").startswith(EXPECTED[model]):
+                raise SystemExit(f"{model}: the semantic source is not what is measured: {semantic}")
+            print(f"{model}: semantic source {semantic['model']}, {semantic['detail']}", flush=True)
         for start in range(0, len(asked), BLOCK):
             for model, client in clients.items():
                 for claim in asked[start : start + BLOCK]:
