@@ -339,11 +339,15 @@ class StoredVectors:
                 rows = conn.execute(statement, {**bound(where), "vector_model": self.model, "stored_ids": list(ids)}).all()
         except SQLAlchemyError as exc:
             raise ConnectorError(f"stored vectors could not be read: {type(exc).__name__}") from exc
+        # A blob of another length, or one holding NaN or infinity, was not written by the gateway
+        # (someone with write access to the store): it is left out, never allowed to fail the call.
+        rows = [r for r in rows if isinstance(r.vector, bytes) and len(r.vector) == self.dims * 4]
         if not rows:
             return {}
         matrix = np.frombuffer(b"".join(r.vector for r in rows), dtype=np.float32).reshape(len(rows), self.dims)
-        scores = matrix @ np.asarray(query.vector, dtype=np.float32)
-        return {r.id: float(score) for r, score in zip(rows, scores)}
+        with np.errstate(all="ignore"):
+            scores = matrix @ np.asarray(query.vector, dtype=np.float32)
+        return {r.id: float(score) for r, score in zip(rows, scores) if np.isfinite(score) and -1.01 <= score <= 1.01}
 
 
 class VectorConnector:

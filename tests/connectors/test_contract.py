@@ -16,8 +16,9 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
+import numpy as np
 import pytest
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine
 
 import connectors
@@ -236,6 +237,16 @@ def test_the_reranks_stored_vectors_admit_only_what_the_constraints_admit(store:
     # A vector made from text the item no longer has is not read; nor is one of another model.
     ingest(store, "acme", [note("permitted_3", "pricing note 3, rewritten")])
     assert "permitted_3" not in stored.similarities(CONSTRAINTS, query, every)
+    # Blobs planted by someone with write access to the store (a wrong length, NaN, a huge value)
+    # are left out of the rerank, never a failed call.
+    planted = {"permitted_5": b"\x00" * 10, "permitted_6": np.full(embedder.dims, np.nan, np.float32).tobytes()}
+    planted["permitted_7"] = np.full(embedder.dims, 1e30, np.float32).tobytes()
+    with store.begin() as conn:
+        for item_id, blob in planted.items():
+            pk = conn.execute(text("SELECT pk FROM item WHERE tenant = 'acme' AND id = :i"), {"i": item_id}).scalar_one()
+            conn.execute(text("UPDATE item_vector SET vector = :v WHERE item_pk = :pk"), {"v": blob, "pk": pk})
+    found = stored.similarities(CONSTRAINTS, query, every)
+    assert not set(planted) & set(found) and "permitted_8" in found
     other = StoredVectors(store, "another-model", embedder.dims)
     with pytest.raises(ConnectorError, match="another model"):
         other.similarities(CONSTRAINTS, query, every)
