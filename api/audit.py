@@ -56,9 +56,20 @@ class TraceProof(Wire):
     checkpoint: str
 
 
+class Adoption(Wire):
+    """An operator adopted the chain as found (`gateway audit checkpoint --adopt`): rows 1 to `size`
+    were signed as they were found, on `time`, not as the signer saw them written."""
+
+    size: int = Field(ge=0)
+    time: str
+    what: str
+
+
 class ChainReport(Wire):
+    OPTIONAL = frozenset({"adopted"})
     rows: int = Field(ge=0)
     ok: bool
+    adopted: Adoption | None = None
 
 
 class BrokenLink(Wire):

@@ -15,8 +15,11 @@ No trust on first use: a chain is signed from its start only when this process w
 the store without a checkpoint of it (the checkpoint file lost, another replica's chain) is signed
 only from a checkpoint published before: the checkpoint file, read again when such a chain is met.
 Otherwise it is refused, in the log and in `/readyz` (`readiness`), until its checkpoint is restored
-or an operator adopts it as found (`gateway audit checkpoint --adopt`, marked `adopted` in the
-note, which verify reports).
+or an operator adopts it as found (`gateway audit checkpoint --adopt`). An adoption is a signed,
+dated record that stays: the adopting checkpoint and every later checkpoint of the chain carry
+`adopted <position> <time>` (rows up to that position were signed as found, not as seen written),
+so a witness cosigns the mark with each checkpoint and an auditor's earlier notes keep it; verify,
+the audit pages, the compliance overview and `verify-pack` all name it (`Adoption`).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from sqlalchemy.engine import Connection, Engine
 from audit.chain import Appended, Walk, anchor_of, audit_trace, row_hashes, walk_chain, walk_links
 from audit.keys import KEY_NAME, seal_key
 from audit.merkle import Range, consistency_proof, leaf_hash
-from audit.notes import NoteError, Signer, Verifier, open_note, sign
+from audit.notes import SIGNATURE_PREFIX, NoteError, Signer, Verifier, open_note, sign
 
 log = logging.getLogger("gateway.audit.checkpoints")
 ORIGIN_PREFIX = KEY_NAME + "/"
@@ -67,6 +70,20 @@ class WitnessSubmission(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class Adoption:
+    """An operator's `--adopt`: rows 1 to `size` of a chain were signed as found, on `time`."""
+
+    size: int
+    time: str
+
+    def text(self) -> str:
+        return f"adopted at row {self.size} on {self.time}; rows before it are not covered by earlier checkpoints"
+
+    def as_dict(self) -> dict[str, object]:
+        return {"size": self.size, "time": self.time, "what": self.text()}
+
+
+@dataclass(frozen=True, slots=True)
 class Checkpoint:
     chain: str
     size: int
@@ -75,7 +92,7 @@ class Checkpoint:
     oldest: int = 1
     refused: tuple[int, str] | None = None
     line: int = 0  # where it starts in its file (0: not read from one)
-    adopted: bool = False  # signed as found by an operator's `--adopt`, not as seen written
+    adopted: Adoption | None = None  # the chain's adoption (`--adopt`), carried by every checkpoint after it
     tree: str = ""  # hex RFC 6962 root of the chain's Merkle tree at `size` (audit.merkle); "" before trees
     range: tuple[str, ...] = ()  # a prune's: hex nodes of the compact range of what it removed (size leaves)
 
@@ -93,8 +110,8 @@ class Checkpoint:
             lines.append(f"tree {_b64(self.tree)}")
         if self.range:
             lines.append("range " + " ".join(_b64(h) for h in self.range))
-        if self.adopted:
-            lines.append("adopted as found")
+        if self.adopted is not None:
+            lines.append(f"adopted {self.adopted.size} {self.adopted.time}")
         return "\n".join(lines) + "\n"
 
     @classmethod
@@ -125,7 +142,7 @@ class Checkpoint:
             oldest=int(oldest) if oldest.isdigit() else 1,
             refused=refused,
             line=line,
-            adopted="adopted" in extensions,
+            adopted=_adoption(extensions.get("adopted"), int(lines[1]), extensions.get("time", "")),
             tree=tree,
             range=cut,
         )
@@ -143,11 +160,22 @@ class Checkpoint:
         body: dict[str, object] = {"size": self.size, "head": self.head, "time": self.time, "line": self.line}
         if self.refused is not None:
             body["refused"] = {"seq": self.refused[0], "reason": self.refused[1]}
-        if self.adopted:
-            body["adopted"] = True
+        if self.adopted is not None:
+            body["adopted"] = self.adopted.as_dict()
         if self.tree:
             body["tree"] = self.tree
         return body
+
+
+def _adoption(value: str | None, size: int, time: str) -> Adoption | None:
+    """The `adopted` extension: `<position> <time>`, or `as found` (notes before the mark was carried:
+    this checkpoint is the adoption)."""
+    if value is None:
+        return None
+    position, _, when = value.partition(" ")
+    if position.isdigit() and when:
+        return Adoption(int(position), when)
+    return Adoption(size, time)
 
 
 def _b64(hex_hash: str) -> str:
@@ -189,8 +217,10 @@ class CheckpointLog:
                 text.append(lines[i])
                 i += 1
             i += 1  # the blank line between the text and its signatures
-            signatures = []
-            while i < len(lines) and lines[i]:
+            signatures: list[str] = []
+            # Signature lines start with an em dash; any other line starts the next note (notes pasted
+            # one after another without a blank line between them, as witnesses hand them out).
+            while i < len(lines) and lines[i] and (not signatures or lines[i].startswith(SIGNATURE_PREFIX)):
                 signatures.append(lines[i])
                 i += 1
             found.append((start, "\n".join(text) + "\n\n" + "".join(s + "\n" for s in signatures)))
@@ -267,6 +297,13 @@ class _Signed:
     oldest: int
     tree: str = ""  # its Merkle root, when the checkpoint carried one
     time: str = ""  # when it was signed (RFC 3339)
+    adopted: Adoption | None = None  # carried into every later checkpoint of the chain
+
+
+def adoption_of(checkpoints: Iterable[Checkpoint]) -> Adoption | None:
+    """The latest adoption any of a chain's checkpoints carries (None: the chain was never adopted)."""
+    marks = [c.adopted for c in checkpoints if c.adopted is not None]
+    return max(marks, key=lambda a: (a.time, a.size)) if marks else None
 
 
 def cut_of(checkpoints: Iterable[Checkpoint], oldest: int) -> Range | None:
@@ -327,7 +364,12 @@ class Checkpointer:
             known = self._signed.get(name)
             if known is None or newest.size > known.size:
                 self._signed[name] = _Signed(
-                    newest.size, newest.head, max(c.oldest for c in checkpoints), newest.tree, newest.time
+                    newest.size,
+                    newest.head,
+                    max(c.oldest for c in checkpoints),
+                    newest.tree,
+                    newest.time,
+                    adoption_of(checkpoints),
                 )
             self._refused.update((name, c.refused[0]) for c in checkpoints if c.refused)
             self._cuts[name] = [c for c in checkpoints if c.range]
@@ -355,6 +397,7 @@ class Checkpointer:
             "cosigned_size": self._witnessed.get(chain, 0),
             "witness_refused": self.witness_refused.get(chain),
             "refusing": self.refusing.get(chain),
+            "adopted": signed.adopted.as_dict() if signed is not None and signed.adopted is not None else None,
         }
 
     def due(self) -> bool:
@@ -412,7 +455,7 @@ class Checkpointer:
             notes = [sign(c.text(), self.signer) for c in made]
             self.log.append(notes)
             for c in made:
-                self._signed[c.chain] = _Signed(c.size, c.head, c.oldest, c.tree, c.time)
+                self._signed[c.chain] = _Signed(c.size, c.head, c.oldest, c.tree, c.time, c.adopted)
             if self.witness is not None:
                 self._submit(made, notes)
             return made
@@ -488,7 +531,7 @@ class Checkpointer:
             log.error("audit chain %s: the witness's checkpoint does not verify with this signer's keys", chain)
             return
         if found.chain == chain and found.refused is None:
-            self._signed[chain] = _Signed(found.size, found.head, found.oldest, found.tree, found.time)
+            self._signed[chain] = _Signed(found.size, found.head, found.oldest, found.tree, found.time, found.adopted)
             self._witnessed[chain] = found.size
             log.warning("audit chain %s: recovered from the witness at %s rows", chain, found.size)
 
@@ -539,15 +582,10 @@ class Checkpointer:
             return None
         self.refusing.pop(chain, None)
         tree = self._grown_tree(conn, chain, signed, walk, size)
+        time = now_rfc3339()
+        adopted = signed.adopted if signed is not None else None if chain in self._born else Adoption(size, time)
         return Checkpoint(
-            chain,
-            size,
-            head,
-            now_rfc3339(),
-            oldest,
-            refused,
-            adopted=signed is None and chain not in self._born,
-            tree=tree.root().hex() if tree is not None else "",
+            chain, size, head, time, oldest, refused, adopted=adopted, tree=tree.root().hex() if tree is not None else ""
         )
 
     trees = True  # False: checkpoints without a Merkle root, as before trees (bench/audit_integrity_bench.py's baseline)
@@ -605,6 +643,7 @@ class Checkpointer:
         made = []
         for chain, (oldest, prev_hash) in sorted(prunes.items()):
             cut = self._pending_cuts.pop(chain, None)
+            known = self._signed.get(chain)
             made.append(
                 Checkpoint(
                     chain,
@@ -612,6 +651,7 @@ class Checkpointer:
                     prev_hash,
                     now_rfc3339(),
                     oldest,
+                    adopted=known.adopted if known is not None else None,
                     tree=cut.root().hex() if cut is not None else "",
                     range=tuple(h.hex() for h in cut.hashes()) if cut is not None else (),
                 )

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -51,6 +52,7 @@ from core.audit_facts import RETRIEVAL, tally_rows
 from core.errors import BadRequest, Conflict
 from core.instants import rfc3339, to_utc
 
+log = logging.getLogger("gateway.audit.evidence")
 FORMAT = "gateway.audit.evidence/1"
 ROWS, ROWS_BEFORE, ROWS_AFTER = "rows.jsonl", "rows_before.jsonl", "rows_after.jsonl"
 TREE, CHECKPOINTS, POLICY, FIGURES = "tree_before.json", "checkpoints.txt", "policy_revisions.json", "figures.json"
@@ -68,9 +70,19 @@ class Signing:
     verifiers: Sequence[Verifier]
 
 
-def signing_of(checkpointer: Checkpointer | None) -> Signing | None:
-    """What a gateway's checkpointer signs with (None: the gateway signs no checkpoints)."""
-    return None if checkpointer is None else Signing(checkpointer.log, tuple(checkpointer.verifiers))
+def signing_of(checkpointer: Checkpointer | None, catch_up: bool = False) -> Signing | None:
+    """What a gateway's checkpointer signs with (None: the gateway signs no checkpoints). With
+    `catch_up`, it first signs the rows written since its last checkpoint, so a pack of a period
+    that reaches now is covered (a pack's rows under no checkpoint fail verify-pack by default);
+    a chain it refuses stays uncovered, and says so in the pack."""
+    if checkpointer is None:
+        return None
+    if catch_up:
+        try:
+            checkpointer.checkpoint(every_chain=True)
+        except Exception as exc:  # noqa: BLE001 - the pack is still written; its rows past the last checkpoint say so
+            log.error("audit checkpoint before an evidence pack failed: %s", type(exc).__name__)
+    return Signing(checkpointer.log, tuple(checkpointer.verifiers))
 
 
 def gateway_version() -> str:
@@ -240,10 +252,12 @@ def write_pack(
     signing: Signing | None,
     version: str,
     created: datetime,
+    reach: Sequence[int] = (),
 ) -> dict[str, Any]:
     """Write the evidence pack of `tenant`'s chain over [since, until) into `out` (an empty or new
     directory); returns its manifest. BadRequest when the period is empty of time or `out` is not
-    empty."""
+    empty. `reach`: positions the pack must hold (the sizes of checkpoints the auditor already
+    has, `--known`), so verify-pack can hold those checkpoints against its rows."""
     from audit.overview import figures, figures_of
 
     if until <= since:
@@ -264,11 +278,11 @@ def write_pack(
             first, last, counted = _period_span(conn, chain, since, until)
             oldest = anchor_of(conn, chain)
             head = int(conn.execute(select(func.max(audit_trace.c.seq)).where(audit_trace.c.chain == chain)).scalar_one() or 0)
-            start = max(first - 1, oldest, 1)  # the row before the period, when the chain keeps one
+            start = max(min([first - 1, *(size for size in reach if size >= 1)]), oldest, 1)  # the row before the period
             # The first checkpoint at or after the period's last row (after the row past it, for an empty one).
             target = max(last if counted else last + 1, start)
             covering = min((c for c in checkpoints if c.size >= target), key=_order, default=None)
-            end = min(head, max(last + 1, covering.size if covering is not None else 0))
+            end = min(head, max(last + 1, covering.size if covering is not None else 0, *reach))
             rows = _rows(conn, chain, start, end) if end >= start else []
             tree = _tree_before(conn, chain, start - 1, checkpoints) if rows else {"size": 0, "nodes": []}
         overview = figures(engine, tenant, since, until)

@@ -8,6 +8,16 @@ positions, its chain and tenant, and whether it is dated in the period as its fi
 checkpoint notes' signatures, and each checkpoint against the rows (the head hash of the row at its
 size, and its Merkle root recomputed from the tree before the pack and the pack's rows); the
 policy revisions and the overview's figures recomputed from the period's rows.
+
+What the verdict rests on is computed, never read from the manifest (which is not signed): the
+manifest's claims (positions, counts, the checkpoint it ties to) are held against what the files
+give. A pack proves only what its signed checkpoints cover: rows of the period under no checkpoint
+in it are a failure unless the auditor accepts them (`allow_uncovered`), because whoever made the
+pack could have rewritten them and left out the checkpoints that would show it. Checkpoints the
+auditor holds from elsewhere (`known`: a witness's cosigned note, a checkpoint of an earlier pack)
+must each fall within the pack's rows and match them. Cosignatures are checked with the witness keys
+given; any other signature line is reported as not checked. An adoption (`--adopt`) carried by a
+checkpoint is named in the verdict.
 """
 
 from __future__ import annotations
@@ -21,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from audit.chain import HASHED, derived, row_hash, row_hash_v1
-from audit.checkpoints import Checkpoint, CheckpointLog, open_by_any
+from audit.checkpoints import Attested, Checkpoint, CheckpointLog, adoption_of, open_by_any
 from audit.evidence import (
     CHECKPOINTS,
     FIGURES,
@@ -38,7 +48,7 @@ from audit.evidence import (
     sha256_file,
 )
 from audit.merkle import Range, leaf_hash
-from audit.notes import SIGNATURE_PREFIX, NoteError, Verifier, parse_verifier_key
+from audit.notes import SIGNATURE_PREFIX, NoteError, Verifier, open_note, parse_verifier_key
 from core.audit_facts import tally_rows
 from core.errors import ConfigurationError
 from core.instants import parse_rfc3339
@@ -74,6 +84,9 @@ class _Row:
 class _Check:
     directory: Path
     problems: list[Problem] = field(default_factory=list)
+    merkle: str = ""  # what the tree before the pack allows
+    positions: _Rows | None = None
+    verified: list[tuple[int, Checkpoint]] = field(default_factory=list)  # the pack's notes that verify, of its chain
 
     def fail(self, file: str, line: int | None, what: str) -> None:
         self.problems.append(Problem(file, line, what))
@@ -99,10 +112,29 @@ def pack_verifiers(directory: Path) -> list[Verifier]:
     return found
 
 
-def check_pack(directory: Path, verifiers: Sequence[Verifier] | None = None) -> dict[str, Any]:
+UNCHECKED = "NOT CHECKED: no key was given for them, so they prove nothing (pass the witness's key with --witness-key)"
+NOT_COVERED = "pass --allow-uncovered to accept rows checked for their hashes and links only"
+
+
+@dataclass(frozen=True, slots=True)
+class Trust:
+    """What the auditor brings besides the pack: the gateway's keys as received (None: the pack's
+    own), checkpoints held from elsewhere, witness keys, and whether rows under no signed
+    checkpoint are accepted."""
+
+    verifiers: Sequence[Verifier] | None = None
+    known: Sequence[Path] = ()
+    witnesses: Sequence[Verifier] = ()
+    allow_uncovered: bool = False
+
+
+def check_pack(directory: Path, verifiers: Sequence[Verifier] | None = None, trust: Trust | None = None) -> dict[str, Any]:
     """The report of one pack: `ok`, what was checked and what could not be, and every problem
     (`problems`, the first as `first_problem`). `verifiers`: the gateway's keys as the auditor got
-    them; None uses the pack's own (and the report says what that proves)."""
+    them; None uses the pack's own (and the report says what that proves). `trust`: the rest of
+    what the auditor holds (`Trust`)."""
+    trust = trust or Trust(verifiers)
+    verifiers = trust.verifiers if verifiers is None else verifiers
     check = _Check(directory)
     report: dict[str, Any] = {"ok": False, "pack": str(directory)}
     manifest = check.json(MANIFEST)
@@ -155,10 +187,23 @@ def check_pack(directory: Path, verifiers: Sequence[Verifier] | None = None) -> 
         "hash_v1": v1,
     }
 
-    report["checkpoints"] = _checkpoints(check, rows, keys, chain, manifest)
+    report["checkpoints"] = _checkpoints(check, rows, keys, chain, trust.witnesses)
+    report["known"] = _known(check, rows, keys, chain, trust.known, report["checkpoints"])
     through = report["checkpoints"]["tied_through"]
     report["tied"] = sum(1 for r in inside if through is not None and int(r.data["seq"]) <= through)
     report["not_tied"] = len(inside) - report["tied"]
+    report["allow_uncovered"] = trust.allow_uncovered
+    if report["not_tied"] and not trust.allow_uncovered:
+        untied = next(r for r in inside if through is None or int(r.data["seq"]) > through)
+        check.fail(
+            untied.file,
+            untied.line,
+            f"{report['not_tied']} of the period's {len(inside)} rows, from row {untied.data['seq']}, are under no signed "
+            f"checkpoint in the pack: nothing signed shows they are the rows that were written; {NOT_COVERED}",
+        )
+    adopted = report["checkpoints"].pop("adoption", None)
+    report["adopted"] = adopted.as_dict() if adopted is not None else None
+    _claims(check, manifest, report, rows)
 
     lines = [{**r.data, "created_at": r.created_at} for r in inside]
     _policy(check, [{**r.data} for r in inside])
@@ -256,13 +301,33 @@ def _chain(check: _Check, rows: list[_Row], chain: str, tenant: Any, since: date
     return v1
 
 
-def _checkpoints(check: _Check, rows: list[_Row], keys: list[Verifier], chain: str, manifest: dict[str, Any]) -> dict[str, Any]:
-    """Open each note with the keys and hold its checkpoint against the rows: the row at its size
-    must carry its head hash, and the Merkle tree (the range before the pack, extended by the pack's
-    rows) its root."""
-    hashes = {int(r.data["seq"]): str(r.data["row_hash"]) for r in rows}
-    first = int(rows[0].data["seq"]) if rows else None
-    last = int(rows[-1].data["seq"]) if rows else None
+@dataclass(slots=True)
+class _Rows:
+    """The pack's rows by position: their hashes, and the Merkle root at each (when the tree before
+    the pack is given)."""
+
+    first: int | None
+    last: int | None
+    hashes: dict[int, str]
+    roots: dict[int, str]
+    start_hash: str  # what the pack's first row links to
+
+    def mismatch(self, checkpoint: Checkpoint, signed: str) -> str | None:
+        """Why the rows do not match a checkpoint within them (None: they do)."""
+        size = checkpoint.size
+        assert self.first is not None
+        head = self.hashes.get(size) if size >= self.first else self.start_hash
+        if head != checkpoint.head:
+            return f"row {size} does not carry the head hash of {signed}: rows rewritten"
+        if checkpoint.tree and size in self.roots and self.roots[size] != checkpoint.tree:
+            return f"the Merkle root of rows 1 to {size} from the pack is not the one of {signed}"
+        return None
+
+    def holds(self, size: int) -> bool:
+        return self.first is not None and self.last is not None and self.first - 1 <= size <= self.last
+
+
+def _by_position(check: _Check, rows: list[_Row]) -> _Rows:
     tree, merkle = _tree(check, rows)
     roots: dict[int, str] = {}
     if tree is not None:
@@ -271,10 +336,31 @@ def _checkpoints(check: _Check, rows: list[_Row], keys: list[Verifier], chain: s
         for r in rows:
             tree.append(leaf_hash(str(r.data["row_hash"])))
             roots[int(r.data["seq"])] = tree.root().hex()
-    summary: dict[str, Any] = {"notes": 0, "verified": 0, "tied_through": None, "merkle": merkle, "other_signatures": []}
+    check.merkle = merkle
+    return _Rows(
+        int(rows[0].data["seq"]) if rows else None,
+        int(rows[-1].data["seq"]) if rows else None,
+        {int(r.data["seq"]): str(r.data["row_hash"]) for r in rows},
+        roots,
+        str(rows[0].data["prev_hash"]) if rows else "",
+    )
+
+
+def _checkpoints(
+    check: _Check, rows: list[_Row], keys: list[Verifier], chain: str, witnesses: Sequence[Verifier]
+) -> dict[str, Any]:
+    """Open each note with the keys and hold its checkpoint against the rows: the row at its size
+    must carry its head hash, and the Merkle tree (the range before the pack, extended by the pack's
+    rows) its root. Cosignatures are checked with the witness keys; other signature lines are
+    listed as not checked."""
+    positions = _by_position(check, rows)
+    check.positions = positions
+    summary: dict[str, Any] = {"notes": 0, "verified": 0, "tied_through": None, "merkle": check.merkle}
     names = {k.name for k in keys}
-    others: set[str] = set()
+    unchecked: set[str] = set()
+    cosigned = {w.name: 0 for w in witnesses}
     tied: int | None = None
+    marks: list[Checkpoint] = []
     for line, note in CheckpointLog(check.directory / CHECKPOINTS).notes():
         summary["notes"] += 1
         at = (CHECKPOINTS, line)
@@ -284,34 +370,143 @@ def _checkpoints(check: _Check, rows: list[_Row], keys: list[Verifier], chain: s
             check.fail(*at, f"the checkpoint does not verify with the key(s): {exc}")
             continue
         summary["verified"] += 1
-        signatures = note[note.rfind("\n\n") + 2 :].splitlines()
-        others.update(s[len(SIGNATURE_PREFIX) :].partition(" ")[0] for s in signatures if s.startswith(SIGNATURE_PREFIX))
+        for name in _cosigners(check, at, note, names, witnesses):
+            if name in cosigned:
+                cosigned[name] += 1
+            else:
+                unchecked.add(name)
         if checkpoint.chain != chain:
             check.fail(*at, f"a checkpoint of chain {checkpoint.chain!r}, not the pack's {chain!r}")
             continue
+        marks.append(checkpoint)
+        check.verified.append((line, checkpoint))
         size, signed = checkpoint.size, f"the checkpoint of {checkpoint.size} rows signed {checkpoint.time}"
         if checkpoint.refused is not None:
             check.fail(*at, f"the signer refused row {checkpoint.refused[0]}: {checkpoint.refused[1]}")
-        if first is None or last is None or not first - 1 <= size <= last:
-            check.fail(*at, f"{signed} names a position outside the pack's rows ({first} to {last}): rows are missing")
+        if not positions.holds(size):
+            check.fail(
+                *at,
+                f"{signed} names a position outside the pack's rows ({positions.first} to {positions.last}): rows are missing",
+            )
             continue
-        head = hashes.get(size) if size >= first else str(rows[0].data["prev_hash"])
-        if head != checkpoint.head:
-            check.fail(*at, f"row {size} does not carry the head hash of {signed}: rows rewritten")
-            continue
-        if checkpoint.tree and size in roots and roots[size] != checkpoint.tree:
-            check.fail(*at, f"the Merkle root of rows 1 to {size} from the pack is not the one of {signed}")
+        wrong = positions.mismatch(checkpoint, signed)
+        if wrong is not None:
+            check.fail(*at, wrong)
             continue
         if checkpoint.refused is None:
             tied = size if tied is None else max(tied, size)
-    summary["other_signatures"] = sorted(others - names)
     summary["tied_through"] = tied
-    named = manifest.get("tied_to")
-    if isinstance(named, dict) and (tied is None or tied < int(named.get("size", 0))):
-        check.fail(
-            CHECKPOINTS, None, f"the manifest ties the pack to the checkpoint of {named.get('size')} rows, which is not here"
-        )
+    summary["witnesses"] = {name: {"cosigned": n, "checked": True} for name, n in cosigned.items()}
+    summary["unchecked_signatures"] = {"names": sorted(unchecked), "what": UNCHECKED} if unchecked else None
+    summary["adoption"] = adoption_of(marks)
     return summary
+
+
+def _cosigners(check: _Check, at: tuple[str, int], note: str, gateway: set[str], witnesses: Sequence[Verifier]) -> list[str]:
+    """The names of a note's signature lines other than the gateway's; a line by a witness whose
+    key is given must verify (a forged cosignature is a problem, never listed as one)."""
+    found = []
+    for text in note[note.rfind("\n\n") + 2 :].splitlines():
+        if not text.startswith(SIGNATURE_PREFIX):
+            continue
+        name = text[len(SIGNATURE_PREFIX) :].partition(" ")[0]
+        if name in gateway or name in found:
+            continue
+        for witness in (w for w in witnesses if w.name == name):
+            try:
+                open_note(note, witness)
+            except NoteError as exc:
+                check.fail(*at, f"the cosignature by {name} does not verify with its key ({exc}): forged or altered")
+                break
+        else:
+            found.append(name)
+    return found
+
+
+def _known(
+    check: _Check, rows: list[_Row], keys: list[Verifier], chain: str, known: Sequence[Path], summary: dict[str, Any]
+) -> dict[str, Any] | None:
+    """Checkpoints the auditor holds from elsewhere (a witness's cosigned note, a checkpoint of an
+    earlier pack), each opened with the gateway's keys: each must lie within the pack's rows and
+    match them, and an adoption one of them carries must still be carried by the pack. Those that
+    hold count as signed coverage."""
+    if not known:
+        return None
+    positions = check.positions
+    assert positions is not None
+    report: dict[str, Any] = {"files": [str(p) for p in known], "held": 0, "other_chains": 0}
+    theirs: list[Checkpoint] = []
+    for path in known:
+        attested = _read_known(check, path, keys)
+        report["other_chains"] += sum(len(v) for name, v in attested.by_chain.items() if name != chain)
+        for checkpoint in sorted(attested.by_chain.get(chain, []), key=lambda c: c.size):
+            at, signed = (str(path), checkpoint.line), f"your checkpoint of {checkpoint.size} rows signed {checkpoint.time}"
+            theirs.append(checkpoint)
+            if not positions.holds(checkpoint.size):
+                check.fail(
+                    *at,
+                    f"{signed} lies outside the pack's rows ({positions.first} to {positions.last}): the pack cannot show "
+                    "it is consistent with it (ask for a pack exported with `gateway audit export --known` and this note)",
+                )
+                continue
+            wrong = positions.mismatch(checkpoint, signed)
+            if wrong is not None:
+                check.fail(*at, f"{wrong} (the rows are not the ones your checkpoint saw)")
+                continue
+            report["held"] += 1
+            if checkpoint.refused is None:
+                through = summary["tied_through"]
+                summary["tied_through"] = checkpoint.size if through is None else max(through, checkpoint.size)
+    held, carried = adoption_of(theirs), summary.get("adoption")
+    if held is not None and (carried is None or (carried.time, carried.size) < (held.time, held.size)):
+        check.fail(
+            CHECKPOINTS,
+            None,
+            f"a checkpoint you hold says the chain was {held.text()}; the pack's checkpoints do not say so",
+        )
+    if held is not None and (carried is None or (held.time, held.size) > (carried.time, carried.size)):
+        summary["adoption"] = held
+    return report
+
+
+def _read_known(check: _Check, path: Path, keys: list[Verifier]) -> Attested:
+    from audit.checkpoints import read_checkpoints
+
+    if not path.is_file():
+        check.fail(str(path), None, "cannot be read")
+        return Attested(str(path))
+    attested = read_checkpoints(path, keys)
+    for line, what in attested.problems:
+        check.fail(str(path), line, what)
+    if not attested.notes and not attested.problems:
+        check.fail(str(path), None, "holds no checkpoint note")
+    return attested
+
+
+def _claims(check: _Check, manifest: dict[str, Any], report: dict[str, Any], rows: list[_Row]) -> None:
+    """The manifest's claims held against what the files give (nothing in the verdict is read from it)."""
+    positions: dict[str, Any] = manifest["positions"] if isinstance(manifest.get("positions"), dict) else {}
+    given = (int(rows[0].data["seq"]), int(rows[-1].data["seq"])) if rows else (None, None)
+    if (positions.get("first"), positions.get("last")) != given:
+        check.fail(
+            MANIFEST,
+            None,
+            f"positions {positions.get('first')} to {positions.get('last')}: the rows run {given[0]} to {given[1]}",
+        )
+    counts: dict[str, Any] = manifest["counts"] if isinstance(manifest.get("counts"), dict) else {}
+    if counts.get("checkpoints") != report["checkpoints"]["notes"]:
+        check.fail(
+            MANIFEST,
+            None,
+            f"counts {counts.get('checkpoints')} checkpoints, {CHECKPOINTS} holds {report['checkpoints']['notes']}",
+        )
+    named = manifest.get("tied_to")
+    if named is not None:
+        verified = {(c.size, c.time) for _, c in check.verified}
+        if not isinstance(named, dict) or (named.get("size"), named.get("time")) not in verified:
+            check.fail(MANIFEST, None, f"ties the pack to a checkpoint ({named}) that is not among the pack's verified ones")
+    if manifest.get("signing") == "none" and report["checkpoints"]["verified"]:
+        check.fail(MANIFEST, None, "says the gateway signs no checkpoints, yet the pack holds signed ones")
 
 
 def _tree(check: _Check, rows: list[_Row]) -> tuple[Range | None, str]:
@@ -395,8 +590,21 @@ def verdict(report: dict[str, Any]) -> str:
         if checkpoints["tied_through"] is not None
         else "none is under a signed checkpoint"
     )
-    return (
+    parts = [
         f"OK: {rows['in_period']} rows of tenant {report['tenant']} from {report['period']['since']} to "
-        f"{report['period']['until']} match their hashes and link; {tied}; {report['not_tied']} not yet checkpointed; "
-        "figures and policy revisions recomputed"
-    )
+        f"{report['period']['until']} match their hashes and link",
+        tied,
+    ]
+    if report["not_tied"]:
+        parts.append(f"{report['not_tied']} rows are NOT covered by a signed checkpoint (accepted with --allow-uncovered)")
+    if rows["hash_v1"]:
+        parts.append(f"{rows['hash_v1']} rows carry hash version 1")
+    known = report.get("known")
+    parts.append("no checkpoint of yours was held against it" if known is None else f"{known['held']} of your checkpoints held")
+    for name, seen in sorted(checkpoints["witnesses"].items()):
+        parts.append(f"cosigned by {name} (key given) on {seen['cosigned']} of {checkpoints['verified']} checkpoints")
+    if checkpoints["unchecked_signatures"]:
+        parts.append(f"signatures by {', '.join(checkpoints['unchecked_signatures']['names'])} are {UNCHECKED}")
+    if report["adopted"] is not None:
+        parts.append(f"the chain was {report['adopted']['what']}")
+    return "; ".join(parts) + "; figures and policy revisions recomputed"

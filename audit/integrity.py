@@ -27,7 +27,7 @@ from audit.chain import (
     unchained_rows,
     walk_chain,
 )
-from audit.checkpoints import Attested, Checkpoint, cut_of
+from audit.checkpoints import Attested, Checkpoint, adoption_of, cut_of
 from audit.merkle import Range
 
 
@@ -147,6 +147,17 @@ def hold_to_known(attested: Attested, known: Attested) -> list[Break]:
     problems = [Break("-", None, None, f"known checkpoints, line {line}: {what}") for line, what in known.problems]
     for chain, checkpoints in sorted(known.by_chain.items()):
         present = {(c.size, c.head) for c in attested.by_chain.get(chain, [])}
+        held, filed = adoption_of(checkpoints), adoption_of(attested.by_chain.get(chain, []))
+        if held is not None and (filed is None or (filed.size, filed.time) < (held.size, held.time)):
+            problems.append(
+                Break(
+                    chain,
+                    None,
+                    None,
+                    f"a checkpoint you hold says the chain was {held.text()}; the checkpoint file no longer says so "
+                    "(its checkpoints were signed again without the mark)",
+                )
+            )
         for c in sorted(checkpoints, key=lambda c: c.size):
             if (c.size, c.head) not in present:
                 problems.append(
@@ -195,6 +206,9 @@ def _judge(walk: Walk, checkpoints: list[Checkpoint], with_checkpoints: bool) ->
         entry["checkpointed"] = max(0, covered - walk.first + 1)
         entry["not_yet_checkpointed"] = max(0, walk.head - max(covered, walk.first - 1)) if walk.broken is None else 0
         entry["last_checkpoint"] = _last(max(checkpoints, key=lambda c: c.size)) if checkpoints else None
+        adopted = adoption_of(checkpoints)
+        if adopted is not None:  # never dropped for passing: an operator's trust, not a signer's sight
+            entry["adopted"] = adopted.as_dict()
     if walk.unsealed is not None and walk.broken is None:
         problems.append(walk.unsealed)
     entry["ok"] = not problems

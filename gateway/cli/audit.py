@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
     from audit.chain import Pruned
+    from audit.notes import Verifier
 
 
 @click.group()
@@ -104,9 +105,12 @@ def verdict(report: dict[str, Any]) -> str:
         return f"FAILED: chain {broken['chain']}{at}: {broken['reason']}"
     if "checkpoints" not in report:
         return f"OK: {rows} rows in {len(report['chains'])} chains link and match their hashes (no checkpoints given)"
+    adopted = "".join(
+        f"; chain {name} was {entry['adopted']['what']}" for name, entry in sorted(report["chains"].items()) if "adopted" in entry
+    )
     return (
         f"OK: {report['checkpointed']} rows match signed checkpoints; {report['not_yet_checkpointed']} rows are not yet "
-        "checkpointed (checked for links and hashes only)"
+        f"checkpointed (checked for links and hashes only){adopted}"
     )
 
 
@@ -193,11 +197,19 @@ def _instant(name: str, value: str) -> "datetime":
 @click.option("--until", required=True, help="The period's end, RFC 3339 with its offset (excluded).")
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="A new or empty directory for the pack.")
 @click.option("--tenant", help="The tenant whose chain to export (default: the store's only chain).")
-def audit_export(since: str, until: str, out_dir: Path, tenant: str | None, **flags: Any) -> None:
+@click.option(
+    "--known",
+    type=click.Path(path_type=Path, dir_okay=False),
+    multiple=True,
+    help="Checkpoint notes the auditor holds (a witness's, an earlier pack's): the pack's rows reach "
+    "each one's position, so verify-pack --known can hold it against them. Repeatable.",
+)
+def audit_export(since: str, until: str, out_dir: Path, tenant: str | None, known: tuple[Path, ...], **flags: Any) -> None:
     """Write an evidence pack of one tenant's audit rows over a period, for an outside auditor to
     check offline with `gateway audit verify-pack`: the rows with everything their hashes cover,
     the signed checkpoints they tie to and the public keys, the policy revisions in force, the
-    compliance overview's figures, a manifest of digests and a README (docs/evidence-pack.md)."""
+    compliance overview's figures, a manifest of digests and a README (docs/evidence-pack.md). When
+    this gateway signs, the rows written since its last checkpoint are signed first."""
     from audit.chain import NO_TENANT, chains_in
     from audit.evidence import gateway_version, signing_of, write_pack
     from core.instants import utc_now
@@ -216,9 +228,9 @@ def audit_export(since: str, until: str, out_dir: Path, tenant: str | None, **fl
             if len(chains) != 1:
                 raise click.ClickException(f"--tenant: the store holds {len(chains)} chains; name the tenant to export")
             tenant = "" if chains[0] == NO_TENANT else chains[0]
-        manifest = write_pack(
-            engine, tenant, start, end, out_dir, signing_of(build_checkpointer(settings, engine)), gateway_version(), utc_now()
-        )
+        reach = _known_sizes(known, tenant)
+        signing = signing_of(build_checkpointer(settings, engine), catch_up=True)
+        manifest = write_pack(engine, tenant, start, end, out_dir, signing, gateway_version(), utc_now(), reach)
     except GatewayError as exc:
         raise click.ClickException(exc.message) from exc
     finally:
@@ -226,6 +238,27 @@ def audit_export(since: str, until: str, out_dir: Path, tenant: str | None, **fl
     click.echo(
         json.dumps({"pack": str(out_dir), **{k: manifest[k] for k in ("tenant", "period", "counts", "tied_to")}}, indent=2)
     )
+
+
+def _known_sizes(paths: tuple[Path, ...], tenant: str) -> list[int]:
+    """The positions of the tenant's chain that checkpoint notes name (read, not verified: the
+    auditor verifies them against the pack)."""
+    from audit.chain import chain_of
+    from audit.checkpoints import Checkpoint, CheckpointLog
+    from audit.notes import NoteError
+
+    sizes = []
+    for path in paths:
+        if not path.is_file():
+            raise click.ClickException(f"--known: {path} cannot be read")
+        for line, note in CheckpointLog(path).notes():
+            try:
+                checkpoint = Checkpoint.parse(note.partition("\n\n")[0] + "\n", line)
+            except NoteError as exc:
+                raise click.ClickException(f"--known: {path} line {line}: {exc}") from exc
+            if checkpoint.chain == chain_of(tenant):
+                sizes.append(checkpoint.size)
+    return sizes
 
 
 @audit.command("verify-pack")
@@ -237,24 +270,61 @@ def audit_export(since: str, until: str, out_dir: Path, tenant: str | None, **fl
     help="The gateway's public key (PEM or verifier key) as you received it; again for each key it replaced. "
     "Without it, the pack's own keys are used, which proves less.",
 )
-def audit_verify_pack(pack: Path, public_key: tuple[Path, ...]) -> None:
+@click.option(
+    "--known",
+    type=click.Path(path_type=Path, dir_okay=False),
+    multiple=True,
+    help="Checkpoint notes you hold from elsewhere (a witness's cosigned note, one from an earlier pack; "
+    "several may be pasted in one file): each must lie within the pack's rows and match them. Repeatable.",
+)
+@click.option(
+    "--witness-key",
+    type=click.Path(path_type=Path, dir_okay=False),
+    multiple=True,
+    help="A witness's verifier key: its cosignatures on the pack's checkpoints are checked (a forged one fails). "
+    "Signature lines of witnesses without a key are reported as not checked. Repeatable.",
+)
+@click.option(
+    "--allow-uncovered",
+    is_flag=True,
+    help="Accept rows of the period under no signed checkpoint in the pack (checked for hashes and links "
+    "only); without it they fail the check.",
+)
+def audit_verify_pack(
+    pack: Path, public_key: tuple[Path, ...], known: tuple[Path, ...], witness_key: tuple[Path, ...], allow_uncovered: bool
+) -> None:
     """Check an evidence pack (`gateway audit export`, GET /v1/audit/evidence) offline, without a
     database or network: file digests, every row's hash, link and position, the checkpoints'
-    signatures and what they sign, the figures and policy revisions recomputed. Prints the report,
-    the first problem (file and line) on stderr, and exits 1 if there is one."""
-    from audit.evidence_check import check_pack, verdict
+    signatures and what they sign, that every row of the period is under one of them, the
+    checkpoints you hold (--known) and the witnesses' cosignatures (--witness-key), the manifest's
+    claims, the figures and policy revisions recomputed. Prints the report, the first problem (file
+    and line) on stderr, and exits 1 if there is one."""
+    from audit.evidence_check import Trust, check_pack, verdict
     from audit.keys import load_verifier
 
     if not (pack / "manifest.json").is_file():
         raise click.ClickException(f"{pack}: not an evidence pack (no manifest.json)")
     try:
         verifiers = [load_verifier(key) for key in public_key] if public_key else None
+        witnesses = [_witness_key(key) for key in witness_key]
     except GatewayError as exc:
         raise click.ClickException(exc.message) from exc
-    report = check_pack(pack, verifiers)
+    report = check_pack(pack, trust=Trust(verifiers, known, witnesses, allow_uncovered))
     click.echo(json.dumps(report, indent=2))
     click.echo(verdict(report), err=True)
     sys.exit(0 if report["ok"] else 1)
+
+
+def _witness_key(path: Path) -> "Verifier":
+    """A witness's verifier key file (`<name>+<id>+<key>`, what `gateway audit keygen` writes as .vkey)."""
+    from audit.notes import NoteError, Verifier, parse_verifier_key
+
+    try:
+        return Verifier(*parse_verifier_key(path.read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.ClickException(f"--witness-key: {path} cannot be read") from exc
+    except NoteError as exc:
+        raise click.ClickException(f"--witness-key: {path}: {exc}") from exc
 
 
 @audit.command("checkpoint")
@@ -262,8 +332,8 @@ def audit_verify_pack(pack: Path, public_key: tuple[Path, ...]) -> None:
 @click.option(
     "--adopt",
     is_flag=True,
-    help="Also sign chains found without a checkpoint of them, as they are (marked "
-    "'adopted' in the note): an operator's decision to trust what the store holds.",
+    help="Also sign chains found without a checkpoint of them, as they are: an operator's decision to trust "
+    "what the store holds, recorded as 'adopted <row> <time>' in that checkpoint and every later one of the chain.",
 )
 def audit_checkpoint(adopt: bool, **flags: Any) -> None:
     """Sign a checkpoint of every chain now (GATEWAY_AUDIT_SIGNING_KEY, GATEWAY_AUDIT_CHECKPOINTS);

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from sqlalchemy import insert, update
 
 from audit.chain import GENESIS, audit_trace, rederive, row_hash
-from audit.checkpoints import Checkpointer, CheckpointLog, read_checkpoints
+from audit.checkpoints import Adoption, Checkpointer, CheckpointLog, read_checkpoints
 from audit.keys import generate, load_signer, load_verifier
 from core import store as db
 from gateway.cli import main
@@ -98,7 +98,7 @@ def test_a_chain_opened_by_forged_rows_is_never_signed(signed: Signed) -> None:
 def test_a_chain_born_here_is_signed_from_its_genesis(signed: Signed) -> None:
     signed.write(2, tenant="freshco")
     made = signed.checkpointer.checkpoint()
-    assert [(c.chain, c.size, c.adopted) for c in made if c.chain == "freshco"] == [("freshco", 2, False)]
+    assert [(c.chain, c.size, c.adopted) for c in made if c.chain == "freshco"] == [("freshco", 2, None)]
     code, output = offline(signed, "freshco")
     assert code == 0 and "OK: 2 rows match signed checkpoints" in output, output
 
@@ -130,11 +130,58 @@ def test_adopting_a_chain_is_an_operators_decision_said_in_the_note(signed: Sign
     code, output = checkpoint_cli(signed)
     assert code == 1 and "legacy" in output
     code, output = checkpoint_cli(signed, "--adopt")
-    assert code == 0 and '"adopted": true' in output, output
+    assert code == 0 and '"what": "adopted at row 3 on ' in output, output
     (note,) = [c for c in read_checkpoints(signed.checkpoints, load_verifier(signed.keys["public"])).by_chain["legacy"]]
-    assert note.adopted and note.size == 3 and "adopted as found" in note.text()
+    assert note.adopted == Adoption(3, note.time) and note.size == 3 and f"adopted 3 {note.time}" in note.text()
     code, output = offline(signed, "legacy")
-    assert code == 0 and '"adopted": true' in output, output  # verified, and said to be adopted, not seen written
+    assert code == 0 and "chain legacy was adopted at row 3 on " + note.time in output, output
+
+
+def test_an_adoption_stays_in_every_verdict(signed: Signed, tmp_path: Path) -> None:
+    """Issue 43: after a chain is adopted, every later checkpoint carries the mark, and `audit
+    verify`, the audit pages, the compliance overview and `verify-pack` all name it; a checkpoint
+    file signed again without the mark fails against the notes an auditor (or a witness) holds."""
+    from audit.notes import sign
+    from tests.audit.test_evidence_pack import export, verify_pack
+    from tests.gateway.http.test_audit_page import signed_in
+
+    forge_a_new_chain(signed, "legacy")
+    assert checkpoint_cli(signed, "--adopt")[0] == 0
+    adopted = read_checkpoints(signed.checkpoints, load_verifier(signed.keys["public"])).by_chain["legacy"][0].adopted
+    assert adopted is not None and adopted.size == 3
+    mark = f"adopted at row 3 on {adopted.time}; rows before it are not covered by earlier checkpoints"
+    # the service meets the adopted chain: it goes on from the file, and its later checkpoints carry the mark
+    signed.write(2, tenant="legacy")
+    made = [c for c in signed.checkpointer.checkpoint(every_chain=True) if c.chain == "legacy"]
+    assert [(c.size, c.adopted) for c in made] == [(5, adopted)] and f"adopted 3 {adopted.time}" in made[0].text()
+    code, output = offline(signed, "legacy")
+    assert code == 0 and f"chain legacy was {mark}" in output, output
+    # the pages and the overview of the tenant's auditor
+    gateway = signed_in(signed.gateway, "legacy")
+    page = gateway.client.get("/audit/verify")
+    assert page.status_code == 200 and 'id="adopted"' in page.text and mark in page.text, page.text
+    overview = gateway.client.get("/audit/overview")
+    assert overview.status_code == 200 and 'id="chain-adopted"' in overview.text and mark in overview.text
+    api = gateway.client.get("/v1/audit/verify", headers=gateway.auth(gateway.key("aud", tenant="legacy", roles=("auditor",))))
+    assert api.json()["chains"]["legacy"]["adopted"]["what"] == mark, api.text
+    # an evidence pack of the chain names it
+    assert export(signed, tmp_path / "pack", "2020-01-01T00:00:00Z", "2100-01-01T00:00:00Z", tenant="legacy")[0] == 0
+    code, report, verdict = verify_pack(tmp_path / "pack", signed.keys["public"])
+    assert code == 0 and report["adopted"]["what"] == mark and f"the chain was {mark}" in verdict, report["problems"]
+    # whoever adopted holds the key: the file signed again without the mark verifies alone...
+    held = tmp_path / "held.checkpoints"
+    shutil.copy(signed.checkpoints, held)
+    signer = load_signer(signed.keys["private"])
+    clean = [
+        sign("".join(line + "\n" for line in note.partition("\n\n")[0].split("\n") if not line.startswith("adopted")), signer)
+        for _, note in CheckpointLog(signed.checkpoints).notes()
+    ]
+    signed.checkpoints.write_text("".join(note + "\n" for note in clean))
+    code, output = offline(signed, "legacy")
+    assert code == 0 and "adopted" not in output.rsplit("OK:", 1)[1], output
+    # ... but not against the notes the auditor kept
+    code, output = offline(signed, "legacy", known=held)
+    assert code == 1 and f"a checkpoint you hold says the chain was {mark}" in output, output
 
 
 def test_offline_verify_is_monotonic(signed: Signed) -> None:
@@ -195,5 +242,5 @@ def test_a_chain_published_by_another_process_is_recovered_from_the_file(signed:
     signed.checkpointer.checkpoint()  # the first process signs globex up to 6
     signed.write(2, tenant="globex")
     made = other.checkpoint(every_chain=True)
-    assert [(c.chain, c.size, c.adopted) for c in made if c.chain == "globex"] == [("globex", 8, False)]
+    assert [(c.chain, c.size, c.adopted) for c in made if c.chain == "globex"] == [("globex", 8, None)]
     assert not other.refusing

@@ -44,8 +44,8 @@ def export(signed: Signed, out: Path, since: str, until: str, tenant: str = TENA
     return result.exit_code, result.output
 
 
-def verify_pack(pack: Path, *keys: Path) -> tuple[int, dict[str, Any], str]:
-    args = ["audit", "verify-pack", str(pack), *[a for key in keys for a in ("--public-key", str(key))]]
+def verify_pack(pack: Path, *keys: Path, more: tuple[str, ...] = ()) -> tuple[int, dict[str, Any], str]:
+    args = ["audit", "verify-pack", str(pack), *[a for key in keys for a in ("--public-key", str(key))], *more]
     result = CliRunner().invoke(main, args)
     return result.exit_code, json.loads(result.stdout), result.stderr
 
@@ -121,15 +121,34 @@ def test_an_exported_pack_verifies_offline_with_the_public_key(middle: tuple[Sig
     assert "the pack's own key" in verdict
 
 
-def test_rows_after_the_last_checkpoint_are_in_the_pack_but_not_tied(signed: Signed, tmp_path: Path) -> None:
+def test_export_signs_the_rows_written_since_the_last_checkpoint(signed: Signed, tmp_path: Path) -> None:
     signed.write(2)  # acme: 12 checkpointed by the fixture, these 2 not yet
     code, output = export(signed, tmp_path / "pack", at(-timedelta(hours=1)), at(timedelta(hours=1)))
     assert code == 0, output
     code, report, verdict = verify_pack(tmp_path / "pack", signed.keys["public"])
     assert code == 0, report["problems"]
-    assert report["rows"]["in_period"] == 14 and report["tied"] == 12 and report["not_tied"] == 2
-    assert "2 not yet checkpointed" in verdict
-    assert "No signed checkpoint covers the period's last row yet" in (tmp_path / "pack" / "README.md").read_text()
+    assert report["rows"]["in_period"] == 14 and report["tied"] == 14 and report["not_tied"] == 0
+    assert "NOT covered" not in verdict
+
+
+def test_rows_under_no_checkpoint_fail_unless_the_auditor_accepts_them(signed: Signed, tmp_path: Path) -> None:
+    from audit.evidence import gateway_version, signing_of, write_pack
+
+    signed.write(2)  # acme: 12 checkpointed by the fixture, these 2 not yet, and the pack made without catching up
+    now = datetime.now(timezone.utc)
+    pack = tmp_path / "pack"
+    write_pack(
+        signed.gateway.store, TENANT, now - timedelta(hours=1), now + timedelta(hours=1), pack,
+        signing_of(signed.checkpointer), gateway_version(), now,
+    )  # fmt: skip
+    code, report, verdict = verify_pack(pack, signed.keys["public"])
+    assert code == 1 and report["tied"] == 12 and report["not_tied"] == 2
+    assert report["first_problem"]["file"] == "rows.jsonl" and report["first_problem"]["line"] == 13
+    assert "2 of the period's 14 rows, from row 13, are under no signed checkpoint" in verdict
+    code, report, verdict = verify_pack(pack, signed.keys["public"], more=("--allow-uncovered",))
+    assert code == 0, report["problems"]
+    assert "2 rows are NOT covered by a signed checkpoint (accepted with --allow-uncovered)" in verdict
+    assert "No signed checkpoint covers the period's last row yet" in (pack / "README.md").read_text()
 
 
 Edit = Callable[[Path], None]
@@ -289,8 +308,11 @@ def test_a_pack_from_a_gateway_without_signing_verifies_unsigned(signed: Signed,
     assert (tmp_path / "pack" / "checkpoints.txt").read_text() == ""
     assert "signs no checkpoints" in (tmp_path / "pack" / "README.md").read_text()
     code, report, verdict = verify_pack(tmp_path / "pack")
-    assert code == 0 and report["tied"] == 0 and report["not_tied"] == 12, report["problems"]
-    assert "none is under a signed checkpoint" in verdict
+    assert code == 1 and report["tied"] == 0 and report["not_tied"] == 12
+    assert "under no signed checkpoint in the pack" in verdict
+    code, report, verdict = verify_pack(tmp_path / "pack", more=("--allow-uncovered",))
+    assert code == 0, report["problems"]
+    assert "none is under a signed checkpoint" in verdict and "12 rows are NOT covered" in verdict
 
 
 def test_export_refuses_a_rollup_that_disagrees_with_the_rows(signed: Signed, tmp_path: Path) -> None:

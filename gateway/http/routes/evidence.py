@@ -48,7 +48,7 @@ async def evidence_pack(call: Call) -> tuple[int, dict[str, Any] | Stream]:
     context = call.context
     async with call.admitted(EVIDENCE_COST):
         manifest, archive = await anyio.to_thread.run_sync(
-            pack_archive, context.store, actor.tenant, since, until, signing_of(context.audit.checkpointer), utc_now()
+            pack_archive, context.store, actor.tenant, since, until, signing_of(context.audit.checkpointer, catch_up=True), utc_now()
         )
     counts = manifest["counts"]
     call.trace.lineage.audit_export = {
