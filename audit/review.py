@@ -7,8 +7,6 @@ from one that does not exist.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,6 +20,7 @@ from audit.chain import audit_facet, audit_item, audit_trace, chain_of, derived
 from audit.chain import utc_instant as _instant
 from audit.lineage import read_lineage
 from core.audit_facts import RETRIEVAL, SUBJECT, SUBJECT_STAGES, facts_of, outcome
+from core.csv_cells import csv_line
 
 MAX_PAGE = 200
 EXPORT_CHUNK_BYTES = 64 * 1024  # one response chunk per ~64 KiB, not per row
@@ -262,6 +261,6 @@ def export(engine: Engine, tenant: str, filters: Filters, fmt: str) -> Iterator[
 
 
 def _csv_line(values: tuple[Any, ...]) -> bytes:
-    buffer = io.StringIO()
-    csv.writer(buffer).writerow(["" if v is None else v for v in values])
-    return buffer.getvalue().encode()
+    """One row, text cells neutralised against formulas (core.csv_cells); status_code and seq are
+    integers, written as numbers."""
+    return csv_line(values).encode()

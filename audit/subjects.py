@@ -11,8 +11,6 @@ item text; the report holds ids, types and counts the trail already holds.
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +19,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from audit.chain import audit_facet, audit_trace, chain_of, utc_instant
 from core.audit_facts import MERGE_FACETS, SUBJECT, SUBJECT_STAGES, counts_of, dict_of, merge_of, subject_stages, texts_of
+from core.csv_cells import csv_line, joined
 from core.tables import Item
 
 item_table = Item.__table__  # type: ignore[attr-defined]
@@ -179,34 +178,35 @@ def subject_report(engine: Engine, tenant: str, entity_id: str, after: int | Non
 
 
 def report_csv(engine: Engine, tenant: str, entity_id: str) -> Iterator[bytes]:
-    """Every call of the report (all pages), one CSV row each, newest first."""
+    """Every call of the report (all pages), one CSV row each, newest first. Text cells, and each
+    part of the `;`-joined ones, are neutralised against formulas (core.csv_cells); status_code is
+    an integer, written as a number."""
     after: int | None = None
     header = True
     while True:
         report = subject_report(engine, tenant, entity_id, after, MAX_PAGE)
-        buffer = io.StringIO()
-        writer = csv.writer(buffer)
-        if header:
-            writer.writerow(CSV_COLUMNS)
-            header = False
+        lines = [csv_line(CSV_COLUMNS)] if header else []
+        header = False
         for call in report["calls"]:
-            writer.writerow(
-                [
-                    call["trace_id"],
-                    call["created_at"],
-                    call["actor"] or "",
-                    call["endpoint"],
-                    call["task"] or "",
-                    call["decision"],
-                    call["status_code"],
-                    call["reached"],
-                    ";".join(call["stages"]),
-                    ";".join(call["items"]["returned"]),
-                    ";".join(f"{k}:{v}" for k, v in call["masking"]["masked"].items()),
-                    call["about"] or "",
-                ]
+            lines.append(
+                csv_line(
+                    [
+                        call["trace_id"],
+                        call["created_at"],
+                        call["actor"],
+                        call["endpoint"],
+                        call["task"],
+                        call["decision"],
+                        call["status_code"],
+                        call["reached"],
+                        joined(call["stages"]),
+                        joined(call["items"]["returned"]),
+                        joined(f"{k}:{v}" for k, v in call["masking"]["masked"].items()),
+                        call["about"],
+                    ]
+                )
             )
-        yield buffer.getvalue().encode()
+        yield "".join(lines).encode()
         if report["cursor"] is None:
             return
         after = int(report["cursor"][2:])
