@@ -47,8 +47,9 @@ async def evidence_pack(call: Call) -> tuple[int, dict[str, Any] | Stream]:
     since, until = _period(call)
     context = call.context
     async with call.admitted(EVIDENCE_COST):
+        signing = await anyio.to_thread.run_sync(signing_of, context.audit.checkpointer, True)  # signs the tail first
         manifest, archive = await anyio.to_thread.run_sync(
-            pack_archive, context.store, actor.tenant, since, until, signing_of(context.audit.checkpointer, catch_up=True), utc_now()
+            pack_archive, context.store, actor.tenant, since, until, signing, utc_now()
         )
     counts = manifest["counts"]
     call.trace.lineage.audit_export = {
