@@ -116,7 +116,13 @@ def open_store(database_url: str) -> Engine:
 def create_store_engine(database_url: str) -> Engine:
     """The engine alone, schema untouched (for `gateway migrate`); no connection is made yet."""
     if database_url.startswith("sqlite:///"):
-        Path(database_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        folder = Path(database_url.removeprefix("sqlite:///")).parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file where the folder should be, no permission: one line, not a traceback
+            blocking = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
+            reason = f"{blocking} is a file" if blocking is not None else exc.strerror or type(exc).__name__
+            raise StoreUnavailable(f"cannot make the SQLite store's folder {folder}: {reason}") from exc
         # The driver's own transaction handling is off (isolation_level=None) so SQLAlchemy's BEGIN,
         # deferred or IMMEDIATE (see `writer`), is the one that counts.
         engine = create_engine(database_url, connect_args={"check_same_thread": False, "timeout": 10, "isolation_level": None})

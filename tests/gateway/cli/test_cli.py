@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -297,3 +299,66 @@ def test_policy_test_on_a_missing_directory_fails(tmp_path: Path) -> None:
     result = run("policy", "test", tmp_path / "nowhere")
     assert result.exit_code != 0
     assert "Traceback" not in result.output
+
+
+# ---------------------------------------------------------------------------
+# --data that cannot hold the store: one line naming the option and the path
+# ---------------------------------------------------------------------------
+
+STORE_COMMANDS = (
+    ("audit", "verify"),
+    ("audit", "export", "--since", "2026-01-01T00:00:00Z", "--until", "2026-02-01T00:00:00Z", "--out", "pack"),
+    ("audit", "prune", "--days", "30"),
+    ("keys", "list"),
+    ("keys", "revoke", "0123456789abcdef"),
+    ("keys", "create", "--tenant", "acme", "--principal", "user:x"),
+    ("migrate",),
+    ("demo",),
+    ("embed",),
+    ("pii", "analyze"),
+)
+
+
+def bad_data_dirs(tmp_path: Path) -> dict[str, Path]:
+    """A file that is no SQLite database, a directory whose gateway.db is not one, a path under a file."""
+    (tmp_path / "x.db").write_text("not a database\n")
+    (tmp_path / "garbage").mkdir()
+    (tmp_path / "garbage" / "gateway.db").write_text("not a database either\n")
+    return {
+        "file": tmp_path / "x.db",
+        "not sqlite": tmp_path / "garbage",
+        "under a file": tmp_path / "x.db" / "data",
+    }
+
+
+@pytest.mark.parametrize("command", STORE_COMMANDS, ids=lambda c: " ".join(c[:2]))
+def test_a_data_option_that_cannot_hold_the_store_is_named_without_a_traceback(command: tuple[str, ...], tmp_path: Path) -> None:
+    for what, path in bad_data_dirs(tmp_path).items():
+        result = run(*command, "--data", path)
+        assert result.exit_code == 2 and isinstance(result.exception, SystemExit), (what, result.output, result.exception)
+        assert "Traceback" not in result.output and "'--data'" in result.output, (what, result.output)
+        assert str(path) in result.output or str(path / "gateway.db") in result.output, (what, result.output)
+    assert not (tmp_path / "x.db").is_dir() and (tmp_path / "x.db").read_text() == "not a database\n"  # nothing touched
+
+
+def test_the_data_directory_from_the_environment_and_a_database_url_under_a_file(tmp_path: Path) -> None:
+    paths = bad_data_dirs(tmp_path)
+    result = run("audit", "verify", env={"GATEWAY_DATA_DIR": str(paths["file"])})
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), (result.output, result.exception)
+    assert "GATEWAY_DATA_DIR" in result.output and str(paths["file"]) in result.output
+    result = run("audit", "verify", "--database-url", f"sqlite:///{paths['under a file'] / 'gateway.db'}")
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), (result.output, result.exception)
+    assert f"{paths['file']} is a file" in result.output
+
+
+def test_the_installed_command_prints_no_traceback_for_a_bad_data_option(tmp_path: Path) -> None:
+    for path in bad_data_dirs(tmp_path).values():
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "gateway"), "audit", "verify", "--data", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        )
+        assert done.returncode == 2 and "Traceback" not in done.stderr + done.stdout, done.stderr
+        assert "Invalid value for '--data'" in done.stderr, done.stderr
