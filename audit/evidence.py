@@ -380,9 +380,9 @@ def _write_readme(path: Path, manifest: dict[str, Any], tree: dict[str, Any]) ->
         )
     else:
         tie = (
-            "No signed checkpoint covers the period's last row yet (the gateway signs every 100 rows or 60 "
-            "seconds): rows after the newest checkpoint in this pack are checked for content, hashes and links "
-            "only, never as signed. Export the period again later to tie them."
+            "No signed checkpoint covers the period's last row (the signer refused the chain, or could not "
+            "sign when the pack was made): rows after the newest checkpoint in this pack are checked for content, "
+            "hashes and links only, never as signed, and fail the check unless you pass --allow-uncovered."
         )
     merkle = (
         f"`{TREE}` holds the compact range of the chain's Merkle tree before the pack's first row, from which "
@@ -403,12 +403,15 @@ governed retrieval gateway {manifest["gateway_version"]}. Chain positions
 With the gateway's public key as you received it from the operator (out of band: not from this pack):
 
 ```sh
-gateway audit verify-pack DIR --public-key audit-signing.pub.pem
+gateway audit verify-pack DIR --public-key audit-signing.pub.pem [--known NOTE] [--witness-key VKEY]
 ```
 
 Without `--public-key`, the keys in `{KEYS}/` are used, which shows only that the pack is consistent
-with itself: whoever made the pack could have made those keys too. It needs no database and no
-network, and exits 1 naming the file and line of the first problem.
+with itself: whoever made the pack could have made those keys too. `--known` holds checkpoints you
+got elsewhere (a witness's cosigned note, one from an earlier pack) against the pack's rows: that is
+what shows a history re-signed by whoever holds the key. `--witness-key` checks a witness's
+cosignatures; without it they are reported as not checked. It needs no database and no network, and
+exits 1 naming the file and line of the first problem.
 
 ## Files
 
@@ -440,14 +443,15 @@ No file holds item text or query text: audit rows hold ids, shapes, counts and h
 
 ## What it cannot show
 
-- Rows of the period past the last checkpoint in the pack are not signed yet: {counts["not_tied"]} here.
+- Rows of the period past the last checkpoint in the pack are not signed: {counts["not_tied"]} here
+  (the check fails on them unless you pass `--allow-uncovered`).
 - The seal of each row needs the gateway's key: only the gateway's own verify checks it.
 - A call is dated when it started and written when it ended, so the positions of calls that ran at
   the same time need not follow their times; the period is taken from the first to the last position
   dated in it, and a row dated in the period but written before the row before it would not be in
   the pack.
 - The manifest is not signed: its digests catch a damaged file, the checkpoints an altered row.
-- Whether the operator gave you every checkpoint: hold `{CHECKPOINTS}` against notes a witness
-  cosigned, or ones you kept (`gateway audit verify --known`).
+- A history rewritten and re-signed by whoever holds the signing key: only checkpoints held outside
+  the gateway show it (`--known` with a witness's notes, or ones you kept).
 """
     path.write_text(text, encoding="utf-8")

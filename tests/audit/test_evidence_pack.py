@@ -148,7 +148,7 @@ def test_rows_under_no_checkpoint_fail_unless_the_auditor_accepts_them(signed: S
     code, report, verdict = verify_pack(pack, signed.keys["public"], more=("--allow-uncovered",))
     assert code == 0, report["problems"]
     assert "2 rows are NOT covered by a signed checkpoint (accepted with --allow-uncovered)" in verdict
-    assert "No signed checkpoint covers the period's last row yet" in (pack / "README.md").read_text()
+    assert "No signed checkpoint covers the period's last row" in (pack / "README.md").read_text()
 
 
 Edit = Callable[[Path], None]
