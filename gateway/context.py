@@ -25,6 +25,7 @@ from gateway.admission import Admission, load_admission
 from gateway.auth import Authenticator
 from gateway.pipeline.pipeline import Connectors, Pipeline
 from gateway.pipeline.semantic import Semantic
+from gateway.policy.archive import warn_if_vulnerable
 from gateway.policy.factory import load_engine
 from gateway.policy.reload import ReloadingEngine
 from gateway.privacy.store import Privacy, load_privacy
@@ -70,6 +71,7 @@ class GatewayContext:
 async def build_context(settings: Settings, telemetry: Telemetry | None = None) -> GatewayContext:
     """Everything the service runs on; `telemetry` replaces the one the settings describe (tests
     hand in one with in-memory exporters)."""
+    warn_if_vulnerable()  # once per process: on a Python whose tarfile backtracks (CVE-2024-6232), one WARNING line
     store = open_store(settings.effective_database_url)
     try:
         semantic = build_semantic(settings, store)  # first: it may refuse to start, before policy workers exist

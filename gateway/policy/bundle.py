@@ -13,6 +13,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from core.errors import ConfigurationError
+from gateway.policy.archive import MAX_ARCHIVE_BYTES, MAX_ARCHIVE_FILES, unpack
 from gateway.policy.signatures import SIGNATURES, VerificationKey, sign_files, verify_files
 
 
@@ -40,8 +41,8 @@ ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
 # gateway does not, and a document one engine sees and the other does not would split decisions).
 READ_SUFFIXES = frozenset({".rego", ".json", ".yaml", ".yml"})
 YAML_DATA = frozenset({"data.yaml", "data.yml"})
-MAX_ARCHIVE_BYTES = 64 * 1024 * 1024  # unpacked, all files together
-MAX_ARCHIVE_FILES = 10_000  # members of a bundle: counted as the tar is read, before any is parsed
+# MAX_ARCHIVE_BYTES (unpacked, all files together) and MAX_ARCHIVE_FILES (members, counted as the
+# tar is scanned, before any is parsed) live in gateway/policy/archive.py, with the other limits.
 MANIFEST = ".manifest"
 MAX_LABEL = 128  # characters of a manifest revision
 
@@ -115,27 +116,23 @@ def read_archive(archive: bytes, source: Path, key: VerificationKey | None = Non
     regular files inside the bundle root are read. The revision is the digest of the modules and
     data, as for a directory: a bundle re-signed with other content under the same manifest
     revision is a new revision. The manifest's `revision` is kept as the bundle's `label`
-    (printable, at most MAX_LABEL characters)."""
+    (printable, at most MAX_LABEL characters). Nothing of the archive reaches a tar parser before
+    gateway/policy/archive.py has scanned it, and tarfile itself runs in a child process with a
+    deadline (CVE-2024-6232: the signature is inside the tar, so the tar is read before it verifies)."""
     files: dict[str, bytes] = {}
     size = 0
-    try:
-        with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
-            for count, member in enumerate(tar, 1):
-                if count > MAX_ARCHIVE_FILES:
-                    raise ConfigurationError(f"{source}: more than {MAX_ARCHIVE_FILES} members")
-                if member.isdir():
-                    continue
-                name = PurePosixPath(member.name.lstrip("/")).as_posix().removeprefix("./")
-                if not member.isfile() or ".." in name.split("/") or not name:
-                    raise ConfigurationError(f"{source}: {member.name!r} is not a regular file inside the bundle")
-                size += member.size
-                if size > MAX_ARCHIVE_BYTES:
-                    raise ConfigurationError(f"{source}: larger than {MAX_ARCHIVE_BYTES} bytes unpacked")
-                extracted = tar.extractfile(member)
-                assert extracted is not None
-                files[name] = extracted.read()
-    except (tarfile.TarError, OSError, EOFError) as exc:
-        raise ConfigurationError(f"{source}: not a gzipped tar bundle ({type(exc).__name__})") from exc
+    for count, member in enumerate(unpack(archive, source), 1):  # scanned first, then read in a child with a deadline
+        if count > MAX_ARCHIVE_FILES:
+            raise ConfigurationError(f"{source}: more than {MAX_ARCHIVE_FILES} members")
+        if member.kind == "directory":
+            continue
+        name = PurePosixPath(member.name.lstrip("/")).as_posix().removeprefix("./")
+        if member.kind != "file" or ".." in name.split("/") or not name:
+            raise ConfigurationError(f"{source}: {member.name!r} is not a regular file inside the bundle")
+        size += len(member.content)
+        if size > MAX_ARCHIVE_BYTES:
+            raise ConfigurationError(f"{source}: larger than {MAX_ARCHIVE_BYTES} bytes unpacked")
+        files[name] = member.content
     if key is not None:
         verify_files(files, key)
     revision = ""
