@@ -28,6 +28,7 @@ import base64
 import binascii
 import contextlib
 import fcntl
+import hashlib
 import logging
 import os
 import threading
@@ -286,6 +287,12 @@ def read_checkpoints(path: Path, verifier: Verifier | Sequence[Verifier], tenant
     return attested
 
 
+def chain_tag(chain: str) -> str:
+    """How `/readyz` names a chain to anyone who asks: the first 12 hex digits of the SHA-256 of its id
+    (`printf %s acme | sha256sum`), which an operator can match and a passer-by cannot read a tenant from."""
+    return "chain " + hashlib.sha256(chain.encode()).hexdigest()[:12]
+
+
 def now_rfc3339() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
@@ -405,16 +412,29 @@ class Checkpointer:
             return self._fresh >= self.rows or (self._fresh > 0 and self.clock() - self._last >= self.seconds)
 
     def readiness(self) -> str:
-        """ "ok", or why this signer cannot vouch for the trail: it started without its checkpoints
-        while the store held chains, so it refuses to sign them (`/readyz`)."""
-        if self.started_without_checkpoints and self.refusing:
-            return (
-                f"refusing to sign {len(self.refusing)} audit chain(s) found without a checkpoint: restore the "
-                "checkpoint file (GATEWAY_AUDIT_CHECKPOINTS), or adopt them as found with `gateway audit checkpoint --adopt`"
+        """ "ok", or why this signer cannot vouch for the trail now (`/readyz`): the chains it refuses to
+        sign (found without a checkpoint of them, or stopped at a row it refused) and those whose
+        checkpoint the witness refused as a fork. /readyz answers anyone, so a chain is named by
+        `chain_tag` (a digest of its id: no tenant's name, no row; the log names the chain). Asking
+        also has the next tick look again for the checkpoints of chains found without one, so a
+        checkpoint restored, published by another process or adopted since clears the refusal."""
+        refusing, stuck, forked = dict(self.refusing), set(self._stuck), sorted(self.witness_refused)
+        if refusing:
+            with self._counter:
+                self._grown.update(refusing)
+                self._fresh = max(self._fresh, 1)
+        reasons = []
+        why = {**dict.fromkeys(stuck, "stopped at a row it refused"), **refusing}
+        if why:
+            named = ", ".join(f"{chain_tag(c)} ({why[c]})" for c in sorted(why)[:10]) + (" and more" if len(why) > 10 else "")
+            reasons.append(
+                f"refusing to sign {len(why)} audit chain(s): {named}; restore the checkpoint file (GATEWAY_AUDIT_CHECKPOINTS) "
+                "or adopt a chain found without one with `gateway audit checkpoint --adopt`; `gateway audit verify` names a refused row"
             )
-        if self.witness_refused:  # /readyz answers anyone: no tenant is named there (the log names them)
-            return f"the audit witness refused the checkpoints of {len(self.witness_refused)} chain(s) as a fork"
-        return "ok"
+        if forked:
+            named = ", ".join(chain_tag(c) for c in forked[:10]) + (" and more" if len(forked) > 10 else "")
+            reasons.append(f"the audit witness refused the checkpoints of {len(forked)} chain(s) as a fork: {named}")
+        return "; ".join(reasons) or "ok"
 
     def checkpoint(self, every_chain: bool = False, adopt: bool = False) -> list[Checkpoint]:
         """Sign the chains that grew since the last checkpoint (or, with `every_chain`, any chain
