@@ -98,17 +98,16 @@ class Checkpoint:
     range: tuple[str, ...] = ()  # a prune's: hex nodes of the compact range of what it removed (size leaves)
 
     def text(self) -> str:
-        lines = [
-            ORIGIN_PREFIX + quote(self.chain, safe=""),
-            str(self.size),
-            base64.b64encode(bytes.fromhex(self.head)).decode(),
-            f"time {self.time}",
-            f"oldest {self.oldest}",
-        ]
+        """The note's text. With a Merkle root it is a C2SP checkpoint: the root on the third line,
+        the head row's hash in a `head` extension line, so a C2SP witness (litewitness) can hold it
+        to a consistency proof. Without one (chains pruned before trees), the head on the third
+        line, as before trees."""
+        lines = [ORIGIN_PREFIX + quote(self.chain, safe=""), str(self.size), _b64(self.tree or self.head)]
+        if self.tree:
+            lines.append(f"head {_b64(self.head)}")
+        lines += [f"time {self.time}", f"oldest {self.oldest}"]
         if self.refused is not None:
             lines.append(f"refused {self.refused[0]} {self.refused[1]}")
-        if self.tree:
-            lines.append(f"tree {_b64(self.tree)}")
         if self.range:
             lines.append("range " + " ".join(_b64(h) for h in self.range))
         if self.adopted is not None:
@@ -120,18 +119,20 @@ class Checkpoint:
         lines = text.rstrip("\n").split("\n")
         if len(lines) < 3 or not lines[0].startswith(ORIGIN_PREFIX) or not lines[1].isdigit():
             raise NoteError("not a checkpoint of a gateway audit chain")
-        try:
-            head = base64.b64decode(lines[2], validate=True).hex()
-        except (binascii.Error, ValueError) as exc:
-            raise NoteError("the head hash is not base64") from exc
         extensions = dict(part.partition(" ")[::2] for part in lines[3:])
+        try:
+            third = base64.b64decode(lines[2], validate=True).hex()
+            # C2SP form: the Merkle root third and the head in `head`; before it, the head third and the root in `tree`
+            head = base64.b64decode(extensions["head"], validate=True).hex() if "head" in extensions else third
+        except (binascii.Error, ValueError) as exc:
+            raise NoteError("the root or head hash is not base64") from exc
         refused = None
         if "refused" in extensions:
             position, _, reason = extensions["refused"].partition(" ")
             refused = (int(position), reason) if position.isdigit() else None
         oldest = extensions.get("oldest", "1")
         try:
-            tree = base64.b64decode(extensions["tree"], validate=True).hex() if "tree" in extensions else ""
+            tree = third if "head" in extensions else base64.b64decode(extensions.get("tree", ""), validate=True).hex()
             cut = tuple(base64.b64decode(h, validate=True).hex() for h in extensions.get("range", "").split())
         except (binascii.Error, ValueError) as exc:
             raise NoteError("a tree or range hash is not base64") from exc
