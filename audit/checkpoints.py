@@ -102,7 +102,7 @@ class Checkpoint:
         the head row's hash in a `head` extension line, so a C2SP witness (litewitness) can hold it
         to a consistency proof. Without one (chains pruned before trees), the head on the third
         line, as before trees."""
-        lines = [ORIGIN_PREFIX + quote(self.chain, safe=""), str(self.size), _b64(self.tree or self.head)]
+        lines = [origin_of(self.chain), str(self.size), _b64(self.tree or self.head)]
         if self.tree:
             lines.append(f"head {_b64(self.head)}")
         lines += [f"time {self.time}", f"oldest {self.oldest}"]
@@ -178,6 +178,20 @@ def _adoption(value: str | None, size: int, time: str) -> Adoption | None:
     if position.isdigit() and when:
         return Adoption(int(position), when)
     return Adoption(size, time)
+
+
+def origin_of(chain: str) -> str:
+    """A chain's C2SP origin line: `gateway.audit/<tenant, percent-encoded>`."""
+    return ORIGIN_PREFIX + quote(chain, safe="")
+
+
+def origin_signer(signer: Signer, chain: str) -> Signer:
+    """The gateway's key under the chain's origin name (a C2SP log's key is named as its origin)."""
+    return Signer(origin_of(chain), signer.private)
+
+
+def origin_verifier(verifier: Verifier, chain: str) -> Verifier:
+    return Verifier(origin_of(chain), verifier.public)
 
 
 def _b64(hex_hash: str) -> str:
@@ -342,6 +356,8 @@ class Checkpointer:
         # The signing key, then the keys it replaced: checkpoints they signed are this signer's history.
         self.verifiers: list[Verifier] = [signer.verifier, *previous]
         self.witness = witness
+        # Each note a witness cosigned, with its cosignature line(s): what an auditor takes as `--known`.
+        self.cosigned = CheckpointLog(log_file.path.with_name(log_file.path.name + ".cosigned"))
         self._witnessed: dict[str, int] = {}  # the size the witness last cosigned, per chain
         self.witness_refused: dict[str, str] = {}  # chains whose checkpoint the witness refused as a fork
         self.rows, self.seconds, self.clock = rows, seconds, clock
@@ -473,13 +489,18 @@ class Checkpointer:
                 if every_chain and not self._signed and any(c not in self._born for c in chains):
                     self.started_without_checkpoints = True
                 made = [c for c in (self._segment(conn, chain, adopt) for chain in chains) if c is not None]
-            notes = [sign(c.text(), self.signer) for c in made]
+            notes = [self._sign(c) for c in made]
             self.log.append(notes)
             for c in made:
                 self._signed[c.chain] = _Signed(c.size, c.head, c.oldest, c.tree, c.time, c.adopted)
             if self.witness is not None:
                 self._submit(made, notes)
             return made
+
+    def _sign(self, checkpoint: Checkpoint) -> str:
+        """The checkpoint's note, signed by the gateway's key and again by the same key under the
+        chain's origin: C2SP witnesses (litewitness) know a log by a key named as its origin."""
+        return sign(checkpoint.text(), self.signer, origin_signer(self.signer, checkpoint.chain))
 
     def _submit(self, made: list[Checkpoint], notes: list[str]) -> None:
         """Each new checkpoint with a Merkle root to the witness, with the consistency proof from
@@ -516,6 +537,7 @@ class Checkpointer:
             if answer.status == 200:
                 self._witnessed[c.chain] = c.size
                 self.witness_refused.pop(c.chain, None)
+                self.cosigned.append([note + answer.text])  # the note with the witness's cosignature, for auditors
             elif answer.status == 422:
                 self.witness_refused[c.chain] = answer.text.strip()
                 log.error(
@@ -678,7 +700,7 @@ class Checkpointer:
                 )
             )
         with self._turn:
-            self.log.append(sign(c.text(), self.signer) for c in made)
+            self.log.append(self._sign(c) for c in made)
             for c in made:
                 signed = self._signed.get(c.chain)
                 if signed is not None:

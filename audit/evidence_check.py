@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from audit.chain import HASHED, derived, row_hash, row_hash_v1
-from audit.checkpoints import Attested, Checkpoint, CheckpointLog, adoption_of, open_by_any
+from audit.checkpoints import Attested, Checkpoint, CheckpointLog, adoption_of, open_by_any, origin_of
 from audit.evidence import (
     CHECKPOINTS,
     FIGURES,
@@ -370,7 +370,7 @@ def _checkpoints(
             check.fail(*at, f"the checkpoint does not verify with the key(s): {exc}")
             continue
         summary["verified"] += 1
-        for name in _cosigners(check, at, note, names, witnesses):
+        for name in _cosigners(check, at, note, names | {origin_of(checkpoint.chain)}, witnesses):
             if name in cosigned:
                 cosigned[name] += 1
             else:
@@ -403,8 +403,9 @@ def _checkpoints(
 
 
 def _cosigners(check: _Check, at: tuple[str, int], note: str, gateway: set[str], witnesses: Sequence[Verifier]) -> list[str]:
-    """The names of a note's signature lines other than the gateway's; a line by a witness whose
-    key is given must verify (a forged cosignature is a problem, never listed as one)."""
+    """The names of a note's signature lines other than the gateway's (its key, and the same key
+    under the chain's origin, which C2SP witnesses know it by); a line by a witness whose key is
+    given must verify (a forged cosignature is a problem, never listed as one)."""
     found = []
     for text in note[note.rfind("\n\n") + 2 :].splitlines():
         if not text.startswith(SIGNATURE_PREFIX):

@@ -7,10 +7,13 @@ body is `old <size>`, the consistency proof from that size (one base64 hash a li
 §2.1.4), a blank line, and the signed checkpoint note. The answers: 200 with the witness's
 signature line; 409 with the size it has cosigned when `old` is not it (the client retries from
 there); 403 when the note is not signed by the log's key; 422 when the proof does not show the new
-tree to extend the cosigned one (a fork, logged) or the checkpoint carries no Merkle root. The
-cosignature is a signed-note signature line of the witness's own key over the checkpoint text
-(not C2SP's timestamped cosignature/v1 form). `GET /checkpoint?origin=...` answers the latest
-cosigned note, for a signer recovering its state and for an auditor's `verify --known`.
+tree to extend the cosigned one (a fork, logged) or the checkpoint carries no Merkle root. Any
+C2SP checkpoint (https://c2sp.org/tlog-checkpoint: origin, size, root hash, extension lines) is
+held to its proof, the gateway's own and another log's alike (a gateway checkpoint of the form
+before C2SP, with its root in a `tree` line, too). The cosignature is C2SP's timestamped
+`cosignature/v1` line (audit.notes.cosign), what litewitness returns, so a C2SP verifier checks it.
+`GET /checkpoint?origin=...` answers the latest cosigned note, for a signer recovering its state and
+for an auditor's `verify --known`.
 
 The witness keeps one file per chain (the latest cosigned note, replaced atomically) in its state
 directory, which must not be the gateway's: that is the point of it.
@@ -24,12 +27,13 @@ import hashlib
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from audit.checkpoints import Checkpoint
+from audit.checkpoints import ORIGIN_PREFIX, Checkpoint
 from audit.merkle import verify_consistency
-from audit.notes import NoteError, Signer, Verifier, open_note, sign
+from audit.notes import NoteError, Signer, Verifier, cosign, open_note
 
 log = logging.getLogger("gateway.audit.witness")
 WITNESS_NAME = "gateway.witness"
@@ -68,26 +72,27 @@ class Witness:
         old = int(lines[0][4:])
         try:
             proof = [base64.b64decode(line, validate=True) for line in lines[1:]]
-            checkpoint = Checkpoint.parse(open_note(note, self.log_key))
+            text = open_note(note, self.log_key)
+            checkpoint = tree_head(text)
         except (binascii.Error, ValueError) as exc:
             if isinstance(exc, NoteError) and "not signed by this key" in str(exc) or "does not verify" in str(exc):
                 return Answer(403, "the checkpoint is not signed by the log's key\n")
             return Answer(400, f"malformed: {exc}\n")
-        if not checkpoint.tree:
+        if not checkpoint.root:
             return Answer(422, "the checkpoint carries no Merkle root: nothing to hold it to\n")
         origin = note.split("\n", 1)[0]
         with self._lock:
             stored = self.latest(origin)
-            known = Checkpoint.parse(open_note(stored, self.log_key)) if stored else None
+            known = tree_head(open_note(stored, self.log_key)) if stored else None
             size = known.size if known is not None else 0
             if old != size:
                 return Answer(409, f"{size}\n")
             if checkpoint.size < size:
                 return Answer(409, f"{size}\n")
-            old_root = bytes.fromhex(known.tree) if known is not None and known.tree else b""
-            if known is not None and not known.tree:
+            old_root = bytes.fromhex(known.root) if known is not None and known.root else b""
+            if known is not None and not known.root:
                 return Answer(422, "the cosigned checkpoint carries no Merkle root\n")
-            if not verify_consistency(size, checkpoint.size, old_root, bytes.fromhex(checkpoint.tree), proof):
+            if not verify_consistency(size, checkpoint.size, old_root, bytes.fromhex(checkpoint.root), proof):
                 log.error(
                     "witness: %s: a checkpoint of %s rows does not extend the cosigned one of %s: refused (a fork)",
                     origin,
@@ -95,7 +100,7 @@ class Witness:
                     size,
                 )
                 return Answer(422, f"the checkpoint of {checkpoint.size} rows does not extend the cosigned one of {size} rows\n")
-            signature = cosignature(note, self.signer)
+            signature = cosign(text, self.signer, int(time.time()))
             cosigned = note + signature
             path = self._path(origin)
             temporary = path.with_suffix(".tmp")
@@ -106,11 +111,36 @@ class Witness:
         return Answer(200, signature)
 
 
+@dataclass(frozen=True, slots=True)
+class TreeHead:
+    """What a witness needs of a checkpoint: its origin, size and Merkle root (hex; "" when none)."""
+
+    origin: str
+    size: int
+    root: str
+
+
+def tree_head(text: str) -> TreeHead:
+    """A C2SP checkpoint's origin, size and root hash (NoteError when it is not one). A gateway
+    checkpoint of the form before C2SP (the head third, the root in `tree`) gives its `tree`."""
+    lines = text.split("\n")
+    if len(lines) < 4 or text[-1:] != "\n" or not lines[0] or not lines[1].isdigit() or lines[1] != str(int(lines[1])):
+        raise NoteError("not a checkpoint (origin, size, root hash)")
+    if lines[0].startswith(ORIGIN_PREFIX):
+        gateway = Checkpoint.parse(text)
+        return TreeHead(lines[0], gateway.size, gateway.tree)
+    try:
+        root = base64.b64decode(lines[2], validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise NoteError("the root hash is not base64") from exc
+    if len(root) != 32 or any(not line for line in lines[3:-1]):
+        raise NoteError("not a checkpoint: a root hash of 32 bytes, then non-empty extension lines")
+    return TreeHead(lines[0], int(lines[1]), root.hex())
+
+
 def cosignature(note: str, signer: Signer) -> str:
-    """The witness's signature line over the note's text."""
-    text = note[: note.rfind("\n\n") + 1]
-    signed = sign(text, signer)
-    return signed[len(text) + 1 :]
+    """The witness's cosignature/v1 line over the note's text (now)."""
+    return cosign(note[: note.rfind("\n\n") + 1], signer, int(time.time()))
 
 
 def witness_signer(log_signer: Signer) -> Signer:

@@ -138,16 +138,21 @@ def verdict(report: dict[str, Any]) -> str:
 def audit_witness(state: Path, log_key: Path, key: Path, host: str, port: int) -> None:
     """Run a witness of the audit checkpoints (C2SP tlog-witness's add-checkpoint): it cosigns a
     checkpoint only when a consistency proof shows it extends the last one it cosigned, and
-    refuses a fork. Point GATEWAY_AUDIT_WITNESS_URL at it."""
+    refuses a fork. Its cosignatures are C2SP cosignature/v1 lines; it prints its verifier key at
+    start. Point GATEWAY_AUDIT_WITNESS_URL at it (or at litewitness)."""
     import uvicorn
 
     from audit.keys import load_signer, load_verifier
+    from audit.notes import COSIGNATURE_V1, verifier_key
+    from audit.witness import witness_signer
 
     try:
         load_verifier(log_key)
-        load_signer(key)
+        signer = witness_signer(load_signer(key))
     except GatewayError as exc:
         raise click.ClickException(exc.message) from exc
+    public = verifier_key(signer.name, signer.private.public_key(), COSIGNATURE_V1)
+    click.echo(f"witness cosignature key (for verify-pack --witness-key): {public}", err=True)
     os.environ.update(
         {"GATEWAY_WITNESS_STATE": str(state), "GATEWAY_WITNESS_LOG_KEY": str(log_key), "GATEWAY_WITNESS_KEY": str(key)}
     )
@@ -316,11 +321,12 @@ def audit_verify_pack(
 
 
 def _witness_key(path: Path) -> "Verifier":
-    """A witness's verifier key file (`<name>+<id>+<key>`, what `gateway audit keygen` writes as .vkey)."""
-    from audit.notes import NoteError, Verifier, parse_verifier_key
+    """A witness's verifier key file (`<name>+<id>+<key>`): a C2SP cosignature/v1 key (litewitness,
+    `gateway audit witness`) or an Ed25519 note key."""
+    from audit.notes import NoteError, parse_verifier
 
     try:
-        return Verifier(*parse_verifier_key(path.read_text(encoding="utf-8")))
+        return parse_verifier(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise click.ClickException(f"--witness-key: {path} cannot be read") from exc
     except NoteError as exc:

@@ -19,7 +19,7 @@ from sqlalchemy import update
 from audit.chain import audit_trace
 from audit.checkpoints import Checkpointer, CheckpointLog, read_checkpoints
 from audit.keys import generate, load_signer, load_verifier
-from audit.notes import Verifier, sign
+from audit.notes import COSIGNATURE_V1, Verifier, sign
 from audit.witness import WITNESS_NAME, WitnessClient
 from core import store as db
 from gateway.cli import main
@@ -66,7 +66,7 @@ class WitnessProcess:
 
     @property
     def verifier(self) -> Verifier:
-        return Verifier(WITNESS_NAME, load_signer(self.keys["private"]).private.public_key())
+        return Verifier(WITNESS_NAME, load_signer(self.keys["private"]).private.public_key(), COSIGNATURE_V1)  # C2SP cosignature/v1
 
     def latest(self) -> str | None:
         response = httpx.get(f"{self.url}/checkpoint", params={"origin": ORIGIN}, timeout=5)

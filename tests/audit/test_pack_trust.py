@@ -22,7 +22,7 @@ from audit.chain import row_hash, row_hash_v1
 from audit.checkpoints import CheckpointLog
 from audit.evidence import in_period, policy_revisions, sha256_file
 from audit.keys import generate, load_signer
-from audit.notes import verifier_key
+from audit.notes import COSIGNATURE_V1, verifier_key
 from audit.overview import figures_of
 from audit.witness import cosignature, witness_signer
 from core.audit_facts import tally_rows
@@ -214,7 +214,7 @@ def witness_files(tmp_path: Path) -> tuple[Any, Path]:
     keys = generate(tmp_path / "witness")
     signer = witness_signer(load_signer(keys["private"]))
     vkey = tmp_path / "witness.vkey"
-    vkey.write_text(verifier_key(signer.name, signer.private.public_key()) + "\n")
+    vkey.write_text(verifier_key(signer.name, signer.private.public_key(), COSIGNATURE_V1) + "\n")
     return signer, vkey
 
 
