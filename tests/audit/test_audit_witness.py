@@ -66,7 +66,9 @@ class WitnessProcess:
 
     @property
     def verifier(self) -> Verifier:
-        return Verifier(WITNESS_NAME, load_signer(self.keys["private"]).private.public_key(), COSIGNATURE_V1)  # C2SP cosignature/v1
+        return Verifier(
+            WITNESS_NAME, load_signer(self.keys["private"]).private.public_key(), COSIGNATURE_V1
+        )  # C2SP cosignature/v1
 
     def latest(self) -> str | None:
         response = httpx.get(f"{self.url}/checkpoint", params={"origin": ORIGIN}, timeout=5)
