@@ -1,4 +1,5 @@
-"""The real servers of the live-engine tests: OPA (`opa run --server`) and Weaviate (`weaviate-server`).
+"""The real servers of the live-engine tests: OPA (`opa run --server`) and Weaviate (`weaviate-server`);
+litewitness, a C2SP witness, is started by tests/audit/test_litewitness.py with `Server` and `binary`.
 
 `./scripts/engines` builds both with `go install` at pinned versions into a cache outside the
 checkout, and `./scripts/test` runs it when Go is present, passing the paths on as

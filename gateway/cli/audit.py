@@ -114,6 +114,31 @@ def verdict(report: dict[str, Any]) -> str:
     )
 
 
+@audit.command("log-key")
+@click.option("--tenant", required=True, help="The tenant whose chain a C2SP witness is to know ('' for calls without one).")
+@click.option(
+    "--public-key",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="The gateway's public key (PEM or verifier key, `gateway audit keygen`).",
+)
+def audit_log_key(tenant: str, public_key: Path) -> None:
+    """Print a chain's C2SP origin and the gateway's verifier key named as that origin: what a C2SP
+    witness such as litewitness is told (`witnessctl add-log -origin ORIGIN`, `witnessctl add-key
+    -origin ORIGIN -key VKEY`). The checkpoints carry a signature under this name as well."""
+    from audit.chain import chain_of
+    from audit.checkpoints import origin_of
+    from audit.keys import load_verifier
+    from audit.notes import verifier_key
+
+    try:
+        verifier = load_verifier(public_key)
+    except GatewayError as exc:
+        raise click.ClickException(exc.message) from exc
+    origin = origin_of(chain_of(tenant or None))
+    click.echo(json.dumps({"origin": origin, "vkey": verifier_key(origin, verifier.public)}, indent=2))
+
+
 @audit.command("witness")
 @click.option(
     "--state",
