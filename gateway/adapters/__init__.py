@@ -3,14 +3,29 @@ optional extra (`pip install governed-gateway[langchain]`, `[llamaindex]`); this
 neither framework, only the module of the one you use does.
 
 Both turn an item into the framework's document the same way: its text, and metadata that a chain
-or an agent can cite and weigh (`item_metadata`)."""
+or an agent can cite and weigh (`item_metadata`). Both take a number of results, each under its
+framework's name (LangChain's `k`, LlamaIndex's `similarity_top_k`): `count` checks it."""
 
 from __future__ import annotations
 
-from typing import Any
+import operator
+from typing import Any, SupportsIndex
 
+from api.retrieve import RetrieveRequest
 from gateway.client import AsyncGatewayClient, GatewayClient
 from gateway.client.models import Item
+
+
+def _contract_limit() -> tuple[int, int]:
+    """The contract's default and largest `limit` (api.retrieve), read from the model, not copied."""
+    field = RetrieveRequest.model_fields["limit"]
+    bounds = [le for c in field.metadata if isinstance(le := getattr(c, "le", None), int)]
+    assert isinstance(field.default, int) and bounds, "the contract's `limit` has no default or no upper bound"
+    return field.default, bounds[0]
+
+
+# How many candidates each source proposes when a call does not say, and the most a call may ask.
+DEFAULT_LIMIT, MAX_RESULTS = _contract_limit()
 
 
 class Closing:
@@ -56,6 +71,32 @@ def item_metadata(item: Item, trace_id: str) -> dict[str, Any]:
     }
     metadata.update({name: value for name, value in optional.items() if value is not None})
     return metadata
+
+
+def count(value: object, name: str) -> int | None:
+    """A number of results (`name`, the framework's word for it: `k`, `similarity_top_k`): None
+    (all the gateway packs), else a whole number from 1 to MAX_RESULTS; anything else is a
+    ValueError naming `name`, before any call is sent. The retrievers keep the first `value` items
+    of the answer and ask with `limit_for(value)`."""
+    if value is None:
+        return None
+    # An int (or numpy's: anything with __index__), never True or 3.0.
+    number = operator.index(value) if isinstance(value, SupportsIndex) and not isinstance(value, bool) else None
+    if number is None or not 1 <= number <= MAX_RESULTS:
+        raise ValueError(
+            f"{name}: expected a whole number from 1 to {MAX_RESULTS} (the most the gateway's `limit` allows), got {value!r}"
+        )
+    return number
+
+
+def limit_for(k: int | None) -> int | None:
+    """The request's `limit` for k results. `limit` bounds how many candidates each source
+    proposes (not how many items are packed: two sources' first candidates are two items), and the
+    gateway fuses and ranks them all, so a lower one would rank fewer: the first k of a call with
+    limit=k need not be the first k of the same call without it. So k never lowers the gateway's
+    own limit (None: its default); above it, it raises it to k so that k items can be found. Either
+    way the policy decides what may be found and the budget what is packed: k only narrows."""
+    return k if k is not None and k > DEFAULT_LIMIT else None
 
 
 def missing_extra(framework: str, extra: str) -> ImportError:

@@ -1,14 +1,20 @@
 """The LangChain and LlamaIndex retrievers against a live gateway: the framework's documents, with
-the item's metadata and the call's trace id, on the sync and the async path; never a forbidden item."""
+the item's metadata and the call's trace id, on the sync and the async path; never a forbidden item.
+The number of results (LangChain's `k`, LlamaIndex's `similarity_top_k`) cuts the answer to its first
+k items and never lowers the gateway's `limit`; it only narrows. LangChain's own standard suite is tests/client/test_langchain_standard.py."""
 
 from __future__ import annotations
 
 import importlib
+import json
+import re
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 
 from gateway.client import AsyncGatewayClient, Forbidden, GatewayClient
@@ -26,6 +32,13 @@ SOURCED = memory(
 )
 HIDDEN = memory("mem_okapi_finance", "okapi finance margin", acl=["group:finance"])
 NO_VECTORS = {"semantic": False}
+# Four notes alice may read that match "kestrel", and one she may not (finance only).
+KESTRELS = [memory(f"mem_kestrel_{n}", f"kestrel account note {n}") for n in range(4)]
+KESTREL_HIDDEN = memory("mem_kestrel_finance", "kestrel finance margin", acl=["group:finance"])
+KESTREL_IDS = [k["id"] for k in KESTRELS]
+BAD_COUNTS = [0, -1, 201, True, 2.5, "3"]
+WALRUSES = [memory(f"mem_walrus_{n}", f"walrus pricing note {n}") for n in range(6)]  # the manual's example asks for 4
+AGENTS = (Path(__file__).resolve().parents[2] / "docs" / "agents.md").read_text()  # the manual's page
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +46,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveGateway]:
     directory = tmp_path_factory.mktemp("adapters")
     with serve_gateway(f"sqlite:///{directory / 'gateway.db'}", directory) as served:
         seed(served.gateway)
-        served.gateway.ingest("acme", [SOURCED, HIDDEN])
+        served.gateway.ingest("acme", [SOURCED, HIDDEN, *KESTRELS, KESTREL_HIDDEN, *WALRUSES])
         yield served
 
 
@@ -133,6 +146,137 @@ def test_llamaindex_with_one_client_of_either_kind(live: LiveGateway, key: str) 
     assert anyio.run(only_async) == ["mem_sourced"]
     with pytest.raises(ValueError, match="client"):
         GatewayRetriever(SALES_TASK)
+
+
+class Recorded:
+    """The `limit` of each retrieve a client sent (None when the body had none: the gateway's own)."""
+
+    def __init__(self) -> None:
+        self.limits: list[int | None] = []
+
+    def hook(self, request: httpx.Request) -> None:
+        self.limits.append(json.loads(request.content).get("limit"))
+
+    async def ahook(self, request: httpx.Request) -> None:
+        self.hook(request)
+
+
+def test_langchain_k_in_the_constructor_and_per_call_keeps_the_first_k(live: LiveGateway, key: str) -> None:
+    from gateway.adapters.langchain import GatewayRetriever
+
+    sent = Recorded()
+    with httpx.Client(event_hooks={"request": [sent.hook]}) as http, GatewayClient(live.url, key, http=http) as client:
+        everything = GatewayRetriever(client=client, task=SALES_TASK)  # the gateway's own limit, semantic on too
+        assert sorted(d.id or "" for d in everything.invoke("kestrel")) == KESTREL_IDS  # never the finance note
+        two = GatewayRetriever(client=client, task=SALES_TASK, k=2)
+        assert two.k == 2
+        first_two = two.invoke("kestrel")
+        assert len(first_two) == 2 and {d.id for d in first_two} <= set(KESTREL_IDS)
+        assert [d.id for d in two.invoke("kestrel", k=1)] == [first_two[0].id]  # the call's k wins over the field
+        assert len(everything.invoke("kestrel", k=3)) == 3
+        assert len(everything.invoke("kestrel", k=200)) == 4  # k only narrows: still never the finance note
+        assert len(two.invoke("kestrel", k=None)) == 2  # None: the field's
+        # k never lowers the gateway's limit (50 candidates per source), so the ranking is the same:
+        # the first k are the first k of the same call without k. Above 50 it raises it to k.
+        ranked = [d.id for d in everything.invoke("kestrel")]
+        assert [[d.id for d in everything.invoke("kestrel", k=n)] for n in (1, 2, 3)] == [ranked[:1], ranked[:2], ranked[:3]]
+        assert sent.limits == [None, None, None, None, 200, None, None, None, None, None]
+        # The sync client alone serves the async path, with the call's k.
+        assert [d.id for d in anyio.run(lambda: everything.ainvoke("kestrel", k=1))] == ranked[:1]
+        assert len(everything.invoke("kestrel", k=51)) == 4 and sent.limits[-2:] == [None, 51]
+
+    async def on_the_async_client() -> list[int]:
+        async with httpx.AsyncClient(event_hooks={"request": [sent.ahook]}) as http:
+            retriever = GatewayRetriever(async_client=AsyncGatewayClient(live.url, key, http=http), task=SALES_TASK, k=3)
+            return [len(await retriever.ainvoke("kestrel")), len(await retriever.ainvoke("kestrel", k=1))]
+
+    assert anyio.run(on_the_async_client) == [3, 1]
+    assert sent.limits[-2:] == [None, None]
+
+
+@pytest.mark.parametrize("bad", BAD_COUNTS)
+def test_langchain_a_bad_k_is_a_value_error_naming_k_before_any_call(live: LiveGateway, key: str, bad: Any) -> None:
+    from gateway.adapters.langchain import GatewayRetriever
+
+    with pytest.raises(ValueError, match=r"k: expected a whole number from 1 to 200"):
+        GatewayRetriever(task=SALES_TASK, k=bad)
+    sent = Recorded()
+    with httpx.Client(event_hooks={"request": [sent.hook]}) as http, GatewayClient(live.url, key, http=http) as client:
+        retriever = GatewayRetriever(client=client, task=SALES_TASK)
+        with pytest.raises(
+            ValueError, match=r"^k: expected a whole number from 1 to 200 \(the most the gateway's `limit` allows\)"
+        ):
+            retriever.invoke("kestrel", k=bad)
+        with pytest.raises(ValueError, match=r"^k: "):
+            anyio.run(lambda: retriever.ainvoke("kestrel", k=bad))
+    assert sent.limits == []  # refused here, never a 422 (or a 500) from the gateway
+
+
+def test_langchain_invoke_refuses_an_argument_it_does_not_take(live: LiveGateway, key: str) -> None:
+    from gateway.adapters.langchain import GatewayRetriever
+
+    with GatewayClient(live.url, key) as client:
+        retriever = GatewayRetriever(client=client, task=SALES_TASK)
+        with pytest.raises(TypeError, match=r"^GatewayRetriever: invoke and ainvoke take k, not \['top_k'\]$"):
+            retriever.invoke("kestrel", top_k=1)
+        with pytest.raises(TypeError, match=r"take k, not \['search_kwargs'\]$"):
+            anyio.run(lambda: retriever.ainvoke("kestrel", search_kwargs={"k": 1}))
+        assert len(retriever.invoke("kestrel", k=1, verbose=False)) == 1  # LangChain's own `verbose` passes
+
+
+def test_llamaindex_similarity_top_k_keeps_the_first_nodes(live: LiveGateway, key: str) -> None:
+    from gateway.adapters.llamaindex import GatewayRetriever
+
+    sent = Recorded()
+    with httpx.Client(event_hooks={"request": [sent.hook]}) as http, GatewayClient(live.url, key, http=http) as client:
+        everything = GatewayRetriever(SALES_TASK, client=client)
+        ranked = [n.node.node_id for n in everything.retrieve("kestrel")]
+        assert sorted(ranked) == KESTREL_IDS
+        two = GatewayRetriever(SALES_TASK, client=client, similarity_top_k=2)
+        assert two.similarity_top_k == 2 and [n.node.node_id for n in two.retrieve("kestrel")] == ranked[:2]
+        assert [n.node.node_id for n in anyio.run(two.aretrieve, "kestrel")] == ranked[:2]  # the sync client in a thread
+        two.similarity_top_k = 1  # an attribute, as LlamaIndex's own retrievers have it
+        assert [n.node.node_id for n in two.retrieve("kestrel")] == ranked[:1]
+        widest = GatewayRetriever(SALES_TASK, client=client, similarity_top_k=200)
+        assert len(widest.retrieve("kestrel")) == 4  # it only narrows: never the finance note
+        assert sent.limits == [None, None, None, None, 200]  # the gateway's own limit, raised only above it
+
+    async def on_the_async_client() -> list[str]:
+        async with httpx.AsyncClient(event_hooks={"request": [sent.ahook]}) as http:
+            retriever = GatewayRetriever(
+                SALES_TASK, async_client=AsyncGatewayClient(live.url, key, http=http), similarity_top_k=3
+            )
+            return [n.node.node_id for n in await retriever.aretrieve("kestrel")]
+
+    assert anyio.run(on_the_async_client) == ranked[:3]
+
+
+@pytest.mark.parametrize("bad", BAD_COUNTS)
+def test_llamaindex_a_bad_similarity_top_k_is_a_value_error_naming_it(live: LiveGateway, key: str, bad: Any) -> None:
+    from gateway.adapters.llamaindex import GatewayRetriever
+
+    with GatewayClient(live.url, key) as client:
+        with pytest.raises(ValueError, match=r"^similarity_top_k: expected a whole number from 1 to 200"):
+            GatewayRetriever(SALES_TASK, client=client, similarity_top_k=bad)
+        retriever = GatewayRetriever(SALES_TASK, client=client)
+        retriever.similarity_top_k = bad  # set later: checked at the call, before it is sent
+        with pytest.raises(ValueError, match=r"^similarity_top_k: "):
+            retriever.retrieve("kestrel")
+
+
+def test_the_manuals_example_runs_against_a_live_gateway(live: LiveGateway, key: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    section = AGENTS.split("\n## LangChain and LlamaIndex\n", 1)[1].split("\n## ", 1)[0]
+    example = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    assert example, "the LangChain and LlamaIndex section of docs/agents.md has no example"
+    code = example.group(1)
+    assert "http://127.0.0.1:8080" in code
+    monkeypatch.setenv("GATEWAY_KEY", key)
+    names: dict[str, Any] = {}
+    exec(compile(code.replace("http://127.0.0.1:8080", live.url), "docs/agents.md", "exec"), names)
+    walruses = {w["id"] for w in WALRUSES}
+    assert len(names["documents"]) == 4 and {d.id for d in names["documents"]} <= walruses
+    assert [d.id for d in names["best"]] == [names["documents"][0].id]
+    assert len(names["nodes"]) == 4 and {n.node.node_id for n in names["nodes"]} <= walruses
 
 
 @pytest.mark.parametrize(
