@@ -180,6 +180,11 @@ def _adoption(value: str | None, size: int, time: str) -> Adoption | None:
     return Adoption(size, time)
 
 
+def cosigned_log(log: CheckpointLog) -> CheckpointLog:
+    """Where the notes a witness cosigned are kept, with their cosignatures: beside the checkpoint file."""
+    return CheckpointLog(log.path.with_name(log.path.name + ".cosigned"))
+
+
 def origin_of(chain: str) -> str:
     """A chain's C2SP origin line: `gateway.audit/<tenant, percent-encoded>`."""
     return ORIGIN_PREFIX + quote(chain, safe="")
@@ -357,7 +362,7 @@ class Checkpointer:
         self.verifiers: list[Verifier] = [signer.verifier, *previous]
         self.witness = witness
         # Each note a witness cosigned, with its cosignature line(s): what an auditor takes as `--known`.
-        self.cosigned = CheckpointLog(log_file.path.with_name(log_file.path.name + ".cosigned"))
+        self.cosigned = cosigned_log(log_file)
         self._witnessed: dict[str, int] = {}  # the size the witness last cosigned, per chain
         self.witness_refused: dict[str, str] = {}  # chains whose checkpoint the witness refused as a fork
         self.rows, self.seconds, self.clock = rows, seconds, clock

@@ -13,7 +13,8 @@ A pack is a directory (or the same files in one zip, GET /v1/audit/evidence):
 - `tree_before.json`: the compact range of the chain's Merkle tree (audit.merkle) before the pack's
   first row, from which the recipient recomputes each checkpoint's root from the pack's rows;
 - `checkpoints.txt`: the signed checkpoint notes of the chain whose positions lie within the pack,
-  as the checkpoint file holds them (with any cosignature they carry); `public_keys/`: the keys
+  with the cosignature a witness added (from the `.cosigned` file beside the checkpoint file), when
+  one did; `public_keys/`: the keys
   the gateway signs with (the current one and those it replaced), as verifier keys and PEM;
 - `policy_revisions.json`: the policy revisions the period's rows name, first and last seen, with
   their counts, and the period's policy reloads (`policy_revisions`);
@@ -45,7 +46,7 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Connection, Engine
 
 from audit.chain import HASHED, anchor_of, audit_trace, chain_of, row_hashes, utc_instant
-from audit.checkpoints import Attested, Checkpoint, Checkpointer, CheckpointLog, cut_of, read_checkpoints
+from audit.checkpoints import Attested, Checkpoint, Checkpointer, CheckpointLog, cosigned_log, cut_of, read_checkpoints
 from audit.merkle import Range, leaf_hash
 from audit.notes import Verifier, verifier_key
 from core.audit_facts import RETRIEVAL, tally_rows
@@ -269,6 +270,9 @@ def write_pack(
     # The checkpoints first: every position they name is in the store when the rows are read after.
     attested = read_checkpoints(signing.log.path, list(signing.verifiers), chain) if signing is not None else Attested("")
     notes = dict(signing.log.notes()) if signing is not None else {}
+    if signing is not None:  # a note a witness cosigned goes into the pack with its cosignature
+        cosigned = {note.partition("\n\n")[0]: note for _, note in cosigned_log(signing.log).notes()}
+        notes = {line: cosigned.get(note.partition("\n\n")[0], note) for line, note in notes.items()}
     checkpoints = attested.by_chain.get(chain, [])
     # The figures come from the rollup and the rows from the chain, in two reads: a row appended in
     # between (a period that reaches now) would make them disagree, and the pack fail its own check.

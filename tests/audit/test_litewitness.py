@@ -126,7 +126,16 @@ def test_litewitness_cosigns_the_gateways_checkpoints(signed: Signed, litewitnes
     args += ["--checkpoints", str(signed.checkpoints), "--public-key", str(signed.keys["public"]), "--known", str(known)]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0 and "OK:" in result.stderr, result.output
-    # ... and fails a checkpoint file that no longer holds them.
+    # An evidence pack carries litewitness's cosignatures, and verify-pack checks them with its key.
+    from tests.audit.test_evidence_pack import export, verify_pack
+
+    assert export(signed, tmp_path / "pack", "2020-01-01T00:00:00Z", "2100-01-01T00:00:00Z")[0] == 0
+    vkey = tmp_path / "litewitness.vkey"
+    vkey.write_text(verifier_key(WITNESS, litewitness.verifier.public, COSIGNATURE_V1) + "\n")
+    code, report, verdict = verify_pack(tmp_path / "pack", signed.keys["public"], more=("--witness-key", str(vkey)))
+    assert code == 0 and report["checkpoints"]["witnesses"][WITNESS]["cosigned"] >= 1, report
+    assert f"cosigned by {WITNESS} (key given)" in verdict
+    # ... and verify fails a checkpoint file that no longer holds the notes the auditor has.
     signed.checkpoints.write_text("")
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 1 and "lacks a checkpoint you hold" in result.output
