@@ -20,8 +20,23 @@ from typing import Any
 import regorus
 
 from core.errors import ConfigurationError, PolicyUnavailable
+from gateway.policy.archive import MAX_ARCHIVE_BYTES
 from gateway.policy.base import ENTRYPOINTS
 from gateway.policy.bundle import PolicyBundle
+
+# regorus refuses, by default, a module with a line over 1,024 columns, over 20,000 lines or over
+# 1 MiB, where OPA takes any: a certificate, a key or a token written into a policy stopped the
+# bundle loading on the embedded engine alone (OPA's conformance cases, bench/opa-conformance.md).
+# A module is bounded by the bundle's own limit instead (MAX_ARCHIVE_BYTES, all files together).
+POLICY_LIMITS = {"max_col": MAX_ARCHIVE_BYTES, "max_file_bytes": MAX_ARCHIVE_BYTES, "max_lines": MAX_ARCHIVE_BYTES}
+
+
+def new_engine() -> regorus.Engine:
+    """A regorus engine as the gateway uses one: every engine that reads a bundle's modules (the
+    policy processes, `gateway policy check` and `test`, the id-read analysis) starts here."""
+    engine = regorus.Engine()
+    engine.set_policy_length_config(**POLICY_LIMITS)
+    return engine
 
 
 def build_engine(bundle: PolicyBundle, *, with_tests: bool = False) -> regorus.Engine:
@@ -30,7 +45,7 @@ def build_engine(bundle: PolicyBundle, *, with_tests: bool = False) -> regorus.E
     The error is raised after the half-built engine is dropped, so no traceback keeps it alive
     to be freed later on another thread.
     """
-    engine = regorus.Engine()
+    engine = new_engine()
     failure = None
     for path, source in bundle.modules + (bundle.tests if with_tests else ()):
         try:

@@ -24,9 +24,8 @@ from __future__ import annotations
 import json
 from typing import Any, NoReturn
 
-import regorus
-
 from gateway.policy.bundle import PolicyBundle
+from gateway.policy.embedded import new_engine
 
 ITEMS_PACKAGE = "gateway.items"
 PLUMBING = ("allowed", "denied", "failed_ids", "first_failure")
@@ -60,7 +59,7 @@ def id_read(bundle: PolicyBundle, shipped: PolicyBundle | None = None) -> str | 
 
 
 def _modules(bundle: PolicyBundle) -> list[tuple[str, str, list[Any]]]:
-    engine = regorus.Engine()
+    engine = new_engine()
     for path, source in bundle.modules:
         engine.add_policy(str(path), source)
     found = []

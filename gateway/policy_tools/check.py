@@ -1,7 +1,9 @@
 """`gateway policy check`: compile every module, validate the data document, warn on engine divergence.
 
 Needs no server and no database. Errors fail the check; warnings fail it only with --strict.
-The divergence warnings are text heuristics over each rule (see docs/policies.md, "Checking policies").
+The divergence warnings are text heuristics over each rule (see docs/policies.md, "Checking policies"),
+and one per construct of gateway/policy_tools/differences.py (OPA's conformance cases the embedded
+engine fails) that a module uses.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import regorus
 from core.errors import ConfigurationError
 from gateway.policy.base import ENTRYPOINTS, PROBE_ACTOR
 from gateway.policy.bundle import PolicyBundle, read_bundle
+from gateway.policy.embedded import new_engine
 from gateway.policy.schema import validate
+from gateway.policy_tools.differences import DIFFERENCES, Difference
 
 Severity = Literal["error", "warning"]
 
@@ -112,12 +116,12 @@ def compile_modules(bundle: PolicyBundle) -> list[Finding]:
     findings = []
     for path, source in bundle.modules + bundle.tests:
         try:
-            regorus.Engine().add_policy(str(bundle.root / path), source)
+            new_engine().add_policy(str(bundle.root / path), source)
         except Exception as exc:  # regorus raises plain exceptions carrying file:line:col
             findings.append(engine_error(exc, str(bundle.root / path)))
     if findings:
         return findings
-    engine = regorus.Engine()
+    engine = new_engine()
     try:
         for path, source in bundle.modules + bundle.tests:
             engine.add_policy(str(bundle.root / path), source)
@@ -201,18 +205,52 @@ NEGATION = re.compile(r"\bnot\s+([^;\n]+)")
 
 
 def lint_module(file: str, source: str) -> list[Finding]:
-    """Warnings for constructs the embedded engine and OPA evaluate differently."""
+    """Warnings for constructs the embedded engine and OPA evaluate differently: the heuristics
+    below, and every construct of gateway/policy_tools/differences.py the module uses."""
     masked = mask(source)
     findings: list[Finding] = []
     for start, rule in rules(masked):
         for offset, code, message in _parse_null(rule) + _membership(rule) + _negated_input(rule):
             line, col = _position(source, start + offset)
             findings.append(Finding("warning", code, file, message, line, col))
+    for offset, difference, used in known_differences(source, masked):
+        line, col = _position(source, offset)
+        findings.append(Finding("warning", f"engine-divergence/{difference.code}", file, difference.warning(used), line, col))
     return sorted(findings, key=lambda f: (f.line or 0, f.col or 0, f.code))
 
 
-def mask(source: str) -> str:
-    """The source with comments and string contents blanked, offsets unchanged."""
+def known_differences(source: str, masked: str | None = None) -> list[tuple[int, Difference, str]]:
+    """(offset, difference, the text found) for each use of a construct of DIFFERENCES in a module
+    (or a query): the first on each line, per construct."""
+    masked_text = mask(source) if masked is None else masked
+    texts = {False: masked_text, True: mask(source, strings=False)}
+    found = []
+    for difference in DIFFERENCES:
+        lines: set[int] = set()
+        for match in difference.pattern.finditer(texts[difference.strings]):
+            line = source.count("\n", 0, match.start())
+            if match.groupdict().get("ok") is not None or line in lines or _defines(masked_text, match.groupdict().get("name")):
+                continue
+            lines.add(line)
+            found.append((match.start(), difference, source[match.start() : match.end()]))
+    return found
+
+
+def _defines(masked: str, name: str | None) -> bool:
+    """Whether the module defines `name`: a rule or function head, an import, a local variable."""
+    if name is None:
+        return False
+    forms = (
+        rf"^(?:default\s+)?{name}\b",  # a rule or function head, at column 0
+        rf"^import\s+(?:\S+\s+as\s+{name}|[\w.]*\.{name})\s*$",
+        rf"\b{name}\s*:?=(?!=)",  # assigned or unified
+        rf"\b(?:some|every)\s+(?:\w+\s*,\s*)?{name}\b",
+    )
+    return any(re.search(form, masked, re.M) for form in forms)
+
+
+def mask(source: str, *, strings: bool = True) -> str:
+    """The source with comments (and, with strings, string contents) blanked, offsets unchanged."""
     out = list(source)
     i, n = 0, len(source)
     while i < n:
@@ -225,9 +263,11 @@ def mask(source: str) -> str:
             i += 1
             while i < n and source[i] != c and not (c == '"' and source[i] == "\n"):
                 if c == '"' and source[i] == "\\" and i + 1 < n:
-                    out[i] = " "
+                    if strings:
+                        out[i] = " "
                     i += 1
-                out[i] = " " if source[i] != "\n" else "\n"
+                if strings:
+                    out[i] = " " if source[i] != "\n" else "\n"
                 i += 1
             i += 1
         else:

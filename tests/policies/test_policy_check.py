@@ -164,6 +164,31 @@ def test_warnings_pass_unless_strict_and_the_json_report_lists_them(policy_copy:
     ]
 
 
+def test_a_known_difference_is_warned_naming_the_construct_file_and_line(policy_copy: Path) -> None:
+    """The constructs of gateway/policy_tools/differences.py (OPA's conformance cases the embedded
+    engine fails): a policy that loads on both engines but answers otherwise is warned, not refused."""
+    source = (
+        'package gateway.planted\n\n# strings.replace_n in a comment is not a use\np := strings.replace_n({"a": "b"}, "ab")\n'
+    )
+    path = plant(policy_copy, "planted.rego", source)
+    result = check(policy_copy)
+    assert result.exit_code == 0, result.output
+    assert (
+        f"{path}:4:6: warning engine-divergence/replace-n: strings.replace_n: replaces one pattern after another" in result.output
+    )
+    assert "(found `strings.replace_n`)" in result.output and f"{path}:3:" not in result.output
+    assert check(policy_copy, "--strict").exit_code == 1
+
+
+def test_a_module_with_lines_longer_than_regorus_takes_by_default_compiles(policy_copy: Path) -> None:
+    """regorus refuses a line over 1,024 columns unless told otherwise (a certificate written into a
+    policy); OPA takes it, and so does the gateway now (POLICY_LIMITS in gateway/policy/embedded.py)."""
+    certificate = "MIIB" + "A" * 3000
+    plant(policy_copy, "planted.rego", f'package gateway.planted\n\ncertificate := "{certificate}"\n')
+    result = check(policy_copy, "--strict")
+    assert result.exit_code == 0, result.output
+
+
 def test_the_default_directory_is_the_configured_one(policy_copy: Path) -> None:
     plant(policy_copy, "broken.rego", "package gateway.planted\n\np if {\n")
     assert check(env={"GATEWAY_POLICIES_DIR": str(policy_copy)}).exit_code == 1
