@@ -166,6 +166,6 @@ def build_semantic(settings: Settings, store: Engine) -> Semantic:
             return made(embedder, PgvectorConnector(store, embedder.model_id, embedder.dims), worker)
         if settings.vector_index == "pgvector":
             raise ConfigurationError(f"GATEWAY_VECTOR_INDEX=pgvector: {reason}")
-        log.info("vector index: in-process (%s)", reason)
+        log.debug("vector index: in-process (%s)", reason)  # the default: not worth a start line
     index = VectorIndex(store, embedder.model_id, embedder.dims)
     return made(embedder, VectorConnector(index), worker)

@@ -49,6 +49,10 @@ class ServerSettings:
     # browser page) is always heard; none is allowed by default, as a page could be rebinding DNS.
     mcp: bool = True
     mcp_allowed_origins: str = ""
+    # What the process logs (gateway/logs.py): the level of the gateway's own lines (libraries stay at
+    # WARNING), and `text` or `json` (one object a line) for every line, the access line included.
+    log_level: str = "info"
+    log_format: str = "text"
 
     @property
     def mcp_origins(self) -> frozenset[str]:
@@ -361,6 +365,10 @@ def load_settings(overrides: Mapping[str, Any] | None = None, environ: Mapping[s
         raise ConfigurationError(
             "GATEWAY_AUDIT_SIGNING_KEY and GATEWAY_AUDIT_CHECKPOINTS: set both (the key signs, the file keeps the checkpoints) or neither"
         )
+    if settings.log_level.lower() not in ("debug", "info", "warning", "error"):
+        raise ConfigurationError("GATEWAY_LOG_LEVEL: expected debug, info, warning or error")
+    if settings.log_format not in ("text", "json"):
+        raise ConfigurationError("GATEWAY_LOG_FORMAT: expected text or json")
     if settings.otel_exporter not in ("none", "otlp"):
         raise ConfigurationError("GATEWAY_OTEL_EXPORTER: expected none or otlp")
     if settings.audit_witness_url is not None and (

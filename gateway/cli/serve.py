@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -10,7 +11,10 @@ from typing import Any
 
 import click
 
+log = logging.getLogger("gateway")
+
 from gateway.cli.common import settings_from, store_options
+from gateway.logs import configure
 from gateway.settings import Settings
 
 
@@ -34,6 +38,7 @@ def serve(workers: int, **flags: Any) -> None:
     from core.store import close_store, open_store
 
     settings = settings_from(**flags)
+    configure(settings.log_level, settings.log_format)  # libraries at WARNING; uvicorn is told to leave it be
     # Before any worker starts: the embedded store is migrated here, once (with its backup copy),
     # and a PostgreSQL store behind this release stops the command with one line saying to run
     # `gateway migrate`, instead of every worker failing its start-up with a traceback.
@@ -46,7 +51,8 @@ def serve(workers: int, **flags: Any) -> None:
             "gateway.http.server:app",
             host=settings.host,
             port=settings.port,
-            log_level="info",
+            log_config=None,  # the logging configured above (gateway/logs.py), in every process
+            log_level="warning",
             access_log=False,
             timeout_graceful_shutdown=settings.drain_seconds,
         )
@@ -68,7 +74,8 @@ def serve(workers: int, **flags: Any) -> None:
         host=settings.host,
         port=settings.port,
         workers=workers,
-        log_level="info",
+        log_config=None,
+        log_level="warning",
         access_log=False,
         timeout_graceful_shutdown=settings.drain_seconds,
     )
@@ -89,7 +96,7 @@ def listening_socket(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
-    click.echo(f"Listening on {host} port {port} (Ctrl+C to quit)")
+    log.info("listening on http://%s:%d with shared workers (Ctrl+C to quit)", host, port)
     return sock
 
 

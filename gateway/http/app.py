@@ -18,6 +18,7 @@ from starlette.routing import Route
 from core.errors import GatewayError, MethodNotAllowed, NotFound, where
 from core.store import close_store
 from gateway.admission import Gate
+from gateway.announce import announce
 from gateway.background import lease_for, run_background
 from gateway.context import GatewayContext, build_context
 from gateway.http.errors import error_answer
@@ -76,6 +77,8 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         own = context is None
         app.state.context = context or await build_context(settings, telemetry)
+        if own:
+            announce(settings, app.state.context)
         if freeze:
             # Everything loaded at start (the language models, the policy engine, the vector index)
             # lives as long as the process: kept out of the collector's scans, a full collection no

@@ -3,6 +3,7 @@
 import sys
 
 from gateway.http.app import create_app
+from gateway.logs import configure
 from gateway.settings import load_settings
 
 # The event loop and the worker threads share one GIL. Under a CPU-bound thread (a deep graph walk
@@ -14,4 +15,6 @@ sys.setswitchinterval(0.001)
 
 # The serving process freezes what it loaded at start out of the garbage collector's scans (see
 # create_app); tests, which build many apps in one process, do not.
-app = create_app(load_settings(), freeze=True)
+settings = load_settings()
+configure(settings.log_level, settings.log_format)  # again in each worker process `gateway serve --workers` starts
+app = create_app(settings, freeze=True)

@@ -28,6 +28,7 @@ from core.instants import utc_now
 from core.validation import loads_json
 from gateway.admission import Left, Ticket, give_way, holding
 from gateway.context import GatewayContext
+from gateway.http.access import access_line
 from gateway.http.errors import CLIENT_CLOSED, closed_answer, error_answer
 from gateway.http.operation import REQUIRED_ROLE
 from gateway.telemetry import active, span_ids, traceparent
@@ -303,6 +304,7 @@ async def _answered(
     if status >= 500:
         span.set_status(Status(StatusCode.ERROR, trace.error_code or str(status)))
     telemetry.answered(trace.endpoint, status, trace.decision)
+    access_line(request, trace, status, (audited - started) * 1000, channel)
     if trace.decision == "deny":
         telemetry.denied(trace.endpoint)
     queued = call.ticket.queued_ms if call.ticket is not None else 0.0
