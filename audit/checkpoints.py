@@ -379,6 +379,7 @@ class Checkpointer:
         self.started_without_checkpoints = False  # the file held none when chains were found (see `readiness`)
         self.started_at = datetime.now(timezone.utc)
         self._fresh = 0
+        self.signed_count = 0  # checkpoints this process signed (the gateway's metrics read it)
         self._last = clock()
         self._counter = threading.Lock()
         self._turn = threading.Lock()
@@ -428,6 +429,11 @@ class Checkpointer:
             "refusing": self.refusing.get(chain),
             "adopted": signed.adopted.as_dict() if signed is not None and signed.adopted is not None else None,
         }
+
+    @property
+    def unsigned(self) -> int:
+        """Rows appended here since the last checkpoint (the gateway's metrics read it)."""
+        return self._fresh
 
     def due(self) -> bool:
         with self._counter:
@@ -496,6 +502,7 @@ class Checkpointer:
                 made = [c for c in (self._segment(conn, chain, adopt) for chain in chains) if c is not None]
             notes = [self._sign(c) for c in made]
             self.log.append(notes)
+            self.signed_count += len(notes)
             for c in made:
                 self._signed[c.chain] = _Signed(c.size, c.head, c.oldest, c.tree, c.time, c.adopted)
             if self.witness is not None:

@@ -203,11 +203,15 @@ class SynthesisSettings:
 
 @dataclass(frozen=True)
 class TelemetrySettings:
-    """OpenTelemetry: the exporter and where it sends."""
+    """OpenTelemetry: the exporter and where it sends; the Prometheus scrape of the same metrics."""
 
     otel_exporter: str = "none"
     otel_endpoint: str | None = None
     otel_service_name: str = "governed-gateway"
+    # GET /metrics: the same instruments in the Prometheus text format, on the main port.
+    metrics: bool = True
+    # The tenant as a label of the per-call series: one series per tenant, so off unless asked.
+    metrics_tenant_label: bool = False
 
 
 # The groups, each a concern; Settings is all of them (its bases in reverse, so its fields come in this order).

@@ -8,11 +8,13 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 
 from opentelemetry import trace
 from opentelemetry.context import Context
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
@@ -21,6 +23,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from prometheus_client import CollectorRegistry, generate_latest
 
 from gateway.settings import TelemetrySettings
 
@@ -28,15 +31,38 @@ Attributes = Mapping[str, str | int | float | bool | Sequence[str]]
 PROPAGATOR = TraceContextTextMapPropagator()
 DOCUMENTS_ON_SPAN = 50  # gen_ai.retrieval.documents keeps the first 50 returned ids
 EXPORT_TIMEOUT_SECONDS = 3
+# Call and queue-wait durations, in seconds: from a cached answer to a long synthesis.
+SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+Reading = Callable[[], Iterable[tuple[float, Mapping[str, str]]]]
+
+
+def outcome(status: int, decision: str) -> str:
+    """A call's outcome, for the metrics: allow, deny (the policy said no), refused (any other 4xx:
+    malformed, unauthenticated, over a quota) or error (5xx, or no decision)."""
+    if decision == "deny":
+        return "deny"
+    if status >= 500 or decision == "error":
+        return "error"
+    return "refused" if status >= 400 else "allow"
 
 
 class Telemetry:
     """One gateway's tracer and instruments. Owns its providers, so each gateway (and each test) has
     its own; `shutdown` flushes them."""
 
-    def __init__(self, tracer_provider: TracerProvider | None, meter_provider: MeterProvider | None) -> None:
+    def __init__(
+        self,
+        tracer_provider: TracerProvider | None,
+        meter_provider: MeterProvider | None,
+        registry: CollectorRegistry | None = None,
+        tenant_label: bool = False,
+    ) -> None:
         self._tracer_provider = tracer_provider
         self._meter_provider = meter_provider
+        # The Prometheus registry GET /metrics renders: this gateway's own, never the process's default.
+        self.registry = registry
+        self.tenant_label = tenant_label
+        self.observed: object = None  # what the observable gauges read (gateway/http/metrics.py)
         self.tracer = (tracer_provider or trace.NoOpTracerProvider()).get_tracer("gateway")
         meter = meter_provider.get_meter("gateway") if meter_provider else None
         self._meter = meter
@@ -46,9 +72,24 @@ class Telemetry:
             "gateway.layer.duration", unit="ms", description="Time spent in one pipeline layer of one call"
         )
         self.retrieval_s = meter.create_histogram(
-            "gen_ai.retrieval.duration", unit="s", description="Time one retrieval source took"
+            "gen_ai.retrieval.duration",
+            unit="s",
+            description="Time one retrieval source took",
+            explicit_bucket_boundaries_advisory=SECONDS_BUCKETS,  # the SDK's default buckets are for milliseconds
         )
         self.requests = meter.create_counter("gateway.requests", description="Calls answered, by endpoint and status")
+        self.duration_s = meter.create_histogram(
+            "gateway.request.duration",
+            unit="s",
+            description="Time from a call's start to its audit row written, by endpoint and outcome",
+            explicit_bucket_boundaries_advisory=SECONDS_BUCKETS,
+        )
+        self.queue_wait_s = meter.create_histogram(
+            "gateway.admission.wait",
+            unit="s",
+            description="Time an admitted call waited in the fair queue for its seats",
+            explicit_bucket_boundaries_advisory=SECONDS_BUCKETS,
+        )
         self.denials = meter.create_counter("gateway.policy.denials", description="Calls the request policy denied")
         self.mismatches = meter.create_counter(
             "gateway.policy.pushdown_mismatches", description="Candidates a source returned that the item policy then refused"
@@ -98,9 +139,33 @@ class Telemetry:
 
     # --- metrics ---------------------------------------------------------------------------------
 
-    def answered(self, endpoint: str, status: int, decision: str) -> None:
-        if self._meter is not None:
-            self.requests.add(1, {"endpoint": endpoint, "http.response.status_code": status, "decision": decision})
+    def answered(
+        self,
+        endpoint: str,
+        status: int,
+        decision: str,
+        seconds: float | None = None,
+        tenant: str | None = None,
+        queued_ms: float | None = None,
+    ) -> None:
+        """One call answered: its count by endpoint, status, decision, outcome and status class, its
+        duration by endpoint, outcome and status class, and its wait in the admission queue (when it
+        was admitted). The tenant is a label only with GATEWAY_METRICS_TENANT_LABEL; nothing of the
+        call's content ever is (the endpoint is the operation's name, never the path it was called on)."""
+        if self._meter is None:
+            return
+        labels: dict[str, str] = {
+            "endpoint": endpoint,
+            "outcome": outcome(status, decision),
+            "status_class": f"{status // 100}xx",
+        }
+        if self.tenant_label and tenant:
+            labels["tenant"] = tenant
+        self.requests.add(1, {**labels, "http.response.status_code": status, "decision": decision})
+        if seconds is not None:
+            self.duration_s.record(seconds, labels)
+        if queued_ms is not None:
+            self.queue_wait_s.record(queued_ms / 1000, {"tenant": tenant} if self.tenant_label and tenant else {})
 
     def denied(self, endpoint: str) -> None:
         if self._meter is not None:
@@ -118,6 +183,23 @@ class Telemetry:
             attributes["error.type"] = status
             self.degraded.add(1, {"gen_ai.data_source.id": source, "status": status})
         self.retrieval_s.record(seconds, attributes)
+
+    def observe(self, kind: str, name: str, description: str, reading: Reading, unit: str = "") -> None:
+        """An observable `gauge` or `counter` (running totals, never decreasing): `reading` is called at
+        each collection (a scrape of /metrics, an OTLP export) and gives the values with their
+        labels; it must be cheap and must not block."""
+        if self._meter is None:
+            return
+
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(value, dict(labels)) for value, labels in reading()]
+
+        create = self._meter.create_observable_counter if kind == "counter" else self._meter.create_observable_gauge
+        create(name, callbacks=[observe], unit=unit, description=description)
+
+    def exposition(self) -> bytes | None:
+        """The metrics in the Prometheus text format (0.0.4); None without a registry (GATEWAY_METRICS off)."""
+        return generate_latest(self.registry) if self.registry is not None else None
 
     def shutdown(self) -> None:
         if self._tracer_provider is not None:
@@ -176,6 +258,11 @@ def build_telemetry(
     resource = Resource.create({"service.name": settings.otel_service_name})
     processors = list(span_processors)
     readers = list(metric_readers)
+    registry = None
+    if settings.metrics:
+        # Pulled by GET /metrics: each scrape collects the instruments into this gateway's own registry.
+        registry = CollectorRegistry(auto_describe=True)
+        readers.append(PrometheusMetricReader(scope_info_enabled=False, registry=registry))
     if settings.otel_exporter == "otlp":
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -196,4 +283,4 @@ def build_telemetry(
     for processor in processors:
         tracer_provider.add_span_processor(processor)
     meter_provider = MeterProvider(resource=resource, metric_readers=readers) if readers else None
-    return Telemetry(tracer_provider, meter_provider)
+    return Telemetry(tracer_provider, meter_provider, registry, settings.metrics_tenant_label)

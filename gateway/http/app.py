@@ -23,6 +23,7 @@ from gateway.background import lease_for, run_background
 from gateway.context import GatewayContext, build_context
 from gateway.http.errors import error_answer
 from gateway.http.mcp import MCP_PATH, ProtectedResource, mcp_endpoint
+from gateway.http.metrics import observe
 from gateway.http.table import routes
 from gateway.http.traced import refusal, traced
 from gateway.policy.reload import follow, watch
@@ -79,6 +80,7 @@ def create_app(
         app.state.context = context or await build_context(settings, telemetry)
         if own:
             announce(settings, app.state.context)
+        observe(app.state.context)  # the gauges of GET /metrics read this context
         if freeze:
             # Everything loaded at start (the language models, the policy engine, the vector index)
             # lives as long as the process: kept out of the collector's scans, a full collection no

@@ -29,7 +29,7 @@ import api.retrieve
 import api.service
 import api.writes
 from api.wire import Wire
-from gateway.http import mcp
+from gateway.http import mcp, metrics
 from gateway.http.audit_pages import SESSION_COOKIE
 from gateway.http.audit_pages import overview as overview_pages
 from gateway.http.audit_pages import views as pages
@@ -161,6 +161,7 @@ async def openapi_route(request: Request) -> JSONResponse:
 # the route table (gateway/http/table.py) and the document above are both built from this.
 DECLARED: tuple[Operation, ...] = (
     *operations.OPERATIONS,
+    *metrics.OPERATIONS,
     Operation(
         "/openapi.json",
         "get",

@@ -303,7 +303,9 @@ async def _answered(
     span.set_attributes({"http.response.status_code": status, "gateway.decision": trace.decision})
     if status >= 500:
         span.set_status(Status(StatusCode.ERROR, trace.error_code or str(status)))
-    telemetry.answered(trace.endpoint, status, trace.decision)
+    telemetry.answered(
+        trace.endpoint, status, trace.decision, audited - started, trace.tenant, call.ticket.queued_ms if call.ticket else None
+    )
     access_line(request, trace, status, (audited - started) * 1000, channel)
     if trace.decision == "deny":
         telemetry.denied(trace.endpoint)

@@ -675,3 +675,41 @@ def test_behind_an_ingress_the_public_url_is_its_first_host(chart: helm.Chart) -
     names = [e["name"] for e in container(one(chosen, "Deployment"), "gateway")["env"]]
     assert names.count("GATEWAY_PUBLIC_URL") == 1
     assert env(container(one(chosen, "Deployment"), "gateway"))["GATEWAY_PUBLIC_URL"]["value"] == "https://gw.example.org"
+
+
+# --- metrics ----------------------------------------------------------------------------------------
+
+
+def test_metrics_are_scraped_by_annotation_and_a_service_monitor_when_asked(chart: helm.Chart) -> None:
+    """GET /metrics on the service port: annotations on the pods and the Service by default, a
+    ServiceMonitor with metrics.serviceMonitor.enabled, none of it with metrics.enabled false."""
+    routes = {getattr(route, "path", None) for route in create_app(Settings()).routes}
+    assert "/metrics" in routes
+    expected = {"prometheus.io/scrape": "true", "prometheus.io/path": "/metrics", "prometheus.io/port": "8080"}
+    objects = manifests(render(chart, None))
+    deployment = one(objects, "Deployment")
+    assert expected.items() <= deployment["spec"]["template"]["metadata"]["annotations"].items()
+    assert expected.items() <= one(objects, "Service")["metadata"]["annotations"].items()
+    gateway = env(container(deployment, "gateway"))
+    assert (gateway["GATEWAY_METRICS"]["value"], gateway["GATEWAY_METRICS_TENANT_LABEL"]["value"]) == ("on", "off")
+    assert "ServiceMonitor" not in kinds(objects)
+
+    monitored = {"metrics": {"tenantLabel": True, "serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}}}
+    report = helm.lint(CHART_DIR, monitored, strict=True, namespace="retrieval", kube_version="v1.29.0")
+    assert report["errors"] == []
+    objects = manifests(render(chart, monitored))
+    monitor = one(objects, "ServiceMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1" and monitor["metadata"]["labels"]["release"] == "prom"
+    assert monitor["spec"]["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "30s", "scrapeTimeout": "10s"}]
+    service = one(objects, "Service")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["retrieval"]}
+    assert env(container(one(objects, "Deployment"), "gateway"))["GATEWAY_METRICS_TENANT_LABEL"]["value"] == "on"
+
+    off = manifests(render(chart, {"metrics": {"enabled": False, "serviceMonitor": {"enabled": True}}}))
+    assert "ServiceMonitor" not in kinds(off)
+    assert "prometheus.io/scrape" not in one(off, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert "annotations" not in one(off, "Service")["metadata"]
+    assert env(container(one(off, "Deployment"), "gateway"))["GATEWAY_METRICS"]["value"] == "off"
+    with pytest.raises(helm.HelmValuesError, match="interval"):
+        chart.validate_schema(chart.merge_values({"metrics": {"serviceMonitor": {"interval": "soon"}}}))

@@ -206,6 +206,10 @@ Refuse value combinations that would deploy something broken or unsafe, with a m
 {{- end }}
 - name: GATEWAY_OTEL_SERVICE_NAME
   value: {{ .Values.otel.serviceName | quote }}
+- name: GATEWAY_METRICS
+  value: {{ ternary "on" "off" .Values.metrics.enabled | quote }}
+- name: GATEWAY_METRICS_TENANT_LABEL
+  value: {{ ternary "on" "off" .Values.metrics.tenantLabel | quote }}
 {{- if and .Values.ingress.enabled .Values.ingress.hosts (not (hasKey .Values.gateway.env "GATEWAY_PUBLIC_URL")) }}
 {{- /* The URL clients reach the gateway by (the MCP OAuth metadata names it instead of the request's Host). */}}
 - name: GATEWAY_PUBLIC_URL
@@ -237,4 +241,13 @@ image user's ~/.cache, where onnxruntime keeps a small telemetry database it ope
 - name: cache
   emptyDir:
     sizeLimit: 16Mi
+{{- end }}
+
+{{/* Prometheus's annotation-based discovery: scrape /metrics on the gateway's port. */}}
+{{- define "governed-gateway.scrapeAnnotations" -}}
+{{- if and .Values.metrics.enabled .Values.metrics.scrapeAnnotations -}}
+prometheus.io/scrape: "true"
+prometheus.io/path: /metrics
+prometheus.io/port: {{ .Values.service.port | quote }}
+{{- end }}
 {{- end }}
