@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.logs import FIELDS, SHOWN, JsonFormatter, TextFormatter
 from tests.engines import free_ports
@@ -76,6 +77,7 @@ def test_a_quiet_start_and_one_access_line_per_call(tmp_path: Path) -> None:
                     traces["refused"] = (429, answer.headers["x-trace-id"])
                     break
         time.sleep(0.5)
+        scraped = httpx.get(url + "/metrics", timeout=10)
     finally:
         server.terminate()
         server.wait(60)
@@ -93,6 +95,12 @@ def test_a_quiet_start_and_one_access_line_per_call(tmp_path: Path) -> None:
     assert "outcome=allow" in next(a for a in access if traces["allow"][1] in a)
     assert "outcome=policy_denied" in next(a for a in access if traces["deny"][1] in a)
     assert SECRET not in text and token not in text
+    # /metrics of the same run, read by Prometheus's own parser: the calls by status, with no query word
+    assert scraped.status_code == 200 and SECRET not in scraped.text
+    families = {f.name: f for f in text_string_to_metric_families(scraped.text)}
+    statuses = {s.labels.get("http_response_status_code") for s in families["gateway_requests"].samples}
+    assert {"200", "403", "400", "429"} <= statuses, statuses
+    assert "gateway_request_duration_seconds" in families and "gateway_admission_queued" in families
 
 
 def record(message: str, **fields: object) -> logging.LogRecord:
