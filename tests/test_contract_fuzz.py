@@ -324,7 +324,13 @@ def test_the_documented_answers(fuzzed: Fuzzed) -> None:
             succeeded.add(label)
         return response
 
-    for label in ("GET /healthz", "GET /readyz", "GET /openapi.json", "GET /.well-known/oauth-protected-resource/mcp"):
+    for label in (
+        "GET /healthz",
+        "GET /readyz",
+        "GET /metrics",
+        "GET /openapi.json",
+        "GET /.well-known/oauth-protected-resource/mcp",
+    ):
         call(label, "anonymous", 200)
     ingested = [
         {
