@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import re
 import sqlite3
 import time
 import weakref
@@ -11,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
 from sqlalchemy import event, text
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -125,16 +128,36 @@ def create_store_engine(database_url: str) -> Engine:
             raise StoreUnavailable(f"cannot make the SQLite store's folder {folder}: {reason}") from exc
         # The driver's own transaction handling is off (isolation_level=None) so SQLAlchemy's BEGIN,
         # deferred or IMMEDIATE (see `writer`), is the one that counts.
-        engine = create_engine(database_url, connect_args={"check_same_thread": False, "timeout": 10, "isolation_level": None})
+        engine = create_engine(
+            database_url,
+            connect_args={"check_same_thread": False, "timeout": 10, "isolation_level": None},
+            json_deserializer=read_json,
+        )
         event.listen(engine, "connect", _sqlite_pragmas)
         event.listen(engine, "begin", _sqlite_begin)
     elif database_url.startswith("postgresql"):
-        engine = create_engine(database_url, pool_size=10, max_overflow=10, pool_pre_ping=True)
+        engine = create_engine(database_url, pool_size=10, max_overflow=10, pool_pre_ping=True, json_deserializer=read_json)
         event.listen(engine, "connect", _postgres_session)
     else:
         raise StoreUnavailable("database_url: only sqlite:/// and postgresql:// URLs are supported")
     event.listen(engine, "checkin", _closing_checkin(engine))
     return engine
+
+
+def read_json(text: str | bytes) -> Any:
+    """A JSON column's value: orjson reads the envelope's lists and maps about four times faster
+    than `json` (a retrieve decodes ~5 a row, ~500 a call). What it refuses (NaN) or reads otherwise
+    (an integer past 64 bits becomes a float), planted by a hand in the database, is read by `json`
+    as before."""
+    if _LONG_DIGITS.search(text if isinstance(text, str) else text.decode("utf-8", "replace")):
+        return json.loads(text)
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+
+
+_LONG_DIGITS = re.compile(r"\d{19}")
 
 
 def migrate_store(database_url: str) -> Upgrade:

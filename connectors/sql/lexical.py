@@ -80,7 +80,7 @@ def best_matches(fts: str) -> Select:  # type: ignore[type-arg]
         select(literal_column("rowid").label("pk"), func.bm25(literal_column(fts), 1.0, 0.0).label("score"))
         .select_from(text(fts))
         .where(text(f"{fts} MATCH :match"))
-        .order_by(literal_column("score"))
+        .order_by(literal_column("score"), literal_column("pk"))  # ties by pk, so a window's edge is stable
         .limit(bindparam("window", type_=Integer()))
     )
 
@@ -164,10 +164,10 @@ class FullTextConnector:
             return []
         window = max(FIRST_WINDOW, query.limit * 5)
         while True:
-            ranked = sorted(conn.execute(best, {"match": match, "window": window}).all(), key=lambda r: (r.score, r.pk))
-            done = walk(conn, statement, bound(where), [r.pk for r in ranked], query.limit)
+            ranked = conn.execute(best, {"match": match, "window": window}).all()  # (pk, score), best first
+            done = walk(conn, statement, bound(where), [pk for pk, _ in ranked], query.limit)
             if len(done.rows) >= query.limit or len(ranked) < window:
-                return [(row, float(ranked[position].score)) for row, position in done.rows]
+                return [(row, float(ranked[position][1])) for row, position in done.rows]
             window *= 4
 
     @staticmethod

@@ -54,7 +54,7 @@ def walk(
         share = state.admitted / state.checked if state.checked else 1.0
         size = min(int(missing / max(share, 1 / 64) * 1.25) + 4, max(GIVE_UP_AFTER, missing * 2))
         chunk = [int(pk) for pk in pks[state.done : state.done + size]]
-        found = {int(row._mapping["pk"]): row for row in conn.execute(statement, {**values, param: chunk})}
+        found = {int(row.pk): row for row in conn.execute(statement, {**values, param: chunk})}
         for position, pk in enumerate(chunk, start=state.done):
             if pk in found and len(state.rows) < limit:
                 state.rows.append((found[pk], position))

@@ -293,11 +293,16 @@ class Pipeline:
         semantic = results["semantic"]
         if self.settings.rerank != "vectors" or semantic.query_vector is None:
             return {}
-        ids = sorted({c.record.id for r in results.values() for c in r.candidates if c.record.id in allowed})
+        ids = {c.record.id for r in results.values() for c in r.candidates if c.record.id in allowed}
+        # The semantic search scored its own candidates with the same query and stored vectors:
+        # only the others' vectors are read.
+        similarity = {c.record.id: c.score for c in semantic.candidates if c.record.id in allowed}
         tags = tuple(request.filters.tags) if request.filters else ()
         with timer.stage("rerank", "fuse_ms", {"gateway.rerank.candidates": len(ids)}):
             try:
-                similarity = await stored_similarities(self.connectors.semantic, constraints.items, semantic, ids, tags)
+                similarity |= await stored_similarities(
+                    self.connectors.semantic, constraints.items, semantic, sorted(ids - similarity.keys()), tags
+                )
             except ConnectorError as exc:
                 results["semantic"] = replace(semantic, detail=f"{semantic.detail}; not reranked: {exc.message}")
                 return {}

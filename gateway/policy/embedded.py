@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any
 
+import orjson
 import regorus
 
 from core.errors import ConfigurationError, PolicyUnavailable
@@ -73,6 +74,16 @@ EVAL_TIMEOUT_S = 5.0  # an evaluation still running after this is a runaway poli
 WORKERS = 2  # policy processes: a long verify of one call never queues a short decision behind it
 
 
+def input_line(policy_input: dict[str, Any]) -> bytes:
+    """The input as one line of JSON for the policy process: orjson (~5x faster than `json` on a
+    verify's hundred items, and it escapes every newline); what it refuses (a key that is not a
+    string) is written by `json` as before."""
+    try:
+        return orjson.dumps(policy_input)
+    except TypeError:
+        return json.dumps(policy_input, separators=(",", ":")).encode()
+
+
 class _Worker:
     """One policy process and its pipes; used by one thread at a time (the pool hands it out)."""
 
@@ -104,12 +115,12 @@ class _Worker:
             self.stop()
             raise ConfigurationError(answer[1:].decode() if answer.startswith(b"-") else "the policy process did not start")
 
-    def evaluate(self, query: str, policy_input: str) -> bytes:
+    def evaluate(self, query: str, policy_input: bytes) -> bytes:
         """The process's answer line; a process that died or ran away is replaced for the next call."""
         if self.process is None or self.process.poll() is not None:
             self.stop()  # one that died while idle: its pipes closed, a new one started
             self.start()
-        answer = self._ask(query.encode() + b" " + policy_input.encode(), self.timeout_s)
+        answer = self._ask(query.encode() + b" " + policy_input, self.timeout_s)
         if not answer:
             self.stop()
         return answer
@@ -167,7 +178,7 @@ class EmbeddedEngine:
         query = "data." + ENTRYPOINTS[entrypoint].replace("/", ".")
         worker = self._idle.get()
         try:
-            answer = worker.evaluate(query, json.dumps(policy_input, separators=(",", ":")))
+            answer = worker.evaluate(query, input_line(policy_input))
         except ConfigurationError as exc:  # the process could not be started again
             raise PolicyUnavailable(f"embedded policy evaluation failed: {exc.message}") from exc
         finally:
@@ -177,7 +188,7 @@ class EmbeddedEngine:
         if not answer.startswith(b"+"):  # any engine failure is "no decision", never allow or deny
             failure = answer[1:].decode() if answer else "the policy process exited or ran past its time"
             raise PolicyUnavailable(f"embedded policy evaluation failed: {failure}")
-        value = json.loads(answer[1:])
+        value = orjson.loads(answer[1:])
         if not isinstance(value, dict):
             raise PolicyUnavailable(f"{query} is not an object")
         return value
@@ -203,7 +214,7 @@ class EmbeddedEngine:
     def _path_sync(self, path: str, policy_input: dict[str, Any]) -> Any:
         worker = self._idle.get()
         try:
-            answer = worker.evaluate("data." + path, json.dumps(policy_input, separators=(",", ":")))
+            answer = worker.evaluate("data." + path, input_line(policy_input))
         except ConfigurationError as exc:  # the process could not be started again
             raise PolicyUnavailable(f"embedded policy evaluation failed: {exc.message}") from exc
         finally:
