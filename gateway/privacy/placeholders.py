@@ -10,7 +10,7 @@ import itertools
 import re
 import threading
 from functools import cache
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from gateway.privacy.detect import LITERAL, MIN_SCORE, PLACEHOLDER
 from gateway.privacy.spans import Span
@@ -56,12 +56,7 @@ class Masker:
         for text, spans in texts:
             parts: list[str] = []
             cursor = 0
-            for span in spans:
-                if span.start < cursor or span.end > len(text):
-                    continue
-                if span.type in keep and span.type != LITERAL:
-                    self._keep(span.type, text[span.start : span.end])
-                    continue
+            for span in self._replaced(text, spans, keep):
                 parts.append(text[cursor : span.start])
                 parts.append(self.placeholder(span.type, text[span.start : span.end]))
                 cursor = span.end
@@ -76,6 +71,18 @@ class Masker:
         """`mask` by Presidio's anonymizer (its `gateway_placeholder` operator takes each span's
         placeholder from here): the reference `mask_many` is checked against."""
         chosen = []
+        for span in self._replaced(text, spans, keep):
+            self.placeholder(span.type, text[span.start : span.end])  # numbered in text order, as mask_many does
+            chosen.append(_recognizer_result(span))
+        if not chosen:
+            return text
+        operators = {"DEFAULT": _operator_config(ISSUE, {"masker": self})}
+        return str(_anonymizer().anonymize(text, chosen, operators, merge_entities_with_spaces=False).text)
+
+    def _replaced(self, text: str, spans: Sequence[Span], keep: frozenset[str]) -> Iterator[Span]:
+        """The spans of `text` to replace, in order, as `mask` and `presidio_mask` take them: one that
+        overlaps an earlier one or ends past the text is skipped, and a value of a type in `keep` is
+        noted as left in clear (`_keep`)."""
         cursor = 0
         for span in spans:
             if span.start < cursor or span.end > len(text):
@@ -83,13 +90,8 @@ class Masker:
             if span.type in keep and span.type != LITERAL:
                 self._keep(span.type, text[span.start : span.end])
                 continue
-            self.placeholder(span.type, text[span.start : span.end])  # numbered in text order, as mask_many does
-            chosen.append(_recognizer_result(span))
+            yield span
             cursor = span.end
-        if not chosen:
-            return text
-        operators = {"DEFAULT": _operator_config(ISSUE, {"masker": self})}
-        return str(_anonymizer().anonymize(text, chosen, operators, merge_entities_with_spaces=False).text)
 
     def _keep(self, kind: str, value: str) -> None:
         """Note a value left in clear because its type is revealed to the reader."""
