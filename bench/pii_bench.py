@@ -44,8 +44,9 @@ from typing import Any, Callable, Sequence
 import phonenumbers
 from harness import code_revision
 
-from gateway.privacy.detect import ENTITY_TYPES, LITERAL, Detector, Masker, Span, _analyzer
+from gateway.privacy.detect import ENTITY_TYPES, LITERAL, Detector, Span, _analyzer
 from gateway.privacy.mask import Masking
+from gateway.privacy.placeholders import Masker
 
 SEED = 20261201
 NOTES = 600

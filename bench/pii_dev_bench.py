@@ -27,7 +27,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gateway.privacy.detect import ENTITY_TYPES, Detector, Masker  # noqa: E402
+from gateway.privacy.detect import ENTITY_TYPES, Detector  # noqa: E402
+from gateway.privacy.placeholders import Masker  # noqa: E402
 
 DEFAULT = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "pii_presidio_dev" / "dev.json"
 MASKED = frozenset(ENTITY_TYPES)

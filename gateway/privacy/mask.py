@@ -20,7 +20,8 @@ from sqlalchemy.engine import Engine
 from core import work
 from core.errors import MaskingUnavailable
 from core.records import Fused, Record
-from gateway.privacy.detect import PLACEHOLDER, Detector, Masker, Span, clean
+from gateway.privacy.detect import PLACEHOLDER, Detector, Span, clean
+from gateway.privacy.placeholders import Masker
 from gateway.privacy.store import Privacy, stored_spans
 from gateway.writes.documents import join_section
 

@@ -237,7 +237,7 @@ def unread(text: str, covered: Sequence[Span]) -> list[tuple[int, int]]:
     case, that is no English word, or a name of the gazetteer that is no English word (in any
     case; a capitalised one inside a sentence even if it is one). So "Rubija", "Kónya" and "maria"
     are candidates, and "Furthermore", "Patients", "Drosophila", "RNAs", "Cas9" and "T-cell" are not."""
-    from gateway.privacy.names import gazetteer
+    from gateway.privacy.gazetteer import gazetteer
 
     g = gazetteer()
     spans = sorted((s.start, s.end) for s in covered)
@@ -274,7 +274,8 @@ def within(ranges: Sequence[tuple[int, int]], chars: int) -> list[tuple[int, int
 
 
 def _candidate(word: str, opening: bool, g: Any) -> bool:
-    from gateway.privacy.names import fold, is_common, is_english
+    from gateway.privacy.gazetteer import is_common, is_english
+    from gateway.privacy.name_words import fold
 
     word = word.rstrip("'’")  # "Nurses'"
     if any(ch.isdigit() for ch in word) or len(word) > 1 and word.isupper():  # "Cas9", "DALY"
@@ -298,9 +299,9 @@ def _title(word: str) -> bool:
     """A word in title case: a capital, then lower-case letters, maybe joined by hyphens or
     apostrophes to more such parts ("Jean-Pierre", "O'Brien", "McDonald", "Nagy-Tóth"); not
     "RNAs", "T-cell", "MeCP2"."""
-    from gateway.privacy.names import _NAME_CAMEL
+    from gateway.privacy.name_words import NAME_CAMEL
 
-    prefix = _NAME_CAMEL.match(word)
+    prefix = NAME_CAMEL.match(word)
     rest = word[prefix.end() - 1 :] if prefix else word
     parts = _JOINS.split(rest)
     head = parts[0]

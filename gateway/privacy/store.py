@@ -21,10 +21,12 @@ from core.store import writer
 from core.tables import Item, ItemPii
 from gateway.background import PendingWorker, next_tenant
 from gateway.privacy.detect import Detector, Span
+from gateway.writes.vectorize import scan_waiting, waiting_rows
 
 item = Item.__table__  # type: ignore[attr-defined]
 item_pii = ItemPii.__table__  # type: ignore[attr-defined]
 ANALYSED_KINDS = ("entity", "property", "memory", "document", "edge")
+_COLUMNS = (item.c.pk, item.c.text, item.c.content_hash)
 
 
 def _stale(version: str) -> tuple[Any, Any]:
@@ -44,17 +46,7 @@ def pending(engine: Engine, version: str) -> int:
 
 def analyze_pending(engine: Engine, detector: Detector, batch: int = 64, tenant: str | None = None) -> int:
     """Analyse up to `batch` waiting items (of `tenant`, when named) and store their spans; returns how many."""
-    joined, condition = _stale(detector.version)
-    if tenant is not None:
-        condition = and_(item.c.tenant == tenant, condition)
-    with engine.connect() as conn:
-        rows = conn.execute(
-            select(item.c.pk, item.c.text, item.c.content_hash)
-            .select_from(joined)
-            .where(condition)
-            .order_by(item.c.pk)
-            .limit(batch)
-        ).all()
+    rows = waiting_rows(engine, *_stale(detector.version), _COLUMNS, batch, tenant=tenant)
     if not rows:
         return 0
     values = [
@@ -152,22 +144,7 @@ def _analyze_in_worker(texts: list[str]) -> list[list[Any]]:
 
 def _waiting(engine: Engine, version: str, size: int) -> Iterator[list[Any]]:
     """Waiting items, `size` at a time in key order; each read starts after the last key seen."""
-    joined, condition = _stale(version)
-    after: int | None = None
-    while True:
-        where = condition if after is None else and_(condition, item.c.pk > after)
-        with engine.connect() as conn:
-            rows = conn.execute(
-                select(item.c.pk, item.c.text, item.c.content_hash)
-                .select_from(joined)
-                .where(where)
-                .order_by(item.c.pk)
-                .limit(max(size, 1))
-            ).all()
-        if not rows:
-            return
-        after = rows[-1].pk
-        yield list(rows)
+    return scan_waiting(engine, *_stale(version), _COLUMNS, size)
 
 
 def _store(engine: Engine, version: str, rows: Sequence[Any], spans: Sequence[list[Any]]) -> None:

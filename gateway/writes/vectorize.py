@@ -10,7 +10,7 @@ ingest volume.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,6 +28,7 @@ from gateway.writes.embeddings import Embedder, Vectors, embed_many
 item = Item.__table__  # type: ignore[attr-defined]
 item_vector = ItemVector.__table__  # type: ignore[attr-defined]
 EMBEDDED_KINDS = ("memory", "document", "property")
+_COLUMNS = (item.c.pk, item.c.text, item.c.content_hash, item.c.section)
 
 
 def _stale(model: str):  # type: ignore[no-untyped-def]
@@ -42,6 +43,39 @@ def _stale(model: str):  # type: ignore[no-untyped-def]
         ),
     )
     return joined, condition
+
+
+def waiting_rows(
+    engine: Engine,
+    joined: Any,
+    condition: Any,
+    columns: Sequence[Any],
+    limit: int,
+    after: int | None = None,
+    tenant: str | None = None,
+) -> list[Any]:
+    """Up to `limit` waiting items (`joined` and `condition`: the items table joined with what they
+    wait for, and which rows wait), `columns` of each, in key order, after the key `after` and of
+    `tenant` when given. The one read of the background workers, embedding here and personal-data
+    analysis."""
+    where = condition if after is None else and_(condition, item.c.pk > after)
+    if tenant is not None:
+        where = and_(item.c.tenant == tenant, where)
+    with engine.connect() as conn:
+        return list(conn.execute(select(*columns).select_from(joined).where(where).order_by(item.c.pk).limit(limit)).all())
+
+
+def scan_waiting(engine: Engine, joined: Any, condition: Any, columns: Sequence[Any], size: int) -> Iterator[list[Any]]:
+    """Waiting items (as `waiting_rows`), `size` at a time in key order, each read starting after the
+    last key seen: the store is not scanned again from its start for every page. `columns` must
+    hold the key, `item.c.pk`."""
+    after: int | None = None
+    while True:
+        rows = waiting_rows(engine, joined, condition, columns, max(size, 1), after)
+        if not rows:
+            return
+        after = rows[-1].pk
+        yield rows
 
 
 def forget_vectors(engine: Engine, model: str) -> int:
@@ -82,16 +116,7 @@ def embed_pending(
     """Embed up to `batch` waiting items (of `tenant`, when named); returns how many were stored
     (and published, if asked)."""
     joined, condition = _stale(embedder.model_id)
-    if tenant is not None:
-        condition = and_(item.c.tenant == tenant, condition)
-    with engine.connect() as conn:
-        rows = conn.execute(
-            select(item.c.pk, item.c.text, item.c.content_hash, item.c.section)
-            .select_from(joined)
-            .where(condition)
-            .order_by(item.c.pk)
-            .limit(batch)
-        ).all()
+    rows = waiting_rows(engine, joined, condition, _COLUMNS, batch, tenant=tenant)
     if not rows:
         return 0
     vectors = embedder.embed([_passage(r.text, r.section) for r in rows])
@@ -158,20 +183,8 @@ def embed_all(
         chunk = max(1, min(chunk, int(rate)))
     started = time.monotonic()
     while True:
-        done, after = 0, None
-        while True:
-            where = condition if after is None else and_(condition, item.c.pk > after)
-            with engine.connect() as conn:
-                rows = conn.execute(
-                    select(item.c.pk, item.c.text, item.c.content_hash, item.c.section)
-                    .select_from(joined)
-                    .where(where)
-                    .order_by(item.c.pk)
-                    .limit(max(chunk, 1))
-                ).all()
-            if not rows:
-                break
-            after = rows[-1].pk
+        done = 0
+        for rows in scan_waiting(engine, joined, condition, _COLUMNS, chunk):
             vectors = embed_many(embedder, [_passage(r.text, r.section) for r in rows], batch, progress)
             if publish is not None:
                 publish(engine, {r.pk: [float(x) for x in v] for r, v in zip(rows, vectors)})

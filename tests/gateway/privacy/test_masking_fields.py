@@ -15,8 +15,9 @@ from typing import Any
 import anyio
 import pytest
 
-from gateway.privacy.detect import Detector, Masker
+from gateway.privacy.detect import Detector
 from gateway.privacy.mask import Masking
+from gateway.privacy.placeholders import Masker
 from gateway.settings import PROJECT_POLICIES
 from tests.conftest import Gateway, edit_json, open_gateway
 from tests.llm_double import LlmDouble, echo_placeholders

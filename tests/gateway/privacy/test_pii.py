@@ -8,7 +8,8 @@ import threading
 
 import pytest
 
-from gateway.privacy.detect import LITERAL, Detector, Masker, Span, clean
+from gateway.privacy.detect import LITERAL, Detector, Span, clean
+from gateway.privacy.placeholders import Masker
 
 ALL_TYPES = frozenset({"PERSON", "EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "IBAN_CODE", "IP_ADDRESS"})
 PLANTED = {

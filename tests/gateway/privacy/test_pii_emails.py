@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from gateway.privacy import detect
-from gateway.privacy.detect import Detector, Masker
+from gateway.privacy.detect import Detector
+from gateway.privacy.placeholders import Masker
 from tests.conftest import Gateway
 
 ADDRESSES = (

@@ -8,8 +8,10 @@ import time
 
 import pytest
 
-from gateway.privacy import names
-from gateway.privacy.detect import Detector, Masker, Span
+from gateway.privacy import gazetteer, name_refine, names
+from gateway.privacy.detect import Detector, Span
+from gateway.privacy.name_words import fold
+from gateway.privacy.placeholders import Masker
 
 # (text, the name in it): real names of at least ten locales, written by hand (not drawn from Faker).
 NAMES_BY_LOCALE: tuple[tuple[str, str, str], ...] = (
@@ -152,16 +154,16 @@ def test_a_name_found_in_full_is_found_alone_in_the_same_paragraph(detector: Det
 
 
 def test_the_gazetteer_is_compact_casefolded_and_loads_fast() -> None:
-    names.gazetteer()  # Faker's modules imported once
-    names.gazetteer.cache_clear()
+    gazetteer.gazetteer()  # Faker's modules imported once
+    gazetteer.gazetteer.cache_clear()
     started = time.perf_counter()
-    g = names.gazetteer()
+    g = gazetteer.gazetteer()
     elapsed = time.perf_counter() - started
     assert elapsed < 1.5, f"gazetteer built in {elapsed:.2f} s"  # ~0.2 s warm on a developer's machine
-    assert names.gazetteer() is g  # once per process
+    assert gazetteer.gazetteer() is g  # once per process
     for entries in (g.first, g.last, g.words):
         assert isinstance(entries, frozenset)
-        assert all(entry == names.fold(entry) for entry in entries)
+        assert all(entry == fold(entry) for entry in entries)
     assert len(g.first) > 20_000 and len(g.last) > 20_000
     for locale_name in (
         "katalin",
@@ -181,17 +183,17 @@ def test_the_gazetteer_is_compact_casefolded_and_loads_fast() -> None:
         "dvorak",
         "muller",
     ):
-        assert g.kind(names.fold(locale_name)) & (names.FIRST | names.LAST), locale_name
+        assert g.kind(fold(locale_name)) & (gazetteer.FIRST | gazetteer.LAST), locale_name
     for word in ("will", "may", "mark", "bill", "grant", "price", "sales", "best", "young", "king", "monday", "june"):
         assert word not in g.first and word not in g.last, word
     assert {"grant", "young", "king", "mark", "bill", "price"} <= g.words  # names only beside a title or another name
 
 
 def test_folding_merges_accents_and_case() -> None:
-    assert names.fold("José") == names.fold("JOSE") == "jose"
-    assert names.fold("Yılmaz") == "yilmaz" and names.fold("Łukasz") == "lukasz"
-    assert names.fold("ЙОРДАНОВА") == names.fold("йорданова")
-    assert names.fold("Nguyễn") == "nguyen"
+    assert fold("José") == fold("JOSE") == "jose"
+    assert fold("Yılmaz") == "yilmaz" and fold("Łukasz") == "lukasz"
+    assert fold("ЙОРДАНОВА") == fold("йорданова")
+    assert fold("Nguyễn") == "nguyen"
 
 
 def test_refine_drops_company_and_product_names_and_never_other_types() -> None:
@@ -204,15 +206,15 @@ def test_refine_drops_company_and_product_names_and_never_other_types() -> None:
         Span("EMAIL_ADDRESS", email, email + len("ops@acme.io"), 1.0),
         Span("PERSON", anna, anna + len("Anna Nowak"), 0.85),
     ]
-    assert names.refine(spans, text) == [spans[2], spans[3]]
+    assert name_refine.refine(spans, text) == [spans[2], spans[3]]
     others = [Span("PHONE_NUMBER", 0, 6, 0.4), Span("URL", 7, 20, 0.5)]
-    assert names.refine(others, text) == others
+    assert name_refine.refine(others, text) == others
 
 
 def test_refine_trims_titles_and_cue_words_and_merges_overlaps() -> None:
     text = "Assignee: Dr. Nagy Katalin"
     spans = [Span("PERSON", 0, len(text), 0.85), Span("PERSON", text.index("Katalin"), len(text), 0.6)]
-    assert names.refine(spans, text) == [Span("PERSON", text.index("Nagy"), len(text), 0.85)]
+    assert name_refine.refine(spans, text) == [Span("PERSON", text.index("Nagy"), len(text), 0.85)]
 
 
 def test_the_recognizer_is_registered_and_versioned(detector: Detector, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -222,4 +224,4 @@ def test_the_recognizer_is_registered_and_versioned(detector: Detector, monkeypa
     before = analyzer_version()
     monkeypatch.setattr(names, "VERSION", names.VERSION + "-next")
     assert analyzer_version() != before  # stored spans of other rules are analysed again
-    assert names.SPACY_MODEL == MODEL  # the stoplist reads WordNet's lemmas from the analyzer's own model
+    assert gazetteer.SPACY_MODEL == MODEL  # the stoplist reads WordNet's lemmas from the analyzer's own model

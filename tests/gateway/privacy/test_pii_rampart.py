@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from gateway.privacy import rampart
-from gateway.privacy.detect import Detector, Masker
+from gateway.privacy.detect import Detector
+from gateway.privacy.placeholders import Masker
 
 # Sentences of the kind issue 28 found leaking (presidio-research's shapes, names written here):
 # the first three the rules found already; the others only the classifier does.

@@ -8,9 +8,10 @@ import phonenumbers
 import pytest
 from phonenumbers import PhoneNumberFormat, PhoneNumberType
 
-from gateway.privacy import recognizers
+from gateway.privacy import phones, recognizers
+from gateway.privacy.cards import CARD_SCHEMES, card_numbers
 from gateway.privacy.detect import Detector, _analyzer, analyzer_version
-from gateway.privacy.recognizers import CARD_SCHEMES, PHONE_REGIONS, card_numbers, phone_numbers
+from gateway.privacy.phones import PHONE_REGIONS, phone_numbers
 
 RNG_SEED = 15
 
@@ -360,10 +361,10 @@ def test_context_does_not_leak_between_texts_of_a_batch(detector: Detector) -> N
 
 
 def test_text_without_phone_like_digits_never_reaches_libphonenumber() -> None:
-    recognizers._chunk_numbers.cache_clear()
+    phones._chunk_numbers.cache_clear()
     text = "Met Ann on Monday; 12 seats at $1,299.00, ticket #48213, port 8443, room B2-114. " * 50
     assert phone_numbers(text) == []
-    assert recognizers._chunk_numbers.cache_info().misses == 0
+    assert phones._chunk_numbers.cache_info().misses == 0
 
 
 def test_cards_printed_with_a_short_last_group_are_found(detector: Detector) -> None:
@@ -478,7 +479,7 @@ def test_iban_case_keeps_the_length_and_the_words_around() -> None:
     ],
 )
 def test_a_luhn_valid_number_of_no_listed_range_is_a_card_beside_a_card_word(text: str) -> None:
-    from gateway.privacy.recognizers import card_numbers
+    from gateway.privacy.cards import card_numbers
 
     [(start, end, _)] = card_numbers(text)
     assert text[start:end].isdigit()
@@ -495,7 +496,7 @@ def test_a_luhn_valid_number_of_no_listed_range_is_a_card_beside_a_card_word(tex
     ],
 )  # the last fails Luhn
 def test_an_unlisted_number_without_a_card_word_or_checksum_is_no_card(text: str) -> None:
-    from gateway.privacy.recognizers import card_numbers
+    from gateway.privacy.cards import card_numbers
 
     assert card_numbers(text) == []
 
@@ -511,7 +512,7 @@ def test_an_unlisted_number_without_a_card_word_or_checksum_is_no_card(text: str
     ],
 )
 def test_a_local_number_of_no_region_is_a_phone_only_under_a_phone_word(text: str, found: str | None) -> None:
-    from gateway.privacy.recognizers import phone_numbers
+    from gateway.privacy.phones import phone_numbers
 
     assert [text[f.start : f.end] for f in phone_numbers(text)] == ([found] if found else [])
 
