@@ -1,0 +1,339 @@
+"""The standard call at its floor (issue 46): HTTP p50 against `/healthz`, requests a second at 8
+clients, the service's own pipeline figure, and a py-spy profile of the service as it answers.
+
+Loads the first N SciFact abstracts (1,000 and 5,000 by default) through `PUT /v1/items` into a store
+per size, embeds them with the service's default model (`gateway embed`), then serves each store
+(`gateway serve`, one worker, background embedding off) and asks SciFact claims as a newcomer's agent
+would: a standard-depth retrieve for the `account_followup` task (exact, lexical, semantic, the
+rerank, masking of personal data, the audit row), the dullest call there is.
+
+Per size, in one run:
+- 1 client, retrieve and `/healthz` alternating: p50/p95 of each and retrieve p50 ÷ `/healthz` p50;
+  the answers' own `timings.total_ms` (the pipeline inside the service) beside them;
+- 8 clients, closed loop: requests a second and p50;
+- a py-spy profile (`py-spy record --format raw`, 250 Hz, every thread, idle excluded) of the
+  service during 1-client calls: each sample's stack classified into a layer (HTTP and JSON, policy,
+  embedding, lexical, vector, masking, audit, telemetry, thread hops, …) and read as ms per call
+  (share of samples × wall ms per call), then the top 15 functions by own samples.
+
+Run from the project root (py-spy needs ptrace: root or CAP_SYS_PTRACE):
+
+    .venv/bin/python bench/call_bench.py --data-set /work/shared/data/scifact --store /tmp/call-bench
+    .venv/bin/python bench/call_bench.py --data-set /work/shared/data/scifact --sizes 1000 --queries 200   # quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+from harness import (
+    Server,
+    clean_env,
+    code_revision,
+    create_key,
+    free_port,
+    gateway_executable,
+    load_through_api,
+    percentile,
+    send_all,
+)
+
+TENANT = "scifact"
+TASK = {"type": "account_followup", "scope": "sales"}
+WARMUP = 20
+
+# A sample's layer: the first of these found in its stack, innermost frame first (so a JSON dump
+# inside the audit write counts as audit). Patterns are matched against "function (file)".
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("embedding (onnxruntime, tokenizer)", ("onnxruntime", "tokenizers", "(gateway/writes/embeddings.py", "maven_model")),
+    ("policy (regorus)", ("regorus", "(gateway/policy/")),
+    ("masking (presidio, spaCy)", ("presidio", "spacy", "(gateway/privacy/", "thinc")),
+    ("lexical (FTS5)", ("(connectors/sql/lexical.py",)),
+    (
+        "vector (hnswlib, numpy)",
+        ("hnswlib", "(connectors/sql/vectors.py", "(gateway/pipeline/semantic.py", "(gateway/pipeline/vector_index"),
+    ),
+    ("audit write", ("(audit/",)),
+    ("store (SQLAlchemy, sqlite3)", ("sqlalchemy", "sqlite3", "(core/store.py", "(connectors/")),
+    (
+        "telemetry (OTel, logging, metrics)",
+        (
+            "opentelemetry",
+            "(logging/",
+            "(gateway/telemetry.py",
+            "(gateway/http/metrics.py",
+            "(gateway/http/access.py",
+            "prometheus",
+        ),
+    ),
+    ("pipeline (fuse, pack, sections)", ("(gateway/pipeline/",)),
+    ("JSON and validation (pydantic, json)", ("pydantic", "(json/", "(api/", "(core/request.py", "orjson")),
+    ("HTTP (uvicorn, starlette, h11)", ("uvicorn", "starlette", "h11", "httptools", "(gateway/http/")),
+    ("thread hops and the event loop", ("anyio", "asyncio", "concurrent/futures", "threading.py", "selectors.py")),
+]
+
+
+def corpus(data_set: Path, limit: int) -> tuple[list[dict[str, object]], list[str]]:
+    with (data_set / "corpus.jsonl").open(encoding="utf-8") as lines:
+        docs = [json.loads(line) for line in lines if line.strip()][:limit]
+    with (data_set / "queries.jsonl").open(encoding="utf-8") as lines:
+        claims = [json.loads(line)["text"] for line in lines if line.strip()]
+    if len(docs) < limit:
+        raise SystemExit(f"--sizes: the data set holds {len(docs)} abstracts, not {limit}")
+    items = [
+        {
+            "id": f"scifact_{d['_id']}",
+            "kind": "document",
+            "section": d["title"],
+            "text": f"{d['title']}\n{d['text']}",
+            "acl": ["*"],
+        }
+        for d in docs
+    ]
+    return items, claims
+
+
+def prepared(data_dir: Path, items: list[dict[str, object]], env: dict[str, str]) -> None:
+    """The store of `items`, embedded with the default model; kept and reused when `data_dir` holds it."""
+    marker = data_dir / "call-bench.json"
+    if marker.exists() and json.loads(marker.read_text())["items"] == len(items):
+        print(f"reusing {data_dir} ({len(items):,} items)", flush=True)
+        return
+    shutil.rmtree(data_dir, ignore_errors=True)
+    data_dir.mkdir(parents=True)
+    loader = Server(data_dir, free_port(), env={**env, "GATEWAY_EMBEDDINGS": "none"}, label="load")
+    loader.start()
+    loader.wait_ready()
+    try:
+        load_through_api(loader.url, create_key(data_dir, TENANT, "user:loader", "ingest"), items)
+    finally:
+        loader.stop()
+    started = time.perf_counter()
+    done = subprocess.run(
+        [gateway_executable(), "embed", "--data", str(data_dir)], capture_output=True, text=True, env=clean_env(env)
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"gateway embed failed: {done.stderr[-500:]}")
+    print(f"gateway embed: {done.stdout.strip()[-200:]} in {time.perf_counter() - started:.1f} s", flush=True)
+    marker.write_text(json.dumps({"items": len(items)}))
+
+
+def timed(client: httpx.Client, method: str, path: str, body: dict[str, object] | None) -> tuple[float, dict[str, Any]]:
+    started = time.perf_counter()
+    response = client.request(method, path, json=body)
+    ms = (time.perf_counter() - started) * 1000
+    if response.status_code != 200:
+        raise SystemExit(f"{method} {path}: HTTP {response.status_code} {response.text[:300]}")
+    return ms, response.json()
+
+
+def one_client(client: httpx.Client, claims: list[str]) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {"retrieve": [], "healthz": [], "pipeline": []}
+    for claim in claims:
+        ms, answer = timed(client, "POST", "/v1/retrieve", {"task": TASK, "query": claim})
+        times["retrieve"].append(ms)
+        times["pipeline"].append(float(answer.get("timings", {}).get("total_ms", float("nan"))))
+        times["healthz"].append(timed(client, "GET", "/healthz", None)[0])
+    return times
+
+
+async def eight_clients(url: str, key: str, claims: list[str], concurrency: int) -> tuple[float, float, int]:
+    """Requests a second, p50 ms, and the count of answers that were not 200."""
+    headers = {"Authorization": f"Bearer {key}"}
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60, limits=limits) as client:
+
+        async def send(claim: str) -> tuple[float, int]:
+            started = time.perf_counter()
+            response = await client.post("/v1/retrieve", json={"task": TASK, "query": claim})
+            return (time.perf_counter() - started) * 1000, response.status_code
+
+        samples, wall = await send_all(claims, concurrency, send)
+    return len(samples) / wall, percentile([ms for ms, _ in samples], 50), sum(1 for _, status in samples if status != 200)
+
+
+def layer_of(stack: list[str]) -> str:
+    for frame in reversed(stack):  # innermost first
+        for layer, patterns in LAYERS:
+            if any(pattern in frame for pattern in patterns):
+                return layer
+    return "other"
+
+
+def profile(
+    server: Server, client: httpx.Client, claims: list[str], out: Path
+) -> tuple[list[tuple[str, int]], Counter[str], int, float]:
+    """py-spy over 1-client calls: (top functions by own samples, samples by layer, total samples, wall ms per call)."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    recorder = subprocess.Popen(
+        [
+            spy,
+            "record",
+            "--pid",
+            str(server.pid),
+            "--rate",
+            "250",
+            "--format",
+            "raw",
+            "--output",
+            str(out),
+            "--threads",
+            "--nonblocking",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(1.5)  # py-spy attaches
+    started = time.perf_counter()
+    for claim in claims:
+        timed(client, "POST", "/v1/retrieve", {"task": TASK, "query": claim})
+    per_call = (time.perf_counter() - started) * 1000 / len(claims)
+    time.sleep(0.3)
+    recorder.send_signal(2)  # SIGINT: py-spy writes its file and exits
+    _, err = recorder.communicate(timeout=60)
+    if not out.exists():
+        raise SystemExit(f"py-spy wrote nothing: {err[-500:]}")
+    own: Counter[str] = Counter()
+    layers: Counter[str] = Counter()
+    total = 0
+    for line in out.read_text().splitlines():
+        stack_text, _, count_text = line.rpartition(" ")
+        if not stack_text or not count_text.isdigit():
+            continue
+        stack = [frame for frame in stack_text.split(";") if not frame.startswith("thread (")]
+        count = int(count_text)
+        if not stack:
+            continue
+        total += count
+        own[stack[-1]] += count
+        layers[layer_of(stack)] += count
+    return own.most_common(15), layers, total, per_call
+
+
+def short(frame: str) -> str:
+    """`function (path/to/file.py:12)` with the path cut to the package."""
+    for marker in ("site-packages/", "/work/main/", "lib/python3.11/"):
+        if marker in frame:
+            head, _, tail = frame.partition(marker)
+            return f"{head.split(' (')[0]} ({tail.rstrip(')')})"
+    return frame
+
+
+def measure(size: int, data_dir: Path, claims: list[str], args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
+    key = create_key(data_dir, TENANT, "user:agent", "agent", groups="sales")
+    server = Server(data_dir, free_port(), env={**env, "GATEWAY_BACKGROUND_EMBEDDING": "false"}, label=f"serve-{size}")
+    server.start()
+    server.wait_ready()
+    try:
+        client = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=60)
+        warm = claims[-WARMUP:]
+        _, answer = timed(client, "POST", "/v1/retrieve", {"task": TASK, "query": warm[0]})
+        semantic = answer["sources"]["semantic"]
+        if semantic["status"] != "ok" or not answer["items"]:
+            raise SystemExit(f"the standard call is not what is measured: {len(answer['items'])} items, semantic {semantic}")
+        one_client(client, warm)
+        asked = claims[: args.queries]
+        times = one_client(client, asked)
+        rate, p50_loaded, refused = asyncio.run(eight_clients(server.url, key, claims[: args.load_requests], args.concurrency))
+        top, layers, samples, per_call = profile(
+            server, client, claims[args.queries : args.queries + args.profile_queries], args.profile_out / f"call-{size}.txt"
+        )
+        client.close()
+        return {
+            "size": size,
+            "model": semantic.get("model", "?"),
+            "healthz_p50": percentile(times["healthz"], 50),
+            "retrieve_p50": percentile(times["retrieve"], 50),
+            "retrieve_p95": percentile(times["retrieve"], 95),
+            "pipeline_p50": percentile(times["pipeline"], 50),
+            "rate": rate,
+            "loaded_p50": p50_loaded,
+            "refused": refused,
+            "top": top,
+            "layers": layers,
+            "samples": samples,
+            "per_call": per_call,
+        }
+    finally:
+        server.stop()
+
+
+def report(figures: dict[str, Any], concurrency: int) -> None:
+    size = figures["size"]
+    ratio = figures["retrieve_p50"] / figures["healthz_p50"]
+    print(f"\n=== {size:,} SciFact abstracts, standard retrieve ({figures['model']}) ===")
+    print(
+        "| /healthz p50 ms | retrieve p50 ms | p95 ms | retrieve ÷ /healthz | pipeline p50 ms (answer's timings) | HTTP − pipeline ms |"
+    )
+    print("|---|---|---|---|---|---|")
+    print(
+        f"| {figures['healthz_p50']:.2f} | {figures['retrieve_p50']:.1f} | {figures['retrieve_p95']:.1f} | {ratio:.1f}x | "
+        f"{figures['pipeline_p50']:.1f} | {figures['retrieve_p50'] - figures['pipeline_p50']:.1f} |"
+    )
+    print(
+        f"\n{concurrency} clients: {figures['rate']:.1f} requests/s, p50 {figures['loaded_p50']:.1f} ms, {figures['refused']} not 200"
+    )
+    samples = figures["samples"]
+    print(f"\nprofile: {samples} samples over calls of {figures['per_call']:.1f} ms (1 client, wall); ms per call by layer:")
+    print("| layer | share of samples | ms per call |")
+    print("|---|---|---|")
+    for layer, count in figures["layers"].most_common():
+        print(f"| {layer} | {count / samples:.1%} | {count / samples * figures['per_call']:.2f} |")
+    print("\ntop 15 functions by own samples:")
+    print("| function | share | ms per call |")
+    print("|---|---|---|")
+    for frame, count in figures["top"]:
+        print(f"| `{short(frame)}` | {count / samples:.1%} | {count / samples * figures['per_call']:.2f} |")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--data-set", type=Path, required=True, help="the SciFact directory (BEIR layout)")
+    parser.add_argument("--sizes", default="1000,5000", help="abstracts per store, comma separated (default 1000,5000)")
+    parser.add_argument("--store", type=Path, help="keep the stores under this directory and reuse them (default: a temp dir)")
+    parser.add_argument("--queries", type=int, default=300, help="1-client claims per size (default 300)")
+    parser.add_argument("--load-requests", type=int, default=400, help="requests of the 8-client phase (default 400)")
+    parser.add_argument("--concurrency", type=int, default=8, help="clients of the load phase (default 8)")
+    parser.add_argument("--profile-queries", type=int, default=200, help="1-client claims under py-spy (default 200)")
+    parser.add_argument("--embeddings", default="", help="GATEWAY_EMBEDDINGS for the run (default: the service's default)")
+    args = parser.parse_args()
+    env = {"GATEWAY_EMBEDDINGS": args.embeddings} if args.embeddings else {}
+    root = args.store or Path(tempfile.mkdtemp(prefix="gw-call-bench-"))
+    args.profile_out = root
+    root.mkdir(parents=True, exist_ok=True)
+    sizes = [int(size) for size in args.sizes.split(",")]
+    print(
+        f"code {code_revision()}, sizes {sizes}, {args.queries} claims at 1 client, {args.load_requests} at {args.concurrency}",
+        flush=True,
+    )
+    try:
+        results = []
+        for size in sizes:
+            items, claims = corpus(args.data_set, size)
+            if args.queries + args.profile_queries + WARMUP > len(claims):
+                parser.error("--queries + --profile-queries: more than the data set's claims")
+            suffix = f"-{args.embeddings}" if args.embeddings else ""
+            data_dir = root / f"scifact-{size}{suffix}"
+            prepared(data_dir, items, env)
+            results.append(measure(size, data_dir, claims, args, env))
+            report(results[-1], args.concurrency)
+        return 0
+    finally:
+        if args.store is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
