@@ -13,7 +13,8 @@ from core.validation import has_nul
 from gateway.http.operation import Operation, json_answer, json_body, ref, v1
 from gateway.http.traced import Call, requires, serving
 from gateway.policy.candidate import inline_bundle, open_candidate
-from gateway.policy_tools.impact import impact, parse_window, summary
+from gateway.policy_tools.impact import impact, parse_window
+from gateway.policy_tools.impact_report import summary
 
 FIELDS = ("policies", "since", "limit", "tenant")
 COST = 4  # admission units: a run replays up to 10,000 calls on both policies
