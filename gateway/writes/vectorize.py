@@ -76,6 +76,28 @@ def publish_to_weaviate(connector: Any, engine: Engine, vectors: dict[int, list[
         connector.upsert(tenant, records)
 
 
+def _waiting(engine: Engine, joined: Any, where: Any, limit: int) -> Sequence[Any]:
+    """Up to `limit` waiting items (`joined` and `where` from `_stale`), in key order."""
+    with engine.connect() as conn:
+        return conn.execute(
+            select(item.c.pk, item.c.text, item.c.content_hash, item.c.section)
+            .select_from(joined)
+            .where(where)
+            .order_by(item.c.pk)
+            .limit(limit)
+        ).all()
+
+
+def _publish_and_store(
+    engine: Engine, embedder: Embedder, rows: Sequence[Any], vectors: Vectors, publish: Publish | None
+) -> None:
+    """Copy the vectors to the index first (with `publish`), then store them: an item is never marked
+    embedded while the index that serves it lacks its vector."""
+    if publish is not None:
+        publish(engine, {r.pk: [float(x) for x in v] for r, v in zip(rows, vectors)})
+    _store(engine, embedder, rows, vectors)
+
+
 def embed_pending(
     engine: Engine, embedder: Embedder, batch: int = 32, publish: Publish | None = None, tenant: str | None = None
 ) -> int:
@@ -84,20 +106,10 @@ def embed_pending(
     joined, condition = _stale(embedder.model_id)
     if tenant is not None:
         condition = and_(item.c.tenant == tenant, condition)
-    with engine.connect() as conn:
-        rows = conn.execute(
-            select(item.c.pk, item.c.text, item.c.content_hash, item.c.section)
-            .select_from(joined)
-            .where(condition)
-            .order_by(item.c.pk)
-            .limit(batch)
-        ).all()
+    rows = _waiting(engine, joined, condition, batch)
     if not rows:
         return 0
-    vectors = embedder.embed([_passage(r.text, r.section) for r in rows])
-    if publish is not None:
-        publish(engine, {r.pk: [float(x) for x in v] for r, v in zip(rows, vectors)})
-    _store(engine, embedder, rows, vectors)
+    _publish_and_store(engine, embedder, rows, embedder.embed([_passage(r.text, r.section) for r in rows]), publish)
     return len(rows)
 
 
@@ -161,21 +173,12 @@ def embed_all(
         done, after = 0, None
         while True:
             where = condition if after is None else and_(condition, item.c.pk > after)
-            with engine.connect() as conn:
-                rows = conn.execute(
-                    select(item.c.pk, item.c.text, item.c.content_hash, item.c.section)
-                    .select_from(joined)
-                    .where(where)
-                    .order_by(item.c.pk)
-                    .limit(max(chunk, 1))
-                ).all()
+            rows = _waiting(engine, joined, where, max(chunk, 1))
             if not rows:
                 break
             after = rows[-1].pk
             vectors = embed_many(embedder, [_passage(r.text, r.section) for r in rows], batch, progress)
-            if publish is not None:
-                publish(engine, {r.pk: [float(x) for x in v] for r, v in zip(rows, vectors)})
-            _store(engine, embedder, rows, vectors)
+            _publish_and_store(engine, embedder, rows, vectors, publish)
             done += len(rows)
             if rate is not None:
                 time.sleep(max(0.0, (total + done) / rate - (time.monotonic() - started)))
