@@ -22,10 +22,8 @@ import itertools
 import os
 import random
 import secrets
-import shutil
 import signal
 import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -35,7 +33,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from harness import code_revision
+from harness import bench_dir, code_revision, interrupted
 from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.engine import Engine
 
@@ -609,38 +607,32 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s]
-    temporary = args.data is None
-    root = Path(tempfile.mkdtemp(prefix="gateway-compliance-bench-")) if temporary else args.data
-    root.mkdir(parents=True, exist_ok=True)
-    backend = "PostgreSQL" if args.database_url else "SQLite"
-    ok = True
-    try:
-        if args.write_rows:
-            with store(args, root, 0) as (url, _):
-                write_report(write_cost(url, args.write_rows), args.write_rows)
-        for size in sizes:
-            with store(args, root, size) as (url, db):
-                engine = open_store(url)
-                try:
-                    end = datetime.now(timezone.utc).replace(microsecond=0)
-                    print(f"[{backend}] seeding {size:,} traces", flush=True)
-                    started = time.perf_counter()
-                    world, rate = seed(engine, size, end)
-                    seed_s = time.perf_counter() - started
-                    print(f"[{backend}] measuring", flush=True)
-                    ok = report(measure(engine, size, world, end, rate, seed_s, db), backend) and ok
-                finally:
-                    engine.dispose()
-                if db is not None:
-                    for leftover in db.parent.glob(db.name + "*"):
-                        leftover.unlink(missing_ok=True)
-        return 0 if ok else 1
-    except KeyboardInterrupt:
-        print("\ninterrupted", file=sys.stderr)
-        return 130
-    finally:
-        if temporary:
-            shutil.rmtree(root, ignore_errors=True)
+    with bench_dir(args.data, "gateway-compliance-bench-") as root:
+        backend = "PostgreSQL" if args.database_url else "SQLite"
+        ok = True
+        try:
+            if args.write_rows:
+                with store(args, root, 0) as (url, _):
+                    write_report(write_cost(url, args.write_rows), args.write_rows)
+            for size in sizes:
+                with store(args, root, size) as (url, db):
+                    engine = open_store(url)
+                    try:
+                        end = datetime.now(timezone.utc).replace(microsecond=0)
+                        print(f"[{backend}] seeding {size:,} traces", flush=True)
+                        started = time.perf_counter()
+                        world, rate = seed(engine, size, end)
+                        seed_s = time.perf_counter() - started
+                        print(f"[{backend}] measuring", flush=True)
+                        ok = report(measure(engine, size, world, end, rate, seed_s, db), backend) and ok
+                    finally:
+                        engine.dispose()
+                    if db is not None:
+                        for leftover in db.parent.glob(db.name + "*"):
+                            leftover.unlink(missing_ok=True)
+            return 0 if ok else 1
+        except KeyboardInterrupt:
+            return interrupted()
 
 
 if __name__ == "__main__":
