@@ -14,7 +14,7 @@ import typing
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -69,21 +69,25 @@ FORBIDDEN_VARIANTS = {
 }
 
 
-@pytest.fixture
-def store(database_url: str) -> Iterator[Engine]:
-    engine = open_store(database_url)
+def contract_rows() -> dict[str, list[dict[str, Any]]]:
+    """The data set of the `store` fixture (and of test_weaviate's), by tenant."""
     strong = "pricing pricing pricing pricing discount"
-    rows = [note(f"forbidden_{name}_{i}", strong, **variant) for name, variant in FORBIDDEN_VARIANTS.items() for i in range(4)]
+    variants = cast(dict[str, dict[str, Any]], FORBIDDEN_VARIANTS)
+    rows = [note(f"forbidden_{name}_{i}", strong, **variant) for name, variant in variants.items() for i in range(4)]
     rows += [note(f"permitted_{i}", f"pricing note {i}", tags=["pricing"] if i % 2 else []) for i in range(12)]
     rows += [note("permitted_other_entity", "pricing for someone else", entity="ent_other")]
     rows += [
         {"id": "ent_jane", "kind": "entity", "entity_type": "contact", "email": "jane@globex.example", "acl": ["*"]},
         {"id": "ent_hidden", "kind": "entity", "entity_type": "contact", "email": "hidden@globex.example", "acl": ["group:x"]},
     ]
-    report = ingest(engine, "acme", rows)
-    assert report.rejected == []
-    other = ingest(engine, "globex", [note(f"globex_{i}", strong) for i in range(5)])
-    assert other.rejected == []
+    return {"acme": rows, "globex": [note(f"globex_{i}", strong) for i in range(5)]}
+
+
+@pytest.fixture
+def store(database_url: str) -> Iterator[Engine]:
+    engine = open_store(database_url)
+    for tenant, rows in contract_rows().items():
+        assert ingest(engine, tenant, rows).rejected == []
     yield engine
     engine.dispose()
 
