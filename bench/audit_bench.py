@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from harness import Server, bench_dir, code_revision, free_port, interrupted, send_all
-from retrieve_bench import AGENT, QUERY_SEED, TENANTS, count_items, generate, percentile, retrieve_bodies
+from harness import Server, bench_dir, code_revision, free_port, interrupted, percentile, send_all
+from retrieve_bench import AGENT, QUERY_SEED, TENANTS, count_items, generate, retrieve_bodies
 from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.engine import Engine
 from sqlmodel import SQLModel

@@ -271,7 +271,7 @@ async def send_all(
     return samples, time.perf_counter() - started
 
 
-def percentile(values: list[float], q: float) -> float:
+def percentile(values: Sequence[float], q: float) -> float:
     """Linear interpolation between closest ranks (q in 0..100)."""
     if not values:
         return float("nan")
