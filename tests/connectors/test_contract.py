@@ -14,7 +14,7 @@ import typing
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import datetime, timezone
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import pytest
@@ -57,7 +57,7 @@ def note(item_id: str, text: str, **envelope: Any) -> dict[str, Any]:
     return {"id": item_id, "kind": "memory", "text": text, "acl": ["*"], "entity": "ent_jane", **envelope}
 
 
-FORBIDDEN_VARIANTS = {
+FORBIDDEN_VARIANTS: dict[str, dict[str, Any]] = {
     "acl": {"acl": ["group:finance"]},
     "sensitivity": {"sensitivity": "restricted"},
     "expired": {"valid_to": "2026-01-01T00:00:00Z"},
@@ -72,8 +72,7 @@ FORBIDDEN_VARIANTS = {
 def contract_rows() -> dict[str, list[dict[str, Any]]]:
     """The data set of the `store` fixture (and of test_weaviate's), by tenant."""
     strong = "pricing pricing pricing pricing discount"
-    variants = cast(dict[str, dict[str, Any]], FORBIDDEN_VARIANTS)
-    rows = [note(f"forbidden_{name}_{i}", strong, **variant) for name, variant in variants.items() for i in range(4)]
+    rows = [note(f"forbidden_{name}_{i}", strong, **variant) for name, variant in FORBIDDEN_VARIANTS.items() for i in range(4)]
     rows += [note(f"permitted_{i}", f"pricing note {i}", tags=["pricing"] if i % 2 else []) for i in range(12)]
     rows += [note("permitted_other_entity", "pricing for someone else", entity="ent_other")]
     rows += [
@@ -294,12 +293,12 @@ class TestWeaviateContract(TestSemanticContract):
         self.made.append(connector)
         return connector
 
-    def connector(self, store: Engine) -> StoreConfirmed:
+    def connector(self, store: Engine) -> StoreConfirmed:  # type: ignore[override]
         weaviate = self.weaviate()
         embed_all(store, minilm(), publish=functools.partial(publish_to_weaviate, weaviate))
         return StoreConfirmed(weaviate, store)
 
-    def test_an_unreachable_store_is_an_error_status_not_a_crash(self, store: Engine) -> None:
+    def test_an_unreachable_store_is_an_error_status_not_a_crash(self, store: Engine) -> None:  # type: ignore[override]
         dead_store = create_engine("postgresql+psycopg://postgres@127.0.0.1:1/none", connect_args={"connect_timeout": 1})
         served = self.connector(store)
         for connector in (

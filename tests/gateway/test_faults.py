@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from sqlalchemy import func, select
+from sqlmodel import col
 
 from audit.integrity import verify
 from core.store import close_store, open_store
@@ -114,9 +115,9 @@ def test_sigkill_during_ingest_and_retrieve_leaves_a_whole_store(tmp_path: Path)
                 for writer, number in sorted(sent):
                     prefix = f"w{writer}_b{number}_"
                     ids = [item["id"] for item in batch(writer, number)]
-                    found = conn.execute(select(func.count()).select_from(Item).where(Item.id.in_(ids))).scalar_one()
+                    found = conn.execute(select(func.count()).select_from(Item).where(col(Item.id).in_(ids))).scalar_one()
                     tagged = conn.execute(
-                        select(func.count()).select_from(ItemTag).where(ItemTag.tag == f"batch-{writer}-{number}")
+                        select(func.count()).select_from(ItemTag).where(col(ItemTag.tag) == f"batch-{writer}-{number}")
                     ).scalar_one()
                     if (writer, number) in acknowledged:
                         assert (found, tagged) == (BATCH, BATCH), prefix

@@ -33,8 +33,8 @@ from core.store import close_store, open_store
 from gateway.auth import create_api_key
 from gateway.policy.broadcast import LISTENER_NAME
 from gateway.settings import PROJECT_POLICIES
-from tests.conftest import edit_json, require_postgres
-from tests.policies.test_policy_reload import CONFIG, free_port, without_sales
+from tests.conftest import edit_json, free_port, require_postgres
+from tests.policies.test_policy_reload import CONFIG, without_sales
 
 GATEWAY = Path(sys.executable).parent / "gateway"
 SALES_TASK = {"type": "account_followup", "scope": "sales"}

@@ -153,7 +153,7 @@ def test_the_policy_process_deduplicates_only_a_policy_that_reads_no_ids(
 
     bundle = bundle_with(tmp_path, extra)
     calls: list[int] = []
-    real = worker.evaluate_by_envelope
+    real = worker.evaluate_by_envelope  # type: ignore[attr-defined]
 
     def counting(given: dict[str, Any], evaluate: Any) -> Any:
         calls.append(len(given["items"]))

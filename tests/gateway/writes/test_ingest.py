@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import func
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from core.tables import Item, ItemPrincipal, ItemScope
 from tests.conftest import Gateway
@@ -252,7 +252,7 @@ def principals_of(gateway: Gateway, tenant: str, item_id: str) -> set[str]:
     with Session(gateway.store) as session:
         rows = session.exec(
             select(ItemPrincipal.principal)
-            .join(Item, Item.pk == ItemPrincipal.item_pk)
+            .join(Item, col(Item.pk) == col(ItemPrincipal.item_pk))
             .where(Item.tenant == tenant, Item.id == item_id)
         ).all()
     return set(rows)
@@ -261,7 +261,9 @@ def principals_of(gateway: Gateway, tenant: str, item_id: str) -> set[str]:
 def scopes_of(gateway: Gateway, tenant: str, item_id: str) -> set[str]:
     with Session(gateway.store) as session:
         rows = session.exec(
-            select(ItemScope.scope).join(Item, Item.pk == ItemScope.item_pk).where(Item.tenant == tenant, Item.id == item_id)
+            select(ItemScope.scope)
+            .join(Item, col(Item.pk) == col(ItemScope.item_pk))
+            .where(Item.tenant == tenant, Item.id == item_id)
         ).all()
     return set(rows)
 
