@@ -18,10 +18,8 @@ import json
 import os
 import random
 import secrets
-import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -33,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from harness import Server, code_revision, free_port, send_all
-from retrieve_bench import AGENT, QUERY_SEED, TENANTS, count_items, generate, percentile, retrieve_bodies
+from harness import Server, bench_dir, code_revision, free_port, interrupted, percentile, send_all
+from retrieve_bench import AGENT, QUERY_SEED, TENANTS, count_items, generate, retrieve_bodies
 from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.engine import Engine
 from sqlmodel import SQLModel
@@ -663,28 +661,23 @@ def main(argv: list[str] | None = None) -> int:
     sizes = QUICK if args.quick else FULL
     if args.requests:
         sizes = replace(sizes, requests=args.requests)
-    temporary = args.data is None
-    root = Path(tempfile.mkdtemp(prefix="gateway-audit-bench-")) if temporary else args.data
-    ok = True
-    try:
-        if not args.skip_sqlite:
-            data_dir = root / "sqlite"
-            data_dir.mkdir(parents=True, exist_ok=True)
-            backend = Backend("SQLite", f"sqlite:///{(data_dir / 'gateway.db').resolve()}", data_dir, SERVER_ENV)
-            ok = report(run_backend(backend, sizes)) and ok
-        if args.postgres_url:
-            data_dir = root / "postgres"
-            data_dir.mkdir(parents=True, exist_ok=True)
-            with postgres_schema(args.postgres_url) as url:
-                backend = Backend("PostgreSQL", url, data_dir, {**SERVER_ENV, "GATEWAY_DATABASE_URL": url})
+    with bench_dir(args.data, "gateway-audit-bench-") as root:
+        ok = True
+        try:
+            if not args.skip_sqlite:
+                data_dir = root / "sqlite"
+                data_dir.mkdir(parents=True, exist_ok=True)
+                backend = Backend("SQLite", f"sqlite:///{(data_dir / 'gateway.db').resolve()}", data_dir, SERVER_ENV)
                 ok = report(run_backend(backend, sizes)) and ok
-        return 0 if ok else 1
-    except KeyboardInterrupt:
-        print("\ninterrupted", file=sys.stderr)
-        return 130
-    finally:
-        if temporary:
-            shutil.rmtree(root, ignore_errors=True)
+            if args.postgres_url:
+                data_dir = root / "postgres"
+                data_dir.mkdir(parents=True, exist_ok=True)
+                with postgres_schema(args.postgres_url) as url:
+                    backend = Backend("PostgreSQL", url, data_dir, {**SERVER_ENV, "GATEWAY_DATABASE_URL": url})
+                    ok = report(run_backend(backend, sizes)) and ok
+            return 0 if ok else 1
+        except KeyboardInterrupt:
+            return interrupted()
 
 
 if __name__ == "__main__":

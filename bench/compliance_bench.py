@@ -22,20 +22,19 @@ import itertools
 import os
 import random
 import secrets
-import shutil
 import signal
 import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from harness import code_revision
+from harness import bench_dir, code_revision, interrupted
 from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.engine import Engine
 
@@ -44,7 +43,7 @@ from audit.chain import add_to_rollup, append, audit_facet, audit_item, audit_ro
 from audit.overview import chain_state, figures
 from audit.review import Filters, list_traces
 from audit.subjects import subject_report
-from core.audit_facts import SUBJECT, Facts
+from core.audit_facts import SUBJECT, Facts, facts_of
 from core.store import migrate_store, open_store, writer
 
 TENANTS = (("acme", 0.85), ("globex", 0.10), ("initech", 0.05))  # the measured tenant first
@@ -69,7 +68,7 @@ REASONS = (
 SENSITIVITIES = (("public", 0.35), ("internal", 0.45), ("confidential", 0.15), ("restricted", 0.05))
 PII_KINDS = ("EMAIL", "PHONE", "PERSON", "IBAN", "ADDRESS")
 # (share of retrieve rows, status, decision, error_code): what gateway/http/traced.py writes for each
-OUTCOME_MIX = (
+OUTCOME_MIX: tuple[tuple[float, int, str, str | None], ...] = (
     (0.85, 200, "allow", None),
     (0.08, 403, "deny", "policy_denied"),
     (0.03, 429, "none", "rate_limited"),
@@ -180,7 +179,7 @@ def row_values(world: World, tenant: str, at: datetime, day: int) -> dict[str, A
     rng = world.rng
     actor = f"{'agent' if rng.random() < 0.6 else 'user'}:p{world.actors.draw(rng)}"
     recent = world.recent.setdefault(tenant, [])
-    base = {
+    base: dict[str, Any] = {
         "trace_id": "t_" + "%024x" % rng.getrandbits(96),
         "created_at": at,
         "tenant": tenant,
@@ -192,7 +191,7 @@ def row_values(world: World, tenant: str, at: datetime, day: int) -> dict[str, A
         about, packed, named, who = recent[rng.randrange(len(recent))]
         used = sorted(rng.sample(packed, rng.randint(1, len(packed))))
         used_about = sorted(e for e, ids in named.items() if set(ids) & set(used))
-        lineage = {"version": 2, "about": about, "used": used, "not_returned_by_that_call": 0}
+        lineage: dict[str, Any] = {"version": 2, "about": about, "used": used, "not_returned_by_that_call": 0}
         if used_about:
             lineage["used_about"] = used_about
         if tenant == TENANT:
@@ -208,7 +207,7 @@ def row_values(world: World, tenant: str, at: datetime, day: int) -> dict[str, A
             "lineage": lineage,
         }
     pick = rng.random()
-    share, status, decision, error = OUTCOME_MIX[-1][0], *OUTCOME_MIX[-1][1:]
+    share, status, decision, error = OUTCOME_MIX[-1]
     for share, status, decision, error in OUTCOME_MIX:
         if pick < share:
             break
@@ -257,7 +256,7 @@ def seed(engine: Engine, total: int, end: datetime) -> tuple[World, float]:
     rollup as the service writes them), BATCH rows per transaction; returns the world and rows/s."""
     world = World(random.Random(SEED + total))
     rng = world.rng
-    names, weights = zip(*TENANTS, strict=True)
+    names, weights = [name for name, _ in TENANTS], [weight for _, weight in TENANTS]
     start = end - timedelta(days=DAYS)
     started = time.perf_counter()
     last_verify: dict[str, int] = {}
@@ -425,7 +424,7 @@ def measure(
     timings: list[Timing] = []
     year_total = 0
     for label, since, until in periods:
-        timing, result = timed(label, lambda s=since, u=until: figures(engine, TENANT, s, u))
+        timing, result = timed(label, partial(figures, engine, TENANT, since, until))
         timings.append(Timing(label, timing.seconds, f"{result['calls']['total']:,} calls"))
         if label == "overview year":
             year_total = int(result["calls"]["total"])
@@ -436,11 +435,11 @@ def measure(
     subjects = pick_subjects(world)
     calls = {kind: subject_calls(engine, entity) for kind, entity in subjects.items()}
     for kind, entity in subjects.items():
-        timing, report = timed(f"subject {kind} page 1", lambda e=entity: subject_report(engine, TENANT, e))
+        timing, report = timed(f"subject {kind} page 1", partial(subject_report, engine, TENANT, entity))
         timings.append(Timing(timing.label, timing.seconds, f"{entity}: {calls[kind]:,} calls, {len(report['calls'])} on page"))
         if report["cursor"]:
             after = int(report["cursor"][2:])
-            timing, page = timed(f"subject {kind} page 2", lambda e=entity, a=after: subject_report(engine, TENANT, e, a))
+            timing, page = timed(f"subject {kind} page 2", partial(subject_report, engine, TENANT, entity, after))
             timings.append(Timing(timing.label, timing.seconds, f"{len(page['calls'])} on page (cursor)"))
     with engine.connect() as conn:
         counts = {
@@ -479,13 +478,13 @@ def write_cost(url: str, rows: int) -> dict[str, float]:
     world = World(random.Random(SEED))
     end = datetime.now(timezone.utc)
     stream = instants(world.rng, rows * 3, end)
-    real = chain_module.facts_of
+    real = facts_of
 
     def none_of(row: Any) -> Facts:
         return Facts(hour=0, tallies=(), facets=frozenset())
 
     variants = ("facets + rollup", "no facts", "empty lineage")
-    spent: Counter[str] = Counter()
+    spent = dict.fromkeys(variants, 0.0)
     done: Counter[str] = Counter()
     rounds = 5
     per = rows // rounds
@@ -496,7 +495,7 @@ def write_cost(url: str, rows: int) -> dict[str, float]:
                 values = [row_values(world, f"w{v}", at, 300) for at in chunk]
                 if name == "empty lineage":
                     values = [{**x, "lineage": {}} for x in values]
-                chain_module.facts_of = none_of if name == "no facts" else real
+                setattr(chain_module, "facts_of", none_of if name == "no facts" else real)  # what append calls
                 started = time.perf_counter()
                 for first in range(0, len(values), 1000):
                     rollup: chain_module.Rollup = Counter()
@@ -507,7 +506,7 @@ def write_cost(url: str, rows: int) -> dict[str, float]:
                 spent[name] += time.perf_counter() - started
                 done[name] += len(values)
     finally:
-        chain_module.facts_of = real
+        setattr(chain_module, "facts_of", real)
         engine.dispose()
     return {name: done[name] / spent[name] for name in variants}
 
@@ -609,38 +608,32 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s]
-    temporary = args.data is None
-    root = Path(tempfile.mkdtemp(prefix="gateway-compliance-bench-")) if temporary else args.data
-    root.mkdir(parents=True, exist_ok=True)
-    backend = "PostgreSQL" if args.database_url else "SQLite"
-    ok = True
-    try:
-        if args.write_rows:
-            with store(args, root, 0) as (url, _):
-                write_report(write_cost(url, args.write_rows), args.write_rows)
-        for size in sizes:
-            with store(args, root, size) as (url, db):
-                engine = open_store(url)
-                try:
-                    end = datetime.now(timezone.utc).replace(microsecond=0)
-                    print(f"[{backend}] seeding {size:,} traces", flush=True)
-                    started = time.perf_counter()
-                    world, rate = seed(engine, size, end)
-                    seed_s = time.perf_counter() - started
-                    print(f"[{backend}] measuring", flush=True)
-                    ok = report(measure(engine, size, world, end, rate, seed_s, db), backend) and ok
-                finally:
-                    engine.dispose()
-                if db is not None:
-                    for leftover in db.parent.glob(db.name + "*"):
-                        leftover.unlink(missing_ok=True)
-        return 0 if ok else 1
-    except KeyboardInterrupt:
-        print("\ninterrupted", file=sys.stderr)
-        return 130
-    finally:
-        if temporary:
-            shutil.rmtree(root, ignore_errors=True)
+    with bench_dir(args.data, "gateway-compliance-bench-") as root:
+        backend = "PostgreSQL" if args.database_url else "SQLite"
+        ok = True
+        try:
+            if args.write_rows:
+                with store(args, root, 0) as (url, _):
+                    write_report(write_cost(url, args.write_rows), args.write_rows)
+            for size in sizes:
+                with store(args, root, size) as (url, db):
+                    engine = open_store(url)
+                    try:
+                        end = datetime.now(timezone.utc).replace(microsecond=0)
+                        print(f"[{backend}] seeding {size:,} traces", flush=True)
+                        started = time.perf_counter()
+                        world, rate = seed(engine, size, end)
+                        seed_s = time.perf_counter() - started
+                        print(f"[{backend}] measuring", flush=True)
+                        ok = report(measure(engine, size, world, end, rate, seed_s, db), backend) and ok
+                    finally:
+                        engine.dispose()
+                    if db is not None:
+                        for leftover in db.parent.glob(db.name + "*"):
+                            leftover.unlink(missing_ok=True)
+            return 0 if ok else 1
+        except KeyboardInterrupt:
+            return interrupted()
 
 
 if __name__ == "__main__":

@@ -112,7 +112,11 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
 
         async def run() -> float:
-            restart = asyncio.get_running_loop().run_in_executor(None, lambda: (time.sleep(RESTART_AT), restart_postgres())[1])
+            def restart_later() -> float:
+                time.sleep(RESTART_AT)
+                return restart_postgres()
+
+            restart = asyncio.get_running_loop().run_in_executor(None, restart_later)
             await load(server.url, reader, writer, timeline, started)
             return await restart
 

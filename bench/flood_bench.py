@@ -41,7 +41,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.harness import Server, code_revision, create_key, free_port, percentile  # noqa: E402
+from harness import Server, code_revision, create_key, free_port, percentile  # noqa: E402
+
 from core.store import close_store, open_store  # noqa: E402
 from gateway.writes.items import ingest  # noqa: E402
 
@@ -279,7 +280,7 @@ def main() -> None:
                 during: list[float] = []
                 ratios: list[float] = []
                 outcomes: Counter[str] = Counter()
-                statuses: Counter[int] = Counter()
+                statuses = Counter[int]()
                 for values in SERVER_TIMING.values():
                     values.clear()
                 for _ in range(args.rounds):  # idle and flood alternate: drift hits both alike
@@ -325,11 +326,11 @@ def main() -> None:
         f"{'mix':<16} {'clients':>7} {'idle p50/p95':>13} {'flood p50/p95':>14} {'p95 ratio min/med/max':>22}  flood answers      probe answers"
     )
     for name, clients, idle, during, ratios, statuses, outcomes in rows:
-        answered = ", ".join(f"{status}: {count}" for status, count in sorted(statuses.items()))
-        seen = ", ".join(f"{status}: {count}" for status, count in sorted(outcomes.items()))
+        flood_answers = ", ".join(f"{status}: {count}" for status, count in sorted(statuses.items()))
+        probe_answers = ", ".join(f"{status}: {count}" for status, count in sorted(outcomes.items()))
         print(
             f"{name:<16} {clients:>7} {percentile(idle, 50):>6.1f}/{percentile(idle, 95):<6.1f} "
-            f"{percentile(during, 50):>7.1f}/{percentile(during, 95):<6.1f} {spread(ratios):>22}  {answered:<18} {seen}"
+            f"{percentile(during, 50):>7.1f}/{percentile(during, 95):<6.1f} {spread(ratios):>22}  {flood_answers:<18} {probe_answers}"
         )
 
 

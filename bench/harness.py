@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -34,6 +37,27 @@ def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env["GATEWAY_PII_BACKGROUND"] = "false"
     env.update(extra or {})
     return env
+
+
+@contextmanager
+def bench_dir(given: Path | None, prefix: str) -> Iterator[Path]:
+    """A benchmark's data directory: `given` (`--data`, created if need be, kept), else a temporary
+    one removed when the run ends, however it ends (with SIGTERM made an exit, as the benchmarks do)."""
+    if given is not None:
+        given.mkdir(parents=True, exist_ok=True)
+        yield given
+        return
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def interrupted() -> int:
+    """What a benchmark stopped with Ctrl-C says, and its exit status."""
+    print("\ninterrupted", file=sys.stderr)
+    return 130
 
 
 def free_port() -> int:
@@ -247,7 +271,7 @@ async def send_all(
     return samples, time.perf_counter() - started
 
 
-def percentile(values: list[float], q: float) -> float:
+def percentile(values: Sequence[float], q: float) -> float:
     """Linear interpolation between closest ranks (q in 0..100)."""
     if not values:
         return float("nan")

@@ -227,13 +227,13 @@ async def one_call(
     trace.tenant, trace.actor = actor.tenant, actor.principal
     trace.policy_engine, trace.policy_revision = pipeline.policy.name, pipeline.policy.revision
     started = time.perf_counter()
-    body = await pipeline.retrieve(actor, request, trace)
+    response = await pipeline.retrieve(actor, request, trace)
     piped = time.perf_counter()
     frozen = trace.freeze(200)
     await context.audit.write(frozen)
     done = time.perf_counter()
     row = len(json.dumps({name: getattr(frozen, name) for name in frozen.__dataclass_fields__}, default=str))
-    return body, (piped - started) * 1000, (done - piped) * 1000, row
+    return response.wire(), (piped - started) * 1000, (done - piped) * 1000, row
 
 
 async def wait_for_graphs(index: Any) -> None:

@@ -122,7 +122,7 @@ def main() -> None:
             print(f"loaded {name!r}: {len(items):,} items in {time.perf_counter() - started:.0f} s")
         connectors = {name: FullTextConnector(engine) for name, engine in engines.items()}
         times: dict[str, list[float]] = {name: [] for name in stores}
-        differing, overlap = 0, []
+        differing, overlap = 0, list[float]()
 
         async def run() -> None:
             nonlocal differing

@@ -243,8 +243,8 @@ def measure(subjects: list[Subject], records: list[Record], entities: list[Recor
             samples.setdefault(f"{subject.label}.verify", []).append(verify_ms)
             samples.setdefault(f"{subject.label}.total", []).append(decide_ms + verify_ms)
         worker = subjects[-1].worker
-        floor = timed(lambda: worker.evaluate("1", "{}"))
-        transfer = timed(lambda: worker.evaluate("1", json.dumps(policy_input)))
+        floor = timed(lambda: worker.evaluate("1", b"{}"))
+        transfer = timed(lambda: worker.evaluate("1", json.dumps(policy_input).encode()))
         codec = timed(lambda: json.loads(json.dumps(policy_input)))
         if n >= warmup:
             samples.setdefault("floor", []).append(floor)

@@ -22,11 +22,9 @@ import csv
 import json
 import math
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -35,7 +33,7 @@ from typing import Any
 
 import harness
 import httpx
-from harness import Server, clean_env, code_revision, free_port, gateway_executable, load_through_api
+from harness import Server, bench_dir, clean_env, code_revision, free_port, gateway_executable, interrupted, load_through_api
 from sqlalchemy import text
 
 from core.store import open_store
@@ -560,44 +558,40 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the finally blocks stop the server
     data = read_data_set(args.data_set)
     queries = data.queries[: args.queries] if args.queries else data.queries
-    temporary = args.data is None
-    data_dir = Path(tempfile.mkdtemp(prefix="gateway-quality-")) if temporary else args.data
-    data_dir.mkdir(parents=True, exist_ok=True)
-    runs: list[Run] = []
-    embeds: dict[str, tuple[int, float]] = {}
-    load_stats = None
-    try:
-        for number, model in enumerate(args.models):
-            # One vector per item: the next model's `gateway embed` re-embeds the whole corpus.
-            MODEL_ENV["GATEWAY_EMBEDDINGS"] = model
-            _, default_floor = model_of(model)
-            floor = default_floor if args.floor is None else args.floor
-            floor_env = {} if args.floor is None else {"GATEWAY_SEMANTIC_FLOOR": repr(args.floor)}
-            key, loaded, embedded = prepare(data_dir, data, args.reuse or number > 0)
-            load_stats = load_stats or loaded
-            if embedded:
-                embeds[model] = embedded
-            print(f"Evaluating {len(queries)} claims x modes with {model}, {args.concurrency} clients", flush=True)
-            passes = [(floor, floor_env)] + ([(0.0, {"GATEWAY_SEMANTIC_FLOOR": "0"})] if args.floor_zero and floor != 0 else [])
-            for at, env in passes:
-                label = f"{model}-floor-{at:.2f}"
-                plain = ("lexical", "semantic", "fused") if number == 0 and at == floor else ("semantic", "fused")
-                done = evaluate(data_dir, key, queries, at, {**env, "GATEWAY_RERANK": "off"}, plain, args.concurrency, label)
-                done += evaluate(
-                    data_dir, key, queries, at, {**env, "GATEWAY_RERANK": "vectors"}, ("reranked",), args.concurrency, label
+    with bench_dir(args.data, "gateway-quality-") as data_dir:
+        runs: list[Run] = []
+        embeds: dict[str, tuple[int, float]] = {}
+        load_stats = None
+        try:
+            for number, model in enumerate(args.models):
+                # One vector per item: the next model's `gateway embed` re-embeds the whole corpus.
+                MODEL_ENV["GATEWAY_EMBEDDINGS"] = model
+                _, default_floor = model_of(model)
+                floor = default_floor if args.floor is None else args.floor
+                floor_env = {} if args.floor is None else {"GATEWAY_SEMANTIC_FLOOR": repr(args.floor)}
+                key, loaded, embedded = prepare(data_dir, data, args.reuse or number > 0)
+                load_stats = load_stats or loaded
+                if embedded:
+                    embeds[model] = embedded
+                print(f"Evaluating {len(queries)} claims x modes with {model}, {args.concurrency} clients", flush=True)
+                passes = [(floor, floor_env)] + (
+                    [(0.0, {"GATEWAY_SEMANTIC_FLOOR": "0"})] if args.floor_zero and floor != 0 else []
                 )
-                for run in done:
-                    run.model = "-" if run.mode == "lexical" else model
-                runs += done
-        if args.save:
-            save(args.save, runs)
-        return 0 if report(runs, data, args, load_stats, embeds) else 1
-    except KeyboardInterrupt:
-        print("\ninterrupted", file=sys.stderr)
-        return 130
-    finally:
-        if temporary:
-            shutil.rmtree(data_dir, ignore_errors=True)
+                for at, env in passes:
+                    label = f"{model}-floor-{at:.2f}"
+                    plain = ("lexical", "semantic", "fused") if number == 0 and at == floor else ("semantic", "fused")
+                    done = evaluate(data_dir, key, queries, at, {**env, "GATEWAY_RERANK": "off"}, plain, args.concurrency, label)
+                    done += evaluate(
+                        data_dir, key, queries, at, {**env, "GATEWAY_RERANK": "vectors"}, ("reranked",), args.concurrency, label
+                    )
+                    for run in done:
+                        run.model = "-" if run.mode == "lexical" else model
+                    runs += done
+            if args.save:
+                save(args.save, runs)
+            return 0 if report(runs, data, args, load_stats, embeds) else 1
+        except KeyboardInterrupt:
+            return interrupted()
 
 
 if __name__ == "__main__":

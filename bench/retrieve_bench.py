@@ -14,19 +14,18 @@ import argparse
 import asyncio
 import os
 import random
-import shutil
 import signal
 import sys
-import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
-from harness import Server, code_revision, free_port, percentile, send_all
+from harness import Server, bench_dir, code_revision, free_port, interrupted, percentile, send_all
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
@@ -39,7 +38,13 @@ QUERY_SEED = 7
 LOAD_CHUNK = 5000
 WARMUP_REQUESTS = 30
 TENANTS = (("acme", 90), ("globex", 10))
-AGENT = {"tenant": "acme", "principal": "user:alice", "roles": ["agent"], "groups": ["sales"], "clearance": "confidential"}
+AGENT: dict[str, Any] = {
+    "tenant": "acme",
+    "principal": "user:alice",
+    "roles": ["agent"],
+    "groups": ["sales"],
+    "clearance": "confidential",
+}
 TASK = {"type": "account_followup", "scope": "sales"}
 
 # Head of the vocabulary, most frequent first; a synthetic long tail follows (see vocabulary()).
@@ -69,7 +74,7 @@ ACLS = (
     (["user:bob", "group:support"], 3),
 )
 SENSITIVITIES = (("internal", 70), ("public", 10), ("confidential", 15), ("restricted", 5))
-SCOPES = ((["sales"], 40), (["support"], 30), ([], 30))
+SCOPES: tuple[tuple[list[str], int], ...] = ((["sales"], 40), (["support"], 30), ([], 30))
 AUTHORITIES = (("approved", 25), ("reviewed", 35), ("unreviewed", 35), ("speculative", 5))
 TAGS = ("pricing", "billing", "renewal", "support", "legal")
 EXPIRED_SHARE = 0.10
@@ -286,6 +291,11 @@ class Phase:
         return [s for s in self.samples if s.status == 200 and s.body is not None]
 
     @property
+    def answers(self) -> list[dict[str, Any]]:
+        """The bodies of the `ok` samples."""
+        return [s.body for s in self.ok if s.body is not None]
+
+    @property
     def errors(self) -> Counter[int]:
         return Counter(s.status for s in self.samples if s.status != 200)
 
@@ -313,7 +323,7 @@ async def timed(client: httpx.AsyncClient, method: str, path: str, body: dict[st
 
 
 async def run_phase(
-    client: httpx.AsyncClient, name: str, method: str, path: str, bodies: list[dict[str, Any] | None], concurrency: int
+    client: httpx.AsyncClient, name: str, method: str, path: str, bodies: Sequence[dict[str, Any] | None], concurrency: int
 ) -> Phase:
     """Send every body once, from `concurrency` workers each holding one keep-alive connection."""
     samples, seconds = await send_all(bodies, concurrency, lambda body: timed(client, method, path, body))
@@ -343,7 +353,7 @@ async def measure(url: str, key: str, requests: int, concurrency: int, depth: st
 def policy_figures(phase: Phase) -> dict[str, float]:
     """Policy time (decide + verify) against server pipeline time and client-observed time."""
     ok = phase.ok
-    timings = [s.body["timings"] for s in ok]
+    timings = [body["timings"] for body in phase.answers]
     policy = sum(t["decide_ms"] + t["verify_ms"] for t in timings)
     server = sum(t["total_ms"] for t in timings)
     client = sum(s.ms for s in ok)
@@ -355,7 +365,7 @@ def policy_figures(phase: Phase) -> dict[str, float]:
         "share_server": policy / server if server else float("nan"),
         "share_client": policy / client if client else float("nan"),
         "pipeline_share_client": server / client if client else float("nan"),
-        "lexical_ms": sum(s.body["sources"]["lexical"]["ms"] for s in ok) / len(ok) if ok else float("nan"),
+        "lexical_ms": sum(body["sources"]["lexical"]["ms"] for body in phase.answers) / len(ok) if ok else float("nan"),
         **layer_shares(timings),
     }
 
@@ -389,12 +399,11 @@ def count_buckets(counts: list[int]) -> str:
 
 
 def result_figures(phase: Phase) -> list[str]:
-    ok = phase.ok
-    items = [len(s.body["items"]) for s in ok]
-    lexical = [s.body["sources"]["lexical"] for s in ok]
+    items = [len(body["items"]) for body in phase.answers]
+    lexical = [body["sources"]["lexical"] for body in phase.answers]
     counts = [int(entry.get("count", 0)) for entry in lexical]
     statuses = Counter(entry["status"] for entry in lexical)
-    partial = sum(1 for s in ok if s.body.get("partial"))
+    partial = sum(1 for body in phase.answers if body.get("partial"))
     lines = [
         f"  items returned: mean {sum(items) / max(len(items), 1):.1f}; lexical count: mean {sum(counts) / max(len(counts), 1):.1f}, "
         f"p50 {percentile(counts, 50):.0f}, p90 {percentile(counts, 90):.0f}, max {max(counts, default=0)}",
@@ -512,30 +521,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the finally blocks stop the server
-    temporary = args.data is None
-    data_dir = Path(tempfile.mkdtemp(prefix="gateway-bench-")) if temporary else args.data
-    data_dir.mkdir(parents=True, exist_ok=True)
-    server = None
-    try:
-        key, load_stats = prepare_store(data_dir, args.items, args.reuse)
-        if args.depth == "standard":
-            embed_store(data_dir)
-        server = Server(data_dir, free_port(), workers=args.workers)
-        server.start()
-        server.wait_ready()
-        if args.depth == "standard":
-            wait_for_graph(server.url, key)
-        print(f"Server ready at {server.url} (log: {server.log_path}); measuring...", flush=True)
-        phases = asyncio.run(measure(server.url, key, args.requests, args.concurrency, args.depth))
-        return 0 if report(phases, args, load_stats) else 1
-    except KeyboardInterrupt:
-        print("\ninterrupted", file=sys.stderr)
-        return 130
-    finally:
-        if server is not None:
-            server.stop()
-        if temporary:
-            shutil.rmtree(data_dir, ignore_errors=True)
+    with bench_dir(args.data, "gateway-bench-") as data_dir:
+        server = None
+        try:
+            key, load_stats = prepare_store(data_dir, args.items, args.reuse)
+            if args.depth == "standard":
+                embed_store(data_dir)
+            server = Server(data_dir, free_port(), workers=args.workers)
+            server.start()
+            server.wait_ready()
+            if args.depth == "standard":
+                wait_for_graph(server.url, key)
+            print(f"Server ready at {server.url} (log: {server.log_path}); measuring...", flush=True)
+            phases = asyncio.run(measure(server.url, key, args.requests, args.concurrency, args.depth))
+            return 0 if report(phases, args, load_stats) else 1
+        except KeyboardInterrupt:
+            return interrupted()
+        finally:
+            if server is not None:
+                server.stop()
 
 
 if __name__ == "__main__":

@@ -22,10 +22,8 @@ import json
 import os
 import random
 import re
-import shutil
 import signal
 import sys
-import tempfile
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -35,7 +33,7 @@ from typing import Any
 
 import harness
 import httpx
-from harness import Server, code_revision, free_port, load_through_api
+from harness import Server, bench_dir, code_revision, free_port, interrupted, load_through_api
 
 SEED = 20261130
 TENANT = "bench"
@@ -846,38 +844,33 @@ def main(argv: list[str] | None = None) -> int:
     entities, facts = generate(args.facts, args.entities, args.seed, anchor)
     items = entities + [item for fact in facts for item in fact_items(fact)]
     queries = build_queries(facts, args.queries, args.seed, anchor, args.past)
-    temporary = args.data is None
-    data_dir = Path(tempfile.mkdtemp(prefix="gateway-temporal-")) if temporary else args.data
-    data_dir.mkdir(parents=True, exist_ok=True)
-    if (data_dir / "gateway.db").exists():
-        raise SystemExit(f"{data_dir} already holds a store; use a fresh --data dir")
-    server = None
-    try:
-        ingest_key = create_key(data_dir, LOADER_PRINCIPAL, "ingest", "confidential")
-        agent_key = create_key(data_dir, AGENT_PRINCIPAL, "agent", "confidential")
-        # Semantic search is off in every request; without a model the service spends no CPU embedding.
-        server = Server(data_dir, free_port(), env={"GATEWAY_EMBEDDINGS": "none"}, label="temporal")
-        server.start()
-        server.wait_ready()
-        code = code_revision()
-        print(f"Server ready at {server.url} (log: {server.log_path})", flush=True)
-        load = load_through_api(server.url, ingest_key, items)
-        print(
-            f"Asking {len(queries):,} (fact, instant) queries, each with and without include_historical, "
-            f"{args.concurrency} client(s)...",
-            flush=True,
-        )
-        outcomes, wall = asyncio.run(run_queries(server.url, agent_key, queries, args.concurrency))
-        versions = sum(len(f.versions) for f in facts)
-        return 0 if report(outcomes, facts, versions, args, anchor, load, wall, code) else 1
-    except KeyboardInterrupt:
-        print("\ninterrupted", file=sys.stderr)
-        return 130
-    finally:
-        if server is not None:
-            server.stop()
-        if temporary:
-            shutil.rmtree(data_dir, ignore_errors=True)
+    with bench_dir(args.data, "gateway-temporal-") as data_dir:
+        if (data_dir / "gateway.db").exists():
+            raise SystemExit(f"{data_dir} already holds a store; use a fresh --data dir")
+        server = None
+        try:
+            ingest_key = create_key(data_dir, LOADER_PRINCIPAL, "ingest", "confidential")
+            agent_key = create_key(data_dir, AGENT_PRINCIPAL, "agent", "confidential")
+            # Semantic search is off in every request; without a model the service spends no CPU embedding.
+            server = Server(data_dir, free_port(), env={"GATEWAY_EMBEDDINGS": "none"}, label="temporal")
+            server.start()
+            server.wait_ready()
+            code = code_revision()
+            print(f"Server ready at {server.url} (log: {server.log_path})", flush=True)
+            load = load_through_api(server.url, ingest_key, items)
+            print(
+                f"Asking {len(queries):,} (fact, instant) queries, each with and without include_historical, "
+                f"{args.concurrency} client(s)...",
+                flush=True,
+            )
+            outcomes, wall = asyncio.run(run_queries(server.url, agent_key, queries, args.concurrency))
+            versions = sum(len(f.versions) for f in facts)
+            return 0 if report(outcomes, facts, versions, args, anchor, load, wall, code) else 1
+        except KeyboardInterrupt:
+            return interrupted()
+        finally:
+            if server is not None:
+                server.stop()
 
 
 if __name__ == "__main__":

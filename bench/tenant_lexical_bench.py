@@ -21,10 +21,8 @@ import asyncio
 import os
 import random
 import secrets
-import shutil
 import signal
 import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -33,7 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from harness import code_revision, percentile
+from harness import bench_dir, code_revision, interrupted, percentile
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine
 
@@ -259,34 +257,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the finally blocks drop the schema and temp dir
-    temporary = args.data is None
-    data_dir = Path(tempfile.mkdtemp(prefix="gateway-tenant-bench-")) if temporary else args.data
-    data_dir.mkdir(parents=True, exist_ok=True)
-    path = data_dir / "tenant_lexical.db"
-    if path.exists():
-        raise SystemExit(f"{path} exists: remove it or use a fresh --data dir")
-    ok = True
-    try:
-        engine = open_store(f"sqlite:///{path.resolve()}")
+    with bench_dir(args.data, "gateway-tenant-bench-") as data_dir:
+        path = data_dir / "tenant_lexical.db"
+        if path.exists():
+            raise SystemExit(f"{path} exists: remove it or use a fresh --data dir")
+        ok = True
         try:
-            ok = run_store("sqlite", engine, args) and ok
-        finally:
-            engine.dispose()
-        if args.postgres:
-            engine, admin, schema = postgres_engine(args.postgres)
+            engine = open_store(f"sqlite:///{path.resolve()}")
             try:
-                ok = run_store("postgresql", engine, args) and ok
+                ok = run_store("sqlite", engine, args) and ok
             finally:
                 engine.dispose()
-                with admin.begin() as conn:
-                    conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
-                admin.dispose()
-    except KeyboardInterrupt:
-        print("\ninterrupted", file=sys.stderr)
-        return 130
-    finally:
-        if temporary:
-            shutil.rmtree(data_dir, ignore_errors=True)
+            if args.postgres:
+                engine, admin, schema = postgres_engine(args.postgres)
+                try:
+                    ok = run_store("postgresql", engine, args) and ok
+                finally:
+                    engine.dispose()
+                    with admin.begin() as conn:
+                        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+                    admin.dispose()
+        except KeyboardInterrupt:
+            return interrupted()
     return 0 if ok else 1
 
 

@@ -35,7 +35,8 @@ MODEL = "synthetic-clustered"
 def vectors(rng: np.random.Generator, n: int, centroids: np.ndarray, noise: float) -> np.ndarray:
     picks = centroids[rng.integers(0, len(centroids), n)]
     rows = picks + rng.normal(0, noise, (n, DIMS))
-    return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+    unit: np.ndarray = (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+    return unit
 
 
 def load(engine, n: int, rng: np.random.Generator, centroids: np.ndarray) -> None:  # type: ignore[no-untyped-def]
@@ -141,7 +142,7 @@ def main() -> None:
                 found = {}
                 for strategy in ("exact", "approximate", "auto"):
                     t = time.perf_counter()
-                    best, actual = index.nearest(constraints(group), query, strategy)  # type: ignore[arg-type]
+                    best, actual = index.nearest(constraints(group), query, strategy)
                     times[strategy].append((time.perf_counter() - t) * 1000)
                     found[strategy] = {pk for pk, _ in best}
                     if strategy == "auto":

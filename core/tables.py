@@ -67,27 +67,28 @@ class Item(SQLModel, table=True):
     updated_at: datetime | None = None
 
 
-class ItemPrincipal(SQLModel, table=True):
-    __tablename__ = "item_principal"
-    __table_args__ = (Index("ix_item_principal_lookup", "principal", "item_pk"),)
+class ItemValues(SQLModel):
+    """A multi-valued envelope field of an item, one row per value (its principals, scopes, tags),
+    gone with the item; each table adds its value column and a (value, item) lookup index."""
 
     item_pk: int = Field(foreign_key="item.pk", primary_key=True, ondelete="CASCADE")
+
+
+class ItemPrincipal(ItemValues, table=True):
+    __tablename__ = "item_principal"
+    __table_args__ = (Index("ix_item_principal_lookup", "principal", "item_pk"),)
     principal: str = Field(primary_key=True, max_length=300)
 
 
-class ItemScope(SQLModel, table=True):
+class ItemScope(ItemValues, table=True):
     __tablename__ = "item_scope"
     __table_args__ = (Index("ix_item_scope_lookup", "scope", "item_pk"),)
-
-    item_pk: int = Field(foreign_key="item.pk", primary_key=True, ondelete="CASCADE")
     scope: str = Field(primary_key=True, max_length=200)
 
 
-class ItemTag(SQLModel, table=True):
+class ItemTag(ItemValues, table=True):
     __tablename__ = "item_tag"
     __table_args__ = (Index("ix_item_tag_lookup", "tag", "item_pk"),)
-
-    item_pk: int = Field(foreign_key="item.pk", primary_key=True, ondelete="CASCADE")
     tag: str = Field(primary_key=True, max_length=200)
 
 

@@ -9,12 +9,15 @@ import os
 import secrets
 import shutil
 import socket
+import subprocess
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine
@@ -280,6 +283,27 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def wait_ready(
+    process: subprocess.Popen[bytes],
+    url: str,
+    timeout: float = 120,
+    *,
+    poll: float = 0.3,
+    why: Callable[[], str] = lambda: "the server did not start",
+) -> None:
+    """Returns once the `gateway serve` at `url` answers /readyz with 200; fails with `why()` when
+    the process exits first or `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert process.poll() is None and time.monotonic() < deadline, why()
+        time.sleep(poll)
 
 
 def children(pid: int) -> set[int]:

@@ -88,9 +88,9 @@ class Server:
         self.port = _free_port()
         self.started = False
         try:
-            _commands.initdb(["--auth=trust", "--encoding=utf8", "-U", "postgres"], pgdata=self.data, user=self.user)
+            _commands.initdb(["--auth=trust", "--encoding=utf8", "-U", "postgres"], pgdata=self.data, user=self.user)  # type: ignore[attr-defined]
             options = f"-h 127.0.0.1 -p {self.port} -k {self.data} -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-            _commands.pg_ctl(
+            _commands.pg_ctl(  # type: ignore[attr-defined]
                 ["-w", "-o", options, "-l", str(self.data / "log"), "start"], pgdata=self.data, user=self.user, timeout=60
             )
             self.started = True
@@ -124,7 +124,7 @@ class Server:
     def stop(self) -> None:
         if self.started:
             self.started = False
-            self._commands.pg_ctl(["-w", "-m", "immediate", "stop"], pgdata=self.data, user=self.user, timeout=60)
+            self._commands.pg_ctl(["-w", "-m", "immediate", "stop"], pgdata=self.data, user=self.user, timeout=60)  # type: ignore[attr-defined]
         shutil.rmtree(self.base, ignore_errors=True)
 
 
@@ -144,8 +144,7 @@ def shared_server() -> tuple[Server | None, str | None]:
         else:
             atexit.register(server.stop)
             _SHARED.append((server, None))
-    server, reason = _SHARED[0]
-    return server, reason
+    return _SHARED[0]
 
 
 @pytest.fixture(scope="session")

@@ -47,6 +47,7 @@ import socket
 import sys
 import threading
 import urllib.parse
+from typing import Any, cast
 
 from opa_bindings import OpaEngine, OpaError
 
@@ -80,7 +81,7 @@ def _ast_errors(message: str) -> list[dict]:
     if text.startswith("bundle activation failed: "):
         text = text[len("bundle activation failed: ") :]
     text = _COUNT_PREFIX.sub("", text, count=1)
-    errors = []
+    errors: list[dict[str, Any]] = []
     for line in text.split("\n"):
         if not line.strip() or line.startswith("\t"):
             continue  # blank, or a source excerpt / caret under the last error
@@ -88,7 +89,7 @@ def _ast_errors(message: str) -> list[dict]:
         if m is None:
             errors.append({"code": "unknown_error", "message": line})
             continue
-        location = {"file": m["file"], "row": int(m["row"])}
+        location: dict[str, Any] = {"file": m["file"], "row": int(m["row"])}
         if m["col"]:
             location["col"] = int(m["col"])
         errors.append({"code": m["code"], "message": m["msg"], "location": location})
@@ -96,7 +97,7 @@ def _ast_errors(message: str) -> list[dict]:
 
 
 def _error_body(code: str, message: str, errors: list | None = None) -> dict:
-    body = {"code": code, "message": message}
+    body: dict[str, Any] = {"code": code, "message": message}
     if errors:
         body["errors"] = errors
     return body
@@ -296,7 +297,7 @@ class OpaDouble:
             self._engine = self._build(self._policies, self._data)
 
         self._server = _Server(self)
-        host, port = self._server.server_address[:2]
+        host, port = cast(tuple[str, int], self._server.server_address[:2])
         #: Base URL, e.g. "http://127.0.0.1:54321".
         self.url = f"http://{host}:{port}"
         self._thread = threading.Thread(

@@ -313,7 +313,8 @@ def report(label: str, role: str, found: dict[str, str]) -> None:
 def test_the_documented_answers(fuzzed: Fuzzed) -> None:
     """Every operation once with a request that succeeds (and a few that fail by design), each answer
     checked against the document; it runs first, so the fuzzing finds its traces and keys too."""
-    schema, keys, found, succeeded = fuzzed.schema, fuzzed.keys, {}, set()
+    schema, keys, succeeded = fuzzed.schema, fuzzed.keys, set()
+    found: dict[str, Any] = {}
     state: dict[str, Any] = {}
 
     def call(label: str, role: str, status: int, **case: Any) -> Any:

@@ -9,7 +9,7 @@ import pytest
 try:
     from tests.opa_double import OpaDouble, OpaDoubleError
 except ImportError:  # tests/ not importable as a package: pytest put it on sys.path
-    from opa_double import OpaDouble, OpaDoubleError
+    from opa_double import OpaDouble, OpaDoubleError  # type: ignore[no-redef]
 
 POLICY = "package t\n\nx := input.a + 1\n"
 

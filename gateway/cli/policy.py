@@ -38,7 +38,8 @@ def policy_impact(
     """Replay recorded retrieve calls against the policy in force and the candidate; print what changes."""
     import anyio
 
-    from gateway.policy_tools.impact import parse_window, summary
+    from gateway.policy_tools.impact import parse_window
+    from gateway.policy_tools.impact_report import summary
 
     settings = settings_from(**flags)
     try:

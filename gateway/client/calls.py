@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypedDict, TypeVar, Unpack
 from urllib.parse import quote
 
 import httpx
@@ -37,6 +37,39 @@ M = TypeVar("M", bound=BaseModel)
 TaskLike = Task | str | Mapping[str, Any]
 Instant = datetime | str
 ExportFormat = Literal["jsonl", "csv"]
+
+
+class RetrieveFields(TypedDict, total=False):
+    """A retrieve's keyword arguments: the body's fields as the API names them (`budget_bytes` is
+    `budget.bytes`). Both clients take them as they are, so they are named here once."""
+
+    mode: str | None
+    entities: Sequence[Mapping[str, str]] | None
+    kinds: Sequence[str] | None
+    sources: Mapping[str, bool] | None
+    graph: Mapping[str, Any] | None
+    filters: Mapping[str, Any] | None
+    fetch: Sequence[str] | None
+    cursor: str | None
+    depth: str | None
+    budget_bytes: int | None
+    limit: int | None
+    as_of: Instant | None
+    include_historical: bool | None
+    synthesize: bool | None
+
+
+class ReviewFilters(TypedDict, total=False):
+    """The audit review's filters (query parameters of /v1/audit/traces and /v1/audit/export)."""
+
+    actor: str | None
+    task: str | None
+    decision: str | None
+    since: Instant | None
+    until: Instant | None
+    item: str | None
+    limit: int | None
+    cursor: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,10 +229,11 @@ def segment(value: str, name: str) -> str:
     return quote(value, safe="")
 
 
-def retrieve(task: TaskLike, query: str | None = None, **fields: Any) -> Call[RetrieveResult]:
+def retrieve(task: TaskLike, query: str | None = None, **fields: Unpack[RetrieveFields]) -> Call[RetrieveResult]:
     """POST /v1/retrieve with the body's fields as the API names them; `budget_bytes` is `budget.bytes`.
     Fields left None are not sent (the gateway's defaults apply). A retrieve is a read, so a 503 is
     asked again; an expand (a `cursor`) is not, because the gateway may have advanced the cursor."""
+    known(fields, RetrieveFields, "retrieve")
     budget_bytes = fields.pop("budget_bytes", None)
     body: dict[str, Any] = {"task": task_body(task)}
     if query is not None:
@@ -212,6 +246,14 @@ def retrieve(task: TaskLike, query: str | None = None, **fields: Any) -> Call[Re
         if value is not None:
             body[name] = plain(value)
     return Call("POST", "/v1/retrieve", model(RetrieveResult), json=body, retry_unavailable="cursor" not in body)
+
+
+def known(arguments: Mapping[str, object], fields: type[Any], call: str) -> None:
+    """A keyword the call does not take is a TypeError, as it is for a function that names its
+    parameters: it is not sent to the gateway to be refused there."""
+    unknown = sorted(set(arguments) - set(fields.__annotations__))
+    if unknown:
+        raise TypeError(f"{call}() got an unexpected keyword argument {unknown[0]!r}")
 
 
 def plain(value: Any) -> Any:
@@ -302,7 +344,8 @@ def review_params(**filters: Any) -> dict[str, str]:
     return params
 
 
-def traces(**filters: Any) -> Call[TracePage]:
+def traces(**filters: Unpack[ReviewFilters]) -> Call[TracePage]:
+    known(filters, ReviewFilters, "traces")
     return Call("GET", "/v1/audit/traces", model(TracePage), params=review_params(**filters))
 
 

@@ -1,63 +1,26 @@
-"""GatewayClient: the gateway's HTTP API as typed, blocking calls (httpx)."""
+"""GatewayClient: the gateway's HTTP API as typed, blocking calls (httpx); BaseClient holds what it
+shares with AsyncGatewayClient."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import httpx
 
-from gateway.client import calls
-from gateway.client.calls import ExportFormat, Instant, Retry, TaskLike
-from gateway.client.errors import GatewayUnreachable, Retryable
-from gateway.client.models import (
-    DeletionResult,
-    DocumentReport,
-    FeedbackReport,
-    IngestReport,
-    MergeResult,
-    RetrieveResult,
-    Trace,
-    TracePage,
-    TraceSummary,
-    UsageReport,
-    VerifyReport,
-)
+from gateway.client import calls, models
+from gateway.client.base import Again, BaseClient
+from gateway.client.calls import ExportFormat, RetrieveFields, ReviewFilters, TaskLike
 
 T = TypeVar("T")
 
 
-class GatewayClient:
-    """One credential's view of one gateway. `token` is an API key or a JWT; it goes in the
-    Authorization header and nowhere else (not in a repr, an error or a log line).
+class GatewayClient(BaseClient[httpx.Client]):
+    __doc__ = BaseClient.__doc__
 
-    A 429 is always sent again, after the gateway's Retry-After: admission refuses a call before it
-    runs anything. A 503 is sent again only by calls that are safe to repeat: reads, and writes
-    that are idempotent by id (ingest, documents, entities, edges); not an expand (its cursor may
-    have advanced) nor a usage or feedback report (each is an audit row). At most `max_attempts`
-    sends, no single wait longer than `max_wait` seconds; then the typed error is raised.
-
-    `http`: an httpx.Client of your own (connection reuse, proxies, tests); it is left open on close."""
-
-    def __init__(
-        self,
-        base_url: str,
-        token: str,
-        *,
-        timeout: float = 30.0,
-        max_attempts: int = 3,
-        max_wait: float = 30.0,
-        http: httpx.Client | None = None,
-    ) -> None:
-        self._base_url = calls.checked_base_url(base_url)
-        self._token = calls.checked_token(token)
-        self._retry = Retry(max_attempts=max_attempts, max_wait=max_wait)
-        self._owned = http is None
-        self._http = http or httpx.Client(timeout=timeout)
-
-    def __repr__(self) -> str:
-        return f"GatewayClient({self._base_url!r})"
+    def _new_http(self, timeout: float) -> httpx.Client:
+        return httpx.Client(timeout=timeout)
 
     def __enter__(self) -> GatewayClient:
         return self
@@ -71,81 +34,42 @@ class GatewayClient:
 
     def send(self, call: calls.Call[T]) -> T:
         """Send `call`, asking again on 429 and 503 as the retry rule allows; its answer, or its typed error."""
-        method, url, kwargs = calls.request_of(call, self._base_url, self._token)
+        method, url, kwargs = self._request(call)
         attempt = 1
         while True:
             try:
-                response = self._http.request(method, url, **kwargs)
+                response: httpx.Response | httpx.TransportError = self._http.request(method, url, **kwargs)
             except httpx.TransportError as exc:
-                raise GatewayUnreachable(f"{method} {call.path}: no answer ({type(exc).__name__})") from exc
-            try:
-                return calls.answer(call, response)
-            except Retryable as error:
-                wait = self._retry.wait(error, attempt, call)
-                if wait is None:
-                    raise
-            time.sleep(wait)
+                response = exc
+            outcome = self._outcome(call, attempt, response)
+            if not isinstance(outcome, Again):
+                return outcome
+            time.sleep(outcome.seconds)
             attempt += 1
 
     # ------------------------------------------------------------ retrieve
 
-    def retrieve(
-        self,
-        task: TaskLike,
-        query: str | None = None,
-        *,
-        mode: str | None = None,
-        entities: Sequence[Mapping[str, str]] | None = None,
-        kinds: Sequence[str] | None = None,
-        sources: Mapping[str, bool] | None = None,
-        graph: Mapping[str, Any] | None = None,
-        filters: Mapping[str, Any] | None = None,
-        fetch: Sequence[str] | None = None,
-        cursor: str | None = None,
-        depth: str | None = None,
-        budget_bytes: int | None = None,
-        limit: int | None = None,
-        as_of: Instant | None = None,
-        include_historical: bool | None = None,
-        synthesize: bool | None = None,
-    ) -> RetrieveResult:
-        """POST /v1/retrieve; the arguments are the body's fields (`budget_bytes` is `budget.bytes`)."""
-        return self.send(
-            calls.retrieve(
-                task,
-                query,
-                mode=mode,
-                entities=entities,
-                kinds=kinds,
-                sources=sources,
-                graph=graph,
-                filters=filters,
-                fetch=fetch,
-                cursor=cursor,
-                depth=depth,
-                budget_bytes=budget_bytes,
-                limit=limit,
-                as_of=as_of,
-                include_historical=include_historical,
-                synthesize=synthesize,
-            )
-        )
+    def retrieve(self, task: TaskLike, query: str | None = None, **fields: Unpack[RetrieveFields]) -> models.RetrieveResult:
+        """POST /v1/retrieve; the keywords are the body's fields (`budget_bytes` is `budget.bytes`)."""
+        return self.send(calls.retrieve(task, query, **fields))
 
-    def fetch(self, task: TaskLike, ids: Sequence[str], **fields: Any) -> RetrieveResult:
+    def fetch(self, task: TaskLike, ids: Sequence[str], **fields: Any) -> models.RetrieveResult:
         """Named items (mode fetch), each still verified: a forbidden id looks like an unknown one."""
         return self.retrieve(task, fetch=ids, **fields)
 
-    def expand(self, task: TaskLike, cursor: str, *, budget_bytes: int | None = None) -> RetrieveResult:
+    def expand(self, task: TaskLike, cursor: str, *, budget_bytes: int | None = None) -> models.RetrieveResult:
         """The next page of an earlier answer (the same task)."""
         return self.send(calls.expand(task, cursor, budget_bytes))
 
-    def pages(self, task: TaskLike, query: str | None = None, **fields: Any) -> Iterator[RetrieveResult]:
+    def pages(self, task: TaskLike, query: str | None = None, **fields: Any) -> Iterator[models.RetrieveResult]:
         """The answer to a retrieve, then every page after it, following `cursor` to the end."""
         first = self.retrieve(task, query, **fields)
         yield first
         yield from self.expand_pages(task, first.cursor, budget_bytes=fields.get("budget_bytes"))
 
-    def expand_pages(self, task: TaskLike, cursor: str | None, *, budget_bytes: int | None = None) -> Iterator[RetrieveResult]:
+    def expand_pages(
+        self, task: TaskLike, cursor: str | None, *, budget_bytes: int | None = None
+    ) -> Iterator[models.RetrieveResult]:
         """Every page after `cursor`, to the last."""
         while cursor:
             page = self.expand(task, cursor, budget_bytes=budget_bytes)
@@ -154,54 +78,40 @@ class GatewayClient:
 
     # ------------------------------------------------------------ writes (the ingest role)
 
-    def ingest(self, items: Iterable[Mapping[str, Any]]) -> IngestReport:
+    def ingest(self, items: Iterable[Mapping[str, Any]]) -> models.IngestReport:
         return self.send(calls.ingest(items))
 
-    def put_document(self, document_id: str, markdown: str | bytes) -> DocumentReport:
+    def put_document(self, document_id: str, markdown: str | bytes) -> models.DocumentReport:
         return self.send(calls.put_document(document_id, markdown))
 
-    def put_entity(self, entity_id: str, entity: Mapping[str, Any]) -> IngestReport:
+    def put_entity(self, entity_id: str, entity: Mapping[str, Any]) -> models.IngestReport:
         return self.send(calls.put_entity(entity_id, entity))
 
-    def delete_entity(self, entity_id: str) -> DeletionResult:
+    def delete_entity(self, entity_id: str) -> models.DeletionResult:
         return self.send(calls.delete_entity(entity_id))
 
-    def merge_entity(self, entity_id: str, into: str) -> MergeResult:
+    def merge_entity(self, entity_id: str, into: str) -> models.MergeResult:
         return self.send(calls.merge_entity(entity_id, into))
 
-    def put_edges(self, edges: Iterable[Mapping[str, Any]]) -> IngestReport:
+    def put_edges(self, edges: Iterable[Mapping[str, Any]]) -> models.IngestReport:
         return self.send(calls.put_edges(edges))
 
     # ------------------------------------------------------------ reports about one's own calls
 
-    def report_usage(self, trace_id: str, used: Sequence[str]) -> UsageReport:
+    def report_usage(self, trace_id: str, used: Sequence[str]) -> models.UsageReport:
         return self.send(calls.report_usage(trace_id, used))
 
-    def feedback(self, trace_id: str, rating: int, comment: str | None = None) -> FeedbackReport:
+    def feedback(self, trace_id: str, rating: int, comment: str | None = None) -> models.FeedbackReport:
         return self.send(calls.feedback(trace_id, rating, comment))
 
     # ------------------------------------------------------------ audit review (the auditor role)
 
-    def traces(
-        self,
-        *,
-        actor: str | None = None,
-        task: str | None = None,
-        decision: str | None = None,
-        since: Instant | None = None,
-        until: Instant | None = None,
-        item: str | None = None,
-        limit: int | None = None,
-        cursor: str | None = None,
-    ) -> TracePage:
-        """One page of the tenant's traces, newest first."""
-        return self.send(
-            calls.traces(
-                actor=actor, task=task, decision=decision, since=since, until=until, item=item, limit=limit, cursor=cursor
-            )
-        )
+    def traces(self, **filters: Unpack[ReviewFilters]) -> models.TracePage:
+        """One page of the tenant's traces, newest first (filters: actor, task, decision, since,
+        until, item, limit, cursor)."""
+        return self.send(calls.traces(**filters))
 
-    def iter_traces(self, **filters: Any) -> Iterator[TraceSummary]:
+    def iter_traces(self, **filters: Any) -> Iterator[models.TraceSummary]:
         """Every matching trace, newest first, page after page (`traces`' filters and `limit` per page)."""
         cursor = filters.pop("cursor", None)
         while True:
@@ -211,10 +121,10 @@ class GatewayClient:
                 return
             cursor = page.cursor
 
-    def trace(self, trace_id: str) -> Trace:
+    def trace(self, trace_id: str) -> models.Trace:
         return self.send(calls.trace(trace_id))
 
-    def verify(self) -> VerifyReport:
+    def verify(self) -> models.VerifyReport:
         return self.send(calls.verify())
 
     def export(self, format: ExportFormat = "jsonl", **filters: Any) -> str:

@@ -22,7 +22,8 @@ from gateway.announce import announce
 from gateway.background import lease_for, run_background
 from gateway.context import GatewayContext, build_context
 from gateway.http.errors import error_answer
-from gateway.http.mcp import MCP_PATH, ProtectedResource, mcp_endpoint
+from gateway.http.mcp import mcp_endpoint
+from gateway.http.mcp_resource import MCP_PATH, ProtectedResource
 from gateway.http.metrics import observe
 from gateway.http.table import routes
 from gateway.http.traced import refusal, traced
@@ -130,5 +131,5 @@ def create_app(
         },
         lifespan=lifespan,
     )
-    app.state.resource = resource  # the OAuth metadata route's (gateway/http/mcp.py)
+    app.state.resource = resource  # the OAuth metadata route's (gateway/http/mcp_resource.py)
     return app

@@ -29,7 +29,7 @@ import api.retrieve
 import api.service
 import api.writes
 from api.wire import Wire
-from gateway.http import mcp, metrics
+from gateway.http import mcp_resource, metrics
 from gateway.http.audit_pages import SESSION_COOKIE
 from gateway.http.audit_pages import overview as overview_pages
 from gateway.http.audit_pages import views as pages
@@ -171,7 +171,7 @@ DECLARED: tuple[Operation, ...] = (
         {"200": json_answer("The OpenAPI 3.1 document", OPEN_OBJECT, traced=False)},
         auth=None,
     ),
-    *mcp.OPERATIONS,
+    *mcp_resource.OPERATIONS,
     *retrieve.OPERATIONS,
     *ingest.OPERATIONS,
     *documents.OPERATIONS,

@@ -25,7 +25,7 @@ from audit.trace import TraceBuilder, new_trace_id
 from core.actor import Actor
 from core.errors import AuditWriteError, BadRequest, Forbidden, GatewayError, PayloadTooLarge, RateLimited, where
 from core.instants import utc_now
-from core.validation import loads_json
+from core.validation import has_nul, loads_json
 from gateway.admission import Left, Ticket, give_way, holding
 from gateway.context import GatewayContext
 from gateway.http.access import access_line
@@ -141,6 +141,16 @@ class Call:
         except (ValueError, RecursionError) as exc:  # also bad UTF-8, over-long integers, too-deep nesting
             where = f" at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
             raise BadRequest(f"body: malformed JSON{where}") from exc
+
+    async def json_object(self) -> dict[str, Any]:
+        """The body as a JSON object whose strings hold no NUL character (PostgreSQL text cannot):
+        any other JSON value, or a NUL anywhere in it, is a 400."""
+        body = await self.json()
+        if not isinstance(body, dict):
+            raise BadRequest("body: expected a JSON object")
+        if has_nul(body):
+            raise BadRequest("body: strings must not contain the NUL character")
+        return body
 
 
 async def read_body(request: Request, limit: int) -> bytes:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from sqlalchemy import case, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -75,18 +75,11 @@ class _ActorBody(BaseModel):
     groups: list[str] = Field(default_factory=list, max_length=200)
     clearance: str = Field(min_length=1, max_length=50)
 
-    @field_validator("id")
+    @field_validator("id", "tenant")
     @classmethod
-    def principal_id(cls, value: str) -> str:
-        problem = principal_id_problem(value)
-        if problem:
-            raise ValueError(problem)
-        return value
-
-    @field_validator("tenant")
-    @classmethod
-    def tenant_name(cls, value: str) -> str:
-        problem = tenant_problem(value)
+    def identity(cls, value: str, info: ValidationInfo) -> str:
+        """The id and the tenant are checked as a key's are (core.validation)."""
+        problem = {"id": principal_id_problem, "tenant": tenant_problem}[str(info.field_name)](value)
         if problem:
             raise ValueError(problem)
         return value

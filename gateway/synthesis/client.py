@@ -34,6 +34,7 @@ from gateway.synthesis.reply import (
     read_reply,
     says_not_in_context,
 )
+from gateway.writes.embeddings import endpoint_options
 
 __all__ = [
     "CITATION",
@@ -72,12 +73,7 @@ class Synthesizer:
     def __init__(self, url: str, model: str, key: str | None, timeout_ms: int) -> None:
         self.model = model
         self._timeout_ms = timeout_ms
-        self._client = httpx.AsyncClient(
-            base_url=url.rstrip("/"),
-            timeout=timeout_ms / 1000,
-            headers={"Authorization": f"Bearer {key}"} if key else {},
-            follow_redirects=False,
-        )
+        self._client = httpx.AsyncClient(**endpoint_options(url, key, timeout_ms), follow_redirects=False)
 
     async def __aenter__(self) -> "Synthesizer":
         return self

@@ -197,6 +197,16 @@ class OnnxBgeSmall(OnnxEmbedder):
         )
 
 
+def endpoint_options(url: str, key: str | None, timeout_ms: int) -> dict[str, Any]:
+    """An httpx client's options for an OpenAI-compatible endpoint (embeddings here, chat for
+    gateway/synthesis/client.py): its base URL, its timeout, and the bearer key when there is one."""
+    return {
+        "base_url": url.rstrip("/"),
+        "timeout": timeout_ms / 1000,
+        "headers": {"Authorization": f"Bearer {key}"} if key else {},
+    }
+
+
 class HttpEmbedder:
     """An OpenAI-compatible `POST {url}/embeddings` endpoint."""
 
@@ -204,11 +214,7 @@ class HttpEmbedder:
         self.model_id = f"http:{model}"
         self.dims = dims
         self._model = model
-        self._client = httpx.Client(
-            base_url=url.rstrip("/"),
-            timeout=timeout_ms / 1000,
-            headers={"Authorization": f"Bearer {key}"} if key else {},
-        )
+        self._client = httpx.Client(**endpoint_options(url, key, timeout_ms))
 
     def embed(self, texts: list[str]) -> Vectors:
         if not texts:

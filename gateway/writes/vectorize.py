@@ -110,6 +110,16 @@ def publish_to_weaviate(connector: Any, engine: Engine, vectors: dict[int, list[
         connector.upsert(tenant, records)
 
 
+def _publish_and_store(
+    engine: Engine, embedder: Embedder, rows: Sequence[Any], vectors: Vectors, publish: Publish | None
+) -> None:
+    """Copy the vectors to the index first (with `publish`), then store them: an item is never marked
+    embedded while the index that serves it lacks its vector."""
+    if publish is not None:
+        publish(engine, {r.pk: [float(x) for x in v] for r, v in zip(rows, vectors)})
+    _store(engine, embedder, rows, vectors)
+
+
 def embed_pending(
     engine: Engine, embedder: Embedder, batch: int = 32, publish: Publish | None = None, tenant: str | None = None
 ) -> int:
@@ -119,10 +129,7 @@ def embed_pending(
     rows = waiting_rows(engine, joined, condition, _COLUMNS, batch, tenant=tenant)
     if not rows:
         return 0
-    vectors = embedder.embed([_passage(r.text, r.section) for r in rows])
-    if publish is not None:
-        publish(engine, {r.pk: [float(x) for x in v] for r, v in zip(rows, vectors)})
-    _store(engine, embedder, rows, vectors)
+    _publish_and_store(engine, embedder, rows, embedder.embed([_passage(r.text, r.section) for r in rows]), publish)
     return len(rows)
 
 
@@ -186,9 +193,7 @@ def embed_all(
         done = 0
         for rows in scan_waiting(engine, joined, condition, _COLUMNS, chunk):
             vectors = embed_many(embedder, [_passage(r.text, r.section) for r in rows], batch, progress)
-            if publish is not None:
-                publish(engine, {r.pk: [float(x) for x in v] for r, v in zip(rows, vectors)})
-            _store(engine, embedder, rows, vectors)
+            _publish_and_store(engine, embedder, rows, vectors, publish)
             done += len(rows)
             if rate is not None:
                 time.sleep(max(0.0, (total + done) / rate - (time.monotonic() - started)))

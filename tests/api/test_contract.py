@@ -16,7 +16,7 @@ from api.retrieve import ItemSource, ResolvedEntity, RetrievedItem
 from api.wire import PERSONAL_DATA, clear_fields, personal, unmarked_fields
 from gateway.client.models import Item
 from gateway.http.app import create_app
-from gateway.http.mcp import MCP_PATH
+from gateway.http.mcp_resource import MCP_PATH
 from gateway.http.openapi import OPERATIONS, document, wire_models
 from gateway.http.table import Declared
 from gateway.pipeline.respond import ENTITY_NOT_MASKED, ITEM_NOT_MASKED

@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 from click.testing import CliRunner
 from sqlalchemy import insert, update
@@ -30,7 +31,7 @@ def forge_a_new_chain(signed: Signed, tenant: str, rows: int = 3) -> None:
     prev = GENESIS
     with db.writer(signed.gateway.store).begin() as conn:
         for seq in range(1, rows + 1):
-            row = {
+            row: dict[str, Any] = {
                 "trace_id": f"tr_forged_{seq}",
                 "created_at": datetime.now(timezone.utc) - timedelta(days=3),
                 "tenant": tenant,

@@ -257,12 +257,12 @@ def test_the_subject_report_pages_every_call_once_when_another_tenant_shares_the
     from collections import Counter
     from datetime import datetime, timedelta, timezone
 
-    from audit.chain import add_to_rollup, append
+    from audit.chain import Rollup, add_to_rollup, append
 
     start = datetime.now(timezone.utc) - timedelta(hours=1)
     ours: list[str] = []
     with db.writer(gateway.store).begin() as conn:
-        rollup: Counter[tuple[int, str, str]] = Counter()
+        rollup: Rollup = Counter()
         for n in range(40):
             tenant = "acme" if n % 5 == 0 or n in (21, 22) else "globex"
             if n % 3 == 0:
@@ -271,7 +271,7 @@ def test_the_subject_report_pages_every_call_once_when_another_tenant_shares_the
                 lineage = {"version": 2, "packed": ["mem_s"], "named_entities": {"ent_shared": ["mem_s"]}}
             else:
                 lineage = {"version": 2, "used": ["mem_s"], "used_about": ["ent_shared"]}
-            values = {
+            values: dict[str, Any] = {
                 "trace_id": f"tr_{n:024x}",
                 "created_at": start + timedelta(seconds=n),
                 "tenant": tenant,
@@ -308,7 +308,7 @@ def test_the_overview_from_the_rollup_equals_the_overview_recounted_from_the_row
     from collections import Counter
     from datetime import datetime, timedelta, timezone
 
-    from audit.chain import add_to_rollup, append
+    from audit.chain import Rollup, add_to_rollup, append
     from audit.overview import figures, figures_of
     from core.audit_facts import tally_rows
 
@@ -317,7 +317,7 @@ def test_the_overview_from_the_rollup_equals_the_overview_recounted_from_the_row
     start = end - timedelta(days=3)
     written = []
     with db.writer(gateway.store).begin() as conn:
-        rollup: Counter[tuple[int, str, str]] = Counter()
+        rollup: Rollup = Counter()
         for n in range(400):
             deny = rng.random() < 0.2
             lineage: dict[str, Any] = {
@@ -335,7 +335,7 @@ def test_the_overview_from_the_rollup_equals_the_overview_recounted_from_the_row
                         "revealed": ["PERSON"] if n % 7 == 0 else [],
                     },
                 }
-            values = {
+            values: dict[str, Any] = {
                 "trace_id": f"tr_{n:024x}",
                 "created_at": start + timedelta(seconds=rng.uniform(0, 3 * 86400)),
                 "tenant": "acme",

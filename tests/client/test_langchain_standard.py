@@ -56,7 +56,7 @@ class TestGatewayRetrieverStandard(RetrieversIntegrationTests):
             await retriever.aclose()
 
     @property
-    def retriever_constructor(self) -> Callable[..., GatewayRetriever]:
+    def retriever_constructor(self) -> Callable[..., GatewayRetriever]:  # type: ignore[override]
         def make(**params: Any) -> GatewayRetriever:
             retriever = GatewayRetriever.from_url(self.live.url, self.token, **params)
             self.made.append(retriever)

@@ -57,7 +57,7 @@ def note(item_id: str, text: str, **envelope: Any) -> dict[str, Any]:
     return {"id": item_id, "kind": "memory", "text": text, "acl": ["*"], "entity": "ent_jane", **envelope}
 
 
-FORBIDDEN_VARIANTS = {
+FORBIDDEN_VARIANTS: dict[str, dict[str, Any]] = {
     "acl": {"acl": ["group:finance"]},
     "sensitivity": {"sensitivity": "restricted"},
     "expired": {"valid_to": "2026-01-01T00:00:00Z"},
@@ -69,9 +69,8 @@ FORBIDDEN_VARIANTS = {
 }
 
 
-@pytest.fixture
-def store(database_url: str) -> Iterator[Engine]:
-    engine = open_store(database_url)
+def contract_rows() -> dict[str, list[dict[str, Any]]]:
+    """The data set of the `store` fixture (and of test_weaviate's), by tenant."""
     strong = "pricing pricing pricing pricing discount"
     rows = [note(f"forbidden_{name}_{i}", strong, **variant) for name, variant in FORBIDDEN_VARIANTS.items() for i in range(4)]
     rows += [note(f"permitted_{i}", f"pricing note {i}", tags=["pricing"] if i % 2 else []) for i in range(12)]
@@ -80,10 +79,14 @@ def store(database_url: str) -> Iterator[Engine]:
         {"id": "ent_jane", "kind": "entity", "entity_type": "contact", "email": "jane@globex.example", "acl": ["*"]},
         {"id": "ent_hidden", "kind": "entity", "entity_type": "contact", "email": "hidden@globex.example", "acl": ["group:x"]},
     ]
-    report = ingest(engine, "acme", rows)
-    assert report.rejected == []
-    other = ingest(engine, "globex", [note(f"globex_{i}", strong) for i in range(5)])
-    assert other.rejected == []
+    return {"acme": rows, "globex": [note(f"globex_{i}", strong) for i in range(5)]}
+
+
+@pytest.fixture
+def store(database_url: str) -> Iterator[Engine]:
+    engine = open_store(database_url)
+    for tenant, rows in contract_rows().items():
+        assert ingest(engine, tenant, rows).rejected == []
     yield engine
     engine.dispose()
 
@@ -290,12 +293,12 @@ class TestWeaviateContract(TestSemanticContract):
         self.made.append(connector)
         return connector
 
-    def connector(self, store: Engine) -> StoreConfirmed:
+    def connector(self, store: Engine) -> StoreConfirmed:  # type: ignore[override]
         weaviate = self.weaviate()
         embed_all(store, minilm(), publish=functools.partial(publish_to_weaviate, weaviate))
         return StoreConfirmed(weaviate, store)
 
-    def test_an_unreachable_store_is_an_error_status_not_a_crash(self, store: Engine) -> None:
+    def test_an_unreachable_store_is_an_error_status_not_a_crash(self, store: Engine) -> None:  # type: ignore[override]
         dead_store = create_engine("postgresql+psycopg://postgres@127.0.0.1:1/none", connect_args={"connect_timeout": 1})
         served = self.connector(store)
         for connector in (

@@ -28,7 +28,7 @@ from core.records import RecallQuery, SourceResult
 from core.store import open_store
 from core.tables import EntityTombstone
 from gateway.writes.items import ingest
-from tests.conftest import BACKENDS, migrate_postgres, require_postgres
+from tests.conftest import BACKENDS, fresh_database
 
 NOW = datetime(2026, 6, 1, tzinfo=timezone.utc)
 PAST = datetime(2020, 6, 1, tzinfo=timezone.utc)
@@ -66,25 +66,12 @@ HIDING: dict[str, dict[str, Any]] = {
 @pytest.fixture(scope="module", params=BACKENDS)
 def store(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     """A store shared by this module's tests, on SQLite or on a PostgreSQL schema of its own."""
-    if request.param == "sqlite":
-        engine = open_store(f"sqlite:///{tmp_path_factory.mktemp('graph') / 'gateway.db'}")
-        yield engine
-        engine.dispose()
-        return
-    postgres = require_postgres()
-    schema = "gw_test_" + secrets.token_hex(6)
-    admin = create_engine(postgres)
-    with admin.begin() as conn:
-        conn.execute(text(f"CREATE SCHEMA {schema}"))
-    migrate_postgres(f"{postgres}?options=-csearch_path%3D{schema}")
-    engine = open_store(f"{postgres}?options=-csearch_path%3D{schema}")
-    try:
-        yield engine
-    finally:
-        engine.dispose()
-        with admin.begin() as conn:
-            conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
-        admin.dispose()
+    for url in fresh_database(request.param, tmp_path_factory.mktemp("graph")):
+        engine = open_store(url)
+        try:
+            yield engine
+        finally:
+            engine.dispose()
 
 
 def refresh_statistics(engine: Engine) -> None:

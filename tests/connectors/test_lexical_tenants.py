@@ -28,6 +28,7 @@ from gateway.writes.items import ingest, ingest_document
 from gateway.writes.vectorize import lag
 from tests.conftest import Gateway, fresh_database
 
+item_table = Item.__table__  # type: ignore[attr-defined]
 EVERYONE = ItemFilter(
     tenant="acme",
     principals=("*", "user:alice"),
@@ -252,11 +253,11 @@ def test_every_write_path_keeps_the_tenant_index_in_step(sqlite_store: Engine) -
     # when the table is created.
     with engine.begin() as conn:
         pk = conn.execute(
-            insert(Item.__table__)
+            insert(item_table)
             .values(  # type: ignore[attr-defined]
                 tenant="initech", id="init_1", kind="memory", text="wombat burrow", tags=[], acl=["*"], scope=[], content_hash="h"
             )
-            .returning(Item.__table__.c.pk)
+            .returning(item_table.c.pk)
         ).scalar_one()  # type: ignore[attr-defined]
         conn.execute(insert(ItemPrincipal.__table__).values(item_pk=pk, principal="*"))  # type: ignore[attr-defined]
     assert search(engine, "initech", "wombat").status == "empty"
@@ -292,7 +293,7 @@ def test_a_store_with_the_shared_index_moves_to_per_tenant_tables_at_open(tmp_pa
             ]
         ):
             pk = conn.execute(
-                insert(Item.__table__)
+                insert(item_table)
                 .values(  # type: ignore[attr-defined]
                     tenant=tenant,
                     id=f"old_{n}",
@@ -303,7 +304,7 @@ def test_a_store_with_the_shared_index_moves_to_per_tenant_tables_at_open(tmp_pa
                     scope=[],
                     content_hash=str(n),
                 )
-                .returning(Item.__table__.c.pk)
+                .returning(item_table.c.pk)
             ).scalar_one()  # type: ignore[attr-defined]
             conn.execute(insert(ItemPrincipal.__table__).values(item_pk=pk, principal="*"))  # type: ignore[attr-defined]
         assert conn.execute(text("SELECT count(*) FROM item_fts WHERE item_fts MATCH 'pricing'")).scalar_one() == 4

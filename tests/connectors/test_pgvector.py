@@ -41,7 +41,7 @@ def database_url(pgvector_url: str) -> str:  # noqa: F811 - the contract's store
 class TestPgvectorContract(contract.TestSemanticContract):
     """The semantic contract (every filter, tags, tenants, no principals, dead store) on pgvector."""
 
-    def connector(self, store: Engine) -> PgvectorConnector:  # noqa: F811 - the contract fixture
+    def connector(self, store: Engine) -> PgvectorConnector:  # type: ignore[override]  # noqa: F811 - the contract fixture
         embedder = contract.minilm()
         if store.url.port != 1:  # the unreachable-store case has nothing to embed
             assert prepare(store, embedder.dims) is None
@@ -63,8 +63,10 @@ def normalized(m: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
 def put_vectors(engine: Engine, tenant: str, vectors: dict[str, np.ndarray[Any, Any]]) -> None:
     """Store vectors for items by id, through item_vector (the trigger fills the mirror)."""
     with engine.begin() as conn:
-        pks = dict(conn.execute(text("SELECT id, pk FROM item WHERE tenant = :t"), {"t": tenant}).all())
-        hashes = dict(conn.execute(text("SELECT pk, content_hash FROM item WHERE tenant = :t"), {"t": tenant}).all())
+        pks: dict[str, int] = dict(conn.execute(text("SELECT id, pk FROM item WHERE tenant = :t"), {"t": tenant}).all())
+        hashes: dict[int, str] = dict(
+            conn.execute(text("SELECT pk, content_hash FROM item WHERE tenant = :t"), {"t": tenant}).all()
+        )
         conn.execute(
             text(
                 "INSERT INTO item_vector (item_pk, model, dims, vector, content_hash, seq) VALUES (:pk, :m, :d, :v, :h, 1) "
@@ -77,7 +79,7 @@ def put_vectors(engine: Engine, tenant: str, vectors: dict[str, np.ndarray[Any, 
         )
 
 
-HIDING = {  # every way the policy hides an item, each planted at the query's own vector
+HIDING: dict[str, dict[str, Any]] = {  # every way the policy hides an item, each planted at the query's own vector
     **contract.FORBIDDEN_VARIANTS,
     "hidden_entity": {"entity": "ent_hidden"},
     "tombstoned_entity": {"entity": "ent_gone"},

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, fields, replace
 from datetime import datetime, timezone
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from sqlalchemy import select
@@ -46,26 +46,12 @@ from core.store import open_store
 from core.tables import KINDS, SENSITIVITIES, STATUSES
 from gateway.pipeline.recall import run_source
 from gateway.writes.items import ingest
-from tests.connectors.test_contract import CONSTRAINTS, FORBIDDEN_VARIANTS, note
+from tests.connectors.test_contract import CONSTRAINTS, FORBIDDEN_VARIANTS, contract_rows
 from tests.engines import Endpoint
 
 MODEL = "test-embedding-v1"
 DIMS = 16
 AT = "2026-11-30T00:00:00Z"
-
-
-def contract_rows() -> dict[str, list[dict[str, Any]]]:
-    """The data set of test_contract's `store` fixture, by tenant."""
-    strong = "pricing pricing pricing pricing discount"
-    variants = cast(dict[str, dict[str, Any]], FORBIDDEN_VARIANTS)
-    rows = [note(f"forbidden_{name}_{i}", strong, **variant) for name, variant in variants.items() for i in range(4)]
-    rows += [note(f"permitted_{i}", f"pricing note {i}", tags=["pricing"] if i % 2 else []) for i in range(12)]
-    rows += [note("permitted_other_entity", "pricing for someone else", entity="ent_other")]
-    rows += [
-        {"id": "ent_jane", "kind": "entity", "entity_type": "contact", "email": "jane@globex.example", "acl": ["*"]},
-        {"id": "ent_hidden", "kind": "entity", "entity_type": "contact", "email": "hidden@globex.example", "acl": ["group:x"]},
-    ]
-    return {"acme": rows, "globex": [note(f"globex_{i}", strong) for i in range(5)]}
 
 
 def load(engine: Engine, rows_by_tenant: dict[str, list[dict[str, Any]]]) -> dict[str, list[Record]]:

@@ -337,7 +337,8 @@ def test_past_the_queue_bound_a_call_is_a_429_with_an_audit_row(sqlite_url: str,
     with open_gateway(sqlite_url, tmp_path, admission_capacity=1, admission_queue_units=1) as gateway:
         alice = gateway.key("alice", groups=("sales",), clearance="confidential")
         admission: Admission = gateway.client.app.state.context.admission  # type: ignore[attr-defined]
-        portal = gateway.client.portal  # type: ignore[attr-defined]
+        portal = gateway.client.portal
+        assert portal is not None
         held = portal.call(admission.enter, "acme", "user:alice", 1)  # the one seat
         waiting = portal.call(admission.queue.enter, "acme", "user:alice", 1)  # the queue's one unit
         refused = gateway.retrieve(alice, {"task": SALES_TASK, "query": "renewal"})
@@ -390,7 +391,7 @@ def test_background_batches_take_turns_and_wait_in_their_tenants_own_share() -> 
         def next_tenant(after: str | None) -> str | None:
             names = sorted(tenant for tenant, left in waiting.items() if left)
             later = [tenant for tenant in names if after is None or tenant > after]
-            return (later or names or [None])[0]
+            return ([*later, *names, None])[0]
 
         worker = PendingWorker("analysis", step, lambda: sum(map(len, waiting.values())), idle_s=0.05, next_tenant=next_tenant)
         flood = [await admission.enter("acme", "user:flood", 1) for _ in range(4)]  # acme's calls hold every seat
@@ -444,7 +445,8 @@ def test_a_call_whose_client_leaves_while_it_waits_gives_up_its_place(sqlite_url
         key = gateway.key("alice", groups=("sales",), clearance="confidential")
         app = gateway.client.app
         admission: Admission = app.state.context.admission  # type: ignore[attr-defined]
-        portal = gateway.client.portal  # type: ignore[attr-defined]
+        portal = gateway.client.portal
+        assert portal is not None
         holder = portal.call(admission.enter, "acme", "user:holder", 1)
         body = json.dumps({"task": SALES_TASK, "query": "renewal", "sources": {"semantic": False}}).encode()
         scope = retrieve_scope(key, body)
@@ -462,7 +464,7 @@ def test_a_call_whose_client_leaves_while_it_waits_gives_up_its_place(sqlite_url
                 sent.append(message)
 
             async with anyio.create_task_group() as group:
-                group.start_soon(app, scope, receive, send)
+                group.start_soon(app, scope, receive, send)  # type: ignore[arg-type]
                 with anyio.fail_after(10):
                     while admission.saturation()["waiting_calls"] == 0:
                         await anyio.sleep(0.01)

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from sqlalchemy import func, select
+from sqlmodel import col
 
 from audit.integrity import verify
 from core.store import close_store, open_store
@@ -23,7 +24,7 @@ from core.tables import Item, ItemTag
 from gateway.auth import create_api_key
 from gateway.privacy.detect import Detector
 from gateway.privacy.store import pending
-from tests.conftest import free_port
+from tests.conftest import free_port, wait_ready
 from tests.gateway.fixtures import SALES_TASK
 
 GATEWAY = Path(sys.executable).parent / "gateway"
@@ -33,15 +34,8 @@ BATCH = 20
 def start(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "GATEWAY_DATA_DIR": str(data_dir), "GATEWAY_PORT": str(port), "GATEWAY_BACKGROUND_EMBEDDING": "false"}
     server = subprocess.Popen([str(GATEWAY), "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                return server
-        except httpx.TransportError:
-            pass
-        assert server.poll() is None and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.1)
+    wait_ready(server, f"http://127.0.0.1:{port}", 60, poll=0.1)
+    return server
 
 
 def batch(writer: int, number: int) -> list[dict[str, Any]]:
@@ -114,9 +108,9 @@ def test_sigkill_during_ingest_and_retrieve_leaves_a_whole_store(tmp_path: Path)
                 for writer, number in sorted(sent):
                     prefix = f"w{writer}_b{number}_"
                     ids = [item["id"] for item in batch(writer, number)]
-                    found = conn.execute(select(func.count()).select_from(Item).where(Item.id.in_(ids))).scalar_one()
+                    found = conn.execute(select(func.count()).select_from(Item).where(col(Item.id).in_(ids))).scalar_one()
                     tagged = conn.execute(
-                        select(func.count()).select_from(ItemTag).where(ItemTag.tag == f"batch-{writer}-{number}")
+                        select(func.count()).select_from(ItemTag).where(col(ItemTag.tag) == f"batch-{writer}-{number}")
                     ).scalar_one()
                     if (writer, number) in acknowledged:
                         assert (found, tagged) == (BATCH, BATCH), prefix

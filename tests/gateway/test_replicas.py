@@ -33,8 +33,8 @@ from core.store import close_store, open_store
 from gateway.auth import create_api_key
 from gateway.policy.broadcast import LISTENER_NAME
 from gateway.settings import PROJECT_POLICIES
-from tests.conftest import edit_json, require_postgres
-from tests.policies.test_policy_reload import CONFIG, free_port, without_sales
+from tests.conftest import edit_json, free_port, require_postgres, wait_ready
+from tests.policies.test_policy_reload import CONFIG, without_sales
 
 GATEWAY = Path(sys.executable).parent / "gateway"
 SALES_TASK = {"type": "account_followup", "scope": "sales"}
@@ -139,18 +139,8 @@ def start(name: str, database_url: str, policies: Path, directory: Path, **env: 
     return Replica(name, f"http://127.0.0.1:{port}", process, log)
 
 
-def wait_ready(replica: Replica) -> None:
-    deadline = time.monotonic() + 180
-    while True:
-        try:
-            if httpx.get(f"{replica.url}/readyz", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        assert replica.process.poll() is None and time.monotonic() < deadline, (
-            f"replica {replica.name} did not start:\n{replica.tail()}"
-        )
-        time.sleep(0.3)
+def replica_ready(replica: Replica) -> None:
+    wait_ready(replica.process, replica.url, 180, why=lambda: f"replica {replica.name} did not start:\n{replica.tail()}")
 
 
 def eventually(check: Callable[[], Any], seconds: float, what: str, replica: Replica | None = None) -> Any:
@@ -183,7 +173,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         replicas.append(start("a", database_url, policies[0], directory))
         replicas.append(start("b", database_url, policies[1], directory, GATEWAY_BACKGROUND_EMBEDDING="false"))
         for replica in replicas:
-            wait_ready(replica)
+            replica_ready(replica)
         yield Cluster(replicas[0], replicas[1], database_url, policies, keys)
     finally:
         for replica in replicas:

@@ -19,7 +19,7 @@ from gateway.policy.envelopes import by_envelope, evaluate_by_envelope
 from gateway.policy.id_reads import id_read
 from gateway.settings import PROJECT_POLICIES
 from tests.policies.test_compiled_items import FAILED, constraints, interpreter_for, outcome, write_policy
-from tests.policies.test_parity import ACTOR, VALID, random_item
+from tests.policies.test_parity import VALID, items_input, random_item
 
 SHIPPED = read_bundle(PROJECT_POLICIES)
 ITEMS = next(source for path, source in SHIPPED.modules if path.endswith("items/items.rego"))
@@ -50,14 +50,7 @@ def batch(rng: random.Random, size: int) -> list[dict[str, Any]]:
 
 
 def policy_input(items: list[dict[str, Any]], decided: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "actor": ACTOR,
-        "task": {"type": "account_followup"},
-        "constraints": decided,
-        "subjects": ["ent_jane"],
-        "items": items,
-        "entities": {},
-    }
+    return items_input(items, decided, entities={})
 
 
 def bundle_with(tmp_path: Path, extra: str) -> PolicyBundle:
@@ -160,7 +153,7 @@ def test_the_policy_process_deduplicates_only_a_policy_that_reads_no_ids(
 
     bundle = bundle_with(tmp_path, extra)
     calls: list[int] = []
-    real = worker.evaluate_by_envelope
+    real = worker.evaluate_by_envelope  # type: ignore[attr-defined]
 
     def counting(given: dict[str, Any], evaluate: Any) -> Any:
         calls.append(len(given["items"]))

@@ -19,7 +19,7 @@ from gateway.policy.bundle import PolicyBundle, read_bundle
 from gateway.policy.compiled import MIN_CHUNK, START_CHUNK, CompiledItems
 from gateway.policy.embedded import EmbeddedEngine, build_engine, first_value
 from gateway.settings import PROJECT_POLICIES
-from tests.policies.test_parity import ACTOR, NOW, random_item
+from tests.policies.test_parity import ACTOR, NOW, items_input, random_item
 
 FAILED = "failed"
 
@@ -63,6 +63,11 @@ def shipped() -> tuple[CompiledItems, Any, dict[str, Any]]:
     return compiled, interpreter_for(bundle), decided["constraints"]
 
 
+def well_formed(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The items whose tenant and attached_to are of the types the envelope allows."""
+    return [i for i in items if all(isinstance(i.get(f), (str, list, type(None))) for f in ("tenant", "attached_to"))]
+
+
 def long_acl(rng: random.Random, item: dict[str, Any]) -> dict[str, Any]:
     """Some items carry long ACLs and many scopes: each costs the VM more instructions."""
     if rng.random() < 0.3 and isinstance(item.get("acl"), list):
@@ -80,15 +85,8 @@ def test_large_random_batches_decide_exactly_as_the_interpreter(shipped: tuple[C
         size = rng.choice([1, 7, 60, 150, 400])
         items = [long_acl(rng, random_item(rng, batch * 1000 + i)) for i in range(size)]
         if rng.random() < 0.7:  # most batches hold only well-formed envelopes, so both paths answer
-            items = [i for i in items if all(isinstance(i.get(f), (str, list, type(None))) for f in ("tenant", "attached_to"))]
-        policy_input = {
-            "actor": ACTOR,
-            "task": {"type": "account_followup"},
-            "constraints": decided,
-            "subjects": ["ent_jane"],
-            "items": items,
-            "entities": {},
-        }
+            items = well_formed(items)
+        policy_input = items_input(items, decided, entities={})
         ours = outcome(lambda i: compiled.evaluate(i, interpret), policy_input)
         theirs = outcome(interpret, policy_input)
         assert ours == theirs, (batch, size)
@@ -132,16 +130,8 @@ def test_the_policy_processes_verify_on_the_compiled_path_with_the_interpreters_
 ) -> None:
     _, interpret, decided = shipped
     rng = random.Random(7)
-    items = [random_item(rng, n) for n in range(250)]
-    items = [i for i in items if all(isinstance(i.get(f), (str, list, type(None))) for f in ("tenant", "attached_to"))]
-    policy_input = {
-        "actor": ACTOR,
-        "task": {"type": "account_followup"},
-        "constraints": decided,
-        "subjects": ["ent_jane"],
-        "items": items,
-        "entities": {},
-    }
+    items = well_formed([random_item(rng, n) for n in range(250)])
+    policy_input = items_input(items, decided, entities={})
     engine = EmbeddedEngine(read_bundle(PROJECT_POLICIES), workers=1)
     try:
         served = outcome(lambda i: asyncio.run(engine.evaluate("items", i)), policy_input)

@@ -117,6 +117,18 @@ VALID = {
 }
 
 
+def items_input(items: list[dict[str, Any]], constraints: dict[str, Any], **more: Any) -> dict[str, Any]:
+    """The input of `gateway/items` for ACTOR on an account follow-up about ent_jane."""
+    return {
+        "actor": ACTOR,
+        "task": {"type": "account_followup"},
+        "constraints": constraints,
+        "subjects": ["ent_jane"],
+        "items": items,
+        **more,
+    }
+
+
 def random_item(rng: random.Random, index: int) -> dict[str, Any]:
     """A valid envelope with zero to three fields changed to a random value, or removed."""
     item: dict[str, Any] = {"id": f"i{index}", **VALID}
@@ -141,13 +153,7 @@ def test_items_parity_on_200_random_batches(engines: tuple[EmbeddedEngine, Any])
     compared = allowed_somewhere = 0
     for batch in range(200):
         items = [random_item(rng, batch * 10 + i) for i in range(rng.randint(1, 6))]
-        policy_input = {
-            "actor": ACTOR,
-            "task": {"type": "account_followup"},
-            "constraints": constraints,
-            "subjects": ["ent_jane"],
-            "items": items,
-        }
+        policy_input = items_input(items, constraints)
         ours = decision(on_embedded(embedded, "items", policy_input), ("allowed", "denied"))
         theirs = decision(on_opa(opa, "items", policy_input), ("allowed", "denied"))
         if ours == UNAVAILABLE:

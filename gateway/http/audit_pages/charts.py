@@ -132,17 +132,8 @@ def timeline(
                     end=bar["end"],
                 )
             )
-        if sum(values) and upright:
-            cx = x + bar_w / 2 + 3
-            parts.append(
-                Markup(
-                    '<text class="value" x="{:.1f}" y="{:.1f}" font-size="10" transform="rotate(-90 {:.1f} {:.1f})">{}</text>'
-                ).format(cx, y - 3, cx, y - 3, sum(values))
-            )
-        elif sum(values):
-            parts.append(
-                Markup('<text class="value" x="{:.1f}" y="{:.1f}" font-size="10">{}</text>').format(x, y - 2, sum(values))
-            )
+        if sum(values):
+            parts.append(_total(sum(values), x, y, bar_w, upright))
         parts.append(Markup("</g>"))
     for mark in marks:
         x = left + mark.at * step
@@ -157,6 +148,16 @@ def timeline(
     parts.append(Markup('<text x="{}" y="{}" font-size="11" text-anchor="end">{}</text>').format(width - 10, height - 10, last))
     parts.append(Markup("</svg>"))
     return Markup("").join(parts)
+
+
+def _total(total: int, x: float, y: float, bar_w: float, upright: bool) -> Markup:
+    """A bar's total above it: upright (rotated) when it is wider than its bar."""
+    if upright:
+        cx = x + bar_w / 2 + 3
+        return Markup(
+            '<text class="value" x="{:.1f}" y="{:.1f}" font-size="10" transform="rotate(-90 {:.1f} {:.1f})">{}</text>'
+        ).format(cx, y - 3, cx, y - 3, total)
+    return Markup('<text class="value" x="{:.1f}" y="{:.1f}" font-size="10">{}</text>').format(x, y - 2, total)
 
 
 def legend(outcomes: Sequence[str], totals: dict[str, int], href: Callable[[str], str]) -> Markup:

@@ -9,11 +9,11 @@ import anyio
 
 from api.policy import ImpactReport, ImpactRequest
 from core.errors import BadRequest, ConfigurationError, DeadlineExceeded, Forbidden
-from core.validation import has_nul
 from gateway.http.operation import Operation, json_answer, json_body, ref, v1
 from gateway.http.traced import Call, requires, serving
 from gateway.policy.candidate import inline_bundle, open_candidate
-from gateway.policy_tools.impact import impact, parse_window, summary
+from gateway.policy_tools.impact import impact, parse_window
+from gateway.policy_tools.impact_report import summary
 
 FIELDS = ("policies", "since", "limit", "tenant")
 COST = 4  # admission units: a run replays up to 10,000 calls on both policies
@@ -24,11 +24,7 @@ DISCONNECT_POLL_S = 0.5  # how often a running replay looks whether its client i
 async def handle(call: Call) -> tuple[int, ImpactReport]:
     """The impact report of `policies` on the caller's tenant, with a `summary` for people."""
     call.trace.decision = "read"
-    body = await call.json()
-    if not isinstance(body, dict):
-        raise BadRequest("body: expected a JSON object")
-    if has_nul(body):
-        raise BadRequest("body: strings must not contain the NUL character")
+    body = await call.json_object()
     unknown = sorted(set(body) - set(FIELDS))
     if unknown:
         raise BadRequest(f"{unknown[0]}: unknown field; expected {', '.join(FIELDS)}")

@@ -24,7 +24,7 @@ from core.store import close_store, open_store
 from gateway.auth import create_api_key
 from gateway.background import AdvisoryLease, FileLease, PendingWorker, run_background
 from gateway.cli.serve import listening_socket
-from tests.conftest import children, free_port, require_postgres
+from tests.conftest import children, free_port, require_postgres, wait_ready
 
 GATEWAY = Path(sys.executable).parent / "gateway"
 needs_gateway = pytest.mark.skipif(not GATEWAY.exists(), reason="no gateway command beside this Python")
@@ -54,18 +54,6 @@ def serve(data: Path, workers: int, extra: dict[str, str]) -> tuple[subprocess.P
         [str(GATEWAY), "serve", "--workers", str(workers)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     return process, f"http://127.0.0.1:{port}"
-
-
-def wait_ready(process: subprocess.Popen[bytes], url: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        assert process.poll() is None and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.3)
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:

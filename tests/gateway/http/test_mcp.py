@@ -17,7 +17,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult
 
 from core.errors import ConfigurationError
-from gateway.http.mcp import TOOLS, origin_allowed
+from gateway.http.mcp import origin_allowed
+from gateway.http.mcp_tools import TOOLS
 from gateway.settings import load_settings
 from tests.conftest import LiveGateway, open_gateway, serve_gateway
 from tests.gateway.fixtures import FORBIDDEN, OTHER_TENANT, SALES_TASK, memory, seed

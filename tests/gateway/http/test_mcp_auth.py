@@ -20,7 +20,7 @@ from mcp.shared.auth_utils import check_resource_allowed, resource_url_from_serv
 from starlette.requests import Request
 
 from core.errors import ConfigurationError
-from gateway.http.mcp import UNPUBLISHED, ProtectedResource
+from gateway.http.mcp_resource import UNPUBLISHED, ProtectedResource
 from gateway.settings import load_settings
 from tests.conftest import Gateway, open_gateway, serve_gateway
 from tests.gateway.fixtures import SALES_TASK, memory

@@ -98,7 +98,7 @@ def spawns(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
         started.append(command)
         return real(command, **kwargs)
 
-    monkeypatch.setattr(archive.subprocess, "run", run)
+    monkeypatch.setattr("gateway.policy.archive.subprocess.run", run)
     return started
 
 
@@ -160,7 +160,7 @@ def test_a_gzip_bomb_is_refused_at_the_cap_without_inflating_it(monkeypatch: pyt
     repeat = deflate.compress(bytes(1 << 20)) + deflate.flush(zlib.Z_FULL_FLUSH)
     bomb = first + repeat * (16 * 1024 - 1)  # no trailer: it is never reached
     assert len(bomb) < 20_000_000
-    monkeypatch.setattr(archive.zlib, "decompressobj", Counting)
+    monkeypatch.setattr("gateway.policy.archive.zlib.decompressobj", Counting)
     Counting.total = 0
     refused(bomb, f"decompresses to more than {archive.MAX_TAR_BYTES} bytes; refused before reading it all", 5.0)
     assert archive.MAX_TAR_BYTES < Counting.total <= archive.MAX_TAR_BYTES + 1

@@ -178,7 +178,7 @@ def test_a_collector_that_is_down_neither_fails_nor_slows_retrieval_and_gets_the
                 assert gateway.retrieve(key, body).status_code == 200
             assert time.monotonic() - started < 2.0  # well under the upload's 3 s timeout
             collector.gate.set()  # the hanging upload is answered 500
-            sink = gateway.client.app.state.context.policy.sink
+            sink = gateway.client.app.state.context.policy.sink  # type: ignore[attr-defined]
             wait_for(lambda: sink.failed_posts >= 1)
             assert sink.sent == 0 and sink.pending >= 4
             collector.status = 200  # back: the next retry, or the flush on close, delivers

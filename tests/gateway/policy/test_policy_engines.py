@@ -103,7 +103,7 @@ REQUEST_MODULE = "gateway/request/request.rego"  # the id the gateway pushes it 
 
 
 def test_opa_backend_gives_the_same_answers_as_the_embedded_engine(database_url: str, tmp_path: Path, opa_live: Opa) -> None:
-    questions = [
+    questions: list[dict[str, Any]] = [
         {"task": SALES_TASK, "query": "wombatacl wombatsens wombatscope quokkaacl quokkasens"},
         {"task": SALES_TASK, "mode": "brief", "entities": [{"email": "jane@globex.example"}]},
         {"task": {"type": "research"}, "query": "wombatacl"},

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from gateway.cli import main
 from gateway.settings import PROJECT_POLICIES
@@ -289,28 +289,17 @@ def cli_store(tmp_path: Path) -> Iterator[str]:
     yield url
 
 
+def explain_cli(store: str, actor: dict[str, Any], request: str, items: list[str], *options: str) -> Result:
+    """`gateway policy explain` on `store`, of `items` (each given with --item), with more `options`."""
+    arguments = ["policy", "explain", "--database-url", store, "--actor", json.dumps(actor), "--request", request]
+    arguments += [part for item in items for part in ("--item", item)]
+    return CliRunner().invoke(main, [*arguments, *options])
+
+
 def test_cli_explains_on_the_local_store(cli_store: str, tmp_path: Path) -> None:
     request = tmp_path / "request.json"
     request.write_text(json.dumps(REQUEST))
-    result = CliRunner().invoke(
-        main,
-        [
-            "policy",
-            "explain",
-            "--database-url",
-            cli_store,
-            "--actor",
-            json.dumps(ALICE),
-            "--request",
-            str(request),
-            "--item",
-            "mem_acl",
-            "--item",
-            "mem_acl_ok",
-            "--item",
-            "mem_other_tenant",
-        ],
-    )
+    result = explain_cli(cli_store, ALICE, str(request), ["mem_acl", "mem_acl_ok", "mem_other_tenant"])
     assert result.exit_code == 0, result.output
     answer = json.loads(result.output)
     found = items_of(answer)
@@ -326,23 +315,8 @@ def test_cli_explains_against_a_candidate_directory(cli_store: str, tmp_path: Pa
     document = json.loads(config.read_text())
     document["task_types"]["account_followup"]["max_sensitivity"] = "restricted"
     config.write_text(json.dumps(document))
-    result = CliRunner().invoke(
-        main,
-        [
-            "policy",
-            "explain",
-            "--database-url",
-            cli_store,
-            "--actor",
-            json.dumps({**ALICE, "clearance": "restricted"}),
-            "--request",
-            json.dumps(REQUEST),
-            "--item",
-            "mem_restricted",
-            "--candidate",
-            str(policy_copy),
-        ],
-    )
+    actor = {**ALICE, "clearance": "restricted"}
+    result = explain_cli(cli_store, actor, json.dumps(REQUEST), ["mem_restricted"], "--candidate", str(policy_copy))
     assert result.exit_code == 0, result.output
     answer = json.loads(result.output)
     assert answer["differences"]["items"] == [{"id": "mem_restricted", "in_force": "excluded", "candidate": "allowed"}]

@@ -23,7 +23,7 @@ MISSED_FROM_QUESTION = "Osaka renewal - Rubija - signed"  # misses "Rubija"
 QUESTION = "What did Rubija Kovač and Tomomi Nishiyama agree about the renewal?"  # names both
 HIDDEN = "see notes://Zorblat Quenk/2024 before the renewal call"  # a name too bare to find here...
 SOURCE = "notes from Zorblat Quenk"  # ... and found in another item's source field
-ITEMS = [
+ITEMS: list[dict[str, Any]] = [
     {"id": "mem_found", "kind": "memory", "acl": ["*"], "scope": ["sales"], "text": FOUND},
     {"id": "mem_part", "kind": "memory", "acl": ["*"], "scope": ["sales"], "text": MISSED_PART},
     {"id": "mem_question", "kind": "memory", "acl": ["*"], "scope": ["sales"], "text": MISSED_FROM_QUESTION},

@@ -5,6 +5,8 @@ one thread."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from gateway.privacy import rampart
@@ -110,7 +112,7 @@ def test_a_request_time_string_costs_the_classifier_a_bounded_read(monkeypatch: 
     read: list[int] = []
     original = rampart.Reader.read
 
-    def spy(self: rampart.Reader, text: str, ranges: list[tuple[int, int]]) -> list[object]:
+    def spy(self: rampart.Reader, text: str, ranges: list[tuple[int, int]]) -> list[Any]:
         read.append(sum(b - a for a, b in ranges))
         return original(self, text, ranges)
 

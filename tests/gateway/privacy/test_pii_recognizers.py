@@ -157,7 +157,7 @@ def test_every_scheme_and_length_is_found_compact_spaced_and_hyphenated(detector
 def test_numbers_failing_luhn_are_not_cards(detector: Detector) -> None:
     rng = random.Random(RNG_SEED + 1)
     prefixes = [low for _, ranges, _ in CARD_SCHEMES for low, _ in ranges]
-    numbers = []
+    numbers: list[str] = []
     while len(numbers) < 240:
         length = rng.randint(12, 19)
         prefix = rng.choice(prefixes)

@@ -23,7 +23,7 @@ VALUES = {
     "CREDIT_CARD": "4111 1111 1111 1111",
     "IBAN_CODE": "DE89 3704 0044 0532 0130 00",
 }
-ITEMS = [
+ITEMS: list[dict[str, Any]] = [
     {
         "id": "mem_contact",
         "kind": "memory",

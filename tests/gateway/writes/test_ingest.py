@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 from sqlalchemy import func
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
-from core.tables import Item, ItemPrincipal, ItemScope
+from core.tables import Item, ItemPrincipal, ItemScope, ItemValues
 from tests.conftest import Gateway
 from tests.gateway.fixtures import SALES_TASK, memory
 
@@ -248,22 +248,21 @@ def test_rejected_update_keeps_the_previous_version(gateway: Gateway) -> None:
 # ---------------------------------------------------------------------------
 
 
-def principals_of(gateway: Gateway, tenant: str, item_id: str) -> set[str]:
+def values_of(gateway: Gateway, table: type[ItemValues], column: Any, tenant: str, item_id: str) -> set[str]:
+    """An item's rows of `table` (its principals, scopes or tags), read as `column`."""
     with Session(gateway.store) as session:
         rows = session.exec(
-            select(ItemPrincipal.principal)
-            .join(Item, Item.pk == ItemPrincipal.item_pk)
-            .where(Item.tenant == tenant, Item.id == item_id)
+            select(column).join(Item, col(Item.pk) == col(table.item_pk)).where(Item.tenant == tenant, Item.id == item_id)
         ).all()
     return set(rows)
+
+
+def principals_of(gateway: Gateway, tenant: str, item_id: str) -> set[str]:
+    return values_of(gateway, ItemPrincipal, ItemPrincipal.principal, tenant, item_id)
 
 
 def scopes_of(gateway: Gateway, tenant: str, item_id: str) -> set[str]:
-    with Session(gateway.store) as session:
-        rows = session.exec(
-            select(ItemScope.scope).join(Item, Item.pk == ItemScope.item_pk).where(Item.tenant == tenant, Item.id == item_id)
-        ).all()
-    return set(rows)
+    return values_of(gateway, ItemScope, ItemScope.scope, tenant, item_id)
 
 
 def test_changing_acl_replaces_the_principals(gateway: Gateway) -> None:

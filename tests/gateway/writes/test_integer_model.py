@@ -4,6 +4,7 @@ close to the float path's vectors, and stored vectors of the float id are re-emb
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -60,7 +61,7 @@ def test_the_model_is_made_once_per_directory(tmp_path: Path, monkeypatch: pytes
     first = integer_model.integer_model(tmp_path / "models")
     second = integer_model.integer_model(tmp_path / "models")
     assert first == second and len(made) == 1
-    assert [p.name for p in (tmp_path / "models").iterdir()] == [Path(first).name]  # no temporary left
+    assert [p.name for p in (tmp_path / "models").iterdir()] == [Path(os.fsdecode(first)).name]  # no temporary left
 
 
 def test_an_unwritable_directory_makes_the_model_in_memory(tmp_path: Path) -> None:
