@@ -13,10 +13,10 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
-from audit.chain import Appended, Rollup, add_to_rollup, append, chain_of
-from audit.checkpoints import Checkpointer, read_checkpoints
-from audit.integrity import verify
-from audit.trace import Trace
+from audit.chain.rows import Appended, Rollup, add_to_rollup, append, chain_of
+from audit.integrity.checkpoints import Checkpointer, read_checkpoints
+from audit.integrity.verification import verify
+from audit.record.trace import Trace
 from core.audit_tables import AuditSecret, AuditTrace
 from core.errors import AuditWriteError, Conflict
 from core.store import DISK_FULL, disk_full, writer
@@ -121,9 +121,9 @@ class AuditStore:
         return report
 
     def proof(self, tenant: str | None, trace_id: str) -> dict[str, Any] | None:
-        """The proof of one of the tenant's traces (audit.proofs); None when it is not the tenant's.
+        """The proof of one of the tenant's traces (audit.integrity.proofs); None when it is not the tenant's.
         Conflict when this store signs no checkpoints, or none covers the trace yet."""
-        from audit.proofs import proof_of
+        from audit.integrity.proofs import proof_of
 
         if self.checkpointer is None:
             raise Conflict("trace: this gateway signs no audit checkpoints (GATEWAY_AUDIT_SIGNING_KEY), so there is no proof")

@@ -38,12 +38,12 @@ import httpx
 from harness import Server, code_revision, free_port, percentile
 from retrieve_bench import AGENT, QUERY_SEED, prepare_store, retrieve_bodies
 
-from audit.chain import append
-from audit.checkpoints import Checkpointer, CheckpointLog, read_checkpoints
-from audit.integrity import verify
-from audit.keys import generate, load_signer
-from audit.notes import open_note, sign
-from audit.trace import new_trace_id
+from audit.chain.rows import append
+from audit.integrity.checkpoints import Checkpointer, CheckpointLog, read_checkpoints
+from audit.integrity.keys import generate, load_signer
+from audit.integrity.notes import open_note, sign
+from audit.integrity.verification import verify
+from audit.record.trace import new_trace_id
 from core.store import close_store, open_store, writer
 
 TENANT = str(AGENT["tenant"])
@@ -126,9 +126,9 @@ def proof_costs(
     trace, for `count` traces spread over the chain."""
     from sqlalchemy import select
 
-    from audit.chain import audit_trace
-    from audit.proofs import proof_of, verify_proof
-    from audit.review import get_trace
+    from audit.chain.rows import audit_trace
+    from audit.integrity.proofs import proof_of, verify_proof
+    from audit.review.queries import get_trace
 
     attested = read_checkpoints(checkpointer.log.path, signer.verifier, TENANT)
     with engine.connect() as conn:

@@ -14,8 +14,8 @@ import anyio.to_thread
 from sqlalchemy.engine import Engine
 
 from api.retrieve import RetrieveResponse
-from audit.lineage import DepthRecord, Dropped, FallbackReason, SourceRecord
-from audit.trace import TraceBuilder
+from audit.record.lineage import DepthRecord, Dropped, FallbackReason, SourceRecord
+from audit.record.trace import TraceBuilder
 from connectors.base import ExactConnector
 from core import work
 from core.actor import Actor

@@ -9,8 +9,8 @@ from collections import Counter
 from collections.abc import Iterable
 
 from api.retrieve import RetrieveResponse
-from audit.lineage import ReturnedRecord
-from audit.trace import TraceBuilder
+from audit.record.lineage import ReturnedRecord
+from audit.record.trace import TraceBuilder
 from core.records import Record
 from gateway.pipeline.budget import Packed
 from gateway.privacy.mask import Masking

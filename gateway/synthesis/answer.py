@@ -13,8 +13,8 @@ from typing import Any
 
 import anyio.to_thread
 
-from audit.lineage import SynthesisRecord
-from audit.trace import TraceBuilder
+from audit.record.lineage import SynthesisRecord
+from audit.record.trace import TraceBuilder
 from core.constraints import Disclosure
 from core.records import Fused
 from gateway.privacy.detect import ENTITY_TYPES, clean

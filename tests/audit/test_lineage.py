@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from audit.lineage import (
+from audit.record.lineage import (
     LINEAGE_VERSION,
     DepthRecord,
     Dropped,
@@ -12,7 +12,7 @@ from audit.lineage import (
     SynthesisRecord,
     read_lineage,
 )
-from audit.stages import lineage_stages
+from audit.record.stages import lineage_stages
 from core.records import SkipReason
 
 # A version-1 row as the gateway stored it before the lineage was typed (no version, text reasons).

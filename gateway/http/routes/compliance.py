@@ -11,9 +11,9 @@ import anyio.to_thread
 from starlette.datastructures import QueryParams
 
 from api.audit import OverviewReport, SubjectReport
-from audit.lineage import AuditReadRecord
-from audit.overview import chain_state, figures
-from audit.subjects import MAX_PAGE, report_csv, subject_report
+from audit.record.lineage import AuditReadRecord
+from audit.review.overview import chain_state, figures
+from audit.review.subjects import MAX_PAGE, report_csv, subject_report
 from core.errors import BadRequest
 from core.instants import parse_rfc3339, utc_now
 from core.validation import ascii_int
@@ -103,7 +103,7 @@ def with_csv(answer: dict[str, Any]) -> dict[str, Any]:
 
 @requires("auditor")
 async def overview(call: Call) -> tuple[int, OverviewReport]:
-    """GET /v1/audit/overview: the period's figures (audit.overview) and the chain's state."""
+    """GET /v1/audit/overview: the period's figures (audit.review.overview) and the chain's state."""
     call.trace.decision = "read"
     params = call.request.query_params
     check_names(params, frozenset({"period", "since", "until"}))

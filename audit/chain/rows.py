@@ -16,8 +16,8 @@ from typing import Any
 from sqlalchemy import String, bindparam, delete, func, insert, select
 from sqlalchemy.engine import Connection, Engine
 
-from audit.keys import seal, sealed
-from audit.merkle import Range, leaf_hash
+from audit.integrity.keys import seal, sealed
+from audit.integrity.merkle import Range, leaf_hash
 from core.audit_facts import HOUR_S, facts_of, hour_of, tally_rows
 from core.audit_tables import AuditAnchor, AuditFacet, AuditItem, AuditRollup, AuditTrace
 from core.store import writer
@@ -265,7 +265,7 @@ def walk_chain(
     `after` = (position, hash) walks only the rows past a known position. Rows past `sealed_after`
     must carry a valid seal (rows before the chain's first sealed row are exempt when it is None).
     `collect`: keep the row hashes (`Walk.leaves`). `tree`: the Merkle tree of the positions before
-    the first walked (audit.merkle), extended row by row, its root kept at the `want` positions."""
+    the first walked (audit.integrity.merkle), extended row by row, its root kept at the `want` positions."""
     if after is not None:
         walk = Walk(chain, first=after[0] + 1, start_hash=after[1], head=after[0], head_hash=after[1])
     else:

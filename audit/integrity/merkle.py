@@ -3,7 +3,7 @@
 The leaves are the chain's row hashes in position order (leaf i is position i + 1), hashed as
 RFC 6962 leaves: SHA-256(0x00 || row hash). An interior node is SHA-256(0x01 || left || right), and
 a tree of n leaves splits at the largest power of two below n. Checkpoints carry the tree's root
-(`tree`, audit.checkpoints), so one row can be shown to be under a signed checkpoint with a path of
+(`tree`, audit.integrity.checkpoints), so one row can be shown to be under a signed checkpoint with a path of
 about log2(n) hashes (`inclusion_proof`), checked with nothing but the checkpoint and the key
 (`verify_inclusion`, `gateway audit verify-proof`).
 

@@ -1,5 +1,5 @@
 """The evidence pack: one tenant's audit rows of a period, with what an outside auditor needs to
-check them without access to the gateway (audit.evidence_check, `gateway audit verify-pack`).
+check them without access to the gateway (audit.evidence.check, `gateway audit verify-pack`).
 
 A pack is a directory (or the same files in one zip, GET /v1/audit/evidence):
 
@@ -10,7 +10,7 @@ A pack is a directory (or the same files in one zip, GET /v1/audit/evidence):
   the start of the period shows; `rows_after.jsonl`: the rows after, up to the first signed
   checkpoint at or after the period's last row (at least the next row, when there is one), so the
   period ties to a signature and a row dropped from its end shows;
-- `tree_before.json`: the compact range of the chain's Merkle tree (audit.merkle) before the pack's
+- `tree_before.json`: the compact range of the chain's Merkle tree (audit.integrity.merkle) before the pack's
   first row, from which the recipient recomputes each checkpoint's root from the pack's rows;
 - `checkpoints.txt`: the signed checkpoint notes of the chain whose positions lie within the pack,
   with the cosignature a witness added (from the `.cosigned` file beside the checkpoint file), when
@@ -18,7 +18,7 @@ A pack is a directory (or the same files in one zip, GET /v1/audit/evidence):
   the gateway signs with (the current one and those it replaced), as verifier keys and PEM;
 - `policy_revisions.json`: the policy revisions the period's rows name, first and last seen, with
   their counts, and the period's policy reloads (`policy_revisions`);
-- `figures.json`: the compliance overview's figures of the period (audit.overview);
+- `figures.json`: the compliance overview's figures of the period (audit.review.overview);
 - `manifest.json`: tenant, period, counts, the SHA-256 of every other file, the gateway version;
 - `README.md`: for the recipient, what is in it, what it shows and what it cannot.
 
@@ -45,10 +45,10 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection, Engine
 
-from audit.chain import HASHED, anchor_of, audit_trace, chain_of, row_hashes, utc_instant
-from audit.checkpoints import Attested, Checkpoint, Checkpointer, CheckpointLog, cosigned_log, cut_of, read_checkpoints
-from audit.merkle import Range, leaf_hash
-from audit.notes import Verifier, verifier_key
+from audit.chain.rows import HASHED, anchor_of, audit_trace, chain_of, row_hashes, utc_instant
+from audit.integrity.checkpoints import Attested, Checkpoint, Checkpointer, CheckpointLog, cosigned_log, cut_of, read_checkpoints
+from audit.integrity.merkle import Range, leaf_hash
+from audit.integrity.notes import Verifier, verifier_key
 from core.audit_facts import RETRIEVAL, tally_rows
 from core.errors import BadRequest, Conflict
 from core.instants import rfc3339, to_utc
@@ -259,7 +259,7 @@ def write_pack(
     directory); returns its manifest. BadRequest when the period is empty of time or `out` is not
     empty. `reach`: positions the pack must hold (the sizes of checkpoints the auditor already
     has, `--known`), so verify-pack can hold those checkpoints against its rows."""
-    from audit.overview import figures, figures_of
+    from audit.review.overview import figures, figures_of
 
     if until <= since:
         raise BadRequest("until: must come after since")

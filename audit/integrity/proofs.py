@@ -17,10 +17,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
-from audit.chain import HASHED, HASHED_V1, anchor_of, audit_trace, row_hash, row_hash_v1, row_hashes, utc_instant
-from audit.checkpoints import Attested, Checkpoint, CheckpointLog, cut_of, open_by_any
-from audit.merkle import inclusion_proof, leaf_hash, verify_inclusion
-from audit.notes import NoteError, Verifier
+from audit.chain.rows import HASHED, HASHED_V1, anchor_of, audit_trace, row_hash, row_hash_v1, row_hashes, utc_instant
+from audit.integrity.checkpoints import Attested, Checkpoint, CheckpointLog, cut_of, open_by_any
+from audit.integrity.merkle import inclusion_proof, leaf_hash, verify_inclusion
+from audit.integrity.notes import NoteError, Verifier
 from core.errors import Conflict
 
 FORMAT = "gateway.audit.proof/1"

@@ -1,4 +1,4 @@
-"""Check an evidence pack (audit.evidence) offline: no database, no network, only its files and the
+"""Check an evidence pack (audit.evidence.pack) offline: no database, no network, only its files and the
 gateway's public key (`gateway audit verify-pack`).
 
 What is checked, each failure named by its file and line: the manifest's digests of every file; each
@@ -30,9 +30,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from audit.chain import HASHED, derived, row_hash, row_hash_v1
-from audit.checkpoints import Attested, Checkpoint, CheckpointLog, adoption_of, open_by_any, origin_of
-from audit.evidence import (
+from audit.chain.rows import HASHED, derived, row_hash, row_hash_v1
+from audit.evidence.pack import (
     CHECKPOINTS,
     FIGURES,
     FORMAT,
@@ -47,8 +46,9 @@ from audit.evidence import (
     policy_revisions,
     sha256_file,
 )
-from audit.merkle import Range, leaf_hash
-from audit.notes import SIGNATURE_PREFIX, NoteError, Verifier, open_note, parse_verifier_key
+from audit.integrity.checkpoints import Attested, Checkpoint, CheckpointLog, adoption_of, open_by_any, origin_of
+from audit.integrity.merkle import Range, leaf_hash
+from audit.integrity.notes import SIGNATURE_PREFIX, NoteError, Verifier, open_note, parse_verifier_key
 from core.audit_facts import tally_rows
 from core.errors import ConfigurationError
 from core.instants import parse_rfc3339
@@ -471,7 +471,7 @@ def _known(
 
 
 def _read_known(check: _Check, path: Path, keys: list[Verifier]) -> Attested:
-    from audit.checkpoints import read_checkpoints
+    from audit.integrity.checkpoints import read_checkpoints
 
     if not path.is_file():
         check.fail(str(path), None, "cannot be read")
@@ -550,7 +550,7 @@ def _policy(check: _Check, rows: list[dict[str, Any]]) -> None:
 
 
 def _figures(check: _Check, rows: list[dict[str, Any]], since: datetime, until: datetime) -> None:
-    from audit.overview import figures_of
+    from audit.review.overview import figures_of
 
     listed = check.json(FIGURES)
     if listed is None:

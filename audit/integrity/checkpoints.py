@@ -4,10 +4,10 @@ A checkpoint is the C2SP tlog-checkpoint body (https://c2sp.org/tlog-checkpoint)
 chain: its origin (`gateway.audit/<tenant>`), its size (the position of its head row), the head's
 hash (base64), then extension lines: `time`, `oldest` (the oldest position a signed prune kept),
 and, when the signer found a row it would not vouch for, `refused <position> <why>`. Each is a
-signed note (audit.notes), appended to a file the database's writer cannot reach.
+signed note (audit.integrity.notes), appended to a file the database's writer cannot reach.
 
 The `Checkpointer` signs what it has checked: the rows since its last checkpoint must link, match
-their hashes and carry the gateway's seal (audit.keys). A row that does not is never signed; the
+their hashes and carry the gateway's seal (audit.integrity.keys). A row that does not is never signed; the
 checkpoint that stops before it says so (`refused`), which verify reports as a failure.
 
 No trust on first use: a chain is signed from its start only when this process wrote its first row
@@ -45,10 +45,10 @@ import anyio.to_thread
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection, Engine
 
-from audit.chain import Appended, Walk, anchor_of, audit_trace, row_hashes, walk_chain, walk_links
-from audit.keys import KEY_NAME, seal_key
-from audit.merkle import Range, consistency_proof, leaf_hash
-from audit.notes import SIGNATURE_PREFIX, NoteError, Signer, Verifier, open_note, sign
+from audit.chain.rows import Appended, Walk, anchor_of, audit_trace, row_hashes, walk_chain, walk_links
+from audit.integrity.keys import KEY_NAME, seal_key
+from audit.integrity.merkle import Range, consistency_proof, leaf_hash
+from audit.integrity.notes import SIGNATURE_PREFIX, NoteError, Signer, Verifier, open_note, sign
 
 log = logging.getLogger("gateway.audit.checkpoints")
 ORIGIN_PREFIX = KEY_NAME + "/"
@@ -63,7 +63,7 @@ class WitnessAnswer(Protocol):
 
 class WitnessSubmission(Protocol):
     """What the signer needs of a witness (audit.witness.WitnessClient): submit a checkpoint, read
-    back the latest cosigned one. Named here, so this module never imports audit.witness, which
+    back the latest cosigned one. Named here, so this module never imports audit.integrity.witness, which
     imports it."""
 
     def add(self, old: int, proof: list[bytes], note: str) -> WitnessAnswer: ...
@@ -94,7 +94,7 @@ class Checkpoint:
     refused: tuple[int, str] | None = None
     line: int = 0  # where it starts in its file (0: not read from one)
     adopted: Adoption | None = None  # the chain's adoption (`--adopt`), carried by every checkpoint after it
-    tree: str = ""  # hex RFC 6962 root of the chain's Merkle tree at `size` (audit.merkle); "" before trees
+    tree: str = ""  # hex RFC 6962 root of the chain's Merkle tree at `size` (audit.integrity.merkle); "" before trees
     range: tuple[str, ...] = ()  # a prune's: hex nodes of the compact range of what it removed (size leaves)
 
     def text(self) -> str:

@@ -2,7 +2,7 @@
 
 The private key lives outside the database (a file the service reads at start, mounted from a
 secret); the store never holds it. Two things are derived from it: the signer of checkpoints
-(audit.checkpoints), and the seal key, whose HMAC over a row's hash proves the gateway wrote the row
+(audit.integrity.checkpoints), and the seal key, whose HMAC over a row's hash proves the gateway wrote the row
 (someone who can write the database but not read the key cannot make a row that the checkpointer
 will sign).
 """
@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.serialization import (
     load_pem_public_key,
 )
 
-from audit.notes import NoteError, Signer, Verifier, parse_verifier_key, verifier_key
+from audit.integrity.notes import NoteError, Signer, Verifier, parse_verifier_key, verifier_key
 from core.errors import ConfigurationError
 
 KEY_NAME = "gateway.audit"  # the signer's name in every signature line

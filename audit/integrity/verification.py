@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection, Engine
 
-from audit.chain import (
+from audit.chain.rows import (
     Break,
     Walk,
     anchor_of,
@@ -27,8 +27,8 @@ from audit.chain import (
     unchained_rows,
     walk_chain,
 )
-from audit.checkpoints import Attested, Checkpoint, adoption_of, cut_of
-from audit.merkle import Range
+from audit.integrity.checkpoints import Attested, Checkpoint, adoption_of, cut_of
+from audit.integrity.merkle import Range
 
 
 def verify(
