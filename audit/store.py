@@ -13,10 +13,9 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
-from audit.chain.rows import Appended, Rollup, add_to_rollup, append, chain_of
-from audit.integrity.checkpoints import Checkpointer, read_checkpoints
-from audit.integrity.verification import verify
-from audit.record.trace import Trace
+from audit.chain import Appended, Rollup, add_to_rollup, append, chain_of
+from audit.integrity import Checkpointer, read_checkpoints, verify
+from audit.record import Trace
 from core.audit_tables import AuditSecret, AuditTrace
 from core.errors import AuditWriteError, Conflict
 from core.store import DISK_FULL, disk_full, writer
@@ -123,7 +122,7 @@ class AuditStore:
     def proof(self, tenant: str | None, trace_id: str) -> dict[str, Any] | None:
         """The proof of one of the tenant's traces (audit.integrity.proofs); None when it is not the tenant's.
         Conflict when this store signs no checkpoints, or none covers the trace yet."""
-        from audit.integrity.proofs import proof_of
+        from audit.integrity import proof_of
 
         if self.checkpointer is None:
             raise Conflict("trace: this gateway signs no audit checkpoints (GATEWAY_AUDIT_SIGNING_KEY), so there is no proof")

@@ -39,9 +39,9 @@ from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.engine import Engine
 from sqlmodel import SQLModel
 
-from audit.chain.rows import append, audit_item, audit_trace
-from audit.integrity.verification import verify
-from audit.record.trace import Trace, new_trace_id
+from audit.chain import append, audit_item, audit_trace
+from audit.integrity import verify
+from audit.record import Trace, new_trace_id
 from core.store import migrate_store, open_store, writer
 from gateway.auth import create_api_key
 from gateway.writes.items import ingest

@@ -38,12 +38,9 @@ import httpx
 from harness import Server, code_revision, free_port, percentile
 from retrieve_bench import AGENT, QUERY_SEED, prepare_store, retrieve_bodies
 
-from audit.chain.rows import append
-from audit.integrity.checkpoints import Checkpointer, CheckpointLog, read_checkpoints
-from audit.integrity.keys import generate, load_signer
-from audit.integrity.notes import open_note, sign
-from audit.integrity.verification import verify
-from audit.record.trace import new_trace_id
+from audit.chain import append
+from audit.integrity import Checkpointer, CheckpointLog, generate, load_signer, open_note, read_checkpoints, sign, verify
+from audit.record import new_trace_id
 from core.store import close_store, open_store, writer
 
 TENANT = str(AGENT["tenant"])
@@ -126,9 +123,9 @@ def proof_costs(
     trace, for `count` traces spread over the chain."""
     from sqlalchemy import select
 
-    from audit.chain.rows import audit_trace
-    from audit.integrity.proofs import proof_of, verify_proof
-    from audit.review.queries import get_trace
+    from audit.chain import audit_trace
+    from audit.integrity import proof_of, verify_proof
+    from audit.review import get_trace
 
     attested = read_checkpoints(checkpointer.log.path, signer.verifier, TENANT)
     with engine.connect() as conn:

@@ -39,11 +39,9 @@ from harness import code_revision
 from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.engine import Engine
 
-import audit.chain.rows as chain_module
-from audit.chain.rows import add_to_rollup, append, audit_facet, audit_item, audit_rollup, audit_trace
-from audit.review.overview import chain_state, figures
-from audit.review.queries import Filters, list_traces
-from audit.review.subjects import subject_report
+import audit.chain.writes as chain_module
+from audit.chain import add_to_rollup, append, audit_facet, audit_item, audit_rollup, audit_trace
+from audit.review import Filters, chain_state, figures, list_traces, subject_report
 from core.audit_facts import SUBJECT, Facts
 from core.store import migrate_store, open_store, writer
 

@@ -29,7 +29,7 @@ class AuditTrace(SQLModel, table=True):
     policy_revision: str | None = None
     error_code: str | None = None
     lineage: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
-    # Tamper evidence (audit.chain.rows): position in the tenant's chain, the previous row's hash, this row's.
+    # Tamper evidence (audit.chain): position in the tenant's chain, the previous row's hash, this row's.
     chain: str | None = Field(default=None, max_length=200)
     seq: int | None = None
     prev_hash: str | None = Field(default=None, max_length=64)

@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import Engine
 
-from audit.integrity.checkpoints import Checkpointer, CheckpointLog
-from audit.integrity.keys import load_signer
+from audit.integrity import Checkpointer, CheckpointLog, load_signer
 from audit.store import AuditStore, load_or_create_key
 from connectors.sql.exact import SqlExactConnector
 from connectors.sql.graph import SqlGraphConnector
@@ -110,8 +109,7 @@ def build_checkpointer(settings: AuditSettings, store: Engine) -> Checkpointer |
     """With GATEWAY_AUDIT_SIGNING_KEY: the signer of the audit chains' checkpoints."""
     if settings.audit_signing_key is None or settings.audit_checkpoints is None:
         return None
-    from audit.integrity.keys import load_verifier
-    from audit.integrity.witness import WitnessClient
+    from audit.integrity import WitnessClient, load_verifier
 
     witness = WitnessClient(settings.audit_witness_url) if settings.audit_witness_url else None
     previous = [load_verifier(Path(p.strip())) for p in (settings.audit_previous_keys or "").split(",") if p.strip()]

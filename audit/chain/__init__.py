@@ -1,1 +1,53 @@
 """The audit rows and their hash chains: one typed row, append, prune, and reading rows back."""
+
+from audit.chain.retention import Pruned, prune
+from audit.chain.rows import (
+    GENESIS,
+    HASHED,
+    HASHED_V1,
+    NO_TENANT,
+    anchor_of,
+    audit_anchor,
+    audit_facet,
+    audit_item,
+    audit_rollup,
+    audit_trace,
+    chain_of,
+    chains_in,
+    derived,
+    row_hash,
+    row_hash_v1,
+    row_hashes,
+    sealed,
+    utc_instant,
+)
+from audit.chain.writes import CHAIN_LOCK_CLASS, Appended, Rollup, add_to_rollup, append, rederive
+
+__all__ = [
+    "Appended",
+    "CHAIN_LOCK_CLASS",
+    "GENESIS",
+    "HASHED",
+    "HASHED_V1",
+    "NO_TENANT",
+    "Pruned",
+    "Rollup",
+    "add_to_rollup",
+    "anchor_of",
+    "append",
+    "audit_anchor",
+    "audit_facet",
+    "audit_item",
+    "audit_rollup",
+    "audit_trace",
+    "chain_of",
+    "chains_in",
+    "derived",
+    "prune",
+    "rederive",
+    "row_hash",
+    "row_hash_v1",
+    "row_hashes",
+    "sealed",
+    "utc_instant",
+]

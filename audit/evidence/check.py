@@ -30,7 +30,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from audit.chain.rows import HASHED, derived, row_hash, row_hash_v1
+from audit.chain import HASHED, derived, row_hash, row_hash_v1
 from audit.evidence.pack import (
     CHECKPOINTS,
     FIGURES,
@@ -46,9 +46,21 @@ from audit.evidence.pack import (
     policy_revisions,
     sha256_file,
 )
-from audit.integrity.checkpoints import Attested, Checkpoint, CheckpointLog, adoption_of, open_by_any, origin_of
-from audit.integrity.merkle import Range, leaf_hash
-from audit.integrity.notes import SIGNATURE_PREFIX, NoteError, Verifier, open_note, parse_verifier_key
+from audit.integrity import (
+    SIGNATURE_PREFIX,
+    Attested,
+    Checkpoint,
+    CheckpointLog,
+    NoteError,
+    Range,
+    Verifier,
+    adoption_of,
+    leaf_hash,
+    open_by_any,
+    open_note,
+    origin_of,
+    parse_verifier_key,
+)
 from core.audit_facts import tally_rows
 from core.errors import ConfigurationError
 from core.instants import parse_rfc3339
@@ -471,7 +483,7 @@ def _known(
 
 
 def _read_known(check: _Check, path: Path, keys: list[Verifier]) -> Attested:
-    from audit.integrity.checkpoints import read_checkpoints
+    from audit.integrity import read_checkpoints
 
     if not path.is_file():
         check.fail(str(path), None, "cannot be read")
@@ -550,7 +562,7 @@ def _policy(check: _Check, rows: list[dict[str, Any]]) -> None:
 
 
 def _figures(check: _Check, rows: list[dict[str, Any]], since: datetime, until: datetime) -> None:
-    from audit.review.overview import figures_of
+    from audit.review import figures_of
 
     listed = check.json(FIGURES)
     if listed is None:

@@ -45,10 +45,20 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection, Engine
 
-from audit.chain.rows import HASHED, anchor_of, audit_trace, chain_of, row_hashes, utc_instant
-from audit.integrity.checkpoints import Attested, Checkpoint, Checkpointer, CheckpointLog, cosigned_log, cut_of, read_checkpoints
-from audit.integrity.merkle import Range, leaf_hash
-from audit.integrity.notes import Verifier, verifier_key
+from audit.chain import HASHED, anchor_of, audit_trace, chain_of, row_hashes, utc_instant
+from audit.integrity import (
+    Attested,
+    Checkpoint,
+    Checkpointer,
+    CheckpointLog,
+    Range,
+    Verifier,
+    cosigned_log,
+    cut_of,
+    leaf_hash,
+    read_checkpoints,
+    verifier_key,
+)
 from core.audit_facts import RETRIEVAL, tally_rows
 from core.errors import BadRequest, Conflict
 from core.instants import rfc3339, to_utc
@@ -259,7 +269,7 @@ def write_pack(
     directory); returns its manifest. BadRequest when the period is empty of time or `out` is not
     empty. `reach`: positions the pack must hold (the sizes of checkpoints the auditor already
     has, `--known`), so verify-pack can hold those checkpoints against its rows."""
-    from audit.review.overview import figures, figures_of
+    from audit.review import figures, figures_of
 
     if until <= since:
         raise BadRequest("until: must come after since")

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
-from audit.chain.rows import HASHED, HASHED_V1, anchor_of, audit_trace, row_hash, row_hash_v1, row_hashes, utc_instant
+from audit.chain import HASHED, HASHED_V1, anchor_of, audit_trace, row_hash, row_hash_v1, row_hashes, utc_instant
 from audit.integrity.checkpoints import Attested, Checkpoint, CheckpointLog, cut_of, open_by_any
 from audit.integrity.merkle import inclusion_proof, leaf_hash, verify_inclusion
 from audit.integrity.notes import NoteError, Verifier

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 
-from audit.chain.rows import anchor_of, audit_facet, audit_rollup, audit_trace, chain_of, utc_instant
+from audit.chain import anchor_of, audit_facet, audit_rollup, audit_trace, chain_of, utc_instant
 from core.audit_facts import HOUR_S, OUTCOMES, hour_of, tally_rows
 
 BUCKET_HOURS = (1, 3, 6, 12, 24, 48, 168)  # the chart's bar width: the first that gives at most MAX_BARS

@@ -16,9 +16,9 @@ from typing import Any
 from sqlalchemy import ColumnElement, false, or_, select
 from sqlalchemy.engine import Engine
 
-from audit.chain.rows import audit_facet, audit_item, audit_trace, chain_of, derived
-from audit.chain.rows import utc_instant as _instant
-from audit.record.lineage import read_lineage
+from audit.chain import audit_facet, audit_item, audit_trace, chain_of, derived
+from audit.chain import utc_instant as _instant
+from audit.record import read_lineage
 from core.audit_facts import RETRIEVAL, SUBJECT, SUBJECT_STAGES, facts_of, outcome
 from core.csv_cells import csv_line
 

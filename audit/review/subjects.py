@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import or_, select, union_all
 from sqlalchemy.engine import Connection, Engine
 
-from audit.chain.rows import audit_facet, audit_trace, chain_of, utc_instant
+from audit.chain import audit_facet, audit_trace, chain_of, utc_instant
 from core.audit_facts import MERGE_FACETS, SUBJECT, SUBJECT_STAGES, counts_of, dict_of, merge_of, subject_stages, texts_of
 from core.csv_cells import csv_line, joined
 from core.tables import Item

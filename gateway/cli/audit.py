@@ -18,8 +18,8 @@ from gateway.settings import Settings
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
-    from audit.chain.rows import Pruned
-    from audit.integrity.notes import Verifier
+    from audit.chain import Pruned
+    from audit.integrity import Verifier
 
 
 @click.group()
@@ -32,7 +32,7 @@ def audit() -> None:
 def audit_keygen(out_dir: Path) -> None:
     """Write a new Ed25519 key pair for signing audit checkpoints: the private key (mode 0600) for
     GATEWAY_AUDIT_SIGNING_KEY, and the public key and verifier key for auditors."""
-    from audit.integrity.keys import generate
+    from audit.integrity import generate
 
     try:
         paths = generate(out_dir)
@@ -63,9 +63,7 @@ def audit_verify(
 ) -> None:
     """Recompute the audit hash chains, and hold them against the signed checkpoints when given;
     print the report, name the first problem and exit 1 if there is one."""
-    from audit.integrity.checkpoints import read_checkpoints
-    from audit.integrity.keys import load_verifier
-    from audit.integrity.verification import verify
+    from audit.integrity import load_verifier, read_checkpoints, verify
     from core.store import close_store, open_store
 
     if (checkpoints is None) != (not public_key):
@@ -126,10 +124,8 @@ def audit_log_key(tenant: str, public_key: Path) -> None:
     """Print a chain's C2SP origin and the gateway's verifier key named as that origin: what a C2SP
     witness such as litewitness is told (`witnessctl add-log -origin ORIGIN`, `witnessctl add-key
     -origin ORIGIN -key VKEY`). The checkpoints carry a signature under this name as well."""
-    from audit.chain.rows import chain_of
-    from audit.integrity.checkpoints import origin_of
-    from audit.integrity.keys import load_verifier
-    from audit.integrity.notes import verifier_key
+    from audit.chain import chain_of
+    from audit.integrity import load_verifier, origin_of, verifier_key
 
     try:
         verifier = load_verifier(public_key)
@@ -167,9 +163,7 @@ def audit_witness(state: Path, log_key: Path, key: Path, host: str, port: int) -
     start. Point GATEWAY_AUDIT_WITNESS_URL at it (or at litewitness)."""
     import uvicorn
 
-    from audit.integrity.keys import load_signer, load_verifier
-    from audit.integrity.notes import COSIGNATURE_V1, verifier_key
-    from audit.integrity.witness import witness_signer
+    from audit.integrity import COSIGNATURE_V1, load_signer, load_verifier, verifier_key, witness_signer
 
     try:
         load_verifier(log_key)
@@ -197,8 +191,7 @@ def audit_verify_proof(proof: Path, public_key: tuple[Path, ...]) -> None:
     """Check one trace's proof (GET /v1/audit/traces/{id}/proof) with nothing but the public key:
     the row's hash from its content, its inclusion path to the Merkle root, the checkpoint's
     signature over that root. Exits 1 and says what does not hold."""
-    from audit.integrity.keys import load_verifier
-    from audit.integrity.proofs import verify_proof
+    from audit.integrity import load_verifier, verify_proof
 
     try:
         verifier = [load_verifier(key) for key in public_key]
@@ -240,8 +233,8 @@ def audit_export(since: str, until: str, out_dir: Path, tenant: str | None, know
     the signed checkpoints they tie to and the public keys, the policy revisions in force, the
     compliance overview's figures, a manifest of digests and a README (docs/evidence-pack.md). When
     this gateway signs, the rows written since its last checkpoint are signed first."""
-    from audit.chain.rows import NO_TENANT, chains_in
-    from audit.evidence.pack import gateway_version, signing_of, write_pack
+    from audit.chain import NO_TENANT, chains_in
+    from audit.evidence import gateway_version, signing_of, write_pack
     from core.instants import utc_now
     from core.store import close_store, open_store
     from gateway.context import build_checkpointer
@@ -273,9 +266,8 @@ def audit_export(since: str, until: str, out_dir: Path, tenant: str | None, know
 def _known_sizes(paths: tuple[Path, ...], tenant: str) -> list[int]:
     """The positions of the tenant's chain that checkpoint notes name (read, not verified: the
     auditor verifies them against the pack)."""
-    from audit.chain.rows import chain_of
-    from audit.integrity.checkpoints import Checkpoint, CheckpointLog
-    from audit.integrity.notes import NoteError
+    from audit.chain import chain_of
+    from audit.integrity import Checkpoint, CheckpointLog, NoteError
 
     sizes = []
     for path in paths:
@@ -329,8 +321,8 @@ def audit_verify_pack(
     checkpoints you hold (--known) and the witnesses' cosignatures (--witness-key), the manifest's
     claims, the figures and policy revisions recomputed. Prints the report, the first problem (file
     and line) on stderr, and exits 1 if there is one."""
-    from audit.evidence.check import Trust, check_pack, verdict
-    from audit.integrity.keys import load_verifier
+    from audit.evidence import Trust, check_pack, verdict
+    from audit.integrity import load_verifier
 
     if not (pack / "manifest.json").is_file():
         raise click.ClickException(f"{pack}: not an evidence pack (no manifest.json)")
@@ -348,7 +340,7 @@ def audit_verify_pack(
 def _witness_key(path: Path) -> "Verifier":
     """A witness's verifier key file (`<name>+<id>+<key>`): a C2SP cosignature/v1 key (litewitness,
     `gateway audit witness`) or an Ed25519 note key."""
-    from audit.integrity.notes import NoteError, parse_verifier
+    from audit.integrity import NoteError, parse_verifier
 
     try:
         return parse_verifier(path.read_text(encoding="utf-8"))
@@ -427,7 +419,7 @@ def audit_prune(days: int | None, **flags: Any) -> None:
 
 def _prune(settings: Settings, engine: "Engine", before: "datetime") -> tuple[dict[str, "Pruned"], dict[str, str]]:
     """Prune every chain that verifies (all of them without a signing key), then sign what went."""
-    from audit.chain.rows import chains_in, prune
+    from audit.chain import chains_in, prune
     from audit.store import AuditStore
     from gateway.context import build_checkpointer
 

@@ -51,7 +51,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from api.service import Error
 from api.wire import Wire
-from audit.record.trace import TraceBuilder
+from audit.record import TraceBuilder
 from core import work
 from core.errors import BadRequest, DeadlineExceeded, Forbidden, MethodNotAllowed, NotFound, SchemaError, Unauthenticated
 from core.request import IDENTITY_FIELDS, RetrieveRequest, Strict

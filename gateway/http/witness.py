@@ -16,8 +16,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from audit.integrity.keys import load_signer, load_verifier
-from audit.integrity.witness import MAX_BODY, Witness, witness_signer
+from audit.integrity import MAX_BODY, Witness, load_signer, load_verifier, witness_signer
 
 
 def create_witness_app(witness: Witness) -> Starlette:

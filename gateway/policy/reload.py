@@ -33,7 +33,7 @@ import anyio
 import anyio.to_thread
 from sqlalchemy.engine import Engine
 
-from audit.record.trace import TraceBuilder, new_trace_id
+from audit.record import TraceBuilder, new_trace_id
 from audit.store import AuditStore
 from core.errors import AuditWriteError, GatewayError
 from core.instants import utc_now

@@ -21,8 +21,8 @@ from pydantic import ValidationError
 from sqlalchemy import BindParameter, Select, bindparam, or_, select
 from sqlalchemy.engine import Engine
 
-from audit.chain.rows import NO_TENANT, audit_trace, chain_of
-from audit.record.lineage import Lineage, RequestShape, read_lineage
+from audit.chain import NO_TENANT, audit_trace, chain_of
+from audit.record import Lineage, RequestShape, read_lineage
 from connectors.sql.pushdown import item, record_from_row
 from core.actor import Actor
 from core.errors import BadRequest, PolicyUnavailable

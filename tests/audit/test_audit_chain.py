@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import delete, select, update
 
-from audit.chain.rows import GENESIS, audit_trace
-from audit.integrity.verification import verify
-from audit.record.trace import Trace
+from audit.chain import GENESIS, audit_trace
+from audit.integrity import verify
+from audit.record import Trace
 from audit.store import AuditStore
 from core import store as db
 from core.errors import AuditWriteError
@@ -188,13 +188,13 @@ def test_fingerprints_are_keyed_and_the_key_is_shared_through_the_store(sqlite_u
 def test_prune_removes_old_rows_and_the_chain_stays_verifiable_from_its_anchor(gateway: Gateway) -> None:
     from datetime import timedelta
 
-    from audit.chain.rows import prune, rederive
+    from audit.chain import prune, rederive
 
     calls(gateway, 6)
     chain = rows(gateway)
     old = chain[:3]
     with db.writer(gateway.store).begin() as conn:  # make the first three a year old (hashes recomputed)
-        from audit.chain.rows import row_hash
+        from audit.chain import row_hash
 
         prev = GENESIS
         for r in chain:
@@ -226,7 +226,7 @@ def test_rows_hashed_before_every_column_counted_still_verify_at_the_start_of_a_
     """A store written by an earlier version: its rows' hashes (version 1) left out task_type and
     about. They verify where they are, but their review columns must match their lineage, and a
     version 1 row after a version 2 one is an edit."""
-    from audit.chain.rows import row_hash, row_hash_v1
+    from audit.chain import row_hash, row_hash_v1
 
     gateway = sqlite_gateway
     calls(gateway, 4)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import gateway.pipeline.respond as respond_module
-from audit.integrity.verification import verify
+from audit.integrity import verify
 from tests.audit.test_audit_outcomes import audit_dump
 from tests.conftest import Gateway
 from tests.gateway.fixtures import SALES_TASK, memory

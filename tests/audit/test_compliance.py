@@ -12,8 +12,8 @@ from typing import Any
 
 from sqlalchemy import insert, update
 
-from audit.chain.rows import audit_facet, audit_rollup, audit_trace
-from audit.review.subjects import item_table
+from audit.chain import audit_facet, audit_rollup, audit_trace
+from audit.review import item_table
 from core import store as db
 from tests.conftest import Gateway
 from tests.gateway.fixtures import SALES_TASK, memory
@@ -257,7 +257,7 @@ def test_the_subject_report_pages_every_call_once_when_another_tenant_shares_the
     from collections import Counter
     from datetime import datetime, timedelta, timezone
 
-    from audit.chain.rows import add_to_rollup, append
+    from audit.chain import add_to_rollup, append
 
     start = datetime.now(timezone.utc) - timedelta(hours=1)
     ours: list[str] = []
@@ -308,8 +308,8 @@ def test_the_overview_from_the_rollup_equals_the_overview_recounted_from_the_row
     from collections import Counter
     from datetime import datetime, timedelta, timezone
 
-    from audit.chain.rows import add_to_rollup, append
-    from audit.review.overview import figures, figures_of
+    from audit.chain import add_to_rollup, append
+    from audit.review import figures, figures_of
     from core.audit_facts import tally_rows
 
     rng = random.Random(33)

@@ -12,7 +12,7 @@ from decimal import Decimal
 
 from sqlalchemy import select, update
 
-from audit.chain.rows import audit_trace
+from audit.chain import audit_trace
 from core import store as db
 from core.csv_cells import FORMULA_STARTS, cell, csv_line, joined
 from tests.audit.test_compliance import get, seed

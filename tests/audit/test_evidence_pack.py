@@ -15,11 +15,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from audit.chain.rows import row_hash
-from audit.evidence.pack import sha256_file
-from audit.integrity.checkpoints import CheckpointLog
-from audit.integrity.keys import generate, load_signer
-from audit.integrity.notes import sign
+from audit.chain import row_hash
+from audit.evidence import sha256_file
+from audit.integrity import CheckpointLog, generate, load_signer, sign
 from gateway.cli import main
 from tests.audit.test_audit_checkpoints import TENANT, Signed, signed  # noqa: F401 - the fixture
 
@@ -132,7 +130,7 @@ def test_export_signs_the_rows_written_since_the_last_checkpoint(signed: Signed,
 
 
 def test_rows_under_no_checkpoint_fail_unless_the_auditor_accepts_them(signed: Signed, tmp_path: Path) -> None:
-    from audit.evidence.pack import gateway_version, signing_of, write_pack
+    from audit.evidence import gateway_version, signing_of, write_pack
 
     signed.write(2)  # acme: 12 checkpointed by the fixture, these 2 not yet, and the pack made without catching up
     now = datetime.now(timezone.utc)
@@ -320,7 +318,7 @@ def test_export_refuses_a_rollup_that_disagrees_with_the_rows(signed: Signed, tm
     change what the overview shows gets no pack whose figures quietly differ from its rows."""
     from sqlalchemy import update
 
-    from audit.chain.rows import audit_rollup, chain_of
+    from audit.chain import audit_rollup, chain_of
     from core import store as db
 
     signed.write(3, age=timedelta(hours=2))

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from audit.integrity.verification import verify
+from audit.integrity import verify
 from core.store import close_store, open_store
 from core.tables import Item, ItemTag
 from gateway.auth import create_api_key

@@ -26,8 +26,8 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, make_url, text
 
-from audit.chain.rows import CHAIN_LOCK_CLASS, append
-from audit.record.trace import TraceBuilder, new_trace_id
+from audit.chain import CHAIN_LOCK_CLASS, append
+from audit.record import TraceBuilder, new_trace_id
 from core.instants import utc_now
 from core.store import close_store, open_store
 from gateway.auth import create_api_key

@@ -11,8 +11,8 @@ import anyio.to_thread
 from starlette.datastructures import QueryParams
 
 from api.audit import FeedbackRequest, FeedbackResult, Trace, TraceList, TraceProof, UsageRequest, UsageResult, VerifyReport
-from audit.record.lineage import AuditReadRecord, AuditVerifyRecord, FeedbackRecord, read_lineage
-from audit.review.queries import MAX_PAGE, Filters, export, get_trace, list_traces
+from audit.record import AuditReadRecord, AuditVerifyRecord, FeedbackRecord, read_lineage
+from audit.review import MAX_PAGE, Filters, export, get_trace, list_traces
 from core.audit_facts import OUTCOMES
 from core.errors import BadRequest, NotFound
 from core.instants import parse_rfc3339

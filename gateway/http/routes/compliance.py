@@ -11,9 +11,9 @@ import anyio.to_thread
 from starlette.datastructures import QueryParams
 
 from api.audit import OverviewReport, SubjectReport
-from audit.record.lineage import AuditReadRecord
-from audit.review.overview import chain_state, figures
-from audit.review.subjects import MAX_PAGE, report_csv, subject_report
+from audit.record import AuditReadRecord
+from audit.review import chain_state, figures, report_csv, subject_report
+from audit.review.subjects import MAX_PAGE
 from core.errors import BadRequest
 from core.instants import parse_rfc3339, utc_now
 from core.validation import ascii_int

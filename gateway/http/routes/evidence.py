@@ -8,7 +8,7 @@ from typing import Any
 
 import anyio.to_thread
 
-from audit.evidence.pack import archive_chunks, pack_archive, signing_of
+from audit.evidence import archive_chunks, pack_archive, signing_of
 from core.errors import BadRequest
 from core.instants import parse_rfc3339, rfc3339, utc_now
 from gateway.http.operation import STRING, TRACE_ID_HEADER, Operation, query_parameter, v1

@@ -120,7 +120,7 @@ def test_no_item_or_query_text_is_in_the_pack(signed: Signed, tmp_path: Path) ->
 def test_an_edited_rollup_is_a_409_not_a_pack_that_disagrees_with_its_rows(signed: Signed) -> None:
     from sqlalchemy import update
 
-    from audit.chain.rows import audit_rollup, chain_of
+    from audit.chain import audit_rollup, chain_of
     from core import store as db
 
     signed.write(2, age=timedelta(hours=3))

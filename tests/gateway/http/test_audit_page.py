@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from sqlmodel import Session
 
-from audit.record.stages import lineage_stages
+from audit.record import lineage_stages
 from core.instants import utc_now
 from core.store import writer
 from core.tables import ApiKey
@@ -89,7 +89,7 @@ def audit_rows(gateway: Gateway) -> str:
     """Every audit row in the store, as one text to search."""
     from sqlalchemy import select
 
-    from audit.chain.rows import audit_trace
+    from audit.chain import audit_trace
 
     with gateway.store.connect() as conn:
         return json.dumps([dict(r._mapping) for r in conn.execute(select(audit_trace))], default=str)
@@ -408,7 +408,7 @@ def test_sign_out_clears_the_cookie(sqlite_gateway: Gateway) -> None:
 def test_the_chain_check_page_says_intact_then_names_the_edited_row(sqlite_gateway: Gateway) -> None:
     from sqlalchemy import select, update
 
-    from audit.chain.rows import audit_trace
+    from audit.chain import audit_trace
 
     gateway = sqlite_gateway
     seed(gateway)

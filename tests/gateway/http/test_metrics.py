@@ -10,8 +10,8 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import func, select
 
-from audit.chain.rows import audit_trace
-from audit.integrity.keys import generate
+from audit.chain import audit_trace
+from audit.integrity import generate
 from tests.conftest import Gateway, open_gateway
 from tests.gateway.fixtures import SALES_TASK, memory, seed
 

@@ -13,8 +13,8 @@ import jwt
 import pytest
 from sqlmodel import Session, select
 
-from audit.chain.rows import NO_TENANT
-from audit.review.queries import MAX_PAGE
+from audit.chain import NO_TENANT
+from audit.review import MAX_PAGE
 from core.errors import BadRequest
 from core.store import writer
 from core.tables import ApiKey
