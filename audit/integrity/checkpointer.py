@@ -1,4 +1,4 @@
-"""The signer of the audit checkpoints (audit.integrity.checkpoints): it signs what it has checked.
+"""The signer of the audit checkpoints (audit.integrity.checkpoints).
 
 The `Checkpointer` signs what it has checked: the rows since its last checkpoint must link, match
 their hashes and carry the gateway's seal (audit.integrity.keys). A row that does not is never signed; the
@@ -22,28 +22,26 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Protocol
-from urllib.parse import quote
 
 import anyio
 import anyio.to_thread
-from sqlalchemy import func, select
 from sqlalchemy.engine import Connection, Engine
 
-from audit.chain import Appended, anchor_of, audit_trace, row_hashes
+from audit.chain import Appended, anchor_of, chain_heads, row_hashes
 from audit.integrity.checkpoints import (
-    ORIGIN_PREFIX,
     Adoption,
     Checkpoint,
     CheckpointLog,
+    Signed,
+    WitnessSubmission,
     adoption_of,
     chain_tag,
     cosigned_log,
     cut_of,
     now_rfc3339,
     open_by_any,
+    origin_of,
     origin_signer,
     read_checkpoints,
 )
@@ -53,32 +51,6 @@ from audit.integrity.notes import NoteError, Signer, Verifier, sign
 from audit.integrity.walk import Walk, walk_chain, walk_links
 
 log = logging.getLogger("gateway.audit.checkpoints")
-
-
-class WitnessAnswer(Protocol):
-    @property
-    def status(self) -> int: ...
-    @property
-    def text(self) -> str: ...
-
-
-class WitnessSubmission(Protocol):
-    """What the signer needs of a witness (audit.witness.WitnessClient): submit a checkpoint, read
-    back the latest cosigned one. Named here, so this module never imports audit.integrity.witness, which
-    imports it."""
-
-    def add(self, old: int, proof: list[bytes], note: str) -> WitnessAnswer: ...
-    def latest(self, origin: str) -> str | None: ...
-
-
-@dataclass(slots=True)
-class _Signed:
-    size: int
-    head: str
-    oldest: int
-    tree: str = ""  # its Merkle root, when the checkpoint carried one
-    time: str = ""  # when it was signed (RFC 3339)
-    adopted: Adoption | None = None  # carried into every later checkpoint of the chain
 
 
 class Checkpointer:
@@ -107,7 +79,7 @@ class Checkpointer:
         self.witness_refused: dict[str, str] = {}  # chains whose checkpoint the witness refused as a fork
         self.rows, self.seconds, self.clock = rows, seconds, clock
         self.seal_key = seal_key(signer)
-        self._signed: dict[str, _Signed] = {}
+        self._signed: dict[str, Signed] = {}
         self._refused: set[tuple[str, int]] = set()
         self._stuck: set[str] = set()  # chains with a refused row: nothing past it is ever signed
         self._grown: set[str] = set()
@@ -133,7 +105,7 @@ class Checkpointer:
             newest = max(checkpoints, key=lambda c: c.size)
             known = self._signed.get(name)
             if known is None or newest.size > known.size:
-                self._signed[name] = _Signed(
+                self._signed[name] = Signed(
                     newest.size,
                     newest.head,
                     max(c.oldest for c in checkpoints),
@@ -215,23 +187,7 @@ class Checkpointer:
             if not every_chain and not grown:
                 return []
             with self.engine.connect() as conn:
-                if every_chain:
-                    heads = {
-                        str(chain): int(head)
-                        for chain, head in conn.execute(
-                            select(audit_trace.c.chain, func.max(audit_trace.c.seq))
-                            .where(audit_trace.c.chain.is_not(None))
-                            .group_by(audit_trace.c.chain)
-                        )
-                    }
-                else:  # the heads of the chains that grew only: one index seek each, not a scan of each chain
-                    heads = {
-                        chain: int(
-                            conn.execute(select(func.max(audit_trace.c.seq)).where(audit_trace.c.chain == chain)).scalar_one()
-                            or 0
-                        )
-                        for chain in sorted(grown)
-                    }
+                heads = chain_heads(conn, None if every_chain else sorted(grown))
                 chains = sorted(
                     c
                     for c, head in heads.items()
@@ -244,7 +200,7 @@ class Checkpointer:
             self.log.append(notes)
             self.signed_count += len(notes)
             for c in made:
-                self._signed[c.chain] = _Signed(c.size, c.head, c.oldest, c.tree, c.time, c.adopted)
+                self._signed[c.chain] = Signed(c.size, c.head, c.oldest, c.tree, c.time, c.adopted)
             if self.witness is not None:
                 self._submit(made, notes)
             return made
@@ -317,7 +273,7 @@ class Checkpointer:
         verifies with this signer's key, is where this signer goes on from."""
         if self.witness is None:
             return
-        note = self.witness.latest(ORIGIN_PREFIX + quote(chain, safe=""))
+        note = self.witness.latest(origin_of(chain))
         if note is None:
             return
         try:
@@ -326,7 +282,7 @@ class Checkpointer:
             log.error("audit chain %s: the witness's checkpoint does not verify with this signer's keys", chain)
             return
         if found.chain == chain and found.refused is None:
-            self._signed[chain] = _Signed(found.size, found.head, found.oldest, found.tree, found.time, found.adopted)
+            self._signed[chain] = Signed(found.size, found.head, found.oldest, found.tree, found.time, found.adopted)
             self._witnessed[chain] = found.size
             log.warning("audit chain %s: recovered from the witness at %s rows", chain, found.size)
 
@@ -385,7 +341,7 @@ class Checkpointer:
 
     trees = True  # False: checkpoints without a Merkle root, as before trees (bench/audit_integrity_bench.py's baseline)
 
-    def _grown_tree(self, conn: Connection, chain: str, signed: _Signed | None, walk: Walk, size: int) -> Range | None:
+    def _grown_tree(self, conn: Connection, chain: str, signed: Signed | None, walk: Walk, size: int) -> Range | None:
         """The chain's Merkle tree at `size`: the one at its signed size (kept, or built again from
         the rows and checked against the signed root) extended by the rows walked. None when it
         cannot be built (a pruned chain without its prune's range, or rows that no longer give the

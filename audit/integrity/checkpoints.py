@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Protocol
 from urllib.parse import quote, unquote
 
 from audit.integrity.keys import KEY_NAME
@@ -289,3 +290,31 @@ def cut_of(checkpoints: Iterable[Checkpoint], oldest: int) -> Range | None:
         if c.size == oldest - 1 and c.range:
             return c.cut()
     return None
+
+
+class WitnessAnswer(Protocol):
+    @property
+    def status(self) -> int: ...
+    @property
+    def text(self) -> str: ...
+
+
+class WitnessSubmission(Protocol):
+    """What the signer needs of a witness (audit.integrity.witness.WitnessClient): submit a checkpoint, read
+    back the latest cosigned one. Named here, so this module never imports audit.integrity.witness, which
+    imports it."""
+
+    def add(self, old: int, proof: list[bytes], note: str) -> WitnessAnswer: ...
+    def latest(self, origin: str) -> str | None: ...
+
+
+@dataclass(slots=True)
+class Signed:
+    """What a signer last signed of one chain (audit.integrity.checkpointer)."""
+
+    size: int
+    head: str
+    oldest: int
+    tree: str = ""  # its Merkle root, when the checkpoint carried one
+    time: str = ""  # when it was signed (RFC 3339)
+    adopted: Adoption | None = None  # carried into every later checkpoint of the chain
