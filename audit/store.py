@@ -5,18 +5,19 @@ from __future__ import annotations
 import secrets
 import threading
 from collections import Counter
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import anyio.to_thread
+from sqlalchemy import select
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, select
+from sqlmodel import Session
 
-from audit.chain import Appended, Rollup, add_to_rollup, append, chain_of
+from audit.chain import Appended, Rollup, StoredTrace, add_to_rollup, append, audit_trace, chain_of
 from audit.integrity import Checkpointer, read_checkpoints, verify
 from audit.record import Trace
-from core.audit_tables import AuditSecret, AuditTrace
+from core.audit_tables import AuditSecret
 from core.errors import AuditWriteError, Conflict
 from core.store import DISK_FULL, disk_full, writer
 
@@ -29,7 +30,7 @@ NOT_WRITTEN = "the audit trace could not be written; the call was not answered"
 class _Pending:
     """One trace waiting for its commit; `done` and `error` are set by whichever writer committed it."""
 
-    values: dict[str, Any]
+    trace: Trace
     also: tuple[Callable[[Connection], None], ...] = ()  # the call's other writes, in the same transaction
     done: bool = False
     error: AuditWriteError | None = None
@@ -55,8 +56,7 @@ class AuditStore:
     def write_sync(self, trace: Trace, also: Sequence[Callable[[Connection], None]] = ()) -> None:
         """Append the trace to its tenant's chain, with `also` (the call's own writes) in the same
         transaction; raises AuditWriteError when it could not be, and then none of them is written."""
-        # Trace and the table share their field names: the row is the frozen value, stored.
-        pending = _Pending({f.name: getattr(trace, f.name) for f in fields(trace)}, tuple(also))
+        pending = _Pending(trace, tuple(also))
         with self._queue_lock:
             self._queue.append(pending)
         with self._turn:
@@ -91,7 +91,7 @@ class AuditStore:
                         for write in pending.also:
                             write(conn)
                     rollup: Rollup = Counter()  # the group's overview counts, one upsert per key
-                    appended: list[Appended] = [append(conn, pending.values, self._seal_key, rollup) for pending in group]
+                    appended: list[Appended] = [append(conn, pending.trace, self._seal_key, rollup) for pending in group]
                     add_to_rollup(conn, rollup)
                 if self.checkpointer is not None:
                     self.checkpointer.appended(appended)
@@ -131,13 +131,12 @@ class AuditStore:
         return proof_of(self.engine, tenant, trace_id, attested, checkpointer.log)
 
     def get(self, trace_id: str) -> dict[str, Any] | None:
-        with Session(self.engine) as session:
-            row = session.exec(select(AuditTrace).where(AuditTrace.trace_id == trace_id)).first()
-            return None if row is None else _as_dict(row)
-
-
-def _as_dict(row: AuditTrace) -> dict[str, Any]:
-    return {**row.model_dump(exclude={"pk"}), "created_at": row.created_at.isoformat()}
+        with self.engine.connect() as conn:
+            found = conn.execute(select(audit_trace).where(audit_trace.c.trace_id == trace_id)).first()
+        if found is None:
+            return None
+        row = StoredTrace.of(found._mapping)
+        return {**row.as_dict(), "created_at": row.created_at.isoformat()}
 
 
 def load_or_create_key(engine: Engine) -> bytes:

@@ -2,10 +2,13 @@
 
 from audit.chain.retention import Pruned, prune
 from audit.chain.rows import (
+    CALLED,
+    COLUMNS,
     GENESIS,
     HASHED,
     HASHED_V1,
     NO_TENANT,
+    StoredTrace,
     anchor_of,
     audit_anchor,
     audit_facet,
@@ -16,6 +19,7 @@ from audit.chain.rows import (
     chain_of,
     chains_in,
     derived,
+    hashed_content,
     row_hash,
     row_hash_v1,
     row_hashes,
@@ -26,13 +30,16 @@ from audit.chain.writes import CHAIN_LOCK_CLASS, Appended, Rollup, add_to_rollup
 
 __all__ = [
     "Appended",
+    "CALLED",
     "CHAIN_LOCK_CLASS",
+    "COLUMNS",
     "GENESIS",
     "HASHED",
     "HASHED_V1",
     "NO_TENANT",
     "Pruned",
     "Rollup",
+    "StoredTrace",
     "add_to_rollup",
     "anchor_of",
     "append",
@@ -45,6 +52,7 @@ __all__ = [
     "chain_of",
     "chains_in",
     "derived",
+    "hashed_content",
     "prune",
     "rederive",
     "row_hash",

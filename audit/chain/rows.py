@@ -8,8 +8,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from typing import Any
 
@@ -25,26 +25,53 @@ audit_facet = AuditFacet.__table__  # type: ignore[attr-defined]
 audit_rollup = AuditRollup.__table__  # type: ignore[attr-defined]
 GENESIS = "0" * 64
 NO_TENANT = "-"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredTrace:
+    """One audit row, typed: every column of audit_trace (core.audit_tables) but its key `pk`. Append
+    builds one and inserts it; readers take rows back as one (`of`). Its fields are the row's column
+    list, once: what the hash covers (HASHED), the evidence pack's row lines, the store's reads."""
+
+    # What the call left (audit.record.trace.Trace).
+    trace_id: str
+    created_at: datetime
+    tenant: str | None
+    actor: str | None
+    endpoint: str
+    status_code: int
+    decision: str
+    policy_engine: str | None
+    policy_revision: str | None
+    error_code: str | None
+    lineage: dict[str, Any]  # the stored form of a Lineage (audit.record.lineage)
+    # Its place in the tenant's chain: position, and the hash of the row before.
+    chain: str | None = None
+    seq: int | None = None
+    prev_hash: str | None = None
+    # For review filters, derived from the lineage (`derived`).
+    task_type: str | None = None
+    about: str | None = None
+    # The row's hash, and its seal (an HMAC of the hash under the seal key; None without a signing key).
+    row_hash: str | None = None
+    seal: str | None = None
+
+    @classmethod
+    def of(cls, row: Mapping[Any, Any]) -> StoredTrace:
+        """A row read back (a result row's mapping, a pack's row line): its columns, nothing else."""
+        return cls(**{name: row[name] for name in COLUMNS})
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in COLUMNS}
+
+
+COLUMNS = tuple(f.name for f in fields(StoredTrace))  # every stored column but `pk`, in the table's order
+CALLED = COLUMNS[: COLUMNS.index("chain")]  # what a call gives; append adds the rest
+HASHED = COLUMNS[: COLUMNS.index("row_hash")]  # every column but the key, the hash itself and its seal
 # Version 1 of the row hash left out the review columns derived from the lineage; rows written with
 # it are still accepted at the start of a chain (before its first version 2 row), and their derived
 # columns are checked against their lineage instead.
-HASHED_V1 = (
-    "trace_id",
-    "created_at",
-    "tenant",
-    "actor",
-    "endpoint",
-    "status_code",
-    "decision",
-    "policy_engine",
-    "policy_revision",
-    "error_code",
-    "lineage",
-    "chain",
-    "seq",
-    "prev_hash",
-)
-HASHED = (*HASHED_V1, "task_type", "about")  # every column but the key, the hash itself and its seal
+HASHED_V1 = tuple(name for name in HASHED if name not in ("task_type", "about"))
 HASH_VERSION = 2
 
 
@@ -58,21 +85,26 @@ def utc_instant(value: datetime) -> str:
     return value.astimezone(timezone.utc).isoformat(timespec="microseconds")
 
 
-def _digest(row: dict[str, Any], names: tuple[str, ...], version: int | None) -> str:
-    content = {name: (utc_instant(row[name]) if name == "created_at" else row[name]) for name in names}
+def hashed_content(row: Mapping[str, Any], names: tuple[str, ...] = HASHED) -> dict[str, Any]:
+    """The columns `names` of a row as its hash (and an evidence pack, a proof) writes them: instants in UTC."""
+    return {name: (utc_instant(row[name]) if name == "created_at" else row[name]) for name in names}
+
+
+def _digest(row: Mapping[str, Any], names: tuple[str, ...], version: int | None) -> str:
+    content = hashed_content(row, names)
     if version is not None:
         content["hash_version"] = version
     canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-def row_hash(row: dict[str, Any]) -> str:
+def row_hash(row: Mapping[str, Any]) -> str:
     """SHA-256 of the row's canonical JSON: every column but `pk`, `row_hash` and `seal`, plus the
     hash version; sorted keys, no spaces, UTC instants."""
     return _digest(row, HASHED, HASH_VERSION)
 
 
-def row_hash_v1(row: dict[str, Any]) -> str:
+def row_hash_v1(row: Mapping[str, Any]) -> str:
     return _digest(row, HASHED_V1, None)
 
 

@@ -7,13 +7,27 @@ See docs/audit-chain.md.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import String, bindparam, delete, func, insert, select
 from sqlalchemy.engine import Connection
 
-from audit.chain.rows import GENESIS, audit_facet, audit_item, audit_rollup, audit_trace, chain_of, derived, row_hash, seal
+from audit.chain.rows import (
+    CALLED,
+    GENESIS,
+    StoredTrace,
+    audit_facet,
+    audit_item,
+    audit_rollup,
+    audit_trace,
+    chain_of,
+    derived,
+    row_hash,
+    seal,
+)
+from audit.record import Trace
 from core.audit_facts import facts_of
 
 
@@ -76,9 +90,11 @@ def rederive(conn: Connection, chain: str) -> None:
     add_to_rollup(conn, counts)
 
 
-def append(conn: Connection, values: dict[str, Any], seal_key: bytes | None = None, rollup: Rollup | None = None) -> Appended:
-    """Insert one row at the head of its chain (inside the caller's write transaction); with a seal
-    key the row carries its seal.
+def append(
+    conn: Connection, call: Trace | Mapping[str, Any], seal_key: bytes | None = None, rollup: Rollup | None = None
+) -> Appended:
+    """Insert the row of one call (its trace, or its columns as a mapping) at the head of its chain
+    (inside the caller's write transaction), as a StoredTrace; with a seal key the row carries its seal.
 
     On PostgreSQL a transaction-scoped advisory lock per chain makes appenders of one chain take
     turns, across processes and replicas, instead of racing for the head and retrying; on SQLite the
@@ -86,24 +102,26 @@ def append(conn: Connection, values: dict[str, Any], seal_key: bytes | None = No
     The lock takes the two-key form, whose key space no single-key advisory lock can reach (the
     background lease holds one of those for its whole session: a tenant named like its key must not
     wait on it forever), and names the schema, so stores sharing a database do not wait on each other."""
-    chain = chain_of(values.get("tenant"))
+    given = call if isinstance(call, Mapping) else {name: getattr(call, name) for name in CALLED}
+    chain = chain_of(given.get("tenant"))
     if conn.dialect.name == "postgresql":
         conn.execute(CHAIN_LOCK, {"chain": chain})
     head = conn.execute(CHAIN_HEAD, {"chain": chain}).first()
-    facts = derived(values.get("lineage"))
-    row = {
-        **values,
+    facts = derived(given.get("lineage"))
+    hashed = {
+        **{name: given[name] for name in CALLED},
         "chain": chain,
         "seq": (head.seq + 1) if head else 1,
         "prev_hash": head.row_hash if head else GENESIS,
         "task_type": facts.task_type,
         "about": facts.about,
     }
-    digest = row_hash(row)
-    pk = conn.execute(INSERT_ROW, {**row, "row_hash": digest, "seal": seal(seal_key, digest) if seal_key else None}).scalar_one()
+    digest = row_hash(hashed)
+    row = StoredTrace(**hashed, row_hash=digest, seal=seal(seal_key, digest) if seal_key else None)
+    pk = conn.execute(INSERT_ROW, row.as_dict()).scalar_one()
     if facts.packed:
         conn.execute(insert(audit_item), [{"trace_pk": pk, "item_id": i} for i in facts.packed])
-    counted = facts_of(row)
+    counted = facts_of(hashed)
     if counted.facets:
         conn.execute(insert(audit_facet), [{"trace_pk": pk, "facet": f, "value": v} for f, v in sorted(counted.facets)])
     counts = rollup if rollup is not None else Counter()
@@ -111,4 +129,4 @@ def append(conn: Connection, values: dict[str, Any], seal_key: bytes | None = No
         counts[chain, counted.hour, measure, key] += n
     if rollup is None:
         add_to_rollup(conn, counts)
-    return Appended(chain, row["seq"], digest)
+    return Appended(chain, hashed["seq"], digest)

@@ -45,7 +45,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection, Engine
 
-from audit.chain import HASHED, anchor_of, audit_trace, chain_of, row_hashes, utc_instant
+from audit.chain import COLUMNS, anchor_of, audit_trace, chain_of, hashed_content, row_hashes
 from audit.evidence.layout import (
     CHECKPOINTS,
     FIGURES,
@@ -78,7 +78,6 @@ from core.errors import BadRequest, Conflict
 from core.instants import rfc3339, to_utc
 
 log = logging.getLogger("gateway.audit.evidence")
-ROW_FIELDS = (*HASHED, "row_hash", "seal")  # what each row line holds, besides `in_period`
 RELOAD = "policy_reload"  # the endpoint of a policy reload's own row (and of POST /v1/policy/reload)
 
 
@@ -155,7 +154,7 @@ def _aware(value: datetime) -> datetime:
 
 def row_line(m: Mapping[str, Any], since: datetime, until: datetime) -> dict[str, Any]:
     """One row as a pack holds it: every hashed column (instants as the hash writes them)."""
-    line = {name: (utc_instant(m[name]) if name == "created_at" else m[name]) for name in ROW_FIELDS}
+    line = hashed_content(m, COLUMNS)  # every column of the StoredTrace, the hash's and the seal too
     line["in_period"] = in_period(m["created_at"], since, until)
     return line
 
