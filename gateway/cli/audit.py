@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -15,11 +16,18 @@ from core.errors import GatewayError
 from gateway.cli.common import settings_from, store_options
 from gateway.settings import Settings
 
+F = TypeVar("F", bound=Callable[..., Any])
+
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
     from audit.chain import Pruned
     from audit.integrity import Verifier
+
+
+def _paths(name: str, help: str, required: bool = False, dirs: bool = True) -> Callable[[F], F]:
+    """An option naming files (or directories, with `dirs`), given once for each."""
+    return click.option(name, type=click.Path(path_type=Path, dir_okay=dirs), required=required, multiple=True, help=help)
 
 
 @click.group()
@@ -45,10 +53,8 @@ def audit_keygen(out_dir: Path) -> None:
 @store_options
 @click.option("--tenant", help="Check this tenant's chain only (default: every chain).")
 @click.option("--checkpoints", type=click.Path(path_type=Path), help="The signed checkpoint file to hold the chains against.")
-@click.option(
+@_paths(
     "--public-key",
-    type=click.Path(path_type=Path),
-    multiple=True,
     help="The public key (PEM or verifier key) the checkpoints are signed with; again for each key it replaced.",
 )
 @click.option(
@@ -180,11 +186,9 @@ def audit_witness(state: Path, log_key: Path, key: Path, host: str, port: int) -
 
 @audit.command("verify-proof")
 @click.argument("proof", type=click.Path(path_type=Path))
-@click.option(
+@_paths(
     "--public-key",
-    type=click.Path(path_type=Path),
     required=True,
-    multiple=True,
     help="The public key (PEM or verifier key) the checkpoint was signed with; again for each key it replaced.",
 )
 def audit_verify_proof(proof: Path, public_key: tuple[Path, ...]) -> None:
@@ -220,10 +224,9 @@ def _instant(name: str, value: str) -> "datetime":
 @click.option("--until", required=True, help="The period's end, RFC 3339 with its offset (excluded).")
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="A new or empty directory for the pack.")
 @click.option("--tenant", help="The tenant whose chain to export (default: the store's only chain).")
-@click.option(
+@_paths(
     "--known",
-    type=click.Path(path_type=Path, dir_okay=False),
-    multiple=True,
+    dirs=False,
     help="Checkpoint notes the auditor holds (a witness's, an earlier pack's): the pack's rows reach "
     "each one's position, so verify-pack --known can hold it against them. Repeatable.",
 )
@@ -285,24 +288,20 @@ def _known_sizes(paths: tuple[Path, ...], tenant: str) -> list[int]:
 
 @audit.command("verify-pack")
 @click.argument("pack", type=click.Path(path_type=Path))
-@click.option(
+@_paths(
     "--public-key",
-    type=click.Path(path_type=Path),
-    multiple=True,
     help="The gateway's public key (PEM or verifier key) as you received it; again for each key it replaced. "
     "Without it, the pack's own keys are used, which proves less.",
 )
-@click.option(
+@_paths(
     "--known",
-    type=click.Path(path_type=Path, dir_okay=False),
-    multiple=True,
+    dirs=False,
     help="Checkpoint notes you hold from elsewhere (a witness's cosigned note, one from an earlier pack; "
     "several may be pasted in one file): each must lie within the pack's rows and match them. Repeatable.",
 )
-@click.option(
+@_paths(
     "--witness-key",
-    type=click.Path(path_type=Path, dir_okay=False),
-    multiple=True,
+    dirs=False,
     help="A witness's verifier key: its cosignatures on the pack's checkpoints are checked (a forged one fails). "
     "Signature lines of witnesses without a key are reported as not checked. Repeatable.",
 )
