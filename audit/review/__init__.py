@@ -2,12 +2,13 @@
 
 from audit.review.overview import chain_state, figures, figures_of
 from audit.review.queries import EXPORT_COLUMNS, MAX_PAGE, Filters, export, get_trace, list_traces
-from audit.review.subjects import item_table, report_csv, subject_report
+from audit.review.subjects import MAX_SUBJECT_PAGE, item_table, report_csv, subject_report
 
 __all__ = [
     "EXPORT_COLUMNS",
     "Filters",
     "MAX_PAGE",
+    "MAX_SUBJECT_PAGE",
     "chain_state",
     "export",
     "figures",

@@ -12,8 +12,7 @@ from starlette.datastructures import QueryParams
 
 from api.audit import OverviewReport, SubjectReport
 from audit.record import AuditReadRecord
-from audit.review import chain_state, figures, report_csv, subject_report
-from audit.review.subjects import MAX_PAGE
+from audit.review import MAX_SUBJECT_PAGE, chain_state, figures, report_csv, subject_report
 from core.errors import BadRequest
 from core.instants import parse_rfc3339, utc_now
 from core.validation import ascii_int
@@ -127,7 +126,7 @@ async def subject(call: Call) -> tuple[int, SubjectReport | Stream]:
         call.trace.lineage.audit_export = {"format": "csv", "report": "subject"}
         return 200, Stream(report_csv(call.context.store, call.actor.tenant, entity_id), "text/csv")
     after = page_cursor(params.get("cursor"))
-    limit = ascii_int("limit", params.get("limit", "100"), 1, MAX_PAGE)
+    limit = ascii_int("limit", params.get("limit", "100"), 1, MAX_SUBJECT_PAGE)
     found = await anyio.to_thread.run_sync(subject_report, call.context.store, call.actor.tenant, entity_id, after, limit)
     call.trace.lineage.audit_read = AuditReadRecord(listed=len(found["calls"]))
     return 200, SubjectReport.model_validate(found)
