@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import Engine
 
+from audit.chain import load_or_create_key
 from audit.integrity import Checkpointer, CheckpointLog, load_signer
-from audit.store import AuditStore, load_or_create_key
+from audit.store import AuditStore
 from connectors.sql.exact import SqlExactConnector
 from connectors.sql.graph import SqlGraphConnector
 from connectors.sql.lexical import FullTextConnector

@@ -26,19 +26,20 @@ from audit.chain.rows import (
     sealed,
     utc_instant,
 )
-from audit.chain.writes import CHAIN_LOCK_CLASS, Appended, Rollup, add_to_rollup, append, rederive
+from audit.chain.writer import ChainWriter, load_or_create_key
+from audit.chain.writes import CHAIN_LOCK_CLASS, Appended, add_to_rollup, append, rederive
 
 __all__ = [
     "Appended",
     "CALLED",
     "CHAIN_LOCK_CLASS",
     "COLUMNS",
+    "ChainWriter",
     "GENESIS",
     "HASHED",
     "HASHED_V1",
     "NO_TENANT",
     "Pruned",
-    "Rollup",
     "StoredTrace",
     "add_to_rollup",
     "anchor_of",
@@ -53,6 +54,7 @@ __all__ = [
     "chains_in",
     "derived",
     "hashed_content",
+    "load_or_create_key",
     "prune",
     "rederive",
     "row_hash",
