@@ -114,7 +114,7 @@ class FeedbackResult(Wire):
 
 
 class OverviewReport(Wire):
-    """The compliance overview of a period (audit.overview): counts only, never item text."""
+    """The compliance overview of a period (audit.review.overview): counts only, never item text."""
 
     period: dict[str, Any]
     calls: dict[str, Any]
@@ -146,7 +146,7 @@ class SubjectCall(Wire):
 
 
 class SubjectReport(Wire):
-    """Every call about one entity and the entities merged with it (audit.subjects), newest first."""
+    """Every call about one entity and the entities merged with it (audit.review.subjects), newest first."""
 
     entity_id: str
     entities: list[str]

@@ -1,110 +1,33 @@
-"""Writes and reads audit traces. Imports nothing from HTTP."""
+"""The service's handle on the audit trail: traces written onto their chains (audit.chain), the
+chains verified and a trace proven against the signer's checkpoints (audit.integrity). Imports
+nothing from HTTP."""
 
 from __future__ import annotations
 
 import secrets
-import threading
-from collections import Counter
-from dataclasses import dataclass, fields
-from typing import Any, Callable, Sequence
+from typing import Any
 
-import anyio.to_thread
-from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, select
+from sqlalchemy.engine import Engine
 
-from audit.chain import Appended, Rollup, add_to_rollup, append, chain_of
-from audit.checkpoints import Checkpointer, read_checkpoints
-from audit.integrity import verify
-from audit.trace import Trace
-from core.audit_tables import AuditSecret, AuditTrace
-from core.errors import AuditWriteError, Conflict
-from core.store import DISK_FULL, disk_full, writer
-
-APPEND_ATTEMPTS = 20
-GROUP_LIMIT = 128  # traces committed together at most
-NOT_WRITTEN = "the audit trace could not be written; the call was not answered"
+from audit.chain import ChainWriter, chain_of
+from audit.integrity import Checkpointer, proof_of, read_checkpoints, verify
+from core.errors import Conflict
 
 
-@dataclass(slots=True)
-class _Pending:
-    """One trace waiting for its commit; `done` and `error` are set by whichever writer committed it."""
-
-    values: dict[str, Any]
-    also: tuple[Callable[[Connection], None], ...] = ()  # the call's other writes, in the same transaction
-    done: bool = False
-    error: AuditWriteError | None = None
-
-
-class AuditStore:
-    """Appends traces to their tenant chains, with group commit: writers that arrive while another
-    is committing queue up, and the next one to get the turn commits them all in one transaction
-    (one lock, one sync to disk) instead of each taking its own. Every writer still returns only
-    once its own row is committed, so a call is never answered without its record."""
+class AuditStore(ChainWriter):
+    """Appends traces to their tenant chains (ChainWriter: group commit), verifies them and proves
+    one trace; with a checkpointer, rows are sealed and the chains signed as they grow."""
 
     def __init__(self, engine: Engine, key: bytes | None = None, checkpointer: Checkpointer | None = None) -> None:
-        self.engine = engine
+        super().__init__(
+            engine,
+            seal_key=checkpointer.seal_key if checkpointer is not None else None,
+            appended=checkpointer.appended if checkpointer is not None else None,
+        )
         # The key of the trace's fingerprints; without one given, a key of this process only.
         self.key = key or secrets.token_bytes(32)
         # With a signing key: rows are sealed, and the checkpointer signs the chains as they grow.
         self.checkpointer = checkpointer
-        self._seal_key = checkpointer.seal_key if checkpointer is not None else None
-        self._queue: list[_Pending] = []
-        self._queue_lock = threading.Lock()
-        self._turn = threading.Lock()  # one committer at a time
-
-    def write_sync(self, trace: Trace, also: Sequence[Callable[[Connection], None]] = ()) -> None:
-        """Append the trace to its tenant's chain, with `also` (the call's own writes) in the same
-        transaction; raises AuditWriteError when it could not be, and then none of them is written."""
-        # Trace and the table share their field names: the row is the frozen value, stored.
-        pending = _Pending({f.name: getattr(trace, f.name) for f in fields(trace)}, tuple(also))
-        with self._queue_lock:
-            self._queue.append(pending)
-        with self._turn:
-            while not pending.done:  # nobody committed it while this writer waited: commit the queue
-                with self._queue_lock:
-                    group, self._queue = self._queue[:GROUP_LIMIT], self._queue[GROUP_LIMIT:]
-                self._commit(group)
-        if pending.error is not None:
-            raise pending.error
-
-    def _commit(self, group: list[_Pending]) -> None:
-        """The whole group in one transaction; if that fails for a reason other than a lost race for
-        the head, each trace alone, so one bad trace never takes the others down with it."""
-        try:
-            self._append(group)
-        except AuditWriteError:
-            for pending in group:
-                try:
-                    self._append([pending])
-                except AuditWriteError as exc:
-                    pending.error = exc
-        for pending in group:
-            pending.done = True
-
-    def _append(self, group: list[_Pending]) -> None:
-        """Two writers (processes, replicas) racing for one position: the loser's insert fails on the
-        unique (chain, seq) index and it appends again on the new head."""
-        for attempt in range(APPEND_ATTEMPTS):
-            try:
-                with writer(self.engine).begin() as conn:
-                    for pending in group:
-                        for write in pending.also:
-                            write(conn)
-                    rollup: Rollup = Counter()  # the group's overview counts, one upsert per key
-                    appended: list[Appended] = [append(conn, pending.values, self._seal_key, rollup) for pending in group]
-                    add_to_rollup(conn, rollup)
-                if self.checkpointer is not None:
-                    self.checkpointer.appended(appended)
-                return
-            except IntegrityError as exc:
-                if attempt == APPEND_ATTEMPTS - 1:
-                    raise AuditWriteError(NOT_WRITTEN) from exc
-            except Exception as exc:  # the store, or a row it could not take: either way no record, no answer
-                raise AuditWriteError(f"{NOT_WRITTEN} ({DISK_FULL})" if disk_full(exc) else NOT_WRITTEN) from exc
-
-    async def write(self, trace: Trace, also: Sequence[Callable[[Connection], None]] = ()) -> None:
-        await anyio.to_thread.run_sync(self.write_sync, trace, also)
 
     def verify(self, tenant: str | None = None) -> dict[str, Any]:
         """The integrity report of one tenant's chain (or every chain): against the signed
@@ -121,37 +44,10 @@ class AuditStore:
         return report
 
     def proof(self, tenant: str | None, trace_id: str) -> dict[str, Any] | None:
-        """The proof of one of the tenant's traces (audit.proofs); None when it is not the tenant's.
+        """The proof of one of the tenant's traces (audit.integrity.proofs); None when it is not the tenant's.
         Conflict when this store signs no checkpoints, or none covers the trace yet."""
-        from audit.proofs import proof_of
-
         if self.checkpointer is None:
             raise Conflict("trace: this gateway signs no audit checkpoints (GATEWAY_AUDIT_SIGNING_KEY), so there is no proof")
         checkpointer = self.checkpointer
         attested = read_checkpoints(checkpointer.log.path, checkpointer.verifiers, chain_of(tenant))
         return proof_of(self.engine, tenant, trace_id, attested, checkpointer.log)
-
-    def get(self, trace_id: str) -> dict[str, Any] | None:
-        with Session(self.engine) as session:
-            row = session.exec(select(AuditTrace).where(AuditTrace.trace_id == trace_id)).first()
-            return None if row is None else _as_dict(row)
-
-
-def _as_dict(row: AuditTrace) -> dict[str, Any]:
-    return {**row.model_dump(exclude={"pk"}), "created_at": row.created_at.isoformat()}
-
-
-def load_or_create_key(engine: Engine) -> bytes:
-    """The store's audit key: read it, or create it once (a concurrent creator's key wins the race)."""
-    for _ in range(3):
-        with Session(engine) as session:
-            found = session.get(AuditSecret, "fingerprint")
-            if found is not None:
-                return bytes.fromhex(found.value)
-        try:
-            with Session(writer(engine)) as session:
-                session.add(AuditSecret(name="fingerprint", value=secrets.token_hex(32)))
-                session.commit()
-        except IntegrityError:
-            continue
-    raise AuditWriteError("the audit key could not be read or created")

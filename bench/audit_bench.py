@@ -39,7 +39,7 @@ from sqlmodel import SQLModel
 
 from audit.chain import append, audit_item, audit_trace
 from audit.integrity import verify
-from audit.trace import Trace, new_trace_id
+from audit.record import Trace, new_trace_id
 from core.store import migrate_store, open_store, writer
 from gateway.auth import create_api_key
 from gateway.writes.items import ingest

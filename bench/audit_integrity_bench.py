@@ -39,11 +39,8 @@ from harness import Server, code_revision, free_port, percentile
 from retrieve_bench import AGENT, QUERY_SEED, prepare_store, retrieve_bodies
 
 from audit.chain import append
-from audit.checkpoints import Checkpointer, CheckpointLog, read_checkpoints
-from audit.integrity import verify
-from audit.keys import generate, load_signer
-from audit.notes import open_note, sign
-from audit.trace import new_trace_id
+from audit.integrity import Checkpointer, CheckpointLog, generate, load_signer, open_note, read_checkpoints, sign, verify
+from audit.record import new_trace_id
 from core.store import close_store, open_store, writer
 
 TENANT = str(AGENT["tenant"])
@@ -127,7 +124,7 @@ def proof_costs(
     from sqlalchemy import select
 
     from audit.chain import audit_trace
-    from audit.proofs import proof_of, verify_proof
+    from audit.integrity import proof_of, verify_proof
     from audit.review import get_trace
 
     attested = read_checkpoints(checkpointer.log.path, signer.verifier, TENANT)

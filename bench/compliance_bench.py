@@ -38,11 +38,9 @@ from harness import bench_dir, code_revision, interrupted
 from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.engine import Engine
 
-import audit.chain as chain_module
+import audit.chain.writes as chain_module
 from audit.chain import add_to_rollup, append, audit_facet, audit_item, audit_rollup, audit_trace
-from audit.overview import chain_state, figures
-from audit.review import Filters, list_traces
-from audit.subjects import subject_report
+from audit.review import Filters, chain_state, figures, list_traces, subject_report
 from core.audit_facts import SUBJECT, Facts, facts_of
 from core.store import migrate_store, open_store, writer
 
@@ -357,7 +355,7 @@ def pick_subjects(world: World) -> dict[str, str]:
 def plans(engine: Engine, end: datetime, entity: str) -> dict[str, list[str]]:
     """EXPLAIN QUERY PLAN (SQLite) / EXPLAIN (PostgreSQL) of the statements the read functions run."""
     since = end - timedelta(days=30)
-    subject = (  # one of the index ranges audit.subjects walks for a page, newest first, cut at the page
+    subject = (  # one of the index ranges audit.review.subjects walks for a page, newest first, cut at the page
         select(audit_facet.c.trace_pk)
         .where(audit_facet.c.facet == SUBJECT + "retrieved", audit_facet.c.value == entity)
         .order_by(audit_facet.c.trace_pk.desc())

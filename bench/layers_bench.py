@@ -46,7 +46,7 @@ from harness import Server, code_revision, free_port
 from sqlalchemy import text
 from ungoverned import AllowAllEngine, RecordingEngine, UngovernedPipeline
 
-from audit.trace import TraceBuilder, new_trace_id
+from audit.record import TraceBuilder, new_trace_id
 from connectors.sql.lexical import fts_match, query_terms
 from connectors.sql.pushdown import bound
 from core.actor import Actor

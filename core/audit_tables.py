@@ -34,7 +34,7 @@ class AuditTrace(SQLModel, table=True):
     seq: int | None = None
     prev_hash: str | None = Field(default=None, max_length=64)
     row_hash: str | None = Field(default=None, max_length=64)
-    # HMAC of row_hash under a key derived from the audit signing key (audit.keys): proof that the
+    # HMAC of row_hash under a key derived from the audit signing key (audit.integrity.keys): proof that the
     # gateway wrote the row, checked before a checkpoint signs it. None without a signing key.
     seal: str | None = Field(default=None, max_length=64)
     # For review filters (derived from the hashed lineage): the task type, and the trace a usage or

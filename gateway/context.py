@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import Engine
 
-from audit.checkpoints import Checkpointer, CheckpointLog
-from audit.keys import load_signer
-from audit.store import AuditStore, load_or_create_key
+from audit.chain import load_or_create_key
+from audit.integrity import Checkpointer, CheckpointLog, load_signer
+from audit.store import AuditStore
 from connectors.sql.exact import SqlExactConnector
 from connectors.sql.graph import SqlGraphConnector
 from connectors.sql.lexical import FullTextConnector
@@ -110,8 +110,7 @@ def build_checkpointer(settings: AuditSettings, store: Engine) -> Checkpointer |
     """With GATEWAY_AUDIT_SIGNING_KEY: the signer of the audit chains' checkpoints."""
     if settings.audit_signing_key is None or settings.audit_checkpoints is None:
         return None
-    from audit.keys import load_verifier
-    from audit.witness import WitnessClient
+    from audit.integrity import WitnessClient, load_verifier
 
     witness = WitnessClient(settings.audit_witness_url) if settings.audit_witness_url else None
     previous = [load_verifier(Path(p.strip())) for p in (settings.audit_previous_keys or "").split(",") if p.strip()]

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CHECKS = ("ruff check", "ruff format --check", "mypy", "lint-imports")
 
 # Each file ends inside a def or class: two blank lines keep the planted statement formatted.
-FORMAT = ("audit/trace.py", "\n\nPLANTED_FORMAT = ( 1,2 )\n")
+FORMAT = ("audit/record/trace.py", "\n\nPLANTED_FORMAT = ( 1,2 )\n")
 LINT = ("connectors/base.py", "\n\nimport colorsys\n")
 TYPE = ("core/errors.py", '\n\ndef planted_type_error() -> int:\n    return "not an int"\n')
 # The import the issue says passed while gateway.client was missing from the layers.

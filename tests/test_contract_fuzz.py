@@ -146,7 +146,7 @@ def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzzed]:
     known_settings = {f.name for f in fields(Settings)}
     overrides = {key: value for key, value in {**LIMITS, **OAUTH}.items() if key in known_settings}
     # Signed checkpoints, so the proof of a trace answers too.
-    from audit.keys import generate
+    from audit.integrity import generate
 
     overrides |= {
         "audit_signing_key": generate(directory / "keys")["private"],

@@ -60,6 +60,7 @@ def test_every_gateway_module_is_placed_in_the_layers() -> None:
     import of it from settings passed): a new one must be placed."""
     assert layers("gateway") == children("gateway")
     assert layers("connectors") == children("connectors")
+    assert layers("audit") == children("audit")
 
 
 def test_every_service_module_is_kept_from_starlette_and_from_the_client() -> None:
@@ -80,8 +81,11 @@ TYPE_CHECKING_ONLY = "\nfrom typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n 
     ("module", "planted", "broken"),
     [
         ("core/errors.py", "import gateway.settings  # noqa\n", "Packages point down"),
-        ("connectors/base.py", "import audit.trace  # noqa\n", "Packages point down"),
+        ("connectors/base.py", "import audit.record.trace  # noqa\n", "Packages point down"),
         ("gateway/settings.py", "import gateway.pipeline.budget  # noqa\n", "Inside gateway"),
+        # The audit rooms: the chain knows nothing of integrity (walks, keys, checkpoints) above it.
+        ("audit/chain/rows.py", "import audit.integrity.merkle  # noqa\n", "Inside audit"),
+        ("audit/review/queries.py", TYPE_CHECKING_ONLY.format(module="audit.integrity"), "Inside audit"),
         # The case that passed while the client was missing from the layers.
         ("gateway/settings.py", "import gateway.client  # noqa\n", "Inside gateway"),
         ("gateway/policy/reload.py", "import gateway.http.errors  # noqa\n", "Inside gateway"),
@@ -91,7 +95,7 @@ TYPE_CHECKING_ONLY = "\nfrom typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n 
         ("gateway/settings.py", TYPE_CHECKING_ONLY.format(module="gateway.context"), "Inside gateway"),
         # The loop expand.py had with pipeline.py, through an annotation.
         ("gateway/pipeline/expand.py", TYPE_CHECKING_ONLY.format(module="gateway.pipeline.pipeline"), "No cycles"),
-        ("core/errors.py", TYPE_CHECKING_ONLY.format(module="audit.trace"), "Packages point down"),
+        ("core/errors.py", TYPE_CHECKING_ONLY.format(module="audit.record.trace"), "Packages point down"),
         ("gateway/pipeline/budget.py", "import starlette.responses  # noqa\n", "Only the HTTP layer knows Starlette"),
         ("gateway/pipeline/ranking.py", "import gateway.pipeline.budget  # noqa\n", "No cycles"),
         ("gateway/client/calls.py", "import core.errors  # noqa\n", "The client and the adapters know nothing of the service"),

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -15,11 +16,18 @@ from core.errors import GatewayError
 from gateway.cli.common import settings_from, store_options
 from gateway.settings import Settings
 
+F = TypeVar("F", bound=Callable[..., Any])
+
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
     from audit.chain import Pruned
-    from audit.notes import Verifier
+    from audit.integrity import Verifier
+
+
+def _paths(name: str, help: str, required: bool = False, dirs: bool = True) -> Callable[[F], F]:
+    """An option naming files (or directories, with `dirs`), given once for each."""
+    return click.option(name, type=click.Path(path_type=Path, dir_okay=dirs), required=required, multiple=True, help=help)
 
 
 @click.group()
@@ -32,7 +40,7 @@ def audit() -> None:
 def audit_keygen(out_dir: Path) -> None:
     """Write a new Ed25519 key pair for signing audit checkpoints: the private key (mode 0600) for
     GATEWAY_AUDIT_SIGNING_KEY, and the public key and verifier key for auditors."""
-    from audit.keys import generate
+    from audit.integrity import generate
 
     try:
         paths = generate(out_dir)
@@ -45,10 +53,8 @@ def audit_keygen(out_dir: Path) -> None:
 @store_options
 @click.option("--tenant", help="Check this tenant's chain only (default: every chain).")
 @click.option("--checkpoints", type=click.Path(path_type=Path), help="The signed checkpoint file to hold the chains against.")
-@click.option(
+@_paths(
     "--public-key",
-    type=click.Path(path_type=Path),
-    multiple=True,
     help="The public key (PEM or verifier key) the checkpoints are signed with; again for each key it replaced.",
 )
 @click.option(
@@ -63,9 +69,7 @@ def audit_verify(
 ) -> None:
     """Recompute the audit hash chains, and hold them against the signed checkpoints when given;
     print the report, name the first problem and exit 1 if there is one."""
-    from audit.checkpoints import read_checkpoints
-    from audit.integrity import verify
-    from audit.keys import load_verifier
+    from audit.integrity import load_verifier, read_checkpoints, verify
     from core.store import close_store, open_store
 
     if (checkpoints is None) != (not public_key):
@@ -127,9 +131,7 @@ def audit_log_key(tenant: str, public_key: Path) -> None:
     witness such as litewitness is told (`witnessctl add-log -origin ORIGIN`, `witnessctl add-key
     -origin ORIGIN -key VKEY`). The checkpoints carry a signature under this name as well."""
     from audit.chain import chain_of
-    from audit.checkpoints import origin_of
-    from audit.keys import load_verifier
-    from audit.notes import verifier_key
+    from audit.integrity import load_verifier, origin_of, verifier_key
 
     try:
         verifier = load_verifier(public_key)
@@ -167,9 +169,7 @@ def audit_witness(state: Path, log_key: Path, key: Path, host: str, port: int) -
     start. Point GATEWAY_AUDIT_WITNESS_URL at it (or at litewitness)."""
     import uvicorn
 
-    from audit.keys import load_signer, load_verifier
-    from audit.notes import COSIGNATURE_V1, verifier_key
-    from audit.witness import witness_signer
+    from audit.integrity import COSIGNATURE_V1, load_signer, load_verifier, verifier_key, witness_signer
 
     try:
         load_verifier(log_key)
@@ -186,19 +186,16 @@ def audit_witness(state: Path, log_key: Path, key: Path, host: str, port: int) -
 
 @audit.command("verify-proof")
 @click.argument("proof", type=click.Path(path_type=Path))
-@click.option(
+@_paths(
     "--public-key",
-    type=click.Path(path_type=Path),
     required=True,
-    multiple=True,
     help="The public key (PEM or verifier key) the checkpoint was signed with; again for each key it replaced.",
 )
 def audit_verify_proof(proof: Path, public_key: tuple[Path, ...]) -> None:
     """Check one trace's proof (GET /v1/audit/traces/{id}/proof) with nothing but the public key:
     the row's hash from its content, its inclusion path to the Merkle root, the checkpoint's
     signature over that root. Exits 1 and says what does not hold."""
-    from audit.keys import load_verifier
-    from audit.proofs import verify_proof
+    from audit.integrity import load_verifier, verify_proof
 
     try:
         verifier = [load_verifier(key) for key in public_key]
@@ -227,10 +224,9 @@ def _instant(name: str, value: str) -> "datetime":
 @click.option("--until", required=True, help="The period's end, RFC 3339 with its offset (excluded).")
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="A new or empty directory for the pack.")
 @click.option("--tenant", help="The tenant whose chain to export (default: the store's only chain).")
-@click.option(
+@_paths(
     "--known",
-    type=click.Path(path_type=Path, dir_okay=False),
-    multiple=True,
+    dirs=False,
     help="Checkpoint notes the auditor holds (a witness's, an earlier pack's): the pack's rows reach "
     "each one's position, so verify-pack --known can hold it against them. Repeatable.",
 )
@@ -274,8 +270,7 @@ def _known_sizes(paths: tuple[Path, ...], tenant: str) -> list[int]:
     """The positions of the tenant's chain that checkpoint notes name (read, not verified: the
     auditor verifies them against the pack)."""
     from audit.chain import chain_of
-    from audit.checkpoints import Checkpoint, CheckpointLog
-    from audit.notes import NoteError
+    from audit.integrity import Checkpoint, CheckpointLog, NoteError
 
     sizes = []
     for path in paths:
@@ -293,24 +288,20 @@ def _known_sizes(paths: tuple[Path, ...], tenant: str) -> list[int]:
 
 @audit.command("verify-pack")
 @click.argument("pack", type=click.Path(path_type=Path))
-@click.option(
+@_paths(
     "--public-key",
-    type=click.Path(path_type=Path),
-    multiple=True,
     help="The gateway's public key (PEM or verifier key) as you received it; again for each key it replaced. "
     "Without it, the pack's own keys are used, which proves less.",
 )
-@click.option(
+@_paths(
     "--known",
-    type=click.Path(path_type=Path, dir_okay=False),
-    multiple=True,
+    dirs=False,
     help="Checkpoint notes you hold from elsewhere (a witness's cosigned note, one from an earlier pack; "
     "several may be pasted in one file): each must lie within the pack's rows and match them. Repeatable.",
 )
-@click.option(
+@_paths(
     "--witness-key",
-    type=click.Path(path_type=Path, dir_okay=False),
-    multiple=True,
+    dirs=False,
     help="A witness's verifier key: its cosignatures on the pack's checkpoints are checked (a forged one fails). "
     "Signature lines of witnesses without a key are reported as not checked. Repeatable.",
 )
@@ -329,8 +320,8 @@ def audit_verify_pack(
     checkpoints you hold (--known) and the witnesses' cosignatures (--witness-key), the manifest's
     claims, the figures and policy revisions recomputed. Prints the report, the first problem (file
     and line) on stderr, and exits 1 if there is one."""
-    from audit.evidence_check import Trust, check_pack, verdict
-    from audit.keys import load_verifier
+    from audit.evidence import Trust, check_pack, verdict
+    from audit.integrity import load_verifier
 
     if not (pack / "manifest.json").is_file():
         raise click.ClickException(f"{pack}: not an evidence pack (no manifest.json)")
@@ -348,7 +339,7 @@ def audit_verify_pack(
 def _witness_key(path: Path) -> "Verifier":
     """A witness's verifier key file (`<name>+<id>+<key>`): a C2SP cosignature/v1 key (litewitness,
     `gateway audit witness`) or an Ed25519 note key."""
-    from audit.notes import NoteError, parse_verifier
+    from audit.integrity import NoteError, parse_verifier
 
     try:
         return parse_verifier(path.read_text(encoding="utf-8"))

@@ -13,7 +13,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from audit.trace import TraceBuilder
+from audit.record import TraceBuilder
 from gateway.logs import FIELDS, SHOWN
 
 log = logging.getLogger("gateway.access")

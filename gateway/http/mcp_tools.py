@@ -29,7 +29,7 @@ from pydantic_core import PydanticUndefined
 from starlette.requests import Request
 
 from api.wire import Wire
-from audit.trace import TraceBuilder
+from audit.record import TraceBuilder
 from core.errors import BadRequest, NotFound, SchemaError, Unauthenticated
 from core.request import IDENTITY_FIELDS, RetrieveRequest, Strict
 from core.validation import describe_validation_error

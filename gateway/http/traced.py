@@ -20,8 +20,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from api.wire import Wire
-from audit.lineage import OtelRecord
-from audit.trace import TraceBuilder, new_trace_id
+from audit.record import OtelRecord, TraceBuilder, new_trace_id
 from core.actor import Actor
 from core.errors import AuditWriteError, BadRequest, Forbidden, GatewayError, PayloadTooLarge, RateLimited, where
 from core.instants import utc_now

@@ -1,4 +1,4 @@
-"""The witness's HTTP face (`gateway audit witness`, audit/witness.py): POST /add-checkpoint as
+"""The witness's HTTP face (`gateway audit witness`, audit/integrity/witness.py): POST /add-checkpoint as
 C2SP tlog-witness has it, GET /checkpoint?origin=... for the latest cosigned note, GET /healthz.
 
 Its three settings come from the environment `gateway audit witness` sets for it, read once:
@@ -16,8 +16,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from audit.keys import load_signer, load_verifier
-from audit.witness import MAX_BODY, Witness, witness_signer
+from audit.integrity import MAX_BODY, Witness, load_signer, load_verifier, witness_signer
 
 
 def create_witness_app(witness: Witness) -> Starlette:

@@ -14,8 +14,7 @@ import anyio.to_thread
 from sqlalchemy.engine import Engine
 
 from api.retrieve import RetrieveResponse
-from audit.lineage import DepthRecord, Dropped, FallbackReason, SourceRecord
-from audit.trace import TraceBuilder
+from audit.record import DepthRecord, Dropped, FallbackReason, SourceRecord, TraceBuilder
 from connectors.base import ExactConnector
 from core import work
 from core.actor import Actor

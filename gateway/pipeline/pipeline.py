@@ -13,8 +13,7 @@ from opentelemetry.trace import get_current_span
 from sqlalchemy.engine import Engine
 
 from api.retrieve import Answer, RetrieveResponse
-from audit.lineage import ActorRecord, DecisionRecord, Dropped, EntitiesRecord, PiiRecord, RelevanceRecord
-from audit.trace import TraceBuilder
+from audit.record import ActorRecord, DecisionRecord, Dropped, EntitiesRecord, PiiRecord, RelevanceRecord, TraceBuilder
 from connectors.base import ExactConnector, GraphConnector, LexicalConnector
 from core.actor import Actor
 from core.errors import BadRequest, ConnectorError, MaskingUnavailable, PolicyDenied, PolicyUnavailable

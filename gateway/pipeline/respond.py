@@ -17,8 +17,7 @@ from api.retrieve import (
     SourceStatus,
 )
 from api.wire import clear_fields
-from audit.lineage import DepthRecord, Fingerprint, RequestShape, SourceRecord
-from audit.trace import TraceBuilder
+from audit.record import DepthRecord, Fingerprint, RequestShape, SourceRecord, TraceBuilder
 from core.records import SourceResult
 from core.request import RetrieveRequest
 from gateway.pipeline.budget import Packed

@@ -9,8 +9,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from api.retrieve import RetrieveResponse
-from audit.lineage import ReturnedRecord
-from audit.trace import TraceBuilder
+from audit.record import ReturnedRecord, TraceBuilder
 from core.records import Record
 from gateway.pipeline.budget import Packed
 from gateway.privacy.mask import Masking

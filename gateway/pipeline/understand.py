@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from audit.lineage import DepthRecord, FallbackReason
+from audit.record import DepthRecord, FallbackReason
 from core.records import SkipReason, SourceResult
 from gateway.pipeline.entities import ResolvedEntity
 

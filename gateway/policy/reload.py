@@ -33,8 +33,8 @@ import anyio
 import anyio.to_thread
 from sqlalchemy.engine import Engine
 
+from audit.record import TraceBuilder, new_trace_id
 from audit.store import AuditStore
-from audit.trace import TraceBuilder, new_trace_id
 from core.errors import AuditWriteError, GatewayError
 from core.instants import utc_now
 from gateway.policy import broadcast

@@ -22,7 +22,7 @@ from sqlalchemy import BindParameter, Select, bindparam, or_, select
 from sqlalchemy.engine import Engine
 
 from audit.chain import NO_TENANT, audit_trace, chain_of
-from audit.lineage import Lineage, RequestShape, read_lineage
+from audit.record import Lineage, RequestShape, read_lineage
 from connectors.sql.pushdown import item, record_from_row
 from core.actor import Actor
 from core.errors import BadRequest, PolicyUnavailable

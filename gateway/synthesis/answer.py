@@ -13,8 +13,7 @@ from typing import Any
 
 import anyio.to_thread
 
-from audit.lineage import SynthesisRecord
-from audit.trace import TraceBuilder
+from audit.record import SynthesisRecord, TraceBuilder
 from core.constraints import Disclosure
 from core.records import Fused
 from gateway.privacy.detect import ENTITY_TYPES, clean

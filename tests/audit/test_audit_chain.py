@@ -15,8 +15,8 @@ from sqlalchemy import delete, select, update
 
 from audit.chain import GENESIS, audit_trace
 from audit.integrity import verify
+from audit.record import Trace
 from audit.store import AuditStore
-from audit.trace import Trace
 from core import store as db
 from core.errors import AuditWriteError
 from gateway.cli import main

@@ -18,9 +18,8 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.engine import Connection
 
 from audit.chain import GENESIS, audit_anchor, audit_facet, audit_item, audit_trace, rederive, row_hash
-from audit.checkpoints import Checkpointer, read_checkpoints
-from audit.keys import generate, load_verifier
-from audit.trace import Trace
+from audit.integrity import Checkpointer, generate, load_verifier, read_checkpoints
+from audit.record import Trace
 from core import store as db
 from gateway.cli import main
 from tests.conftest import Gateway, open_gateway
@@ -380,7 +379,7 @@ def test_a_signing_key_needs_its_file_and_a_readable_ed25519_key(tmp_path: Path)
         load_settings({"audit_signing_key": tmp_path / "key.pem"}, environ={})
     (tmp_path / "key.pem").write_text("not a key")
     with pytest.raises(ConfigurationError, match="not a readable, unencrypted PEM private key"):
-        from audit.keys import load_signer
+        from audit.integrity import load_signer
 
         load_signer(tmp_path / "key.pem")
     result = CliRunner().invoke(main, ["audit", "verify", "--checkpoints", str(tmp_path / "none")])

@@ -15,8 +15,7 @@ from click.testing import CliRunner
 from sqlalchemy import insert, update
 
 from audit.chain import GENESIS, audit_trace, rederive, row_hash
-from audit.checkpoints import Adoption, Checkpointer, CheckpointLog, read_checkpoints
-from audit.keys import generate, load_signer, load_verifier
+from audit.integrity import Adoption, Checkpointer, CheckpointLog, generate, load_signer, load_verifier, read_checkpoints
 from core import store as db
 from gateway.cli import main
 from tests.audit.test_audit_checkpoints import TENANT, Signed, chain_rows, rehash, signed  # noqa: F401 - the fixture
@@ -142,7 +141,7 @@ def test_an_adoption_stays_in_every_verdict(signed: Signed, tmp_path: Path) -> N
     """Issue 43: after a chain is adopted, every later checkpoint carries the mark, and `audit
     verify`, the audit pages, the compliance overview and `verify-pack` all name it; a checkpoint
     file signed again without the mark fails against the notes an auditor (or a witness) holds."""
-    from audit.notes import sign
+    from audit.integrity import sign
     from tests.audit.test_evidence_pack import export, verify_pack
     from tests.gateway.http.test_audit_page import signed_in
 

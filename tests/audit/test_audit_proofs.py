@@ -13,10 +13,7 @@ from click.testing import CliRunner
 from sqlalchemy import update
 
 from audit.chain import audit_trace
-from audit.checkpoints import read_checkpoints
-from audit.keys import generate, load_verifier
-from audit.merkle import leaf_hash, root
-from audit.proofs import verify_proof
+from audit.integrity import generate, leaf_hash, load_verifier, read_checkpoints, root, verify_proof
 from core import store as db
 from gateway.cli import main
 from tests.audit.test_audit_checkpoints import TENANT, Signed, chain_rows, signed  # noqa: F401 - the fixture
@@ -93,9 +90,7 @@ def test_verify_holds_the_chain_to_the_signed_root(signed: Signed) -> None:
     """A checkpoint whose tree root does not fit the rows: what a signer that was lied to would
     have signed. Here the rows are changed in a way the hash chain alone would not show: none; so
     the root is checked by building a checkpoint over other leaves."""
-    from audit.checkpoints import Checkpoint
-    from audit.keys import load_signer
-    from audit.notes import sign
+    from audit.integrity import Checkpoint, load_signer, sign
 
     attested = read_checkpoints(signed.checkpoints, load_verifier(signed.keys["public"]))
     (good,) = attested.by_chain[TENANT]
@@ -131,8 +126,7 @@ def test_a_pruned_chain_keeps_its_tree_and_its_proofs(signed: Signed, tmp_path: 
 def test_a_trail_checkpointed_before_trees_keeps_verifying_and_gains_them(database_url: str, tmp_path: Path) -> None:
     """The upgrade: checkpoints the code before Merkle trees wrote (no `tree` line) stay valid; the
     next signer builds the tree from the rows, and its checkpoints carry it, proofs included."""
-    from audit.checkpoints import Checkpointer, CheckpointLog
-    from audit.keys import load_signer
+    from audit.integrity import Checkpointer, CheckpointLog, load_signer
     from tests.conftest import open_gateway
 
     keys = generate(tmp_path / "keys")

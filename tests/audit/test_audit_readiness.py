@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import update
 
 from audit.chain import audit_trace
-from audit.checkpoints import chain_tag
+from audit.integrity import chain_tag
 from core import store as db
 from tests.audit.test_audit_checkpoints import TENANT, Signed, chain_rows, rehash, signed  # noqa: F401 - the fixture
 from tests.audit.test_audit_no_first_use_trust import checkpoint_cli, forge_a_new_chain

@@ -17,10 +17,19 @@ from click.testing import CliRunner
 from sqlalchemy import update
 
 from audit.chain import audit_trace
-from audit.checkpoints import Checkpointer, CheckpointLog, read_checkpoints
-from audit.keys import generate, load_signer, load_verifier
-from audit.notes import COSIGNATURE_V1, Verifier, sign
-from audit.witness import WITNESS_NAME, WitnessClient
+from audit.integrity import (
+    COSIGNATURE_V1,
+    WITNESS_NAME,
+    Checkpointer,
+    CheckpointLog,
+    Verifier,
+    WitnessClient,
+    generate,
+    load_signer,
+    load_verifier,
+    read_checkpoints,
+    sign,
+)
 from core import store as db
 from gateway.cli import main
 from tests.audit.test_audit_checkpoints import TENANT, Signed, chain_rows, rehash
@@ -109,7 +118,7 @@ def test_each_checkpoint_is_cosigned_when_it_extends_the_last(witnessed: tuple[S
     signed, witness = witnessed
     first = witness.latest()
     assert first is not None and "\n12\n" in first
-    from audit.notes import open_note
+    from audit.integrity import open_note
 
     open_note(first, witness.verifier)  # the witness's own signature
     open_note(first, load_verifier(signed.keys["public"]))  # over the gateway's checkpoint

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import insert, update
 
 from audit.chain import audit_facet, audit_rollup, audit_trace
-from audit.subjects import item_table
+from audit.review import item_table
 from core import store as db
 from tests.conftest import Gateway
 from tests.gateway.fixtures import SALES_TASK, memory
@@ -309,7 +309,7 @@ def test_the_overview_from_the_rollup_equals_the_overview_recounted_from_the_row
     from datetime import datetime, timedelta, timezone
 
     from audit.chain import Rollup, add_to_rollup, append
-    from audit.overview import figures, figures_of
+    from audit.review import figures, figures_of
     from core.audit_facts import tally_rows
 
     rng = random.Random(33)

@@ -16,10 +16,8 @@ import pytest
 from click.testing import CliRunner
 
 from audit.chain import row_hash
-from audit.checkpoints import CheckpointLog
 from audit.evidence import sha256_file
-from audit.keys import generate, load_signer
-from audit.notes import sign
+from audit.integrity import CheckpointLog, generate, load_signer, sign
 from gateway.cli import main
 from tests.audit.test_audit_checkpoints import TENANT, Signed, signed  # noqa: F401 - the fixture
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from audit.lineage import (
+from audit.record import (
     LINEAGE_VERSION,
     DepthRecord,
     Dropped,
@@ -10,9 +10,9 @@ from audit.lineage import (
     Lineage,
     SourceRecord,
     SynthesisRecord,
+    lineage_stages,
     read_lineage,
 )
-from audit.stages import lineage_stages
 from core.records import SkipReason
 
 # A version-1 row as the gateway stored it before the lineage was typed (no version, text reasons).

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from audit.trace import Trace, new_trace_id
+from audit.record import Trace, new_trace_id
 from core.instants import utc_now
 from tests.conftest import Gateway
 from tests.gateway.fixtures import SALES_TASK, memory

@@ -21,11 +21,24 @@ import pytest
 from click.testing import CliRunner
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from audit.checkpoints import Checkpointer, CheckpointLog, origin_of
-from audit.keys import load_signer, load_verifier
-from audit.merkle import Range, consistency_proof, leaf_hash
-from audit.notes import COSIGNATURE_V1, Signer, Verifier, open_note, sign, verifier_key
-from audit.witness import Witness, WitnessClient
+from audit.integrity import (
+    COSIGNATURE_V1,
+    Checkpointer,
+    CheckpointLog,
+    Range,
+    Signer,
+    Verifier,
+    Witness,
+    WitnessClient,
+    consistency_proof,
+    leaf_hash,
+    load_signer,
+    load_verifier,
+    open_note,
+    origin_of,
+    sign,
+    verifier_key,
+)
 from gateway.cli import main
 from tests.audit.test_audit_checkpoints import TENANT, Signed, signed  # noqa: F401 - the fixture
 from tests.engines import Server, binary, free_ports

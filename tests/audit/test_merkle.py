@@ -1,4 +1,4 @@
-"""The audit Merkle tree (audit/merkle.py) against RFC 6962's test vector and its own definition."""
+"""The audit Merkle tree (audit/integrity/merkle.py) against RFC 6962's test vector and its own definition."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from audit.merkle import Range, inclusion_proof, node_hash, root, subtree, verify_inclusion
+from audit.integrity import Range, inclusion_proof, node_hash, root, subtree, verify_inclusion
 
 # RFC 6962's eight leaves (certificate-transparency's merkle tree test data) and the roots of their
 # first n, as every CT implementation tests them.
@@ -95,7 +95,7 @@ def test_a_range_that_does_not_fit_its_size_is_refused() -> None:
 
 
 def test_every_prefix_of_every_tree_up_to_40_has_a_consistency_proof_and_a_fork_has_none() -> None:
-    from audit.merkle import consistency_proof, verify_consistency
+    from audit.integrity import consistency_proof, verify_consistency
 
     leaves = [leaf(i.to_bytes(4, "big")) for i in range(40)]
     forked = leaves[:]

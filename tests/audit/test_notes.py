@@ -9,9 +9,21 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from audit.checkpoints import Checkpoint, CheckpointLog, read_checkpoints
-from audit.keys import generate, load_signer, load_verifier
-from audit.notes import NoteError, Signer, Verifier, open_note, parse_verifier_key, sign, verifier_key
+from audit.integrity import (
+    Checkpoint,
+    CheckpointLog,
+    NoteError,
+    Signer,
+    Verifier,
+    generate,
+    load_signer,
+    load_verifier,
+    open_note,
+    parse_verifier_key,
+    read_checkpoints,
+    sign,
+    verifier_key,
+)
 
 # The example of golang.org/x/mod/sumdb/note (its package documentation and note_test.go).
 GO_SIGNER_KEY = "PRIVATE+KEY+PeterNeumann+c74f20a3+AYEKFALVFGyNhPJEMzD1QIDr+Y7hfZx09iUvxdXHKDFz"

@@ -19,12 +19,9 @@ from typing import Any
 import pytest
 
 from audit.chain import row_hash, row_hash_v1
-from audit.checkpoints import CheckpointLog
 from audit.evidence import in_period, policy_revisions, sha256_file
-from audit.keys import generate, load_signer
-from audit.notes import COSIGNATURE_V1, verifier_key
-from audit.overview import figures_of
-from audit.witness import cosignature, witness_signer
+from audit.integrity import COSIGNATURE_V1, CheckpointLog, cosignature, generate, load_signer, verifier_key, witness_signer
+from audit.review import figures_of
 from core.audit_facts import tally_rows
 from core.instants import parse_rfc3339
 from tests.audit.test_audit_checkpoints import Signed, signed  # noqa: F401 - the fixture

@@ -27,7 +27,7 @@ import pytest
 from sqlalchemy import create_engine, make_url, text
 
 from audit.chain import CHAIN_LOCK_CLASS, append
-from audit.trace import TraceBuilder, new_trace_id
+from audit.record import TraceBuilder, new_trace_id
 from core.instants import utc_now
 from core.store import close_store, open_store
 from gateway.auth import create_api_key

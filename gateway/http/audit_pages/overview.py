@@ -10,8 +10,8 @@ from urllib.parse import quote, urlencode
 import anyio.to_thread
 from starlette.responses import Response
 
-from audit.lineage import AuditReadRecord
-from audit.subjects import report_csv, subject_report
+from audit.record import AuditReadRecord
+from audit.review import report_csv, subject_report
 from core.audit_facts import OUTCOMES
 from core.errors import BadRequest
 from core.instants import parse_rfc3339, utc_now

@@ -13,9 +13,8 @@ from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
 
-from audit.lineage import AuditReadRecord, read_lineage
+from audit.record import AuditReadRecord, lineage_stages, read_lineage
 from audit.review import Filters, get_trace, list_traces
-from audit.stages import lineage_stages
 from core.actor import Actor
 from core.audit_facts import OUTCOMES
 from core.errors import BadRequest, Forbidden, GatewayError, NotFound, Unauthenticated

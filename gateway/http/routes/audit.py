@@ -11,7 +11,7 @@ import anyio.to_thread
 from starlette.datastructures import QueryParams
 
 from api.audit import FeedbackRequest, FeedbackResult, Trace, TraceList, TraceProof, UsageRequest, UsageResult, VerifyReport
-from audit.lineage import AuditReadRecord, AuditVerifyRecord, FeedbackRecord, read_lineage
+from audit.record import AuditReadRecord, AuditVerifyRecord, FeedbackRecord, read_lineage
 from audit.review import MAX_PAGE, Filters, export, get_trace, list_traces
 from core.audit_facts import OUTCOMES
 from core.errors import BadRequest, NotFound
@@ -115,7 +115,7 @@ async def one_trace(call: Call) -> tuple[int, Trace]:
 @requires("auditor", admit=False)
 async def trace_proof(call: Call) -> tuple[int, TraceProof]:
     """GET /v1/audit/traces/{trace_id}/proof: the row, its inclusion proof and the signed checkpoint
-    it is under (audit.proofs), for `gateway audit verify-proof`. It reads every row hash of the
+    it is under (audit.integrity.proofs), for `gateway audit verify-proof`. It reads every row hash of the
     chain up to the checkpoint, so it is admitted at PROOF_COST units, not one."""
     actor = call.actor
     call.trace.decision = "read"

@@ -11,9 +11,8 @@ import anyio.to_thread
 from starlette.datastructures import QueryParams
 
 from api.audit import OverviewReport, SubjectReport
-from audit.lineage import AuditReadRecord
-from audit.overview import chain_state, figures
-from audit.subjects import MAX_PAGE, report_csv, subject_report
+from audit.record import AuditReadRecord
+from audit.review import MAX_SUBJECT_PAGE, chain_state, figures, report_csv, subject_report
 from core.errors import BadRequest
 from core.instants import parse_rfc3339, utc_now
 from core.validation import ascii_int
@@ -103,7 +102,7 @@ def with_csv(answer: dict[str, Any]) -> dict[str, Any]:
 
 @requires("auditor")
 async def overview(call: Call) -> tuple[int, OverviewReport]:
-    """GET /v1/audit/overview: the period's figures (audit.overview) and the chain's state."""
+    """GET /v1/audit/overview: the period's figures (audit.review.overview) and the chain's state."""
     call.trace.decision = "read"
     params = call.request.query_params
     check_names(params, frozenset({"period", "since", "until"}))
@@ -127,7 +126,7 @@ async def subject(call: Call) -> tuple[int, SubjectReport | Stream]:
         call.trace.lineage.audit_export = {"format": "csv", "report": "subject"}
         return 200, Stream(report_csv(call.context.store, call.actor.tenant, entity_id), "text/csv")
     after = page_cursor(params.get("cursor"))
-    limit = ascii_int("limit", params.get("limit", "100"), 1, MAX_PAGE)
+    limit = ascii_int("limit", params.get("limit", "100"), 1, MAX_SUBJECT_PAGE)
     found = await anyio.to_thread.run_sync(subject_report, call.context.store, call.actor.tenant, entity_id, after, limit)
     call.trace.lineage.audit_read = AuditReadRecord(listed=len(found["calls"]))
     return 200, SubjectReport.model_validate(found)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio.to_thread
 
 from api.writes import ID, DocumentReport
-from audit.lineage import DocumentRecord
+from audit.record import DocumentRecord
 from gateway.http.operation import NOT_FOUND_ROUTE, STRING, Operation, json_answer, path_parameter, ref, v1
 from gateway.http.traced import Call, requires, serving
 from gateway.writes.documents import parse_document

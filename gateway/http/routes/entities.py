@@ -9,7 +9,7 @@ from typing import Any
 import anyio.to_thread
 
 from api.writes import IngestReport, MergeRequest, MergeResult, TombstoneResult
-from audit.lineage import ChangeRecord, MergeRecord, WriteRecord
+from audit.record import ChangeRecord, MergeRecord, WriteRecord
 from core.errors import BadRequest
 from core.validation import has_nul, validated
 from gateway.http.operation import (

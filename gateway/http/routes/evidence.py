@@ -1,4 +1,4 @@
-"""GET /v1/audit/evidence: the evidence pack of the caller's tenant over a period (audit.evidence),
+"""GET /v1/audit/evidence: the evidence pack of the caller's tenant over a period (audit.evidence.pack),
 as one zip, for `gateway audit verify-pack`. Needs the auditor role; reads the caller's tenant only."""
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from typing import Any
 import anyio.to_thread
 
 from api.writes import IngestReport, ItemIn
-from audit.lineage import WriteRecord
+from audit.record import WriteRecord
 from gateway.http.operation import Operation, batch_body, json_answer, ref, v1
 from gateway.http.traced import Call, requires, serving
 from gateway.writes.items import ingest, parse_items_body

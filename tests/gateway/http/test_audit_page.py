@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from sqlmodel import Session
 
-from audit.stages import lineage_stages
+from audit.record import lineage_stages
 from core.instants import utc_now
 from core.store import writer
 from core.tables import ApiKey

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import func, select
 
 from audit.chain import audit_trace
-from audit.keys import generate
+from audit.integrity import generate
 from tests.conftest import Gateway, open_gateway
 from tests.gateway.fixtures import SALES_TASK, memory, seed
 

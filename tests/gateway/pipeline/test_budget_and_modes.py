@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event, update
 
-import audit.store as audit_store
+import audit.chain.writer as chain_writer
 from core.errors import ConfigurationError
 from core.instants import utc_now
 from core.store import writer
@@ -298,7 +298,7 @@ def test_a_call_whose_audit_row_cannot_be_written_leaves_no_cursor(gateway: Gate
     def broken(*_: Any, **__: Any) -> Any:
         raise RuntimeError("the audit table is gone")
 
-    monkeypatch.setattr(audit_store, "append", broken)
+    monkeypatch.setattr(chain_writer, "append", broken)
     response = gateway.retrieve(key, {"task": SALES_TASK, "query": "walrus pricing", "budget": {"bytes": 700}})
     assert response.status_code == 503 and "cur_" not in response.text
     assert cursor_rows(gateway) == before

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from audit.trace import Trace, TraceBuilder
+from audit.record import Trace, TraceBuilder
 from core.actor import Actor
 from core.request import parse_retrieve
 from gateway.cli import main

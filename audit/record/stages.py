@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
-from audit.lineage import read_lineage
+from audit.record.lineage import read_lineage
 
 
 @dataclass(frozen=True, slots=True)

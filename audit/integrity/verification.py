@@ -15,20 +15,10 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection, Engine
 
-from audit.chain import (
-    Break,
-    Walk,
-    anchor_of,
-    audit_trace,
-    chain_of,
-    chains_in,
-    moved_out_of_chains,
-    rollup_break,
-    unchained_rows,
-    walk_chain,
-)
-from audit.checkpoints import Attested, Checkpoint, adoption_of, cut_of
-from audit.merkle import Range
+from audit.chain import anchor_of, audit_trace, chain_of, chains_in
+from audit.integrity.checkpoints import Attested, Checkpoint, adoption_of, cut_of
+from audit.integrity.merkle import Range
+from audit.integrity.walk import Break, Walk, moved_out_of_chains, rollup_break, unchained_rows, walk_chain
 
 
 def verify(

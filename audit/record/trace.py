@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from sqlalchemy.engine import Connection
 
-from audit.lineage import Fingerprint, Lineage
+from audit.record.lineage import Fingerprint, Lineage
 
 
 def new_trace_id() -> str:
@@ -37,7 +37,7 @@ class Trace:
     policy_engine: str | None
     policy_revision: str | None
     error_code: str | None
-    lineage: dict[str, Any]  # the stored form of a Lineage (audit.lineage)
+    lineage: dict[str, Any]  # the stored form of a Lineage (audit.record.lineage)
 
 
 @dataclass(slots=True)

@@ -18,7 +18,7 @@ from sqlalchemy.engine import Engine
 
 from audit.chain import audit_facet, audit_item, audit_trace, chain_of, derived
 from audit.chain import utc_instant as _instant
-from audit.lineage import read_lineage
+from audit.record import read_lineage
 from core.audit_facts import RETRIEVAL, SUBJECT, SUBJECT_STAGES, facts_of, outcome
 from core.csv_cells import csv_line
 

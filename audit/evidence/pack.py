@@ -1,5 +1,5 @@
 """The evidence pack: one tenant's audit rows of a period, with what an outside auditor needs to
-check them without access to the gateway (audit.evidence_check, `gateway audit verify-pack`).
+check them without access to the gateway (audit.evidence.check, `gateway audit verify-pack`).
 
 A pack is a directory (or the same files in one zip, GET /v1/audit/evidence):
 
@@ -10,7 +10,7 @@ A pack is a directory (or the same files in one zip, GET /v1/audit/evidence):
   the start of the period shows; `rows_after.jsonl`: the rows after, up to the first signed
   checkpoint at or after the period's last row (at least the next row, when there is one), so the
   period ties to a signature and a row dropped from its end shows;
-- `tree_before.json`: the compact range of the chain's Merkle tree (audit.merkle) before the pack's
+- `tree_before.json`: the compact range of the chain's Merkle tree (audit.integrity.merkle) before the pack's
   first row, from which the recipient recomputes each checkpoint's root from the pack's rows;
 - `checkpoints.txt`: the signed checkpoint notes of the chain whose positions lie within the pack,
   with the cosignature a witness added (from the `.cosigned` file beside the checkpoint file), when
@@ -18,7 +18,7 @@ A pack is a directory (or the same files in one zip, GET /v1/audit/evidence):
   the gateway signs with (the current one and those it replaced), as verifier keys and PEM;
 - `policy_revisions.json`: the policy revisions the period's rows name, first and last seen, with
   their counts, and the period's policy reloads (`policy_revisions`);
-- `figures.json`: the compliance overview's figures of the period (audit.overview);
+- `figures.json`: the compliance overview's figures of the period (audit.review.overview);
 - `manifest.json`: tenant, period, counts, the SHA-256 of every other file, the gateway version;
 - `README.md`: for the recipient, what is in it, what it shows and what it cannot.
 
@@ -45,20 +45,39 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection, Engine
 
-from audit.chain import HASHED, anchor_of, audit_trace, chain_of, row_hashes, utc_instant
-from audit.checkpoints import Attested, Checkpoint, Checkpointer, CheckpointLog, cosigned_log, cut_of, read_checkpoints
-from audit.merkle import Range, leaf_hash
-from audit.notes import Verifier, verifier_key
+from audit.chain import COLUMNS, anchor_of, audit_trace, chain_of, hashed_content, row_hashes
+from audit.evidence.layout import (
+    CHECKPOINTS,
+    FIGURES,
+    FORMAT,
+    KEYS,
+    MANIFEST,
+    POLICY,
+    README,
+    ROWS,
+    ROWS_AFTER,
+    ROWS_BEFORE,
+    TREE,
+)
+from audit.evidence.readme import write_readme
+from audit.integrity import (
+    Attested,
+    Checkpoint,
+    Checkpointer,
+    CheckpointLog,
+    Range,
+    Verifier,
+    cosigned_log,
+    cut_of,
+    leaf_hash,
+    read_checkpoints,
+    verifier_key,
+)
 from core.audit_facts import RETRIEVAL, tally_rows
 from core.errors import BadRequest, Conflict
 from core.instants import rfc3339, to_utc
 
 log = logging.getLogger("gateway.audit.evidence")
-FORMAT = "gateway.audit.evidence/1"
-ROWS, ROWS_BEFORE, ROWS_AFTER = "rows.jsonl", "rows_before.jsonl", "rows_after.jsonl"
-TREE, CHECKPOINTS, POLICY, FIGURES = "tree_before.json", "checkpoints.txt", "policy_revisions.json", "figures.json"
-MANIFEST, README, KEYS = "manifest.json", "README.md", "public_keys"
-ROW_FIELDS = (*HASHED, "row_hash", "seal")  # what each row line holds, besides `in_period`
 RELOAD = "policy_reload"  # the endpoint of a policy reload's own row (and of POST /v1/policy/reload)
 
 
@@ -135,7 +154,7 @@ def _aware(value: datetime) -> datetime:
 
 def row_line(m: Mapping[str, Any], since: datetime, until: datetime) -> dict[str, Any]:
     """One row as a pack holds it: every hashed column (instants as the hash writes them)."""
-    line = {name: (utc_instant(m[name]) if name == "created_at" else m[name]) for name in ROW_FIELDS}
+    line = hashed_content(m, COLUMNS)  # every column of the StoredTrace, the hash's and the seal too
     line["in_period"] = in_period(m["created_at"], since, until)
     return line
 
@@ -259,8 +278,6 @@ def write_pack(
     directory); returns its manifest. BadRequest when the period is empty of time or `out` is not
     empty. `reach`: positions the pack must hold (the sizes of checkpoints the auditor already
     has, `--known`), so verify-pack can hold those checkpoints against its rows."""
-    from audit.overview import figures, figures_of
-
     if until <= since:
         raise BadRequest("until: must come after since")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -274,9 +291,82 @@ def write_pack(
         cosigned = {note.partition("\n\n")[0]: note for _, note in cosigned_log(signing.log).notes()}
         notes = {line: cosigned.get(note.partition("\n\n")[0], note) for line, note in notes.items()}
     checkpoints = attested.by_chain.get(chain, [])
-    # The figures come from the rollup and the rows from the chain, in two reads: a row appended in
-    # between (a period that reaches now) would make them disagree, and the pack fail its own check.
-    # Read again until they agree; a rollup that never agrees with its rows has been edited.
+    read = _read_period(engine, tenant, since, until, checkpoints, reach)
+    rows, first, last, start, end = read.rows, read.first, read.last, read.start, read.end
+    before = [m for m in rows if m["seq"] < first]
+    period = [m for m in rows if first <= m["seq"] <= last]
+    after = [m for m in rows if m["seq"] > last]
+    bearing = sorted(
+        (
+            c
+            for c in checkpoints
+            if rows and (start - 1 <= c.size <= end or (c.refused is not None and start <= c.refused[0] <= end))
+        ),
+        key=lambda c: c.line,
+    )
+    _write_rows(out / ROWS_BEFORE, before, since, until)
+    _write_rows(out / ROWS, period, since, until)
+    _write_rows(out / ROWS_AFTER, after, since, until)
+    _write_json(out / TREE, read.tree)
+    (out / CHECKPOINTS).write_text("".join(notes[c.line] + "\n" for c in bearing), encoding="utf-8")
+    keys = _key_files(out / KEYS, signing.verifiers if signing is not None else ())
+    period_lines = [row_line(m, since, until) for m in read.inside]
+    _write_json(out / POLICY, policy_revisions(period_lines))
+    _write_json(out / FIGURES, read.overview)
+    manifest: dict[str, Any] = {
+        "format": FORMAT,
+        "tenant": tenant,
+        "chain": chain,
+        "period": {"since": rfc3339(since), "until": rfc3339(until)},
+        "created_at": rfc3339(created),
+        "gateway_version": version,
+        "positions": {
+            "first": start if rows else None,
+            "last": end if rows else None,
+            "period": [first, last] if read.counted else None,
+        },
+        "counts": _counts(read, period_lines, (before, period, after), bearing, signing is not None),
+        "tied_to": _tied_to(read.covering, end),
+        "signing": "checkpoints" if signing is not None else "none",
+        "public_keys": keys,
+        "left_out_notes": [line for line, _ in attested.problems],
+    }
+    write_readme(out / README, manifest, read.tree)
+    manifest["files"] = {
+        name: sha256_file(out / name)
+        for name in sorted(
+            str(p.relative_to(out)).replace(os.sep, "/") for p in out.rglob("*") if p.is_file() and p.name != MANIFEST
+        )
+    }
+    _write_json(out / MANIFEST, manifest)
+    return manifest
+
+
+@dataclass(frozen=True, slots=True)
+class _Period:
+    """What a pack holds of its chain, read so the rows and the rollup's figures agree."""
+
+    first: int  # the period's first and last positions (`counted` rows dated in it)
+    last: int
+    counted: int
+    start: int  # the positions the pack holds: from the row before the period
+    end: int  # to the first checkpoint at or after its last row (or the positions `reach` asks for)
+    covering: Checkpoint | None  # that checkpoint
+    rows: list[dict[str, Any]]
+    tree: dict[str, Any]  # the Merkle tree before `start`
+    overview: dict[str, Any]  # the period's figures, from the rollup
+    inside: list[dict[str, Any]]  # the rows of the period dated in it
+
+
+def _read_period(
+    engine: Engine, tenant: str, since: datetime, until: datetime, checkpoints: list[Checkpoint], reach: Sequence[int]
+) -> _Period:
+    """The figures come from the rollup and the rows from the chain, in two reads: a row appended in
+    between (a period that reaches now) would make them disagree, and the pack fail its own check.
+    Read again until they agree; a rollup that never agrees with its rows has been edited."""
+    from audit.review import figures, figures_of
+
+    chain = chain_of(tenant)
     for _ in range(READ_ATTEMPTS):
         with engine.connect() as conn:
             first, last, counted = _period_span(conn, chain, since, until)
@@ -292,70 +382,39 @@ def write_pack(
         overview = figures(engine, tenant, since, until)
         inside = [m for m in rows if first <= m["seq"] <= last and in_period(m["created_at"], since, until)]
         if _plain(overview) == _plain(figures_of(tally_rows(inside), since, until)):
-            break
-    else:
-        raise Conflict(
-            "the overview's rollup does not agree with the period's rows: run `gateway audit verify` "
-            "(an edited rollup is a break), or, for a period still being written, choose an until in the past"
-        )
-    before = [m for m in rows if m["seq"] < first]
-    period = [m for m in rows if first <= m["seq"] <= last]
-    period_lines = [row_line(m, since, until) for m in inside]
-    after = [m for m in rows if m["seq"] > last]
-    bearing = sorted(
-        (
-            c
-            for c in checkpoints
-            if rows and (start - 1 <= c.size <= end or (c.refused is not None and start <= c.refused[0] <= end))
-        ),
-        key=lambda c: c.line,
+            return _Period(first, last, counted, start, end, covering, rows, tree, overview, inside)
+    raise Conflict(
+        "the overview's rollup does not agree with the period's rows: run `gateway audit verify` "
+        "(an edited rollup is a break), or, for a period still being written, choose an until in the past"
     )
-    _write_rows(out / ROWS_BEFORE, before, since, until)
-    _write_rows(out / ROWS, period, since, until)
-    _write_rows(out / ROWS_AFTER, after, since, until)
-    _write_json(out / TREE, tree)
-    (out / CHECKPOINTS).write_text("".join(notes[c.line] + "\n" for c in bearing), encoding="utf-8")
-    keys = _key_files(out / KEYS, signing.verifiers if signing is not None else ())
-    _write_json(out / POLICY, policy_revisions(period_lines))
-    _write_json(out / FIGURES, overview)
-    tied = covering if covering is not None and covering.size <= end and covering.refused is None else None
-    through = max((c.size for c in bearing if c.refused is None and c.size <= end), default=0)
+
+
+def _counts(
+    read: _Period,
+    period_lines: list[dict[str, Any]],
+    files: tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]],
+    bearing: list[Checkpoint],
+    signs: bool,
+) -> dict[str, Any]:
+    """The manifest's counts: rows by file, checkpoints, policy revisions, and the period's rows past
+    the last checkpoint that ties them (all of them without signing)."""
+    before, period, after = files
+    through = max((c.size for c in bearing if c.refused is None and c.size <= read.end), default=0)
     untied = sum(1 for m in period_lines if m["seq"] > through)
-    manifest: dict[str, Any] = {
-        "format": FORMAT,
-        "tenant": tenant,
-        "chain": chain,
-        "period": {"since": rfc3339(since), "until": rfc3339(until)},
-        "created_at": rfc3339(created),
-        "gateway_version": version,
-        "positions": {
-            "first": start if rows else None,
-            "last": end if rows else None,
-            "period": [first, last] if counted else None,
-        },
-        "counts": {
-            "rows_in_period": counted,
-            "rows": len(period),
-            "rows_before": len(before),
-            "rows_after": len(after),
-            "checkpoints": len(bearing),
-            "policy_revisions": len(policy_revisions(period_lines)["revisions"]),
-            "not_tied": untied if signing is not None else counted,
-        },
-        "tied_to": None if tied is None else {"size": tied.size, "time": tied.time},
-        "signing": "checkpoints" if signing is not None else "none",
-        "public_keys": keys,
-        "left_out_notes": [line for line, _ in attested.problems],
+    return {
+        "rows_in_period": read.counted,
+        "rows": len(period),
+        "rows_before": len(before),
+        "rows_after": len(after),
+        "checkpoints": len(bearing),
+        "policy_revisions": len(policy_revisions(period_lines)["revisions"]),
+        "not_tied": untied if signs else read.counted,
     }
-    _write_readme(out / README, manifest, tree)
-    manifest["files"] = {
-        name: sha256_file(out / name)
-        for name in sorted(
-            str(p.relative_to(out)).replace(os.sep, "/") for p in out.rglob("*") if p.is_file() and p.name != MANIFEST
-        )
-    }
-    _write_json(out / MANIFEST, manifest)
-    return manifest
+
+
+def _tied_to(covering: Checkpoint | None, end: int) -> dict[str, Any] | None:
+    tied = covering if covering is not None and covering.size <= end and covering.refused is None else None
+    return None if tied is None else {"size": tied.size, "time": tied.time}
 
 
 def _plain(value: Any) -> Any:
@@ -365,97 +424,3 @@ def _plain(value: Any) -> Any:
 
 def _order(c: Checkpoint) -> tuple[int, str, int]:
     return (c.size, c.time, c.line)
-
-
-def _write_readme(path: Path, manifest: dict[str, Any], tree: dict[str, Any]) -> None:
-    counts, period, tied = manifest["counts"], manifest["period"], manifest["tied_to"]
-    positions = manifest["positions"]
-    if manifest["signing"] == "none":
-        tie = (
-            "This gateway signs no checkpoints (GATEWAY_AUDIT_SIGNING_KEY is not set): the rows can be checked "
-            "against each other (content, hashes, links), but nothing ties them to a signature, so whoever could "
-            "write the database could have rewritten them consistently."
-        )
-    elif tied is not None:
-        tie = (
-            f"The rows are tied to the checkpoint of {tied['size']} rows signed {tied['time']} (in `{CHECKPOINTS}`): "
-            "its head hash is the hash of that row of the pack, and each row links to the one before, so every "
-            "row of the pack up to it is the one the gateway signed."
-        )
-    else:
-        tie = (
-            "No signed checkpoint covers the period's last row (the signer refused the chain, or could not "
-            "sign when the pack was made): rows after the newest checkpoint in this pack are checked for content, "
-            "hashes and links only, never as signed, and fail the check unless you pass --allow-uncovered."
-        )
-    merkle = (
-        f"`{TREE}` holds the compact range of the chain's Merkle tree before the pack's first row, from which "
-        "each checkpoint's Merkle root is recomputed from the pack's rows."
-        if tree.get("nodes") is not None
-        else f"The chain's Merkle tree before the pack cannot be given ({tree.get('why')}): checkpoints are held "
-        "to by their head hash only."
-    )
-    text = f"""# Audit evidence pack
-
-Tenant `{manifest["tenant"]}`, the audit rows dated from {period["since"]} (included) to
-{period["until"]} (excluded): {counts["rows_in_period"]} rows. Made {manifest["created_at"]} by the
-governed retrieval gateway {manifest["gateway_version"]}. Chain positions
-{positions["first"]} to {positions["last"]} are in the pack.
-
-## Check it
-
-With the gateway's public key as you received it from the operator (out of band: not from this pack):
-
-```sh
-gateway audit verify-pack DIR --public-key audit-signing.pub.pem [--known NOTE] [--witness-key VKEY]
-```
-
-Without `--public-key`, the keys in `{KEYS}/` are used, which shows only that the pack is consistent
-with itself: whoever made the pack could have made those keys too. `--known` holds checkpoints you
-got elsewhere (a witness's cosigned note, one from an earlier pack) against the pack's rows: that is
-what shows a history re-signed by whoever holds the key. `--witness-key` checks a witness's
-cosignatures; without it they are reported as not checked. It needs no database and no network, and
-exits 1 naming the file and line of the first problem.
-
-## Files
-
-- `{ROWS}`: the rows of the period, oldest first, one JSON object a line: every column the row's
-  hash covers, `row_hash`, `seal` (an HMAC under the gateway's key; not checkable without it) and
-  `in_period` (false for a row written between two rows of the period but dated outside it).
-- `{ROWS_BEFORE}`: the row before the period's first one, dated before the period.
-- `{ROWS_AFTER}`: the rows after the period's last one, up to the first signed checkpoint at or after
-  it.
-- `{TREE}`: the Merkle tree (RFC 6962) of the chain before the pack's first row, as its compact range.
-- `{CHECKPOINTS}`: the gateway's signed checkpoints (C2SP signed notes) whose positions lie in the pack.
-- `{KEYS}/`: the keys the gateway signs checkpoints with, as verifier keys and PEM.
-- `{POLICY}`: the policy revisions the period's rows name (first and last seen, rows, retrieval
-  calls) and the period's policy reloads.
-- `{FIGURES}`: the compliance overview's figures of the period, recomputable from `{ROWS}`.
-- `{MANIFEST}`: tenant, period, counts and the SHA-256 of every other file.
-
-No file holds item text or query text: audit rows hold ids, shapes, counts and hashes only.
-
-## What it shows
-
-- Every row's content gives its hash (SHA-256 of its canonical JSON), each row links to the one
-  before, and positions are consecutive: an edited, deleted or reordered row fails.
-- {tie}
-- {merkle}
-- The row before the period is dated before it and the row after it after it, so a row dropped at
-  either end shows (unless no checkpoint covers the end yet).
-- `{FIGURES}` and `{POLICY}` are what the period's rows give: the check recomputes both.
-
-## What it cannot show
-
-- Rows of the period past the last checkpoint in the pack are not signed: {counts["not_tied"]} here
-  (the check fails on them unless you pass `--allow-uncovered`).
-- The seal of each row needs the gateway's key: only the gateway's own verify checks it.
-- A call is dated when it started and written when it ended, so the positions of calls that ran at
-  the same time need not follow their times; the period is taken from the first to the last position
-  dated in it, and a row dated in the period but written before the row before it would not be in
-  the pack.
-- The manifest is not signed: its digests catch a damaged file, the checkpoints an altered row.
-- A history rewritten and re-signed by whoever holds the signing key: only checkpoints held outside
-  the gateway show it (`--known` with a witness's notes, or ones you kept).
-"""
-    path.write_text(text, encoding="utf-8")

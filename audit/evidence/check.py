@@ -1,4 +1,4 @@
-"""Check an evidence pack (audit.evidence) offline: no database, no network, only its files and the
+"""Check an evidence pack (audit.evidence.pack) offline: no database, no network, only its files and the
 gateway's public key (`gateway audit verify-pack`).
 
 What is checked, each failure named by its file and line: the manifest's digests of every file; each
@@ -25,30 +25,17 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from audit.chain import HASHED, derived, row_hash, row_hash_v1
-from audit.checkpoints import Attested, Checkpoint, CheckpointLog, adoption_of, open_by_any, origin_of
-from audit.evidence import (
-    CHECKPOINTS,
-    FIGURES,
-    FORMAT,
-    KEYS,
-    MANIFEST,
-    POLICY,
-    ROWS,
-    ROWS_AFTER,
-    ROWS_BEFORE,
-    TREE,
-    in_period,
-    policy_revisions,
-    sha256_file,
-)
-from audit.merkle import Range, leaf_hash
-from audit.notes import SIGNATURE_PREFIX, NoteError, Verifier, open_note, parse_verifier_key
+from audit.evidence.findings import PackCheck, PackRow
+from audit.evidence.layout import FIGURES, FORMAT, KEYS, MANIFEST, POLICY, ROWS, ROWS_AFTER, ROWS_BEFORE
+from audit.evidence.pack import in_period, policy_revisions, sha256_file
+from audit.evidence.signed import UNCHECKED, known_checkpoints, manifest_claims, signed_checkpoints
+from audit.integrity import NoteError, Verifier, parse_verifier_key
 from core.audit_facts import tally_rows
 from core.errors import ConfigurationError
 from core.instants import parse_rfc3339
@@ -57,48 +44,6 @@ PACK_KEYS = (
     "the pack's own public keys: this shows the pack is consistent with itself, not that the gateway signed it "
     "(whoever made the pack could have made the keys); pass the key you received from the operator with --public-key"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    file: str
-    line: int | None
-    what: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"file": self.file, "line": self.line, "what": self.what}
-
-    def text(self) -> str:
-        return f"{self.file}" + (f" line {self.line}" if self.line is not None else "") + f": {self.what}"
-
-
-@dataclass(slots=True)
-class _Row:
-    file: str
-    line: int
-    data: dict[str, Any]
-    created_at: datetime
-
-
-@dataclass(slots=True)
-class _Check:
-    directory: Path
-    problems: list[Problem] = field(default_factory=list)
-    merkle: str = ""  # what the tree before the pack allows
-    positions: _Rows | None = None
-    verified: list[tuple[int, Checkpoint]] = field(default_factory=list)  # the pack's notes that verify, of its chain
-
-    def fail(self, file: str, line: int | None, what: str) -> None:
-        self.problems.append(Problem(file, line, what))
-
-    def json(self, name: str) -> Any:
-        try:
-            return json.loads((self.directory / name).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            self.fail(name, None, "missing")
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            self.fail(name, getattr(exc, "lineno", None), f"not readable JSON ({type(exc).__name__})")
-        return None
 
 
 def pack_verifiers(directory: Path) -> list[Verifier]:
@@ -112,7 +57,6 @@ def pack_verifiers(directory: Path) -> list[Verifier]:
     return found
 
 
-UNCHECKED = "NOT CHECKED: no key was given for them, so they prove nothing (pass the witness's key with --witness-key)"
 NOT_COVERED = "pass --allow-uncovered to accept rows checked for their hashes and links only"
 
 
@@ -135,7 +79,7 @@ def check_pack(directory: Path, verifiers: Sequence[Verifier] | None = None, tru
     what the auditor holds (`Trust`)."""
     trust = trust or Trust(verifiers)
     verifiers = trust.verifiers if verifiers is None else verifiers
-    check = _Check(directory)
+    check = PackCheck(directory)
     report: dict[str, Any] = {"ok": False, "pack": str(directory)}
     manifest = check.json(MANIFEST)
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
@@ -153,17 +97,7 @@ def check_pack(directory: Path, verifiers: Sequence[Verifier] | None = None, tru
     report["gateway_version"] = manifest.get("gateway_version")
     _digests(check, manifest)
 
-    if verifiers is None:
-        try:
-            keys = pack_verifiers(directory)
-        except ConfigurationError as exc:
-            check.fail(KEYS, None, exc.message)
-            keys = []
-        report["keys"] = {"source": "pack", "count": len(keys), "note": PACK_KEYS}
-    else:
-        keys = list(verifiers)
-        report["keys"] = {"source": "given", "count": len(keys)}
-
+    keys = _keys(check, report, verifiers)
     before = _read_rows(check, ROWS_BEFORE)
     period = _read_rows(check, ROWS)
     after = _read_rows(check, ROWS_AFTER)
@@ -187,8 +121,8 @@ def check_pack(directory: Path, verifiers: Sequence[Verifier] | None = None, tru
         "hash_v1": v1,
     }
 
-    report["checkpoints"] = _checkpoints(check, rows, keys, chain, trust.witnesses)
-    report["known"] = _known(check, rows, keys, chain, trust.known, report["checkpoints"])
+    report["checkpoints"] = signed_checkpoints(check, rows, keys, chain, trust.witnesses)
+    report["known"] = known_checkpoints(check, rows, keys, chain, trust.known, report["checkpoints"])
     through = report["checkpoints"]["tied_through"]
     report["tied"] = sum(1 for r in inside if through is not None and int(r.data["seq"]) <= through)
     report["not_tied"] = len(inside) - report["tied"]
@@ -203,7 +137,7 @@ def check_pack(directory: Path, verifiers: Sequence[Verifier] | None = None, tru
         )
     adopted = report["checkpoints"].pop("adoption", None)
     report["adopted"] = adopted.as_dict() if adopted is not None else None
-    _claims(check, manifest, report, rows)
+    manifest_claims(check, manifest, report, rows)
 
     lines = [{**r.data, "created_at": r.created_at} for r in inside]
     _policy(check, [{**r.data} for r in inside])
@@ -212,14 +146,28 @@ def check_pack(directory: Path, verifiers: Sequence[Verifier] | None = None, tru
     return _finish(report, check)
 
 
-def _finish(report: dict[str, Any], check: _Check) -> dict[str, Any]:
+def _keys(check: PackCheck, report: dict[str, Any], verifiers: Sequence[Verifier] | None) -> list[Verifier]:
+    """The gateway's keys the pack is checked with: those given, or the pack's own (said in the report)."""
+    if verifiers is not None:
+        report["keys"] = {"source": "given", "count": len(verifiers)}
+        return list(verifiers)
+    try:
+        keys = pack_verifiers(check.directory)
+    except ConfigurationError as exc:
+        check.fail(KEYS, None, exc.message)
+        keys = []
+    report["keys"] = {"source": "pack", "count": len(keys), "note": PACK_KEYS}
+    return keys
+
+
+def _finish(report: dict[str, Any], check: PackCheck) -> dict[str, Any]:
     report["ok"] = not check.problems
     report["problems"] = [p.as_dict() for p in check.problems]
     report["first_problem"] = check.problems[0].as_dict() if check.problems else None
     return report
 
 
-def _digests(check: _Check, manifest: dict[str, Any]) -> None:
+def _digests(check: PackCheck, manifest: dict[str, Any]) -> None:
     files = manifest.get("files")
     if not isinstance(files, dict):
         check.fail(MANIFEST, None, "lists no file digests")
@@ -238,7 +186,7 @@ def _digests(check: _Check, manifest: dict[str, Any]) -> None:
             check.fail(name, None, "its SHA-256 is not the manifest's (the file was changed)")
 
 
-def _read_rows(check: _Check, name: str) -> list[_Row]:
+def _read_rows(check: PackCheck, name: str) -> list[PackRow]:
     try:
         text = (check.directory / name).read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -265,14 +213,14 @@ def _read_rows(check: _Check, name: str) -> list[_Row]:
         except (ValueError, TypeError) as exc:
             check.fail(name, number, f"not a row ({exc})")
             continue
-        rows.append(_Row(name, number, data, created))
+        rows.append(PackRow(name, number, data, created))
     return rows
 
 
-def _chain(check: _Check, rows: list[_Row], chain: str, tenant: Any, since: datetime, until: datetime) -> int:
+def _chain(check: PackCheck, rows: list[PackRow], chain: str, tenant: Any, since: datetime, until: datetime) -> int:
     """Each row's hash, review columns, link, position, chain and period flag; the number of rows
     accepted under hash version 1."""
-    previous: _Row | None = None
+    previous: PackRow | None = None
     seen_v2, v1 = False, 0
     for row in rows:
         m, at = row.data, (row.file, row.line)
@@ -301,234 +249,7 @@ def _chain(check: _Check, rows: list[_Row], chain: str, tenant: Any, since: date
     return v1
 
 
-@dataclass(slots=True)
-class _Rows:
-    """The pack's rows by position: their hashes, and the Merkle root at each (when the tree before
-    the pack is given)."""
-
-    first: int | None
-    last: int | None
-    hashes: dict[int, str]
-    roots: dict[int, str]
-    start_hash: str  # what the pack's first row links to
-
-    def mismatch(self, checkpoint: Checkpoint, signed: str) -> str | None:
-        """Why the rows do not match a checkpoint within them (None: they do)."""
-        size = checkpoint.size
-        assert self.first is not None
-        head = self.hashes.get(size) if size >= self.first else self.start_hash
-        if head != checkpoint.head:
-            return f"row {size} does not carry the head hash of {signed}: rows rewritten"
-        if checkpoint.tree and size in self.roots and self.roots[size] != checkpoint.tree:
-            return f"the Merkle root of rows 1 to {size} from the pack is not the one of {signed}"
-        return None
-
-    def holds(self, size: int) -> bool:
-        return self.first is not None and self.last is not None and self.first - 1 <= size <= self.last
-
-
-def _by_position(check: _Check, rows: list[_Row]) -> _Rows:
-    tree, merkle = _tree(check, rows)
-    roots: dict[int, str] = {}
-    if tree is not None:
-        if tree.size:
-            roots[tree.size] = tree.root().hex()
-        for r in rows:
-            tree.append(leaf_hash(str(r.data["row_hash"])))
-            roots[int(r.data["seq"])] = tree.root().hex()
-    check.merkle = merkle
-    return _Rows(
-        int(rows[0].data["seq"]) if rows else None,
-        int(rows[-1].data["seq"]) if rows else None,
-        {int(r.data["seq"]): str(r.data["row_hash"]) for r in rows},
-        roots,
-        str(rows[0].data["prev_hash"]) if rows else "",
-    )
-
-
-def _checkpoints(
-    check: _Check, rows: list[_Row], keys: list[Verifier], chain: str, witnesses: Sequence[Verifier]
-) -> dict[str, Any]:
-    """Open each note with the keys and hold its checkpoint against the rows: the row at its size
-    must carry its head hash, and the Merkle tree (the range before the pack, extended by the pack's
-    rows) its root. Cosignatures are checked with the witness keys; other signature lines are
-    listed as not checked."""
-    positions = _by_position(check, rows)
-    check.positions = positions
-    summary: dict[str, Any] = {"notes": 0, "verified": 0, "tied_through": None, "merkle": check.merkle}
-    names = {k.name for k in keys}
-    unchecked: set[str] = set()
-    cosigned = {w.name: 0 for w in witnesses}
-    tied: int | None = None
-    marks: list[Checkpoint] = []
-    for line, note in CheckpointLog(check.directory / CHECKPOINTS).notes():
-        summary["notes"] += 1
-        at = (CHECKPOINTS, line)
-        try:
-            checkpoint = Checkpoint.parse(open_by_any(note, keys), line)
-        except NoteError as exc:
-            check.fail(*at, f"the checkpoint does not verify with the key(s): {exc}")
-            continue
-        summary["verified"] += 1
-        for name in _cosigners(check, at, note, names | {origin_of(checkpoint.chain)}, witnesses):
-            if name in cosigned:
-                cosigned[name] += 1
-            else:
-                unchecked.add(name)
-        if checkpoint.chain != chain:
-            check.fail(*at, f"a checkpoint of chain {checkpoint.chain!r}, not the pack's {chain!r}")
-            continue
-        marks.append(checkpoint)
-        check.verified.append((line, checkpoint))
-        size, signed = checkpoint.size, f"the checkpoint of {checkpoint.size} rows signed {checkpoint.time}"
-        if checkpoint.refused is not None:
-            check.fail(*at, f"the signer refused row {checkpoint.refused[0]}: {checkpoint.refused[1]}")
-        if not positions.holds(size):
-            check.fail(
-                *at,
-                f"{signed} names a position outside the pack's rows ({positions.first} to {positions.last}): rows are missing",
-            )
-            continue
-        wrong = positions.mismatch(checkpoint, signed)
-        if wrong is not None:
-            check.fail(*at, wrong)
-            continue
-        if checkpoint.refused is None:
-            tied = size if tied is None else max(tied, size)
-    summary["tied_through"] = tied
-    summary["witnesses"] = {name: {"cosigned": n, "checked": True} for name, n in cosigned.items()}
-    summary["unchecked_signatures"] = {"names": sorted(unchecked), "what": UNCHECKED} if unchecked else None
-    summary["adoption"] = adoption_of(marks)
-    return summary
-
-
-def _cosigners(check: _Check, at: tuple[str, int], note: str, gateway: set[str], witnesses: Sequence[Verifier]) -> list[str]:
-    """The names of a note's signature lines other than the gateway's (its key, and the same key
-    under the chain's origin, which C2SP witnesses know it by); a line by a witness whose key is
-    given must verify (a forged cosignature is a problem, never listed as one)."""
-    found = []
-    for text in note[note.rfind("\n\n") + 2 :].splitlines():
-        if not text.startswith(SIGNATURE_PREFIX):
-            continue
-        name = text[len(SIGNATURE_PREFIX) :].partition(" ")[0]
-        if name in gateway or name in found:
-            continue
-        for witness in (w for w in witnesses if w.name == name):
-            try:
-                open_note(note, witness)
-            except NoteError as exc:
-                check.fail(*at, f"the cosignature by {name} does not verify with its key ({exc}): forged or altered")
-                break
-        else:
-            found.append(name)
-    return found
-
-
-def _known(
-    check: _Check, rows: list[_Row], keys: list[Verifier], chain: str, known: Sequence[Path], summary: dict[str, Any]
-) -> dict[str, Any] | None:
-    """Checkpoints the auditor holds from elsewhere (a witness's cosigned note, a checkpoint of an
-    earlier pack), each opened with the gateway's keys: each must lie within the pack's rows and
-    match them, and an adoption one of them carries must still be carried by the pack. Those that
-    hold count as signed coverage."""
-    if not known:
-        return None
-    positions = check.positions
-    assert positions is not None
-    report: dict[str, Any] = {"files": [str(p) for p in known], "held": 0, "other_chains": 0}
-    theirs: list[Checkpoint] = []
-    for path in known:
-        attested = _read_known(check, path, keys)
-        report["other_chains"] += sum(len(v) for name, v in attested.by_chain.items() if name != chain)
-        for checkpoint in sorted(attested.by_chain.get(chain, []), key=lambda c: c.size):
-            at, signed = (str(path), checkpoint.line), f"your checkpoint of {checkpoint.size} rows signed {checkpoint.time}"
-            theirs.append(checkpoint)
-            if not positions.holds(checkpoint.size):
-                check.fail(
-                    *at,
-                    f"{signed} lies outside the pack's rows ({positions.first} to {positions.last}): the pack cannot show "
-                    "it is consistent with it (ask for a pack exported with `gateway audit export --known` and this note)",
-                )
-                continue
-            wrong = positions.mismatch(checkpoint, signed)
-            if wrong is not None:
-                check.fail(*at, f"{wrong} (the rows are not the ones your checkpoint saw)")
-                continue
-            report["held"] += 1
-            if checkpoint.refused is None:
-                through = summary["tied_through"]
-                summary["tied_through"] = checkpoint.size if through is None else max(through, checkpoint.size)
-    held, carried = adoption_of(theirs), summary.get("adoption")
-    if held is not None and (carried is None or (carried.time, carried.size) < (held.time, held.size)):
-        check.fail(
-            CHECKPOINTS,
-            None,
-            f"a checkpoint you hold says the chain was {held.text()}; the pack's checkpoints do not say so",
-        )
-    if held is not None and (carried is None or (held.time, held.size) > (carried.time, carried.size)):
-        summary["adoption"] = held
-    return report
-
-
-def _read_known(check: _Check, path: Path, keys: list[Verifier]) -> Attested:
-    from audit.checkpoints import read_checkpoints
-
-    if not path.is_file():
-        check.fail(str(path), None, "cannot be read")
-        return Attested(str(path))
-    attested = read_checkpoints(path, keys)
-    for line, what in attested.problems:
-        check.fail(str(path), line, what)
-    if not attested.notes and not attested.problems:
-        check.fail(str(path), None, "holds no checkpoint note")
-    return attested
-
-
-def _claims(check: _Check, manifest: dict[str, Any], report: dict[str, Any], rows: list[_Row]) -> None:
-    """The manifest's claims held against what the files give (nothing in the verdict is read from it)."""
-    positions: dict[str, Any] = manifest["positions"] if isinstance(manifest.get("positions"), dict) else {}
-    given = (int(rows[0].data["seq"]), int(rows[-1].data["seq"])) if rows else (None, None)
-    if (positions.get("first"), positions.get("last")) != given:
-        check.fail(
-            MANIFEST,
-            None,
-            f"positions {positions.get('first')} to {positions.get('last')}: the rows run {given[0]} to {given[1]}",
-        )
-    counts: dict[str, Any] = manifest["counts"] if isinstance(manifest.get("counts"), dict) else {}
-    if counts.get("checkpoints") != report["checkpoints"]["notes"]:
-        check.fail(
-            MANIFEST,
-            None,
-            f"counts {counts.get('checkpoints')} checkpoints, {CHECKPOINTS} holds {report['checkpoints']['notes']}",
-        )
-    named = manifest.get("tied_to")
-    if named is not None:
-        verified = {(c.size, c.time) for _, c in check.verified}
-        if not isinstance(named, dict) or (named.get("size"), named.get("time")) not in verified:
-            check.fail(MANIFEST, None, f"ties the pack to a checkpoint ({named}) that is not among the pack's verified ones")
-    if manifest.get("signing") == "none" and report["checkpoints"]["verified"]:
-        check.fail(MANIFEST, None, "says the gateway signs no checkpoints, yet the pack holds signed ones")
-
-
-def _tree(check: _Check, rows: list[_Row]) -> tuple[Range | None, str]:
-    """The Merkle tree before the pack's first row, from its compact range, and what it allows."""
-    document = check.json(TREE)
-    if not isinstance(document, dict):
-        return None, "not checked: no tree before the pack"
-    if document.get("nodes") is None:
-        return None, f"not checked (head hashes only): {document.get('why', 'no tree given')}"
-    try:
-        tree = Range.of(int(document["size"]), [bytes.fromhex(h) for h in document["nodes"]])
-    except (KeyError, TypeError, ValueError) as exc:
-        check.fail(TREE, None, f"not a compact range ({exc})")
-        return None, "not checked: the tree before the pack is unreadable"
-    if rows and tree.size != int(rows[0].data["seq"]) - 1:
-        check.fail(TREE, None, f"a tree of {tree.size} rows, but the pack starts at row {rows[0].data['seq']}")
-        return None, "not checked: the tree before the pack does not end where the pack starts"
-    return tree, "checked: each checkpoint's root recomputed from the tree before the pack and its rows"
-
-
-def _policy(check: _Check, rows: list[dict[str, Any]]) -> None:
+def _policy(check: PackCheck, rows: list[dict[str, Any]]) -> None:
     listed = check.json(POLICY)
     if listed is None:
         return
@@ -549,8 +270,8 @@ def _policy(check: _Check, rows: list[dict[str, Any]]) -> None:
         check.fail(POLICY, None, "its policy reloads are not the period's policy_reload rows")
 
 
-def _figures(check: _Check, rows: list[dict[str, Any]], since: datetime, until: datetime) -> None:
-    from audit.overview import figures_of
+def _figures(check: PackCheck, rows: list[dict[str, Any]], since: datetime, until: datetime) -> None:
+    from audit.review import figures_of
 
     listed = check.json(FIGURES)
     if listed is None:

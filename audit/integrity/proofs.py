@@ -17,10 +17,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
-from audit.chain import HASHED, HASHED_V1, anchor_of, audit_trace, row_hash, row_hash_v1, row_hashes, utc_instant
-from audit.checkpoints import Attested, Checkpoint, CheckpointLog, cut_of, open_by_any
-from audit.merkle import inclusion_proof, leaf_hash, verify_inclusion
-from audit.notes import NoteError, Verifier
+from audit.chain import HASHED, HASHED_V1, anchor_of, audit_trace, hashed_content, row_hash, row_hash_v1, row_hashes
+from audit.integrity.checkpoints import Attested, Checkpoint, CheckpointLog, cut_of, open_by_any
+from audit.integrity.merkle import inclusion_proof, leaf_hash, verify_inclusion
+from audit.integrity.notes import NoteError, Verifier
 from core.errors import Conflict
 
 FORMAT = "gateway.audit.proof/1"
@@ -60,9 +60,7 @@ def proof_of(
         path = inclusion_proof(seq - 1, checkpoint.size, leaves, cut)
     notes = dict(log_file.notes())
     version = 2 if row_hash(m) == m["row_hash"] else 1
-    content = {
-        name: (utc_instant(m[name]) if name == "created_at" else m[name]) for name in (HASHED if version == 2 else HASHED_V1)
-    }
+    content = hashed_content(m, HASHED if version == 2 else HASHED_V1)
     return {
         "format": FORMAT,
         "trace": {**content, "row_hash": m["row_hash"], "hash_version": version},

@@ -24,7 +24,7 @@ from core.tables import Item
 
 item_table = Item.__table__  # type: ignore[attr-defined]
 MAX_GROUP = 500  # entities of one merge group followed at most
-MAX_PAGE = 500
+MAX_SUBJECT_PAGE = 500
 WALKED_STAGES = ("asked", "retrieved", "used")  # every call about an entity has one of these facets
 MAX_RANGES = 200  # index ranges walked in one statement (a big merge group takes several)
 MAX_WALK = 20_000  # index entries a range gives at most per step, when other tenants' calls share the ids
@@ -144,7 +144,7 @@ def _newest_marked(conn: Connection, group: list[str], before: int | None, k: in
 
 def subject_report(engine: Engine, tenant: str, entity_id: str, after: int | None = None, limit: int = 100) -> dict[str, Any]:
     """Newest first, paged by the row's key (`c_<pk>`; a chain's keys grow with its positions)."""
-    limit = max(1, min(limit, MAX_PAGE))
+    limit = max(1, min(limit, MAX_SUBJECT_PAGE))
     with engine.connect() as conn:
         group = merge_group(conn, tenant, entity_id)
         if not group:
@@ -184,7 +184,7 @@ def report_csv(engine: Engine, tenant: str, entity_id: str) -> Iterator[bytes]:
     after: int | None = None
     header = True
     while True:
-        report = subject_report(engine, tenant, entity_id, after, MAX_PAGE)
+        report = subject_report(engine, tenant, entity_id, after, MAX_SUBJECT_PAGE)
         lines = [csv_line(CSV_COLUMNS)] if header else []
         header = False
         for call in report["calls"]:

@@ -1,8 +1,8 @@
-"""The audit signing key: Ed25519 key files, the note signer made from them, and the row seal.
+"""The audit signing key: Ed25519 key files, the note signer made from them, and the key of the row seal (audit.chain.rows.seal).
 
 The private key lives outside the database (a file the service reads at start, mounted from a
 secret); the store never holds it. Two things are derived from it: the signer of checkpoints
-(audit.checkpoints), and the seal key, whose HMAC over a row's hash proves the gateway wrote the row
+(audit.integrity.checkpoints), and the seal key, whose HMAC over a row's hash proves the gateway wrote the row
 (someone who can write the database but not read the key cannot make a row that the checkpointer
 will sign).
 """
@@ -10,7 +10,6 @@ will sign).
 from __future__ import annotations
 
 import hashlib
-import hmac
 import os
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from cryptography.hazmat.primitives.serialization import (
     load_pem_public_key,
 )
 
-from audit.notes import NoteError, Signer, Verifier, parse_verifier_key, verifier_key
+from audit.integrity.notes import NoteError, Signer, Verifier, parse_verifier_key, verifier_key
 from core.errors import ConfigurationError
 
 KEY_NAME = "gateway.audit"  # the signer's name in every signature line
@@ -85,11 +84,3 @@ def load_verifier(path: Path) -> Verifier:
 def seal_key(signer: Signer) -> bytes:
     raw = signer.private.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
     return hashlib.sha256(SEAL_PURPOSE + raw).digest()
-
-
-def seal(key: bytes, row_hash: str) -> str:
-    return hmac.new(key, row_hash.encode(), hashlib.sha256).hexdigest()
-
-
-def sealed(key: bytes, row_hash: str | None, value: str | None) -> bool:
-    return row_hash is not None and value is not None and hmac.compare_digest(seal(key, row_hash), value)

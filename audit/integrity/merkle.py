@@ -3,7 +3,7 @@
 The leaves are the chain's row hashes in position order (leaf i is position i + 1), hashed as
 RFC 6962 leaves: SHA-256(0x00 || row hash). An interior node is SHA-256(0x01 || left || right), and
 a tree of n leaves splits at the largest power of two below n. Checkpoints carry the tree's root
-(`tree`, audit.checkpoints), so one row can be shown to be under a signed checkpoint with a path of
+(`tree`, audit.integrity.checkpoints), so one row can be shown to be under a signed checkpoint with a path of
 about log2(n) hashes (`inclusion_proof`), checked with nothing but the checkpoint and the key
 (`verify_inclusion`, `gateway audit verify-proof`).
 
@@ -131,21 +131,32 @@ def verify_inclusion(index: int, size: int, leaf: bytes, proof: Sequence[bytes],
     whose root is `expected_root`."""
     if not 0 <= index < size:
         return False
-    fn, sn, value = index, size - 1, leaf
-    for p in proof:
+    sides = _sides(index, size - 1, len(proof))
+    if sides is None:
+        return False
+    value = leaf
+    for p, left in zip(proof, sides):
+        value = node_hash(p, value) if left else node_hash(value, p)
+    return value == expected_root
+
+
+def _sides(fn: int, sn: int, steps: int) -> list[bool] | None:
+    """RFC 9162 §2.1.3.2 and §2.1.4.2's walk up the tree from node `fn` of the last node `sn`: for each
+    of the proof's `steps` hashes, whether it is the left sibling of the node so far (else the right).
+    None when the proof does not end at the root: too long, or too short."""
+    sides = []
+    for _ in range(steps):
         if sn == 0:
-            return False
-        if fn & 1 or fn == sn:
-            value = node_hash(p, value)
-            if not fn & 1:
-                while not fn & 1 and fn != 0:
-                    fn >>= 1
-                    sn >>= 1
-        else:
-            value = node_hash(value, p)
+            return None
+        left = bool(fn & 1 or fn == sn)
+        if left and not fn & 1:
+            while not fn & 1 and fn != 0:
+                fn >>= 1
+                sn >>= 1
+        sides.append(left)
         fn >>= 1
         sn >>= 1
-    return sn == 0 and value == expected_root
+    return sides if sn == 0 else None
 
 
 def consistency_proof(
@@ -188,19 +199,14 @@ def verify_consistency(old: int, size: int, old_root: bytes, new_root: bytes, pr
     while fn & 1:
         fn >>= 1
         sn >>= 1
+    sides = _sides(fn, sn, len(path) - 1)
+    if sides is None:
+        return False
     fr = sr = path[0]
-    for c in path[1:]:
-        if sn == 0:
-            return False
-        if fn & 1 or fn == sn:
+    for c, left in zip(path[1:], sides):
+        if left:
             fr = node_hash(c, fr)
             sr = node_hash(c, sr)
-            if not fn & 1:
-                while not fn & 1 and fn != 0:
-                    fn >>= 1
-                    sn >>= 1
         else:
             sr = node_hash(sr, c)
-        fn >>= 1
-        sn >>= 1
-    return sn == 0 and fr == old_root and sr == new_root
+    return fr == old_root and sr == new_root

@@ -31,9 +31,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from audit.checkpoints import ORIGIN_PREFIX, Checkpoint
-from audit.merkle import verify_consistency
-from audit.notes import NoteError, Signer, Verifier, cosign, open_note
+from audit.integrity.checkpoints import ORIGIN_PREFIX, Checkpoint
+from audit.integrity.merkle import verify_consistency
+from audit.integrity.notes import NoteError, Signer, Verifier, cosign, open_note
 
 log = logging.getLogger("gateway.audit.witness")
 WITNESS_NAME = "gateway.witness"

@@ -1,0 +1,79 @@
+"""What an evidence pack's check finds: each problem by file and line, the rows read, the check's state."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from audit.integrity import Checkpoint
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    file: str
+    line: int | None
+    what: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "what": self.what}
+
+    def text(self) -> str:
+        return f"{self.file}" + (f" line {self.line}" if self.line is not None else "") + f": {self.what}"
+
+
+@dataclass(slots=True)
+class PackRow:
+    file: str
+    line: int
+    data: dict[str, Any]
+    created_at: datetime
+
+
+@dataclass(slots=True)
+class PackCheck:
+    directory: Path
+    problems: list[Problem] = field(default_factory=list)
+    merkle: str = ""  # what the tree before the pack allows
+    positions: Positions | None = None
+    verified: list[tuple[int, Checkpoint]] = field(default_factory=list)  # the pack's notes that verify, of its chain
+
+    def fail(self, file: str, line: int | None, what: str) -> None:
+        self.problems.append(Problem(file, line, what))
+
+    def json(self, name: str) -> Any:
+        try:
+            return json.loads((self.directory / name).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            self.fail(name, None, "missing")
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            self.fail(name, getattr(exc, "lineno", None), f"not readable JSON ({type(exc).__name__})")
+        return None
+
+
+@dataclass(slots=True)
+class Positions:
+    """The pack's rows by position: their hashes, and the Merkle root at each (when the tree before
+    the pack is given)."""
+
+    first: int | None
+    last: int | None
+    hashes: dict[int, str]
+    roots: dict[int, str]
+    start_hash: str  # what the pack's first row links to
+
+    def mismatch(self, checkpoint: Checkpoint, signed: str) -> str | None:
+        """Why the rows do not match a checkpoint within them (None: they do)."""
+        size = checkpoint.size
+        assert self.first is not None
+        head = self.hashes.get(size) if size >= self.first else self.start_hash
+        if head != checkpoint.head:
+            return f"row {size} does not carry the head hash of {signed}: rows rewritten"
+        if checkpoint.tree and size in self.roots and self.roots[size] != checkpoint.tree:
+            return f"the Merkle root of rows 1 to {size} from the pack is not the one of {signed}"
+        return None
+
+    def holds(self, size: int) -> bool:
+        return self.first is not None and self.last is not None and self.first - 1 <= size <= self.last
