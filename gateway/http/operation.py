@@ -195,26 +195,27 @@ def v1(
 METHODS: dict[str, Method] = {"GET": "get", "PUT": "put", "POST": "post", "DELETE": "delete"}
 
 
-def split_route(route: str) -> tuple[str, Method]:
-    """`"PUT /v1/items"` as its path and method."""
+def read_heading(heading: str) -> tuple[str, Method, str]:
+    """`"PUT /v1/items: Write items (idempotent by id)"`, the way the route modules' docstrings
+    name an operation, as its path, method and summary."""
+    route, summary = heading.split(": ", 1)
     method, path = route.split(" ", 1)
-    return path, METHODS[method]
+    return path, METHODS[method], summary
 
 
 @dataclass(frozen=True)
 class Calls:
-    """The authenticated /v1 operations of one tag. Each is declared by what is its own: its route
-    (`"PUT /v1/items"`), endpoint, summary and answer (a 200 unless `status` says otherwise), the
-    errors only it gives (`v1` adds those every call can give, and 413 when it takes a `body`), its
-    parameters and body."""
+    """The authenticated /v1 operations of one tag. Each is declared by what is its own: its heading
+    (`"PUT /v1/items: Write items (idempotent by id)"`: method, path and summary), endpoint and answer
+    (a 200 unless `status` says otherwise), the errors only it gives (`v1` adds those every call can
+    give, and 413 when it takes a `body`), its parameters and body."""
 
     tag: str
 
     def operation(
         self,
-        route: str,
+        heading: str,
         serve: Endpoint,
-        summary: str,
         answer: Schema,
         *,
         status: int = 200,
@@ -224,7 +225,7 @@ class Calls:
         body: Schema | None = None,
         description: str = "",
     ) -> Operation:
-        path, method = split_route(route)
+        path, method, summary = read_heading(heading)
         responses = v1({str(status): answer}, errors=errors or {}, body=body is not None, also=also)
         return Operation(
             path, method, serve, summary, self.tag, responses, body=body, parameters=parameters, description=description

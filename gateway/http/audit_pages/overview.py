@@ -180,28 +180,25 @@ async def subject_page(call: Call) -> tuple[int, Response]:
 # The operations this module serves (gateway/http/operation.py).
 OPERATIONS = (
     page_operation(
-        "GET /audit/overview",
+        "GET /audit/overview: The compliance overview of a period as a page",
         "audit_page_overview",
         overview_page,
-        "The compliance overview of a period as a page",
         page_answer("Charts of the period, each figure a link to its traces"),
         {400: "A bad period, shown on the page", 401: NOT_SIGNED_IN},
         parameters=PERIOD_PARAMETERS,
     ),
     page_operation(
-        "GET /audit/subjects",
+        "GET /audit/subjects: Look up a data subject: the form, or the report of `entity`",
         "audit_page_subjects",
         subject_page,
-        "Look up a data subject: the form, or the report of `entity`",
         page_answer("The form or the report"),
         {400: "A bad cursor or an unknown parameter, shown on the page", 401: NOT_SIGNED_IN},
         parameters=(query_parameter("entity", "The entity id to report on"), CURSOR),
     ),
     page_operation(
-        "GET /audit/subjects/{entity_id}",
+        "GET /audit/subjects/{entity_id}: The report on one data subject as a page (or `format=csv`)",
         "audit_page_subject",
         subject_page,
-        "The report on one data subject as a page (or `format=csv`)",
         with_csv(page_answer("The calls about the subject, or with `format=csv` all of them as CSV")),
         {400: "A bad cursor or format, or an unknown parameter, shown on the page", 401: NOT_SIGNED_IN},
         parameters=(ENTITY_ID, CURSOR, query_parameter("format", "html (default) or csv", {"enum": ["html", "csv"]})),

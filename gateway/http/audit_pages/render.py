@@ -1,4 +1,5 @@
-"""Rendering the audit pages: the autoescaped templates, the security headers, and errors as pages."""
+"""Rendering the audit pages: the autoescaped templates, the security headers, errors as pages, and
+how a page's operation is declared (`page_operation`)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from core.actor import Actor
 from core.errors import GatewayError
 from gateway.http.audit_pages.session import SESSION_COOKIE, SignedOut
-from gateway.http.operation import Operation, Schema, page_answers, split_route
+from gateway.http.operation import Operation, Schema, page_answers, read_heading
 from gateway.http.traced import Call, serving
 
 log = logging.getLogger("gateway.http")
@@ -89,10 +90,9 @@ NOT_SIGNED_IN = "Not signed in: the sign-in form"
 
 
 def page_operation(
-    route: str,
+    heading: str,
     endpoint: str,
     handler: PageHandler,
-    summary: str,
     answer: Schema,
     errors: dict[int, str],
     *,
@@ -102,10 +102,11 @@ def page_operation(
     body: Schema | None = None,
     description: str = "",
 ) -> Operation:
-    """An audit page's operation (gateway/http/operation.py): `handler` served `as_page` under
-    `endpoint` (the name its audit rows carry), its `answer` (a 200 unless `status` says otherwise)
-    and `errors` pages; the session's, unless `auth` says otherwise."""
-    path, method = split_route(route)
+    """An audit page's operation (gateway/http/operation.py): its heading (`"GET /audit/verify: The
+    chain check as a page"`), `handler` served `as_page` under `endpoint` (the name its audit rows
+    carry), its `answer` (a 200 unless `status` says otherwise) and `errors` pages; the session's,
+    unless `auth` says otherwise."""
+    path, method, summary = read_heading(heading)
     return Operation(
         path,
         method,

@@ -29,9 +29,8 @@ async def handle(call: Call) -> tuple[int, DocumentReport]:
 # The operations this module serves (gateway/http/operation.py).
 OPERATIONS = (
     INGEST.operation(
-        "PUT /v1/documents/{document_id}",
+        "PUT /v1/documents/{document_id}: Write a Markdown document, cut into section items",
         serving("document", handle),
-        "Write a Markdown document, cut into section items",
         json_answer("The document's sections as written", ref(DocumentReport)),
         errors={
             400: "a bad document id, a body that is not UTF-8 text or holds NUL",

@@ -103,9 +103,8 @@ async def put_edges(call: Call) -> tuple[int, IngestReport]:
 # The operations this module serves (gateway/http/operation.py).
 OPERATIONS = (
     INGEST.operation(
-        "PUT /v1/entities/{entity_id}",
+        "PUT /v1/entities/{entity_id}: Write an entity",
         serving("entity", put_entity),
-        "Write an entity",
         json_answer("What was written", ref(IngestReport)),
         errors={
             400: "not a JSON object, an id other than the path's, a kind other than entity",
@@ -118,17 +117,15 @@ OPERATIONS = (
         body=json_body(ref("EntityIn")),
     ),
     INGEST.operation(
-        "DELETE /v1/entities/{entity_id}",
+        "DELETE /v1/entities/{entity_id}: Mark an entity pending deletion (everything attached is hidden at once)",
         serving("entity", delete_entity),
-        "Mark an entity pending deletion (everything attached is hidden at once)",
         json_answer("The tombstone", ref(TombstoneResult)),
         errors={400: "not an entity id", 404: "no such entity in this tenant", 405: MERGE_ROUTE},
         parameters=(ENTITY_ID,),
     ),
     INGEST.operation(
-        "POST /v1/entities/{entity_id}/merge",
+        "POST /v1/entities/{entity_id}/merge: Merge an entity into a survivor",
         serving("entity_merge", merge_entity),
-        "Merge an entity into a survivor",
         json_answer("The merge", ref(MergeResult)),
         errors={
             400: "malformed JSON, no `into`, unknown fields, a merge into itself",
@@ -139,9 +136,8 @@ OPERATIONS = (
         body=json_body(ref(MergeRequest)),
     ),
     INGEST.operation(
-        "PUT /v1/edges",
+        "PUT /v1/edges: Write edges",
         serving("edges", put_edges),
-        "Write edges",
         json_answer("What was written, and what was rejected and why", ref(IngestReport)),
         errors={400: "the body is neither a JSON array nor NDJSON, or names another kind"},
         body=batch_body("edge", "EdgeIn"),

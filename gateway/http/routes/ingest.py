@@ -38,9 +38,8 @@ async def write_items(call: Call, entries: list[Any]) -> tuple[int, IngestReport
 # The operations this module serves (gateway/http/operation.py).
 OPERATIONS = (
     INGEST.operation(
-        "PUT /v1/items",
+        "PUT /v1/items: Write items (idempotent by id)",
         serving("ingest", handle),
-        "Write items (idempotent by id)",
         json_answer("What was written, and what was rejected and why", ref(IngestReport)),
         errors={400: "the body is neither a JSON array nor NDJSON"},
         body=batch_body("item", ItemIn),

@@ -71,24 +71,21 @@ async def revoke_key(call: Call) -> tuple[int, RevokedKey]:
 # The operations this module serves (gateway/http/operation.py).
 OPERATIONS = (
     KEYS.operation(
-        "GET /v1/keys",
+        "GET /v1/keys: The tenant's API keys, revoked ones too",
         serving("keys_list", list_keys),
-        "The tenant's API keys, revoked ones too",
         json_answer("The keys, oldest first", ref(KeyList)),
     ),
     KEYS.operation(
-        "POST /v1/keys",
+        "POST /v1/keys: Create an API key in the caller's tenant",
         serving("keys_create", create_key),
-        "Create an API key in the caller's tenant",
         json_answer("The new key; its secret is shown this once", ref(CreatedKey)),
         status=201,
         errors={400: "malformed JSON, a `tenant`, a bad principal, role, group or clearance", 422: None},
         body=json_body(ref(NewKey)),
     ),
     KEYS.operation(
-        "DELETE /v1/keys/{key_id}",
+        "DELETE /v1/keys/{key_id}: Revoke a key of the caller's tenant and end its audit-page sessions",
         serving("key_revoke", revoke_key),
-        "Revoke a key of the caller's tenant and end its audit-page sessions",
         json_answer("The revoked key", ref(RevokedKey)),
         errors={400: "not a key id (16 hex digits)", 404: "no such key in this tenant"},
         parameters=(path_parameter("key_id", "The 16 hex digits after `gw_` in the key", "^[0-9a-f]{16}$"),),

@@ -103,15 +103,13 @@ OPERATIONS = (
         auth=None,
     ),
     POLICY.operation(
-        "GET /v1/policy",
+        "GET /v1/policy: The loaded policy revision",
         serving("policy", _policy),
-        "The loaded policy revision",
         json_answer("The engine and revision", ref(PolicyInfo)),
     ),
     POLICY.operation(
-        "POST /v1/policy/reload",
+        "POST /v1/policy/reload: Switch to the policy source's revision now",
         serving("policy_reload", _reload),
-        "Switch to the policy source's revision now",
         json_answer("Switched, or unchanged", ref(PolicyReload)),
         errors={
             403: "the key is not a `policy_admin` of the platform tenant (`GATEWAY_PLATFORM_TENANT`)",

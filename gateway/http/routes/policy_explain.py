@@ -62,9 +62,8 @@ async def handle(call: Call) -> tuple[int, ExplainReport]:
 # The operations this module serves (gateway/http/operation.py).
 OPERATIONS = (
     POLICY.operation(
-        "POST /v1/policy/explain",
+        "POST /v1/policy/explain: Explain a decision and named items for a hypothetical actor, in force or against a candidate",
         serving("policy_explain", handle),
-        "Explain a decision and named items for a hypothetical actor, in force or against a candidate",
         json_answer(
             "The decision, its constraints, and per item the denying checks and excluding constraints", ref(ExplainReport)
         ),

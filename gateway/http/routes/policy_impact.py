@@ -85,9 +85,8 @@ async def _bounded(call: Call, run: Coroutine[Any, Any, dict[str, Any]]) -> dict
 # The operations this module serves (gateway/http/operation.py).
 OPERATIONS = (
     POLICY.operation(
-        "POST /v1/policy/impact",
+        "POST /v1/policy/impact: Replay the tenant's recorded calls against a candidate policy",
         serving("policy_impact", handle),
-        "Replay the tenant's recorded calls against a candidate policy",
         json_answer("Decisions that flip and items newly allowed or denied", ref(ImpactReport)),
         errors={
             400: "malformed JSON, an unknown field, a bad `since` or `limit`, a candidate that does not compile (file:line)",

@@ -29,9 +29,8 @@ async def handle(call: Call) -> tuple[int, RetrieveResponse]:
 # The operations this module serves (gateway/http/operation.py).
 OPERATIONS = (
     RETRIEVE.operation(
-        "POST /v1/retrieve",
+        "POST /v1/retrieve: Retrieve the context for one task",
         serving("retrieve", handle),
-        "Retrieve the context for one task",
         json_answer("The packed context", ref(RetrieveResponse)),
         errors={
             400: "malformed JSON, identity fields in the body, synthesize without a model, expand without a cursor",
