@@ -6,7 +6,7 @@ import json
 import threading
 import zlib
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ import pytest
 
 from gateway.writes.vectorize import lag
 from tests.conftest import Gateway, open_gateway
+from tests.loopback import QuietHandler
 
 RESEARCH = {"type": "research"}
 SEMANTIC_ONLY = {"exact": False, "lexical": False, "semantic": True}
@@ -181,10 +182,7 @@ class EmbeddingsDouble:
         self.fail = fail
         double = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                return None
-
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 double.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
