@@ -15,14 +15,11 @@ import pytest
 
 from gateway.writes.vectorize import lag
 from tests.conftest import Gateway, open_gateway
+from tests.gateway.fixtures import doc
 from tests.loopback import QuietHandler
 
 RESEARCH = {"type": "research"}
 SEMANTIC_ONLY = {"exact": False, "lexical": False, "semantic": True}
-
-
-def doc(item_id: str, text: str, **envelope: Any) -> dict[str, Any]:
-    return {"id": item_id, "kind": "document", "text": text, "acl": ["*"], **envelope}
 
 
 TOPICS = [
