@@ -15,7 +15,7 @@ import pytest
 
 from gateway.writes.vectorize import lag
 from tests.conftest import Gateway, open_gateway
-from tests.gateway.fixtures import doc
+from tests.gateway.fixtures import doc as doc  # re-exported: tests/audit/test_audit_outcomes.py takes it from here
 from tests.loopback import QuietHandler
 
 RESEARCH = {"type": "research"}
