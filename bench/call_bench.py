@@ -46,6 +46,7 @@ from harness import (
     gateway_executable,
     load_through_api,
     percentile,
+    scifact,
     send_all,
 )
 
@@ -85,22 +86,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 
 
 def corpus(data_set: Path, limit: int) -> tuple[list[dict[str, object]], list[str]]:
-    with (data_set / "corpus.jsonl").open(encoding="utf-8") as lines:
-        docs = [json.loads(line) for line in lines if line.strip()][:limit]
-    with (data_set / "queries.jsonl").open(encoding="utf-8") as lines:
-        claims = [json.loads(line)["text"] for line in lines if line.strip()]
-    if len(docs) < limit:
-        raise SystemExit(f"--sizes: the data set holds {len(docs)} abstracts, not {limit}")
-    items = [
-        {
-            "id": f"scifact_{d['_id']}",
-            "kind": "document",
-            "section": d["title"],
-            "text": f"{d['title']}\n{d['text']}",
-            "acl": ["*"],
-        }
-        for d in docs
-    ]
+    items, claims = scifact(data_set, limit)
+    if len(items) < limit:
+        raise SystemExit(f"--sizes: the data set holds {len(items)} abstracts, not {limit}")
     return items, claims
 
 

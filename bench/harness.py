@@ -280,3 +280,22 @@ def percentile(values: Sequence[float], q: float) -> float:
     low = int(position)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def scifact(data_set: Path, limit: int) -> tuple[list[dict[str, object]], list[str]]:
+    """The first `limit` SciFact abstracts of a BEIR folder as document items, and its claims."""
+    with (data_set / "corpus.jsonl").open(encoding="utf-8") as lines:
+        docs = [json.loads(line) for line in lines if line.strip()][:limit]
+    with (data_set / "queries.jsonl").open(encoding="utf-8") as lines:
+        claims = [json.loads(line)["text"] for line in lines if line.strip()]
+    items = [
+        {
+            "id": f"scifact_{d['_id']}",
+            "kind": "document",
+            "section": d["title"],
+            "text": f"{d['title']}\n{d['text']}",
+            "acl": ["*"],
+        }
+        for d in docs
+    ]
+    return items, claims

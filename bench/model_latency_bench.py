@@ -15,7 +15,6 @@ ratio to MiniLM's. Run from the project root:
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import subprocess
 import sys
@@ -24,31 +23,13 @@ import time
 from pathlib import Path
 
 import httpx
-from harness import Server, clean_env, create_key, free_port, gateway_executable, load_through_api, percentile
+from harness import Server, clean_env, create_key, free_port, gateway_executable, load_through_api, percentile, scifact
 
 MODELS = ("minilm", "bge-small")
 TENANT = "scifact"
 TASK = {"type": "compliance_review"}  # granted to the compliance group; masks nothing (scores ids, as quality_bench)
 BLOCK = 20  # calls to one server before switching to the other
 EXPECTED = {"minilm": "all-MiniLM-L6-v2", "bge-small": "bge-small-en-v1.5"}  # the model id each server must report
-
-
-def corpus(data_set: Path, limit: int) -> tuple[list[dict[str, object]], list[str]]:
-    with (data_set / "corpus.jsonl").open(encoding="utf-8") as lines:
-        docs = [json.loads(line) for line in lines if line.strip()][:limit]
-    with (data_set / "queries.jsonl").open(encoding="utf-8") as lines:
-        claims = [json.loads(line)["text"] for line in lines if line.strip()]
-    items = [
-        {
-            "id": f"scifact_{d['_id']}",
-            "kind": "document",
-            "section": d["title"],
-            "text": f"{d['title']}\n{d['text']}",
-            "acl": ["*"],
-        }
-        for d in docs
-    ]
-    return items, claims
 
 
 def prepared(root: Path, model: str, items: list[dict[str, object]]) -> tuple[Server, str]:
@@ -95,7 +76,7 @@ def main() -> int:
     parser.add_argument("--items", type=int, default=1000, help="abstracts to load (default 1000)")
     parser.add_argument("--queries", type=int, default=400, help="claims asked of each server (default 400)")
     args = parser.parse_args()
-    items, claims = corpus(args.data_set, args.items)
+    items, claims = scifact(args.data_set, args.items)
     if args.queries > len(claims) - BLOCK:
         parser.error(f"--queries: at most {len(claims) - BLOCK} (each claim once, the last {BLOCK} warm up)")
     root = Path(tempfile.mkdtemp(prefix="gw-model-latency-"))

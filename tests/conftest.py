@@ -26,6 +26,7 @@ from starlette.testclient import TestClient
 from core.store import migrate_store
 from gateway.auth import create_api_key
 from gateway.http.app import create_app
+from gateway.privacy.detect import Detector
 from gateway.settings import PROJECT_POLICIES, Settings, load_settings
 
 BACKENDS = ["sqlite", "postgres"]
@@ -262,6 +263,12 @@ def module_sqlite_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     """A SQLite gateway shared by the read-only tests of one module that need no second backend."""
     directory = tmp_path_factory.mktemp("module-sqlite")
     yield from make_gateway(f"sqlite:///{directory / 'gateway.db'}", directory)
+
+
+@pytest.fixture(scope="module")
+def detector() -> Detector:
+    """The personal-data detector, one per test module (the privacy tests and the bulk ingest's)."""
+    return Detector()
 
 
 @pytest.fixture

@@ -192,6 +192,54 @@ def v1(
     return dict(sorted(answers.items()))
 
 
+METHODS: dict[str, Method] = {"GET": "get", "PUT": "put", "POST": "post", "DELETE": "delete"}
+
+
+def read_heading(heading: str) -> tuple[str, Method, str]:
+    """`"PUT /v1/items: Write items (idempotent by id)"`, the way the route modules' docstrings
+    name an operation, as its path, method and summary."""
+    route, summary = heading.split(": ", 1)
+    method, path = route.split(" ", 1)
+    return path, METHODS[method], summary
+
+
+@dataclass(frozen=True)
+class Calls:
+    """The authenticated /v1 operations of one tag. Each is declared by what is its own: its heading
+    (`"PUT /v1/items: Write items (idempotent by id)"`: method, path and summary), endpoint and answer
+    (a 200 unless `status` says otherwise), the errors only it gives (`v1` adds those every call can
+    give, and 413 when it takes a `body`), its parameters and body."""
+
+    tag: str
+
+    def operation(
+        self,
+        heading: str,
+        serve: Endpoint,
+        answer: Schema,
+        *,
+        status: int = 200,
+        errors: dict[int, str | None] | None = None,
+        also: dict[int, Schema] | None = None,
+        parameters: tuple[Schema, ...] = (),
+        body: Schema | None = None,
+        description: str = "",
+    ) -> Operation:
+        path, method, summary = read_heading(heading)
+        responses = v1({str(status): answer}, errors=errors or {}, body=body is not None, also=also)
+        return Operation(
+            path, method, serve, summary, self.tag, responses, body=body, parameters=parameters, description=description
+        )
+
+
+# The tags of the /v1 operations.
+RETRIEVE = Calls("retrieve")
+INGEST = Calls("ingest")
+POLICY = Calls("policy")
+KEYS = Calls("keys")
+AUDIT = Calls("audit")
+
+
 def path_parameter(name: str, description: str, pattern: str) -> Schema:
     return {
         "name": name,

@@ -9,6 +9,11 @@ from tests.conftest import Gateway
 SALES_TASK = {"type": "account_followup", "scope": "sales"}
 
 
+def doc(item_id: str, text: str, **envelope: Any) -> dict[str, Any]:
+    """A document anyone in the tenant may read, in no scope."""
+    return {"id": item_id, "kind": "document", "text": text, "acl": ["*"], **envelope}
+
+
 def memory(item_id: str, text: str, **envelope: Any) -> dict[str, Any]:
     return {"id": item_id, "kind": "memory", "text": text, "acl": ["*"], "scope": ["sales"], **envelope}
 

@@ -26,6 +26,7 @@ from gateway.privacy.detect import Detector
 from gateway.privacy.store import pending
 from tests.conftest import free_port, wait_ready
 from tests.gateway.fixtures import SALES_TASK
+from tests.loopback import QuietHandler
 
 GATEWAY = Path(sys.executable).parent / "gateway"
 BATCH = 20
@@ -155,14 +156,11 @@ class Hanging:
     """An endpoint on loopback that takes requests and never answers (until closed)."""
 
     def __init__(self) -> None:
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from http.server import ThreadingHTTPServer
 
         released = self.released = threading.Event()
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                return None
-
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
                 released.wait(60)
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 import gzip
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -22,6 +21,7 @@ from tests.conftest import Gateway
 from tests.gateway.fixtures import SALES_TASK, seed
 from tests.gateway.observed import observed_gateway
 from tests.gateway.pipeline.test_semantic import EmbeddingsDouble
+from tests.loopback import QuietHandler
 
 INBOUND_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 
@@ -140,10 +140,7 @@ class Collector:
         self.metrics: list[ExportMetricsServiceRequest] = []
         collector = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                return None
-
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers["Content-Length"]))
                 if self.headers.get("Content-Encoding") == "gzip":

@@ -17,12 +17,12 @@ from core.errors import BadRequest
 from core.instants import parse_rfc3339, utc_now
 from core.tables import SENSITIVITIES
 from gateway.http.audit_pages.charts import Mark, Row, legend, ranked, timeline
-from gateway.http.audit_pages.render import SECURITY_HEADERS, as_page, page, sign_in_form
+from gateway.http.audit_pages.render import NOT_SIGNED_IN, SECURITY_HEADERS, page, page_operation, sign_in_form
 from gateway.http.audit_pages.views import session_actor
-from gateway.http.operation import CURSOR, ENTITY_ID, Operation, page_answers, query_parameter
+from gateway.http.operation import CURSOR, ENTITY_ID, query_parameter
 from gateway.http.operation import page as page_answer
 from gateway.http.routes.compliance import PERIOD_PARAMETERS, PERIODS, check_names, overview_of, page_cursor, period_of, with_csv
-from gateway.http.traced import Call, serving
+from gateway.http.traced import Call
 
 REPORT_PAGE = 100
 
@@ -179,43 +179,28 @@ async def subject_page(call: Call) -> tuple[int, Response]:
 
 # The operations this module serves (gateway/http/operation.py).
 OPERATIONS = (
-    Operation(
-        "/audit/overview",
-        "get",
-        serving("audit_page_overview", as_page(overview_page)),
-        "The compliance overview of a period as a page",
-        "audit pages",
-        page_answers(
-            {"200": page_answer("Charts of the period, each figure a link to its traces")},
-            {400: "A bad period, shown on the page", 401: "Not signed in: the sign-in form"},
-        ),
-        auth="session",
+    page_operation(
+        "GET /audit/overview: The compliance overview of a period as a page",
+        "audit_page_overview",
+        overview_page,
+        page_answer("Charts of the period, each figure a link to its traces"),
+        {400: "A bad period, shown on the page", 401: NOT_SIGNED_IN},
         parameters=PERIOD_PARAMETERS,
     ),
-    Operation(
-        "/audit/subjects",
-        "get",
-        serving("audit_page_subjects", as_page(subject_page)),
-        "Look up a data subject: the form, or the report of `entity`",
-        "audit pages",
-        page_answers(
-            {"200": page_answer("The form or the report")},
-            {400: "A bad cursor or an unknown parameter, shown on the page", 401: "Not signed in: the sign-in form"},
-        ),
-        auth="session",
+    page_operation(
+        "GET /audit/subjects: Look up a data subject: the form, or the report of `entity`",
+        "audit_page_subjects",
+        subject_page,
+        page_answer("The form or the report"),
+        {400: "A bad cursor or an unknown parameter, shown on the page", 401: NOT_SIGNED_IN},
         parameters=(query_parameter("entity", "The entity id to report on"), CURSOR),
     ),
-    Operation(
-        "/audit/subjects/{entity_id}",
-        "get",
-        serving("audit_page_subject", as_page(subject_page)),
-        "The report on one data subject as a page (or `format=csv`)",
-        "audit pages",
-        page_answers(
-            {"200": with_csv(page_answer("The calls about the subject, or with `format=csv` all of them as CSV"))},
-            {400: "A bad cursor or format, or an unknown parameter, shown on the page", 401: "Not signed in: the sign-in form"},
-        ),
-        auth="session",
+    page_operation(
+        "GET /audit/subjects/{entity_id}: The report on one data subject as a page (or `format=csv`)",
+        "audit_page_subject",
+        subject_page,
+        with_csv(page_answer("The calls about the subject, or with `format=csv` all of them as CSV")),
+        {400: "A bad cursor or format, or an unknown parameter, shown on the page", 401: NOT_SIGNED_IN},
         parameters=(ENTITY_ID, CURSOR, query_parameter("format", "html (default) or csv", {"enum": ["html", "csv"]})),
     ),
 )

@@ -1,4 +1,5 @@
-"""Rendering the audit pages: the autoescaped templates, the security headers, and errors as pages."""
+"""Rendering the audit pages: the autoescaped templates, the security headers, errors as pages, and
+how a page's operation is declared (`page_operation`)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from core.actor import Actor
 from core.errors import GatewayError
 from gateway.http.audit_pages.session import SESSION_COOKIE, SignedOut
-from gateway.http.traced import Call
+from gateway.http.operation import Operation, Schema, page_answers, read_heading
+from gateway.http.traced import Call, serving
 
 log = logging.getLogger("gateway.http")
 
@@ -82,3 +84,38 @@ def as_page(handler: PageHandler) -> Callable[[Call], Awaitable[tuple[int, Respo
             return page(exc.status, "message.html", None, title=f"Error {exc.status}", message=exc.message)
 
     return run
+
+
+NOT_SIGNED_IN = "Not signed in: the sign-in form"
+
+
+def page_operation(
+    heading: str,
+    endpoint: str,
+    handler: PageHandler,
+    answer: Schema,
+    errors: dict[int, str],
+    *,
+    status: int = 200,
+    auth: str | None = "session",
+    parameters: tuple[Schema, ...] = (),
+    body: Schema | None = None,
+    description: str = "",
+) -> Operation:
+    """An audit page's operation (gateway/http/operation.py): its heading (`"GET /audit/verify: The
+    chain check as a page"`), `handler` served `as_page` under `endpoint` (the name its audit rows
+    carry), its `answer` (a 200 unless `status` says otherwise) and `errors` pages; the session's,
+    unless `auth` says otherwise."""
+    path, method, summary = read_heading(heading)
+    return Operation(
+        path,
+        method,
+        serving(endpoint, as_page(handler)),
+        summary,
+        "audit pages",
+        page_answers({str(status): answer}, errors),
+        auth=auth,
+        body=body,
+        parameters=parameters,
+        description=description,
+    )

@@ -20,12 +20,12 @@ from core.audit_facts import OUTCOMES
 from core.errors import BadRequest, Forbidden, GatewayError, NotFound, Unauthenticated
 from gateway.auth import KEY_PATTERN
 from gateway.context import GatewayContext
-from gateway.http.audit_pages.render import as_page, forget_session, page, redirect_home, sign_in_form
+from gateway.http.audit_pages.render import NOT_SIGNED_IN, forget_session, page, page_operation, redirect_home, sign_in_form
 from gateway.http.audit_pages.session import SESSION_COOKIE, SignedOut, end_session, find_session, open_session, session_key
-from gateway.http.operation import CURSOR, REDIRECT, REVIEW_FILTERS, STRING, TRACE_ID, Operation, obj, page_answers
+from gateway.http.operation import CURSOR, REDIRECT, REVIEW_FILTERS, STRING, TRACE_ID, obj
 from gateway.http.operation import page as page_answer
 from gateway.http.routes.audit import FILTER_NAMES, review_query, verify_record
-from gateway.http.traced import Call, serving
+from gateway.http.traced import Call
 
 ROLE = "auditor"
 PAGE_SIZE = 50
@@ -246,34 +246,26 @@ async def sign_out(call: Call) -> tuple[int, Response]:
 
 # The operations this module serves (gateway/http/operation.py).
 OPERATIONS = (
-    Operation(
-        "/audit",
-        "get",
-        serving("audit_page", as_page(list_page)),
-        "The audit page: the sign-in form, or the tenant's traces",
-        "audit pages",
-        page_answers(
-            {"200": page_answer("The sign-in form, or a page of traces")},
-            {400: "A bad filter, shown on the page", 401: "The session is not valid any more: the sign-in form"},
-        ),
-        auth="session",
+    page_operation(
+        "GET /audit: The audit page: the sign-in form, or the tenant's traces",
+        "audit_page",
+        list_page,
+        page_answer("The sign-in form, or a page of traces"),
+        {400: "A bad filter, shown on the page", 401: "The session is not valid any more: the sign-in form"},
         parameters=(*REVIEW_FILTERS, CURSOR),
     ),
-    Operation(
-        "/audit/sign-in",
-        "post",
-        serving("audit_sign_in", as_page(sign_in)),
-        "Open a session with an auditor key",
-        "audit pages",
-        page_answers(
-            {"303": {**REDIRECT, "headers": {**REDIRECT["headers"], "Set-Cookie": {"schema": STRING}}}},
-            {
-                400: "Not a form",
-                401: "The key was not accepted",
-                403: "Not from this page, or not an auditor's key",
-                413: "The body is too large",
-            },
-        ),
+    page_operation(
+        "POST /audit/sign-in: Open a session with an auditor key",
+        "audit_sign_in",
+        sign_in,
+        {**REDIRECT, "headers": {**REDIRECT["headers"], "Set-Cookie": {"schema": STRING}}},
+        {
+            400: "Not a form",
+            401: "The key was not accepted",
+            403: "Not from this page, or not an auditor's key",
+            413: "The body is too large",
+        },
+        status=303,
         auth=None,
         body={
             "required": True,
@@ -287,35 +279,28 @@ OPERATIONS = (
         },
         description="Accepted from the audit page only: the `Origin` header must name this host.",
     ),
-    Operation(
-        "/audit/sign-out",
-        "post",
-        serving("audit_sign_out", as_page(sign_out)),
-        "End the session",
-        "audit pages",
-        page_answers({"303": REDIRECT}, {403: "Not from this page"}),
-        auth="session",
+    page_operation(
+        "POST /audit/sign-out: End the session",
+        "audit_sign_out",
+        sign_out,
+        REDIRECT,
+        {403: "Not from this page"},
+        status=303,
         description="Accepted from the audit page only: the `Origin` header must name this host.",
     ),
-    Operation(
-        "/audit/traces/{trace_id}",
-        "get",
-        serving("audit_page_trace", as_page(trace_page)),
-        "One trace as a page",
-        "audit pages",
-        page_answers(
-            {"200": page_answer("The trace")}, {401: "Not signed in: the sign-in form", 404: "No such trace in the tenant"}
-        ),
-        auth="session",
+    page_operation(
+        "GET /audit/traces/{trace_id}: One trace as a page",
+        "audit_page_trace",
+        trace_page,
+        page_answer("The trace"),
+        {401: NOT_SIGNED_IN, 404: "No such trace in the tenant"},
         parameters=(TRACE_ID,),
     ),
-    Operation(
-        "/audit/verify",
-        "get",
-        serving("audit_page_verify", as_page(verify_page)),
-        "The chain check as a page",
-        "audit pages",
-        page_answers({"200": page_answer("The chain check")}, {401: "Not signed in: the sign-in form"}),
-        auth="session",
+    page_operation(
+        "GET /audit/verify: The chain check as a page",
+        "audit_page_verify",
+        verify_page,
+        page_answer("The chain check"),
+        {401: NOT_SIGNED_IN},
     ),
 )

@@ -6,7 +6,7 @@ import anyio.to_thread
 
 from api.writes import ID, DocumentReport
 from audit.record import DocumentRecord
-from gateway.http.operation import NOT_FOUND_ROUTE, STRING, Operation, json_answer, path_parameter, ref, v1
+from gateway.http.operation import INGEST, NOT_FOUND_ROUTE, STRING, json_answer, path_parameter, ref
 from gateway.http.traced import Call, requires, serving
 from gateway.writes.documents import parse_document
 from gateway.writes.items import ingest_document
@@ -28,22 +28,16 @@ async def handle(call: Call) -> tuple[int, DocumentReport]:
 
 # The operations this module serves (gateway/http/operation.py).
 OPERATIONS = (
-    Operation(
-        "/v1/documents/{document_id}",
-        "put",
+    INGEST.operation(
+        "PUT /v1/documents/{document_id}: Write a Markdown document, cut into section items",
         serving("document", handle),
-        "Write a Markdown document, cut into section items",
-        "ingest",
-        v1(
-            {"200": json_answer("The document's sections as written", ref(DocumentReport))},
-            body=True,
-            errors={
-                400: "a bad document id, a body that is not UTF-8 text or holds NUL",
-                404: NOT_FOUND_ROUTE,
-                422: "a section was rejected (the report says why)",
-            },
-            also={422: ref(DocumentReport)},
-        ),
+        json_answer("The document's sections as written", ref(DocumentReport)),
+        errors={
+            400: "a bad document id, a body that is not UTF-8 text or holds NUL",
+            404: NOT_FOUND_ROUTE,
+            422: "a section was rejected (the report says why)",
+        },
+        also={422: ref(DocumentReport)},
         parameters=(path_parameter("document_id", "The document's id", ID),),
         body={
             "required": True,

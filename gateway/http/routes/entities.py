@@ -14,14 +14,13 @@ from core.errors import BadRequest
 from core.validation import has_nul, validated
 from gateway.http.operation import (
     ENTITY_ID,
+    INGEST,
     MERGE_ROUTE,
     NOT_FOUND_ROUTE,
-    Operation,
     batch_body,
     json_answer,
     json_body,
     ref,
-    v1,
 )
 from gateway.http.routes.ingest import write_items
 from gateway.http.traced import Call, requires, serving
@@ -103,67 +102,44 @@ async def put_edges(call: Call) -> tuple[int, IngestReport]:
 
 # The operations this module serves (gateway/http/operation.py).
 OPERATIONS = (
-    Operation(
-        "/v1/entities/{entity_id}",
-        "put",
+    INGEST.operation(
+        "PUT /v1/entities/{entity_id}: Write an entity",
         serving("entity", put_entity),
-        "Write an entity",
-        "ingest",
-        v1(
-            {"200": json_answer("What was written", ref(IngestReport))},
-            body=True,
-            errors={
-                400: "not a JSON object, an id other than the path's, a kind other than entity",
-                404: NOT_FOUND_ROUTE,
-                405: MERGE_ROUTE,
-                422: "the entity was rejected (the report says why)",
-            },
-            also={422: ref(IngestReport)},
-        ),
+        json_answer("What was written", ref(IngestReport)),
+        errors={
+            400: "not a JSON object, an id other than the path's, a kind other than entity",
+            404: NOT_FOUND_ROUTE,
+            405: MERGE_ROUTE,
+            422: "the entity was rejected (the report says why)",
+        },
+        also={422: ref(IngestReport)},
         parameters=(ENTITY_ID,),
         body=json_body(ref("EntityIn")),
     ),
-    Operation(
-        "/v1/entities/{entity_id}",
-        "delete",
+    INGEST.operation(
+        "DELETE /v1/entities/{entity_id}: Mark an entity pending deletion (everything attached is hidden at once)",
         serving("entity", delete_entity),
-        "Mark an entity pending deletion (everything attached is hidden at once)",
-        "ingest",
-        v1(
-            {"200": json_answer("The tombstone", ref(TombstoneResult))},
-            errors={400: "not an entity id", 404: "no such entity in this tenant", 405: MERGE_ROUTE},
-        ),
+        json_answer("The tombstone", ref(TombstoneResult)),
+        errors={400: "not an entity id", 404: "no such entity in this tenant", 405: MERGE_ROUTE},
         parameters=(ENTITY_ID,),
     ),
-    Operation(
-        "/v1/entities/{entity_id}/merge",
-        "post",
+    INGEST.operation(
+        "POST /v1/entities/{entity_id}/merge: Merge an entity into a survivor",
         serving("entity_merge", merge_entity),
-        "Merge an entity into a survivor",
-        "ingest",
-        v1(
-            {"200": json_answer("The merge", ref(MergeResult))},
-            body=True,
-            errors={
-                400: "malformed JSON, no `into`, unknown fields, a merge into itself",
-                404: "either entity is not in this tenant",
-                409: "the merge would close a cycle, or involves an entity pending deletion",
-            },
-        ),
+        json_answer("The merge", ref(MergeResult)),
+        errors={
+            400: "malformed JSON, no `into`, unknown fields, a merge into itself",
+            404: "either entity is not in this tenant",
+            409: "the merge would close a cycle, or involves an entity pending deletion",
+        },
         parameters=(ENTITY_ID,),
         body=json_body(ref(MergeRequest)),
     ),
-    Operation(
-        "/v1/edges",
-        "put",
+    INGEST.operation(
+        "PUT /v1/edges: Write edges",
         serving("edges", put_edges),
-        "Write edges",
-        "ingest",
-        v1(
-            {"200": json_answer("What was written, and what was rejected and why", ref(IngestReport))},
-            body=True,
-            errors={400: "the body is neither a JSON array nor NDJSON, or names another kind"},
-        ),
+        json_answer("What was written, and what was rejected and why", ref(IngestReport)),
+        errors={400: "the body is neither a JSON array nor NDJSON, or names another kind"},
         body=batch_body("edge", "EdgeIn"),
     ),
 )

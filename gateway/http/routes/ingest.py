@@ -8,7 +8,7 @@ import anyio.to_thread
 
 from api.writes import IngestReport, ItemIn
 from audit.record import WriteRecord
-from gateway.http.operation import Operation, batch_body, json_answer, ref, v1
+from gateway.http.operation import INGEST, batch_body, json_answer, ref
 from gateway.http.traced import Call, requires, serving
 from gateway.writes.items import ingest, parse_items_body
 
@@ -37,17 +37,11 @@ async def write_items(call: Call, entries: list[Any]) -> tuple[int, IngestReport
 
 # The operations this module serves (gateway/http/operation.py).
 OPERATIONS = (
-    Operation(
-        "/v1/items",
-        "put",
+    INGEST.operation(
+        "PUT /v1/items: Write items (idempotent by id)",
         serving("ingest", handle),
-        "Write items (idempotent by id)",
-        "ingest",
-        v1(
-            {"200": json_answer("What was written, and what was rejected and why", ref(IngestReport))},
-            body=True,
-            errors={400: "the body is neither a JSON array nor NDJSON"},
-        ),
+        json_answer("What was written, and what was rejected and why", ref(IngestReport)),
+        errors={400: "the body is neither a JSON array nor NDJSON"},
         body=batch_body("item", ItemIn),
     ),
 )

@@ -14,7 +14,7 @@ from api.keys import NewKey as NewKey  # the contract's; named here for the rout
 from core.errors import BadRequest, SchemaError
 from core.validation import describe_validation_error
 from gateway.auth import create_api_key, list_api_keys, revoke_api_key
-from gateway.http.operation import Operation, json_answer, json_body, path_parameter, ref, v1
+from gateway.http.operation import KEYS, json_answer, json_body, path_parameter, ref
 from gateway.http.traced import Call, requires, serving
 
 ROLE = "key_admin"
@@ -70,37 +70,24 @@ async def revoke_key(call: Call) -> tuple[int, RevokedKey]:
 
 # The operations this module serves (gateway/http/operation.py).
 OPERATIONS = (
-    Operation(
-        "/v1/keys",
-        "get",
+    KEYS.operation(
+        "GET /v1/keys: The tenant's API keys, revoked ones too",
         serving("keys_list", list_keys),
-        "The tenant's API keys, revoked ones too",
-        "keys",
-        v1({"200": json_answer("The keys, oldest first", ref(KeyList))}, errors={}),
+        json_answer("The keys, oldest first", ref(KeyList)),
     ),
-    Operation(
-        "/v1/keys",
-        "post",
+    KEYS.operation(
+        "POST /v1/keys: Create an API key in the caller's tenant",
         serving("keys_create", create_key),
-        "Create an API key in the caller's tenant",
-        "keys",
-        v1(
-            {"201": json_answer("The new key; its secret is shown this once", ref(CreatedKey))},
-            body=True,
-            errors={400: "malformed JSON, a `tenant`, a bad principal, role, group or clearance", 422: None},
-        ),
+        json_answer("The new key; its secret is shown this once", ref(CreatedKey)),
+        status=201,
+        errors={400: "malformed JSON, a `tenant`, a bad principal, role, group or clearance", 422: None},
         body=json_body(ref(NewKey)),
     ),
-    Operation(
-        "/v1/keys/{key_id}",
-        "delete",
+    KEYS.operation(
+        "DELETE /v1/keys/{key_id}: Revoke a key of the caller's tenant and end its audit-page sessions",
         serving("key_revoke", revoke_key),
-        "Revoke a key of the caller's tenant and end its audit-page sessions",
-        "keys",
-        v1(
-            {"200": json_answer("The revoked key", ref(RevokedKey))},
-            errors={400: "not a key id (16 hex digits)", 404: "no such key in this tenant"},
-        ),
+        json_answer("The revoked key", ref(RevokedKey)),
+        errors={400: "not a key id (16 hex digits)", 404: "no such key in this tenant"},
         parameters=(path_parameter("key_id", "The 16 hex digits after `gw_` in the key", "^[0-9a-f]{16}$"),),
     ),
 )

@@ -10,7 +10,7 @@ from api.policy import PolicyInfo, PolicyRejected, PolicyReload, ReloadResult
 from api.service import ErrorDetail, Health, Readiness
 from core.errors import Forbidden
 from core.store import store_reachable
-from gateway.http.operation import Operation, json_answer, ref, v1
+from gateway.http.operation import POLICY, Operation, json_answer, ref
 from gateway.http.traced import Call, requires, serving
 from gateway.policy.reload import reload_and_announce
 
@@ -102,27 +102,19 @@ OPERATIONS = (
         },
         auth=None,
     ),
-    Operation(
-        "/v1/policy",
-        "get",
+    POLICY.operation(
+        "GET /v1/policy: The loaded policy revision",
         serving("policy", _policy),
-        "The loaded policy revision",
-        "policy",
-        v1({"200": json_answer("The engine and revision", ref(PolicyInfo))}, errors={}),
+        json_answer("The engine and revision", ref(PolicyInfo)),
     ),
-    Operation(
-        "/v1/policy/reload",
-        "post",
+    POLICY.operation(
+        "POST /v1/policy/reload: Switch to the policy source's revision now",
         serving("policy_reload", _reload),
-        "Switch to the policy source's revision now",
-        "policy",
-        v1(
-            {"200": json_answer("Switched, or unchanged", ref(PolicyReload))},
-            errors={
-                403: "the key is not a `policy_admin` of the platform tenant (`GATEWAY_PLATFORM_TENANT`)",
-                422: "the new revision was refused (`policy_rejected`; `reload.errors` says why); the old one serves on",
-            },
-        ),
+        json_answer("Switched, or unchanged", ref(PolicyReload)),
+        errors={
+            403: "the key is not a `policy_admin` of the platform tenant (`GATEWAY_PLATFORM_TENANT`)",
+            422: "the new revision was refused (`policy_rejected`; `reload.errors` says why); the old one serves on",
+        },
         description="Reads the policy directory or bundle again; a revision that compiles and passes the probe replaces "
         "the one in force atomically, on every worker; calls in flight finish on the revision they started with.",
     ),

@@ -7,7 +7,7 @@ from typing import Any
 from api.policy import ExplainReport, ExplainRequest
 from core.errors import BadRequest, ConfigurationError, Forbidden, PolicyUnavailable, SchemaError
 from core.instants import utc_now
-from gateway.http.operation import Operation, json_answer, json_body, ref, v1
+from gateway.http.operation import POLICY, json_answer, json_body, ref
 from gateway.http.traced import Call, requires, serving
 from gateway.pipeline.subjects import request_subjects
 from gateway.policy.candidate import inline_bundle, open_candidate
@@ -61,26 +61,17 @@ async def handle(call: Call) -> tuple[int, ExplainReport]:
 
 # The operations this module serves (gateway/http/operation.py).
 OPERATIONS = (
-    Operation(
-        "/v1/policy/explain",
-        "post",
+    POLICY.operation(
+        "POST /v1/policy/explain: Explain a decision and named items for a hypothetical actor, in force or against a candidate",
         serving("policy_explain", handle),
-        "Explain a decision and named items for a hypothetical actor, in force or against a candidate",
-        "policy",
-        v1(
-            {
-                "200": json_answer(
-                    "The decision, its constraints, and per item the denying checks and excluding constraints",
-                    ref(ExplainReport),
-                )
-            },
-            body=True,
-            errors={
-                400: "malformed JSON, an unknown field, a bad actor, request or item id",
-                403: "an `actor.tenant` other than the caller's",
-                422: "a malformed request, or a candidate that does not compile (file:line)",
-            },
+        json_answer(
+            "The decision, its constraints, and per item the denying checks and excluding constraints", ref(ExplainReport)
         ),
+        errors={
+            400: "malformed JSON, an unknown field, a bad actor, request or item id",
+            403: "an `actor.tenant` other than the caller's",
+            422: "a malformed request, or a candidate that does not compile (file:line)",
+        },
         body=json_body(ref(ExplainRequest)),
         description="Items are read in the caller's tenant only (another tenant's id is `not_found`); envelopes only, never text.",
     ),

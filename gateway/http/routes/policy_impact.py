@@ -9,7 +9,7 @@ import anyio
 
 from api.policy import ImpactReport, ImpactRequest
 from core.errors import BadRequest, ConfigurationError, DeadlineExceeded, Forbidden
-from gateway.http.operation import Operation, json_answer, json_body, ref, v1
+from gateway.http.operation import POLICY, json_answer, json_body, ref
 from gateway.http.traced import Call, requires, serving
 from gateway.policy.candidate import inline_bundle, open_candidate
 from gateway.policy_tools.impact import impact, parse_window
@@ -84,21 +84,15 @@ async def _bounded(call: Call, run: Coroutine[Any, Any, dict[str, Any]]) -> dict
 
 # The operations this module serves (gateway/http/operation.py).
 OPERATIONS = (
-    Operation(
-        "/v1/policy/impact",
-        "post",
+    POLICY.operation(
+        "POST /v1/policy/impact: Replay the tenant's recorded calls against a candidate policy",
         serving("policy_impact", handle),
-        "Replay the tenant's recorded calls against a candidate policy",
-        "policy",
-        v1(
-            {"200": json_answer("Decisions that flip and items newly allowed or denied", ref(ImpactReport))},
-            body=True,
-            errors={
-                400: "malformed JSON, an unknown field, a bad `since` or `limit`, a candidate that does not compile (file:line)",
-                403: "a `tenant` other than the caller's",
-                504: "`deadline_exceeded`: the replay ran past `GATEWAY_IMPACT_DEADLINE_SECONDS`",
-            },
-        ),
+        json_answer("Decisions that flip and items newly allowed or denied", ref(ImpactReport)),
+        errors={
+            400: "malformed JSON, an unknown field, a bad `since` or `limit`, a candidate that does not compile (file:line)",
+            403: "a `tenant` other than the caller's",
+            504: "`deadline_exceeded`: the replay ran past `GATEWAY_IMPACT_DEADLINE_SECONDS`",
+        },
         body=json_body(ref(ImpactRequest)),
         description="Reads envelopes and request shapes only; the report holds counts, task types, roles and trace ids.",
     ),

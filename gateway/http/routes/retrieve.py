@@ -5,7 +5,7 @@ from __future__ import annotations
 from api.retrieve import RetrieveRequest, RetrieveResponse
 from core.request import parse_retrieve
 from gateway.admission import retrieve_cost
-from gateway.http.operation import Operation, json_answer, json_body, ref, v1
+from gateway.http.operation import RETRIEVE, json_answer, json_body, ref
 from gateway.http.traced import Call, requires, serving
 from gateway.telemetry import layer
 
@@ -28,22 +28,16 @@ async def handle(call: Call) -> tuple[int, RetrieveResponse]:
 
 # The operations this module serves (gateway/http/operation.py).
 OPERATIONS = (
-    Operation(
-        "/v1/retrieve",
-        "post",
+    RETRIEVE.operation(
+        "POST /v1/retrieve: Retrieve the context for one task",
         serving("retrieve", handle),
-        "Retrieve the context for one task",
-        "retrieve",
-        v1(
-            {"200": json_answer("The packed context", ref(RetrieveResponse))},
-            body=True,
-            errors={
-                400: "malformed JSON, identity fields in the body, synthesize without a model, expand without a cursor",
-                404: "a cursor that is unknown, expired, spent or another actor's",
-                409: "a cursor another expand keeps advancing",
-                422: None,
-            },
-        ),
+        json_answer("The packed context", ref(RetrieveResponse)),
+        errors={
+            400: "malformed JSON, identity fields in the body, synthesize without a model, expand without a cursor",
+            404: "a cursor that is unknown, expired, spent or another actor's",
+            409: "a cursor another expand keeps advancing",
+            422: None,
+        },
         body=json_body(ref(RetrieveRequest), "Only `task.type` is required; unknown fields are refused (422)"),
         description="Any authenticated key; the policy decides what the actor may read (403 `policy_denied`).",
     ),

@@ -42,11 +42,6 @@ def bulk_model() -> OnnxMiniLM:
     return OnnxMiniLM(threads=2, bulk=True)
 
 
-@pytest.fixture(scope="module")
-def detector() -> Detector:
-    return Detector()
-
-
 def one_at_a_time(model: OnnxMiniLM, texts: list[str]) -> np.ndarray[Any, Any]:
     return np.stack([model.embed([t])[0] for t in texts])
 

@@ -9,6 +9,7 @@ from typing import Any
 from core.records import Candidate, Record
 from gateway.pipeline.fuse import fuse
 from tests.conftest import Gateway, open_gateway
+from tests.gateway.fixtures import doc
 
 
 def record(item_id: str) -> Record:
@@ -53,10 +54,6 @@ def test_a_similarity_of_an_item_the_policy_did_not_allow_changes_nothing() -> N
     reranked = fuse(LISTS, allowed, {"a": 0.2, "b": 0.99, "c": 0.7, "zz": 0.99})
     assert {f.record.id for f in reranked} == {"a", "c"}
     assert [f.record.id for f in reranked] == [f.record.id for f in fuse(LISTS, allowed, {"a": 0.2, "c": 0.7})]
-
-
-def doc(item_id: str, text: str, **envelope: Any) -> dict[str, Any]:
-    return {"id": item_id, "kind": "document", "text": text, "acl": ["*"], **envelope}
 
 
 DOCS = [

