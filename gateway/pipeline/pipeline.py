@@ -6,7 +6,7 @@ cursor → respond (→ synthesis); `expand` (gateway.pipeline.expand) reuses th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry.trace import get_current_span
@@ -27,12 +27,12 @@ from gateway.pipeline.entities import Resolution, ResolvedEntity, resolve
 from gateway.pipeline.expand import expand
 from gateway.pipeline.fuse import fuse
 from gateway.pipeline.ranking import Ranked, rank
-from gateway.pipeline.recall import SOURCES, Search, recall
+from gateway.pipeline.recall import SOURCES, Search, chosen_sources, recall
 from gateway.pipeline.relevance import above_floor
 from gateway.pipeline.respond import cite, entities_report, mask_fields, request_shape, respond, source_records
 from gateway.pipeline.returned import note_returned
 from gateway.pipeline.sections import read_whole, section_keys
-from gateway.pipeline.semantic import Semantic, semantic_search, stored_similarities
+from gateway.pipeline.semantic import Semantic, rerank, semantic_search
 from gateway.pipeline.stages import StageTimer
 from gateway.pipeline.understand import depth_report, has_letters, rephrase
 from gateway.policy.base import PolicyEngine
@@ -47,14 +47,6 @@ from gateway.synthesis.client import Synthesizer
 from gateway.telemetry import current as current_telemetry
 from gateway.telemetry import documents
 
-MODE_SOURCES = {
-    "brief": {"exact", "graph", "lexical", "semantic"},
-    "scout": {"exact", "lexical", "semantic"},
-    "fetch": {"exact"},
-    "filter": {"exact", "lexical"},
-    "expand": set(),
-}
-
 
 @dataclass(frozen=True, slots=True)
 class Connectors:
@@ -62,13 +54,6 @@ class Connectors:
     lexical: LexicalConnector
     semantic: Semantic
     graph: GraphConnector | None = None
-
-
-def chosen_sources(request: RetrieveRequest) -> dict[str, bool]:
-    """Mode defaults, then the caller's explicit switches; an explicit false always wins."""
-    defaults = MODE_SOURCES[request.effective_mode]
-    explicit = request.sources.model_dump()
-    return {name: (explicit[name] if explicit[name] is not None else name in defaults) for name in SOURCES}
 
 
 class Pipeline:
@@ -144,25 +129,7 @@ class Pipeline:
         if constraints.disclosure.mask:  # before packing, so the budget counts what is returned
             masking, relevant = await self.mask(constraints, relevant, pieces, trace, timer)
 
-        scopes = (request.task.scope,) if request.task.scope else constraints.items.scopes
-        history = request.include_historical or request.effective_mode == "fetch"
-        limit = request.budget.bytes if request.budget else self.settings.default_budget_bytes
-        with timer.stage("rank_and_pack", "fuse_ms", {"gateway.budget.limit_bytes": limit}) as span:
-            ranking = rank(relevant, at=constraints.items.valid_at, scopes=scopes, include_history=history)
-            packed = self.pack(ranking.shown, limit)
-            span.set_attributes({"gateway.budget.used_bytes": packed.used_bytes, "gateway.packed": len(packed.items)})
-        # On the enclosing retrieval span: what the call returned, as ids and scores (never text).
-        get_current_span().set_attributes(
-            {
-                "gen_ai.retrieval.documents": documents([(r.record.id, r.entry.score) for r in packed.items]),
-                "gen_ai.retrieval.top_k": request.limit,
-            }
-        )
-        cursor = self.issue_cursor(actor, request, constraints, packed, trace)
-        trace.lineage.dropped_as_historical = [r.record.id for r in ranking.hidden]
-        trace.lineage.dropped_for_budget = list(packed.dropped_ids)
-        trace.lineage.packed = [r.record.id for r in packed.items]
-        trace.lineage.cursor_issued = cursor is not None
+        packed, cursor = self.rank_and_pack(actor, request, constraints, relevant, trace, timer)
 
         timer.set("embed_ms", results["semantic"].embed_ms or 0.0)
         timer.set("semantic_ms", results["semantic"].ms)
@@ -286,28 +253,11 @@ class Pipeline:
         allowed: frozenset[str],
         timer: StageTimer,
     ) -> dict[str, float]:
-        """The query's cosine with the stored vector of every candidate the policy allowed (the
-        rerank, after the verify: nothing the caller may not see is read), or nothing when the
-        rerank is off or the semantic search did not run. A failure keeps plain fusion and says so."""
-        semantic = results["semantic"]
-        if self.settings.rerank != "vectors" or semantic.query_vector is None:
+        """The rerank after the verify (gateway/pipeline/semantic.py), unless it is off."""
+        if self.settings.rerank != "vectors":
             return {}
-        ids = {c.record.id for r in results.values() for c in r.candidates if c.record.id in allowed}
-        # The semantic search scored its own candidates with the same query and stored vectors:
-        # only the others' vectors are read.
-        similarity = {c.record.id: c.score for c in semantic.candidates if c.record.id in allowed}
         tags = tuple(request.filters.tags) if request.filters else ()
-        with timer.stage("rerank", "fuse_ms", {"gateway.rerank.candidates": len(ids)}):
-            try:
-                similarity |= await stored_similarities(
-                    self.connectors.semantic, constraints.items, semantic, sorted(ids - similarity.keys()), tags
-                )
-            except ConnectorError as exc:
-                results["semantic"] = replace(semantic, detail=f"{semantic.detail}; not reranked: {exc.message}")
-                return {}
-        note = f"{len(similarity)} of {len(ids)} candidates reranked by stored vectors"
-        results["semantic"] = replace(semantic, detail=f"{semantic.detail}; {note}" if semantic.detail else note)
-        return similarity
+        return await rerank(self.connectors.semantic, constraints.items, results, allowed, tags, timer)
 
     async def linked(self, constraints: Constraints, records: list[Record]) -> tuple[Record, ...]:
         """The entities the records name, read for the item policy's link check (never returned). If
@@ -355,6 +305,37 @@ class Pipeline:
         timings.update({key: finished[key] for key in ("mask_ms", "total_ms") if key in timings})
         trace.lineage.pii = PiiRecord(masked=masking.masker.counts(), analysed_at_request=masking.analysed_now)
         return body.model_copy(update={"timings": dict(timings)})
+
+    def rank_and_pack(
+        self,
+        actor: Actor,
+        request: RetrieveRequest,
+        constraints: Constraints,
+        relevant: list[Fused],
+        trace: TraceBuilder,
+        timer: StageTimer,
+    ) -> tuple[Packed, str | None]:
+        """Current truth first, then as much as the budget holds; the cursor to the rest."""
+        scopes = (request.task.scope,) if request.task.scope else constraints.items.scopes
+        history = request.include_historical or request.effective_mode == "fetch"
+        limit = request.budget.bytes if request.budget else self.settings.default_budget_bytes
+        with timer.stage("rank_and_pack", "fuse_ms", {"gateway.budget.limit_bytes": limit}) as span:
+            ranking = rank(relevant, at=constraints.items.valid_at, scopes=scopes, include_history=history)
+            packed = self.pack(ranking.shown, limit)
+            span.set_attributes({"gateway.budget.used_bytes": packed.used_bytes, "gateway.packed": len(packed.items)})
+        # On the enclosing retrieval span: what the call returned, as ids and scores (never text).
+        get_current_span().set_attributes(
+            {
+                "gen_ai.retrieval.documents": documents([(r.record.id, r.entry.score) for r in packed.items]),
+                "gen_ai.retrieval.top_k": request.limit,
+            }
+        )
+        cursor = self.issue_cursor(actor, request, constraints, packed, trace)
+        trace.lineage.dropped_as_historical = [r.record.id for r in ranking.hidden]
+        trace.lineage.dropped_for_budget = list(packed.dropped_ids)
+        trace.lineage.packed = [r.record.id for r in packed.items]
+        trace.lineage.cursor_issued = cursor is not None
+        return packed, cursor
 
     def pack(self, ranked: list[Ranked] | tuple[Ranked, ...], limit_bytes: int) -> Packed:
         return pack(ranked, limit_bytes, self.settings.budget_shares)

@@ -11,12 +11,28 @@ from opentelemetry.trace import Status, StatusCode
 
 from core.errors import ConnectorError, where
 from core.records import SourceResult
+from core.request import RetrieveRequest
 from gateway.telemetry import current as current_telemetry
 
 log = logging.getLogger("gateway.pipeline.recall")
 
 Search = Callable[[], Awaitable[SourceResult]]
 SOURCES = ("exact", "graph", "lexical", "semantic")  # every response reports each of these
+
+MODE_SOURCES = {
+    "brief": {"exact", "graph", "lexical", "semantic"},
+    "scout": {"exact", "lexical", "semantic"},
+    "fetch": {"exact"},
+    "filter": {"exact", "lexical"},
+    "expand": set(),
+}
+
+
+def chosen_sources(request: RetrieveRequest) -> dict[str, bool]:
+    """Mode defaults, then the caller's explicit switches; an explicit false always wins."""
+    defaults = MODE_SOURCES[request.effective_mode]
+    explicit = request.sources.model_dump()
+    return {name: (explicit[name] if explicit[name] is not None else name in defaults) for name in SOURCES}
 
 
 async def run_source(name: str, search: Search, deadline_ms: int) -> SourceResult:

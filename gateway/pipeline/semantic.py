@@ -19,6 +19,7 @@ from core import work
 from core.constraints import ItemFilter
 from core.errors import ConnectorError
 from core.records import RecallQuery, SourceResult
+from gateway.pipeline.stages import StageTimer
 from gateway.writes.embeddings import Embedder
 from gateway.writes.vectorize import EmbeddingWorker
 
@@ -127,3 +128,32 @@ async def stored_similarities(
         return {}
     query = RecallQuery(text=None, tags=tags, vector=result.query_vector, model=result.model, limit=len(ids))
     return await cancellable(semantic.stored.similarities, where, query, ids)
+
+
+async def rerank(
+    semantic: Semantic,
+    where: ItemFilter,
+    results: dict[str, SourceResult],
+    allowed: frozenset[str],
+    tags: tuple[str, ...],
+    timer: StageTimer,
+) -> dict[str, float]:
+    """The query's cosine with the stored vector of every candidate the policy allowed (the rerank,
+    after the verify: nothing the caller may not see is read), or nothing when the semantic search
+    did not run. A failure keeps plain fusion and says so on the semantic source."""
+    result = results["semantic"]
+    if result.query_vector is None:
+        return {}
+    ids = {c.record.id for r in results.values() for c in r.candidates if c.record.id in allowed}
+    # The semantic search scored its own candidates with the same query and stored vectors: only
+    # the others' vectors are read.
+    similarity = {c.record.id: c.score for c in result.candidates if c.record.id in allowed}
+    with timer.stage("rerank", "fuse_ms", {"gateway.rerank.candidates": len(ids)}):
+        try:
+            similarity |= await stored_similarities(semantic, where, result, sorted(ids - similarity.keys()), tags)
+        except ConnectorError as exc:
+            results["semantic"] = replace(result, detail=f"{result.detail}; not reranked: {exc.message}")
+            return {}
+    note = f"{len(similarity)} of {len(ids)} candidates reranked by stored vectors"
+    results["semantic"] = replace(result, detail=f"{result.detail}; {note}" if result.detail else note)
+    return similarity
