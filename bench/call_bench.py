@@ -53,6 +53,7 @@ from harness import (
 TENANT = "scifact"
 TASK = {"type": "account_followup", "scope": "sales"}
 WARMUP = 20
+RATE_HZ = 250  # py-spy samples a second
 
 # A sample's layer: the first of these found in its stack, innermost frame first (so a JSON dump
 # inside the audit write counts as audit). Patterns are matched against "function (file)".
@@ -151,18 +152,32 @@ async def eight_clients(url: str, key: str, claims: list[str], concurrency: int)
     return len(samples) / wall, percentile([ms for ms, _ in samples], 50), sum(1 for _, status in samples if status != 200)
 
 
+GENERIC = (
+    "store (SQLAlchemy, sqlite3)",
+    "JSON and validation (pydantic, json)",
+    "HTTP (uvicorn, starlette, h11)",
+    "thread hops and the event loop",
+)
+
+
 def layer_of(stack: list[str]) -> str:
-    for frame in reversed(stack):  # innermost first
-        for layer, patterns in LAYERS:
-            if any(pattern in frame for pattern in patterns):
-                return layer
+    """The innermost frame of a named layer wins; the generic layers (the store's driver, JSON,
+    HTTP, the event loop) only when no named layer is on the stack (so the FTS5 query that
+    SQLAlchemy runs for the lexical source is lexical)."""
+    for generic in (False, True):
+        for frame in reversed(stack):  # innermost first
+            for layer, patterns in LAYERS:
+                if (layer in GENERIC) == generic and any(pattern in frame for pattern in patterns):
+                    return layer
     return "other"
 
 
 def profile(
-    server: Server, client: httpx.Client, claims: list[str], out: Path
+    server: Server, client: httpx.Client, claims: list[str], out: Path, gil: bool = False
 ) -> tuple[list[tuple[str, int]], Counter[str], int, float]:
-    """py-spy over 1-client calls: (top functions by own samples, samples by layer, total samples, wall ms per call)."""
+    """py-spy over 1-client calls: (top functions by own samples, samples by layer, total samples,
+    wall ms per call). With `gil`, only the thread holding the GIL is sampled: the Python work no
+    second core can share."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     recorder = subprocess.Popen(
         [
@@ -171,13 +186,14 @@ def profile(
             "--pid",
             str(server.pid),
             "--rate",
-            "250",
+            str(RATE_HZ),
             "--format",
             "raw",
             "--output",
             str(out),
             "--threads",
             "--nonblocking",
+            *(["--gil"] if gil else []),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -238,8 +254,18 @@ def measure(size: int, data_dir: Path, claims: list[str], args: argparse.Namespa
         top, layers, samples, per_call = profile(
             server, client, claims[args.queries : args.queries + args.profile_queries], args.profile_out / f"call-{size}.txt"
         )
+        gil_top, gil_layers, gil_samples, _ = profile(
+            server,
+            client,
+            claims[args.queries : args.queries + args.profile_queries],
+            args.profile_out / f"gil-{size}.txt",
+            gil=True,
+        )
         client.close()
         return {
+            "gil_top": gil_top,
+            "gil_layers": gil_layers,
+            "gil_samples": gil_samples,
             "size": size,
             "model": semantic.get("model", "?"),
             "healthz_p50": percentile(times["healthz"], 50),
@@ -253,6 +279,7 @@ def measure(size: int, data_dir: Path, claims: list[str], args: argparse.Namespa
             "layers": layers,
             "samples": samples,
             "per_call": per_call,
+            "calls": args.profile_queries,
         }
     finally:
         server.stop()
@@ -274,16 +301,26 @@ def report(figures: dict[str, Any], concurrency: int) -> None:
         f"\n{concurrency} clients: {figures['rate']:.1f} requests/s, p50 {figures['loaded_p50']:.1f} ms, {figures['refused']} not 200"
     )
     samples = figures["samples"]
-    print(f"\nprofile: {samples} samples over calls of {figures['per_call']:.1f} ms (1 client, wall); ms per call by layer:")
-    print("| layer | share of samples | ms per call |")
+    thread_ms = 1000 / RATE_HZ / figures["calls"]  # one sample's thread-ms, per call
+    print(
+        f"\nprofile: {samples} samples ({samples * thread_ms:.1f} thread-ms a call, several threads at once) over calls of "
+        f"{figures['per_call']:.1f} ms (1 client, wall); by layer:"
+    )
+    print("| layer | share of samples | thread-ms per call |")
     print("|---|---|---|")
     for layer, count in figures["layers"].most_common():
-        print(f"| {layer} | {count / samples:.1%} | {count / samples * figures['per_call']:.2f} |")
+        print(f"| {layer} | {count / samples:.1%} | {count * thread_ms:.2f} |")
+    gil_samples = figures["gil_samples"]
+    print(f"\nholding the GIL: {gil_samples * thread_ms:.1f} ms a call (py-spy --gil); by layer:")
+    print("| layer | ms per call |")
+    print("|---|---|")
+    for layer, count in figures["gil_layers"].most_common():
+        print(f"| {layer} | {count * thread_ms:.2f} |")
     print("\ntop 15 functions by own samples:")
-    print("| function | share | ms per call |")
+    print("| function | share | thread-ms per call |")
     print("|---|---|---|")
     for frame, count in figures["top"]:
-        print(f"| `{short(frame)}` | {count / samples:.1%} | {count / samples * figures['per_call']:.2f} |")
+        print(f"| `{short(frame)}` | {count / samples:.1%} | {count * thread_ms:.2f} |")
 
 
 def main() -> int:
