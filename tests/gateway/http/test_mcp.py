@@ -4,6 +4,7 @@ policy, admission and audit as the HTTP API."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult
 
 from core.errors import ConfigurationError
+from gateway.admission import Admission
 from gateway.http.mcp import origin_allowed
 from gateway.http.mcp_tools import TOOLS
 from gateway.settings import load_settings
@@ -268,10 +270,19 @@ def test_a_browser_origin_must_be_allowed(live: LiveGateway) -> None:
     assert ids(result) == ["mem_acl_ok"]
 
 
+def stop_the_refill(served: LiveGateway) -> None:
+    """Hold the rate quotas' clock still, so a slow machine cannot refill the bucket between the
+    calls these tests count (a CI run once took past a third of a second for four requests)."""
+    admission: Admission = served.gateway.client.app.state.context.admission  # type: ignore[attr-defined]
+    now = time.monotonic()
+    admission.clock = lambda: now
+
+
 def test_past_the_admission_limit_a_call_is_a_rate_limited_tool_error(tmp_path: Path) -> None:
     # 3 units a second: the session's `initialize` and `notifications/initialized` take two at the
     # door (every /mcp request is admitted), the first fetch the third.
     with serve_gateway(f"sqlite:///{tmp_path / 'gateway.db'}", tmp_path, admission_actor_rate=3) as served:
+        stop_the_refill(served)
         served.gateway.key("alice", groups=("sales",))
         fetch = ("fetch", {"task": SALES_TASK, "ids": ["mem_none"]})
         _, (first, second) = anyio.run(lambda: _calls(served.url, key(served, "alice"), [fetch, fetch]))
@@ -284,6 +295,7 @@ def test_past_the_admission_limit_a_call_is_a_rate_limited_tool_error(tmp_path: 
 
 def test_every_mcp_request_is_admitted_so_a_tools_list_flood_is_refused_and_audited(tmp_path: Path) -> None:
     with serve_gateway(f"sqlite:///{tmp_path / 'gateway.db'}", tmp_path, admission_actor_rate=5) as served:
+        stop_the_refill(served)
         served.gateway.key("alice", groups=("sales",))
         headers = {
             "Accept": "application/json, text/event-stream",
