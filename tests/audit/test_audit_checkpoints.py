@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -44,8 +45,15 @@ class Signed:
         for i in range(n):
             audit.write_sync(trace(f"tr_{tenant}_{secrets_suffix()}_{i}", tenant, "user:alice", list(packed), age))
 
-    def offline(self, public: str = "public", tenant: str = TENANT) -> tuple[int, str]:
-        """`gateway audit verify --checkpoints --public-key`: what an auditor runs on an export."""
+    def offline(
+        self,
+        public: str | tuple[str, ...] = "public",
+        tenant: str = TENANT,
+        checkpoints: Path | None = None,
+        known: Path | None = None,
+    ) -> tuple[int, str]:
+        """`gateway audit verify --checkpoints --public-key`: what an auditor runs on an export (with
+        every key named in `public`, and the checkpoint file it holds as `known`)."""
         args = [
             "audit",
             "verify",
@@ -54,10 +62,12 @@ class Signed:
             "--tenant",
             tenant,
             "--checkpoints",
-            str(self.checkpoints),
-            "--public-key",
-            str(self.keys[public]),
+            str(checkpoints or self.checkpoints),
         ]
+        for name in (public,) if isinstance(public, str) else public:
+            args += ["--public-key", str(self.keys[name])]
+        if known is not None:
+            args += ["--known", str(known)]
         result = CliRunner().invoke(main, args)
         return result.exit_code, result.output
 
@@ -105,23 +115,39 @@ def trace(trace_id: str, tenant: str, actor: str, packed: list[str], age: timede
     )
 
 
-@pytest.fixture
-def signed(database_url: str, tmp_path: Path) -> Iterator[Signed]:
-    keys = generate(tmp_path / "keys")
-    checkpoints = tmp_path / "checkpoints" / "audit.checkpoints"
-    # Checkpoints only when the test says (the row and time thresholds are out of reach).
+@contextmanager
+def open_signed(
+    url: str,
+    tmp_path: Path,
+    keys: dict[str, Path],
+    checkpoints: Path,
+    rows: int = 100_000,
+    seconds: int = 86_400,
+    **settings: Any,
+) -> Iterator[Signed]:
+    """A gateway that signs its audit trail with `keys` into `checkpoints`, every `rows` rows or
+    `seconds` (by default out of reach: checkpoints only when the test says), once its own catch-up
+    at start is done."""
     with open_gateway(
-        database_url,
+        url,
         tmp_path,
         audit_signing_key=keys["private"],
         audit_checkpoints=checkpoints,
-        audit_checkpoint_rows=100_000,
-        audit_checkpoint_seconds=86_400,
+        audit_checkpoint_rows=rows,
+        audit_checkpoint_seconds=seconds,
+        **settings,
     ) as gateway:
         run = Signed(gateway, keys, checkpoints)
         # The service's own catch-up at start runs in the background: written before it ends, these
         # rows could be signed by it, at a moment the test does not choose.
         assert run.checkpointer.caught_up.wait(30)
+        yield run
+
+
+@pytest.fixture
+def signed(database_url: str, tmp_path: Path) -> Iterator[Signed]:
+    keys = generate(tmp_path / "keys")
+    with open_signed(database_url, tmp_path, keys, tmp_path / "checkpoints" / "audit.checkpoints") as run:
         run.write(12)
         run.write(3, tenant="globex")
         run.checkpointer.checkpoint(every_chain=True)
@@ -333,14 +359,8 @@ def test_the_service_signs_as_rows_arrive_and_once_at_shutdown(sqlite_url: str, 
 
     keys = generate(tmp_path / "keys")
     checkpoints = tmp_path / "audit.checkpoints"
-    with open_gateway(
-        sqlite_url,
-        tmp_path,
-        audit_signing_key=keys["private"],
-        audit_checkpoints=checkpoints,
-        audit_checkpoint_rows=3,
-        audit_checkpoint_seconds=3600,
-    ) as gateway:
+    with open_signed(sqlite_url, tmp_path, keys, checkpoints, rows=3, seconds=3600) as run:
+        gateway = run.gateway
         agent = gateway.key("alice", groups=("sales",), clearance="confidential")
         for i in range(4):
             assert gateway.retrieve(agent, {"task": SALES_TASK, "query": f"renewal {i}"}).status_code == 200

@@ -54,25 +54,6 @@ def forge_a_new_chain(signed: Signed, tenant: str, rows: int = 3) -> None:
         rederive(conn, tenant)  # the derived tables too: a careful forger leaves nothing for verify but the signatures
 
 
-def offline(signed: Signed, tenant: str, checkpoints: Path | None = None, known: Path | None = None) -> tuple[int, str]:
-    args = [
-        "audit",
-        "verify",
-        "--database-url",
-        signed.gateway.settings.effective_database_url,
-        "--tenant",
-        tenant,
-        "--checkpoints",
-        str(checkpoints or signed.checkpoints),
-        "--public-key",
-        str(signed.keys["public"]),
-    ]
-    if known is not None:
-        args += ["--known", str(known)]
-    result = CliRunner().invoke(main, args)
-    return result.exit_code, result.output
-
-
 def checkpoint_cli(signed: Signed, *extra: str) -> tuple[int, str]:
     env = {"GATEWAY_AUDIT_SIGNING_KEY": str(signed.keys["private"]), "GATEWAY_AUDIT_CHECKPOINTS": str(signed.checkpoints)}
     result = CliRunner(env=env).invoke(
@@ -91,7 +72,7 @@ def test_a_chain_opened_by_forged_rows_is_never_signed(signed: Signed) -> None:
     audit = signed.gateway.client.app.state.context.audit  # type: ignore[attr-defined]
     live = audit.verify("newco")  # the service holds the seal key: the first rows carry none
     assert live["ok"] is False and live["first_broken"]["seq"] == 1 and "no valid seal" in live["first_broken"]["reason"]
-    code, output = offline(signed, "newco")  # the auditor has no seal key: the dates give it away
+    code, output = signed.offline(tenant="newco")  # the auditor has no seal key: the dates give it away
     assert code == 1 and "rows date from before the file's newest checkpoint" in output, output
 
 
@@ -99,7 +80,7 @@ def test_a_chain_born_here_is_signed_from_its_genesis(signed: Signed) -> None:
     signed.write(2, tenant="freshco")
     made = signed.checkpointer.checkpoint()
     assert [(c.chain, c.size, c.adopted) for c in made if c.chain == "freshco"] == [("freshco", 2, None)]
-    code, output = offline(signed, "freshco")
+    code, output = signed.offline(tenant="freshco")
     assert code == 0 and "OK: 2 rows match signed checkpoints" in output, output
 
 
@@ -116,12 +97,12 @@ def test_a_checkpointer_without_its_file_re_signs_nothing(signed: Signed) -> Non
     code, output = checkpoint_cli(signed)
     assert code == 1 and "REFUSED" in output and '"acme": "found without a checkpoint of it"' in output, output
     assert not signed.checkpoints.exists()  # nothing re-signed: not even a file
-    code, output = offline(signed, TENANT)
+    code, output = signed.offline(tenant=TENANT)
     assert code == 1 and "cannot be read" in output, output
     signed.checkpoints.write_text("")
-    code, output = offline(signed, TENANT)
+    code, output = signed.offline(tenant=TENANT)
     assert code == 1 and "attests nothing" in output, output  # the file holds no checkpoint of anyone
-    code, output = offline(signed, TENANT, known=known)
+    code, output = signed.offline(tenant=TENANT, known=known)
     assert code == 1 and "lacks a checkpoint you hold" in output, output
 
 
@@ -133,7 +114,7 @@ def test_adopting_a_chain_is_an_operators_decision_said_in_the_note(signed: Sign
     assert code == 0 and '"what": "adopted at row 3 on ' in output, output
     (note,) = [c for c in read_checkpoints(signed.checkpoints, load_verifier(signed.keys["public"])).by_chain["legacy"]]
     assert note.adopted == Adoption(3, note.time) and note.size == 3 and f"adopted 3 {note.time}" in note.text()
-    code, output = offline(signed, "legacy")
+    code, output = signed.offline(tenant="legacy")
     assert code == 0 and "chain legacy was adopted at row 3 on " + note.time in output, output
 
 
@@ -154,7 +135,7 @@ def test_an_adoption_stays_in_every_verdict(signed: Signed, tmp_path: Path) -> N
     signed.write(2, tenant="legacy")
     made = [c for c in signed.checkpointer.checkpoint(every_chain=True) if c.chain == "legacy"]
     assert [(c.size, c.adopted) for c in made] == [(5, adopted)] and f"adopted 3 {adopted.time}" in made[0].text()
-    code, output = offline(signed, "legacy")
+    code, output = signed.offline(tenant="legacy")
     assert code == 0 and f"chain legacy was {mark}" in output, output
     # the pages and the overview of the tenant's auditor
     gateway = signed_in(signed.gateway, "legacy")
@@ -177,10 +158,10 @@ def test_an_adoption_stays_in_every_verdict(signed: Signed, tmp_path: Path) -> N
         for _, note in CheckpointLog(signed.checkpoints).notes()
     ]
     signed.checkpoints.write_text("".join(note + "\n" for note in clean))
-    code, output = offline(signed, "legacy")
+    code, output = signed.offline(tenant="legacy")
     assert code == 0 and "adopted" not in output.rsplit("OK:", 1)[1], output
     # ... but not against the notes the auditor kept
-    code, output = offline(signed, "legacy", known=held)
+    code, output = signed.offline(tenant="legacy", known=held)
     assert code == 1 and f"a checkpoint you hold says the chain was {mark}" in output, output
 
 
@@ -191,20 +172,20 @@ def test_offline_verify_is_monotonic(signed: Signed) -> None:
     signed.checkpointer.checkpoint()
     known = signed.checkpoints.with_name("known")
     shutil.copy(signed.checkpoints, known)  # what the auditor saved at the last visit
-    assert offline(signed, TENANT, known=known)[0] == 0
+    assert signed.offline(tenant=TENANT, known=known)[0] == 0
     # replaced with the earlier file, the last five rows deleted: consistent on its own...
     shutil.copy(earlier, signed.checkpoints)
     with db.writer(signed.gateway.store).begin() as conn:
         from tests.audit.test_audit_checkpoints import delete_rows
 
         delete_rows(conn, [r["pk"] for r in chain_rows(conn)[-5:]])
-    assert offline(signed, TENANT)[0] == 0
+    assert signed.offline(tenant=TENANT)[0] == 0
     # ... but not with what the auditor holds
-    code, output = offline(signed, TENANT, known=known)
+    code, output = signed.offline(tenant=TENANT, known=known)
     assert code == 1 and "lacks a checkpoint you hold (size 17" in output, output
     # emptied: fails without --known too
     signed.checkpoints.write_text("")
-    code, output = offline(signed, TENANT)
+    code, output = signed.offline(tenant=TENANT)
     assert code == 1 and "attests nothing" in output, output
 
 

@@ -16,7 +16,7 @@ from audit.chain import audit_trace
 from audit.integrity import generate, leaf_hash, load_verifier, read_checkpoints, root, verify_proof
 from core import store as db
 from gateway.cli import main
-from tests.audit.test_audit_checkpoints import TENANT, Signed, chain_rows, signed  # noqa: F401 - the fixture
+from tests.audit.test_audit_checkpoints import TENANT, Signed, chain_rows, open_signed, signed  # noqa: F401 - the fixture
 
 __all__ = ["signed"]
 
@@ -127,20 +127,11 @@ def test_a_trail_checkpointed_before_trees_keeps_verifying_and_gains_them(databa
     """The upgrade: checkpoints the code before Merkle trees wrote (no `tree` line) stay valid; the
     next signer builds the tree from the rows, and its checkpoints carry it, proofs included."""
     from audit.integrity import Checkpointer, CheckpointLog, load_signer
-    from tests.conftest import open_gateway
 
     keys = generate(tmp_path / "keys")
     checkpoints = tmp_path / "audit.checkpoints"
-    with open_gateway(
-        database_url,
-        tmp_path,
-        audit_signing_key=keys["private"],
-        audit_checkpoints=checkpoints,
-        audit_checkpoint_rows=100_000,
-        audit_checkpoint_seconds=86_400,
-    ) as gateway:
-        run = Signed(gateway, keys, checkpoints)
-        assert run.checkpointer.caught_up.wait(30)
+    with open_signed(database_url, tmp_path, keys, checkpoints) as run:
+        gateway = run.gateway
         run.checkpointer.trees = False  # what the code before trees signed
         run.write(6)
         run.checkpointer.checkpoint()
@@ -162,26 +153,18 @@ def test_a_proof_for_a_trace_from_before_a_key_rotation(database_url: str, tmp_p
     """The signing key is replaced: the new one takes the old one's checkpoints as its history
     (GATEWAY_AUDIT_PREVIOUS_KEYS), signs on from them, and proves a trace written under the old key;
     the proof handed out before the rotation still checks with the old key."""
-    from tests.conftest import open_gateway
-
     old_keys, new_keys = generate(tmp_path / "old"), generate(tmp_path / "new")
     checkpoints = tmp_path / "audit.checkpoints"
-    settings = {"audit_checkpoints": checkpoints, "audit_checkpoint_rows": 100_000, "audit_checkpoint_seconds": 86_400}
-    with open_gateway(database_url, tmp_path, audit_signing_key=old_keys["private"], **settings) as gateway:
-        before = Signed(gateway, old_keys, checkpoints)
-        assert before.checkpointer.caught_up.wait(30)
+    with open_signed(database_url, tmp_path, old_keys, checkpoints) as before:
         before.write(5)
         before.checkpointer.checkpoint()
-        with gateway.store.connect() as conn:
+        with before.gateway.store.connect() as conn:
             early = chain_rows(conn)[1]
         status, handed_out = proof(before, early["trace_id"])
         assert status == 200
-    with open_gateway(
-        database_url, tmp_path, audit_signing_key=new_keys["private"], audit_previous_keys=str(old_keys["public"]), **settings
-    ) as gateway:
-        after = Signed(gateway, new_keys, checkpoints)
-        assert after.checkpointer.caught_up.wait(30) and not after.checkpointer.refusing
-        assert gateway.client.get("/readyz").status_code == 200
+    with open_signed(database_url, tmp_path, new_keys, checkpoints, audit_previous_keys=str(old_keys["public"])) as after:
+        assert not after.checkpointer.refusing
+        assert after.gateway.client.get("/readyz").status_code == 200
         after.write(3)
         made = after.checkpointer.checkpoint()
         (signed_now,) = [c for c in made if c.chain == TENANT]  # the 5 rows, the proof call's own, these 3
@@ -193,44 +176,20 @@ def test_a_proof_for_a_trace_from_before_a_key_rotation(database_url: str, tmp_p
         after.keys["old"] = old_keys["public"]
         assert verify_file(after, document, tmp_path)[0] == 0  # the new key
         assert verify_file(after, handed_out, tmp_path, public="old")[0] == 0  # the old proof, the old key
-        args = [
-            "audit",
-            "verify",
-            "--database-url",
-            gateway.settings.effective_database_url,
-            "--tenant",
-            TENANT,
-            "--checkpoints",
-            str(checkpoints),
-            "--public-key",
-            str(new_keys["public"]),
-        ]
-        result = CliRunner().invoke(main, args)
-        assert result.exit_code == 1 and "not signed by this key" in result.output  # the auditor needs both keys
-        result = CliRunner().invoke(main, [*args, "--public-key", str(old_keys["public"])])
-        assert result.exit_code == 0, result.output
+        code, output = after.offline()
+        assert code == 1 and "not signed by this key" in output  # the auditor needs both keys
+        code, output = after.offline(public=("public", "old"))
+        assert code == 0, output
 
 
 def test_a_proof_is_admitted_at_its_cost(database_url: str, tmp_path: Path) -> None:
     """A proof reads its whole chain: at 4 units of an actor's 4 a second, a second proof right
     after the first waits (429), where a one-unit call would not have."""
-    from tests.conftest import open_gateway
-
     keys = generate(tmp_path / "keys")
-    with open_gateway(
-        database_url,
-        tmp_path,
-        audit_signing_key=keys["private"],
-        audit_checkpoints=tmp_path / "ckpt",
-        audit_checkpoint_rows=100_000,
-        audit_checkpoint_seconds=86_400,
-        admission_actor_rate=4,
-    ) as gateway:
-        run = Signed(gateway, keys, tmp_path / "ckpt")
-        assert run.checkpointer.caught_up.wait(30)
+    with open_signed(database_url, tmp_path, keys, tmp_path / "ckpt", admission_actor_rate=4) as run:
         run.write(3)
         run.checkpointer.checkpoint()
-        with gateway.store.connect() as conn:
+        with run.gateway.store.connect() as conn:
             trace_id = chain_rows(conn)[0]["trace_id"]
         assert proof(run, trace_id)[0] == 200
         status, body = proof(run, trace_id)

@@ -32,7 +32,7 @@ from audit.integrity import (
 )
 from core import store as db
 from gateway.cli import main
-from tests.audit.test_audit_checkpoints import TENANT, Signed, chain_rows, rehash
+from tests.audit.test_audit_checkpoints import TENANT, Signed, chain_rows, open_signed, rehash
 from tests.conftest import free_port
 
 ORIGIN = f"gateway.audit/{TENANT}"
@@ -90,23 +90,11 @@ class WitnessProcess:
 
 @pytest.fixture
 def witnessed(database_url: str, tmp_path: Path) -> Iterator[tuple[Signed, WitnessProcess]]:
-    from tests.conftest import open_gateway
-
     keys = generate(tmp_path / "keys")
     witness = WitnessProcess(tmp_path, keys["public"])
     checkpoints = tmp_path / "checkpoints" / "audit.checkpoints"
     try:
-        with open_gateway(
-            database_url,
-            tmp_path,
-            audit_signing_key=keys["private"],
-            audit_checkpoints=checkpoints,
-            audit_checkpoint_rows=100_000,
-            audit_checkpoint_seconds=86_400,
-            audit_witness_url=witness.url,
-        ) as gateway:
-            run = Signed(gateway, keys, checkpoints)
-            assert run.checkpointer.caught_up.wait(30)
+        with open_signed(database_url, tmp_path, keys, checkpoints, audit_witness_url=witness.url) as run:
             run.write(12)
             run.checkpointer.checkpoint(every_chain=True)
             yield run, witness
@@ -148,21 +136,9 @@ def test_a_forked_checkpoint_is_refused_and_the_gateway_says_so(witnessed: tuple
     )
     assert result.exit_code == 0 and '"what": "adopted at row' in result.output, result.output  # the signer was fooled
     assert witness.latest() == cosigned.read_text()  # the witness was not asked, and holds the original
-    args = [
-        "audit",
-        "verify",
-        "--database-url",
-        signed.gateway.settings.effective_database_url,
-        "--tenant",
-        TENANT,
-        "--checkpoints",
-        str(signed.checkpoints),
-        "--public-key",
-        str(signed.keys["public"]),
-    ]
-    assert CliRunner().invoke(main, args).exit_code == 0  # the adopted file agrees with the rewritten store...
-    result = CliRunner().invoke(main, [*args, "--known", str(cosigned)])
-    assert result.exit_code == 1 and "lacks a checkpoint you hold" in result.output, result.output  # ... not with the witness
+    assert signed.offline()[0] == 0  # the adopted file agrees with the rewritten store...
+    code, output = signed.offline(known=cosigned)
+    assert code == 1 and "lacks a checkpoint you hold" in output, output  # ... not with the witness
     # a signer that goes on from the adopted file, with the witness: its next checkpoint is a fork
     fooled = Checkpointer(
         signed.gateway.store,
