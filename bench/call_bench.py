@@ -39,12 +39,10 @@ from typing import Any
 import httpx
 from harness import (
     Server,
-    clean_env,
     code_revision,
     create_key,
     free_port,
-    gateway_executable,
-    load_through_api,
+    load_and_embed,
     percentile,
     scifact,
     send_all,
@@ -101,20 +99,8 @@ def prepared(data_dir: Path, items: list[dict[str, object]], env: dict[str, str]
         return
     shutil.rmtree(data_dir, ignore_errors=True)
     data_dir.mkdir(parents=True)
-    loader = Server(data_dir, free_port(), env={**env, "GATEWAY_EMBEDDINGS": "none"}, label="load")
-    loader.start()
-    loader.wait_ready()
-    try:
-        load_through_api(loader.url, create_key(data_dir, TENANT, "user:loader", "ingest"), items)
-    finally:
-        loader.stop()
-    started = time.perf_counter()
-    done = subprocess.run(
-        [gateway_executable(), "embed", "--data", str(data_dir)], capture_output=True, text=True, env=clean_env(env)
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"gateway embed failed: {done.stderr[-500:]}")
-    print(f"gateway embed: {done.stdout.strip()[-200:]} in {time.perf_counter() - started:.1f} s", flush=True)
+    embedded, seconds = load_and_embed(data_dir, TENANT, items, env)
+    print(f"gateway embed: {embedded[-200:]} in {seconds:.1f} s", flush=True)
     marker.write_text(json.dumps({"items": len(items)}))
 
 

@@ -151,6 +151,18 @@ class Server:
             return "(no server log)"
 
 
+@contextmanager
+def serving(server: Server) -> Iterator[Server]:
+    """`server` started and ready, and stopped when the block ends, however it ends (a server that
+    never got ready too)."""
+    server.start()
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
+
+
 def code_revision() -> str:
     """The commit of the gateway code this process imports (`+` when it has local changes)."""
     import gateway
@@ -248,6 +260,34 @@ def load_through_api(url: str, key: str, items: list[dict[str, Any]]) -> dict[st
     if sum(totals.values()) != len(items):
         raise SystemExit(f"the service accounted for {sum(totals.values())} items, not {len(items)}: {dict(totals)}")
     return {"seconds": seconds, "rate": len(items) / seconds, "batches": len(bodies), **totals}
+
+
+def load_and_embed(
+    data_dir: Path,
+    tenant: str,
+    items: list[dict[str, Any]],
+    env: dict[str, str],
+    *,
+    label: str = "load",
+    embed_args: Sequence[str] = (),
+    what: str = "gateway embed",
+) -> tuple[str, float]:
+    """`items` loaded through the API of a server that embeds nothing, then embedded all at once by
+    `gateway embed` under `env` (which names the model): what embed printed, and its seconds."""
+    loader = Server(data_dir, free_port(), env={**env, "GATEWAY_EMBEDDINGS": "none"}, label=label)
+    loader.start()
+    loader.wait_ready()
+    try:
+        load_through_api(loader.url, create_key(data_dir, tenant, "user:loader", "ingest"), items)
+    finally:
+        loader.stop()
+    started = time.perf_counter()
+    done = subprocess.run(
+        [gateway_executable(), "embed", "--data", str(data_dir), *embed_args], capture_output=True, text=True, env=clean_env(env)
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"{what} failed: {done.stderr[-500:]}")
+    return done.stdout.strip(), time.perf_counter() - started
 
 
 Body = TypeVar("Body")

@@ -16,14 +16,20 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
-from harness import Server, clean_env, create_key, free_port, gateway_executable, load_through_api, percentile, scifact
+from harness import (
+    Server,
+    create_key,
+    free_port,
+    load_and_embed,
+    percentile,
+    scifact,
+)
 
 MODELS = ("minilm", "bge-small")
 TENANT = "scifact"
@@ -37,23 +43,10 @@ def prepared(root: Path, model: str, items: list[dict[str, object]]) -> tuple[Se
     data_dir = root / model
     data_dir.mkdir()
     env = {"GATEWAY_EMBEDDINGS": model}
-    loader = Server(data_dir, free_port(), env={"GATEWAY_EMBEDDINGS": "none"}, label=f"load-{model}")
-    loader.start()
-    loader.wait_ready()
-    try:
-        load_through_api(loader.url, create_key(data_dir, TENANT, "user:loader", "ingest"), items)
-    finally:
-        loader.stop()
-    started = time.perf_counter()
-    done = subprocess.run(
-        [gateway_executable(), "embed", "--data", str(data_dir), "--threads", "2"],
-        capture_output=True,
-        text=True,
-        env=clean_env(env),
+    embedded, seconds = load_and_embed(
+        data_dir, TENANT, items, env, label=f"load-{model}", embed_args=("--threads", "2"), what=f"gateway embed ({model})"
     )
-    if done.returncode != 0:
-        raise SystemExit(f"gateway embed ({model}) failed: {done.stderr[-500:]}")
-    print(f"{model}: {done.stdout.strip()} in {time.perf_counter() - started:.1f} s", flush=True)
+    print(f"{model}: {embedded} in {seconds:.1f} s", flush=True)
     key = create_key(data_dir, TENANT, "user:agent", "agent", groups="compliance")
     server = Server(data_dir, free_port(), env={**env, "GATEWAY_BACKGROUND_EMBEDDING": "false"}, label=f"serve-{model}")
     server.start()

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from harness import Server, bench_dir, code_revision, free_port, interrupted, percentile, send_all
+from harness import Server, bench_dir, code_revision, free_port, interrupted, percentile, send_all, serving
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
@@ -522,24 +522,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the finally blocks stop the server
     with bench_dir(args.data, "gateway-bench-") as data_dir:
-        server = None
         try:
             key, load_stats = prepare_store(data_dir, args.items, args.reuse)
             if args.depth == "standard":
                 embed_store(data_dir)
-            server = Server(data_dir, free_port(), workers=args.workers)
-            server.start()
-            server.wait_ready()
-            if args.depth == "standard":
-                wait_for_graph(server.url, key)
-            print(f"Server ready at {server.url} (log: {server.log_path}); measuring...", flush=True)
-            phases = asyncio.run(measure(server.url, key, args.requests, args.concurrency, args.depth))
-            return 0 if report(phases, args, load_stats) else 1
+            with serving(Server(data_dir, free_port(), workers=args.workers)) as server:
+                if args.depth == "standard":
+                    wait_for_graph(server.url, key)
+                print(f"Server ready at {server.url} (log: {server.log_path}); measuring...", flush=True)
+                phases = asyncio.run(measure(server.url, key, args.requests, args.concurrency, args.depth))
+                return 0 if report(phases, args, load_stats) else 1
         except KeyboardInterrupt:
             return interrupted()
-        finally:
-            if server is not None:
-                server.stop()
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ from typing import Any
 
 import harness
 import httpx
-from harness import Server, bench_dir, code_revision, free_port, interrupted, load_through_api
+from harness import Server, bench_dir, code_revision, free_port, interrupted, load_through_api, serving
 
 SEED = 20261130
 TENANT = "bench"
@@ -219,6 +219,16 @@ class Maker:
     def pick(self, *authorities: str) -> str:
         return self.rng.choice(authorities)
 
+    def open_approved_then_newer(self, status: str, lower: tuple[str, ...], newest: int) -> list[Row]:
+        """An open-ended approved version with `status` (300-700 days ago), a newer active one of an
+        authority in `lower` (20 to `newest` days ago), and 6 times in 10 a closed one before both."""
+        r = self.rng.randint
+        a, b = r(300, 700), r(20, newest)
+        rows: list[Row] = [("approved", status, a, None, None), (self.pick(*lower), "active", b, None, None)]
+        if self.rng.random() < 0.6:
+            rows.insert(0, (self.pick("reviewed", "unreviewed", "approved"), "active", a + r(150, 500), a, None))
+        return rows
+
     def layout(self, scenario: str) -> list[Row]:
         """(authority, status, valid_from days ago, valid_to days ago or None, recorded days ago or None).
         Negative days ago lie after the anchor (scheduled versions)."""
@@ -226,11 +236,7 @@ class Maker:
         rows: list[Row]
         if scenario == "authority_over_recency":
             # approved and open-ended, then a newer speculative/unreviewed one: the approved one stays true.
-            a, b = r(300, 700), r(20, 200)
-            rows = [("approved", "active", a, None, None), (self.pick("speculative", "unreviewed"), "active", b, None, None)]
-            if self.rng.random() < 0.6:
-                rows.insert(0, (self.pick("reviewed", "unreviewed", "approved"), "active", a + r(150, 500), a, None))
-            return rows
+            return self.open_approved_then_newer("active", ("speculative", "unreviewed"), 200)
         if scenario == "history":
             # consecutive closed windows, the last one open: exactly one version is valid at any instant.
             count = r(2, 4)
@@ -266,11 +272,7 @@ class Maker:
             ]
         if scenario == "superseded_trap":
             # an approved version still open-ended but marked superseded; a lower-authority active one is true.
-            a, b = r(300, 700), r(20, 250)
-            rows = [("approved", "superseded", a, None, None), (self.pick("reviewed", "unreviewed"), "active", b, None, None)]
-            if self.rng.random() < 0.6:
-                rows.insert(0, (self.pick("reviewed", "unreviewed", "approved"), "active", a + r(150, 500), a, None))
-            return rows
+            return self.open_approved_then_newer("superseded", ("reviewed", "unreviewed"), 250)
         if scenario == "future_version":
             # an approved version recorded already but valid only from a future date: not true yet.
             a = r(100, 600)
@@ -847,30 +849,25 @@ def main(argv: list[str] | None = None) -> int:
     with bench_dir(args.data, "gateway-temporal-") as data_dir:
         if (data_dir / "gateway.db").exists():
             raise SystemExit(f"{data_dir} already holds a store; use a fresh --data dir")
-        server = None
         try:
             ingest_key = create_key(data_dir, LOADER_PRINCIPAL, "ingest", "confidential")
             agent_key = create_key(data_dir, AGENT_PRINCIPAL, "agent", "confidential")
             # Semantic search is off in every request; without a model the service spends no CPU embedding.
             server = Server(data_dir, free_port(), env={"GATEWAY_EMBEDDINGS": "none"}, label="temporal")
-            server.start()
-            server.wait_ready()
-            code = code_revision()
-            print(f"Server ready at {server.url} (log: {server.log_path})", flush=True)
-            load = load_through_api(server.url, ingest_key, items)
-            print(
-                f"Asking {len(queries):,} (fact, instant) queries, each with and without include_historical, "
-                f"{args.concurrency} client(s)...",
-                flush=True,
-            )
-            outcomes, wall = asyncio.run(run_queries(server.url, agent_key, queries, args.concurrency))
-            versions = sum(len(f.versions) for f in facts)
-            return 0 if report(outcomes, facts, versions, args, anchor, load, wall, code) else 1
+            with serving(server):
+                code = code_revision()
+                print(f"Server ready at {server.url} (log: {server.log_path})", flush=True)
+                load = load_through_api(server.url, ingest_key, items)
+                print(
+                    f"Asking {len(queries):,} (fact, instant) queries, each with and without include_historical, "
+                    f"{args.concurrency} client(s)...",
+                    flush=True,
+                )
+                outcomes, wall = asyncio.run(run_queries(server.url, agent_key, queries, args.concurrency))
+                versions = sum(len(f.versions) for f in facts)
+                return 0 if report(outcomes, facts, versions, args, anchor, load, wall, code) else 1
         except KeyboardInterrupt:
             return interrupted()
-        finally:
-            if server is not None:
-                server.stop()
 
 
 if __name__ == "__main__":
