@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from harness import Server, bench_dir, code_revision, free_port, interrupted, percentile, send_all
+from harness import Server, bench_dir, code_revision, free_port, interrupted, percentile, request_timed, send_all
 from retrieve_bench import AGENT, QUERY_SEED, TENANTS, count_items, generate, retrieve_bodies
 from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.engine import Engine
@@ -197,13 +197,9 @@ def server_timing(header: str) -> dict[str, float]:
 
 
 async def timed(client: httpx.AsyncClient, method: str, path: str, body: dict[str, Any] | None) -> Timed:
-    started = time.perf_counter()
-    try:
-        response = await client.request(method, path, json=body)
-    except httpx.HTTPError as exc:  # counted as a failure (status 0), never silently skipped
-        print(f"  transport error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return Timed(0, (time.perf_counter() - started) * 1000, float("nan"), float("nan"))
-    client_ms = (time.perf_counter() - started) * 1000
+    response, client_ms = await request_timed(client, method, path, body)
+    if response is None:
+        return Timed(0, client_ms, float("nan"), float("nan"))
     timing = server_timing(response.headers.get("server-timing", ""))
     return Timed(response.status_code, client_ms, timing.get("app", float("nan")), timing.get("audit", float("nan")))
 

@@ -311,6 +311,20 @@ async def send_all(
     return samples, time.perf_counter() - started
 
 
+async def request_timed(
+    client: httpx.AsyncClient, method: str, path: str, body: dict[str, Any] | None
+) -> tuple[httpx.Response | None, float]:
+    """One request and the ms the client waited for it; None for a transport error, said on stderr
+    (the caller counts it as a failure, status 0, never silently skipped)."""
+    started = time.perf_counter()
+    try:
+        response = await client.request(method, path, json=body)
+    except httpx.HTTPError as exc:
+        print(f"  transport error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return None, (time.perf_counter() - started) * 1000
+    return response, (time.perf_counter() - started) * 1000
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """Linear interpolation between closest ranks (q in 0..100)."""
     if not values:

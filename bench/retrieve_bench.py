@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from harness import Server, bench_dir, code_revision, free_port, interrupted, percentile, send_all, serving
+from harness import Server, bench_dir, code_revision, free_port, interrupted, percentile, request_timed, send_all, serving
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
@@ -311,13 +311,9 @@ def retrieve_bodies(count: int, seed: int, depth: str) -> list[dict[str, Any]]:
 
 
 async def timed(client: httpx.AsyncClient, method: str, path: str, body: dict[str, Any] | None) -> Sample:
-    started = time.perf_counter()
-    try:
-        response = await client.request(method, path, json=body)
-    except httpx.HTTPError as exc:  # counted as a failure (status 0), never silently skipped
-        print(f"  transport error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return Sample((time.perf_counter() - started) * 1000, 0, None)
-    ms = (time.perf_counter() - started) * 1000
+    response, ms = await request_timed(client, method, path, body)
+    if response is None:
+        return Sample(ms, 0, None)
     parsed = response.json() if response.headers.get("content-type", "").startswith("application/json") else None
     return Sample(ms, response.status_code, parsed)
 
