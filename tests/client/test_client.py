@@ -6,16 +6,13 @@ from __future__ import annotations
 import email.utils
 import json
 import re
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from io import StringIO
 from pathlib import Path
-from typing import Any
 
 import anyio
 import httpx
@@ -40,6 +37,7 @@ from gateway.client import (
 from gateway.client.calls import retry_after
 from tests.conftest import LiveGateway, free_port, serve_gateway
 from tests.gateway.fixtures import FORBIDDEN, SALES_TASK, VISIBLE, memory, seed
+from tests.loopback import Loopback, QuietHandler
 
 AGENTS = (Path(__file__).resolve().parents[2] / "docs" / "agents.md").read_text()  # the manual's page
 PAGES = [f"mem_page_{i:02d}" for i in range(12)]
@@ -341,7 +339,7 @@ def error_body(status: int, code: str) -> bytes:
 def scripted(*script: tuple[int, dict[str, str], bytes]) -> Iterator[Scripted]:
     server_state = Scripted("", list(script))
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def answer(self) -> None:
             self.rfile.read(int(self.headers.get("content-length") or 0))
             server_state.attempts.append((time.monotonic(), self.command, self.path, self.headers.get("authorization", "")))
@@ -354,18 +352,9 @@ def scripted(*script: tuple[int, dict[str, str], bytes]) -> Iterator[Scripted]:
 
         do_GET = do_POST = do_PUT = answer
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        server_state.url = f"http://127.0.0.1:{server.server_address[1]}"
+    with Loopback(Handler) as server:
+        server_state.url = server.url
         yield server_state
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_retry_after_is_honoured_then_the_answer_read(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -26,7 +26,7 @@ from gateway.privacy.detect import Detector
 from gateway.privacy.store import pending
 from tests.conftest import free_port, wait_ready
 from tests.gateway.fixtures import SALES_TASK
-from tests.loopback import QuietHandler
+from tests.loopback import Loopback, QuietHandler
 
 GATEWAY = Path(sys.executable).parent / "gateway"
 BATCH = 20
@@ -152,27 +152,21 @@ def _inside(frame: Any, path: str) -> bool:
     return False
 
 
-class Hanging:
+class Hanging(Loopback):
     """An endpoint on loopback that takes requests and never answers (until closed)."""
 
     def __init__(self) -> None:
-        from http.server import ThreadingHTTPServer
-
         released = self.released = threading.Event()
 
         class Handler(QuietHandler):
             def do_POST(self) -> None:
                 released.wait(60)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        super().__init__(Handler, "/v1")  # a hung request holds a daemon thread: closing does not wait for it
 
     def close(self) -> None:
         self.released.set()
-        self.server.shutdown()
-        self.server.server_close()
+        super().close()
 
 
 def test_a_hanging_embeddings_endpoint_times_out_its_source_and_threads_do_not_pile_up(sqlite_url: str, tmp_path: Path) -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import threading
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
@@ -21,7 +19,7 @@ from tests.conftest import Gateway
 from tests.gateway.fixtures import SALES_TASK, seed
 from tests.gateway.observed import observed_gateway
 from tests.gateway.pipeline.test_semantic import EmbeddingsDouble
-from tests.loopback import QuietHandler
+from tests.loopback import Loopback, QuietHandler
 
 INBOUND_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 
@@ -132,7 +130,7 @@ def test_metrics_count_layers_denials_mismatches_and_degraded_sources(sqlite_url
     assert answered[("retrieve", 200)] == 1 and answered[("retrieve", 403)] == 1
 
 
-class Collector:
+class Collector(Loopback):
     """An OTLP/HTTP collector on loopback that keeps what it is sent, decoded."""
 
     def __init__(self) -> None:
@@ -154,15 +152,7 @@ class Collector:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join()
+        super().__init__(Handler)
 
 
 def test_the_otlp_exporter_sends_spans_and_metrics_to_the_configured_collector(sqlite_url: str, tmp_path: Path) -> None:

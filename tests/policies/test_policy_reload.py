@@ -13,7 +13,6 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from gateway.policy.bundle import read_archive, read_bundle, write_archive
 from gateway.policy.signatures import VerificationKey
 from tests.conftest import Gateway, children, edit_json, free_port, open_gateway
 from tests.gateway.fixtures import SALES_TASK, seed
+from tests.loopback import Loopback, QuietHandler
 
 CONFIG = Path("gateway/config/data.json")
 QUESTION = {"task": SALES_TASK, "query": "wombatacl sales group note"}
@@ -290,7 +290,7 @@ def test_a_configmap_mount_reads_each_policy_once_and_follows_its_changes(tmp_pa
     assert second.revision != first.revision and second.data == read_bundle(policy_copy).data
 
 
-class BundleServer:
+class BundleServer(Loopback):
     """A loopback bundle server: serves one archive with an ETag, answers 304 to a matching
     If-None-Match, and records what it was asked."""
 
@@ -299,7 +299,7 @@ class BundleServer:
         self.requests: list[dict[str, str]] = []
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self) -> None:  # noqa: N802
                 etag = f'"{hash(server.archive)}"'
                 server.requests.append(dict(self.headers))
@@ -313,16 +313,7 @@ class BundleServer:
                 self.end_headers()
                 self.wfile.write(server.archive)
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/bundles/gateway.tar.gz"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler, "/bundles/gateway.tar.gz")
 
 
 def test_a_bundle_server_is_polled_with_etags_and_a_forged_revision_never_serves(

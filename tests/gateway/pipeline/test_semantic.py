@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import threading
 import zlib
 from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +14,7 @@ import pytest
 from gateway.writes.vectorize import lag
 from tests.conftest import Gateway, open_gateway
 from tests.gateway.fixtures import doc as doc  # re-exported: tests/audit/test_audit_outcomes.py takes it from here
-from tests.loopback import QuietHandler
+from tests.loopback import Loopback, QuietHandler
 
 RESEARCH = {"type": "research"}
 SEMANTIC_ONLY = {"exact": False, "lexical": False, "semantic": True}
@@ -169,7 +167,7 @@ def test_a_model_that_cannot_load_degrades_semantic_search(
         assert semantic["status"] == "skipped" and "failed to load" in semantic["detail"]
 
 
-class EmbeddingsDouble:
+class EmbeddingsDouble(Loopback):
     """An OpenAI-compatible embeddings endpoint on loopback: bag-of-words vectors, every request recorded."""
 
     dims = 64
@@ -195,19 +193,13 @@ class EmbeddingsDouble:
                 self.end_headers()
                 self.wfile.write(payload)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        super().__init__(Handler, "/v1")
 
     def vector(self, text: str) -> np.ndarray:
         v = np.zeros(self.dims)
         for word in text.lower().split():
             v[zlib.crc32(word.strip(".,?").encode()) % self.dims] += 1.0
         return v + 1e-3
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ import threading
 import time
 import zlib
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from gateway.policy import archive
 from gateway.policy.bundle import read_archive, write_archive
 from gateway.policy.source import PolicySource
 from tests.conftest import open_gateway
+from tests.loopback import Loopback, QuietHandler
 
 ROOT = Path(__file__).resolve().parents[3]
 POLICIES = ROOT / "policies"
@@ -326,23 +326,15 @@ def plain_server() -> Iterator[tuple[str, list[bytes]]]:
     """A bundle server that sends no ETag: every poll gets the whole body."""
     body: list[bytes] = [b""]
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self) -> None:  # noqa: N802
             self.send_response(200)
             self.send_header("Content-Length", str(len(body[0])))
             self.end_headers()
             self.wfile.write(body[0])
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/bundles/gateway.tar.gz", body
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with Loopback(Handler, "/bundles/gateway.tar.gz") as server:
+        yield server.url, body
 
 
 def test_an_unchanged_bundle_server_body_is_not_unpacked_again(

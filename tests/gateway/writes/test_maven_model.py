@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import shutil
 import socket
-import threading
 from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -17,10 +15,10 @@ from gateway.writes import integer_model
 from gateway.writes.embeddings import OnnxBgeSmall, load_embedder
 from gateway.writes.maven_model import BGE_SMALL, ModelUnavailable, fetch, installed
 from tests.conftest import MODEL_DIR, open_gateway
-from tests.loopback import QuietHandler
+from tests.loopback import Loopback, QuietHandler
 
 
-class Registry:
+class Registry(Loopback):
     """A Maven repository on loopback serving `body` for every path, each request's path recorded."""
 
     def __init__(self, body: bytes) -> None:
@@ -36,13 +34,7 @@ class Registry:
                 self.end_headers()
                 self.wfile.write(registry.body)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/maven2"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler, "/maven2")
 
 
 @pytest.fixture
