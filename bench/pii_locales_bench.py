@@ -836,34 +836,27 @@ def ratio(num: float, den: float) -> float:
     return num / den if den else float("nan")
 
 
+def tallied(c: Counter[str]) -> dict[str, Any]:
+    """One type's counts (or all types' together) with the rates they give."""
+    return {
+        "support": c["support"],
+        "tp": c["tp"],
+        "fp": c["fp"],
+        "fn": c["fn"],
+        "leaked": c["leaked"],
+        "precision": ratio(c["tp"], c["tp"] + c["fp"]),
+        "recall": ratio(c["tp"], c["support"]),
+        "leaked_rate": ratio(c["leaked"], c["support"]),
+    }
+
+
 def figures(s: Scores, locales: Sequence[str], speed: dict[str, float]) -> dict[str, Any]:
     """Every figure of the report, JSON-ready."""
-    types = {}
-    for kind in TYPES:
-        c = s.counts[kind]
-        types[kind] = {
-            "support": c["support"],
-            "tp": c["tp"],
-            "fp": c["fp"],
-            "fn": c["fn"],
-            "leaked": c["leaked"],
-            "precision": ratio(c["tp"], c["tp"] + c["fp"]),
-            "recall": ratio(c["tp"], c["support"]),
-            "leaked_rate": ratio(c["leaked"], c["support"]),
-        }
+    types = {kind: tallied(s.counts[kind]) for kind in TYPES}
     total = Counter[str]()
     for kind in TYPES:
         total.update(s.counts[kind])
-    overall = {
-        "support": total["support"],
-        "tp": total["tp"],
-        "fp": total["fp"],
-        "fn": total["fn"],
-        "leaked": total["leaked"],
-        "precision": ratio(total["tp"], total["tp"] + total["fp"]),
-        "recall": ratio(total["tp"], total["support"]),
-        "leaked_rate": ratio(total["leaked"], total["support"]),
-    }
+    overall = tallied(total)
     per_locale = {}
     for locale in locales:
         person, phone = s.locale[(locale, "PERSON")], s.locale[(locale, "PHONE_NUMBER")]

@@ -479,24 +479,26 @@ class Outcome:
     def ok(self) -> bool:
         return self.status == 200 and self.collapse_status == 200
 
+    def truth_first(self, items: list[dict[str, Any]]) -> bool:
+        """The expected version is the first of `items`."""
+        return bool(items) and self.truth is not None and items[0].get("id") == self.truth.id
+
     @property
     def current_at_1(self) -> bool:
-        first = self.slot_items()
-        return bool(first) and self.truth is not None and first[0].get("id") == self.truth.id
+        return self.truth_first(self.slot_items())
 
     @property
     def strict_at_1(self) -> bool:
-        return bool(self.items) and self.truth is not None and self.items[0].get("id") == self.truth.id
+        return self.truth_first(self.items)
 
     @property
     def collapsed(self) -> bool:
         slot = self.slot_items(self.collapse_items)
-        return len(slot) == 1 and self.truth is not None and slot[0].get("id") == self.truth.id
+        return len(slot) == 1 and self.truth_first(slot)
 
     @property
     def by_id_at_1(self) -> bool:
-        first = self.own_items()
-        return bool(first) and self.truth is not None and first[0].get("id") == self.truth.id
+        return self.truth_first(self.own_items())
 
     @property
     def current_flag_ok(self) -> bool:
