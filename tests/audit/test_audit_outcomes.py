@@ -70,13 +70,7 @@ def test_every_outcome_writes_a_trace_and_no_planted_value_reaches_any_record(
     )
     embeddings = EmbeddingsDouble(fail=True)  # the semantic source fails: the answer degrades
     decisions = tmp_path / "decisions.jsonl"
-    settings = {
-        "policies_dir": policy_copy,
-        "decision_log": decisions,
-        "embeddings_url": embeddings.url,
-        "embeddings_model": "bow-64",
-        "embeddings_dims": EmbeddingsDouble.dims,
-    }
+    settings = embeddings.settings(policies_dir=policy_copy, decision_log=decisions)
     try:
         with observed_gateway(sqlite_url, tmp_path, **settings) as seen:
             gateway = seen.gateway

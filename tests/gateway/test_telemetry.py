@@ -99,12 +99,7 @@ def test_metrics_count_layers_denials_mismatches_and_degraded_sources(sqlite_url
         + '\nfailures contains [item.id, "embargo"] if {\n\tsome item in input.items\n\titem.id == "mem_acl_ok"\n}\n'
     )
     failing = EmbeddingsDouble(fail=True)  # the semantic source fails on every query
-    settings = {
-        "policies_dir": policy_copy,
-        "embeddings_url": failing.url,
-        "embeddings_model": "bow-64",
-        "embeddings_dims": EmbeddingsDouble.dims,
-    }
+    settings = failing.settings(policies_dir=policy_copy)
     try:
         with observed_gateway(sqlite_url, tmp_path, **settings) as seen:
             key = seed(seen.gateway)

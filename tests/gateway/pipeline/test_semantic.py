@@ -201,6 +201,10 @@ class EmbeddingsDouble(Loopback):
             v[zlib.crc32(word.strip(".,?").encode()) % self.dims] += 1.0
         return v + 1e-3
 
+    def settings(self, **more: Any) -> dict[str, Any]:
+        """The gateway's settings for embedding through this double ("bow-64"), and `more`."""
+        return {"embeddings_url": self.url, "embeddings_model": "bow-64", "embeddings_dims": self.dims, **more}
+
 
 @pytest.fixture
 def embeddings_double() -> Iterator[EmbeddingsDouble]:
@@ -212,13 +216,7 @@ def embeddings_double() -> Iterator[EmbeddingsDouble]:
 def test_an_openai_compatible_endpoint_embeds_instead(
     sqlite_url: str, tmp_path: Path, embeddings_double: EmbeddingsDouble
 ) -> None:
-    settings = {
-        "embeddings_url": embeddings_double.url,
-        "embeddings_model": "bow-64",
-        "embeddings_key": "k" * 20,
-        "embeddings_dims": EmbeddingsDouble.dims,
-    }
-    with open_gateway(sqlite_url, tmp_path, **settings) as gateway:
+    with open_gateway(sqlite_url, tmp_path, **embeddings_double.settings(embeddings_key="k" * 20)) as gateway:
         gateway.ingest("acme", TOPICS)
         gateway.embed_all()
         assert waiting(gateway) == 0
@@ -233,8 +231,7 @@ def test_an_openai_compatible_endpoint_embeds_instead(
 def test_a_failing_embeddings_endpoint_degrades_to_an_error_source(sqlite_url: str, tmp_path: Path) -> None:
     failing = EmbeddingsDouble(fail=True)
     try:
-        settings = {"embeddings_url": failing.url, "embeddings_model": "bow-64", "embeddings_dims": EmbeddingsDouble.dims}
-        with open_gateway(sqlite_url, tmp_path, **settings) as gateway:
+        with open_gateway(sqlite_url, tmp_path, **failing.settings()) as gateway:
             gateway.ingest("acme", TOPICS)
             response = gateway.retrieve(gateway.key("agent"), {"task": RESEARCH, "query": "invoices"}, semantic=True)
             body = response.json()
