@@ -18,7 +18,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -30,6 +30,7 @@ from core.errors import RateLimited, where
 
 log = logging.getLogger("gateway.background")
 LAG_EVERY_S = 2.0
+H = TypeVar("H")  # what holds a lease: a file descriptor, a database session
 LEASE_EVERY_S = 1.0  # how often a standby tries the lease, and the holder checks it still holds it
 
 
@@ -133,42 +134,53 @@ class Lease(Protocol):
     def release(self) -> None: ...
 
 
-class FileLease:
+class _Held(Generic[H]):
+    """What both leases share: the handle holding the lock (a descriptor, a session), taken when
+    `acquire` finds none and kept until `release`; `_take` tries once and never blocks."""
+
+    _handle: H | None = None
+
+    def acquire(self) -> bool:
+        if self._handle is None:
+            self._handle = self._take()
+        return self._handle is not None
+
+    def _take(self) -> H | None:
+        raise NotImplementedError
+
+
+class FileLease(_Held[int]):
     """flock on a file beside the SQLite database: the kernel drops it when the holding process
     dies, however it dies. The holder's pid is written in the file, for operators."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._fd: int | None = None
 
-    def acquire(self) -> bool:
-        if self._fd is not None:
-            return True
+    def _take(self) -> int | None:
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:  # SQLite could not write beside its file either; say so, retry later
             log.warning("background lease file %s: %s", self.path, exc.strerror)
-            return False
+            return None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            return False
+            return None
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
-        self._fd = fd
-        return True
+        return fd
 
     def held(self) -> bool:
-        return self._fd is not None
+        return self._handle is not None
 
     def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing the only descriptor drops the lock
-            self._fd = None
+        if self._handle is not None:
+            os.close(self._handle)  # closing the only descriptor drops the lock
+            self._handle = None
 
 
-class AdvisoryLease:
+class AdvisoryLease(_Held[Connection]):
     """A session-level PostgreSQL advisory lock on a connection of its own, keyed by the schema
     the store lives in (one runner per store, across hosts). PostgreSQL drops it when the session
     ends: the process died, or its connection did, and then `held` says so."""
@@ -177,15 +189,12 @@ class AdvisoryLease:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self._conn: Connection | None = None
 
-    def acquire(self) -> bool:
-        if self._conn is not None:
-            return True
+    def _take(self) -> Connection | None:
         try:
             conn = self.engine.connect()
         except SQLAlchemyError:
-            return False
+            return None
         try:
             got = bool(conn.exec_driver_sql(self.SQL).scalar())
             conn.commit()  # no transaction left open on the held session
@@ -193,32 +202,31 @@ class AdvisoryLease:
             got = False
         if not got:
             conn.close()
-            return False
-        self._conn = conn
-        return True
+            return None
+        return conn
 
     def held(self) -> bool:
-        if self._conn is None:
+        if self._handle is None:
             return False
         try:
-            self._conn.exec_driver_sql("SELECT 1")
-            self._conn.commit()
+            self._handle.exec_driver_sql("SELECT 1")
+            self._handle.commit()
             return True
         except SQLAlchemyError:
             self.release()
             return False
 
     def release(self) -> None:
-        if self._conn is not None:
+        if self._handle is not None:
             try:  # at once, rather than when the server notices the session closing
-                self._conn.exec_driver_sql("SELECT pg_advisory_unlock_all()")
-                self._conn.commit()
+                self._handle.exec_driver_sql("SELECT pg_advisory_unlock_all()")
+                self._handle.commit()
             except SQLAlchemyError:
                 pass  # the session is gone, and the lock with it
             # Closed, not pooled: a pooled session would keep the lock for whoever borrowed it next.
-            self._conn.invalidate()
-            self._conn.close()
-            self._conn = None
+            self._handle.invalidate()
+            self._handle.close()
+            self._handle = None
 
 
 def lease_for(engine: Engine) -> Lease | None:

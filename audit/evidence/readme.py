@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from audit.evidence.layout import CHECKPOINTS, FIGURES, KEYS, MANIFEST, POLICY, ROWS, ROWS_AFTER, ROWS_BEFORE, TREE
+from audit.evidence import layout
+from audit.evidence.layout import CHECKPOINTS, TREE
 
 TEXT = """# Audit evidence pack
 
@@ -22,7 +23,7 @@ With the gateway's public key as you received it from the operator (out of band:
 gateway audit verify-pack DIR --public-key audit-signing.pub.pem [--known NOTE] [--witness-key VKEY]
 ```
 
-Without `--public-key`, the keys in `{KEYS}/` are used, which shows only that the pack is consistent
+Without `--public-key`, the keys in `{files.KEYS}/` are used, which shows only that the pack is consistent
 with itself: whoever made the pack could have made those keys too. `--known` holds checkpoints you
 got elsewhere (a witness's cosigned note, one from an earlier pack) against the pack's rows: that is
 what shows a history re-signed by whoever holds the key. `--witness-key` checks a witness's
@@ -31,19 +32,19 @@ exits 1 naming the file and line of the first problem.
 
 ## Files
 
-- `{ROWS}`: the rows of the period, oldest first, one JSON object a line: every column the row's
+- `{files.ROWS}`: the rows of the period, oldest first, one JSON object a line: every column the row's
   hash covers, `row_hash`, `seal` (an HMAC under the gateway's key; not checkable without it) and
   `in_period` (false for a row written between two rows of the period but dated outside it).
-- `{ROWS_BEFORE}`: the row before the period's first one, dated before the period.
-- `{ROWS_AFTER}`: the rows after the period's last one, up to the first signed checkpoint at or after
+- `{files.ROWS_BEFORE}`: the row before the period's first one, dated before the period.
+- `{files.ROWS_AFTER}`: the rows after the period's last one, up to the first signed checkpoint at or after
   it.
-- `{TREE}`: the Merkle tree (RFC 6962) of the chain before the pack's first row, as its compact range.
-- `{CHECKPOINTS}`: the gateway's signed checkpoints (C2SP signed notes) whose positions lie in the pack.
-- `{KEYS}/`: the keys the gateway signs checkpoints with, as verifier keys and PEM.
-- `{POLICY}`: the policy revisions the period's rows name (first and last seen, rows, retrieval
+- `{files.TREE}`: the Merkle tree (RFC 6962) of the chain before the pack's first row, as its compact range.
+- `{files.CHECKPOINTS}`: the gateway's signed checkpoints (C2SP signed notes) whose positions lie in the pack.
+- `{files.KEYS}/`: the keys the gateway signs checkpoints with, as verifier keys and PEM.
+- `{files.POLICY}`: the policy revisions the period's rows name (first and last seen, rows, retrieval
   calls) and the period's policy reloads.
-- `{FIGURES}`: the compliance overview's figures of the period, recomputable from `{ROWS}`.
-- `{MANIFEST}`: tenant, period, counts and the SHA-256 of every other file.
+- `{files.FIGURES}`: the compliance overview's figures of the period, recomputable from `{files.ROWS}`.
+- `{files.MANIFEST}`: tenant, period, counts and the SHA-256 of every other file.
 
 No file holds item text or query text: audit rows hold ids, shapes, counts and hashes only.
 
@@ -55,7 +56,7 @@ No file holds item text or query text: audit rows hold ids, shapes, counts and h
 - {merkle}
 - The row before the period is dated before it and the row after it after it, so a row dropped at
   either end shows (unless no checkpoint covers the end yet).
-- `{FIGURES}` and `{POLICY}` are what the period's rows give: the check recomputes both.
+- `{files.FIGURES}` and `{files.POLICY}` are what the period's rows give: the check recomputes both.
 
 ## What it cannot show
 
@@ -75,6 +76,7 @@ No file holds item text or query text: audit rows hold ids, shapes, counts and h
 def write_readme(path: Path, manifest: dict[str, Any], tree: dict[str, Any]) -> None:
     counts, period, positions = manifest["counts"], manifest["period"], manifest["positions"]
     text = TEXT.format(
+        files=layout,
         tenant=manifest["tenant"],
         since=period["since"],
         until=period["until"],
@@ -86,15 +88,6 @@ def write_readme(path: Path, manifest: dict[str, Any], tree: dict[str, Any]) -> 
         not_tied=counts["not_tied"],
         tie=_tie(manifest),
         merkle=_merkle(tree),
-        CHECKPOINTS=CHECKPOINTS,
-        FIGURES=FIGURES,
-        KEYS=KEYS,
-        MANIFEST=MANIFEST,
-        POLICY=POLICY,
-        ROWS=ROWS,
-        ROWS_AFTER=ROWS_AFTER,
-        ROWS_BEFORE=ROWS_BEFORE,
-        TREE=TREE,
     )
     path.write_text(text, encoding="utf-8")
 

@@ -104,17 +104,9 @@ def prepared(
     return token, write
 
 
-def issue(
-    engine: Engine,
-    actor: Actor,
-    request: dict[str, Any],
-    remaining: list[dict[str, Any]],
-    returned: list[str],
-    idle_seconds: int,
-    per_actor: int = 100,
-) -> str:
-    """A new cursor of the actor's, stored now in a transaction of its own."""
-    token, write = prepared(engine, actor, request, remaining, returned, idle_seconds, per_actor)
+def issue(engine: Engine, cursor: tuple[str, Callable[[Connection], None]]) -> str:
+    """A cursor `prepared` for `engine`'s store, stored now in a transaction of its own; its token."""
+    token, write = cursor
     try:
         with writer(engine).begin() as conn:
             write(conn)

@@ -25,7 +25,7 @@ import signal
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -62,15 +62,7 @@ class ReloadResult:
     ms: float = 0.0
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "trigger": self.trigger,
-            "status": self.status,
-            "revision": self.revision,
-            "previous": self.previous,
-            "candidate": self.candidate,
-            "errors": list(self.errors),
-            "ms": round(self.ms, 3),
-        }
+        return {**asdict(self), "errors": list(self.errors), "ms": round(self.ms, 3)}  # the fields, in order
 
 
 @dataclass(slots=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
 from pydantic import ValidationError
@@ -43,12 +43,7 @@ class IngestReport:
     rejected: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "created": self.created,
-            "updated": self.updated,
-            "unchanged": self.unchanged,
-            "rejected": self.rejected,
-        }
+        return asdict(self)
 
 
 def parse_items_body(raw: bytes, content_type: str | None) -> list[Any]:

@@ -158,13 +158,16 @@ def test_expired_cursors_are_swept_by_an_issue_at_most_every_so_often(tmp_path: 
         with engine.connect() as conn:
             return len(conn.execute(select(table.c.token_hash)).all())
 
-    cursors.issue(engine, actor, {}, [], [], idle_seconds=3600)  # the first issue sweeps (nothing to sweep yet)
-    cursors.issue(engine, actor, {}, [], [], idle_seconds=3600)
+    def issue() -> None:
+        cursors.issue(engine, cursors.prepared(engine, actor, {}, [], [], idle_seconds=3600))
+
+    issue()  # the first issue sweeps (nothing to sweep yet)
+    issue()
     expire_all()
-    cursors.issue(engine, actor, {}, [], [], idle_seconds=3600)  # within the interval: not swept yet
+    issue()  # within the interval: not swept yet
     assert rows() == 3
     monkeypatch.setattr(cursors, "SWEEP_EVERY_S", 0.0)
-    cursors.issue(engine, actor, {}, [], [], idle_seconds=3600)
+    issue()
     assert rows() == 2  # the two expired ones went; the two live ones stay
     engine.dispose()
 
