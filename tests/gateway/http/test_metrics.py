@@ -12,6 +12,7 @@ from sqlalchemy import func, select
 
 from audit.chain import audit_trace
 from audit.integrity import generate
+from gateway.admission import Admission, Prices, Quotas
 from tests.conftest import Gateway, open_gateway
 from tests.gateway.fixtures import SALES_TASK, memory, seed
 
@@ -34,6 +35,14 @@ def value(samples: dict[str, list[Any]], name: str, **labels: str) -> float:
     return sum(s.value for s in samples.get(name, []) if all(s.labels.get(k) == v for k, v in labels.items()))
 
 
+def full_buckets(gateway: Gateway) -> None:
+    """Forget the rate quotas' buckets and learned prices, so the next call meets a full bucket: on a
+    loaded machine a call measures more units than its price and the one after it was refused (a
+    429 where the test asks for a 403)."""
+    admission: Admission = gateway.client.app.state.context.admission  # type: ignore[attr-defined]
+    admission.quotas, admission.prices = Quotas(), Prices()
+
+
 def calls(gateway: Gateway) -> tuple[str, int]:
     """A 400, a 422, an allow, a deny, and allows until alice's rate quota (`admission_actor_rate`)
     answers a 429; the planted word in an item and in every query. Returns the /metrics text and the
@@ -42,9 +51,13 @@ def calls(gateway: Gateway) -> tuple[str, int]:
     gateway.ingest("acme", [memory("mem_secret_word", f"wombatacl {SECRET} note")])
     malformed = gateway.client.post("/v1/retrieve", content=b"{not json", headers=gateway.auth(key))
     assert malformed.status_code == 400
+    full_buckets(gateway)
     assert gateway.retrieve(key, {"task": SALES_TASK, "query": SECRET, "nope": 1}).status_code == 422
+    full_buckets(gateway)
     assert gateway.retrieve(key, {"task": SALES_TASK, "query": f"wombatacl {SECRET}"}).status_code == 200
+    full_buckets(gateway)
     assert gateway.retrieve(key, {"task": {"type": "no_such_task"}, "query": SECRET}).status_code == 403
+    full_buckets(gateway)
     allowed = 1
     for _ in range(20):  # the quota refills with time: on a slow machine a few more calls pass first
         status = gateway.retrieve(key, {"task": SALES_TASK, "query": SECRET}).status_code
