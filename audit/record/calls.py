@@ -13,7 +13,7 @@ So are the parts every call shares, which `governed` fills (channel, otel, admis
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
 from audit.record.lineage import (
@@ -42,6 +42,11 @@ class CallRecord(Protocol):
     def fill(self, lineage: Lineage) -> None: ...
 
 
+def _fields(record: Any) -> dict[str, Any]:
+    """A record's fields by name, for the part of the same fields (every one set, as it was stored)."""
+    return {f.name: getattr(record, f.name) for f in fields(record)}
+
+
 # Writes (role `ingest`).
 
 
@@ -56,9 +61,7 @@ class ItemsWritten:
     rejected: int
 
     def fill(self, lineage: Lineage) -> None:
-        lineage.ingest = WriteRecord(
-            received=self.received, created=self.created, updated=self.updated, unchanged=self.unchanged, rejected=self.rejected
-        )
+        lineage.ingest = WriteRecord(**_fields(self))
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +73,7 @@ class EntityWritten:
     rejected: int
 
     def fill(self, lineage: Lineage) -> None:
-        lineage.entity = WriteRecord(created=self.created, updated=self.updated, rejected=self.rejected)
+        lineage.entity = WriteRecord(**_fields(self))
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,19 +92,10 @@ class DocumentWritten:
     @classmethod
     def of(cls, report: Mapping[str, Any]) -> DocumentWritten:
         """The record of a document write's report (gateway.writes.items.ingest_document)."""
-        return cls(**{name: report[name] for name in cls.__dataclass_fields__})
+        return cls(**{f.name: report[f.name] for f in fields(cls)})
 
     def fill(self, lineage: Lineage) -> None:
-        lineage.document = DocumentRecord(
-            document=self.document,
-            sha256=self.sha256,
-            changed=self.changed,
-            pieces=self.pieces,
-            created=self.created,
-            updated=self.updated,
-            unchanged=self.unchanged,
-            removed=self.removed,
-        )
+        lineage.document = DocumentRecord(**_fields(self))
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +107,7 @@ class EntityMerged:
     into: str
 
     def fill(self, lineage: Lineage) -> None:
-        lineage.merge = MergeRecord(changed=self.changed, entity=self.entity, into=self.into)
+        lineage.merge = MergeRecord(**_fields(self))
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +118,7 @@ class EntityTombstoned:
     hidden_items: int
 
     def fill(self, lineage: Lineage) -> None:
-        lineage.tombstone = ChangeRecord(changed=self.changed, hidden_items=self.hidden_items)
+        lineage.tombstone = ChangeRecord(**_fields(self))
 
 
 # Key admin (role `key_admin`): key ids and counts, never a secret or its hash.
@@ -224,9 +218,7 @@ class ChainVerified:
         )
 
     def fill(self, lineage: Lineage) -> None:
-        lineage.audit_verify = AuditVerifyRecord(
-            ok=self.ok, rows=self.rows, checkpointed=self.checkpointed, not_yet_checkpointed=self.not_yet_checkpointed
-        )
+        lineage.audit_verify = AuditVerifyRecord(**_fields(self))
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +230,7 @@ class SessionOpened:
     expires_at: str
 
     def fill(self, lineage: Lineage) -> None:
-        lineage.audit_session = AuditSessionRecord(key_id=self.key_id, session=self.session, expires_at=self.expires_at)
+        lineage.audit_session = AuditSessionRecord(**_fields(self))
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,7 +282,7 @@ class FeedbackGiven:
     comment: Fingerprint | None
 
     def fill(self, lineage: Lineage) -> None:
-        lineage.feedback = FeedbackRecord(rating=self.rating, comment=self.comment)
+        lineage.feedback = FeedbackRecord(**_fields(self))
 
 
 # Policy admin (role `policy_admin`).
@@ -310,15 +302,7 @@ class PolicyReloaded:
     ms: float = 0.0
 
     def part(self) -> PolicyReloadRecord:
-        return PolicyReloadRecord(
-            trigger=self.trigger,
-            status=self.status,
-            revision=self.revision,
-            previous=self.previous,
-            candidate=self.candidate,
-            errors=list(self.errors),
-            ms=round(self.ms, 3),
-        )
+        return PolicyReloadRecord(**{**_fields(self), "errors": list(self.errors), "ms": round(self.ms, 3)})
 
     def fill(self, lineage: Lineage) -> None:
         lineage.policy_reload = self.part()
@@ -335,9 +319,7 @@ class PolicyExplained:
     candidate: str | None
 
     def fill(self, lineage: Lineage) -> None:
-        lineage.policy_explain = PolicyExplainRecord(
-            actor=self.actor, task=self.task, items=self.items, in_force=self.in_force, candidate=self.candidate
-        )
+        lineage.policy_explain = PolicyExplainRecord(**_fields(self))
 
 
 @dataclass(frozen=True, slots=True)
@@ -363,13 +345,7 @@ class PolicyImpactRun:
         )
 
     def fill(self, lineage: Lineage) -> None:
-        lineage.policy_impact = PolicyImpactRecord(
-            candidate_revision=self.candidate_revision,
-            replayed=self.replayed,
-            flips=self.flips,
-            newly_allowed=self.newly_allowed,
-            newly_denied=self.newly_denied,
-        )
+        lineage.policy_impact = PolicyImpactRecord(**_fields(self))
 
 
 # Calls of no handler of their own.
@@ -383,7 +359,7 @@ class Unrouted:
     path: Fingerprint
 
     def fill(self, lineage: Lineage) -> None:
-        lineage.route = RouteRecord(method=self.method, path=self.path)
+        lineage.route = RouteRecord(**_fields(self))
 
 
 @dataclass(frozen=True, slots=True)
