@@ -208,9 +208,100 @@ class FeedbackRecord(LineagePart):
     comment: Fingerprint | None = None
 
 
+class KeysRecord(LineagePart):
+    """A key admin call: listed (a count), created or revoked (a key id), never a secret."""
+
+    listed: int | None = None
+    created: str | None = None
+    revoked: str | None = None
+    changed: bool | None = None
+    sessions_ended: int | None = None
+
+
+class AuditExportRecord(LineagePart):
+    """An export: its format, the report it exported, and for an evidence pack its period and rows
+    (as text, as the pack's row first wrote them)."""
+
+    format: str | None = None
+    report: str | None = None
+    since: str | None = None
+    until: str | None = None
+    rows: str | None = None
+
+
+class AuditSessionRecord(LineagePart):
+    """An audit-page sign-in (the key id, a prefix of the session id, when it expires) or sign-out."""
+
+    ended: str | None = None  # "signed_out", or "already" when there was no session to end
+    key_id: str | None = None
+    session: str | None = None
+    expires_at: str | None = None
+
+
+class PolicyReloadRecord(LineagePart):
+    """A reload's trigger, outcome, revisions and the candidate's errors."""
+
+    trigger: str | None = None
+    status: str | None = None
+    revision: str | None = None
+    previous: str | None = None
+    candidate: str | None = None
+    errors: list[str] = Field(default_factory=list)
+    ms: float | None = None
+
+
+class PolicyExplainRecord(LineagePart):
+    """An explain: the hypothetical actor's principal, the task type, how many items, the revisions."""
+
+    actor: str | None = None
+    task: str | None = None
+    items: int | None = None
+    in_force: str | None = None
+    candidate: str | None = None
+
+
+class PolicyImpactRecord(LineagePart):
+    """A policy impact run: the candidate's revision and counts."""
+
+    candidate_revision: str | None = None
+    replayed: int | None = None
+    flips: int | None = None
+    newly_allowed: int | None = None
+    newly_denied: int | None = None
+
+
+class WorkRecord(LineagePart):
+    """What an admitted call measured (core.work.Meter.report)."""
+
+    cpu_ms: float | None = None
+    sql_steps: int | None = None
+    embedded_chars: int | None = None
+    analysed_bytes: int | None = None
+
+
+class AdmissionRecord(LineagePart):
+    """A call's admission (gateway/admission): its estimate, its price, how long it queued and gave
+    way, and what it used. Filled as the call is admitted and settled, so a refused call keeps `cost`."""
+
+    cost: int | None = None
+    price: int | None = None
+    queued_ms: float | None = None
+    used: float | None = None
+    work: WorkRecord | None = None
+    gave_way_ms: float | None = None
+
+
+class RouteRecord(LineagePart):
+    """A call no route took (404, 405): its method and a keyed fingerprint of its path, never the path."""
+
+    method: str | None = None
+    path: Fingerprint | None = None
+
+
 class Lineage(LineagePart):
-    """One call's lineage. Retrieve and expand fill the retrieval parts; the other endpoints note
-    what they wrote or read (`ingest`, `merge`, `audit_read`, `used`, ...)."""
+    """One call's lineage. Retrieve and expand fill the retrieval parts stage by stage; every other
+    call leaves the record of its kind (audit.record.calls), which fills its parts (`ingest`,
+    `merge`, `audit_read`, `used`, ...)."""
 
     version: int = LINEAGE_VERSION
     # How the call came: "mcp" for an MCP tool call; absent for the HTTP API (and in older rows), so
@@ -253,22 +344,20 @@ class Lineage(LineagePart):
     merge: MergeRecord | None = None
     tombstone: ChangeRecord | None = None
     about: str | None = None
-    policy_reload: dict[str, Any] | None = None  # a reload's trigger, outcome, revisions and errors
-    # An explain: the hypothetical actor's principal, the task type, how many items, the revisions.
-    policy_explain: dict[str, Any] | None = None
+    policy_reload: PolicyReloadRecord | None = None
+    policy_explain: PolicyExplainRecord | None = None
     used: list[str] | None = None
     used_about: list[str] | None = None  # the entities the used items name, as that call's trace recorded
     not_returned_by_that_call: int | None = None
     feedback: FeedbackRecord | None = None
     audit_read: AuditReadRecord | None = None
-    audit_export: dict[str, str] | None = None
+    audit_export: AuditExportRecord | None = None
     audit_verify: AuditVerifyRecord | None = None
-    audit_session: dict[str, Any] | None = None
-    keys: dict[str, Any] | None = None  # a key admin call: listed (a count), created or revoked (a key id), never a secret
-    admission: dict[str, Any] | None = None  # the call's admission cost (gateway/admission.py)
-    policy_impact: dict[str, Any] | None = None  # a policy impact run: the candidate's revision and counts
-    # A call no route took (404, 405): its method and a keyed fingerprint of its path, never the path.
-    route: dict[str, Any] | None = None
+    audit_session: AuditSessionRecord | None = None
+    keys: KeysRecord | None = None
+    admission: AdmissionRecord | None = None
+    policy_impact: PolicyImpactRecord | None = None
+    route: RouteRecord | None = None
 
     @property
     def task_type(self) -> str | None:

@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from sqlalchemy.engine import Connection
 
+from audit.record.calls import CallRecord
 from audit.record.lineage import Fingerprint, Lineage
 
 
@@ -59,6 +60,11 @@ class TraceBuilder:
     # (the cursor a retrieve issues): one write transaction per call, and no cursor of an answer
     # that was never sent.
     writes: list[Callable[[Connection], None]] = field(default_factory=list, repr=False)
+
+    def record(self, record: CallRecord) -> None:
+        """Leave the call's record (audit.record.calls): the handler of a call that is not a retrieve
+        builds it once, when it knows what the call did, and it fills its kind's lineage parts."""
+        record.fill(self.lineage)
 
     def fingerprint(self, text: str) -> Fingerprint:
         if not self.key:

@@ -20,7 +20,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from api.wire import Wire
-from audit.record import OtelRecord, TraceBuilder, new_trace_id
+from audit.record import AdmissionRecord, OtelRecord, TraceBuilder, Unrouted, WorkRecord, new_trace_id
 from core.actor import Actor
 from core.errors import AuditWriteError, BadRequest, Forbidden, GatewayError, PayloadTooLarge, RateLimited, where
 from core.instants import utc_now
@@ -97,7 +97,7 @@ class Call:
         bounds or a rate quota, RateLimited (429 with Retry-After), audited like any refusal; a client
         that leaves while its call waits is a 499, and its place in the queue is given up."""
         actor = self.actor
-        admission = self.trace.lineage.admission = {"cost": cost}
+        admission = self.trace.lineage.admission = AdmissionRecord(cost=cost)
         left = self._left if self._body is None and self._read else None
         try:
             ticket = await self.context.admission.enter(
@@ -106,17 +106,17 @@ class Call:
         except Left as exc:
             raise ClientDisconnect() from exc
         self.ticket = ticket
-        admission["price"] = ticket.cost
+        admission.price = ticket.cost
         if ticket.queued_ms:
-            admission["queued_ms"] = round(ticket.queued_ms, 3)
+            admission.queued_ms = round(ticket.queued_ms, 3)
         try:
             with holding(ticket, release=False):
                 yield
         finally:  # after `holding` settled the call: what it measured is in the trace
-            admission["used"] = round(ticket.used, 3)
-            admission["work"] = ticket.meter.report()
+            admission.used = round(ticket.used, 3)
+            admission.work = WorkRecord.model_validate(ticket.meter.report())
             if ticket.gave_way_ms:
-                admission["gave_way_ms"] = round(ticket.gave_way_ms, 3)
+                admission.gave_way_ms = round(ticket.gave_way_ms, 3)
 
     async def _left(self) -> None:
         """Returns when the client goes away (its body already read: the next ASGI message is the
@@ -419,7 +419,7 @@ def refusal(error: type[GatewayError], message: str) -> Handler:
 
     async def refuse(call: Call) -> tuple[int, Answer]:
         request = call.request
-        call.trace.lineage.route = {"method": request.method, "path": call.trace.fingerprint(request.url.path).model_dump()}
+        call.trace.record(Unrouted(request.method, call.trace.fingerprint(request.url.path)))
         raise error(message)
 
     return refuse

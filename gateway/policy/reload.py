@@ -25,7 +25,7 @@ import signal
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -33,7 +33,7 @@ import anyio
 import anyio.to_thread
 from sqlalchemy.engine import Engine
 
-from audit.record import TraceBuilder, new_trace_id
+from audit.record import PolicyReloaded, TraceBuilder, new_trace_id
 from audit.store import AuditStore
 from core.errors import AuditWriteError, GatewayError
 from core.instants import utc_now
@@ -50,19 +50,12 @@ Build = Callable[[PolicyBundle], Awaitable[PolicyEngine]]  # compiles and probes
 
 
 @dataclass(frozen=True, slots=True)
-class ReloadResult:
-    """What one reload did: `switched`, `unchanged` or `rejected` (with the candidate's errors)."""
-
-    trigger: str
-    status: str
-    revision: str  # in force after the reload
-    previous: str
-    candidate: str | None = None
-    errors: tuple[str, ...] = ()
-    ms: float = 0.0
+class ReloadResult(PolicyReloaded):
+    """What one reload did: `switched`, `unchanged` or `rejected` (with the candidate's errors). It is
+    the record its audit row leaves (audit.record.calls), and the answer of POST /v1/policy/reload."""
 
     def as_json(self) -> dict[str, Any]:
-        return {**asdict(self), "errors": list(self.errors), "ms": round(self.ms, 3)}  # the fields, in order
+        return self.part().model_dump()
 
 
 @dataclass(slots=True)
@@ -243,7 +236,7 @@ async def reload_and_announce(context: Served, trigger: str, *, own_row: bool = 
         trace.policy_engine, trace.policy_revision = context.policy.name, result.revision
         trace.decision = "none"
         trace.error_code = "policy_rejected" if result.status == "rejected" else None
-        trace.lineage.policy_reload = result.as_json()
+        trace.record(result)
         try:
             await context.audit.write(trace.freeze(STATUS[result.status]))
         except AuditWriteError:

@@ -10,7 +10,7 @@ from urllib.parse import quote, urlencode
 import anyio.to_thread
 from starlette.responses import Response
 
-from audit.record import AuditReadRecord
+from audit.record import AuditListed
 from audit.review import report_csv, subject_report
 from core.audit_facts import OUTCOMES
 from core.errors import BadRequest
@@ -21,7 +21,16 @@ from gateway.http.audit_pages.render import NOT_SIGNED_IN, SECURITY_HEADERS, pag
 from gateway.http.audit_pages.views import session_actor
 from gateway.http.operation import CURSOR, ENTITY_ID, query_parameter
 from gateway.http.operation import page as page_answer
-from gateway.http.routes.compliance import PERIOD_PARAMETERS, PERIODS, check_names, overview_of, page_cursor, period_of, with_csv
+from gateway.http.routes.compliance import (
+    PERIOD_PARAMETERS,
+    PERIODS,
+    SUBJECT_CSV,
+    check_names,
+    overview_of,
+    page_cursor,
+    period_of,
+    with_csv,
+)
 from gateway.http.traced import Call
 
 REPORT_PAGE = 100
@@ -133,7 +142,7 @@ async def overview_page(call: Call) -> tuple[int, Response]:
         call.trace.error_code = exc.code
         return page(exc.status, "message.html", actor, title="Overview", message=exc.message)
     found = await anyio.to_thread.run_sync(overview_of, call.context, actor.tenant, since, until)
-    call.trace.lineage.audit_read = AuditReadRecord(listed=found["calls"]["total"])
+    call.trace.record(AuditListed(found["calls"]["total"]))
     return page(200, "overview.html", actor, found=found, charts=charts(found), chosen=chosen, periods=list(PERIODS))
 
 
@@ -153,13 +162,13 @@ async def subject_page(call: Call) -> tuple[int, Response]:
     if fmt not in ("html", "csv"):
         raise BadRequest("format: expected html or csv")
     if fmt == "csv":
-        call.trace.lineage.audit_export = {"format": "csv", "report": "subject"}
+        call.trace.record(SUBJECT_CSV)
         body = b"".join(await anyio.to_thread.run_sync(lambda: list(report_csv(call.context.store, actor.tenant, entity_id))))
         headers = {**SECURITY_HEADERS, "content-disposition": 'attachment; filename="subject-report.csv"'}
         return 200, Response(body, media_type="text/csv", headers=headers)
     after = page_cursor(params.get("cursor"))
     report = await anyio.to_thread.run_sync(subject_report, call.context.store, actor.tenant, entity_id, after, REPORT_PAGE)
-    call.trace.lineage.audit_read = AuditReadRecord(listed=len(report["calls"]))
+    call.trace.record(AuditListed(len(report["calls"])))
     base = "/audit/subjects/" + quote(entity_id, safe="")
     for entry in report["calls"]:
         entry["href"] = "/audit/traces/" + quote(entry["trace_id"], safe="")

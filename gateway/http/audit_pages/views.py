@@ -13,7 +13,7 @@ from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
 
-from audit.record import AuditReadRecord, lineage_stages, read_lineage
+from audit.record import AuditListed, ChainVerified, SessionEnded, SessionOpened, TraceRead, lineage_stages, read_lineage
 from audit.review import Filters, get_trace, list_traces
 from core.actor import Actor
 from core.audit_facts import OUTCOMES
@@ -24,7 +24,7 @@ from gateway.http.audit_pages.render import NOT_SIGNED_IN, forget_session, page,
 from gateway.http.audit_pages.session import SESSION_COOKIE, SignedOut, end_session, find_session, open_session, session_key
 from gateway.http.operation import CURSOR, REDIRECT, REVIEW_FILTERS, STRING, TRACE_ID, obj
 from gateway.http.operation import page as page_answer
-from gateway.http.routes.audit import FILTER_NAMES, review_query, verify_record
+from gateway.http.routes.audit import FILTER_NAMES, review_query
 from gateway.http.traced import Call
 
 ROLE = "auditor"
@@ -125,7 +125,7 @@ async def list_page(call: Call) -> tuple[int, Response]:
             **list_context(values),
         )
     rows, last = await anyio.to_thread.run_sync(list_traces, call.context.store, actor.tenant, filters, after, PAGE_SIZE)
-    call.trace.lineage.audit_read = AuditReadRecord(listed=len(rows))
+    call.trace.record(AuditListed(len(rows)))
     rows = [{**row, "href": "/audit/traces/" + quote(row["trace_id"], safe="")} for row in rows]
     older = "/audit?" + urlencode({**chosen, "cursor": f"c_{last}"}) if last is not None else None
     newest = "/audit?" + urlencode(chosen) if after is not None else None
@@ -143,7 +143,7 @@ async def trace_page(call: Call) -> tuple[int, Response]:
     found = await anyio.to_thread.run_sync(get_trace, call.context.store, actor.tenant, call.request.path_params["trace_id"])
     if found is None:
         raise NotFound(UNKNOWN_TRACE)
-    call.trace.lineage.audit_read = AuditReadRecord(trace=found["trace_id"])
+    call.trace.record(TraceRead(found["trace_id"]))
     lineage = read_lineage(found.get("lineage"))
     return page(
         200,
@@ -166,7 +166,7 @@ async def verify_page(call: Call) -> tuple[int, Response]:
     call.trace.decision = "read"
     report = await anyio.to_thread.run_sync(call.context.audit.verify, actor.tenant)
     rows = sum(chain["rows"] for chain in report["chains"].values())
-    call.trace.lineage.audit_verify = verify_record(report)
+    call.trace.record(ChainVerified.of(report))
     return page(200, "verify.html", actor, report=report, rows=rows, tenant=actor.tenant)
 
 
@@ -214,7 +214,7 @@ async def sign_in(call: Call) -> tuple[int, Response]:
             replacing=call.request.cookies.get(SESSION_COOKIE),
         )
     )
-    call.trace.lineage.audit_session = {"key_id": key_id, "session": opened.ref, "expires_at": opened.expires_at.isoformat()}
+    call.trace.record(SessionOpened(key_id=key_id, session=opened.ref, expires_at=opened.expires_at.isoformat()))
     response = redirect_home()
     response.set_cookie(
         SESSION_COOKIE,
@@ -238,7 +238,7 @@ async def sign_out(call: Call) -> tuple[int, Response]:
     ended = None
     if token is not None:
         ended = await anyio.to_thread.run_sync(end_session, call.context.store, _session_key(call.context), token)
-    call.trace.lineage.audit_session = {"ended": "signed_out", "session": ended.ref} if ended else {"ended": "already"}
+    call.trace.record(SessionEnded(ended.ref if ended else None))
     response = redirect_home()
     forget_session(response)
     return 303, response

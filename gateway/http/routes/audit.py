@@ -11,7 +11,16 @@ import anyio.to_thread
 from starlette.datastructures import QueryParams
 
 from api.audit import FeedbackRequest, FeedbackResult, Trace, TraceList, TraceProof, UsageRequest, UsageResult, VerifyReport
-from audit.record import AuditReadRecord, AuditVerifyRecord, FeedbackRecord, read_lineage
+from audit.record import (
+    AuditExported,
+    AuditListed,
+    ChainVerified,
+    FeedbackGiven,
+    ReportedOn,
+    TraceRead,
+    UsageReported,
+    read_lineage,
+)
 from audit.review import MAX_PAGE, Filters, export, get_trace, list_traces
 from core.audit_facts import OUTCOMES
 from core.errors import BadRequest, NotFound
@@ -96,7 +105,7 @@ async def list_route_handler(call: Call) -> tuple[int, TraceList]:
     filters, after = _api_query(call)
     limit = ascii_int("limit", call.request.query_params.get("limit", "50"), 1, MAX_PAGE)
     rows, last = await anyio.to_thread.run_sync(list_traces, call.context.store, actor.tenant, filters, after, limit)
-    call.trace.lineage.audit_read = AuditReadRecord(listed=len(rows))
+    call.trace.record(AuditListed(len(rows)))
     return 200, TraceList.model_validate({"traces": rows, "cursor": f"c_{last}" if last is not None else None})
 
 
@@ -108,7 +117,7 @@ async def one_trace(call: Call) -> tuple[int, Trace]:
     found = await anyio.to_thread.run_sync(get_trace, call.context.store, actor.tenant, call.request.path_params["trace_id"])
     if found is None:
         raise NotFound(UNKNOWN_TRACE)
-    call.trace.lineage.audit_read = AuditReadRecord(trace=found["trace_id"])
+    call.trace.record(TraceRead(found["trace_id"]))
     return 200, Trace.model_validate(found)
 
 
@@ -124,7 +133,7 @@ async def trace_proof(call: Call) -> tuple[int, TraceProof]:
         found = await anyio.to_thread.run_sync(call.context.audit.proof, actor.tenant, trace_id)
     if found is None:
         raise NotFound(UNKNOWN_TRACE)
-    call.trace.lineage.audit_read = AuditReadRecord(trace=trace_id)
+    call.trace.record(TraceRead(trace_id))
     return 200, TraceProof.model_validate(found)
 
 
@@ -137,7 +146,7 @@ async def export_traces(call: Call) -> tuple[int, dict[str, Any] | Stream]:
     fmt = call.request.query_params.get("format", "jsonl")
     if fmt not in ("jsonl", "csv"):
         raise BadRequest("format: expected jsonl or csv")
-    call.trace.lineage.audit_export = {"format": fmt}
+    call.trace.record(AuditExported(fmt))
     media = "application/x-ndjson" if fmt == "jsonl" else "text/csv"
     return 200, Stream(export(call.context.store, actor.tenant, filters, fmt), media)
 
@@ -149,7 +158,7 @@ async def _own_trace(call: Call) -> dict[str, Any]:
     found = await anyio.to_thread.run_sync(get_trace, call.context.store, actor.tenant, trace_id)
     if found is None or found["actor"] != actor.principal or found["endpoint"] != "retrieve":
         raise NotFound(UNKNOWN_TRACE)
-    call.trace.lineage.about = trace_id
+    call.trace.record(ReportedOn(trace_id))
     return found
 
 
@@ -162,10 +171,10 @@ async def report_usage(call: Call) -> tuple[int, UsageResult]:
     returned = read_lineage(found["lineage"])
     packed = set(returned.packed or ())
     kept = sorted({i for i in used if i in packed})
-    call.trace.lineage.used, call.trace.lineage.not_returned_by_that_call = kept, len(set(used)) - len(kept)
-    named = returned.named_entities or {}
-    call.trace.lineage.used_about = sorted(e for e, items in named.items() if set(items) & set(kept)) or None
-    return 200, UsageResult(trace_id=found["trace_id"], recorded=kept, ignored=len(set(used)) - len(kept))
+    ignored = len(set(used)) - len(kept)
+    about = sorted(e for e, items in (returned.named_entities or {}).items() if set(items) & set(kept))
+    call.trace.record(UsageReported(used=tuple(kept), not_returned=ignored, used_about=tuple(about)))
+    return 200, UsageResult(trace_id=found["trace_id"], recorded=kept, ignored=ignored)
 
 
 @requires()
@@ -176,7 +185,7 @@ async def report_feedback(call: Call) -> tuple[int, FeedbackResult]:
     call.trace.decision = "write"
     feedback = validated(FeedbackRequest, await call.json())
     rating, comment = feedback.rating, feedback.comment
-    call.trace.lineage.feedback = FeedbackRecord(rating=rating, comment=call.trace.fingerprint(comment) if comment else None)
+    call.trace.record(FeedbackGiven(rating=rating, comment=call.trace.fingerprint(comment) if comment else None))
     return 200, FeedbackResult(trace_id=found["trace_id"], rating=rating)
 
 
@@ -186,18 +195,8 @@ async def verify_chain(call: Call) -> tuple[int, VerifyReport]:
     actor = call.actor
     call.trace.decision = "read"
     report = await anyio.to_thread.run_sync(call.context.audit.verify, actor.tenant)
-    call.trace.lineage.audit_verify = verify_record(report)
+    call.trace.record(ChainVerified.of(report))
     return 200, VerifyReport.model_validate(report)
-
-
-def verify_record(report: dict[str, Any]) -> AuditVerifyRecord:
-    """What a verify call found, for its own audit row."""
-    return AuditVerifyRecord(
-        ok=report["ok"],
-        rows=sum(c["rows"] for c in report["chains"].values()),
-        checkpointed=report.get("checkpointed"),
-        not_yet_checkpointed=report.get("not_yet_checkpointed"),
-    )
 
 
 # The operations this module serves (gateway/http/operation.py).

@@ -11,7 +11,7 @@ import anyio.to_thread
 from starlette.datastructures import QueryParams
 
 from api.audit import OverviewReport, SubjectReport
-from audit.record import AuditReadRecord
+from audit.record import AuditExported, AuditListed
 from audit.review import MAX_SUBJECT_PAGE, chain_state, figures, report_csv, subject_report
 from core.errors import BadRequest
 from core.instants import parse_rfc3339, utc_now
@@ -33,6 +33,7 @@ PERIODS = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta
 DEFAULT_PERIOD = "7d"
 MAX_PERIOD = timedelta(days=400)
 PAGE_CURSOR = re.compile(r"c_([0-9]{1,18})", re.ASCII)
+SUBJECT_CSV = AuditExported("csv", report="subject")  # the record of a subject report as CSV, from the API or a page
 PERIOD_PARAMETERS = (
     query_parameter("period", "The last 24 h, 7 d (default) or 30 d", {"enum": list(PERIODS)}),
     query_parameter("since", "The period's start, an RFC 3339 instant with its offset (instead of `period`)"),
@@ -108,7 +109,7 @@ async def overview(call: Call) -> tuple[int, OverviewReport]:
     check_names(params, frozenset({"period", "since", "until"}))
     since, until = period_of(params, utc_now())
     found = await anyio.to_thread.run_sync(overview_of, call.context, call.actor.tenant, since, until)
-    call.trace.lineage.audit_read = AuditReadRecord(listed=found["calls"]["total"])
+    call.trace.record(AuditListed(found["calls"]["total"]))
     return 200, OverviewReport.model_validate(found)
 
 
@@ -123,12 +124,12 @@ async def subject(call: Call) -> tuple[int, SubjectReport | Stream]:
     if fmt not in ("json", "csv"):
         raise BadRequest("format: expected json or csv")
     if fmt == "csv":
-        call.trace.lineage.audit_export = {"format": "csv", "report": "subject"}
+        call.trace.record(SUBJECT_CSV)
         return 200, Stream(report_csv(call.context.store, call.actor.tenant, entity_id), "text/csv")
     after = page_cursor(params.get("cursor"))
     limit = ascii_int("limit", params.get("limit", "100"), 1, MAX_SUBJECT_PAGE)
     found = await anyio.to_thread.run_sync(subject_report, call.context.store, call.actor.tenant, entity_id, after, limit)
-    call.trace.lineage.audit_read = AuditReadRecord(listed=len(found["calls"]))
+    call.trace.record(AuditListed(len(found["calls"])))
     return 200, SubjectReport.model_validate(found)
 
 

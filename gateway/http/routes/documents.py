@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio.to_thread
 
 from api.writes import ID, DocumentReport
-from audit.record import DocumentRecord
+from audit.record import DocumentWritten
 from gateway.http.operation import INGEST, NOT_FOUND_ROUTE, STRING, json_answer, path_parameter, ref
 from gateway.http.traced import Call, requires, serving
 from gateway.writes.documents import parse_document
@@ -20,9 +20,7 @@ async def handle(call: Call) -> tuple[int, DocumentReport]:
     report = await anyio.to_thread.run_sync(ingest_document, call.context.store, actor.tenant, document)
     if report["changed"]:
         call.context.nudge_workers()
-    call.trace.lineage.document = DocumentRecord.model_validate(
-        {key: report[key] for key in ("document", "sha256", "changed", "pieces", "created", "updated", "unchanged", "removed")}
-    )
+    call.trace.record(DocumentWritten.of(report))
     return (200 if not report["rejected"] else 422), DocumentReport.model_validate(report)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import anyio.to_thread
 
 from api.writes import IngestReport, MergeRequest, MergeResult, TombstoneResult
-from audit.record import ChangeRecord, MergeRecord, WriteRecord
+from audit.record import EntityMerged, EntityTombstoned, EntityWritten
 from core.errors import BadRequest
 from core.validation import has_nul, validated
 from gateway.http.operation import (
@@ -52,7 +52,7 @@ async def put_entity(call: Call) -> tuple[int, IngestReport]:
     )
     if report.created or report.updated:
         call.context.nudge_workers()
-    call.trace.lineage.entity = WriteRecord(created=report.created, updated=report.updated, rejected=len(report.rejected))
+    call.trace.record(EntityWritten(created=report.created, updated=report.updated, rejected=len(report.rejected)))
     return (422 if report.rejected else 200), IngestReport.model_validate(report.as_dict())
 
 
@@ -63,7 +63,7 @@ async def merge_entity(call: Call) -> tuple[int, MergeResult]:
     entity_id = _entity_id(call)
     into = validated(MergeRequest, await call.json()).into
     result = await anyio.to_thread.run_sync(merge, call.context.store, actor.tenant, entity_id, into)
-    call.trace.lineage.merge = MergeRecord(changed=result["changed"], entity=entity_id, into=into)
+    call.trace.record(EntityMerged(changed=result["changed"], entity=entity_id, into=into))
     return 200, MergeResult.model_validate(result)
 
 
@@ -72,7 +72,7 @@ async def delete_entity(call: Call) -> tuple[int, TombstoneResult]:
     actor = call.actor
     call.trace.decision = "write"
     result = await anyio.to_thread.run_sync(mark_pending_deletion, call.context.store, actor.tenant, _entity_id(call))
-    call.trace.lineage.tombstone = ChangeRecord(changed=result["changed"], hidden_items=result["hidden_items"])
+    call.trace.record(EntityTombstoned(changed=result["changed"], hidden_items=result["hidden_items"]))
     return 200, TombstoneResult.model_validate(result)
 
 

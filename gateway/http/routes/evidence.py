@@ -9,6 +9,7 @@ from typing import Any
 import anyio.to_thread
 
 from audit.evidence import archive_chunks, pack_archive, signing_of
+from audit.record import EvidenceExported
 from core.errors import BadRequest
 from core.instants import parse_rfc3339, rfc3339, utc_now
 from gateway.http.operation import STRING, TRACE_ID_HEADER, Operation, query_parameter, v1
@@ -52,12 +53,7 @@ async def evidence_pack(call: Call) -> tuple[int, dict[str, Any] | Stream]:
             pack_archive, context.store, actor.tenant, since, until, signing, utc_now()
         )
     counts = manifest["counts"]
-    call.trace.lineage.audit_export = {
-        "format": "evidence",
-        "since": rfc3339(since) or "",
-        "until": rfc3339(until) or "",
-        "rows": str(counts["rows_in_period"]),
-    }
+    call.trace.record(EvidenceExported(since=rfc3339(since) or "", until=rfc3339(until) or "", rows=counts["rows_in_period"]))
     return 200, Stream(archive_chunks(archive), ZIP)
 
 

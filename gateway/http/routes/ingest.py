@@ -7,7 +7,7 @@ from typing import Any
 import anyio.to_thread
 
 from api.writes import IngestReport, ItemIn
-from audit.record import WriteRecord
+from audit.record import ItemsWritten
 from gateway.http.operation import INGEST, batch_body, json_answer, ref
 from gateway.http.traced import Call, requires, serving
 from gateway.writes.items import ingest, parse_items_body
@@ -25,12 +25,14 @@ async def write_items(call: Call, entries: list[Any]) -> tuple[int, IngestReport
     report = await anyio.to_thread.run_sync(ingest, call.context.store, call.actor.tenant, entries)
     if report.created or report.updated:
         call.context.nudge_workers()
-    call.trace.lineage.ingest = WriteRecord(
-        received=len(entries),
-        created=report.created,
-        updated=report.updated,
-        unchanged=report.unchanged,
-        rejected=len(report.rejected),
+    call.trace.record(
+        ItemsWritten(
+            received=len(entries),
+            created=report.created,
+            updated=report.updated,
+            unchanged=report.unchanged,
+            rejected=len(report.rejected),
+        )
     )
     return 200, IngestReport.model_validate(report.as_dict())
 

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from api.keys import CreatedKey, KeyList, RevokedKey
 from api.keys import NewKey as NewKey  # the contract's; named here for the route
+from audit.record import KeyCreated, KeyRevoked, KeysListed
 from core.errors import BadRequest, SchemaError
 from core.validation import describe_validation_error
 from gateway.auth import create_api_key, list_api_keys, revoke_api_key
@@ -24,7 +25,7 @@ ROLE = "key_admin"
 async def list_keys(call: Call) -> tuple[int, KeyList]:
     call.trace.decision = "read"
     keys = await anyio.to_thread.run_sync(list_api_keys, call.context.store, call.actor.tenant)
-    call.trace.lineage.keys = {"listed": len(keys)}
+    call.trace.record(KeysListed(len(keys)))
     return 200, KeyList.model_validate({"keys": keys})
 
 
@@ -50,7 +51,7 @@ async def create_key(call: Call) -> tuple[int, CreatedKey]:
         )
     )
     key_id = token.split("_")[1]  # gw_<id>_<secret>
-    call.trace.lineage.keys = {"created": key_id}
+    call.trace.record(KeyCreated(key_id))
     created = await anyio.to_thread.run_sync(list_api_keys, call.context.store, call.actor.tenant, key_id)
     return 201, CreatedKey.model_validate({**created[0], "key": token})
 
@@ -60,11 +61,7 @@ async def revoke_key(call: Call) -> tuple[int, RevokedKey]:
     call.trace.decision = "write"
     key_id = str(call.request.path_params["key_id"])
     revoked = await anyio.to_thread.run_sync(revoke_api_key, call.context.store, key_id, call.actor.tenant)
-    call.trace.lineage.keys = {
-        "revoked": revoked["id"],
-        "changed": revoked["changed"],
-        "sessions_ended": revoked["sessions_ended"],
-    }
+    call.trace.record(KeyRevoked(revoked["id"], changed=revoked["changed"], sessions_ended=revoked["sessions_ended"]))
     return 200, RevokedKey.model_validate(revoked)
 
 

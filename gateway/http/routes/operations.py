@@ -70,7 +70,7 @@ async def _reload(call: Call) -> tuple[int, PolicyReload | PolicyRejected]:
         raise Forbidden("reloading the policy needs a policy_admin key of the platform tenant (GATEWAY_PLATFORM_TENANT)")
     # A switch reaches the other workers, and the other replicas on PostgreSQL; this call's trace records it.
     result = await reload_and_announce(call.context, "http", own_row=False)
-    call.trace.lineage.policy_reload = result.as_json()
+    call.trace.record(result)
     if result.status == "rejected":
         call.trace.error_code = "policy_rejected"
         message = f"the new policy revision was refused; {result.revision} keeps serving"

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from api.policy import ExplainReport, ExplainRequest
+from audit.record import PolicyExplained
 from core.errors import BadRequest, ConfigurationError, Forbidden, PolicyUnavailable, SchemaError
 from core.instants import utc_now
 from gateway.http.operation import POLICY, json_answer, json_body, ref
@@ -33,14 +32,16 @@ async def handle(call: Call) -> tuple[int, ExplainReport]:
     bundle = inline_bundle(body["policies"]) if body.get("policies") is not None else None
     context, now = call.context, utc_now()
     subjects = request_subjects(context.connectors.exact, actor, request)
-    note: dict[str, Any] = {
-        "actor": actor.principal,
-        "task": request.task.type,
-        "items": len(ids),
-        "in_force": context.policy.revision,
-        "candidate": bundle and bundle.revision,
-    }
-    call.trace.lineage.policy_explain = note
+    candidate_revision = bundle.revision if bundle else None
+    call.trace.record(
+        PolicyExplained(
+            actor=actor.principal,
+            task=request.task.type,
+            items=len(ids),
+            in_force=context.policy.revision,
+            candidate=candidate_revision,
+        )
+    )
     async with call.admitted(1 + (CANDIDATE_COST if bundle else 0)):
         in_force = await explain(context.policy, context.store, actor, request, ids, now, subjects)
         if bundle is None:

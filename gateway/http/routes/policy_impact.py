@@ -8,6 +8,7 @@ from typing import Any
 import anyio
 
 from api.policy import ImpactReport, ImpactRequest
+from audit.record import PolicyImpactRun
 from core.errors import BadRequest, ConfigurationError, DeadlineExceeded, Forbidden
 from gateway.http.operation import POLICY, json_answer, json_body, ref
 from gateway.http.traced import Call, requires, serving
@@ -42,13 +43,7 @@ async def handle(call: Call) -> tuple[int, ImpactReport]:
             report = await _bounded(call, impact(call.context.store, call.context.policy, candidate, window))
         finally:
             await candidate.aclose()
-    call.trace.lineage.policy_impact = {
-        "candidate_revision": report["candidate_revision"],
-        "replayed": report["replayed"],
-        "flips": sum(g["count"] for groups in report["flips"].values() for g in groups),
-        "newly_allowed": report["items"]["newly_allowed"]["count"],
-        "newly_denied": report["items"]["newly_denied"]["count"],
-    }
+    call.trace.record(PolicyImpactRun.of(report))
     return 200, ImpactReport.model_validate({**report, "summary": summary(report)})
 
 

@@ -1,0 +1,176 @@
+"""Each kind of call's record (audit.record.calls) leaves exactly the stored JSON the handlers'
+assignments left before it: rows are hash-chained and signed, so not a key, a null or an order may
+move. The expected rows below were captured from the code the records replaced."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from audit.record import (
+    AdmissionRecord,
+    AuditExported,
+    AuditListed,
+    CallRecord,
+    ChainVerified,
+    DocumentWritten,
+    EntityMerged,
+    EntityTombstoned,
+    EntityWritten,
+    EvidenceExported,
+    FeedbackGiven,
+    ItemsWritten,
+    KeyCreated,
+    KeyRevoked,
+    KeysListed,
+    McpMessage,
+    PolicyExplained,
+    PolicyImpactRun,
+    PolicyReloaded,
+    ReportedOn,
+    SessionEnded,
+    SessionOpened,
+    TraceBuilder,
+    TraceRead,
+    Unrouted,
+    UsageReported,
+    WorkRecord,
+    read_lineage,
+)
+from audit.record.trace import fingerprint
+from core.instants import utc_now
+
+SECRET_PATH = "/v1/nowhere?secret=1"
+PATH = fingerprint(SECRET_PATH, b"k" * 32)
+IMPACT_REPORT: dict[str, Any] = {
+    "candidate_revision": "r2",
+    "replayed": 10,
+    "flips": {"allow_to_deny": [{"count": 2}], "deny_to_allow": [{"count": 1}]},
+    "items": {"newly_allowed": {"count": 1}, "newly_denied": {"count": 2}},
+}
+
+# fmt: off
+CASES: list[tuple[CallRecord | tuple[CallRecord, ...], dict[str, Any]]] = [
+    (ItemsWritten(received=3, created=1, updated=1, unchanged=0, rejected=1),
+     {'version': 2, 'ingest': {'received': 3, 'created': 1, 'updated': 1, 'unchanged': 0, 'rejected': 1}}),
+    (EntityWritten(created=1, updated=0, rejected=0),
+     {'version': 2, 'entity': {'created': 1, 'updated': 0, 'rejected': 0}}),
+    (DocumentWritten.of({"document": "d1", "sha256": "ab" * 32, "changed": True, "pieces": 3, "created": 2, "updated": 1, "unchanged": 0, "removed": 1, "rejected": []}),
+     {'version': 2, 'document': {'document': 'd1', 'sha256': 'abababababababababababababababababababababababababababababababab', 'changed': True, 'pieces': 3, 'created': 2, 'updated': 1, 'unchanged': 0, 'removed': 1}}),
+    (EntityMerged(changed=True, entity="e1", into="e2"),
+     {'version': 2, 'merge': {'changed': True, 'entity': 'e1', 'into': 'e2'}}),
+    (EntityTombstoned(changed=True, hidden_items=4),
+     {'version': 2, 'tombstone': {'changed': True, 'hidden_items': 4}}),
+    (KeysListed(2),
+     {'version': 2, 'keys': {'listed': 2}}),
+    (KeyCreated("0123456789abcdef"),
+     {'version': 2, 'keys': {'created': '0123456789abcdef'}}),
+    (KeyRevoked("0123456789abcdef", changed=True, sessions_ended=1),
+     {'version': 2, 'keys': {'revoked': '0123456789abcdef', 'changed': True, 'sessions_ended': 1}}),
+    (AuditListed(5),
+     {'version': 2, 'audit_read': {'listed': 5}}),
+    (TraceRead("tr_1"),
+     {'version': 2, 'audit_read': {'trace': 'tr_1'}}),
+    (AuditExported("jsonl"),
+     {'version': 2, 'audit_export': {'format': 'jsonl'}}),
+    (AuditExported("csv", report="subject"),
+     {'version': 2, 'audit_export': {'format': 'csv', 'report': 'subject'}}),
+    (EvidenceExported(since="2026-01-01T00:00:00Z", until="2026-02-01T00:00:00Z", rows=12),
+     {'version': 2, 'audit_export': {'format': 'evidence', 'since': '2026-01-01T00:00:00Z', 'until': '2026-02-01T00:00:00Z', 'rows': '12'}}),
+    (ChainVerified.of({"ok": True, "chains": {"t": {"rows": 3}, "": {"rows": 4}}}),
+     {'version': 2, 'audit_verify': {'ok': True, 'rows': 7, 'checkpointed': None, 'not_yet_checkpointed': None}}),
+    (ChainVerified.of({"ok": False, "chains": {"t": {"rows": 7}}, "checkpointed": 5, "not_yet_checkpointed": 2}),
+     {'version': 2, 'audit_verify': {'ok': False, 'rows': 7, 'checkpointed': 5, 'not_yet_checkpointed': 2}}),
+    (SessionOpened(key_id="0123456789abcdef", session="s_ref", expires_at="2026-01-01T00:30:00+00:00"),
+     {'version': 2, 'audit_session': {'key_id': '0123456789abcdef', 'session': 's_ref', 'expires_at': '2026-01-01T00:30:00+00:00'}}),
+    (SessionEnded("s_ref"),
+     {'version': 2, 'audit_session': {'ended': 'signed_out', 'session': 's_ref'}}),
+    (SessionEnded(None),
+     {'version': 2, 'audit_session': {'ended': 'already'}}),
+    ((ReportedOn("tr_1"), UsageReported(used=("a",), not_returned=1, used_about=("e1",))),
+     {'version': 2, 'about': 'tr_1', 'used': ['a'], 'used_about': ['e1'], 'not_returned_by_that_call': 1}),
+    ((ReportedOn("tr_1"), UsageReported(used=(), not_returned=0)),
+     {'version': 2, 'about': 'tr_1', 'used': [], 'not_returned_by_that_call': 0}),
+    (ReportedOn("tr_1"),
+     {'version': 2, 'about': 'tr_1'}),
+    ((ReportedOn("tr_1"), FeedbackGiven(rating=4, comment=PATH)),
+     {'version': 2, 'about': 'tr_1', 'feedback': {'rating': 4, 'comment': {'hmac': 'f6b822d41ddff571d35da8f01baee01b', 'length': 20}}}),
+    ((ReportedOn("tr_1"), FeedbackGiven(rating="up", comment=None)),
+     {'version': 2, 'about': 'tr_1', 'feedback': {'rating': 'up', 'comment': None}}),
+    (PolicyReloaded("http", "rejected", "r1", "r1", candidate="r2", errors=("x.rego:3: bad",), ms=12.5),
+     {'version': 2, 'policy_reload': {'trigger': 'http', 'status': 'rejected', 'revision': 'r1', 'previous': 'r1', 'candidate': 'r2', 'errors': ['x.rego:3: bad'], 'ms': 12.5}}),
+    (PolicyReloaded("sighup", "switched", "r2", "r1", ms=1.0004),
+     {'version': 2, 'policy_reload': {'trigger': 'sighup', 'status': 'switched', 'revision': 'r2', 'previous': 'r1', 'candidate': None, 'errors': [], 'ms': 1.0}}),
+    (PolicyExplained(actor="alice", task="qa", items=2, in_force="r1", candidate=None),
+     {'version': 2, 'policy_explain': {'actor': 'alice', 'task': 'qa', 'items': 2, 'in_force': 'r1', 'candidate': None}}),
+    (PolicyImpactRun.of(IMPACT_REPORT),
+     {'version': 2, 'policy_impact': {'candidate_revision': 'r2', 'replayed': 10, 'flips': 3, 'newly_allowed': 1, 'newly_denied': 2}}),
+    (Unrouted("GET", PATH),
+     {'version': 2, 'route': {'method': 'GET', 'path': {'hmac': 'f6b822d41ddff571d35da8f01baee01b', 'length': 20}}}),
+    (McpMessage(),
+     {'version': 2, 'channel': 'mcp'}),
+]
+# fmt: on
+
+
+def _stored(records: CallRecord | tuple[CallRecord, ...]) -> dict[str, Any]:
+    trace = TraceBuilder("tr_x", "any", utc_now(), key=b"k" * 32)
+    for record in records if isinstance(records, tuple) else (records,):
+        trace.record(record)
+    return trace.freeze(200).lineage
+
+
+@pytest.mark.parametrize(("records", "expected"), CASES)
+def test_a_record_leaves_the_row_the_assignments_left(records: Any, expected: dict[str, Any]) -> None:
+    stored = _stored(records)
+    assert json.dumps(stored) == json.dumps(expected)  # the same keys, values, nulls and order
+    assert read_lineage(stored).to_json() == stored
+
+
+def test_no_path_text_enters_the_row() -> None:
+    assert "nowhere" not in json.dumps(_stored(Unrouted("GET", PATH)))
+
+
+def test_admission_filled_as_the_call_is_admitted_and_settled() -> None:
+    trace = TraceBuilder("tr_x", "any", utc_now())
+    admission = trace.lineage.admission = AdmissionRecord(cost=4)
+    refused = trace.freeze(429).lineage
+    assert json.dumps(refused) == json.dumps({"version": 2, "admission": {"cost": 4}})
+    admission.price, admission.queued_ms, admission.used = 6, 1.5, 2.25
+    admission.work = WorkRecord.model_validate({"cpu_ms": 3.0, "sql_steps": 10, "embedded_chars": 0, "analysed_bytes": 0})
+    admission.gave_way_ms = 0.5
+    expected = {
+        "version": 2,
+        "admission": {
+            "cost": 4,
+            "price": 6,
+            "queued_ms": 1.5,
+            "used": 2.25,
+            "work": {"cpu_ms": 3.0, "sql_steps": 10, "embedded_chars": 0, "analysed_bytes": 0},
+            "gave_way_ms": 0.5,
+        },
+    }
+    assert json.dumps(trace.freeze(200).lineage) == json.dumps(expected)
+
+
+def test_an_older_row_with_keys_no_part_knows_still_reads() -> None:
+    """Unknown keys of older rows are kept as they were, in the typed parts and at the top."""
+    row = {
+        "version": 2,
+        "keys": {"listed": 2, "by": "an older gateway"},
+        "audit_export": {"format": "jsonl", "note": 1},
+        "audit_session": {"ended": "already", "why": "gone"},
+        "policy_reload": {"trigger": "poll", "status": "switched", "revision": "r2", "previous": "r1", "took": 3},
+        "policy_explain": {"actor": "a", "extra": [1]},
+        "policy_impact": {"candidate_revision": "r2", "replayed": 0, "skipped": 4},
+        "admission": {"cost": 1, "queued": True, "work": {"cpu_ms": 1.0, "gpu_ms": 2.0}},
+        "route": {"method": "GET", "path": {"hmac": "ab" * 16, "length": 3}, "query": None},
+        "something_new": {"a": 1},
+    }
+    lineage = read_lineage(row)
+    assert lineage.keys is not None and lineage.keys.listed == 2
+    assert lineage.admission is not None and lineage.admission.work is not None
+    assert lineage.route is not None and lineage.route.path is not None and lineage.route.path.length == 3
+    assert lineage.to_json() == row
