@@ -143,6 +143,9 @@ def scifact_corpus(data_set: Path, store: Path, queries: int) -> Corpus:
     import quality_bench
 
     data = quality_bench.read_data_set(data_set)
+    # The service's default model, which quality_bench.prepare loads and embeds with (it measures
+    # one model at a time, named in MODEL_ENV); this benchmark's own servers run on the default too.
+    quality_bench.MODEL_ENV.setdefault("GATEWAY_EMBEDDINGS", "bge-small")
     key, _, _ = quality_bench.prepare(store, data, True)
     claims = [claim for _, claim in data.queries]
     rng = random.Random(SEED)
