@@ -27,20 +27,19 @@ from core.errors import BadRequest, NotFound
 from core.instants import parse_rfc3339
 from core.validation import ascii_int, validated
 from gateway.http.operation import (
-    CURSOR as CURSOR_PARAMETER,
-)
-from gateway.http.operation import (
+    AUDIT,
     NDJSON,
     REVIEW_FILTERS,
     STRING,
     TRACE_ID,
     TRACE_ID_HEADER,
-    Operation,
     json_answer,
     json_body,
     query_parameter,
     ref,
-    v1,
+)
+from gateway.http.operation import (
+    CURSOR as CURSOR_PARAMETER,
 )
 from gateway.http.traced import Call, Stream, requires, serving
 
@@ -201,104 +200,67 @@ async def verify_chain(call: Call) -> tuple[int, VerifyReport]:
 
 # The operations this module serves (gateway/http/operation.py).
 OPERATIONS = (
-    Operation(
-        "/v1/audit/verify",
-        "get",
+    AUDIT.operation(
+        "GET /v1/audit/verify: Check the tenant's hash chain",
         serving("audit_verify", verify_chain),
-        "Check the tenant's hash chain",
-        "audit",
-        v1({"200": json_answer("Where the chain breaks, if it does", ref(VerifyReport))}, errors={}),
+        json_answer("Where the chain breaks, if it does", ref(VerifyReport)),
     ),
-    Operation(
-        "/v1/audit/traces",
-        "get",
+    AUDIT.operation(
+        "GET /v1/audit/traces: The tenant's traces, newest first",
         serving("audit_list", list_route_handler),
-        "The tenant's traces, newest first",
-        "audit",
-        v1(
-            {"200": json_answer("One page", ref(TraceList))},
-            errors={400: "an unknown parameter, a bad instant, cursor or limit"},
-        ),
+        json_answer("One page", ref(TraceList)),
+        errors={400: "an unknown parameter, a bad instant, cursor or limit"},
         parameters=(
             *REVIEW_FILTERS,
             CURSOR_PARAMETER,
             query_parameter("limit", "Page size", {"type": "string", "pattern": r"^\d+$", "default": "50"}),
         ),
     ),
-    Operation(
-        "/v1/audit/traces/{trace_id}",
-        "get",
+    AUDIT.operation(
+        "GET /v1/audit/traces/{trace_id}: One trace, whole",
         serving("audit_trace", one_trace),
-        "One trace, whole",
-        "audit",
-        v1(
-            {"200": json_answer("The trace with the usage and feedback its agent reported", ref(Trace))},
-            errors={404: "no such trace in this tenant"},
-        ),
+        json_answer("The trace with the usage and feedback its agent reported", ref(Trace)),
+        errors={404: "no such trace in this tenant"},
         parameters=(TRACE_ID,),
     ),
-    Operation(
-        "/v1/audit/traces/{trace_id}/proof",
-        "get",
+    AUDIT.operation(
+        "GET /v1/audit/traces/{trace_id}/proof: One trace with its inclusion proof and the signed checkpoint it is under",
         serving("audit_proof", trace_proof),
-        "One trace with its inclusion proof and the signed checkpoint it is under",
-        "audit",
-        v1(
-            {"200": json_answer("The proof, for `gateway audit verify-proof`", ref(TraceProof))},
-            errors={
-                404: "no such trace in this tenant",
-                409: "no signed checkpoint with a Merkle root covers the trace yet, or this gateway signs none",
-            },
-        ),
+        json_answer("The proof, for `gateway audit verify-proof`", ref(TraceProof)),
+        errors={
+            404: "no such trace in this tenant",
+            409: "no signed checkpoint with a Merkle root covers the trace yet, or this gateway signs none",
+        },
         parameters=(TRACE_ID,),
     ),
-    Operation(
-        "/v1/audit/export",
-        "get",
+    AUDIT.operation(
+        "GET /v1/audit/export: Every matching trace, streamed",
         serving("audit_export", export_traces),
-        "Every matching trace, streamed",
-        "audit",
-        v1(
-            {
-                "200": {
-                    "description": "One trace per line (jsonl) or row (csv), oldest first",
-                    "headers": {"x-trace-id": {**TRACE_ID_HEADER, "required": True}},
-                    "content": {NDJSON: {"schema": STRING}, "text/csv": {"schema": STRING}},
-                }
-            },
-            errors={400: "an unknown parameter, a bad instant or format"},
-        ),
+        {
+            "description": "One trace per line (jsonl) or row (csv), oldest first",
+            "headers": {"x-trace-id": {**TRACE_ID_HEADER, "required": True}},
+            "content": {NDJSON: {"schema": STRING}, "text/csv": {"schema": STRING}},
+        },
+        errors={400: "an unknown parameter, a bad instant or format"},
         parameters=(*REVIEW_FILTERS, query_parameter("format", "jsonl (default) or csv", {"enum": ["jsonl", "csv"]})),
     ),
-    Operation(
-        "/v1/traces/{trace_id}/usage",
-        "post",
+    AUDIT.operation(
+        "POST /v1/traces/{trace_id}/usage: Report which returned items the agent used",
         serving("usage", report_usage),
-        "Report which returned items the agent used",
-        "audit",
-        v1(
-            {"200": json_answer("What was recorded", ref(UsageResult))},
-            body=True,
-            errors={400: 'malformed JSON or not `{"used": [ids]}`', 404: "not a retrieve trace of this actor"},
-        ),
+        json_answer("What was recorded", ref(UsageResult)),
+        errors={400: 'malformed JSON or not `{"used": [ids]}`', 404: "not a retrieve trace of this actor"},
         parameters=(TRACE_ID,),
         body=json_body(ref(UsageRequest)),
         description="Only the actor of that retrieve call may report.",
     ),
-    Operation(
-        "/v1/traces/{trace_id}/feedback",
-        "post",
+    AUDIT.operation(
+        "POST /v1/traces/{trace_id}/feedback: Rate a call",
         serving("feedback", report_feedback),
-        "Rate a call",
-        "audit",
-        v1(
-            {"200": json_answer("What was recorded", ref(FeedbackResult))},
-            body=True,
-            errors={
-                400: "malformed JSON, a rating not 1 to 5, a comment over 2,000 characters",
-                404: "not a retrieve trace of this actor",
-            },
-        ),
+        json_answer("What was recorded", ref(FeedbackResult)),
+        errors={
+            400: "malformed JSON, a rating not 1 to 5, a comment over 2,000 characters",
+            404: "not a retrieve trace of this actor",
+        },
         parameters=(TRACE_ID,),
         body=json_body(ref(FeedbackRequest)),
         description="Only the actor of that retrieve call may report.",

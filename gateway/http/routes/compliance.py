@@ -18,14 +18,13 @@ from core.instants import parse_rfc3339, utc_now
 from core.validation import ascii_int
 from gateway.context import GatewayContext
 from gateway.http.operation import (
+    AUDIT,
     CURSOR,
     ENTITY_ID,
     STRING,
-    Operation,
     json_answer,
     query_parameter,
     ref,
-    v1,
 )
 from gateway.http.traced import Call, Stream, requires, serving
 
@@ -135,32 +134,18 @@ async def subject(call: Call) -> tuple[int, SubjectReport | Stream]:
 
 # The operations this module serves (gateway/http/operation.py).
 OPERATIONS = (
-    Operation(
-        "/v1/audit/overview",
-        "get",
+    AUDIT.operation(
+        "GET /v1/audit/overview: The compliance overview of a period",
         serving("audit_overview", overview),
-        "The compliance overview of a period",
-        "audit",
-        v1(
-            {
-                "200": json_answer(
-                    "Counts by outcome, reason, sensitivity, masking and revision; the chain's state", ref(OverviewReport)
-                )
-            },
-            errors={400: "an unknown parameter, a bad period or instant"},
-        ),
+        json_answer("Counts by outcome, reason, sensitivity, masking and revision; the chain's state", ref(OverviewReport)),
+        errors={400: "an unknown parameter, a bad period or instant"},
         parameters=PERIOD_PARAMETERS,
     ),
-    Operation(
-        "/v1/audit/subjects/{entity_id}",
-        "get",
+    AUDIT.operation(
+        "GET /v1/audit/subjects/{entity_id}: Every call about one data subject",
         serving("audit_subject", subject),
-        "Every call about one data subject",
-        "audit",
-        v1(
-            {"200": with_csv(json_answer("The calls, newest first, with the stage each reached", ref(SubjectReport)))},
-            errors={400: "an unknown parameter, a bad cursor, limit or format"},
-        ),
+        with_csv(json_answer("The calls, newest first, with the stage each reached", ref(SubjectReport))),
+        errors={400: "an unknown parameter, a bad cursor, limit or format"},
         parameters=(
             ENTITY_ID,
             CURSOR,

@@ -12,7 +12,7 @@ from audit.evidence import archive_chunks, pack_archive, signing_of
 from audit.record import EvidenceExported
 from core.errors import BadRequest
 from core.instants import parse_rfc3339, rfc3339, utc_now
-from gateway.http.operation import STRING, TRACE_ID_HEADER, Operation, query_parameter, v1
+from gateway.http.operation import AUDIT, STRING, TRACE_ID_HEADER, query_parameter
 from gateway.http.traced import Call, Stream, requires, serving
 
 EVIDENCE_COST = 8  # admission units: it walks the chain's row hashes up to the period, like a proof, and more
@@ -59,26 +59,19 @@ async def evidence_pack(call: Call) -> tuple[int, dict[str, Any] | Stream]:
 
 # The operations this module serves (gateway/http/operation.py).
 OPERATIONS = (
-    Operation(
-        "/v1/audit/evidence",
-        "get",
+    AUDIT.operation(
+        "GET /v1/audit/evidence: The tenant's evidence pack of a period, as a zip",
         serving("audit_evidence", evidence_pack),
-        "The tenant's evidence pack of a period, as a zip",
-        "audit",
-        v1(
-            {
-                "200": {
-                    "description": "The pack's files (rows, checkpoints, public keys, policy revisions, figures, manifest, "
-                    "README) in one zip, for `gateway audit verify-pack`",
-                    "headers": {"x-trace-id": {**TRACE_ID_HEADER, "required": True}},
-                    "content": {ZIP: {"schema": {**STRING, "contentMediaType": ZIP}}},
-                }
-            },
-            errors={
-                400: "an unknown parameter, a missing or bad instant, or until not after since",
-                409: "the overview's rollup does not agree with the period's rows (edited): `gateway audit verify` names the hour",
-            },
-        ),
+        {
+            "description": "The pack's files (rows, checkpoints, public keys, policy revisions, figures, manifest, "
+            "README) in one zip, for `gateway audit verify-pack`",
+            "headers": {"x-trace-id": {**TRACE_ID_HEADER, "required": True}},
+            "content": {ZIP: {"schema": {**STRING, "contentMediaType": ZIP}}},
+        },
+        errors={
+            400: "an unknown parameter, a missing or bad instant, or until not after since",
+            409: "the overview's rollup does not agree with the period's rows (edited): `gateway audit verify` names the hour",
+        },
         parameters=(
             {**query_parameter("since", "The period's start (included), RFC 3339 with its offset"), "required": True},
             {**query_parameter("until", "The period's end (excluded), RFC 3339 with its offset"), "required": True},
