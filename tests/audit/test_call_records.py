@@ -9,36 +9,7 @@ from typing import Any
 
 import pytest
 
-from audit.record import (
-    AdmissionRecord,
-    AuditExported,
-    AuditListed,
-    CallRecord,
-    ChainVerified,
-    DocumentWritten,
-    EntityMerged,
-    EntityTombstoned,
-    EntityWritten,
-    EvidenceExported,
-    FeedbackGiven,
-    ItemsWritten,
-    KeyCreated,
-    KeyRevoked,
-    KeysListed,
-    McpMessage,
-    PolicyExplained,
-    PolicyImpactRun,
-    PolicyReloaded,
-    ReportedOn,
-    SessionEnded,
-    SessionOpened,
-    TraceBuilder,
-    TraceRead,
-    Unrouted,
-    UsageReported,
-    WorkRecord,
-    read_lineage,
-)
+from audit import record as room  # the record room's one entry point
 from audit.record.trace import fingerprint
 from core.instants import utc_now
 
@@ -52,71 +23,71 @@ IMPACT_REPORT: dict[str, Any] = {
 }
 
 # fmt: off
-CASES: list[tuple[CallRecord | tuple[CallRecord, ...], dict[str, Any]]] = [
-    (ItemsWritten(received=3, created=1, updated=1, unchanged=0, rejected=1),
+CASES: list[tuple[room.CallRecord | tuple[room.CallRecord, ...], dict[str, Any]]] = [
+    (room.ItemsWritten(received=3, created=1, updated=1, unchanged=0, rejected=1),
      {'version': 2, 'ingest': {'received': 3, 'created': 1, 'updated': 1, 'unchanged': 0, 'rejected': 1}}),
-    (EntityWritten(created=1, updated=0, rejected=0),
+    (room.EntityWritten(created=1, updated=0, rejected=0),
      {'version': 2, 'entity': {'created': 1, 'updated': 0, 'rejected': 0}}),
-    (DocumentWritten.of({"document": "d1", "sha256": "ab" * 32, "changed": True, "pieces": 3, "created": 2, "updated": 1, "unchanged": 0, "removed": 1, "rejected": []}),
+    (room.DocumentWritten.of({"document": "d1", "sha256": "ab" * 32, "changed": True, "pieces": 3, "created": 2, "updated": 1, "unchanged": 0, "removed": 1, "rejected": []}),
      {'version': 2, 'document': {'document': 'd1', 'sha256': 'abababababababababababababababababababababababababababababababab', 'changed': True, 'pieces': 3, 'created': 2, 'updated': 1, 'unchanged': 0, 'removed': 1}}),
-    (EntityMerged(changed=True, entity="e1", into="e2"),
+    (room.EntityMerged(changed=True, entity="e1", into="e2"),
      {'version': 2, 'merge': {'changed': True, 'entity': 'e1', 'into': 'e2'}}),
-    (EntityTombstoned(changed=True, hidden_items=4),
+    (room.EntityTombstoned(changed=True, hidden_items=4),
      {'version': 2, 'tombstone': {'changed': True, 'hidden_items': 4}}),
-    (KeysListed(2),
+    (room.KeysListed(2),
      {'version': 2, 'keys': {'listed': 2}}),
-    (KeyCreated("0123456789abcdef"),
+    (room.KeyCreated("0123456789abcdef"),
      {'version': 2, 'keys': {'created': '0123456789abcdef'}}),
-    (KeyRevoked("0123456789abcdef", changed=True, sessions_ended=1),
+    (room.KeyRevoked("0123456789abcdef", changed=True, sessions_ended=1),
      {'version': 2, 'keys': {'revoked': '0123456789abcdef', 'changed': True, 'sessions_ended': 1}}),
-    (AuditListed(5),
+    (room.AuditListed(5),
      {'version': 2, 'audit_read': {'listed': 5}}),
-    (TraceRead("tr_1"),
+    (room.TraceRead("tr_1"),
      {'version': 2, 'audit_read': {'trace': 'tr_1'}}),
-    (AuditExported("jsonl"),
+    (room.AuditExported("jsonl"),
      {'version': 2, 'audit_export': {'format': 'jsonl'}}),
-    (AuditExported("csv", report="subject"),
+    (room.AuditExported("csv", report="subject"),
      {'version': 2, 'audit_export': {'format': 'csv', 'report': 'subject'}}),
-    (EvidenceExported(since="2026-01-01T00:00:00Z", until="2026-02-01T00:00:00Z", rows=12),
+    (room.EvidenceExported(since="2026-01-01T00:00:00Z", until="2026-02-01T00:00:00Z", rows=12),
      {'version': 2, 'audit_export': {'format': 'evidence', 'since': '2026-01-01T00:00:00Z', 'until': '2026-02-01T00:00:00Z', 'rows': '12'}}),
-    (ChainVerified.of({"ok": True, "chains": {"t": {"rows": 3}, "": {"rows": 4}}}),
+    (room.ChainVerified.of({"ok": True, "chains": {"t": {"rows": 3}, "": {"rows": 4}}}),
      {'version': 2, 'audit_verify': {'ok': True, 'rows': 7, 'checkpointed': None, 'not_yet_checkpointed': None}}),
-    (ChainVerified.of({"ok": False, "chains": {"t": {"rows": 7}}, "checkpointed": 5, "not_yet_checkpointed": 2}),
+    (room.ChainVerified.of({"ok": False, "chains": {"t": {"rows": 7}}, "checkpointed": 5, "not_yet_checkpointed": 2}),
      {'version': 2, 'audit_verify': {'ok': False, 'rows': 7, 'checkpointed': 5, 'not_yet_checkpointed': 2}}),
-    (SessionOpened(key_id="0123456789abcdef", session="s_ref", expires_at="2026-01-01T00:30:00+00:00"),
+    (room.SessionOpened(key_id="0123456789abcdef", session="s_ref", expires_at="2026-01-01T00:30:00+00:00"),
      {'version': 2, 'audit_session': {'key_id': '0123456789abcdef', 'session': 's_ref', 'expires_at': '2026-01-01T00:30:00+00:00'}}),
-    (SessionEnded("s_ref"),
+    (room.SessionEnded("s_ref"),
      {'version': 2, 'audit_session': {'ended': 'signed_out', 'session': 's_ref'}}),
-    (SessionEnded(None),
+    (room.SessionEnded(None),
      {'version': 2, 'audit_session': {'ended': 'already'}}),
-    ((ReportedOn("tr_1"), UsageReported(used=("a",), not_returned=1, used_about=("e1",))),
+    ((room.ReportedOn("tr_1"), room.UsageReported(used=("a",), not_returned=1, used_about=("e1",))),
      {'version': 2, 'about': 'tr_1', 'used': ['a'], 'used_about': ['e1'], 'not_returned_by_that_call': 1}),
-    ((ReportedOn("tr_1"), UsageReported(used=(), not_returned=0)),
+    ((room.ReportedOn("tr_1"), room.UsageReported(used=(), not_returned=0)),
      {'version': 2, 'about': 'tr_1', 'used': [], 'not_returned_by_that_call': 0}),
-    (ReportedOn("tr_1"),
+    (room.ReportedOn("tr_1"),
      {'version': 2, 'about': 'tr_1'}),
-    ((ReportedOn("tr_1"), FeedbackGiven(rating=4, comment=PATH)),
+    ((room.ReportedOn("tr_1"), room.FeedbackGiven(rating=4, comment=PATH)),
      {'version': 2, 'about': 'tr_1', 'feedback': {'rating': 4, 'comment': {'hmac': 'f6b822d41ddff571d35da8f01baee01b', 'length': 20}}}),
-    ((ReportedOn("tr_1"), FeedbackGiven(rating="up", comment=None)),
+    ((room.ReportedOn("tr_1"), room.FeedbackGiven(rating="up", comment=None)),
      {'version': 2, 'about': 'tr_1', 'feedback': {'rating': 'up', 'comment': None}}),
-    (PolicyReloaded("http", "rejected", "r1", "r1", candidate="r2", errors=("x.rego:3: bad",), ms=12.5),
+    (room.PolicyReloaded("http", "rejected", "r1", "r1", candidate="r2", errors=("x.rego:3: bad",), ms=12.5),
      {'version': 2, 'policy_reload': {'trigger': 'http', 'status': 'rejected', 'revision': 'r1', 'previous': 'r1', 'candidate': 'r2', 'errors': ['x.rego:3: bad'], 'ms': 12.5}}),
-    (PolicyReloaded("sighup", "switched", "r2", "r1", ms=1.0004),
+    (room.PolicyReloaded("sighup", "switched", "r2", "r1", ms=1.0004),
      {'version': 2, 'policy_reload': {'trigger': 'sighup', 'status': 'switched', 'revision': 'r2', 'previous': 'r1', 'candidate': None, 'errors': [], 'ms': 1.0}}),
-    (PolicyExplained(actor="alice", task="qa", items=2, in_force="r1", candidate=None),
+    (room.PolicyExplained(actor="alice", task="qa", items=2, in_force="r1", candidate=None),
      {'version': 2, 'policy_explain': {'actor': 'alice', 'task': 'qa', 'items': 2, 'in_force': 'r1', 'candidate': None}}),
-    (PolicyImpactRun.of(IMPACT_REPORT),
+    (room.PolicyImpactRun.of(IMPACT_REPORT),
      {'version': 2, 'policy_impact': {'candidate_revision': 'r2', 'replayed': 10, 'flips': 3, 'newly_allowed': 1, 'newly_denied': 2}}),
-    (Unrouted("GET", PATH),
+    (room.Unrouted("GET", PATH),
      {'version': 2, 'route': {'method': 'GET', 'path': {'hmac': 'f6b822d41ddff571d35da8f01baee01b', 'length': 20}}}),
-    (McpMessage(),
+    (room.McpMessage(),
      {'version': 2, 'channel': 'mcp'}),
 ]
 # fmt: on
 
 
-def _stored(records: CallRecord | tuple[CallRecord, ...]) -> dict[str, Any]:
-    trace = TraceBuilder("tr_x", "any", utc_now(), key=b"k" * 32)
+def _stored(records: room.CallRecord | tuple[room.CallRecord, ...]) -> dict[str, Any]:
+    trace = room.TraceBuilder("tr_x", "any", utc_now(), key=b"k" * 32)
     for record in records if isinstance(records, tuple) else (records,):
         trace.record(record)
     return trace.freeze(200).lineage
@@ -126,20 +97,20 @@ def _stored(records: CallRecord | tuple[CallRecord, ...]) -> dict[str, Any]:
 def test_a_record_leaves_the_row_the_assignments_left(records: Any, expected: dict[str, Any]) -> None:
     stored = _stored(records)
     assert json.dumps(stored) == json.dumps(expected)  # the same keys, values, nulls and order
-    assert read_lineage(stored).to_json() == stored
+    assert room.read_lineage(stored).to_json() == stored
 
 
 def test_no_path_text_enters_the_row() -> None:
-    assert "nowhere" not in json.dumps(_stored(Unrouted("GET", PATH)))
+    assert "nowhere" not in json.dumps(_stored(room.Unrouted("GET", PATH)))
 
 
 def test_admission_filled_as_the_call_is_admitted_and_settled() -> None:
-    trace = TraceBuilder("tr_x", "any", utc_now())
-    admission = trace.lineage.admission = AdmissionRecord(cost=4)
+    trace = room.TraceBuilder("tr_x", "any", utc_now())
+    admission = trace.lineage.admission = room.AdmissionRecord(cost=4)
     refused = trace.freeze(429).lineage
     assert json.dumps(refused) == json.dumps({"version": 2, "admission": {"cost": 4}})
     admission.price, admission.queued_ms, admission.used = 6, 1.5, 2.25
-    admission.work = WorkRecord.model_validate({"cpu_ms": 3.0, "sql_steps": 10, "embedded_chars": 0, "analysed_bytes": 0})
+    admission.work = room.WorkRecord.model_validate({"cpu_ms": 3.0, "sql_steps": 10, "embedded_chars": 0, "analysed_bytes": 0})
     admission.gave_way_ms = 0.5
     expected = {
         "version": 2,
@@ -169,7 +140,7 @@ def test_an_older_row_with_keys_no_part_knows_still_reads() -> None:
         "route": {"method": "GET", "path": {"hmac": "ab" * 16, "length": 3}, "query": None},
         "something_new": {"a": 1},
     }
-    lineage = read_lineage(row)
+    lineage = room.read_lineage(row)
     assert lineage.keys is not None and lineage.keys.listed == 2
     assert lineage.admission is not None and lineage.admission.work is not None
     assert lineage.route is not None and lineage.route.path is not None and lineage.route.path.length == 3
