@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from audit.record import CallRecord, Decided, EntitiesRecord, Resolved, SectionsUnread, SynthesisSkipped, TraceBuilder
+from core.instants import utc_now
 from tests.conftest import Gateway, open_gateway
 from tests.gateway.fixtures import SALES_TASK, doc, memory, seed
 from tests.llm_double import LlmDouble, echo_placeholders
@@ -906,3 +908,26 @@ def test_retrieve_and_expand_store_the_lineage_they_always_stored(seeded: tuple[
     assert list(shapes) == list(EXPECTED)
     for name, expected in EXPECTED.items():
         assert shapes[name] == json.dumps(expected), name  # keys, values and their order
+
+
+# The stages the calls above do not reach, against what the assignments they replaced stored.
+# fmt: off
+UNREACHED: list[tuple[CallRecord, dict[str, Any]]] = [
+    (SectionsUnread("sections: connection refused"),
+     {"version": 2, "section_lookup_error": "sections: connection refused"}),
+    (SynthesisSkipped("no personal data detector"),
+     {"version": 2, "synthesis": {"sent": [], "error": "no personal data detector"}}),
+    (Resolved(("ent_a",), EntitiesRecord(resolved=1, tombstones=0, aliases=0, alias_error="aliases: timed out")),
+     {"version": 2, "entities": {"resolved": 1, "tombstones": 0, "aliases": 0, "alias_error": "aliases: timed out"},
+      "subjects": ["ent_a"]}),
+    (Decided(allow=True, reasons=(), ms=0.12345, constraints={}),
+     {"version": 2, "decision": {"allow": True, "reasons": [], "ms": 0.123}, "constraints": {}}),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize(("record", "expected"), UNREACHED, ids=lambda r: type(r).__name__)
+def test_each_unreached_stage_stores_what_its_assignment_stored(record: CallRecord, expected: dict[str, Any]) -> None:
+    trace = TraceBuilder(trace_id="tr_1", endpoint="retrieve", created_at=utc_now())
+    trace.record(record)
+    assert json.dumps(trace.freeze(200).lineage) == json.dumps(expected)
