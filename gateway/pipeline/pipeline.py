@@ -185,7 +185,7 @@ class Pipeline:
         trace.record(Decided(decision.allow, tuple(decision.reasons), decision.ms, allowed.policy_result if allowed else None))
         if allowed is None:
             raise PolicyDenied("the policy denied this request", reasons=list(decision.reasons))
-        return decision.constraints, decision.revision
+        return allowed, decision.revision
 
     async def resolve(
         self, actor: Actor, request: RetrieveRequest, constraints: Constraints, trace: TraceBuilder, timer: StageTimer

@@ -63,7 +63,7 @@ def seeded(llm: LlmDouble, sqlite_url: str, tmp_path: Path) -> Iterator[tuple[Ga
 
 def lineages(seeded: tuple[Gateway, str]) -> dict[str, str]:
     gateway, alice = seeded
-    calls = {
+    calls: dict[str, dict[str, Any]] = {
         "allowed": {"task": SALES_TASK, "query": "wombatacl wombatsens quokkaacl", "entities": [{"id": "ent_jane"}]},
         "denied": {"task": {"type": "no_such_task"}, "query": "wombatacl"},
         "skipped": {"task": SALES_TASK, "query": "4471 -- ??", "sources": {"semantic": True}},
