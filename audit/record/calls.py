@@ -5,9 +5,9 @@ A handler builds its call's record when it knows what the call did and leaves it
 stored rows have always held them (rows are hash-chained and signed: a record changes nothing of
 the stored JSON, tests/audit/test_call_records.py holds every kind to its bytes).
 
-Retrieve and expand are not here: their stages fill the lineage as the call proceeds
-(gateway/pipeline), because a call denied or failing half-way must still leave what it reached.
-So are the parts every call shares, which `governed` fills (channel, otel, admission).
+Retrieve and expand are not here: a call denied or failing half-way must still leave what it
+reached, so each of their stages leaves its own record as it ends (audit.record.retrieval). Nor are
+the parts every call shares, which `governed` fills (channel, otel, admission).
 """
 
 from __future__ import annotations

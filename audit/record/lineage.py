@@ -299,9 +299,9 @@ class RouteRecord(LineagePart):
 
 
 class Lineage(LineagePart):
-    """One call's lineage. Retrieve and expand fill the retrieval parts stage by stage; every other
-    call leaves the record of its kind (audit.record.calls), which fills its parts (`ingest`,
-    `merge`, `audit_read`, `used`, ...)."""
+    """One call's lineage. Retrieve and expand fill the retrieval parts stage by stage, each stage
+    leaving its record (audit.record.retrieval); every other call leaves the record of its kind
+    (audit.record.calls), which fills its parts (`ingest`, `merge`, `audit_read`, `used`, ...)."""
 
     version: int = LINEAGE_VERSION
     # How the call came: "mcp" for an MCP tool call; absent for the HTTP API (and in older rows), so

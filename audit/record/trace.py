@@ -62,8 +62,9 @@ class TraceBuilder:
     writes: list[Callable[[Connection], None]] = field(default_factory=list, repr=False)
 
     def record(self, record: CallRecord) -> None:
-        """Leave the call's record (audit.record.calls): the handler of a call that is not a retrieve
-        builds it once, when it knows what the call did, and it fills its kind's lineage parts."""
+        """Leave a record: the handler of a call that is not a retrieve builds its kind's once, when it
+        knows what the call did (audit.record.calls); a retrieve's or an expand's stages each leave
+        theirs as they end (audit.record.retrieval). It fills its lineage parts and no others."""
         record.fill(self.lineage)
 
     def fingerprint(self, text: str) -> Fingerprint:

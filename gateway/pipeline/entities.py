@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from audit.record import EntitiesRecord
 from connectors.base import ExactConnector
 from core import identifiers
 from core.constraints import ItemFilter
@@ -63,6 +64,15 @@ class Resolution:
 
     def records(self) -> list[Record]:
         return [e.record for e in self.entities]
+
+    def report(self) -> EntitiesRecord:
+        """The trail's counts: live entities, tombstones, aliases, and the alias lookup's error."""
+        return EntitiesRecord(
+            resolved=len(self.live),
+            tombstones=len(self.entities) - len(self.live),
+            aliases=sum(len(e.aliases) for e in self.live),
+            alias_error=self.alias_error,
+        )
 
     def keep(self, allowed: frozenset[str]) -> "Resolution":
         """Only what the policy confirmed; aliases and merged ids it denied vanish with the rest."""

@@ -14,7 +14,7 @@ import anyio.to_thread
 from sqlalchemy.engine import Engine
 
 from api.retrieve import RetrieveResponse
-from audit.record import DepthRecord, Dropped, FallbackReason, SourceRecord, TraceBuilder
+from audit.record import DepthRecord, Expanded, FallbackReason, SourceRecord, TraceBuilder
 from connectors.base import ExactConnector
 from core import work
 from core.actor import Actor
@@ -145,10 +145,6 @@ async def _page(
     await give_way()
     if not await anyio.to_thread.run_sync(work.timed(advance), pipeline.store, cursor, packed_ids, remaining):
         return None
-    lineage = trace.lineage
-    lineage.retrieved = {"expand": [e["id"] for e in entries]}
-    lineage.dropped_by_policy = [Dropped(id=i, reason=reason) for i, reason in verdict.denied]
-    lineage.dropped_since_issued, lineage.dropped_for_budget, lineage.packed = gone, list(packed.dropped_ids), packed_ids
     sources = {
         name: SourceRecord(
             status="skipped", detail=SkipReason.EXPAND_CONTINUES_CURSOR.value, skip=SkipReason.EXPAND_CONTINUES_CURSOR
@@ -158,7 +154,8 @@ async def _page(
     sources["exact"] = SourceRecord(status=result.status, count=len(page), ms=round(result.ms, 3), detail=result.detail or None)
     timings = {k: v for k, v in timer.finish().items() if k in ("queue_ms", "decide_ms", "verify_ms", "total_ms")}
     depth = DepthRecord(requested=request.depth, effective="fast", fallback_reason=FallbackReason.EXPAND_READS_BY_ID)
-    lineage.sources, lineage.timings = sources, timings
+    read = tuple(e["id"] for e in entries)
+    trace.record(Expanded(read, verdict.denied, tuple(gone), tuple(packed.dropped_ids), tuple(packed_ids), sources, timings))
     body = respond(trace.trace_id, "expand", revision, packed, sources, timings, depth, request.cursor if remaining else None)
     if masking is not None:  # the page's other strings, with its text's placeholders
         body = await pipeline.mask_response(body, constraints, masking, trace, timer)

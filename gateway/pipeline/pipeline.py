@@ -13,7 +13,19 @@ from opentelemetry.trace import get_current_span
 from sqlalchemy.engine import Engine
 
 from api.retrieve import Answer, RetrieveResponse
-from audit.record import ActorRecord, DecisionRecord, Dropped, EntitiesRecord, PiiRecord, RelevanceRecord, TraceBuilder
+from audit.record import (
+    Accounted,
+    Asked,
+    Budgeted,
+    Decided,
+    Masked,
+    Presented,
+    Resolved,
+    SectionsUnread,
+    Sifted,
+    TraceBuilder,
+    Verified,
+)
 from connectors.base import ExactConnector, GraphConnector, LexicalConnector
 from core.actor import Actor
 from core.errors import BadRequest, ConnectorError, MaskingUnavailable, PolicyDenied, PolicyUnavailable
@@ -100,7 +112,7 @@ class Pipeline:
         await give_way()
         resolution, resolution_error, entity_verdict = await self.resolve(actor, request, constraints, trace, timer)
         constraints = constraints.with_subjects(resolution.subjects)
-        trace.lineage.subjects = list(constraints.subjects)
+        trace.record(Resolved(constraints.subjects, resolution.report() if request.entities else None))
 
         await give_way()
         results = await self.recall(request, constraints, resolution, timer)
@@ -110,9 +122,8 @@ class Pipeline:
         pieces = await self.sections(constraints, candidates, trace, timer)
         await give_way()
         verdict = await self.verify(actor, request.task, constraints, candidates + list(pieces), timer, entity_verdict)
-        trace.lineage.retrieved = {name: [c.record.id for c in r.candidates] for name, r in results.items() if r.candidates}
-        trace.lineage.dropped_by_policy = [Dropped(id=i, reason=reason) for i, reason in verdict.denied]
-        trace.lineage.pushdown_mismatches = len(verdict.denied)
+        retrieved = {name: [c.record.id for c in r.candidates] for name, r in results.items() if r.candidates}
+        trace.record(Verified(retrieved, verdict.denied))
 
         await give_way()
         similarity = await self.rerank(request, constraints, results, verdict.allowed_ids, timer)
@@ -121,9 +132,7 @@ class Pipeline:
             fused = fuse({name: r.candidates for name, r in results.items()}, verdict.allowed_ids, similarity, floor)
             relevant, floor_report = above_floor(fused, results["semantic"].candidates, floor)
             relevant, merged = read_whole(relevant, pieces, verdict.allowed_ids)
-        trace.lineage.section_pieces = sorted(p.id for p in pieces if p.id in verdict.allowed_ids)
-        trace.lineage.merged_into_sections = merged
-        trace.lineage.relevance = RelevanceRecord.model_validate(floor_report)
+        trace.record(Sifted(tuple(sorted(p.id for p in pieces if p.id in verdict.allowed_ids)), merged, floor_report))
         masking = None
         timer.set("mask_ms", 0.0)  # reported even when the policy masks nothing
         if constraints.disclosure.mask:  # before packing, so the budget counts what is returned
@@ -140,7 +149,7 @@ class Pipeline:
         if resolution.alias_error:
             sources["exact"].aliases = f"skipped: {resolution.alias_error}"
         depth = depth_report(request.depth, results["semantic"], self.connectors.semantic.unavailable)
-        trace.lineage.sources, trace.lineage.timings, trace.lineage.depth = sources, timings, depth
+        trace.record(Accounted(sources, timings, depth))  # timings: the same dict the later stages complete
         body = respond(trace.trace_id, request.effective_mode, revision, packed, sources, timings, depth, cursor)
         body = body.model_copy(update={"entities": entities_report(resolution)})
         if masking is not None:  # every other string of the items and entities, with the text's placeholders
@@ -158,7 +167,7 @@ class Pipeline:
 
     def admit(self, request: RetrieveRequest, trace: TraceBuilder) -> None:
         """Checks every mode shares, before any decision; the request's shape goes on the trace first."""
-        trace.lineage.request = request_shape(request, trace)
+        trace.record(Asked(request_shape(request, trace)))
         if request.synthesize and self.synthesizer is None:
             raise BadRequest("synthesize: no synthesis endpoint is configured on this gateway (GATEWAY_LLM_URL)")
 
@@ -166,17 +175,17 @@ class Pipeline:
         self, actor: Actor, request: RetrieveRequest, trace: TraceBuilder, timer: StageTimer
     ) -> tuple[Constraints, str]:
         """The constraints of an allow, and the policy revision; a denial ends the call with 403."""
-        trace.lineage.actor = ActorRecord(roles=list(actor.roles), groups=list(actor.groups), clearance=actor.clearance)
+        trace.record(Presented(tuple(actor.roles), tuple(actor.groups), actor.clearance))
         with timer.stage("policy.decide") as span:
             decision = await decide(self.policy, actor, request, utc_now())
             span.set_attributes({"gateway.policy.allow": decision.allow, "gateway.policy.revision": decision.revision})
         timer.set("decide_ms", decision.ms)
         trace.decision = "allow" if decision.allow else "deny"
-        trace.lineage.decision = DecisionRecord(allow=decision.allow, reasons=list(decision.reasons), ms=round(decision.ms, 3))
-        if not decision.allow or decision.constraints is None:
+        allowed = decision.constraints if decision.allow else None
+        trace.record(Decided(decision.allow, tuple(decision.reasons), decision.ms, allowed.policy_result if allowed else None))
+        if allowed is None:
             raise PolicyDenied("the policy denied this request", reasons=list(decision.reasons))
-        trace.lineage.constraints = decision.constraints.policy_result
-        return decision.constraints, decision.revision
+        return allowed, decision.revision
 
     async def resolve(
         self, actor: Actor, request: RetrieveRequest, constraints: Constraints, trace: TraceBuilder, timer: StageTimer
@@ -194,12 +203,6 @@ class Pipeline:
             resolution = resolution.keep(verdict.allowed_ids)
             span.set_attribute("gateway.entities.resolved", len(resolution.live))
         timer.add("verify_ms", verdict.ms)
-        trace.lineage.entities = EntitiesRecord(
-            resolved=len(resolution.live),
-            tombstones=len(resolution.entities) - len(resolution.live),
-            aliases=sum(len(e.aliases) for e in resolution.live),
-            alias_error=resolution.alias_error,
-        )
         return resolution, error, verdict
 
     async def recall(
@@ -223,7 +226,7 @@ class Pipeline:
             try:
                 return await self.connectors.exact.sections(constraints.items, section_keys(candidates), tuple(candidates))
             except ConnectorError as exc:  # hits are still returned, as the pieces that were found
-                trace.lineage.section_lookup_error = exc.message
+                trace.record(SectionsUnread(exc.message))
                 return ()
 
     async def verify(
@@ -281,7 +284,7 @@ class Pipeline:
             masking = await prepare_masking(self.store, self.privacy, constraints.tenant, entries, pieces)
             masked = masking.apply(entries, frozenset(constraints.disclosure.reveal))
             span.set_attributes({f"gateway.pii.masked.{kind}": n for kind, n in masking.masker.counts().items()})
-        trace.lineage.pii = PiiRecord(masked=masking.masker.counts(), analysed_at_request=masking.analysed_now)
+        trace.record(Masked(masking.masker.counts(), masking.analysed_now))
         return masking, masked
 
     async def mask_response(
@@ -303,7 +306,7 @@ class Pipeline:
         finished = timer.finish()
         timings = trace.lineage.timings if trace.lineage.timings is not None else dict(body.timings)  # the trail's too
         timings.update({key: finished[key] for key in ("mask_ms", "total_ms") if key in timings})
-        trace.lineage.pii = PiiRecord(masked=masking.masker.counts(), analysed_at_request=masking.analysed_now)
+        trace.record(Masked(masking.masker.counts(), masking.analysed_now))
         return body.model_copy(update={"timings": dict(timings)})
 
     def rank_and_pack(
@@ -331,10 +334,8 @@ class Pipeline:
             }
         )
         cursor = self.issue_cursor(actor, request, constraints, packed, trace)
-        trace.lineage.dropped_as_historical = [r.record.id for r in ranking.hidden]
-        trace.lineage.dropped_for_budget = list(packed.dropped_ids)
-        trace.lineage.packed = [r.record.id for r in packed.items]
-        trace.lineage.cursor_issued = cursor is not None
+        hidden, packed_ids = tuple(r.record.id for r in ranking.hidden), tuple(r.record.id for r in packed.items)
+        trace.record(Budgeted(hidden, tuple(packed.dropped_ids), packed_ids, cursor is not None))
         return packed, cursor
 
     def pack(self, ranked: list[Ranked] | tuple[Ranked, ...], limit_bytes: int) -> Packed:

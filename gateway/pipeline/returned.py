@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from api.retrieve import RetrieveResponse
-from audit.record import ReturnedRecord, TraceBuilder
+from audit.record import Returned, TraceBuilder
 from core.records import Record
 from gateway.pipeline.budget import Packed
 from gateway.privacy.mask import Masking
@@ -40,9 +40,6 @@ def note_returned(
             wire = json.dumps(item.wire(), ensure_ascii=False)
             masked += masking.masker.carries_placeholder(wire)
             revealed |= masking.masker.revealed_in(wire)
-    trace.lineage.returned = ReturnedRecord(
-        sensitivity=dict(Counter(r.record.sensitivity for r in packed.items)),
-        masked_items=masked,
-        revealed=sorted(revealed),
-    )
-    trace.lineage.named_entities = named_entities([*read, *(r.record for r in packed.items)])
+    sensitivity = dict(Counter(r.record.sensitivity for r in packed.items))
+    named = named_entities([*read, *(r.record for r in packed.items)])
+    trace.record(Returned(sensitivity, masked, tuple(sorted(revealed)), named))

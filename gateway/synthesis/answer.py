@@ -13,7 +13,7 @@ from typing import Any
 
 import anyio.to_thread
 
-from audit.record import SynthesisRecord, TraceBuilder
+from audit.record import Synthesised, SynthesisSkipped, TraceBuilder
 from core.constraints import Disclosure
 from core.records import Fused
 from gateway.privacy.detect import ENTITY_TYPES, clean
@@ -46,7 +46,7 @@ async def synthesize(
 ) -> dict[str, Any]:
     if masking is None or privacy.detector is None:  # nothing is sent unmasked, ever
         reason = privacy.unavailable or "personal data could not be masked"
-        trace.lineage.synthesis = SynthesisRecord(sent=[], error=reason)
+        trace.record(SynthesisSkipped(reason))
         return {"text": None, "error": f"synthesis skipped: {reason}"}
     # Only the citation, the kind (an enumeration) and the text masked for every type are sent: no
     # section, slot, source or other field of an item reaches the model (see ContextItem).
@@ -63,15 +63,17 @@ async def synthesize(
     masked_question = masking.masker.mask(question, clean(list(question_spans) + known, question))
     result = await synthesizer.answer(masked_question, context)
     by_citation = {item.citation: item.id for item in context}
-    trace.lineage.synthesis = SynthesisRecord(
-        sent=[item.id for item in context],
-        cited=[by_citation[c] for c in result.citations if c in by_citation],
-        invented_citations=len(result.invented_citations),
-        flagged_as_instructions=[by_citation[c] for c in result.flagged if c in by_citation],
-        grounded=result.grounded,
-        error=result.error,
-        ms=round(result.ms, 3),
-        masked_for_model=masking.masker.counts(),
+    trace.record(
+        Synthesised(
+            sent=tuple(item.id for item in context),
+            cited=tuple(by_citation[c] for c in result.citations if c in by_citation),
+            invented_citations=len(result.invented_citations),
+            flagged_as_instructions=tuple(by_citation[c] for c in result.flagged if c in by_citation),
+            grounded=result.grounded,
+            error=result.error,
+            ms=result.ms,
+            masked_for_model=masking.masker.counts(),
+        )
     )
     if result.text is None:
         return {"text": None, "error": result.error or "synthesis failed"}
