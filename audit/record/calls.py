@@ -8,6 +8,11 @@ the stored JSON, tests/audit/test_call_records.py holds every kind to its bytes)
 Retrieve and expand are not here: a call denied or failing half-way must still leave what it
 reached, so each of their stages leaves its own record as it ends (audit.record.retrieval). Nor are
 the parts every call shares, which `governed` fills (channel, otel, admission).
+
+A record whose fields are exactly its part's is that part (a subclass of it and of `IsItsPart`): the
+fields are declared once, in audit.record.lineage, and the record is what the lineage holds. The others keep their own fields: a narrower view of a part another record shares
+(`WriteRecord`, `AuditSessionRecord`), or a value other code builds by position (`Unrouted`,
+`PolicyReloaded`).
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from audit.record.lineage import (
     AuditExportRecord,
@@ -40,6 +47,21 @@ class CallRecord(Protocol):
     """A kind of call's record: frozen, and it fills the lineage parts of its kind."""
 
     def fill(self, lineage: Lineage) -> None: ...
+
+
+class IsItsPart(BaseModel):
+    """A record that is the lineage part it fills: frozen like every record, given every field its part
+    declares (the part's own defaults are for reading older rows) and no other, so the stored part
+    holds every key, as the record's fields always did."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @model_validator(mode="after")
+    def _every_field_given(self) -> IsItsPart:
+        missing = sorted(set(type(self).model_fields) - self.model_fields_set)
+        if missing:
+            raise ValueError(f"{type(self).__name__} takes every field of its part; missing: {', '.join(missing)}")
+        return self
 
 
 def _fields(record: Any) -> dict[str, Any]:
@@ -76,26 +98,16 @@ class EntityWritten:
         lineage.entity = WriteRecord(**_fields(self))
 
 
-@dataclass(frozen=True, slots=True)
-class DocumentWritten:
+class DocumentWritten(DocumentRecord, IsItsPart):
     """PUT /v1/documents/{id}: which document, its hash, and what happened to its pieces."""
-
-    document: str
-    sha256: str
-    changed: bool
-    pieces: int
-    created: int
-    updated: int
-    unchanged: int
-    removed: int
 
     @classmethod
     def of(cls, report: Mapping[str, Any]) -> DocumentWritten:
         """The record of a document write's report (gateway.writes.items.ingest_document)."""
-        return cls(**{f.name: report[f.name] for f in fields(cls)})
+        return cls(**{name: report[name] for name in cls.model_fields})
 
     def fill(self, lineage: Lineage) -> None:
-        lineage.document = DocumentRecord(**_fields(self))
+        lineage.document = self
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,15 +122,11 @@ class EntityMerged:
         lineage.merge = MergeRecord(**_fields(self))
 
 
-@dataclass(frozen=True, slots=True)
-class EntityTombstoned:
+class EntityTombstoned(ChangeRecord, IsItsPart):
     """DELETE /v1/entities/{id}: whether the mark changed anything, and how many items it hid."""
 
-    changed: int | bool
-    hidden_items: int
-
     def fill(self, lineage: Lineage) -> None:
-        lineage.tombstone = ChangeRecord(**_fields(self))
+        lineage.tombstone = self
 
 
 # Key admin (role `key_admin`): key ids and counts, never a secret or its hash.
@@ -198,14 +206,8 @@ class EvidenceExported:
         lineage.audit_export = AuditExportRecord(format="evidence", since=self.since, until=self.until, rows=str(self.rows))
 
 
-@dataclass(frozen=True, slots=True)
-class ChainVerified:
+class ChainVerified(AuditVerifyRecord, IsItsPart):
     """A verify of the tenant's chains: whether it held, over how many rows, how many are checkpointed."""
-
-    ok: bool
-    rows: int
-    checkpointed: int | None
-    not_yet_checkpointed: int | None
 
     @classmethod
     def of(cls, report: Mapping[str, Any]) -> ChainVerified:
@@ -218,7 +220,7 @@ class ChainVerified:
         )
 
     def fill(self, lineage: Lineage) -> None:
-        lineage.audit_verify = AuditVerifyRecord(**_fields(self))
+        lineage.audit_verify = self
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,15 +276,11 @@ class UsageReported:
         lineage.used_about = list(self.used_about) or None
 
 
-@dataclass(frozen=True, slots=True)
-class FeedbackGiven:
+class FeedbackGiven(FeedbackRecord, IsItsPart):
     """A rating and a keyed fingerprint of the comment (free text: it may hold anything)."""
 
-    rating: str | int | None
-    comment: Fingerprint | None
-
     def fill(self, lineage: Lineage) -> None:
-        lineage.feedback = FeedbackRecord(**_fields(self))
+        lineage.feedback = self
 
 
 # Policy admin (role `policy_admin`).
@@ -308,30 +306,16 @@ class PolicyReloaded:
         lineage.policy_reload = self.part()
 
 
-@dataclass(frozen=True, slots=True)
-class PolicyExplained:
+class PolicyExplained(PolicyExplainRecord, IsItsPart):
     """An explain: the hypothetical actor's principal and task type, how many items, the revisions."""
 
-    actor: str
-    task: str | None
-    items: int
-    in_force: str | None
-    candidate: str | None
-
     def fill(self, lineage: Lineage) -> None:
-        lineage.policy_explain = PolicyExplainRecord(**_fields(self))
+        lineage.policy_explain = self
 
 
-@dataclass(frozen=True, slots=True)
-class PolicyImpactRun:
+class PolicyImpactRun(PolicyImpactRecord, IsItsPart):
     """An impact run: the candidate's revision, the calls replayed, the decisions that flip, the items
     newly allowed and newly denied."""
-
-    candidate_revision: str
-    replayed: int
-    flips: int
-    newly_allowed: int
-    newly_denied: int
 
     @classmethod
     def of(cls, report: Mapping[str, Any]) -> PolicyImpactRun:
@@ -345,7 +329,7 @@ class PolicyImpactRun:
         )
 
     def fill(self, lineage: Lineage) -> None:
-        lineage.policy_impact = PolicyImpactRecord(**_fields(self))
+        lineage.policy_impact = self
 
 
 # Calls of no handler of their own.

@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from audit import record as room  # the record room's one entry point
 from audit.record.trace import fingerprint
@@ -145,3 +146,19 @@ def test_an_older_row_with_keys_no_part_knows_still_reads() -> None:
     assert lineage.admission is not None and lineage.admission.work is not None
     assert lineage.route is not None and lineage.route.path is not None and lineage.route.path.length == 3
     assert lineage.to_json() == row
+
+
+def test_a_record_that_is_its_part_takes_every_field_and_no_other() -> None:
+    """A record declared as its part (audit.record.calls.IsItsPart) is frozen and takes every field
+    the part declares, though the part reads older rows without them: its stored part holds every key."""
+    record = room.FeedbackGiven(rating=4, comment=None)
+    with pytest.raises(ValidationError, match="frozen"):
+        record.rating = 5  # type: ignore[misc]
+    with pytest.raises(ValidationError, match="missing: hidden_items"):
+        room.EntityTombstoned(changed=True)
+    with pytest.raises(ValidationError, match="extra"):
+        room.PolicyExplained(actor="a", task=None, items=0, in_force=None, candidate=None, reason="x")  # type: ignore[call-arg]
+    assert room.read_lineage({"version": 2, "policy_impact": {"replayed": 0}}).to_json() == {
+        "version": 2,
+        "policy_impact": {"replayed": 0},
+    }
