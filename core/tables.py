@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import JSON, BigInteger, Column, Index, LargeBinary, UniqueConstraint
+from sqlalchemy.orm import declared_attr
 from sqlmodel import Field, SQLModel
 
 KINDS = ("entity", "property", "memory", "document", "edge")
@@ -69,26 +70,29 @@ class Item(SQLModel, table=True):
 
 class ItemValues(SQLModel):
     """A multi-valued envelope field of an item, one row per value (its principals, scopes, tags),
-    gone with the item; each table adds its value column and a (value, item) lookup index."""
+    gone with the item; each table adds its value column, and has the (value, item) lookup index
+    `ix_<table>_lookup` declared here once."""
 
     item_pk: int = Field(foreign_key="item.pk", primary_key=True, ondelete="CASCADE")
+
+    @declared_attr.directive
+    def __table_args__(cls) -> tuple[Index]:
+        (value,) = (name for name in cls.model_fields if name != "item_pk")
+        return (Index(f"ix_{cls.__tablename__}_lookup", value, "item_pk"),)
 
 
 class ItemPrincipal(ItemValues, table=True):
     __tablename__ = "item_principal"
-    __table_args__ = (Index("ix_item_principal_lookup", "principal", "item_pk"),)
     principal: str = Field(primary_key=True, max_length=300)
 
 
 class ItemScope(ItemValues, table=True):
     __tablename__ = "item_scope"
-    __table_args__ = (Index("ix_item_scope_lookup", "scope", "item_pk"),)
     scope: str = Field(primary_key=True, max_length=200)
 
 
 class ItemTag(ItemValues, table=True):
     __tablename__ = "item_tag"
-    __table_args__ = (Index("ix_item_tag_lookup", "tag", "item_pk"),)
     tag: str = Field(primary_key=True, max_length=200)
 
 

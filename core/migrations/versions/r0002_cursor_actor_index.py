@@ -10,8 +10,6 @@ from alembic import op
 
 revision = "0002"
 down_revision: str | None = "0001"
-branch_labels: tuple[str, ...] | None = None
-depends_on: tuple[str, ...] | None = None
 
 
 def upgrade() -> None:

@@ -14,8 +14,6 @@ from core.store import drop_tenant_indexes, ensure_tenant_index
 
 revision = "0003"
 down_revision: str | None = "0002"
-branch_labels: tuple[str, ...] | None = None
-depends_on: tuple[str, ...] | None = None
 
 
 def upgrade() -> None:

@@ -16,8 +16,6 @@ from core.audit_facts import facts_of
 
 revision = "0004"
 down_revision: str | None = "0003"
-branch_labels: tuple[str, ...] | None = None
-depends_on: tuple[str, ...] | None = None
 
 BATCH = 2000
 
