@@ -25,15 +25,15 @@ from urllib.parse import quote
 
 from compliance_bench import TENANT, pick_subjects, seed
 from harness import Server, create_key, free_port
-from selenium import webdriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
-from core.store import migrate_store, open_store
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.browser.chromium, when run as a script
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
+from core.store import migrate_store, open_store  # noqa: E402
+from tests.browser.chromium import not_installed, start_chromium  # noqa: E402
+
 FLAGS = (
     "--headless=new",
     "--no-sandbox",
@@ -46,14 +46,7 @@ FLAGS = (
 
 def browser(profile: Path) -> WebDriver:
     os.environ["SE_OFFLINE"] = "true"
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for flag in FLAGS:
-        options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={profile}")
-    driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=str(CHROMEDRIVER)), options=options)
-    driver.set_page_load_timeout(60)
-    return driver
+    return start_chromium(profile, FLAGS, 60)
 
 
 def shoot(driver: WebDriver, url: str, wait_id: str, path: Path) -> None:
@@ -71,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="the directory the screenshots go to")
     parser.add_argument("--rows", type=int, default=60_000, help="audit rows to seed over the year (all tenants)")
     args = parser.parse_args(argv)
-    missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
+    missing = not_installed()
     if missing:
         print(f"{' and '.join(missing)} not installed: install Debian's chromium and chromium-driver", file=sys.stderr)
         return 1

@@ -654,6 +654,15 @@ class Maker:
             parts.append(value)
             length += len(value)
 
+        # The placeholders whose value is drawn alone (no person in it), with the type it is labelled as.
+        values: dict[str, tuple[Callable[[], tuple[str, str]], str]] = {
+            "PH": (self.phone, "PHONE_NUMBER"),
+            "CC": (self.card, "CREDIT_CARD"),
+            "IBAN": (self.iban, "IBAN_CODE"),
+            "IP": (self.ipv4, "IP_ADDRESS"),
+            "IP6": (self.ipv6, "IP_ADDRESS"),
+            "SSN": (self.ssn, "US_SSN"),
+        }
         for t, template in enumerate(templates):
             if t:
                 put("\n" if style == "email" and not clean else " ")
@@ -673,18 +682,9 @@ class Maker:
                 elif base == "EX":
                     value, variant = self.role_email()
                     put(value, ("EMAIL_ADDRESS", variant))
-                elif base == "PH":
-                    put(*pair(self.phone(), "PHONE_NUMBER"))
-                elif base == "CC":
-                    put(*pair(self.card(), "CREDIT_CARD"))
-                elif base == "IBAN":
-                    put(*pair(self.iban(), "IBAN_CODE"))
-                elif base == "IP":
-                    put(*pair(self.ipv4(), "IP_ADDRESS"))
-                elif base == "IP6":
-                    put(*pair(self.ipv6(), "IP_ADDRESS"))
-                elif base == "SSN":
-                    put(*pair(self.ssn(), "US_SSN"))
+                elif base in values:
+                    make, kind = values[base]
+                    put(*pair(make(), kind))
                 elif base == "CO":
                     put(p.company[0] if self.rng.random() < 0.7 else self.negative("CO"), negative="COMPANY")
                 else:

@@ -377,23 +377,20 @@ def test_the_documented_answers(fuzzed: Fuzzed) -> None:
         body=FRONT_MATTER + "# Renewal\n\nGlobex renews in March.\n\n## Terms\n\nNet 30.\n",
         media_type="text/markdown",
     )
-    call(
-        "POST /v1/entities/{entity_id}/merge",
-        "ingest",
-        200,
-        path_parameters={"entity_id": "ent_scenario"},
-        body={"into": "ent_jane"},
-        media_type="application/json",
-    )
+
+    def merge_scenario_into(into: str, status: int) -> None:
+        call(
+            "POST /v1/entities/{entity_id}/merge",
+            "ingest",
+            status,
+            path_parameters={"entity_id": "ent_scenario"},
+            body={"into": into},
+            media_type="application/json",
+        )
+
+    merge_scenario_into("ent_jane", 200)
     call("DELETE /v1/entities/{entity_id}", "ingest", 200, path_parameters={"entity_id": "ent_scenario"})
-    call(
-        "POST /v1/entities/{entity_id}/merge",
-        "ingest",
-        409,
-        path_parameters={"entity_id": "ent_scenario"},
-        body={"into": "ent_globex"},
-        media_type="application/json",
-    )
+    merge_scenario_into("ent_globex", 409)
 
     sales = {
         "task": SALES,

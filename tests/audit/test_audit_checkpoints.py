@@ -100,9 +100,14 @@ def secrets_suffix() -> str:
 
 def trace(trace_id: str, tenant: str, actor: str, packed: list[str], age: timedelta = timedelta()) -> Trace:
     lineage = {"version": 2, "request": {"task": {"type": "account_followup"}}, "packed": packed}
+    return retrieve_row(trace_id, tenant, actor, lineage, datetime.now(timezone.utc) - age)
+
+
+def retrieve_row(trace_id: str, tenant: str, actor: str, lineage: dict[str, Any], created_at: datetime) -> Trace:
+    """The row of an allowed retrieve, decided by the embedded engine at revision r1."""
     return Trace(
         trace_id=trace_id,
-        created_at=datetime.now(timezone.utc) - age,
+        created_at=created_at,
         endpoint="retrieve",
         status_code=200,
         decision="allow",

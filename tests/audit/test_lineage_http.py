@@ -6,9 +6,10 @@ from __future__ import annotations
 import re
 from typing import get_args
 
-from audit.record import Trace, new_trace_id
+from audit.record import new_trace_id
 from core.instants import utc_now
 from gateway.pipeline.stages import TimingField
+from tests.audit.test_audit_checkpoints import retrieve_row
 from tests.conftest import Gateway
 from tests.gateway.fixtures import SALES_TASK, memory
 from tests.gateway.http.test_audit_page import signed_in
@@ -46,19 +47,7 @@ def test_a_new_row_is_version_2_with_its_reasons_as_codes(sqlite_gateway: Gatewa
 def test_a_version_1_row_still_reads_in_the_review_api_and_on_the_page(sqlite_gateway: Gateway) -> None:
     gateway = sqlite_gateway
     trace_id = new_trace_id()
-    old = Trace(
-        trace_id=trace_id,
-        created_at=utc_now(),
-        endpoint="retrieve",
-        status_code=200,
-        decision="allow",
-        tenant="acme",
-        actor="user:alice",
-        policy_engine="embedded",
-        policy_revision="r1",
-        error_code=None,
-        lineage=VERSION_1,
-    )
+    old = retrieve_row(trace_id, "acme", "user:alice", VERSION_1, utc_now())
     gateway.client.app.state.context.audit.write_sync(old)  # type: ignore[attr-defined]
     auditor = gateway.auth(gateway.key("auditor-acme", roles=("auditor",)))
 

@@ -20,7 +20,6 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
-from selenium import webdriver
 from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -30,10 +29,9 @@ from selenium.webdriver.support.ui import WebDriverWait
 from gateway.auth import create_api_key
 from gateway.http.app import create_app
 from gateway.settings import load_settings
+from tests.browser.chromium import not_installed, start_chromium
 from tests.gateway.fixtures import SALES_TASK, memory
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
 CHROMIUM_FLAGS = (
     "--headless=new",
     "--no-sandbox",
@@ -49,7 +47,7 @@ WAIT_S = 20
 
 
 def require_browser() -> None:
-    missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
+    missing = not_installed()
     if missing:
         reason = (
             f"{' and '.join(missing)} not installed: install the Debian packages chromium and chromium-driver "
@@ -64,13 +62,7 @@ def require_browser() -> None:
 def browser(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[WebDriver]:
     require_browser()
     monkeypatch.setenv("SE_OFFLINE", "true")
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for flag in CHROMIUM_FLAGS:
-        options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tmp_path / 'chromium-profile'}")
-    driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=str(CHROMEDRIVER)), options=options)
-    driver.set_page_load_timeout(WAIT_S)
+    driver = start_chromium(tmp_path / "chromium-profile", CHROMIUM_FLAGS, WAIT_S)
     try:
         yield driver
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +39,21 @@ def test_data_change_widens_what_a_task_reads_without_code(sqlite_url: str, tmp_
         assert body["decision"]["policy_revision"] != old_revision
 
 
-def test_rego_change_denies_with_its_reason_and_a_trace(sqlite_url: str, tmp_path: Path, policy_copy: Path) -> None:
+@contextlib.contextmanager
+def sales_call_under_rule(
+    rule: str, url: str, tmp_path: Path, policy_copy: Path
+) -> Iterator[tuple[Gateway, str, httpx.Response]]:
+    """`rule` added to the request policy, a gateway on it, and alice's sales call through it."""
     rego = policy_copy / "gateway/request/request.rego"
-    rego.write_text(rego.read_text() + '\nrefusals contains "sales_freeze" if input.task.type == "account_followup"\n')
-    with gateway_with(sqlite_url, tmp_path, policies_dir=policy_copy) as gateway:
+    rego.write_text(rego.read_text() + rule)
+    with gateway_with(url, tmp_path, policies_dir=policy_copy) as gateway:
         key = seed(gateway)
-        response = gateway.retrieve(key, {"task": SALES_TASK, "query": "wombatacl"})
+        yield gateway, key, gateway.retrieve(key, {"task": SALES_TASK, "query": "wombatacl"})
+
+
+def test_rego_change_denies_with_its_reason_and_a_trace(sqlite_url: str, tmp_path: Path, policy_copy: Path) -> None:
+    rule = '\nrefusals contains "sales_freeze" if input.task.type == "account_followup"\n'
+    with sales_call_under_rule(rule, sqlite_url, tmp_path, policy_copy) as (gateway, key, response):
         assert response.status_code == 403
         assert response.json()["error"]["code"] == "policy_denied"
         assert response.json()["error"]["reasons"] == ["sales_freeze"]
@@ -65,12 +75,9 @@ def test_policy_with_a_syntax_error_fails_at_start_with_file_and_line(sqlite_url
 def test_policy_that_errors_at_evaluation_fails_closed_with_503_and_a_trace(
     sqlite_url: str, tmp_path: Path, policy_copy: Path
 ) -> None:
-    rego = policy_copy / "gateway/request/request.rego"
     # regorus fails the whole evaluation when a built-in gets a bad argument: here, any task with a scope.
-    rego.write_text(rego.read_text() + '\nrefusals contains "never" if time.parse_rfc3339_ns(input.task.scope) < 0\n')
-    with gateway_with(sqlite_url, tmp_path, policies_dir=policy_copy) as gateway:
-        key = seed(gateway)
-        response = gateway.retrieve(key, {"task": SALES_TASK, "query": "wombatacl"})
+    rule = '\nrefusals contains "never" if time.parse_rfc3339_ns(input.task.scope) < 0\n'
+    with sales_call_under_rule(rule, sqlite_url, tmp_path, policy_copy) as (gateway, _, response):
         assert response.status_code == 503
         assert response.json()["error"]["code"] == "policy_unavailable"
         assert "wombat" not in response.text

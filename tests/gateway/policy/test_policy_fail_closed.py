@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -108,6 +109,19 @@ def record(item_id: str) -> Record:
 def run_verify(items_result: Any, ids: tuple[str, ...] = ("a", "b")) -> Verdict:
     engine = CannedEngine(items=items_result)
     return asyncio.run(verify(engine, ALICE, TASK, constraints_from(allow()), [record(i) for i in ids]))
+
+
+def with_entry(result: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
+    """The result with `key` set to `value`, or left without it for DELETE."""
+    return result if value is DELETE else {**result, key: value}
+
+
+def unavailable_to_check_and_call(result: Any, check: Callable[[Any], object], call: Callable[[Any], object], match: str) -> None:
+    """The engine's answer is refused as unavailable by its check alone and by the whole call around it."""
+    with pytest.raises(PolicyUnavailable, match=match):
+        check(result)
+    with pytest.raises(PolicyUnavailable, match=match):
+        call(result)
 
 
 # ---------------------------------------------------------------- the controls
@@ -276,11 +290,7 @@ def test_the_same_constraints_are_allowed_for_an_actor_of_that_tenant() -> None:
     "value", ["true", 1, "false", None, [True], {"value": True}], ids=["str_true", "one", "str_false", "null", "list", "object"]
 )
 def test_an_allow_that_is_not_a_boolean_is_policy_unavailable(value: Any) -> None:
-    result = allow(allow=value)
-    with pytest.raises(PolicyUnavailable, match="boolean allow"):
-        check_request_result(result)
-    with pytest.raises(PolicyUnavailable, match="boolean allow"):
-        run_decide(result)
+    unavailable_to_check_and_call(allow(allow=value), check_request_result, run_decide, "boolean allow")
 
 
 @pytest.mark.parametrize(
@@ -295,13 +305,8 @@ def test_a_request_result_that_is_not_an_object_with_allow_is_policy_unavailable
 
 @pytest.mark.parametrize("constraints", [DELETE, None, [], "all", True], ids=["missing", "null", "list", "string", "true"])
 def test_an_allow_without_constraints_is_policy_unavailable(constraints: Any) -> None:
-    result: dict[str, Any] = {"allow": True, "reasons": []}
-    if constraints is not DELETE:
-        result["constraints"] = constraints
-    with pytest.raises(PolicyUnavailable, match="allowed without constraints"):
-        check_request_result(result)
-    with pytest.raises(PolicyUnavailable, match="allowed without constraints"):
-        run_decide(result)
+    result = with_entry({"allow": True, "reasons": []}, "constraints", constraints)
+    unavailable_to_check_and_call(result, check_request_result, run_decide, "allowed without constraints")
 
 
 # ---------------------------------------------------------------- verify
@@ -345,13 +350,7 @@ def test_non_string_allowed_entries_allow_nothing() -> None:
     "allowed", ["ab", {"a": True, "b": True}, None, True, DELETE], ids=["string", "object", "null", "true", "missing"]
 )
 def test_an_allowed_that_is_not_a_list_is_policy_unavailable(allowed: Any) -> None:
-    result: dict[str, Any] = {"denied": []}
-    if allowed is not DELETE:
-        result["allowed"] = allowed
-    with pytest.raises(PolicyUnavailable, match="allowed list"):
-        check_items_result(result)
-    with pytest.raises(PolicyUnavailable, match="allowed list"):
-        run_verify(result)
+    unavailable_to_check_and_call(with_entry({"denied": []}, "allowed", allowed), check_items_result, run_verify, "allowed list")
 
 
 @pytest.mark.parametrize("result", [None, ["a", "b"], "a", True], ids=["null", "list", "string", "true"])

@@ -34,6 +34,8 @@ PLAIN_TASK = {"type": "compliance_review", "scope": "sales"}  # not masked
 RESEARCH = {"type": "research"}  # masked by the project's policies
 QUERY = f"refund escalation for {PERSON}"
 
+# What the memories and the property about the contact share: whom they are about, who sees them, their tags.
+ON_CONTACT = {"entity": "ent_contact", "attached_to": "ent_contact", "acl": ["*"], "scope": ["sales"], "tags": ["refunds"]}
 ITEMS: list[dict[str, Any]] = [
     {
         "id": "ent_contact",
@@ -55,11 +57,7 @@ ITEMS: list[dict[str, Any]] = [
     {
         "id": "mem_plan",
         "kind": "memory",
-        "entity": "ent_contact",
-        "attached_to": "ent_contact",
-        "acl": ["*"],
-        "scope": ["sales"],
-        "tags": ["refunds"],
+        **ON_CONTACT,
         "slot": f"{EMAIL}#plan",
         "text": f"Refund escalation plan: {PERSON} wants mail to {EMAIL} and calls on {PHONE}.",
         "source": {"system": f"crm notes of {PERSON}", "uri": f"mailto:{EMAIL}"},
@@ -67,11 +65,7 @@ ITEMS: list[dict[str, Any]] = [
     {
         "id": "mem_card",
         "kind": "memory",
-        "entity": "ent_contact",
-        "attached_to": "ent_contact",
-        "acl": ["*"],
-        "scope": ["sales"],
-        "tags": ["refunds"],
+        **ON_CONTACT,
         "slot": f"{PERSON}#card",
         "text": f"Refund escalation card on file for {PERSON}: {CARD}.",
         "source": {"system": "billing", "uri": f"billing://cards/{CARD}"},
@@ -79,11 +73,7 @@ ITEMS: list[dict[str, Any]] = [
     {
         "id": "prop_phone",
         "kind": "property",
-        "entity": "ent_contact",
-        "attached_to": "ent_contact",
-        "acl": ["*"],
-        "scope": ["sales"],
-        "tags": ["refunds"],
+        **ON_CONTACT,
         "name": "phone",
         "value": PHONE,
         "slot": f"{PHONE}#phone",
