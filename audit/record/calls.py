@@ -9,10 +9,9 @@ Retrieve and expand are not here: a call denied or failing half-way must still l
 reached, so each of their stages leaves its own record as it ends (audit.record.retrieval). Nor are
 the parts every call shares, which `governed` fills (channel, otel, admission).
 
-A record whose fields are exactly its part's is that part (a subclass of it and of `IsItsPart`): the
+A record whose fields are exactly its part's is that part (a subclass of it and of `lineage.IsItsPart`): the
 fields are declared once, in audit.record.lineage, and the record is what the lineage holds. The others keep their own fields: a narrower view of a part another record shares
-(`WriteRecord`, `AuditSessionRecord`), or a value other code builds by position (`Unrouted`,
-`PolicyReloaded`).
+(`WriteRecord`, `AuditSessionRecord`), or a value other code builds by position (`PolicyReloaded`).
 """
 
 from __future__ import annotations
@@ -20,8 +19,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Protocol
-
-from pydantic import BaseModel, ConfigDict, model_validator
 
 from audit.record.lineage import (
     AuditExportRecord,
@@ -31,7 +28,7 @@ from audit.record.lineage import (
     ChangeRecord,
     DocumentRecord,
     FeedbackRecord,
-    Fingerprint,
+    IsItsPart,
     KeysRecord,
     Lineage,
     MergeRecord,
@@ -47,21 +44,6 @@ class CallRecord(Protocol):
     """A kind of call's record: frozen, and it fills the lineage parts of its kind."""
 
     def fill(self, lineage: Lineage) -> None: ...
-
-
-class IsItsPart(BaseModel):
-    """A record that is the lineage part it fills: frozen like every record, given every field its part
-    declares (the part's own defaults are for reading older rows) and no other, so the stored part
-    holds every key, as the record's fields always did."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    @model_validator(mode="after")
-    def _every_field_given(self) -> IsItsPart:
-        missing = sorted(set(type(self).model_fields) - self.model_fields_set)
-        if missing:
-            raise ValueError(f"{type(self).__name__} takes every field of its part; missing: {', '.join(missing)}")
-        return self
 
 
 def _fields(record: Any) -> dict[str, Any]:
@@ -335,15 +317,11 @@ class PolicyImpactRun(PolicyImpactRecord, IsItsPart):
 # Calls of no handler of their own.
 
 
-@dataclass(frozen=True, slots=True)
-class Unrouted:
+class Unrouted(RouteRecord, IsItsPart):
     """A call no route took (404, 405): its method and a keyed fingerprint of its path, never the path."""
 
-    method: str
-    path: Fingerprint
-
     def fill(self, lineage: Lineage) -> None:
-        lineage.route = RouteRecord(**_fields(self))
+        lineage.route = self
 
 
 @dataclass(frozen=True, slots=True)

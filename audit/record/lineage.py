@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from core.records import SkipReason
 
@@ -34,6 +34,21 @@ class LineagePart(BaseModel):
     """A lineage part: keys are fixed, unknown keys of older rows are kept as they were."""
 
     model_config = ConfigDict(extra="allow")
+
+
+class IsItsPart(BaseModel):
+    """A record that is the lineage part it fills: frozen like every record, given every field its part
+    declares (the part's own defaults are for reading older rows) and no other, so the stored part
+    holds every key, as the record's fields always did."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @model_validator(mode="after")
+    def _every_field_given(self) -> IsItsPart:
+        missing = sorted(set(type(self).model_fields) - self.model_fields_set)
+        if missing:
+            raise ValueError(f"{type(self).__name__} takes every field of its part; missing: {', '.join(missing)}")
+        return self
 
 
 class Fingerprint(LineagePart):

@@ -22,6 +22,7 @@ from audit.record.lineage import (
     DepthRecord,
     Dropped,
     EntitiesRecord,
+    IsItsPart,
     Lineage,
     PiiRecord,
     RelevanceRecord,
@@ -125,16 +126,12 @@ class Sifted:
         lineage.relevance = RelevanceRecord.model_validate(self.relevance)
 
 
-@dataclass(frozen=True, slots=True)
-class Masked:
+class Masked(PiiRecord, IsItsPart):
     """Personal values masked so far, by type, and how many texts were analysed during the call; left
     when the entries are masked and again when the rest of the response is."""
 
-    masked: dict[str, int]
-    analysed_at_request: int
-
     def fill(self, lineage: Lineage) -> None:
-        lineage.pii = PiiRecord(masked=self.masked, analysed_at_request=self.analysed_at_request)
+        lineage.pii = self
 
 
 @dataclass(frozen=True, slots=True)

@@ -419,7 +419,7 @@ def refusal(error: type[GatewayError], message: str) -> Handler:
 
     async def refuse(call: Call) -> tuple[int, Answer]:
         request = call.request
-        call.trace.record(Unrouted(request.method, call.trace.fingerprint(request.url.path)))
+        call.trace.record(Unrouted(method=request.method, path=call.trace.fingerprint(request.url.path)))
         raise error(message)
 
     return refuse

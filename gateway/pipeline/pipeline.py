@@ -284,7 +284,7 @@ class Pipeline:
             masking = await prepare_masking(self.store, self.privacy, constraints.tenant, entries, pieces)
             masked = masking.apply(entries, frozenset(constraints.disclosure.reveal))
             span.set_attributes({f"gateway.pii.masked.{kind}": n for kind, n in masking.masker.counts().items()})
-        trace.record(Masked(masking.masker.counts(), masking.analysed_now))
+        trace.record(Masked(masked=masking.masker.counts(), analysed_at_request=masking.analysed_now))
         return masking, masked
 
     async def mask_response(
@@ -306,7 +306,7 @@ class Pipeline:
         finished = timer.finish()
         timings = trace.lineage.timings if trace.lineage.timings is not None else dict(body.timings)  # the trail's too
         timings.update({key: finished[key] for key in ("mask_ms", "total_ms") if key in timings})
-        trace.record(Masked(masking.masker.counts(), masking.analysed_now))
+        trace.record(Masked(masked=masking.masker.counts(), analysed_at_request=masking.analysed_now))
         return body.model_copy(update={"timings": dict(timings)})
 
     def rank_and_pack(

@@ -79,7 +79,7 @@ CASES: list[tuple[room.CallRecord | tuple[room.CallRecord, ...], dict[str, Any]]
      {'version': 2, 'policy_explain': {'actor': 'alice', 'task': 'qa', 'items': 2, 'in_force': 'r1', 'candidate': None}}),
     (room.PolicyImpactRun.of(IMPACT_REPORT),
      {'version': 2, 'policy_impact': {'candidate_revision': 'r2', 'replayed': 10, 'flips': 3, 'newly_allowed': 1, 'newly_denied': 2}}),
-    (room.Unrouted("GET", PATH),
+    (room.Unrouted(method="GET", path=PATH),
      {'version': 2, 'route': {'method': 'GET', 'path': {'hmac': 'f6b822d41ddff571d35da8f01baee01b', 'length': 20}}}),
     (room.McpMessage(),
      {'version': 2, 'channel': 'mcp'}),
@@ -102,7 +102,7 @@ def test_a_record_leaves_the_row_the_assignments_left(records: Any, expected: di
 
 
 def test_no_path_text_enters_the_row() -> None:
-    assert "nowhere" not in json.dumps(_stored(room.Unrouted("GET", PATH)))
+    assert "nowhere" not in json.dumps(_stored(room.Unrouted(method="GET", path=PATH)))
 
 
 def test_admission_filled_as_the_call_is_admitted_and_settled() -> None:
@@ -149,7 +149,7 @@ def test_an_older_row_with_keys_no_part_knows_still_reads() -> None:
 
 
 def test_a_record_that_is_its_part_takes_every_field_and_no_other() -> None:
-    """A record declared as its part (audit.record.calls.IsItsPart) is frozen and takes every field
+    """A record declared as its part (audit.record.lineage.IsItsPart) is frozen and takes every field
     the part declares, though the part reads older rows without them: its stored part holds every key."""
     record = room.FeedbackGiven(rating=4, comment=None)
     with pytest.raises(ValidationError, match="frozen"):
