@@ -158,13 +158,20 @@ def layer_of(stack: list[str]) -> str:
     return "other"
 
 
+def py_spy() -> str | None:
+    """py-spy on PATH or beside this interpreter, or None (a benchmark tool, not a dependency)."""
+    beside = Path(sys.executable).parent / "py-spy"
+    return shutil.which("py-spy") or (str(beside) if beside.exists() else None)
+
+
 def profile(
     server: Server, client: httpx.Client, claims: list[str], out: Path, gil: bool = False
 ) -> tuple[list[tuple[str, int]], Counter[str], int, float]:
     """py-spy over 1-client calls: (top functions by own samples, samples by layer, total samples,
     wall ms per call). With `gil`, only the thread holding the GIL is sampled: the Python work no
     second core can share."""
-    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    spy = py_spy()
+    assert spy is not None, "main() leaves the profiles out without py-spy"
     recorder = subprocess.Popen(
         [
             spy,
@@ -237,16 +244,15 @@ def measure(size: int, data_dir: Path, claims: list[str], args: argparse.Namespa
         asked = claims[: args.queries]
         times = one_client(client, asked)
         rate, p50_loaded, refused = asyncio.run(eight_clients(server.url, key, claims[: args.load_requests], args.concurrency))
-        top, layers, samples, per_call = profile(
-            server, client, claims[args.queries : args.queries + args.profile_queries], args.profile_out / f"call-{size}.txt"
-        )
-        gil_top, gil_layers, gil_samples, _ = profile(
-            server,
-            client,
-            claims[args.queries : args.queries + args.profile_queries],
-            args.profile_out / f"gil-{size}.txt",
-            gil=True,
-        )
+        top: list[tuple[str, int]] = []
+        layers: Counter[str] = Counter()
+        gil_top, gil_layers, samples, gil_samples, per_call = top, layers, 0, 0, 0.0
+        if args.profile_queries:
+            profiled = claims[args.queries : args.queries + args.profile_queries]
+            top, layers, samples, per_call = profile(server, client, profiled, args.profile_out / f"call-{size}.txt")
+            gil_top, gil_layers, gil_samples, _ = profile(
+                server, client, profiled, args.profile_out / f"gil-{size}.txt", gil=True
+            )
         client.close()
         return {
             "gil_top": gil_top,
@@ -287,6 +293,9 @@ def report(figures: dict[str, Any], concurrency: int) -> None:
         f"\n{concurrency} clients: {figures['rate']:.1f} requests/s, p50 {figures['loaded_p50']:.1f} ms, {figures['refused']} not 200"
     )
     samples = figures["samples"]
+    if not figures["calls"]:
+        print("\nno profile (--profile-queries 0, or py-spy not found)")
+        return
     thread_ms = 1000 / RATE_HZ / figures["calls"]  # one sample's thread-ms, per call
     print(
         f"\nprofile: {samples} samples ({samples * thread_ms:.1f} thread-ms a call, several threads at once) over calls of "
@@ -321,6 +330,9 @@ def main() -> int:
     parser.add_argument("--embeddings", default="", help="GATEWAY_EMBEDDINGS for the run (default: the service's default)")
     args = parser.parse_args()
     env = {"GATEWAY_EMBEDDINGS": args.embeddings} if args.embeddings else {}
+    if args.profile_queries and py_spy() is None:
+        print("py-spy not found (`pip install py-spy`; it needs ptrace): the figures without the profiles", flush=True)
+        args.profile_queries = 0
     root = args.store or Path(tempfile.mkdtemp(prefix="gw-call-bench-"))
     args.profile_out = root
     root.mkdir(parents=True, exist_ok=True)
