@@ -9,8 +9,9 @@ Retrieve and expand are not here: a call denied or failing half-way must still l
 reached, so each of their stages leaves its own record as it ends (audit.record.retrieval). Nor are
 the parts every call shares, which `governed` fills (channel, otel, admission).
 
-A record whose fields are exactly its part's is that part (a subclass of it and of `lineage.IsItsPart`): the
-fields are declared once, in audit.record.lineage, and the record is what the lineage holds. The others keep their own fields: a narrower view of a part another record shares
+A record whose fields are exactly its part's is that part (a subclass of it and of
+`lineage.IsItsPart`): the fields are declared once, in audit.record.lineage, and the record is what
+the lineage holds. The others keep their own fields: a narrower view of a part another record shares
 (`WriteRecord`, `AuditSessionRecord`), or a value other code builds by position (`PolicyReloaded`).
 """
 
