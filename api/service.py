@@ -16,10 +16,15 @@ class Health(Wire):
 
 
 class Readiness(Wire):
-    OPTIONAL = frozenset({"checks", "admission"})
+    OPTIONAL = frozenset({"checks", "admission", "background"})
     status: str
     checks: dict[str, str] = Field(default_factory=dict)
     admission: dict[str, Any] = Field(default_factory=dict)
+    background: dict[str, int | None] = Field(
+        default_factory=dict,
+        description="Items waiting for each kind of background work (`embedding`, `pii analysis`), as last counted "
+        "(null: not counted yet); work that waits is reported here and in `sources.semantic.lag`, never refused",
+    )
 
 
 class ErrorDetail(Wire):

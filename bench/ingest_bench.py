@@ -56,11 +56,12 @@ OLD_EMBED = """
 import sys
 from core.store import open_store
 from gateway.writes.embeddings import OnnxMiniLM
+from gateway.background import Limit
 from gateway.writes.vectorize import embed_pending
 engine = open_store(sys.argv[1])
 embedder = OnnxMiniLM(threads=2)
 done = 0
-while n := embed_pending(engine, embedder, 64):
+while n := embed_pending(engine, embedder, Limit(64, 1 << 30)).items:
     done += n
 print(done, "items embedded")
 """
@@ -68,11 +69,12 @@ OLD_PII = """
 import sys
 from core.store import open_store
 from gateway.privacy.detect import Detector
+from gateway.background import Limit
 from gateway.privacy.store import analyze_pending
 engine = open_store(sys.argv[1])
 detector = Detector()
 done = 0
-while n := analyze_pending(engine, detector, 64):
+while n := analyze_pending(engine, detector, Limit(64, 1 << 30)).items:
     done += n
 print(done, "items analysed")
 """

@@ -229,6 +229,7 @@ def prepare_store(data_dir: Path, items: int, reuse: bool) -> tuple[str, dict[st
 
 def embed_store(data_dir: Path) -> None:
     """Give every item its vector before measuring (the service would, in the background)."""
+    from gateway.background import Limit
     from gateway.writes.embeddings import OnnxMiniLM
     from gateway.writes.vectorize import embed_pending, lag
 
@@ -241,7 +242,7 @@ def embed_store(data_dir: Path) -> None:
             return
         print(f"Embedding {waiting} items with {embedder.model_id} (2 threads)")
         started, done = time.perf_counter(), 0
-        while batch := embed_pending(engine, embedder, 64):
+        while batch := embed_pending(engine, embedder, Limit(64, 1 << 30)).items:
             done += batch
             if done % 5000 < 64:
                 rate = done / (time.perf_counter() - started)

@@ -1,6 +1,6 @@
 """What the service says at start, in a few lines an operator reads once: version, store, policy
-engine and revision, models, admission, and a hint for a first run. The listening address comes
-from `gateway serve`. Never a password: a PostgreSQL URL is shown as host, port and database."""
+engine and revision, models, admission, the address it listens on, and a hint for a first run (while
+the store holds no item). Never a password: a PostgreSQL URL is shown as host, port and database."""
 
 from __future__ import annotations
 
@@ -8,8 +8,11 @@ import logging
 import os
 from importlib.metadata import PackageNotFoundError, version
 
-from sqlalchemy.engine import make_url
+from sqlalchemy import select
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import SQLAlchemyError
 
+from core.tables import Item
 from gateway.context import GatewayContext
 from gateway.privacy.detect import MODEL
 from gateway.settings import Settings
@@ -64,6 +67,15 @@ def announce(settings: Settings, context: GatewayContext) -> None:
         settings.admission_queue_wait_ms,
         f"; {caps}" if caps else "",
     )
-    if not settings.database_url:
+    if not settings.database_url and _empty(context.store):
         log.info("first run? `gateway demo` loads sample tenants and prints their keys and a curl to try")
     log.info("listening on http://%s:%d", settings.host, settings.port)
+
+
+def _empty(store: Engine) -> bool:
+    """Whether the store holds no item yet (the demo hint is for a store nobody has written to)."""
+    try:
+        with store.connect() as conn:
+            return conn.execute(select(Item.__table__.c.pk).limit(1)).first() is None  # type: ignore[attr-defined]
+    except SQLAlchemyError:
+        return False  # a store that cannot say is not a first run to hint at

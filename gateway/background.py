@@ -1,8 +1,14 @@
 """A background worker for work that piles up behind writes (embedding, personal-data analysis).
 
-`step()` does one batch and returns how many items it finished; `count()` says how many wait.
-Writes `nudge()` the worker awake; otherwise it looks again every `idle_s`. A failing batch is
-logged (type and place only, never values) and retried later; the worker never dies.
+`step(tenant, limit)` does one batch within `limit` (items, and bytes of their text) and returns
+what it finished (`Done`); `count()` says how many wait. Writes `nudge()` the worker awake;
+otherwise it looks again every `idle_s`. A failing batch is logged (type and place only, never
+values) and retried later; the worker never dies.
+
+Batches are sized by what they cost (`Pace`): each batch's time teaches the bytes the next may
+take, so a batch holds its seats for about `Gate.batch_s` (a tenth of the queue's wait bound)
+whether its items are short notes or long documents, and the worker gives way to calls at each
+batch's end (gateway/admission/fair_queue.py: background after calls, inside its share).
 
 With several processes on one store (`gateway serve --workers N`, replicas on one PostgreSQL),
 the jobs run in one of them: the one holding the store's lease (`lease_for`): a lock file beside
@@ -17,6 +23,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -34,25 +41,95 @@ H = TypeVar("H")  # what holds a lease: a file descriptor, a database session
 LEASE_EVERY_S = 1.0  # how often a standby tries the lease, and the holder checks it still holds it
 
 
-class Gate(Protocol):
-    """Admission for work that is not a call (gateway/admission/): `run` waits for a turn of the
-    tenant's, runs `work` in a worker thread charged to it, and returns what `work` returned."""
+T = TypeVar("T")
+MOST_ITEMS = 512  # the most items one batch reads, whatever its byte budget
+FIRST_BYTES = 16_384  # the first batch's budget, before any batch has been timed
+ITEM_BYTES = 256  # what an item costs beyond its text (its row read, its result stored), in bytes
+BATCH_S = 1.0  # how long a batch should hold its seats, without a gate to say
 
-    async def run(self, tenant: str, actor: str, estimate: int, work: Callable[[], int]) -> int: ...
+
+@dataclass(frozen=True, slots=True)
+class Limit:
+    """What one batch may take: at most `items` items, and items whose text plus ITEM_BYTES each
+    add up to at most `bytes` (the first item always, however long)."""
+
+    items: int
+    bytes: int
+
+    def within(self, rows: Sequence[T]) -> list[T]:
+        """The longest prefix of `rows` (each with a `text`) inside the limit; at least the first row."""
+        taken: list[T] = []
+        spent = 0
+        for row in rows[: self.items]:
+            spent += _size(row) + ITEM_BYTES
+            if taken and spent > self.bytes:
+                break
+            taken.append(row)
+        return taken
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """What one batch finished: items, and the bytes of their text."""
+
+    items: int = 0
+    bytes: int = 0
+
+    @classmethod
+    def of(cls, rows: Sequence[Any]) -> Done:
+        """What a batch of `rows` (each with a `text`) finished."""
+        return cls(len(rows), sum(map(_size, rows)))
+
+
+def _size(row: Any) -> int:
+    """The UTF-8 bytes of a waiting row's text."""
+    return len((row.text or "").encode())
+
+
+class Pace:
+    """The next batch's limit, from what the last ones cost: bytes (text plus ITEM_BYTES an item)
+    a second, as measured, times `target_s`. It shrinks at once after a slow batch and at most
+    doubles after a quick one (a batch that found little waiting says little of the next)."""
+
+    def __init__(self, target_s: float = BATCH_S) -> None:
+        self.target_s = target_s
+        self.bytes = FIRST_BYTES
+
+    def limit(self) -> Limit:
+        return Limit(MOST_ITEMS, self.bytes)
+
+    def learn(self, done: Done, seconds: float) -> None:
+        if not done.items:
+            return
+        cost = done.bytes + done.items * ITEM_BYTES
+        fitted = cost * self.target_s / max(seconds, 1e-3)
+        self.bytes = int(max(ITEM_BYTES, min(fitted, 2 * self.bytes)))
+
+
+class Gate(Protocol):
+    """Admission for work that is not a call (gateway/admission/): `run` waits for a background
+    turn of the tenant's, runs `work` in a worker thread charged to it, and returns what `work`
+    returned. `batch_s`: how long a batch should hold its seats."""
+
+    @property
+    def batch_s(self) -> float: ...
+
+    async def run(self, tenant: str, actor: str, estimate: int, work: Callable[[], Done]) -> Done: ...
 
 
 class PendingWorker:
-    """`step(tenant)` does one batch of the tenant's waiting items (None: anyone's) and returns how
-    many it finished; `next_tenant(after)` names the next tenant with items waiting after `after`
-    in name order, wrapping round (None when nothing waits). With a gate, each batch waits for a
-    turn of its tenant's in admission's fair queue and is charged to that tenant, as actor
-    `background:<name>`: a tenant's big ingests slow its own background work and its own calls,
-    not another tenant's calls. Tenants take turns, a batch each."""
+    """`step(tenant, limit)` does one batch of the tenant's waiting items (None: anyone's) within
+    `limit` and returns what it finished; `next_tenant(after)` names the next tenant with items
+    waiting after `after` in name order, wrapping round (None when nothing waits). With a gate,
+    each batch waits for a background turn in admission's fair queue (after calls, inside the
+    background's share of the seats) and is charged to its tenant, as actor `background:<name>`: a
+    tenant's big ingests slow its own background work, never a call. Tenants take turns, a batch
+    each; each batch is sized by `Pace` to hold its seats about the gate's `batch_s`."""
 
     def __init__(
         self,
         name: str,
-        step: Callable[[str | None], int],
+        step: Callable[[str | None, Limit], Done],
         count: Callable[[], int],
         idle_s: float = 2.0,
         next_tenant: Callable[[str | None], str | None] | None = None,
@@ -66,6 +143,7 @@ class PendingWorker:
         self._lag_counted = 0.0
         self._wake = anyio.Event()
         self._after: str | None = None  # the tenant whose batch ran last
+        self.pace = Pace()
 
     def nudge(self) -> None:
         self._wake.set()
@@ -90,15 +168,25 @@ class PendingWorker:
             self._wake = anyio.Event()
 
     async def _batch(self, gate: Gate | None) -> int:
-        """One batch: of the next tenant's items, under its turn, with a gate; else of anyone's."""
+        """One batch: of the next tenant's items, under its turn, with a gate; else of anyone's.
+        Returns how many items it finished; its time (in the worker thread, while it holds its
+        seats) sizes the next one."""
+        if gate is not None:
+            self.pace.target_s = gate.batch_s
         if gate is None or self.next_tenant is None:
-            return await anyio.to_thread.run_sync(self.step, None)
+            return (await anyio.to_thread.run_sync(self._timed, None)).items
         tenant = await anyio.to_thread.run_sync(self.next_tenant, self._after)
         if tenant is None:
             self._after = None
             return 0
         self._after = tenant
-        return await gate.run(tenant, f"background:{self.name}", 1, lambda: self.step(tenant))
+        return (await gate.run(tenant, f"background:{self.name}", 1, lambda: self._timed(tenant))).items
+
+    def _timed(self, tenant: str | None) -> Done:
+        started = time.monotonic()
+        done = self.step(tenant, self.pace.limit())
+        self.pace.learn(done, time.monotonic() - started)
+        return done
 
     async def stand_by(self) -> None:
         """While another process runs the jobs: count what waits, after a write here and every

@@ -119,6 +119,7 @@ class AdmissionSettings:
     admission_actor_concurrency: int | None = None
     admission_tenant_rate: int | None = None
     admission_actor_rate: int | None = None
+    admission_background_share: float = 0.5  # of the seats, the most background work may hold
 
 
 @dataclass(frozen=True)
@@ -369,6 +370,8 @@ def load_settings(overrides: Mapping[str, Any] | None = None, environ: Mapping[s
         raise ConfigurationError(
             "GATEWAY_AUDIT_SIGNING_KEY and GATEWAY_AUDIT_CHECKPOINTS: set both (the key signs, the file keeps the checkpoints) or neither"
         )
+    if not 0 < settings.admission_background_share <= 1:
+        raise ConfigurationError("GATEWAY_ADMISSION_BACKGROUND_SHARE: a fraction of the seats above 0, at most 1 (such as 0.5)")
     if settings.log_level.lower() not in ("debug", "info", "warning", "error"):
         raise ConfigurationError("GATEWAY_LOG_LEVEL: expected debug, info, warning or error")
     if settings.log_format not in ("text", "json"):

@@ -86,29 +86,41 @@ class Admission:
     capacity: int = 8
     max_wait_s: float = 10.0
     clock: Callable[[], float] = time.monotonic
+    background_seats: int | None = None  # None: half the capacity (fair_queue.py)
     queue: FairQueue = field(init=False)
     quotas: Quotas = field(default_factory=Quotas)
     prices: Prices = field(default_factory=Prices)
     _quota_refused: int = 0
 
     def __post_init__(self) -> None:
-        self.queue = FairQueue(self.capacity, lambda tenant: self.limits(tenant).share, self.max_wait_s, self.clock)
+        self.queue = FairQueue(
+            self.capacity, lambda tenant: self.limits(tenant).share, self.max_wait_s, self.clock, self.background_seats
+        )
 
     def limits(self, tenant: str) -> TenantLimits:
         return self.overrides.get(tenant, self.defaults)
 
     async def enter(
-        self, tenant: str, actor: str, estimate: int, shape: str = "", left: Callable[[], Awaitable[Any]] | None = None
+        self,
+        tenant: str,
+        actor: str,
+        estimate: int,
+        shape: str = "",
+        left: Callable[[], Awaitable[Any]] | None = None,
+        background: bool = False,
     ) -> Ticket:
         """The call's ticket once its turn has come. RateLimited past a rate quota or the queue's
-        bounds; fair_queue.Left when `left` returns first (its client went away)."""
+        bounds; fair_queue.Left when `left` returns first (its client went away). A `background`
+        batch is priced like a call but takes nothing from the rate quotas (a writer is never
+        refused for the service's own work) and waits after calls, inside its share of the seats."""
         price = self.prices.price(tenant, actor, shape, estimate)
-        try:
-            self.quotas.take(tenant, actor, price, self.limits(tenant).rates, self.clock())
-        except RateLimited:
-            self._quota_refused += 1
-            raise
-        seat = self.queue.enter(tenant, actor, price)
+        if not background:
+            try:
+                self.quotas.take(tenant, actor, price, self.limits(tenant).rates, self.clock())
+            except RateLimited:
+                self._quota_refused += 1
+                raise
+        seat = self.queue.enter(tenant, actor, price, background=background)
         await self.queue.wait(seat, left)
         return Ticket(self, seat, tenant, actor, price, estimate, shape, queued_ms=seat.waited_s() * 1000)
 
@@ -119,6 +131,8 @@ class Admission:
         now = self.clock()
         limits = self.limits(ticket.tenant)
         self.prices.learn(ticket.tenant, ticket.actor, ticket.shape, ticket.used, self.capacity, now)
+        if ticket.seat is not None and ticket.seat.background:
+            return  # background work is not taken from the tenant's quotas, nor charged to them after
         self.quotas.settle(ticket.tenant, ticket.actor, ticket.cost, max(1.0, ticket.used), limits.rates, now)
 
     def crowded(self, tenant: str) -> bool:
@@ -155,7 +169,14 @@ def load_admission(settings: AdmissionSettings, document: Mapping[str, Any]) -> 
     overrides = {
         str(tenant): _override(defaults, str(tenant), entry, settings.admission_capacity) for tenant, entry in tenants.items()
     }
-    return Admission(defaults, overrides, settings.admission_capacity, settings.admission_queue_wait_ms / 1000)
+    background = max(1, math.floor(settings.admission_capacity * settings.admission_background_share))
+    return Admission(
+        defaults,
+        overrides,
+        settings.admission_capacity,
+        settings.admission_queue_wait_ms / 1000,
+        background_seats=background,
+    )
 
 
 KEYS = ("weight", "queue", "concurrency", "actor_concurrency", "rate", "actor_rate")

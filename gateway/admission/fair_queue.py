@@ -28,6 +28,16 @@ seats at the moment it was cancelled gives them back.
 
 Calls measured heavier than their price weigh their measured units from then on (`reweigh`): a
 tenant whose cheap-looking calls turn out heavy holds more of its share, and waits sooner.
+
+Background work (embedding and analysing what a tenant wrote; gateway/admission/gate.py) comes
+after calls. A background batch asks for seats as `background=True`: it waits in a queue of its own
+(never in its tenant's, so it takes no room a call could wait in, and it is never refused), and it
+is granted only when no waiting call wants the seats (the fair order found no call to wait for),
+the seats are free for it, and background work in all would hold at most `background_seats` (half
+the capacity by default). Calls do not count background seats: a call arriving while batches run
+starts as if they were not there, and the batches' next turn waits until calls leave seats free.
+Between tenants, the batch of the tenant with the fewest background units in flight goes first.
+Seats in use therefore exceed `capacity` by at most `background_seats` while batches end.
 All state is in memory, per process, under one lock (`reweigh` is called from worker threads);
 grants are made on the event loop (`enter`, `release`, `wait`).
 """
@@ -75,6 +85,7 @@ class Seat:
     cost: int
     seq: int
     since: float
+    background: bool = False  # a batch of background work: after calls, inside its share (see above)
     event: anyio.Event = field(default_factory=anyio.Event)
     units: int = 0  # seats held once granted: the cost, raised by `reweigh`
     granted_at: float | None = None
@@ -106,8 +117,12 @@ class FairQueue:
     share: Callable[[str], Share]
     max_wait_s: float = 10.0
     clock: Callable[[], float] = time.monotonic
+    background_seats: int | None = None  # None: half the capacity (at least one)
     _tenants: dict[str, _Tenant] = field(default_factory=dict)
-    _in_flight: int = 0
+    _in_flight: int = 0  # calls' units; background units are counted apart
+    _background: int = 0
+    _background_of: dict[str, int] = field(default_factory=dict)  # tenant -> background units in flight
+    _background_waiting: list[Seat] = field(default_factory=list)
     _seq: int = 0
     _unit_s: float = UNIT_SECONDS_START
     _refused: int = 0
@@ -115,12 +130,26 @@ class FairQueue:
     _recent: dict[str, float] = field(default_factory=dict)  # tenants gone idle lately, and when
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def __post_init__(self) -> None:
+        if self.background_seats is None:
+            self.background_seats = max(1, self.capacity // 2)
+        self.background_seats = max(1, min(self.background_seats, self.capacity))
+
     # ------------------------------------------------------------------ a call's way through
 
-    def enter(self, tenant: str, actor: str, cost: int) -> Seat:
+    def enter(self, tenant: str, actor: str, cost: int, background: bool = False) -> Seat:
         """Queue a call for `cost` seats and take calls in fair order: the returned seat may be
         granted already (`granted_at` set). RateLimited when the tenant's queue is full of this
-        actor's own calls."""
+        actor's own calls. With `background`, a batch of background work: queued apart, after calls
+        and inside `background_seats` (at most that many units), never refused."""
+        if background:
+            assert self.background_seats is not None
+            with self._lock:
+                self._seq += 1
+                seat = Seat(tenant, actor, max(1, min(cost, self.background_seats)), self._seq, self.clock(), background=True)
+                self._background_waiting.append(seat)
+                self._dispatch(seat.since)
+            return seat
         cost = max(1, min(cost, self.capacity))
         with self._lock:
             state = self._tenants.get(tenant)
@@ -142,8 +171,10 @@ class FairQueue:
         crowded actor took its place), Left when `left` returns first (the client went away)."""
         gone = finished = False
         if seat.granted_at is None and seat.refused is None:
+            # A batch of background work waits as long as calls keep the seats: it is never refused.
+            bound = math.inf if seat.background else max(0.0, seat.since + self.max_wait_s - self.clock())
             try:
-                with anyio.move_on_after(max(0.0, seat.since + self.max_wait_s - self.clock())):
+                with anyio.move_on_after(bound):
                     if left is None:
                         await seat.event.wait()
                     else:
@@ -178,8 +209,9 @@ class FairQueue:
             if seat.released or seat.granted_at is None:
                 return
             seat.released = True
-            held = self.clock() - seat.granted_at
-            self._unit_s += UNIT_SECONDS_WEIGHT * (held / max(1, seat.cost) - self._unit_s)
+            if not seat.background:  # how long calls hold seats, for Retry-After; batches are no guide
+                held = self.clock() - seat.granted_at
+                self._unit_s += UNIT_SECONDS_WEIGHT * (held / max(1, seat.cost) - self._unit_s)
             self._give_back(seat)
             self._dispatch()
 
@@ -187,8 +219,8 @@ class FairQueue:
         """A running call measured at more units than it holds weighs them from now on."""
         with self._lock:
             state = self._tenants.get(seat.tenant)
-            if seat.released or seat.granted_at is None or state is None or units <= seat.units:
-                return
+            if seat.background or seat.released or seat.granted_at is None or state is None or units <= seat.units:
+                return  # a batch of background work holds its share and no more
             extra = units - seat.units
             seat.units = units
             state.in_flight += extra
@@ -232,13 +264,22 @@ class FairQueue:
                 "waiting_calls": sum(len(q) for s in self._tenants.values() for q in s.queues.values()),
                 "waited": self._waited,
                 "refused": self._refused,
+                "background_in_flight": self._background,
+                "background_seats": self.background_seats,
+                "background_waiting": len(self._background_waiting),
             }
 
     # ------------------------------------------------------------------ under the lock
 
     def _dispatch(self, now: float | None = None) -> None:
-        """Grant waiting calls in fair order while the fairest one that its caps allow fits."""
+        """Grant waiting calls in fair order while the fairest one that its caps allow fits; then,
+        when no call waits for seats, background batches that fit in the free seats and their share."""
         now = self.clock() if now is None else now
+        if self._dispatch_calls(now):
+            self._dispatch_background(now)
+
+    def _dispatch_calls(self, now: float) -> bool:
+        """Grant calls in fair order; False when the fairest call waits for seats (it wants them)."""
         while True:
             ready = sorted(
                 (s for s in self._tenants.values() if s.queued),
@@ -249,11 +290,27 @@ class FairQueue:
                 if seat is None:
                     continue  # every actor of this tenant is at a cap: the next tenant may go
                 if not self._fits(state, seat.cost):
-                    return  # the fairest call waits for seats, and everything behind it
+                    return False  # the fairest call waits for seats, and everything behind it
                 self._grant(state, seat, now)
                 break
             else:
+                return True  # nothing waits, or only calls held back by their caps, not by seats
+
+    def _dispatch_background(self, now: float) -> None:
+        """Grant background batches, the tenant with the fewest background units in flight first,
+        while one fits in the seats calls left free and in the background's share."""
+        assert self.background_seats is not None
+        while self._background_waiting:
+            seat = min(self._background_waiting, key=lambda s: (self._background_of.get(s.tenant, 0), s.seq))
+            in_use = self._in_flight + self._background
+            if in_use + seat.cost > self.capacity or self._background + seat.cost > self.background_seats:
                 return
+            self._background_waiting.remove(seat)
+            seat.units = seat.cost
+            seat.granted_at = max(now, seat.since)
+            self._background += seat.units
+            self._background_of[seat.tenant] = self._background_of.get(seat.tenant, 0) + seat.units
+            seat.event.set()
 
     def _next_of(self, state: _Tenant) -> Seat | None:
         """The tenant's next call: its least busy actor's oldest, unless a cap holds it back."""
@@ -294,6 +351,14 @@ class FairQueue:
         seat.event.set()
 
     def _give_back(self, seat: Seat) -> None:
+        if seat.background:
+            self._background -= seat.units
+            left = self._background_of[seat.tenant] - seat.units
+            if left > 0:
+                self._background_of[seat.tenant] = left
+            else:
+                del self._background_of[seat.tenant]
+            return
         state = self._tenants[seat.tenant]
         state.in_flight -= seat.units
         self._in_flight -= seat.units
@@ -332,6 +397,10 @@ class FairQueue:
                     self._dispatch()
                 return
             if seat.refused is not None:
+                return
+            if seat.background:  # a batch whose worker stopped while it waited
+                if seat in self._background_waiting:
+                    self._background_waiting.remove(seat)
                 return
             state = self._tenants[seat.tenant]
             queue = state.queues.get(seat.actor)

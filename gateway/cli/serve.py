@@ -106,7 +106,7 @@ def _export(settings: Settings) -> None:
 
     os.environ["GATEWAY_DATA_DIR"] = str(settings.data_dir)
     os.environ["GATEWAY_POLICIES_DIR"] = str(settings.policies_dir)
-    for name in ("database_url", "opa_url"):
+    for name in ("database_url", "opa_url", "host", "port"):  # the flags too: the start line names the address served
         value = getattr(settings, name)
         if value:
-            os.environ[f"GATEWAY_{name.upper()}"] = value
+            os.environ[f"GATEWAY_{name.upper()}"] = str(value)

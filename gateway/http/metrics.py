@@ -42,14 +42,27 @@ def observe(context: GatewayContext) -> None:
 
     def admission() -> dict[str, int]:
         state = current().admission.saturation()
-        return {key: int(state[key]) for key in ("queued", "waiting_calls", "in_flight", "capacity", "refused")}
+        keys = ("queued", "waiting_calls", "in_flight", "capacity", "refused", "background_in_flight", "background_seats")
+        return {key: int(state[key]) for key in keys}
 
     def gauge(key: str) -> Values:
         return [(admission()[key], {})]
 
     telemetry.observe("gauge", "gateway.admission.queued", "Units waiting in the fair queue", lambda: gauge("queued"))
     telemetry.observe("gauge", "gateway.admission.waiting", "Calls waiting in the fair queue", lambda: gauge("waiting_calls"))
-    telemetry.observe("gauge", "gateway.admission.in_flight", "Seats in use", lambda: gauge("in_flight"))
+    telemetry.observe("gauge", "gateway.admission.in_flight", "Seats in use by calls", lambda: gauge("in_flight"))
+    telemetry.observe(
+        "gauge",
+        "gateway.admission.background_in_flight",
+        "Seats in use by background work (embedding, personal-data analysis)",
+        lambda: gauge("background_in_flight"),
+    )
+    telemetry.observe(
+        "gauge",
+        "gateway.admission.background_seats",
+        "The most seats background work may hold (GATEWAY_ADMISSION_BACKGROUND_SHARE of the capacity)",
+        lambda: gauge("background_seats"),
+    )
     telemetry.observe(
         "gauge", "gateway.admission.capacity", "Seats in all (GATEWAY_ADMISSION_CAPACITY)", lambda: gauge("capacity")
     )

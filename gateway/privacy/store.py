@@ -19,7 +19,7 @@ from sqlalchemy.engine import Engine
 
 from core.store import writer
 from core.tables import Item, ItemPii
-from gateway.background import PendingWorker, next_tenant
+from gateway.background import Done, Limit, PendingWorker, next_tenant
 from gateway.privacy.detect import Detector, Span
 from gateway.writes.vectorize import scan_waiting, waiting_rows
 
@@ -44,23 +44,20 @@ def pending(engine: Engine, version: str) -> int:
         return int(conn.execute(select(func.count()).select_from(joined).where(condition)).scalar_one())
 
 
-def analyze_pending(engine: Engine, detector: Detector, batch: int = 64, tenant: str | None = None) -> int:
-    """Analyse up to `batch` waiting items (of `tenant`, when named) and store their spans; returns how many."""
-    rows = waiting_rows(engine, *_stale(detector.version), _COLUMNS, batch, tenant=tenant)
+def analyze_pending(engine: Engine, detector: Detector, limit: Limit, tenant: str | None = None) -> Done:
+    """Analyse the waiting items (of `tenant`, when named) that fit in `limit`, in key order, and
+    store their spans; returns what was analysed."""
+    rows = limit.within(waiting_rows(engine, *_stale(detector.version), _COLUMNS, limit.items, tenant=tenant))
     if not rows:
-        return 0
+        return Done()
+    found = detector.analyze_batch([r.text or "" for r in rows])  # spaCy's `pipe`, as `analyze` would one by one
     values = [
-        {
-            "item_pk": r.pk,
-            "version": detector.version,
-            "content_hash": r.content_hash,
-            "spans": [s.as_json() for s in detector.analyze(r.text or "")],
-        }
-        for r in rows
+        {"item_pk": r.pk, "version": detector.version, "content_hash": r.content_hash, "spans": [s.as_json() for s in spans]}
+        for r, spans in zip(rows, found, strict=True)
     ]
     with writer(engine).begin() as conn:
         conn.execute(_upsert(engine.dialect.name, values))
-    return len(rows)
+    return Done.of(rows)
 
 
 def _upsert(dialect: str, values: list[dict[str, Any]]) -> Any:
@@ -177,12 +174,12 @@ def stored_spans(engine: Engine, tenant: str, ids: Iterable[str], version: str) 
 
 
 class AnalysisWorker(PendingWorker):
-    def __init__(self, engine: Engine, detector: Detector, batch: int = 32, idle_s: float = 2.0) -> None:
+    def __init__(self, engine: Engine, detector: Detector, idle_s: float = 2.0) -> None:
         self.engine = engine
         self.detector = detector
         super().__init__(
             "pii analysis",
-            lambda tenant: analyze_pending(engine, detector, batch, tenant),
+            lambda tenant, limit: analyze_pending(engine, detector, limit, tenant),
             lambda: pending(engine, detector.version),
             idle_s,
             lambda after: next_tenant(engine, *_stale(detector.version), item.c.tenant, after),

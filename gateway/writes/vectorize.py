@@ -22,7 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from connectors.sql.pushdown import record_from_row
 from core.store import writer
 from core.tables import Item, ItemVector
-from gateway.background import LAG_EVERY_S, PendingWorker, next_tenant
+from gateway.background import LAG_EVERY_S, Done, Limit, PendingWorker, next_tenant
 from gateway.writes.embeddings import Embedder, Vectors, embed_many
 
 item = Item.__table__  # type: ignore[attr-defined]
@@ -121,16 +121,16 @@ def _publish_and_store(
 
 
 def embed_pending(
-    engine: Engine, embedder: Embedder, batch: int = 32, publish: Publish | None = None, tenant: str | None = None
-) -> int:
-    """Embed up to `batch` waiting items (of `tenant`, when named); returns how many were stored
-    (and published, if asked)."""
+    engine: Engine, embedder: Embedder, limit: Limit, publish: Publish | None = None, tenant: str | None = None
+) -> Done:
+    """Embed the waiting items (of `tenant`, when named) that fit in `limit`, in key order; returns
+    what was stored (and published, if asked)."""
     joined, condition = _stale(embedder.model_id)
-    rows = waiting_rows(engine, joined, condition, _COLUMNS, batch, tenant=tenant)
+    rows = limit.within(waiting_rows(engine, joined, condition, _COLUMNS, limit.items, tenant=tenant))
     if not rows:
-        return 0
+        return Done()
     _publish_and_store(engine, embedder, rows, embedder.embed([_passage(r.text, r.section) for r in rows]), publish)
-    return len(rows)
+    return Done.of(rows)
 
 
 def _store(engine: Engine, embedder: Embedder, rows: Sequence[Any], vectors: Vectors) -> None:
@@ -205,18 +205,15 @@ def embed_all(
 class EmbeddingWorker(PendingWorker):
     """Runs in the service's lifespan; `nudge()` after a write wakes it at once."""
 
-    def __init__(
-        self, engine: Engine, embedder: Embedder, batch: int = 32, idle_s: float = 2.0, publish: Publish | None = None
-    ) -> None:
+    def __init__(self, engine: Engine, embedder: Embedder, idle_s: float = 2.0, publish: Publish | None = None) -> None:
         self.publish = publish
         self.engine = engine
         self.embedder = embedder
-        self.batch = batch
         self._tenant_lag: dict[str, tuple[int, float]] = {}  # tenant -> (waiting, when counted)
         joined, condition = _stale(embedder.model_id)
         super().__init__(
             "embedding",
-            lambda tenant: embed_pending(engine, embedder, batch, publish, tenant),
+            lambda tenant, limit: embed_pending(engine, embedder, limit, publish, tenant),
             lambda: lag(engine, embedder.model_id),
             idle_s,
             lambda after: next_tenant(engine, joined, condition, item.c.tenant, after),

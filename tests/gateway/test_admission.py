@@ -20,7 +20,7 @@ from core.errors import ConfigurationError, RateLimited
 from core.work import charge
 from gateway.admission import Admission, FairQueue, Gate, Left, Rates, Seat, Share, TenantLimits, held, load_admission
 from gateway.admission.fair_queue import LINGER_S
-from gateway.background import PendingWorker
+from gateway.background import ITEM_BYTES, Done, Limit, Pace, PendingWorker
 from gateway.settings import load_settings
 from tests.audit.test_audit_truth import retrieve_scope
 from tests.conftest import open_gateway, serve_gateway
@@ -368,25 +368,25 @@ def test_the_policy_data_sets_one_tenants_rate(sqlite_url: str, tmp_path: Path, 
 # ---------------------------------------------------------------- background work
 
 
-def test_background_batches_take_turns_and_wait_in_their_tenants_own_share() -> None:
-    """A tenant's background batches (embedding, analysis of what it wrote) wait for a turn of that
-    tenant's and are charged to it: while the tenant's calls hold every seat its batch waits, and
-    another tenant's call still starts at once. Tenants' batches take turns."""
+def test_background_batches_take_turns_and_are_charged_to_their_tenant() -> None:
+    """A tenant's background batches (embedding, analysis of what it wrote) wait for a background
+    turn and are charged to that tenant: while calls hold every seat a batch waits (apart from the
+    calls' queues), another tenant's call still starts at once. Tenants' batches take turns."""
 
     async def scenario() -> None:
         admission = Admission(TenantLimits(Share()), capacity=4)
         waiting = {"acme": [1, 2, 3], "globex": [1]}
         ran: list[tuple[str | None, str, str]] = []
 
-        def step(tenant: str | None) -> int:
+        def step(tenant: str | None, limit: Limit) -> Done:
             ticket = held()
             assert ticket is not None
             ran.append((tenant, ticket.tenant, ticket.actor))
             if tenant is not None and waiting[tenant]:
                 waiting[tenant].pop()
                 charge(cpu_s=0.03)  # 3 units of work, charged to the batch's tenant
-                return 1
-            return 0
+                return Done(1, 100)
+            return Done()
 
         def next_tenant(after: str | None) -> str | None:
             names = sorted(tenant for tenant, left in waiting.items() if left)
@@ -398,11 +398,11 @@ def test_background_batches_take_turns_and_wait_in_their_tenants_own_share() -> 
         async with anyio.create_task_group() as group:
             group.start_soon(worker.run, Gate(admission))
             await anyio.sleep(0.1)
-            assert ran == [] and admission.saturation()["waiting_calls"] == 1  # acme's batch waits its turn
+            state = admission.saturation()
+            assert ran == [] and state["background_waiting"] == 1 and state["waiting_calls"] == 0  # the batch waits apart
             quiet = await admission.enter("globex", "user:gina", 1)
-            assert quiet.seat is not None and quiet.queued_ms == 0.0  # another tenant's call starts at once
-            quiet.release()
-            for ticket in flood:
+            assert quiet.queued_ms == 0.0  # another tenant's call starts at once
+            for ticket in (quiet, *flood):
                 ticket.release()
             await anyio.sleep(0.3)
             group.cancel_scope.cancel()
@@ -412,6 +412,116 @@ def test_background_batches_take_turns_and_wait_in_their_tenants_own_share() -> 
         assert admission.prices.price("acme", "background:analysis", "background:analysis", 1) == 3  # priced at its use
 
     run(scenario)
+
+
+def test_background_work_runs_after_calls_on_free_seats_inside_its_share() -> None:
+    """Background batches hold at most their share of the seats, only seats no waiting call wants;
+    calls do not count them; a batch that waits is never refused, however long calls keep it."""
+
+    async def scenario() -> None:
+        fair = queue(8, max_wait_s=0.05)
+        assert fair.background_seats == 4  # half the capacity by default
+        batches = [fair.enter("acme", "background:embedding", 99, background=True) for _ in range(2)]
+        assert granted(batches) == [True, False] and batches[0].units == 4  # priced at most its share
+        assert fair.snapshot()["background_in_flight"] == 4
+        call = fair.enter("acme", "user:writer", 8)  # the writer's bulk load, priced at every seat
+        assert call.granted_at is not None  # at once: calls do not wait for background work
+        fair.release(batches[0])
+        assert granted(batches) == [True, False]  # the seats are the call's: the next batch waits
+        await anyio.sleep(0.1)  # past the calls' wait bound: a batch is never refused for waiting
+        assert batches[1].refused is None and fair.snapshot()["refused"] == 0
+        fair.release(call)
+        assert granted(batches) == [True, True]  # free seats again: the batch runs
+        fair.release(batches[1])
+
+        # A call waiting for seats wants the free ones: a batch that would fit them waits behind it.
+        light = [fair.enter("acme", "user:reader", 1) for _ in range(5)]
+        heavy = fair.enter("acme", "user:report", 8)
+        assert heavy.granted_at is None  # 5 seats in use, 3 free
+        batch = fair.enter("acme", "background:analysis", 2, background=True)
+        assert batch.granted_at is None  # 3 free seats would hold it, but the waiting call wants them
+        for seat in light:
+            fair.release(seat)
+        assert heavy.granted_at is not None and batch.granted_at is None
+        fair.release(heavy)
+        assert batch.granted_at is not None
+        fair.release(batch)
+        assert fair.snapshot()["background_in_flight"] == 0 and fair.snapshot()["in_flight"] == 0
+
+        # Between tenants, the batch of the tenant with fewer background units in flight goes first.
+        first = fair.enter("acme", "background:embedding", 2, background=True)
+        blocker = fair.enter("acme", "user:a", 8)
+        more = fair.enter("acme", "background:analysis", 2, background=True)
+        other = fair.enter("globex", "background:embedding", 2, background=True)
+        assert first.granted_at is not None and more.granted_at is None and other.granted_at is None
+        fair.release(blocker)
+        assert other.granted_at is not None and more.granted_at is None  # globex had none in flight; the share is full
+        assert fair.snapshot()["background_in_flight"] <= fair.background_seats
+
+    run(scenario)
+
+
+def test_a_call_arriving_while_background_batches_run_is_served_by_the_next_batch_boundary() -> None:
+    """The service's own batches run back to back while nothing else happens; calls that arrive
+    start at once, and no batch starts while a call waits for seats. A batch never holds more than
+    its share."""
+
+    async def scenario() -> None:
+        admission = Admission(TenantLimits(Share()), capacity=2, max_wait_s=1.0)
+        assert admission.queue.background_seats == 1
+        starts: list[dict[str, Any]] = []
+
+        def step(tenant: str | None, limit: Limit) -> Done:
+            starts.append(admission.saturation())
+            charge(cpu_s=0.05)  # each batch measures 5 units: its price rises to its share, no further
+            threading.Event().wait(0.02)
+            return Done(1, 10)
+
+        worker = PendingWorker("embedding", step, lambda: 1, idle_s=0.05, next_tenant=lambda after: "acme")
+        async with anyio.create_task_group() as group:
+            group.start_soon(worker.run, Gate(admission))
+            await anyio.sleep(0.1)
+            assert len(starts) >= 2  # alone, batches run back to back
+            for _ in range(20):
+                tickets = [await admission.enter("acme", "user:reader", 1) for _ in range(2)]
+                assert [t.queued_ms for t in tickets] == [0.0, 0.0]  # never behind a batch
+                await anyio.sleep(0.01)
+                waiting = admission.queue.enter("acme", "user:reader", 1)  # a third call waits for a seat
+                for ticket in tickets:
+                    ticket.release()
+                assert waiting.granted_at is not None
+                admission.queue.release(waiting)
+                await anyio.sleep(0.01)
+            group.cancel_scope.cancel()
+        assert all(state["waiting_calls"] == 0 for state in starts)  # no batch started while a call waited
+        assert all(state["background_in_flight"] <= 1 for state in starts)
+        assert admission.saturation()["refused"] == 0
+
+    run(scenario)
+
+
+def test_a_batch_is_sized_by_what_the_last_ones_cost() -> None:
+    """Each batch's time and bytes teach the next one's limit: a slow batch shrinks it at once, a
+    quick one grows it at most twofold; a batch always takes at least one item, however long."""
+    pace = Pace(target_s=1.0)
+    first = pace.limit()
+    pace.learn(Done(10, 10 * 1500), seconds=4.0)  # 4 s for ~17 KB: a quarter of that fits in a second
+    assert pace.limit().bytes == pytest.approx((10 * 1500 + 10 * ITEM_BYTES) / 4, rel=0.01)
+    slow = pace.limit().bytes
+    pace.learn(Done(2, 100), seconds=0.001)  # quick (little waited): at most twice the last limit
+    assert pace.limit().bytes == 2 * slow
+    pace.learn(Done(), seconds=9.0)  # nothing done teaches nothing
+    assert pace.limit().bytes == 2 * slow and first.bytes > 0
+
+    class Row:
+        def __init__(self, size: int) -> None:
+            self.text = "x" * size
+
+    rows = [Row(1000), Row(1000), Row(1000)]
+    assert len(Limit(10, 2 * (1000 + ITEM_BYTES)).within(rows)) == 2
+    assert len(Limit(10, 1).within(rows)) == 1  # the first item always, however long
+    assert len(Limit(1, 1 << 30).within(rows)) == 1
+    assert Done.of(rows[:2]) == Done(2, 2000)
 
 
 def test_a_tenant_between_two_calls_still_counts_as_running_for_courtesy() -> None:

@@ -33,8 +33,11 @@ async def readyz(request: Request) -> JSONResponse:
     if checkpointer is not None:  # a signer that started without its checkpoints vouches for nothing it found
         checks["audit_checkpoints"] = checkpointer.readiness()
     ready = all(v == "ok" for v in checks.values())
+    # The backlog as each worker last counted it (every few seconds while it works): no query here.
+    workers = (context.connectors.semantic.worker, context.privacy.worker)
+    backlog = {w.name: w.lag for w in workers if w is not None}
     return JSONResponse(
-        Readiness(status="ready" if ready else "not ready", checks=checks, admission=load).wire(),
+        Readiness(status="ready" if ready else "not ready", checks=checks, admission=load, background=backlog).wire(),
         status_code=200 if ready else 503,
     )
 

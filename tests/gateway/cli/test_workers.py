@@ -22,7 +22,7 @@ from sqlalchemy import create_engine, text
 
 from core.store import close_store, open_store
 from gateway.auth import create_api_key
-from gateway.background import AdvisoryLease, FileLease, PendingWorker, run_background
+from gateway.background import AdvisoryLease, Done, FileLease, Limit, PendingWorker, run_background
 from gateway.cli.serve import listening_socket
 from tests.conftest import children, free_port, require_postgres, wait_ready
 
@@ -144,12 +144,12 @@ class Counted(PendingWorker):
         self.waiting = waiting
         super().__init__("counted", self._step, self._count, idle_s=0.05)
 
-    def _step(self, tenant: str | None) -> int:
+    def _step(self, tenant: str | None, limit: Limit) -> Done:
         self.steps += 1
         if self.waiting:
             self.waiting.pop()
-            return 1
-        return 0
+            return Done(1, 0)
+        return Done()
 
     def _count(self) -> int:
         self.counts += 1

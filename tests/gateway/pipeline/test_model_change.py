@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import select
 
 from core.tables import ItemVector
+from gateway.background import Limit
 from gateway.writes import integer_model
 from gateway.writes.vectorize import embed_pending, lag
 from tests.conftest import Gateway, open_gateway
@@ -53,7 +54,7 @@ def test_a_store_of_minilm_vectors_served_with_bge_is_embedded_again_never_mixed
         before = ask(gateway, SEMANTIC_ONLY)
         assert before["sources"]["semantic"]["status"] == "empty" and before["items"] == []  # not ranked by MiniLM's vectors
         # One item re-embedded: the rerank reads that one stored vector and no MiniLM one.
-        assert embed_pending(gateway.store, embedder, batch=1) == 1
+        assert embed_pending(gateway.store, embedder, Limit(1, 1 << 30)).items == 1
         fused = ask(gateway, {"exact": False, "lexical": True, "semantic": True})
         assert "of" in fused["sources"]["semantic"]["detail"]
         reranked = fused["sources"]["semantic"]["detail"].split("; ")[-1]
