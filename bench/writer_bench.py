@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness import (  # noqa: E402
     Server,
-    bench_dir,
     batches,
+    bench_dir,
     code_revision,
     create_key,
     free_port,
@@ -57,6 +57,7 @@ class Reader:
     def __init__(self, url: str, key: str, claims: list[str]) -> None:
         self.url, self.key, self.claims = url, key, claims
         self.samples: list[tuple[float, int, float]] = []  # (when, status, ms)
+        self.timings: list[tuple[float, dict[str, float]]] = []  # (when, the answer's `timings`)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -77,13 +78,33 @@ class Reader:
                 n += 1
                 started = time.perf_counter()
                 try:
-                    status = client.post("/v1/retrieve", json=body).status_code
+                    response = client.post("/v1/retrieve", json=body)
+                    status = response.status_code
                 except httpx.HTTPError:
                     status = 0
-                self.samples.append((time.monotonic(), status, (time.perf_counter() - started) * 1000))
+                now = time.monotonic()
+                self.samples.append((now, status, (time.perf_counter() - started) * 1000))
+                if status == 200:
+                    timings = dict(response.json().get("timings") or {})
+                    for part in response.headers.get("server-timing", "").split(","):  # queue, app, audit
+                        name, _, duration = part.strip().partition(";dur=")
+                        if duration:
+                            timings[f"server-timing {name}"] = float(duration)
+                    self.timings.append((now, timings))
 
     def between(self, start: float, end: float) -> list[tuple[int, float]]:
         return [(status, ms) for when, status, ms in self.samples if start <= when <= end]
+
+    def stages(self, start: float = 0.0, end: float = float("inf")) -> dict[str, float]:
+        """The median of each stage of the answers' `timings` (ms), the slowest first."""
+        found: dict[str, list[float]] = {}
+        for when, timings in self.timings:
+            if start <= when <= end:
+                for stage, ms in timings.items():
+                    if isinstance(ms, (int, float)):
+                        found.setdefault(stage, []).append(float(ms))
+        medians = {stage: statistics.median(values) for stage, values in found.items()}
+        return dict(sorted(medians.items(), key=lambda kv: -kv[1])[:6])
 
 
 def write_all(url: str, key: str, bodies: list[bytes]) -> list[int]:
@@ -138,6 +159,8 @@ def one_run(data_dir: Path, items: list[dict[str, Any]], claims: list[str], idle
         "during_n": len(ok_during),
         "idle_n": len(ok_idle),
         "backlog": ready.get("background", {}),
+        "during_stages": reader.stages(began, ended),
+        "idle_stages": idle_reader.stages(),
         "refused_total": ready["admission"]["refused"],
     }
 
@@ -173,6 +196,9 @@ def main() -> int:
                     flush=True,
                 )
                 print(f"  backlog left when the writer finished: {json.dumps(result['backlog'])}", flush=True)
+                for phase in ("during", "idle"):
+                    stages = ", ".join(f"{k} {v:.0f}" for k, v in result[f"{phase}_stages"].items())
+                    print(f"  reader's slowest stages {phase} (median ms): {stages}", flush=True)
     except KeyboardInterrupt:
         return interrupted()
     ratios = [r["during_p95"] / r["idle_p95"] for r in results]

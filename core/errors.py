@@ -85,6 +85,13 @@ class PayloadTooLarge(GatewayError):
     code = "payload_too_large"
 
 
+class RequestTimeout(GatewayError):
+    """The body did not arrive in time (GATEWAY_BODY_TIMEOUT_MS): a caller's slow socket holds nothing."""
+
+    status = 408
+    code = "request_timeout"
+
+
 class RateLimited(GatewayError):
     status = 429
     code = "rate_limited"

@@ -43,6 +43,7 @@ class ServerSettings:
     # request's own scheme and Host stand in, which only a gateway reached under one name can trust.
     public_url: str | None = None
     max_body_bytes: int = 1024 * 1024
+    body_timeout_ms: int = 30_000  # the longest a request body may take to arrive, read before any seat is taken
     drain_seconds: int = 30
     # The MCP server at /mcp (gateway/http/mcp.py), and the browser origins it answers: a comma list
     # of `scheme://host[:port]` (`:*` for any port). A request with no Origin (an agent, not a

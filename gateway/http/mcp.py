@@ -55,11 +55,17 @@ class McpEndpoint:
     the one before."""
 
     def __init__(
-        self, server: Server[Any], allowed_origins: frozenset[str], max_body_bytes: int, resource: ProtectedResource
+        self,
+        server: Server[Any],
+        allowed_origins: frozenset[str],
+        max_body_bytes: int,
+        resource: ProtectedResource,
+        body_timeout_s: float = 30.0,
     ) -> None:
         self.server = server
         self.allowed_origins = allowed_origins
         self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
         self.resource = resource
         # Host and Origin are checked here, not by the SDK (whose check ties the Origin to a Host list):
         # the gateway answers whatever name its Service or ingress gives it. Content-Type stays checked.
@@ -77,11 +83,11 @@ class McpEndpoint:
                 # Stateless: no session to end and nothing the server could ever send on a stream of
                 # its own, so GET and DELETE are a 405 (as the MCP transport allows), never an open stream.
                 raise MethodNotAllowed("/mcp: POST JSON-RPC messages; this stateless server keeps no stream or session")
-            with anyio.fail_after(REQUEST_SECONDS):  # read here, at most the body limit, to see its method
-                body = await read_body(request, self.max_body_bytes)
+            # Read here, within the body's size and time bounds, to see its method; JSON nested past
+            # what the parser can hold is a 400 with its row, like any malformed request.
+            body = await read_body(request, self.max_body_bytes, self.body_timeout_s)
+            message = _message(body)
         except Exception as exc:
-            if isinstance(exc, TimeoutError):
-                exc = BadRequest(f"body: not received within {REQUEST_SECONDS} s")
             response = await traced(request, CHANNEL, refused(exc))
             if isinstance(exc, Unauthenticated):
                 response.headers["www-authenticate"] = challenge(exc, bool(authorization), self.resource.metadata_url(request))
@@ -96,7 +102,9 @@ class McpEndpoint:
             security_settings=self.security,
             max_request_body_size=self.max_body_bytes,
         )
-        if _tool_call(body):  # admitted and audited at its own cost by the route it stands for
+        if (
+            isinstance(message, dict) and message.get("method") == "tools/call"
+        ):  # admitted and audited at its own cost by the route it stands for
             with anyio.move_on_after(REQUEST_SECONDS):
                 async with manager.run():
                     await manager.handle_request(scope, _replay(body, receive), send)
@@ -150,15 +158,17 @@ async def _captured(
     return int(start.get("status", 500)), list(start.get("headers", [])), b"".join(chunks)
 
 
-def _tool_call(body: bytes) -> bool:
-    """Whether a body is one JSON-RPC `tools/call` request (admitted by its route, not the door)."""
+def _message(body: bytes) -> Any:
+    """The body's JSON (None when it is none: the SDK's transport answers that); BadRequest for JSON
+    nested too deeply to parse, which no JSON-RPC message is."""
     if not body:
-        return False
+        return None
     try:
-        message = json.loads(body)
+        return json.loads(body)
     except ValueError:
-        return False
-    return isinstance(message, dict) and message.get("method") == "tools/call"
+        return None
+    except RecursionError as exc:
+        raise BadRequest("body: JSON nested too deeply") from exc
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
@@ -176,4 +186,4 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 
 
 def mcp_endpoint(settings: Settings, resource: ProtectedResource) -> McpEndpoint:
-    return McpEndpoint(build_server(), settings.mcp_origins, settings.max_body_bytes, resource)
+    return McpEndpoint(build_server(), settings.mcp_origins, settings.max_body_bytes, resource, settings.body_timeout_ms / 1000)

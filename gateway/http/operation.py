@@ -35,6 +35,7 @@ ERROR_WHEN = {
     403: "the key lacks the endpoint's role, or the policy said no (`reasons` lists why)",
     404: "nothing there",
     405: "a method the path does not take (`Allow` lists those it does)",
+    408: "the body did not arrive within `GATEWAY_BODY_TIMEOUT_MS`",
     409: "the request contradicts stored state",
     413: "the body is above `GATEWAY_MAX_BODY_BYTES`",
     422: "well-formed JSON of the wrong shape",
@@ -176,14 +177,14 @@ def v1(
     ok: Schema, *, errors: dict[int, str | None], body: bool = False, also: dict[int, Schema] | None = None
 ) -> dict[str, Schema]:
     """The answers of an authenticated /v1 call: `ok` (keyed by status), the route's own `errors`, and
-    those every such call can give: 401, 403, 429, 500, 503 (and 413 when it reads a body)."""
+    those every such call can give: 401, 403, 429, 500, 503 (and 408 and 413 when it reads a body)."""
     statuses: dict[int, str | None] = {
         401: None,
         403: None,
         429: None,
         500: None,
         503: None,
-        **({413: None} if body else {}),
+        **({408: None, 413: None} if body else {}),
         **errors,
     }
     answers = dict(ok)

@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from api.wire import Wire
 from audit.record import AdmissionRecord, OtelRecord, TraceBuilder, Unrouted, WorkRecord, new_trace_id
 from core.actor import Actor
-from core.errors import AuditWriteError, BadRequest, Forbidden, GatewayError, PayloadTooLarge, RateLimited, where
+from core.errors import AuditWriteError, BadRequest, Forbidden, GatewayError, PayloadTooLarge, RateLimited, RequestTimeout, where
 from core.instants import utc_now
 from core.validation import has_nul, loads_json
 from gateway.admission import Left, Ticket, give_way, holding
@@ -63,6 +63,7 @@ class Call:
         self.trace = trace
         self.params: Mapping[str, Any] = request.path_params if params is None else params
         self._body = body
+        self._raw: bytes | None = None  # the HTTP body, once read
         self._actor: Actor | None = None
         self._read = False  # the HTTP body was read, so the next ASGI message is the disconnect
         self.ticket: Ticket | None = None  # the admitted call's seats, given back after its audit row
@@ -125,9 +126,12 @@ class Call:
             pass
 
     async def body(self) -> bytes:
-        raw = await read_body(self.request, self.context.settings.max_body_bytes)
-        self._read = True
-        return raw
+        """The HTTP body, read once (within GATEWAY_MAX_BODY_BYTES and GATEWAY_BODY_TIMEOUT_MS)."""
+        if self._raw is None:
+            settings = self.context.settings
+            self._raw = await read_body(self.request, settings.max_body_bytes, settings.body_timeout_ms / 1000)
+            self._read = True
+        return self._raw
 
     async def json(self) -> Any:
         if self._body is not None:
@@ -152,26 +156,32 @@ class Call:
         return body
 
 
-async def read_body(request: Request, limit: int) -> bytes:
+async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
     """A request's body, refused (413) past `limit` bytes: by its declared length before reading,
-    else as soon as what arrived passes it."""
+    else as soon as what arrived passes it; and refused (408) when it has not all arrived within
+    `timeout_s`, however slowly it trickles."""
     declared = request.headers.get("content-length")
     if declared and declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"body: larger than the {limit}-byte limit")
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"body: larger than the {limit}-byte limit")
-        chunks.append(chunk)
+    with anyio.move_on_after(timeout_s) as deadline:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLarge(f"body: larger than the {limit}-byte limit")
+            chunks.append(chunk)
+    if deadline.cancelled_caught:
+        raise RequestTimeout(f"body: not received within {timeout_s:g} s (GATEWAY_BODY_TIMEOUT_MS)")
     return b"".join(chunks)
 
 
 def requires(role: str | None = None, *, admit: bool = True) -> Callable[[H], H]:
     """Declared on a handler, as Starlette's @requires: the bearer credential (and `role`, when one is
     named) is checked before the handler runs; the handler reads `call.actor`. The call is then
-    admitted at one unit (gateway/admission.py); `admit=False` leaves that to a handler whose cost
-    depends on its body (`call.admitted(cost)`)."""
+    admitted at one unit (gateway/admission.py), its HTTP body read first (within its size and time
+    bounds), so no seat is ever held while a caller's socket trickles a body in; `admit=False`
+    leaves admission to a handler whose cost depends on its body (`call.admitted(cost)`), which
+    reads the body before it is admitted too."""
 
     def declare(handler: H) -> H:
         @wraps(handler)
@@ -179,6 +189,8 @@ def requires(role: str | None = None, *, admit: bool = True) -> Callable[[H], H]
             await call.authenticate(role)
             if not admit:
                 return await handler(call)
+            if call._body is None:  # an HTTP call: the body before the seat
+                await call.body()
             async with call.admitted(1):
                 return await handler(call)
 

@@ -223,15 +223,16 @@ class Detector:
     def analyze_batch(self, texts: Sequence[str], batch_size: int = 32) -> list[tuple[Span, ...]]:
         """Each text's spans exactly as `analyze` gives them (each text is still analysed on its
         own, unlike `analyze_many`), with the language model run over the texts by spaCy's `pipe`,
-        `batch_size` at a time: one pass of each network per batch instead of per text."""
+        `batch_size` at a time: one pass of each network per batch instead of per text. The lock is
+        taken a batch at a time, so a call's own analysis meanwhile waits for one batch at most."""
         out: list[tuple[Span, ...]] = [() for _ in texts]
         worded = [i for i, text in enumerate(texts) if text.strip()]
-        if not worded:
-            return out
-        with self._lock:
-            artifacts = self._analyzer.nlp_engine.process_batch([texts[i] for i in worded], "en", batch_size=batch_size)
-            for i, (_, nlp_artifacts) in zip(worded, artifacts, strict=True):
-                out[i] = clean(self._found(texts[i], nlp_artifacts, locked=True), texts[i])
+        for start in range(0, len(worded), max(batch_size, 1)):
+            chunk = worded[start : start + max(batch_size, 1)]
+            with self._lock:
+                artifacts = self._analyzer.nlp_engine.process_batch([texts[i] for i in chunk], "en", batch_size=batch_size)
+                for i, (_, nlp_artifacts) in zip(chunk, artifacts, strict=True):
+                    out[i] = clean(self._found(texts[i], nlp_artifacts, locked=True), texts[i])
         return out
 
     def _found(self, text: str, nlp_artifacts: Any = None, locked: bool = False, read_chars: int | None = None) -> list[Span]:

@@ -27,6 +27,7 @@ item = Item.__table__  # type: ignore[attr-defined]
 item_pii = ItemPii.__table__  # type: ignore[attr-defined]
 ANALYSED_KINDS = ("entity", "property", "memory", "document", "edge")
 _COLUMNS = (item.c.pk, item.c.text, item.c.content_hash)
+RUN_TEXTS = 4  # texts per pass of the language model in a background batch
 
 
 def _stale(version: str) -> tuple[Any, Any]:
@@ -50,7 +51,9 @@ def analyze_pending(engine: Engine, detector: Detector, limit: Limit, tenant: st
     rows = limit.within(waiting_rows(engine, *_stale(detector.version), _COLUMNS, limit.items, tenant=tenant))
     if not rows:
         return Done()
-    found = detector.analyze_batch([r.text or "" for r in rows])  # spaCy's `pipe`, as `analyze` would one by one
+    # spaCy's `pipe`, as `analyze` would one by one; a few texts at a time, so a call's own analysis
+    # meanwhile waits for a few texts, not the batch
+    found = detector.analyze_batch([r.text or "" for r in rows], batch_size=RUN_TEXTS)
     values = [
         {"item_pk": r.pk, "version": detector.version, "content_hash": r.content_hash, "spans": [s.as_json() for s in spans]}
         for r, spans in zip(rows, found, strict=True)

@@ -29,6 +29,7 @@ item = Item.__table__  # type: ignore[attr-defined]
 item_vector = ItemVector.__table__  # type: ignore[attr-defined]
 EMBEDDED_KINDS = ("memory", "document", "property")
 _COLUMNS = (item.c.pk, item.c.text, item.c.content_hash, item.c.section)
+RUN_TEXTS = 8  # texts per model run in a background batch
 
 
 def _stale(model: str):  # type: ignore[no-untyped-def]
@@ -129,7 +130,10 @@ def embed_pending(
     rows = limit.within(waiting_rows(engine, joined, condition, _COLUMNS, limit.items, tenant=tenant))
     if not rows:
         return Done()
-    _publish_and_store(engine, embedder, rows, embedder.embed([_passage(r.text, r.section) for r in rows]), publish)
+    # A few texts a model run, length-sorted: a call's query embedded meanwhile on the same model
+    # waits for one small run, not for the whole batch, and the batch pads little.
+    vectors = embed_many(embedder, [_passage(r.text, r.section) for r in rows], RUN_TEXTS)
+    _publish_and_store(engine, embedder, rows, vectors, publish)
     return Done.of(rows)
 
 

@@ -363,6 +363,22 @@ def test_a_body_past_the_limit_is_refused_before_the_transport_reads_it(live: Li
     assert (audited["endpoint"], audited["status_code"]) == ("mcp", 413)
 
 
+def test_json_nested_too_deeply_is_an_audited_400_not_a_500(live: LiveGateway) -> None:
+    """A message of 100,000 nested arrays overflows the parser's recursion: a malformed request (400,
+    naming the body), with its trace id and audit row, never a bare 500 (issue 55)."""
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "Authorization": f"Bearer {key(live, 'alice')}",
+    }
+    for body in ("[" * 100_000 + "]" * 100_000, '{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": ' + "[" * 100_000):
+        answer = httpx.post(f"{live.url}/mcp", headers=headers, timeout=30, content=body)
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"]["code"] == "bad_request" and "body" in answer.json()["error"]["message"]
+        audited = live.gateway.trace(answer.headers["x-trace-id"])
+        assert (audited["endpoint"], audited["status_code"], audited["error_code"]) == ("mcp", 400, "bad_request")
+
+
 def test_a_failing_policy_engine_is_a_policy_unavailable_tool_error(tmp_path: Path, policy_copy: Path) -> None:
     """Fail closed over MCP as over HTTP: the 503's code and message, audited, and nothing retrieved."""
     rego = policy_copy / "gateway/request/request.rego"
