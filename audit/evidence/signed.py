@@ -18,10 +18,12 @@ from audit.integrity import (
     Range,
     Verifier,
     adoption_of,
+    impossible_mark,
     leaf_hash,
     open_by_any,
     open_note,
     origin_of,
+    unfiled_marks,
 )
 
 UNCHECKED = "NOT CHECKED: no key was given for them, so they prove nothing (pass the witness's key with --witness-key)"
@@ -80,6 +82,9 @@ def signed_checkpoints(
             continue
         marks.append(checkpoint)
         check.verified.append((line, checkpoint))
+        impossible = impossible_mark(checkpoint)
+        if impossible is not None:
+            check.fail(*at, impossible)
         size, signed = checkpoint.size, f"the checkpoint of {checkpoint.size} rows signed {checkpoint.time}"
         if checkpoint.refused is not None:
             check.fail(*at, f"the signer refused row {checkpoint.refused[0]}: {checkpoint.refused[1]}")
@@ -158,15 +163,13 @@ def known_checkpoints(
             if checkpoint.refused is None:
                 through = summary["tied_through"]
                 summary["tied_through"] = checkpoint.size if through is None else max(through, checkpoint.size)
-    held, carried = adoption_of(theirs), summary.get("adoption")
-    if held is not None and (carried is None or (carried.time, carried.size) < (held.time, held.size)):
+    for held in unfiled_marks(theirs, [c for _, c in check.verified]):
         check.fail(
             CHECKPOINTS,
             None,
-            f"a checkpoint you hold says the chain was {held.text()}; the pack's checkpoints do not say so",
+            f"a checkpoint you hold says the chain was {held.text()}; no checkpoint of the pack carries that mark "
+            "as it is (row and time): it was altered, moved or dropped since",
         )
-    if held is not None and (carried is None or (held.time, held.size) > (carried.time, carried.size)):
-        summary["adoption"] = held
     return report
 
 

@@ -10,9 +10,11 @@ from audit.integrity.checkpoints import (
     chain_tag,
     cosigned_log,
     cut_of,
+    impossible_mark,
     open_by_any,
     origin_of,
     read_checkpoints,
+    unfiled_marks,
 )
 from audit.integrity.keys import generate, load_signer, load_verifier
 from audit.integrity.merkle import (
@@ -59,6 +61,8 @@ __all__ = [
     "Witness",
     "WitnessClient",
     "adoption_of",
+    "impossible_mark",
+    "unfiled_marks",
     "chain_tag",
     "consistency_proof",
     "cosignature",

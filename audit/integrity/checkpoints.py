@@ -278,6 +278,36 @@ def now_rfc3339() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
+def impossible_mark(checkpoint: Checkpoint) -> str | None:
+    """Why the adoption mark a checkpoint carries cannot be true, or None: a chain is adopted at the
+    rows it had then, so the mark lies at or before the checkpoint's own size and time (a mark past
+    the chain's rows, or after the checkpoint that carries it, was written, not seen)."""
+    mark = checkpoint.adopted
+    if mark is None:
+        return None
+    if mark.size > checkpoint.size:
+        return f"its adoption mark names row {mark.size}, past the {checkpoint.size} rows it signs"
+    try:
+        when, signed = _instant(mark.time), _instant(checkpoint.time)
+    except ValueError:
+        return f"its adoption mark's time {mark.time!r} is not an RFC 3339 instant"
+    if when > signed:
+        return f"its adoption mark's time {mark.time} is after the checkpoint's own ({checkpoint.time})"
+    return None
+
+
+def _instant(text: str) -> datetime:
+    value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+
+
+def unfiled_marks(held: Iterable[Checkpoint], filed: Iterable[Checkpoint]) -> list[Adoption]:
+    """The adoption marks of checkpoints the auditor holds that no filed checkpoint carries exactly
+    (row and time): a mark altered, moved or dropped since the auditor saw it."""
+    carried = {c.adopted for c in filed if c.adopted is not None}
+    return sorted({c.adopted for c in held if c.adopted is not None} - carried, key=lambda a: (a.size, a.time))
+
+
 def adoption_of(checkpoints: Iterable[Checkpoint]) -> Adoption | None:
     """The latest adoption any of a chain's checkpoints carries (None: the chain was never adopted)."""
     marks = [c.adopted for c in checkpoints if c.adopted is not None]

@@ -16,7 +16,7 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Connection, Engine
 
 from audit.chain import anchor_of, audit_trace, chain_of, chains_in
-from audit.integrity.checkpoints import Attested, Checkpoint, adoption_of, cut_of
+from audit.integrity.checkpoints import Attested, Checkpoint, adoption_of, cut_of, impossible_mark, unfiled_marks
 from audit.integrity.merkle import Range
 from audit.integrity.walk import Break, Walk, moved_out_of_chains, rollup_break, unchained_rows, walk_chain
 
@@ -137,15 +137,14 @@ def hold_to_known(attested: Attested, known: Attested) -> list[Break]:
     problems = [Break("-", None, None, f"known checkpoints, line {line}: {what}") for line, what in known.problems]
     for chain, checkpoints in sorted(known.by_chain.items()):
         present = {(c.size, c.head) for c in attested.by_chain.get(chain, [])}
-        held, filed = adoption_of(checkpoints), adoption_of(attested.by_chain.get(chain, []))
-        if held is not None and (filed is None or (filed.size, filed.time) < (held.size, held.time)):
+        for held in unfiled_marks(checkpoints, attested.by_chain.get(chain, [])):
             problems.append(
                 Break(
                     chain,
                     None,
                     None,
-                    f"a checkpoint you hold says the chain was {held.text()}; the checkpoint file no longer says so "
-                    "(its checkpoints were signed again without the mark)",
+                    f"a checkpoint you hold says the chain was {held.text()}; no checkpoint of the file carries that "
+                    "mark as it is (row and time): it was altered, moved or dropped since",
                 )
             )
         for c in sorted(checkpoints, key=lambda c: c.size):
@@ -196,6 +195,11 @@ def _judge(walk: Walk, checkpoints: list[Checkpoint], with_checkpoints: bool) ->
         entry["checkpointed"] = max(0, covered - walk.first + 1)
         entry["not_yet_checkpointed"] = max(0, walk.head - max(covered, walk.first - 1)) if walk.broken is None else 0
         entry["last_checkpoint"] = _last(max(checkpoints, key=lambda c: c.size)) if checkpoints else None
+        problems += [
+            Break(chain, None, None, f"the checkpoint signed {c.time} (file line {c.line}): {why}")
+            for c in checkpoints
+            if (why := impossible_mark(c)) is not None
+        ]
         adopted = adoption_of(checkpoints)
         if adopted is not None:  # never dropped for passing: an operator's trust, not a signer's sight
             entry["adopted"] = adopted.as_dict()

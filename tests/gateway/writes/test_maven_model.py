@@ -122,3 +122,25 @@ def test_without_the_registry_the_service_runs_on_minilm_and_says_so_on_every_an
         assert semantic["model"] == integer_model.model_id()
         trail = gateway.trace(response.json()["trace_id"])
         assert trail["lineage"]["sources"]["semantic"]["model"] == integer_model.model_id()
+
+
+def test_credentials_in_the_registry_url_never_leave_the_process(
+    sqlite_url: str, tmp_path: Path, registry: Registry, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A mirror's URL may carry a user, a password and a token: they are sent to the mirror (HTTP
+    Basic) and never printed: not in an answer's `sources.semantic.detail`, the audit row or a log
+    line (issue 55)."""
+    secret = "hunter2-s3cret"
+    url = registry.url.replace("http://", f"http://deploy:{secret}@") + f"?token={secret}"
+    with open_gateway(sqlite_url, tmp_path, model_dir=tmp_path / "empty-models", model_registry=url) as gateway:
+        gateway.ingest("acme", [{"id": "doc_refunds", "kind": "document", "text": "Refunds are prorated.", "acl": ["*"]}])
+        gateway.embed_all()
+        response = gateway.retrieve(gateway.key("agent"), {"task": {"type": "research"}, "query": "refund rules"}, semantic=True)
+        assert response.status_code == 200, response.text
+        detail = response.json()["sources"]["semantic"]["detail"]
+        assert "bge-small is unavailable" in detail and "SHA-256" in detail  # the mirror was asked, and refused
+        assert registry.url.split("//", 1)[1].split("/", 1)[0] in detail  # the host is named
+        row = gateway.trace(response.json()["trace_id"])
+    assert registry.paths, "the mirror was asked"
+    for said in (detail, str(row), caplog.text, response.text):
+        assert secret not in said and "deploy:" not in said
