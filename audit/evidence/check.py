@@ -26,19 +26,19 @@ import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from audit.chain import HASHED, derived, row_hash, row_hash_v1
 from audit.evidence.findings import PackCheck, PackRow
-from audit.evidence.layout import FIGURES, FORMAT, KEYS, MANIFEST, POLICY, ROWS, ROWS_AFTER, ROWS_BEFORE
+from audit.evidence.layout import CHECKPOINTS, FIGURES, FORMAT, KEYS, MANIFEST, POLICY, ROWS, ROWS_AFTER, ROWS_BEFORE
 from audit.evidence.pack import in_period, policy_revisions, sha256_file
 from audit.evidence.signed import UNCHECKED, known_checkpoints, manifest_claims, signed_checkpoints
 from audit.integrity import NoteError, Verifier, parse_verifier_key
 from core.audit_facts import tally_rows
 from core.errors import ConfigurationError
-from core.instants import parse_rfc3339
+from core.instants import parse_rfc3339, rfc3339
 
 PACK_KEYS = (
     "the pack's own public keys: this shows the pack is consistent with itself, not that the gateway signed it "
@@ -135,6 +135,19 @@ def check_pack(directory: Path, verifiers: Sequence[Verifier] | None = None, tru
             f"{report['not_tied']} of the period's {len(inside)} rows, from row {untied.data['seq']}, are under no signed "
             f"checkpoint in the pack: nothing signed shows they are the rows that were written; {NOT_COVERED}",
         )
+    # The end: a checkpoint signed at or after the period's end, which the rows match, says how many
+    # rows the chain had by then; the pack must hold them all (a checkpoint past its rows fails above),
+    # so a pack cut at a checkpoint boundary inside the period cannot hold one.
+    ended = [c for c in check.held if c.refused is None and _instant(c.time) >= until]
+    report["end_covered"] = bool(ended)
+    if not ended and not trust.allow_uncovered:
+        check.fail(
+            CHECKPOINTS,
+            None,
+            f"the period's end is NOT covered: no checkpoint the rows match was signed at or after {rfc3339(until)}, so "
+            "nothing signed shows that no row was dropped from its end (export a period that has ended, or hold a later "
+            f"note with --known); {NOT_COVERED}",
+        )
     adopted = report["checkpoints"].pop("adoption", None)
     report["adopted"] = adopted.as_dict() if adopted is not None else None
     manifest_claims(check, manifest, report, rows)
@@ -144,6 +157,14 @@ def check_pack(directory: Path, verifiers: Sequence[Verifier] | None = None, tru
     report["policy_revisions"] = len(policy_revisions(r.data for r in inside)["revisions"])
     _figures(check, lines, since, until)
     return _finish(report, check)
+
+
+def _instant(text: str) -> datetime:
+    """A checkpoint's time; one that cannot be read is as old as can be (it proves no end)."""
+    try:
+        return parse_rfc3339(text)
+    except ValueError:
+        return datetime.min.replace(tzinfo=timezone.utc)
 
 
 def _keys(check: PackCheck, report: dict[str, Any], verifiers: Sequence[Verifier] | None) -> list[Verifier]:
@@ -319,6 +340,8 @@ def verdict(report: dict[str, Any]) -> str:
     ]
     if report["not_tied"]:
         parts.append(f"{report['not_tied']} rows are NOT covered by a signed checkpoint (accepted with --allow-uncovered)")
+    if not report.get("end_covered", True):
+        parts.append("the period's end is NOT covered by a checkpoint signed after it (accepted with --allow-uncovered)")
     if rows["hash_v1"]:
         parts.append(f"{rows['hash_v1']} rows carry hash version 1")
     known = report.get("known")

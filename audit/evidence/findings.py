@@ -39,6 +39,7 @@ class PackCheck:
     merkle: str = ""  # what the tree before the pack allows
     positions: Positions | None = None
     verified: list[tuple[int, Checkpoint]] = field(default_factory=list)  # the pack's notes that verify, of its chain
+    held: list[Checkpoint] = field(default_factory=list)  # checkpoints (the pack's and the auditor's) its rows match
 
     def fail(self, file: str, line: int | None, what: str) -> None:
         self.problems.append(Problem(file, line, what))

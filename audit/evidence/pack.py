@@ -36,7 +36,7 @@ import tempfile
 import zipfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import IO, Any
@@ -75,7 +75,7 @@ from audit.integrity import (
 )
 from core.audit_facts import RETRIEVAL, tally_rows
 from core.errors import BadRequest, Conflict
-from core.instants import rfc3339, to_utc
+from core.instants import parse_rfc3339, rfc3339, to_utc
 
 log = logging.getLogger("gateway.audit.evidence")
 RELOAD = "policy_reload"  # the endpoint of a policy reload's own row (and of POST /v1/policy/reload)
@@ -90,16 +90,28 @@ class Signing:
     verifiers: Sequence[Verifier]
 
 
-def signing_of(checkpointer: Checkpointer | None, catch_up: bool = False) -> Signing | None:
+def signing_of(
+    checkpointer: Checkpointer | None, catch_up: bool = False, ending: tuple[str, datetime] | None = None
+) -> Signing | None:
     """What a gateway's checkpointer signs with (None: the gateway signs no checkpoints). With
     `catch_up`, it first signs the rows written since its last checkpoint, so a pack of a period
     that reaches now is covered (a pack's rows under no checkpoint fail verify-pack by default);
-    a chain it refuses stays uncovered, and says so in the pack."""
+    a chain it refuses stays uncovered, and says so in the pack. `ending` (a pack's chain and the
+    end of its period): when the period has ended and the chain's last checkpoint is older than
+    its end, the chain is signed again now, grown or not, so the pack holds a checkpoint signed
+    after its period and proves that no row of the period was left out at its end. `ending` names
+    the chain by its tenant."""
     if checkpointer is None:
         return None
+    restate: list[str] = []
+    if ending is not None:
+        chain, until = chain_of(ending[0]), ending[1]
+        last = checkpointer.signed_at(chain)
+        if until <= datetime.now(timezone.utc) and (last is None or parse_rfc3339(last) < until):
+            restate.append(chain)
     if catch_up:
         try:
-            checkpointer.checkpoint(every_chain=True)
+            checkpointer.checkpoint(every_chain=True, restate=restate)
         except Exception as exc:  # noqa: BLE001 - the pack is still written; its rows past the last checkpoint say so
             log.error("audit checkpoint before an evidence pack failed: %s", type(exc).__name__)
     return Signing(checkpointer.log, tuple(checkpointer.verifiers))
@@ -375,7 +387,10 @@ def _read_period(
             start = max(min([first - 1, *(size for size in reach if size >= 1)]), oldest, 1)  # the row before the period
             # The first checkpoint at or after the period's last row (after the row past it, for an empty one).
             target = max(last if counted else last + 1, start)
-            covering = min((c for c in checkpoints if c.size >= target), key=_order, default=None)
+            # Of those, one signed at or after the period's end when there is one: it shows the period's end.
+            eligible = [c for c in checkpoints if c.size >= target]
+            ending = [c for c in eligible if c.refused is None and parse_rfc3339(c.time) >= until]
+            covering = min(ending or eligible, key=_order, default=None)
             end = min(head, max(last + 1, covering.size if covering is not None else 0, *reach))
             rows = _rows(conn, chain, start, end) if end >= start else []
             tree = _tree_before(conn, chain, start - 1, checkpoints) if rows else {"size": 0, "nodes": []}

@@ -36,8 +36,8 @@ exits 1 naming the file and line of the first problem.
   hash covers, `row_hash`, `seal` (an HMAC under the gateway's key; not checkable without it) and
   `in_period` (false for a row written between two rows of the period but dated outside it).
 - `{files.ROWS_BEFORE}`: the row before the period's first one, dated before the period.
-- `{files.ROWS_AFTER}`: the rows after the period's last one, up to the first signed checkpoint at or after
-  it.
+- `{files.ROWS_AFTER}`: the rows after the period's last one, up to the first checkpoint signed at or
+  after the period's end (or, without one, the first at or after its last row).
 - `{files.TREE}`: the Merkle tree (RFC 6962) of the chain before the pack's first row, as its compact range.
 - `{files.CHECKPOINTS}`: the gateway's signed checkpoints (C2SP signed notes) whose positions lie in the pack.
 - `{files.KEYS}/`: the keys the gateway signs checkpoints with, as verifier keys and PEM.
@@ -54,8 +54,10 @@ No file holds item text or query text: audit rows hold ids, shapes, counts and h
   before, and positions are consecutive: an edited, deleted or reordered row fails.
 - {tie}
 - {merkle}
-- The row before the period is dated before it and the row after it after it, so a row dropped at
-  either end shows (unless no checkpoint covers the end yet).
+- The row before the period is dated before it, so a row dropped at its start shows; a checkpoint
+  signed at or after the period's end names every row written by then, so a row dropped at its end
+  shows (without one, the check says the end is NOT covered and fails unless you pass
+  `--allow-uncovered`).
 - `{files.FIGURES}` and `{files.POLICY}` are what the period's rows give: the check recomputes both.
 
 ## What it cannot show

@@ -98,6 +98,7 @@ def signed_checkpoints(
         if wrong is not None:
             check.fail(*at, wrong)
             continue
+        check.held.append(checkpoint)
         if checkpoint.refused is None:
             tied = size if tied is None else max(tied, size)
     summary["tied_through"] = tied
@@ -160,6 +161,7 @@ def known_checkpoints(
                 check.fail(*at, f"{wrong} (the rows are not the ones your checkpoint saw)")
                 continue
             report["held"] += 1
+            check.held.append(checkpoint)
             if checkpoint.refused is None:
                 through = summary["tied_through"]
                 summary["tied_through"] = checkpoint.size if through is None else max(through, checkpoint.size)

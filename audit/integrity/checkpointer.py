@@ -151,6 +151,11 @@ class Checkpointer:
         with self._counter:
             return self._fresh >= self.rows or (self._fresh > 0 and self.clock() - self._last >= self.seconds)
 
+    def signed_at(self, chain: str) -> str | None:
+        """When this signer last signed `chain` (RFC 3339), or None."""
+        signed = self._signed.get(chain)
+        return signed.time if signed is not None else None
+
     def readiness(self) -> str:
         """ "ok", or why this signer cannot vouch for the trail now (`/readyz`): the chains it refuses to
         sign (found without a checkpoint of them, or stopped at a row it refused) and those whose
@@ -176,26 +181,31 @@ class Checkpointer:
             reasons.append(f"the audit witness refused the checkpoints of {len(forked)} chain(s) as a fork: {named}")
         return "; ".join(reasons) or "ok"
 
-    def checkpoint(self, every_chain: bool = False, adopt: bool = False) -> list[Checkpoint]:
+    def checkpoint(self, every_chain: bool = False, adopt: bool = False, restate: Iterable[str] = ()) -> list[Checkpoint]:
         """Sign the chains that grew since the last checkpoint (or, with `every_chain`, any chain
         whose head is past what this signer signed: rows of other replicas, or from before a
         restart). `adopt` (an operator's decision): sign chains found without a checkpoint as they
-        are, marked `adopted`. Returns what was appended to the file."""
+        are, marked `adopted`. `restate`: chains signed again now even when they did not grow, so a
+        note dated now says how many rows they had (an evidence pack's proof of its period's end).
+        Returns what was appended to the file."""
+        restate = frozenset(restate)
         with self._turn:
             with self._counter:
                 grown, self._grown, self._fresh, self._last = self._grown, set(), 0, self.clock()
-            if not every_chain and not grown:
+            if not every_chain and not grown and not restate:
                 return []
             with self.engine.connect() as conn:
-                heads = chain_heads(conn, None if every_chain else sorted(grown))
+                heads = chain_heads(conn, None if every_chain else sorted(grown | restate))
                 chains = sorted(
                     c
                     for c, head in heads.items()
-                    if (every_chain or c in grown) and head > self._size(c) and c not in self._stuck
+                    if (every_chain or c in grown or c in restate)
+                    and (head > self._size(c) or c in restate)
+                    and c not in self._stuck
                 )
                 if every_chain and not self._signed and any(c not in self._born for c in chains):
                     self.started_without_checkpoints = True
-                made = [c for c in (self._segment(conn, chain, adopt) for chain in chains) if c is not None]
+                made = [c for c in (self._segment(conn, chain, adopt, chain in restate) for chain in chains) if c is not None]
             notes = [self._sign(c) for c in made]
             self.log.append(notes)
             self.signed_count += len(notes)
@@ -290,7 +300,7 @@ class Checkpointer:
         signed = self._signed.get(chain)
         return signed.size if signed else 0
 
-    def _segment(self, conn: Connection, chain: str, adopt: bool = False) -> Checkpoint | None:
+    def _segment(self, conn: Connection, chain: str, adopt: bool = False, restate: bool = False) -> Checkpoint | None:
         """The checkpoint of one chain's rows since the last one, stopping before the first row this
         signer will not vouch for (and saying so, once). Past a signed position only links and seals
         are read (a narrow query): verify binds each row's content to its hash. A chain without a
@@ -329,7 +339,7 @@ class Checkpointer:
             self._refused.add((chain, problem.seq))
             refused = (problem.seq, problem.reason)
             log.error("audit chain %s: not signing row %s: %s", chain, problem.seq, problem.reason)
-        if refused is None and size <= (signed.size if signed else 0):
+        if refused is None and size <= (signed.size if signed else 0) and not (restate and signed and size == signed.size):
             return None
         self.refusing.pop(chain, None)
         tree = self._grown_tree(conn, chain, signed, walk, size)

@@ -388,7 +388,9 @@ class FairQueue:
                 del state.queues[longest]
             state.queued -= victim.cost
             self._refused += 1
-            victim.refused = self._refusal(victim.tenant, state, "too many calls waiting: another call of the tenant took this one's place")
+            victim.refused = self._refusal(
+                victim.tenant, state, "too many calls waiting: another call of the tenant took this one's place"
+            )
             victim.event.set()
         return True
 

@@ -255,7 +255,7 @@ def audit_export(since: str, until: str, out_dir: Path, tenant: str | None, know
                 raise click.ClickException(f"--tenant: the store holds {len(chains)} chains; name the tenant to export")
             tenant = "" if chains[0] == NO_TENANT else chains[0]
         reach = _known_sizes(known, tenant)
-        signing = signing_of(build_checkpointer(settings, engine), catch_up=True)
+        signing = signing_of(build_checkpointer(settings, engine), catch_up=True, ending=(tenant, end))
         manifest = write_pack(engine, tenant, start, end, out_dir, signing, gateway_version(), utc_now(), reach)
     except GatewayError as exc:
         raise click.ClickException(exc.message) from exc

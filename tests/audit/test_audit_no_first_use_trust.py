@@ -146,7 +146,9 @@ def test_an_adoption_stays_in_every_verdict(signed: Signed, tmp_path: Path) -> N
     api = gateway.client.get("/v1/audit/verify", headers=gateway.auth(gateway.key("aud", tenant="legacy", roles=("auditor",))))
     assert api.json()["chains"]["legacy"]["adopted"]["what"] == mark, api.text
     # an evidence pack of the chain names it
-    assert export(signed, tmp_path / "pack", "2020-01-01T00:00:00Z", "2100-01-01T00:00:00Z", tenant="legacy")[0] == 0
+    assert (
+        export(signed, tmp_path / "pack", "2020-01-01T00:00:00Z", datetime.now(timezone.utc).isoformat(), tenant="legacy")[0] == 0
+    )
     code, report, verdict = verify_pack(tmp_path / "pack", signed.keys["public"])
     assert code == 0 and report["adopted"]["what"] == mark and f"the chain was {mark}" in verdict, report["problems"]
     # whoever adopted holds the key: the file signed again without the mark verifies alone...
@@ -253,7 +255,9 @@ def test_an_altered_adoption_mark_fails_both_verifiers(signed: Signed, tmp_path:
     shutil.copy(signed.checkpoints, held)
     adopted = read_checkpoints(held, load_verifier(signed.keys["public"])).by_chain["legacy"][0].adopted
     assert adopted is not None
-    assert export(signed, tmp_path / "pack", "2020-01-01T00:00:00Z", "2100-01-01T00:00:00Z", tenant="legacy")[0] == 0
+    assert (
+        export(signed, tmp_path / "pack", "2020-01-01T00:00:00Z", datetime.now(timezone.utc).isoformat(), tenant="legacy")[0] == 0
+    )
     pristine = (tmp_path / "pack" / "checkpoints.txt").read_text()
 
     for mark, alone in (

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from audit.chain import row_hash
 from audit.evidence import sha256_file
-from audit.integrity import CheckpointLog, generate, load_signer, sign
+from audit.integrity import CheckpointLog, generate, load_signer, load_verifier, read_checkpoints, sign
 from gateway.cli import main
 from tests.audit.test_audit_checkpoints import TENANT, Signed, signed  # noqa: F401 - the fixture
 
@@ -121,12 +121,12 @@ def test_an_exported_pack_verifies_offline_with_the_public_key(middle: tuple[Sig
 
 def test_export_signs_the_rows_written_since_the_last_checkpoint(signed: Signed, tmp_path: Path) -> None:
     signed.write(2)  # acme: 12 checkpointed by the fixture, these 2 not yet
-    code, output = export(signed, tmp_path / "pack", at(-timedelta(hours=1)), at(timedelta(hours=1)))
+    code, output = export(signed, tmp_path / "pack", at(-timedelta(hours=1)), at(timedelta(0)))
     assert code == 0, output
     code, report, verdict = verify_pack(tmp_path / "pack", signed.keys["public"])
     assert code == 0, report["problems"]
     assert report["rows"]["in_period"] == 14 and report["tied"] == 14 and report["not_tied"] == 0
-    assert "NOT covered" not in verdict
+    assert report["end_covered"] and "NOT covered" not in verdict
 
 
 def test_rows_under_no_checkpoint_fail_unless_the_auditor_accepts_them(signed: Signed, tmp_path: Path) -> None:
@@ -279,11 +279,15 @@ def test_an_empty_period_gives_a_valid_empty_pack(middle: tuple[Signed, Path], t
     assert code == 0, report["problems"]
     assert report["rows"]["in_period"] == 0 and json.loads((pack / "figures.json").read_text())["calls"]["total"] == 0
     assert verdict.startswith("OK: 0 rows")
-    # A tenant with no rows at all: an empty pack that verifies too.
-    code, output = export(signed, tmp_path / "none", at(-timedelta(hours=1)), at(timedelta(hours=1)), tenant="nobody")
+    # A tenant with no rows at all: an empty pack, whose end nothing signed can show (no chain, no
+    # checkpoint): it verifies only when the auditor accepts that.
+    code, output = export(signed, tmp_path / "none", at(-timedelta(hours=1)), at(timedelta(0)), tenant="nobody")
     assert code == 0, output
     code, report, _ = verify_pack(tmp_path / "none", signed.keys["public"])
+    assert code == 1 and "the period's end is NOT covered" in report["first_problem"]["what"], report["problems"]
+    code, report, verdict = verify_pack(tmp_path / "none", signed.keys["public"], more=("--allow-uncovered",))
     assert code == 0 and report["rows"]["in_period"] == 0, report["problems"]
+    assert "the period's end is NOT covered by a checkpoint signed after it" in verdict
 
 
 def test_export_refuses_a_non_empty_directory_and_bad_instants(signed: Signed, tmp_path: Path) -> None:
@@ -327,3 +331,75 @@ def test_export_refuses_a_rollup_that_disagrees_with_the_rows(signed: Signed, tm
     code, output = export(signed, tmp_path / "pack", at(-timedelta(days=1)), at(timedelta(hours=1)))
     assert code == 1 and "rollup does not agree with the period's rows" in output, output
     assert not any((tmp_path / "pack").glob("*")), "nothing of a refused pack is written"
+
+
+def test_a_pack_cut_at_a_checkpoint_inside_its_period_fails(signed: Signed, tmp_path: Path) -> None:
+    """Issue 55: drop the period's last rows at a checkpoint boundary, their notes and the rows
+    after, recompute the figures, revisions, counts and digests with the project's own functions:
+    the pack used to verify OK with the real key, with or without an auditor's older note. Now a
+    pack must hold a checkpoint signed at or after its period's end, which names every row written
+    by then: the cut pack cannot."""
+    from audit.evidence import policy_revisions
+    from audit.review import figures_of
+    from core.audit_facts import tally_rows
+
+    since = at(-timedelta(hours=1))
+    signed.write(4, tenant=OTHER)
+    signed.checkpointer.checkpoint(every_chain=True)  # a checkpoint inside the period, after its 4th row
+    older_note = tmp_path / "auditor-note"
+    shutil.copy(signed.checkpoints, older_note)  # what the auditor held before the cut
+    signed.write(3, tenant=OTHER)  # the period's last rows
+    until = at(timedelta(0))
+    pack = tmp_path / "pack"
+    assert export(signed, pack, since, until, tenant=OTHER)[0] == 0
+    code, report, _ = verify_pack(pack, signed.keys["public"])
+    assert code == 0 and report["end_covered"] and report["rows"]["in_period"] == 7, report["problems"]
+
+    # The cut: rows 5-7 and every note past the checkpoint of 4 rows go; the rest is made to agree.
+    kept = [r for r in lines(pack, "rows.jsonl") if r["seq"] <= 4]
+    put_lines(pack, "rows.jsonl", kept)
+    put_lines(pack, "rows_after.jsonl", [])
+    notes = (pack / "checkpoints.txt").read_text().split("\n\n")
+    cut_notes = []
+    for _, note in CheckpointLog(pack / "checkpoints.txt").notes():
+        if note.split("\n")[1] == "4":
+            cut_notes.append(note)
+    assert cut_notes and notes, "the pack held the checkpoint of 4 rows"
+    (pack / "checkpoints.txt").write_text("".join(n + "\n" for n in cut_notes))
+    period = {"since": since, "until": until}
+    in_period = [{**r, "created_at": datetime.fromisoformat(r["created_at"])} for r in kept if r["in_period"]]
+    (pack / "figures.json").write_text(
+        json.dumps(figures_of(tally_rows(in_period), datetime.fromisoformat(since), datetime.fromisoformat(until)), default=str)
+    )
+    (pack / "policy_revisions.json").write_text(json.dumps(policy_revisions([r for r in kept if r["in_period"]]), default=str))
+    manifest = json.loads((pack / "manifest.json").read_text())
+    (kept_note,) = [c for c in read_checkpoints(pack / "checkpoints.txt", load_verifier(signed.keys["public"])).by_chain[OTHER]]
+    manifest["tied_to"] = {"size": kept_note.size, "time": kept_note.time}
+    manifest["positions"] = {"first": kept[0]["seq"], "last": kept[-1]["seq"], "period": [kept[0]["seq"], kept[-1]["seq"]]}
+    manifest["counts"] = {**manifest["counts"], "rows_in_period": len(kept), "rows": len(kept), "rows_after": 0}
+    manifest["counts"]["checkpoints"] = len(cut_notes)
+    assert manifest["period"] == {"since": manifest["period"]["since"], "until": manifest["period"]["until"]} and period
+    (pack / "manifest.json").write_text(json.dumps(manifest))
+    redigest(pack)
+
+    code, report, verdict = verify_pack(pack, signed.keys["public"])
+    assert code == 1, verdict
+    assert [p["what"] for p in report["problems"]] == [
+        p["what"] for p in report["problems"] if "the period's end is NOT covered" in p["what"]
+    ], report["problems"]  # the cut is consistent in every other respect: only the end gives it away
+    code, report, _ = verify_pack(pack, signed.keys["public"], more=("--known", str(older_note)))
+    assert code == 1 and any("the period's end is NOT covered" in p["what"] for p in report["problems"])
+    # The full file held as --known (a note newer than the cut) shows it too.
+    code, report, _ = verify_pack(pack, signed.keys["public"], more=("--known", str(signed.checkpoints)))
+    assert code == 1
+
+
+def test_a_period_not_yet_ended_is_not_covered_at_its_end(signed: Signed, tmp_path: Path) -> None:
+    """A pack whose period runs past its export cannot show its end: verify-pack says so and fails,
+    unless the auditor accepts it (`--allow-uncovered`)."""
+    code, output = export(signed, tmp_path / "pack", at(-timedelta(hours=1)), at(timedelta(hours=1)))
+    assert code == 0, output
+    code, report, _ = verify_pack(tmp_path / "pack", signed.keys["public"])
+    assert code == 1 and not report["end_covered"] and "the period's end is NOT covered" in report["first_problem"]["what"]
+    code, report, verdict = verify_pack(tmp_path / "pack", signed.keys["public"], more=("--allow-uncovered",))
+    assert code == 0 and "the period's end is NOT covered by a checkpoint signed after it" in verdict

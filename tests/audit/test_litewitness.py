@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -142,7 +143,7 @@ def test_litewitness_cosigns_the_gateways_checkpoints(signed: Signed, litewitnes
     # An evidence pack carries litewitness's cosignatures, and verify-pack checks them with its key.
     from tests.audit.test_evidence_pack import export, verify_pack
 
-    assert export(signed, tmp_path / "pack", "2020-01-01T00:00:00Z", "2100-01-01T00:00:00Z")[0] == 0
+    assert export(signed, tmp_path / "pack", "2020-01-01T00:00:00Z", datetime.now(timezone.utc).isoformat())[0] == 0
     vkey = tmp_path / "litewitness.vkey"
     vkey.write_text(verifier_key(WITNESS, litewitness.verifier.public, COSIGNATURE_V1) + "\n")
     code, report, verdict = verify_pack(tmp_path / "pack", signed.keys["public"], more=("--witness-key", str(vkey)))

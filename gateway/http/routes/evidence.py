@@ -48,7 +48,8 @@ async def evidence_pack(call: Call) -> tuple[int, dict[str, Any] | Stream]:
     since, until = _period(call)
     context = call.context
     async with call.admitted(EVIDENCE_COST):
-        signing = await anyio.to_thread.run_sync(signing_of, context.audit.checkpointer, True)  # signs the tail first
+        # Signs the tail first, and the chain again when its last checkpoint is older than the period's end.
+        signing = await anyio.to_thread.run_sync(signing_of, context.audit.checkpointer, True, (actor.tenant, until))
         manifest, archive = await anyio.to_thread.run_sync(
             pack_archive, context.store, actor.tenant, since, until, signing, utc_now()
         )

@@ -24,8 +24,9 @@ QUERY_TEXT = "okapiwidget zqxquerysecretzqx"
 
 
 def period(hours: float = 1) -> dict[str, str]:
+    """The last `hours`, ending now: a period that has ended, so its pack can show its end."""
     now = datetime.now(timezone.utc)
-    return {"since": (now - timedelta(hours=hours)).isoformat(), "until": (now + timedelta(hours=hours)).isoformat()}
+    return {"since": (now - timedelta(hours=hours)).isoformat(), "until": now.isoformat()}
 
 
 def evidence(signed: Signed, params: dict[str, str], tenant: str = TENANT, roles: tuple[str, ...] = ("auditor",)) -> Any:
