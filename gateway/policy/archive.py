@@ -8,10 +8,15 @@ a pax header of 30 KB holds the GIL for 1.4 s on 3.11.7, one of 600 KB (under 1 
 minutes (the time grows with the square of the length), and with it the whole service, /healthz
 included. So, in this order:
 
-1. `scan`, stdlib only and linear: gunzip with a cap on the bytes it yields (a gzip bomb stops at
-   the cap), walk the 512-byte headers (checksum, octal or base-256 size, type), count members and
-   bytes, refuse extended headers (pax `x`/`g`, GNU long name/link `L`/`K`) above MAX_EXTENDED_BYTES
-   and parse each pax record here ("<length> <keyword>=<value>\\n", the length must be exact),
+1. `scan`, stdlib only and linear, under a CPU deadline (SCAN_DEADLINE_S of its thread's CPU time:
+   a reload in progress never holds a good one up for longer): the bundle's bytes capped
+   (MAX_BUNDLE_BYTES, a file as a download); gunzip fed in bounded chunks, so a stream of many
+   members costs its length and not its length times its members, and refused past
+   MAX_GZIP_MEMBERS members; with a cap on the bytes it yields (a gzip bomb stops at the cap);
+   walk the 512-byte headers (checksum, octal or base-256 size, type), count members and
+   bytes, refuse extended headers (pax `x`/`g`, GNU long name/link `L`/`K`) above MAX_EXTENDED_BYTES,
+   more than MAX_GLOBAL_HEADERS global pax headers or MAX_EXTENDED_TOTAL bytes of extended headers
+   in all, and parse each pax record here ("<length> <keyword>=<value>\\n", the length must be exact),
    refusing a malformed one, a run of more than MAX_DIGIT_RUN digits (what the regexes backtrack
    on) and anything but regular files and directories. What passes is a tar `tarfile` reads in
    linear time; it is cut at its end-of-archive marker, so nothing unscanned follows.
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 import struct
 import subprocess
 import sys
@@ -42,7 +48,14 @@ MAX_ARCHIVE_FILES = 10_000  # members of a bundle: counted as the tar is scanned
 # The tar stream itself, headers and padding included: the gunzip stops here (a gzip bomb).
 MAX_TAR_BYTES = MAX_ARCHIVE_BYTES + 32 * 1024 * 1024
 MAX_EXTENDED_BYTES = 8 * 1024  # one pax header or GNU long name/link
+MAX_EXTENDED_TOTAL = 64 * 1024  # every pax header and GNU long name/link of a bundle, together
+MAX_GLOBAL_HEADERS = 8  # global pax headers (`g`) in a bundle; OPA's builds write none
 MAX_DIGIT_RUN = 64  # consecutive ASCII digits in a pax header (a length, a size, a time need 20 at most)
+DIGIT_RUN = re.compile(rb"[0-9]{%d,}" % (MAX_DIGIT_RUN + 1))
+MAX_BUNDLE_BYTES = 16 * 1024 * 1024  # a bundle as stored or served, gzipped: a file's and a download's cap
+MAX_GZIP_MEMBERS = 64  # gzip members of one bundle (OPA and tar write one)
+GZIP_FEED = 64 * 1024  # compressed bytes handed to zlib at a time
+SCAN_DEADLINE_S = 2.0  # CPU seconds of the scanning thread (gunzip and header walk) before it gives up
 UNPACK_DEADLINE_S = 10.0  # the child that runs tarfile is killed after this
 CHILD = Path(__file__).with_name("untar.py")
 CVE = "CVE-2024-6232"
@@ -112,28 +125,67 @@ def warn_if_vulnerable() -> bool:
 # ------------------------------------------------------------------ 1. the scan
 
 
-def gunzip(archive: bytes, source: Path, cap: int | None = None) -> bytes:
-    """The gzip stream's content (every member of a multi-member stream), never more than `cap`
-    bytes of it: past the cap, refused without inflating the rest."""
+class Deadline:
+    """The scan's CPU budget: `check` refuses the bundle once the thread has used `seconds` of CPU."""
+
+    def __init__(self, source: Path, seconds: float | None = None) -> None:
+        self.source = source
+        self.seconds = SCAN_DEADLINE_S if seconds is None else seconds
+        self.started = time.thread_time()
+
+    def check(self) -> None:
+        if time.thread_time() - self.started > self.seconds:
+            raise ConfigurationError(
+                f"{self.source}: took more than {self.seconds:g} s of CPU to scan before its signature could be checked; refused"
+            )
+
+
+NOT_ZERO = re.compile(rb"[^\0]")
+
+
+def read_bundle_file(path: Path) -> bytes:
+    """A bundle file's bytes, refused past MAX_BUNDLE_BYTES without reading more than that."""
+    with path.open("rb") as handle:
+        data = handle.read(MAX_BUNDLE_BYTES + 1)
+    if len(data) > MAX_BUNDLE_BYTES:
+        raise ConfigurationError(f"{path}: a bundle larger than {MAX_BUNDLE_BYTES} bytes; refused")
+    return data
+
+
+def gunzip(archive: bytes, source: Path, cap: int | None = None, deadline: Deadline | None = None) -> bytes:
+    """The gzip stream's content (every member of a multi-member stream, at most MAX_GZIP_MEMBERS),
+    never more than `cap` bytes of it: past the cap, refused without inflating the rest. Linear:
+    zlib is fed GZIP_FEED bytes at a time, so what it copies per member (its unused input) is at
+    most that, whatever follows."""
     cap = MAX_TAR_BYTES if cap is None else cap
+    deadline = deadline or Deadline(source)
     out = bytearray()
-    rest = archive
-    if not rest.startswith(b"\x1f\x8b"):
+    view = memoryview(archive)
+    position = members = 0
+    if not archive.startswith(b"\x1f\x8b"):
         raise ConfigurationError(f"{source}: not a gzipped tar bundle (no gzip header)")
     try:
-        while rest:
+        while position < len(archive):
+            members += 1
+            if members > MAX_GZIP_MEMBERS:
+                raise ConfigurationError(f"{source}: a gzip stream of more than {MAX_GZIP_MEMBERS} members; refused")
             inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-            pending = rest
             while not inflate.eof:
+                deadline.check()
+                pending = inflate.unconsumed_tail
+                if not pending:
+                    pending = view[position : position + GZIP_FEED]
+                    position += len(pending)
+                    if not pending:  # no input left and the member has not ended
+                        raise ConfigurationError(f"{source}: not a gzipped tar bundle (the gzip stream is truncated)")
                 chunk = inflate.decompress(pending, cap + 1 - len(out))  # max_length >= 1: 0 would mean unlimited
                 out += chunk
                 if len(out) > cap:
                     raise ConfigurationError(f"{source}: decompresses to more than {cap} bytes; refused before reading it all")
-                pending = inflate.unconsumed_tail
-                if not pending and not chunk:  # no input left and nothing more came out
-                    raise ConfigurationError(f"{source}: not a gzipped tar bundle (the gzip stream is truncated)")
-            rest = inflate.unused_data.lstrip(b"\0")  # gzip allows zero padding after a member
-            if rest and not rest.startswith(b"\x1f\x8b"):
+            position -= len(inflate.unused_data)  # the next member starts in the last bytes fed
+            found = NOT_ZERO.search(archive, position)  # gzip allows zero padding after a member
+            position = found.start() if found is not None else len(archive)
+            if position < len(archive) and archive[position : position + 2] != b"\x1f\x8b":
                 raise ConfigurationError(f"{source}: not a gzipped tar bundle (data after the gzip stream)")
     except zlib.error as exc:
         raise ConfigurationError(f"{source}: not a gzipped tar bundle (zlib error)") from exc
@@ -168,11 +220,9 @@ def pax_records(data: bytes, source: Path) -> list[tuple[str, bytes]]:
     """The records of a pax extended header, parsed in one pass: "<length> <keyword>=<value>\\n",
     the length counting the whole record. A malformed record, or a run of more than MAX_DIGIT_RUN
     digits anywhere (what tarfile's regexes backtrack on), refuses the bundle."""
-    run = longest = 0
-    for byte in data:
-        run = run + 1 if 0x30 <= byte <= 0x39 else 0
-        longest = max(longest, run)
-    if longest > MAX_DIGIT_RUN:
+    run = DIGIT_RUN.search(data)  # linear, in C
+    if run is not None:
+        longest = len(run.group())
         raise ConfigurationError(
             f"{source}: a pax header holds a run of {longest} digits (at most {MAX_DIGIT_RUN}); refused before any tar parsing"
         )
@@ -206,11 +256,15 @@ class Scanned:
 def scan(archive: bytes, source: Path) -> Scanned:
     """Check a gzipped bundle before any tar parser reads it (see the module doc); ConfigurationError
     naming `source` when it is refused."""
-    tar = gunzip(archive, source)
-    position = members = size = 0
+    if len(archive) > MAX_BUNDLE_BYTES:
+        raise ConfigurationError(f"{source}: a bundle larger than {MAX_BUNDLE_BYTES} bytes; refused")
+    deadline = Deadline(source)
+    tar = gunzip(archive, source, deadline=deadline)
+    position = members = size = extended = globals_ = 0
     pending: set[bytes] = set()  # extended headers read for the member that comes next
     pending_size: int | None = None  # a pax `size` for that member
     while True:
+        deadline.check()
         header = tar[position : position + BLOCK]
         if len(header) < BLOCK:
             if header or pending or position == 0:
@@ -236,6 +290,13 @@ def scan(archive: bytes, source: Path) -> Scanned:
                 )
             if kind in pending or (kind == b"g" and pending):
                 raise ConfigurationError(f"{source}: extended headers repeated before one member; refused")
+            extended += stated
+            globals_ += kind == b"g"
+            if extended > MAX_EXTENDED_TOTAL or globals_ > MAX_GLOBAL_HEADERS:
+                raise ConfigurationError(
+                    f"{source}: more than {MAX_GLOBAL_HEADERS} global pax headers or {MAX_EXTENDED_TOTAL} bytes of "
+                    "extended headers in all; refused before any tar parsing"
+                )
             block = tar[data_at : data_at + _blocks(stated)]
             if len(block) < _blocks(stated):
                 raise ConfigurationError(f"{source}: not a gzipped tar bundle (the tar ends inside a {label})")

@@ -13,7 +13,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from core.errors import ConfigurationError
-from gateway.policy.archive import MAX_ARCHIVE_BYTES, MAX_ARCHIVE_FILES, unpack
+from gateway.policy.archive import MAX_ARCHIVE_BYTES, MAX_ARCHIVE_FILES, read_bundle_file, unpack
 from gateway.policy.signatures import SIGNATURES, VerificationKey, sign_files, verify_files
 
 
@@ -51,7 +51,7 @@ def read_bundle(root: Path, key: VerificationKey | None = None) -> PolicyBundle:
     """A policies directory (every .rego and data.json under it; the revision is a hash of their
     contents) or an OPA bundle file (`.tar.gz`, see `read_archive`)."""
     if root.name.endswith(ARCHIVE_SUFFIXES) and root.is_file():
-        return read_archive(root.read_bytes(), root, key)
+        return read_archive(read_bundle_file(root), root, key)
     if key is not None:
         raise ConfigurationError(f"{root}: a verification key is configured, so policies must come as a signed bundle")
     if not root.is_dir():

@@ -9,11 +9,11 @@ import anyio.to_thread
 import httpx
 
 from core.errors import ConfigurationError
+from gateway.policy.archive import MAX_BUNDLE_BYTES, read_bundle_file
 from gateway.policy.bundle import ARCHIVE_SUFFIXES, PolicyBundle, read_archive, read_bundle
 from gateway.policy.signatures import VerificationKey
 
 FETCH_TIMEOUT_S = 10.0
-MAX_DOWNLOAD_BYTES = 16 * 1024 * 1024
 
 
 class PolicySource:
@@ -46,8 +46,8 @@ class PolicySource:
                     body = bytearray()
                     async for chunk in response.aiter_bytes():
                         body += chunk
-                        if len(body) > MAX_DOWNLOAD_BYTES:
-                            raise ConfigurationError(f"bundle larger than {MAX_DOWNLOAD_BYTES} bytes")
+                        if len(body) > MAX_BUNDLE_BYTES:
+                            raise ConfigurationError(f"bundle larger than {MAX_BUNDLE_BYTES} bytes")
                     etag = response.headers.get("etag")
         except httpx.HTTPError as exc:
             raise ConfigurationError(f"bundle server unreachable: {type(exc).__name__}") from exc
@@ -58,7 +58,7 @@ class PolicySource:
     def _read_local(self) -> PolicyBundle:
         root = Path(self.location)
         if root.name.endswith(ARCHIVE_SUFFIXES) and root.is_file():
-            return self._read_archive(root.read_bytes(), root)
+            return self._read_archive(read_bundle_file(root), root)
         return read_bundle(root, self.key)
 
     def _read_archive(self, archive: bytes, name: Path) -> PolicyBundle:

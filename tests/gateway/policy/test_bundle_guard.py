@@ -160,6 +160,7 @@ def test_a_gzip_bomb_is_refused_at_the_cap_without_inflating_it(monkeypatch: pyt
     repeat = deflate.compress(bytes(1 << 20)) + deflate.flush(zlib.Z_FULL_FLUSH)
     bomb = first + repeat * (16 * 1024 - 1)  # no trailer: it is never reached
     assert len(bomb) < 20_000_000
+    monkeypatch.setattr(archive, "MAX_BUNDLE_BYTES", 20_000_000)  # the cap under test is the inflated one
     monkeypatch.setattr("gateway.policy.archive.zlib.decompressobj", Counting)
     Counting.total = 0
     refused(bomb, f"decompresses to more than {archive.MAX_TAR_BYTES} bytes; refused before reading it all", 5.0)
@@ -170,6 +171,54 @@ def test_the_member_count_is_capped_before_any_child_starts(monkeypatch: pytest.
     monkeypatch.setattr(archive, "MAX_ARCHIVE_FILES", 3)
     data = gzip.compress(b"".join(member(b"gateway/x%d.json" % i, b"{}") for i in range(4)) + END)
     refused(data, "more than 3 members")
+    assert spawns == []
+
+
+def test_a_gzip_stream_of_many_tiny_members_is_refused_in_linear_time(spawns: list[list[str]]) -> None:
+    """Issue 55: 400,000 gzip members in 8.4 MB cost 116 s of CPU when each member's leftover input
+    was copied again (quadratic). Fed in bounded chunks and capped at MAX_GZIP_MEMBERS, it is
+    refused at once; a stream of a few members still reads."""
+    tiny = gzip.compress(b"")
+    stream = tiny * 400_000
+    assert len(stream) > 7_000_000
+    started = time.thread_time()
+    refused(stream, f"a gzip stream of more than {archive.MAX_GZIP_MEMBERS} members", 1.0)
+    assert time.thread_time() - started < 0.5 and spawns == []
+    tar = io.BytesIO(MODULE + END).getvalue()
+    three = gzip.compress(tar[:700]) + b"\0" * 16 + gzip.compress(tar[700:1500]) + gzip.compress(tar[1500:])
+    assert archive.gunzip(three, NAME) == tar  # several members, zero padding between them: one tar
+
+
+def test_global_pax_headers_are_counted_and_capped(spawns: list[list[str]]) -> None:
+    """Issue 55: any number of global pax headers of at most 8 KiB each were accepted (199 KB of
+    them cost 38 s). More than MAX_GLOBAL_HEADERS, or MAX_EXTENDED_TOTAL bytes of extended
+    headers in all, is refused before any tar parser runs."""
+    one = record("comment", b"x" * 4000)
+    many = b"".join(header(b"PaxHeaders/g%d" % i, len(one), b"g") + pad(one) for i in range(archive.MAX_GLOBAL_HEADERS + 1))
+    refused(gzip.compress(many + MODULE + END), f"more than {archive.MAX_GLOBAL_HEADERS} global pax headers")
+    big = record("comment", b"x" * 8000)
+    members = b"".join(
+        header(b"PaxHeaders/x%d" % i, len(big), b"x") + pad(big) + member(b"gateway/x%d.json" % i, b"{}") for i in range(9)
+    )
+    refused(gzip.compress(members + END), f"{archive.MAX_EXTENDED_TOTAL} bytes of extended headers in all")
+    assert spawns == []
+
+
+def test_a_bundle_file_past_the_cap_is_refused_without_reading_it_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bundle file is capped as a download is (MAX_BUNDLE_BYTES), and so is any archive handed to the scan."""
+    monkeypatch.setattr(archive, "MAX_BUNDLE_BYTES", 1000)
+    path = tmp_path / "big.tar.gz"
+    path.write_bytes(gzip.compress(MODULE + END) + bytes(2000))
+    with pytest.raises(ConfigurationError, match="a bundle larger than 1000 bytes"):
+        anyio.run(PolicySource(str(path)).fetch)
+    refused(gzip.compress(MODULE + END) + bytes(2000), "a bundle larger than 1000 bytes")
+
+
+def test_the_scan_runs_under_a_cpu_deadline(monkeypatch: pytest.MonkeyPatch, spawns: list[list[str]]) -> None:
+    """Whatever a crafted bundle makes the scan do, its thread gives up after SCAN_DEADLINE_S of CPU
+    (here none at all) and the bundle is refused before any child starts."""
+    monkeypatch.setattr(archive, "SCAN_DEADLINE_S", 0.0)
+    refused(gzip.compress(MODULE + END), "s of CPU to scan before its signature could be checked")
     assert spawns == []
 
 
