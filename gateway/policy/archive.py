@@ -172,7 +172,7 @@ def gunzip(archive: bytes, source: Path, cap: int | None = None, deadline: Deadl
             inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
             while not inflate.eof:
                 deadline.check()
-                pending = inflate.unconsumed_tail
+                pending: bytes | memoryview = inflate.unconsumed_tail
                 if not pending:
                     pending = view[position : position + GZIP_FEED]
                     position += len(pending)

@@ -20,6 +20,7 @@ from gateway.policy.embedded import EmbeddedEngine
 
 INLINE_ROOT = Path("candidate")
 MAX_INLINE_BYTES = 1024 * 1024  # modules and data of an inline candidate, together
+CANDIDATE_NICE = 10  # a candidate's policy process runs this much below the service (os.setpriority)
 
 
 def inline_bundle(policies: Any) -> PolicyBundle:
@@ -57,7 +58,8 @@ async def open_candidate(bundle: PolicyBundle) -> EmbeddedEngine:
     """The candidate compiled in a policy process of its own and probed on both entry points;
     ConfigurationError (with file:line) when it does not compile or fails the probe. The caller
     closes it (`aclose`)."""
-    engine = await anyio.to_thread.run_sync(lambda: EmbeddedEngine(bundle, workers=1))
+    # Below the service's priority: a replay's CPU goes to whatever the service's calls leave.
+    engine = await anyio.to_thread.run_sync(lambda: EmbeddedEngine(bundle, workers=1, nice=CANDIDATE_NICE))
     try:
         await self_check(engine)
     except BaseException:

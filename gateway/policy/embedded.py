@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import queue
 import re
 import select
@@ -15,6 +16,7 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -87,11 +89,13 @@ def input_line(policy_input: dict[str, Any]) -> bytes:
 class _Worker:
     """One policy process and its pipes; used by one thread at a time (the pool hands it out)."""
 
-    def __init__(self, bundle: PolicyBundle, timeout_s: float, compiled: bool = True) -> None:
+    def __init__(self, bundle: PolicyBundle, timeout_s: float, compiled: bool = True, nice: int = 0) -> None:
         self.bundle = bundle
         self.timeout_s = timeout_s
         self.compiled = compiled  # verify on regorus's compiled path when the bundle compiles (gateway/policy/compiled.py)
+        self.nice = nice  # scheduling priority below the service's own (a candidate's replay: policy impact)
         self.process: subprocess.Popen[bytes] | None = None
+        self.spent_s = 0.0  # CPU of the processes this worker stopped
 
     def start(self) -> None:
         """Start the process and load the bundle; ConfigurationError when it does not compile."""
@@ -102,6 +106,11 @@ class _Worker:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "gateway.policy.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
         )
+        if self.nice:
+            try:
+                os.setpriority(os.PRIO_PROCESS, self.process.pid, self.nice)
+            except OSError:  # a platform or container that refuses: it runs at the service's priority
+                pass
 
     def load(self) -> None:
         bundle = {
@@ -136,7 +145,13 @@ class _Worker:
         except (BrokenPipeError, OSError, ValueError):
             return b""
 
+    def cpu_s(self) -> float:
+        """CPU seconds its policy processes used so far (Linux /proc; 0 where it cannot be read)."""
+        return self.spent_s + (_process_cpu_s(self.process.pid) if self.process is not None else 0.0)
+
     def stop(self) -> None:
+        if self.process is not None:
+            self.spent_s += _process_cpu_s(self.process.pid)
         process, self.process = self.process, None
         if process is None:
             return
@@ -145,6 +160,15 @@ class _Worker:
                 pipe.close()
         process.kill()
         process.wait()
+
+
+def _process_cpu_s(pid: int) -> float:
+    """User and system CPU seconds of a running process, from /proc/<pid>/stat; 0.0 when unreadable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 class EmbeddedEngine:
@@ -156,12 +180,18 @@ class EmbeddedEngine:
     name = "embedded"
 
     def __init__(
-        self, bundle: PolicyBundle, workers: int = WORKERS, timeout_s: float = EVAL_TIMEOUT_S, *, compiled: bool = True
+        self,
+        bundle: PolicyBundle,
+        workers: int = WORKERS,
+        timeout_s: float = EVAL_TIMEOUT_S,
+        *,
+        compiled: bool = True,
+        nice: int = 0,
     ) -> None:
         self.revision = bundle.revision
         self.loaded_at = datetime.now(timezone.utc)
         self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
-        self._workers = [_Worker(bundle, timeout_s, compiled) for _ in range(workers)]
+        self._workers = [_Worker(bundle, timeout_s, compiled, nice) for _ in range(workers)]
         self._threads = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rego")
         try:
             for worker in self._workers:  # started side by side, then loaded
@@ -231,6 +261,10 @@ class EmbeddedEngine:
         except PolicyUnavailable:
             return False
         return True
+
+    def cpu_s(self) -> float:
+        """CPU seconds its policy processes used so far: what a call that ran them is charged."""
+        return sum(worker.cpu_s() for worker in self._workers)
 
     async def aclose(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self._close)

@@ -9,6 +9,7 @@ import anyio
 
 from api.policy import ImpactReport, ImpactRequest
 from audit.record import PolicyImpactRun
+from core import work
 from core.errors import BadRequest, ConfigurationError, DeadlineExceeded, Forbidden
 from gateway.http.operation import POLICY, json_answer, json_body, ref
 from gateway.http.traced import Call, requires, serving
@@ -42,6 +43,8 @@ async def handle(call: Call) -> tuple[int, ImpactReport]:
         try:
             report = await _bounded(call, impact(call.context.store, call.context.policy, candidate, window))
         finally:
+            # The candidate's process is the call's work too: charged, it prices the actor's next runs.
+            work.charge(cpu_s=candidate.cpu_s())
             await candidate.aclose()
     call.trace.record(PolicyImpactRun.of(report))
     return 200, ImpactReport.model_validate({**report, "summary": summary(report)})
