@@ -208,7 +208,7 @@ def main() -> None:
             from gateway.writes.integer_model import integer_model
 
             started = time.perf_counter()
-            integer_model(work / "models")
+            integer_model()  # what each `gateway embed` run below does again at its start (in memory)
             print(f"made the integer model from the packaged one in {time.perf_counter() - started:.1f} s")
             bge_files(work / "models")
             if not args.skip_old:
