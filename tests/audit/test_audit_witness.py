@@ -202,3 +202,30 @@ def test_a_signer_that_lost_its_file_recovers_from_the_witness(witnessed: tuple[
     assert fresh.readiness() == "ok" and "\n15\n" in (witness.latest() or "")
     attested = read_checkpoints(tmp_path / "new-pod.checkpoints", load_verifier(signed.keys["public"]))
     assert max(c.size for c in attested.by_chain[TENANT]) == 15
+
+
+def test_a_signer_that_finds_the_store_shorter_than_the_witness_refuses_and_says_so(
+    witnessed: tuple[Signed, WitnessProcess], tmp_path: Path
+) -> None:
+    """Issue 55: a signer that lost its file recovered from the witness's 12 rows while the store's
+    last rows had been deleted, then waited silently for the chain to grow past 12, and /readyz
+    stayed ok. It now refuses the chain, logs it and is not ready, naming the chain by its tag."""
+    from tests.audit.test_audit_checkpoints import delete_rows
+
+    signed, witness = witnessed
+    with db.writer(signed.gateway.store).begin() as conn:
+        delete_rows(conn, [r["pk"] for r in chain_rows(conn)[-3:]])  # the witness cosigned 12; 9 are left
+    fresh = Checkpointer(
+        signed.gateway.store,
+        load_signer(signed.keys["private"]),
+        CheckpointLog(tmp_path / "new-pod.checkpoints"),
+        witness=WitnessClient(witness.url),
+    )
+    assert fresh.checkpoint(every_chain=True) == []
+    assert "fewer than the 12 a signed checkpoint names" in fresh.refusing[TENANT]
+    ready = fresh.readiness()
+    assert ready != "ok" and "refusing to sign 1 audit chain(s)" in ready and TENANT not in ready
+    signed.write(5)  # the chain grows past 12 again: the row after the gap is refused, never signed over
+    made = fresh.checkpoint(every_chain=True)
+    assert [(c.size, c.refused[0] if c.refused else None) for c in made] == [(12, 13)], made
+    assert fresh.readiness() != "ok"
