@@ -99,3 +99,21 @@ DIFFERENCES: tuple[Difference, ...] = load(resources.files(__package__).joinpath
 def difference_of(name: str) -> Difference | None:
     """The known difference a conformance case is filed under, if any."""
     return next((d for d in DIFFERENCES if d.finds(name)), None)
+
+
+@dataclass(frozen=True)
+class CompiledDifference:
+    """Cases that pass on the embedded engine's interpreter and not on its compiled path (where the
+    gateway evaluates data.gateway.items), by what they show (compiled_differences.toml)."""
+
+    key: str
+    what: str
+    meaning: str
+    cases: frozenset[str]
+
+
+COMPILED_TABLE = "compiled_differences.toml"  # package data beside this module
+COMPILED: tuple[CompiledDifference, ...] = tuple(
+    CompiledDifference(key, entry["what"], entry["meaning"], frozenset(entry["cases"]))
+    for key, entry in tomllib.loads(resources.files(__package__).joinpath(COMPILED_TABLE).read_text(encoding="utf-8")).items()
+)

@@ -30,7 +30,7 @@ import pytest
 from gateway.policy.bundle import PolicyBundle
 from gateway.policy.embedded import build_engine, first_value
 from gateway.policy_tools.check import known_differences, lint_module
-from gateway.policy_tools.differences import DIFFERENCES, GROUPS, difference_of
+from gateway.policy_tools.differences import COMPILED, DIFFERENCES, GROUPS, difference_of
 from tests.engines import binary, unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,6 +96,22 @@ def test_the_embedded_engine_fails_exactly_the_known_differences(conformance: di
     assert now_passing == {}, "cases a known difference lists that no longer fail: drop them from differences.py"
     for difference in DIFFERENCES:
         assert any(difference.finds(n) for n in failing), f"{difference.code} lists no failing case"
+
+
+def test_the_compiled_path_fails_exactly_its_listed_cases(conformance: dict[str, Any]) -> None:
+    """Where the gateway evaluates data.gateway.items (regorus's compiled path), held to a list as the
+    interpreter is: the cases that pass on the interpreter and fail there are exactly those of
+    gateway/policy_tools/compiled_differences.toml (issue 55: 161 such cases, and no test held them)."""
+    interpreter = outcomes(conformance, "embedded")
+    compiled = outcomes(conformance, "embedded-compiled")
+    worse = {n for n, o in compiled.items() if o["status"] in ("fail", "error") and interpreter[n]["status"] == "pass"}
+    listed = set().union(*(d.cases for d in COMPILED))
+    regressions = {n: compiled[n]["reason"] for n in sorted(worse - listed)}
+    now_passing = {n: compiled[n]["status"] for n in sorted(listed - worse)}
+    assert regressions == {}, "cases the compiled path now fails, listed nowhere"
+    assert now_passing == {}, "listed cases that no longer fail on the compiled path: drop them from the table"
+    undefined = next(d for d in COMPILED if d.key == "error_is_undefined")
+    assert all("got undefined" in (compiled[n]["reason"] or "") for n in undefined.cases)
 
 
 def test_the_check_warns_on_every_case_the_embedded_engine_fails(conformance: dict[str, Any]) -> None:
