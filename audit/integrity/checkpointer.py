@@ -313,11 +313,15 @@ class Checkpointer:
                 self._recover(chain)  # or by the witness
             signed = self._signed.get(chain)
         if signed is not None:
-            head = chain_heads(conn, [chain]).get(chain, 0)
-            if head < signed.size:  # a checkpoint (the file's, or the witness's it recovered from) names rows the store lacks
-                why = f"the store holds {head} rows of it, fewer than the {signed.size} a signed checkpoint names"
+            stored = chain_heads(conn, [chain]).get(chain, 0)
+            if stored < signed.size:  # a checkpoint (the file's, or the witness's it recovered from) names rows the store lacks
+                why = f"the store holds {stored} rows of it, fewer than the {signed.size} a signed checkpoint names"
                 if self.refusing.get(chain) != why:
-                    log.error("audit chain %s: %s; not signing until rows are restored (`gateway audit verify` names the gap)", chain, why)
+                    log.error(
+                        "audit chain %s: %s; not signing until rows are restored (`gateway audit verify` names the gap)",
+                        chain,
+                        why,
+                    )
                 self.refusing[chain] = why
                 return None
             self.refusing.pop(chain, None)

@@ -190,10 +190,12 @@ async def _explain(
 @click.option("--strict", is_flag=True, help="Fail on warnings too.")
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def policy_check(directory: Path | None, strict: bool, output_format: str) -> None:
-    """Compile the policies, validate the data document, warn on engine divergence; no server needed."""
+    """Compile the policies, validate the data document, warn on engine divergence, and run the
+    policy's Rego tests where the gateway evaluates it (the compiled path); no server needed."""
     from gateway.policy_tools.check import check_policies
 
-    report = check_policies(directory or settings_from().policies_dir)
+    settings = settings_from()
+    report = check_policies(directory or settings.policies_dir, compiled=settings.policy_compiled)
     if output_format == "json":
         click.echo(json.dumps(report.as_json(strict), indent=2))
     else:

@@ -13,6 +13,7 @@ from gateway.policy.opa import OpaServerEngine
 from gateway.policy.reload import ReloadingEngine
 from gateway.policy.signatures import VerificationKey
 from gateway.policy.source import PolicySource
+from gateway.policy.tested import refuse_diverging
 from gateway.settings import PolicySettings
 
 
@@ -52,6 +53,8 @@ async def build_engine(settings: PolicySettings, bundle: PolicyBundle, sink: Dec
             await (await open_candidate(bundle)).aclose()
         engine = await OpaServerEngine.connect(settings, bundle)
     else:
+        if settings.policy_compiled:  # the policy runs where it was tested: its own tests, on the compiled path
+            await anyio.to_thread.run_sync(refuse_diverging, bundle)
         engine = await anyio.to_thread.run_sync(lambda: EmbeddedEngine(bundle, compiled=settings.policy_compiled))
     try:
         await self_check(engine)

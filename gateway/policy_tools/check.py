@@ -21,6 +21,7 @@ from gateway.policy.base import ENTRYPOINTS, PROBE_ACTOR
 from gateway.policy.bundle import PolicyBundle, read_bundle
 from gateway.policy.embedded import new_engine
 from gateway.policy.schema import validate
+from gateway.policy.tested import diverging_tests
 from gateway.policy_tools.differences import DIFFERENCES, Difference
 
 Severity = Literal["error", "warning"]
@@ -82,8 +83,10 @@ class CheckReport:
         }
 
 
-def check_policies(root: Path) -> CheckReport:
-    """Every error and warning of the policies under root."""
+def check_policies(root: Path, compiled: bool = True) -> CheckReport:
+    """Every error and warning of the policies under root. With `compiled` (GATEWAY_POLICY_COMPILED,
+    where the gateway evaluates data.gateway.items), a Rego test that passes on the interpreter and
+    fails there is an error: the service would refuse the revision (gateway/policy/tested.py)."""
     try:
         bundle = read_bundle(root)
     except ConfigurationError as exc:
@@ -91,6 +94,18 @@ def check_policies(root: Path) -> CheckReport:
     findings = compile_modules(bundle) + check_data(bundle)
     for path, source in bundle.modules:
         findings += lint_module(str(bundle.root / path), source)
+    if compiled and not any(f.severity == "error" for f in findings):
+        findings += [
+            Finding(
+                "error",
+                "compiled-path",
+                str(bundle.root),
+                f"{d.test} passes on the interpreter and fails where the gateway evaluates data.gateway.items "
+                f"(regorus's compiled path: {d.why}); the service refuses this revision; change the policy, or "
+                "evaluate it on the interpreter with GATEWAY_POLICY_COMPILED=false",
+            )
+            for d in diverging_tests(bundle)
+        ]
     return CheckReport(str(root), bundle.revision, tuple(findings))
 
 

@@ -1,0 +1,135 @@
+"""The policy's own Rego tests, run where the gateway evaluates the policy.
+
+The gateway evaluates `data.gateway.items` on regorus's compiled path (gateway/policy/compiled.py),
+which answers some Rego differently from the interpreter the tests (`gateway policy test`) and OPA
+run on: OPA's conformance cases show where (gateway/policy_tools/compiled_differences.toml). The
+compiler does not take `with`, which nearly every test uses, so a test cannot itself be compiled.
+Instead the tests run on the interpreter twice: once as written, and once with the items package
+answered by the compiled program. For that run the bundle's `gateway.items` modules are loaded
+under another package, and a module of the gateway's own takes `package gateway.items`, answering
+`allowed` and `denied` by calling the compiled program (a Python extension) with the test's
+`input` and `data.gateway.config`, as the service would call it, chunks and fallbacks included.
+A test that passes as written and fails there is a policy that does not run where it was tested:
+`gateway policy check` reports it as an error, and the service refuses the revision (at start, or
+on reload, keeping the one in force). With GATEWAY_POLICY_COMPILED=false, or a policy with no
+program form, the interpreter serves and the tests as written are the ones that count.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from core.errors import ConfigurationError
+from gateway.policy.bundle import PolicyBundle
+from gateway.policy.compiled import CompiledItems
+from gateway.policy.embedded import build_engine, new_engine
+
+ITEMS = "gateway.items"
+SOURCE = "gateway_internal_source.items"  # where the bundle's items modules go for the compiled run
+EXTENSION = "gateway_internal.compiled_items"
+SHIM_PATH = "<gateway>/compiled_shim.rego"
+SHIM = f"""package {ITEMS}
+
+allowed := {EXTENSION}(input, data.gateway.config).allowed
+
+denied := {EXTENSION}(input, data.gateway.config).denied
+"""
+PACKAGE = re.compile(r"^package\s+([\w.]+)", re.M)
+TEST_RULE = re.compile(r"^(test_\w+)", re.M)
+
+
+@dataclass(frozen=True, slots=True)
+class Diverging:
+    """A Rego test that passes on the interpreter and not with the items policy on the compiled path."""
+
+    test: str  # data.<package>.<rule>
+    why: str  # what it gave there: false, undefined, or the engine's error
+
+
+def diverging_tests(bundle: PolicyBundle) -> list[Diverging]:
+    """The bundle's Rego tests that pass as written and fail with data.gateway.items answered by its
+    compiled program; [] when there are no tests or no program form (the interpreter serves)."""
+    if not bundle.tests:
+        return []
+    compiled = CompiledItems.compile(bundle)
+    if compiled is None:
+        return []
+    written = _run(_engine(bundle, None), bundle)
+    on_compiled = _run(_engine(bundle, compiled), bundle)
+    return [
+        Diverging(test, on_compiled[test])
+        for test, outcome in written.items()
+        if outcome == "pass" and on_compiled[test] != "pass"
+    ]
+
+
+def refuse_diverging(bundle: PolicyBundle) -> None:
+    """ConfigurationError naming the tests that fail where the gateway would evaluate the policy."""
+    diverging = diverging_tests(bundle)
+    if diverging:
+        named = "; ".join(f"{d.test} ({d.why})" for d in diverging[:5]) + (" and more" if len(diverging) > 5 else "")
+        raise ConfigurationError(
+            f"the policy's own Rego tests fail where the gateway evaluates data.gateway.items (regorus's compiled path) and "
+            f"pass on its interpreter: {named}; change the policy (see `gateway policy check`), or evaluate it on the "
+            "interpreter with GATEWAY_POLICY_COMPILED=false"
+        )
+
+
+def _engine(bundle: PolicyBundle, compiled: CompiledItems | None) -> Any:
+    """The interpreter with the bundle and its tests; with `compiled`, the items package answered by it."""
+    engine = new_engine()
+    for path, source in bundle.modules:
+        package = PACKAGE.search(source)
+        if compiled is not None and package is not None and package.group(1) == ITEMS:
+            source = PACKAGE.sub(f"package {SOURCE}", source, count=1)
+        engine.add_policy(str(bundle.root / path), source)
+    if compiled is not None:
+        engine.add_policy(SHIM_PATH, SHIM)
+        engine.add_extension(EXTENSION, 2, _answer(bundle, compiled))
+    for path, source in bundle.tests:
+        engine.add_policy(str(bundle.root / path), source)
+    engine.add_data_json(json.dumps(bundle.data))
+    return engine
+
+
+def _answer(bundle: PolicyBundle, compiled: CompiledItems) -> Any:
+    """The extension: the compiled program's documents for `input`, with the data the test set."""
+    fallback = build_engine(bundle)
+
+    def answer(policy_input: Any, config: Any) -> dict[str, Any]:
+        data = {**bundle.data, "gateway": {**bundle.data.get("gateway", {}), "config": config}}
+        compiled.vm.set_data_json(json.dumps(data))
+        fallback.clear_data()
+        fallback.add_data_json(json.dumps(data))
+
+        def interpreter(chunk_input: dict[str, Any]) -> dict[str, Any]:
+            fallback.set_input_json(json.dumps(chunk_input))
+            result = json.loads(fallback.eval_query_as_json(f"data.{ITEMS}")).get("result") or []
+            value = result[0]["expressions"][0]["value"] if result else {}
+            return value if isinstance(value, dict) else {}
+
+        return compiled.evaluate(policy_input if isinstance(policy_input, dict) else {}, interpreter)
+
+    return answer
+
+
+def _run(engine: Any, bundle: PolicyBundle) -> dict[str, str]:
+    """Each test's outcome: "pass", "false", "undefined" or the engine's error (its first line)."""
+    outcomes: dict[str, str] = {}
+    for _path, source in bundle.tests:
+        package = PACKAGE.search(source)
+        if package is None:
+            continue
+        for name in sorted(set(TEST_RULE.findall(source))):
+            test = f"data.{package.group(1)}.{name}"
+            try:
+                result = json.loads(engine.eval_query_as_json(test)).get("result") or []
+                value = result[0]["expressions"][0]["value"] if result else None
+                outcomes[test] = "pass" if value is True else "undefined" if not result else json.dumps(value)[:80]
+            except Exception as exc:  # an evaluation error: the test fails, with the error's first line
+                lines = [line.strip() for line in str(exc).splitlines() if line.strip().startswith("error:")]
+                outcomes[test] = lines[0][:160] if lines else type(exc).__name__
+    return outcomes
