@@ -753,8 +753,9 @@ def markdown(version: str, runs: list[EngineRun], cases: list[Case], date: str) 
             f"The compiled path takes a case that asks for one document (`x = data.a.b`) and compiles to a program: "
             f"{len(taken)} of {len(compiled_run.outcomes)}. Of those it passes {sum(o.status == 'pass' for o in taken)}; "
             f"{len(both)} fail on the interpreter as well (the known differences above), {len(better)} pass here and "
-            f"not on the interpreter, and these {len(worse)} pass on the interpreter and not here. No test holds the "
-            "compiled path to a list yet: see bench/README.md.",
+            f"not on the interpreter, and these {len(worse)} pass on the interpreter and not here: "
+            "gateway/policy_tools/compiled_differences.toml lists them, and tests/policies/test_opa_conformance.py holds "
+            "the compiled path to that list.",
             "",
             "| case | status | reason |",
             "|---|---|---|",

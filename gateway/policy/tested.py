@@ -17,8 +17,10 @@ program form, the interpreter serves and the tests as written are the ones that 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,19 +53,40 @@ class Diverging:
 
 def diverging_tests(bundle: PolicyBundle) -> list[Diverging]:
     """The bundle's Rego tests that pass as written and fail with data.gateway.items answered by its
-    compiled program; [] when there are no tests or no program form (the interpreter serves)."""
+    compiled program; [] when there are no tests or no program form (the interpreter serves). The
+    answer is kept per content (modules, tests and data): a process that builds the same policy again
+    (a reload of an unchanged source, another engine) does not run its tests again."""
     if not bundle.tests:
         return []
+    content = json.dumps([bundle.modules, bundle.tests, bundle.data], sort_keys=True, default=str).encode()
+    digest = hashlib.sha256(content).hexdigest()
+    with _LOCK:
+        known = _SEEN.get(digest)
+    if known is None:
+        known = _diverging(bundle)
+        with _LOCK:
+            _SEEN[digest] = known
+            while len(_SEEN) > SEEN_MOST:
+                del _SEEN[next(iter(_SEEN))]
+    return list(known)
+
+
+SEEN_MOST = 16  # policy contents whose outcome a process keeps
+_SEEN: dict[str, tuple[Diverging, ...]] = {}
+_LOCK = threading.Lock()
+
+
+def _diverging(bundle: PolicyBundle) -> tuple[Diverging, ...]:
     compiled = CompiledItems.compile(bundle)
     if compiled is None:
-        return []
+        return ()
     written = _run(_engine(bundle, None), bundle)
     on_compiled = _run(_engine(bundle, compiled), bundle)
-    return [
+    return tuple(
         Diverging(test, on_compiled[test])
         for test, outcome in written.items()
         if outcome == "pass" and on_compiled[test] != "pass"
-    ]
+    )
 
 
 def refuse_diverging(bundle: PolicyBundle) -> None:
