@@ -44,6 +44,7 @@ class ServerSettings:
     public_url: str | None = None
     max_body_bytes: int = 1024 * 1024
     body_timeout_ms: int = 30_000  # the longest a request body may take to arrive, read before any seat is taken
+    header_timeout_ms: int = 10_000  # the longest a request's headers may take to arrive (gateway serve)
     drain_seconds: int = 30
     # The MCP server at /mcp (gateway/http/mcp.py), and the browser origins it answers: a comma list
     # of `scheme://host[:port]` (`:*` for any port). A request with no Origin (an agent, not a

@@ -17,6 +17,10 @@ from gateway.cli.common import settings_from, store_options
 from gateway.logs import configure
 from gateway.settings import Settings
 
+# uvicorn's h11 protocol with a deadline for request headers, named as uvicorn imports it (in each
+# worker process too): the HTTP layer sits above the CLI's, so it is not imported here.
+PROTOCOL = "gateway.http.protocol:HeaderDeadlineProtocol"
+
 
 @click.command()
 @store_options
@@ -52,6 +56,7 @@ def serve(workers: int, **flags: Any) -> None:
             host=settings.host,
             port=settings.port,
             log_config=None,  # the logging configured above (gateway/logs.py), in every process
+            http=PROTOCOL,  # h11 with a deadline for request headers (gateway/http/protocol.py)
             log_level="warning",
             access_log=False,
             timeout_graceful_shutdown=settings.drain_seconds,
@@ -74,6 +79,7 @@ def serve(workers: int, **flags: Any) -> None:
         host=settings.host,
         port=settings.port,
         workers=workers,
+        http=PROTOCOL,
         log_config=None,
         log_level="warning",
         access_log=False,

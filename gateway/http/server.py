@@ -3,6 +3,7 @@
 import sys
 
 from gateway.http.app import create_app
+from gateway.http.protocol import HeaderDeadlineProtocol
 from gateway.logs import configure
 from gateway.settings import load_settings
 
@@ -17,4 +18,5 @@ sys.setswitchinterval(0.001)
 # create_app); tests, which build many apps in one process, do not.
 settings = load_settings()
 configure(settings.log_level, settings.log_format)  # again in each worker process `gateway serve --workers` starts
+HeaderDeadlineProtocol.header_timeout_s = settings.header_timeout_ms / 1000  # the protocol `gateway serve` names
 app = create_app(settings, freeze=True)

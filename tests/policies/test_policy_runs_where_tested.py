@@ -26,17 +26,17 @@ from tests.gateway.fixtures import SALES_TASK, seed
 
 ITEMS = Path("gateway/items/items.rego")
 TESTS = Path("gateway/items/items_test.rego")
-HELD = '''
+HELD = """
 # Items an operator holds back, by id (data.gateway.config.held).
 default held := {id | some id in object.get(data.gateway.config, "held", [])}
 
 held := set() if false
-'''
-HELD_TEST = '''
+"""
+HELD_TEST = """
 test_held_items_are_not_allowed if {
 	items.allowed == [] with input as batch([base_item]) with data.gateway.config.held as [base_item.id]
 }
-'''
+"""
 
 
 def hold_items(policies: Path) -> None:

@@ -13,10 +13,12 @@ import socket
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
+import pytest
 
-from tests.conftest import serve_gateway
+from tests.conftest import free_port, serve_gateway
 from tests.gateway.fixtures import SALES_TASK
 
 SOCKETS = 6
@@ -87,3 +89,61 @@ def test_slow_bodies_hold_no_seat_and_time_out_as_a_408_with_its_row(sqlite_url:
         trace_id = answers[0].split(b"x-trace-id: ", 1)[1].split(b"\r\n", 1)[0].decode()
         row = gateway.trace(trace_id)
         assert (row["status_code"], row["error_code"], row["actor"]) == (408, "request_timeout", "user:mallory")
+
+
+def test_headers_that_trickle_in_are_cut_off_by_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 55: slow-header connections are bounded by the server. uvicorn bounds the idle time
+    between keep-alive requests but not how long a request's headers take; `gateway serve` runs
+    uvicorn with gateway/http/protocol.py, which closes a connection whose next request's headers
+    have not all arrived within GATEWAY_HEADER_TIMEOUT_MS, before the app sees anything of it."""
+    import uvicorn
+
+    from gateway.http.protocol import HeaderDeadlineProtocol
+
+    monkeypatch.setattr(HeaderDeadlineProtocol, "header_timeout_s", 0.6)
+    reached: list[str] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        reached.append(scope["path"])
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, http=HeaderDeadlineProtocol, lifespan="off", log_level="warning")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    try:
+        with socket.create_connection(("127.0.0.1", port)) as sock:  # a byte every 0.2 s, never done
+            sock.settimeout(0.2)
+            started, closed = time.monotonic(), False
+            for byte in b"GET /slow HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 40:
+                try:
+                    sock.sendall(bytes([byte]))
+                    if sock.recv(1) == b"":
+                        closed = True
+                        break
+                except TimeoutError:
+                    continue
+                except OSError:
+                    closed = True
+                    break
+            assert closed and time.monotonic() - started < 3.0
+        assert reached == []  # nothing of it reached the app
+        with socket.create_connection(("127.0.0.1", port)) as sock:  # a prompt request, then a slow one on the same connection
+            sock.sendall(b"GET /fast HTTP/1.1\r\nHost: x\r\n\r\n")
+            answer = b""
+            while not answer.endswith(b"\r\n\r\nok"):
+                answer += sock.recv(4096)
+            assert answer.startswith(b"HTTP/1.1 200")
+            sock.sendall(b"GET /second HTTP/1.1\r\n")
+            sock.settimeout(3.0)
+            assert sock.recv(4096) == b""  # closed at the deadline, the second request's headers never done
+        assert reached == ["/fast"] and HeaderDeadlineProtocol.closed_late >= 2
+    finally:
+        server.should_exit = True
+        thread.join(10)
