@@ -97,6 +97,15 @@ class Seat:
         return (self.granted_at if self.granted_at is not None else self.since) - self.since
 
 
+def _take(counts: dict[str, int], key: str, units: int) -> None:
+    """Units given back from `counts[key]`; the key goes when none are left."""
+    left = counts[key] - units
+    if left > 0:
+        counts[key] = left
+    else:
+        del counts[key]
+
+
 @dataclass(slots=True)
 class _Tenant:
     share: Share
@@ -359,20 +368,12 @@ class FairQueue:
     def _give_back(self, seat: Seat) -> None:
         if seat.background:
             self._background -= seat.units
-            left = self._background_of[seat.tenant] - seat.units
-            if left > 0:
-                self._background_of[seat.tenant] = left
-            else:
-                del self._background_of[seat.tenant]
+            _take(self._background_of, seat.tenant, seat.units)
             return
         state = self._tenants[seat.tenant]
         state.in_flight -= seat.units
         self._in_flight -= seat.units
-        left = state.actors_in_flight[seat.actor] - seat.units
-        if left > 0:
-            state.actors_in_flight[seat.actor] = left
-        else:
-            del state.actors_in_flight[seat.actor]
+        _take(state.actors_in_flight, seat.actor, seat.units)
         self._forget_if_idle(seat.tenant)
 
     def _make_room(self, state: _Tenant, actor: str, cost: int) -> bool:
