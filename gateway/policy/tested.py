@@ -80,8 +80,8 @@ def _diverging(bundle: PolicyBundle) -> tuple[Diverging, ...]:
     compiled = CompiledItems.compile(bundle)
     if compiled is None:
         return ()
-    written = _run(_engine(bundle, None), bundle)
-    on_compiled = _run(_engine(bundle, compiled), bundle)
+    written = _run(_engine(bundle, None), bundle, moved=False)
+    on_compiled = _run(_engine(bundle, compiled), bundle, moved=True)
     return tuple(
         Diverging(test, on_compiled[test])
         for test, outcome in written.items()
@@ -104,16 +104,16 @@ def refuse_diverging(bundle: PolicyBundle) -> None:
 def _engine(bundle: PolicyBundle, compiled: CompiledItems | None) -> Any:
     """The interpreter with the bundle and its tests; with `compiled`, the items package answered by it."""
     engine = new_engine()
-    for path, source in bundle.modules:
+    for path, source in bundle.modules + bundle.tests:
         package = PACKAGE.search(source)
         if compiled is not None and package is not None and package.group(1) == ITEMS:
+            # Moved with the policy: a test written in the items package itself refers to its rules
+            # unqualified, so it keeps testing the interpreter's answer there (it is never refused).
             source = PACKAGE.sub(f"package {SOURCE}", source, count=1)
         engine.add_policy(str(bundle.root / path), source)
     if compiled is not None:
         engine.add_policy(SHIM_PATH, SHIM)
         engine.add_extension(EXTENSION, 2, _answer(bundle, compiled))
-    for path, source in bundle.tests:
-        engine.add_policy(str(bundle.root / path), source)
     engine.add_data_json(json.dumps(bundle.data))
     return engine
 
@@ -139,17 +139,19 @@ def _answer(bundle: PolicyBundle, compiled: CompiledItems) -> Any:
     return answer
 
 
-def _run(engine: Any, bundle: PolicyBundle) -> dict[str, str]:
-    """Each test's outcome: "pass", "false", "undefined" or the engine's error (its first line)."""
+def _run(engine: Any, bundle: PolicyBundle, moved: bool) -> dict[str, str]:
+    """Each test's outcome, by its name as written: "pass", "false", "undefined" or the engine's
+    error (its first line). `moved`: the items package's own modules are under SOURCE."""
     outcomes: dict[str, str] = {}
     for _path, source in bundle.tests:
         package = PACKAGE.search(source)
         if package is None:
             continue
+        where = SOURCE if moved and package.group(1) == ITEMS else package.group(1)
         for name in sorted(set(TEST_RULE.findall(source))):
             test = f"data.{package.group(1)}.{name}"
             try:
-                result = json.loads(engine.eval_query_as_json(test)).get("result") or []
+                result = json.loads(engine.eval_query_as_json(f"data.{where}.{name}")).get("result") or []
                 value = result[0]["expressions"][0]["value"] if result else None
                 outcomes[test] = "pass" if value is True else "undefined" if not result else json.dumps(value)[:80]
             except Exception as exc:  # an evaluation error: the test fails, with the error's first line

@@ -81,3 +81,14 @@ def test_the_service_refuses_it_at_start_and_on_reload_and_keeps_the_revision_in
             pass
     with open_gateway(sqlite_url, tmp_path / "interpreter", policies_dir=policy_copy, policy_compiled=False) as gateway:
         assert gateway.client.get("/healthz").status_code == 200  # evaluated where it was tested, it serves
+
+
+def test_tests_written_in_the_items_package_itself_are_never_falsely_refused(policy_copy: Path) -> None:
+    """OPA's convention allows a test in the package it tests (`package gateway.items`), naming its
+    rules unqualified: such a test moves with the policy and tests the interpreter's answer there, so
+    it is never reported (nor refused) for a difference it cannot see."""
+    (policy_copy / "gateway/items/same_package_test.rego").write_text(
+        "package gateway.items\n\ntest_nothing_is_allowed_without_items if {\n\tallowed == [] with input as {}\n}\n"
+    )
+    assert CliRunner().invoke(main, ["policy", "test", str(policy_copy)]).exit_code == 0
+    assert diverging_tests(read_bundle(policy_copy)) == []
