@@ -26,7 +26,7 @@ import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ from audit.evidence.findings import PackCheck, PackRow
 from audit.evidence.layout import CHECKPOINTS, FIGURES, FORMAT, KEYS, MANIFEST, POLICY, ROWS, ROWS_AFTER, ROWS_BEFORE
 from audit.evidence.pack import in_period, policy_revisions, sha256_file
 from audit.evidence.signed import UNCHECKED, known_checkpoints, manifest_claims, signed_checkpoints
-from audit.integrity import NoteError, Verifier, parse_verifier_key
+from audit.integrity import NoteError, Verifier, parse_verifier_key, signed_since
 from core.audit_facts import tally_rows
 from core.errors import ConfigurationError
 from core.instants import parse_rfc3339, rfc3339
@@ -138,7 +138,7 @@ def check_pack(directory: Path, verifiers: Sequence[Verifier] | None = None, tru
     # The end: a checkpoint signed at or after the period's end, which the rows match, says how many
     # rows the chain had by then; the pack must hold them all (a checkpoint past its rows fails above),
     # so a pack cut at a checkpoint boundary inside the period cannot hold one.
-    ended = [c for c in check.held if c.refused is None and _instant(c.time) >= until]
+    ended = [c for c in check.held if c.refused is None and signed_since(c, until)]
     report["end_covered"] = bool(ended)
     if not ended and not trust.allow_uncovered:
         check.fail(
@@ -157,14 +157,6 @@ def check_pack(directory: Path, verifiers: Sequence[Verifier] | None = None, tru
     report["policy_revisions"] = len(policy_revisions(r.data for r in inside)["revisions"])
     _figures(check, lines, since, until)
     return _finish(report, check)
-
-
-def _instant(text: str) -> datetime:
-    """A checkpoint's time; one that cannot be read is as old as can be (it proves no end)."""
-    try:
-        return parse_rfc3339(text)
-    except ValueError:
-        return datetime.min.replace(tzinfo=timezone.utc)
 
 
 def _keys(check: PackCheck, report: dict[str, Any], verifiers: Sequence[Verifier] | None) -> list[Verifier]:

@@ -69,13 +69,15 @@ from audit.integrity import (
     Verifier,
     cosigned_log,
     cut_of,
+    instant_of,
     leaf_hash,
     read_checkpoints,
+    signed_since,
     verifier_key,
 )
 from core.audit_facts import RETRIEVAL, tally_rows
 from core.errors import BadRequest, Conflict
-from core.instants import parse_rfc3339, rfc3339, to_utc
+from core.instants import rfc3339, to_utc
 
 log = logging.getLogger("gateway.audit.evidence")
 RELOAD = "policy_reload"  # the endpoint of a policy reload's own row (and of POST /v1/policy/reload)
@@ -107,7 +109,8 @@ def signing_of(
     if ending is not None:
         chain, until = chain_of(ending[0]), ending[1]
         last = checkpointer.signed_at(chain)
-        if until <= datetime.now(timezone.utc) and (last is None or parse_rfc3339(last) < until):
+        signed = instant_of(last) if last is not None else None
+        if until <= datetime.now(timezone.utc) and (signed is None or signed < until):
             restate.append(chain)
     if catch_up:
         try:
@@ -389,7 +392,7 @@ def _read_period(
             target = max(last if counted else last + 1, start)
             # Of those, one signed at or after the period's end when there is one: it shows the period's end.
             eligible = [c for c in checkpoints if c.size >= target]
-            ending = [c for c in eligible if c.refused is None and parse_rfc3339(c.time) >= until]
+            ending = [c for c in eligible if c.refused is None and signed_since(c, until)]
             covering = min(ending or eligible, key=_order, default=None)
             end = min(head, max(last + 1, covering.size if covering is not None else 0, *reach))
             rows = _rows(conn, chain, start, end) if end >= start else []

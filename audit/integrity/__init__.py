@@ -11,9 +11,11 @@ from audit.integrity.checkpoints import (
     cosigned_log,
     cut_of,
     impossible_mark,
+    instant_of,
     open_by_any,
     origin_of,
     read_checkpoints,
+    signed_since,
     unfiled_marks,
 )
 from audit.integrity.keys import generate, load_signer, load_verifier
@@ -62,6 +64,8 @@ __all__ = [
     "WitnessClient",
     "adoption_of",
     "impossible_mark",
+    "instant_of",
+    "signed_since",
     "unfiled_marks",
     "chain_tag",
     "consistency_proof",

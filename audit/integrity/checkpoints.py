@@ -26,6 +26,7 @@ from urllib.parse import quote, unquote
 from audit.integrity.keys import KEY_NAME
 from audit.integrity.merkle import Range
 from audit.integrity.notes import SIGNATURE_PREFIX, NoteError, Signer, Verifier, open_note
+from core.instants import to_utc
 
 log = logging.getLogger("gateway.audit.checkpoints")
 ORIGIN_PREFIX = KEY_NAME + "/"
@@ -287,18 +288,28 @@ def impossible_mark(checkpoint: Checkpoint) -> str | None:
         return None
     if mark.size > checkpoint.size:
         return f"its adoption mark names row {mark.size}, past the {checkpoint.size} rows it signs"
-    try:
-        when, signed = _instant(mark.time), _instant(checkpoint.time)
-    except ValueError:
+    when, signed = instant_of(mark.time), instant_of(checkpoint.time)
+    if when is None:
         return f"its adoption mark's time {mark.time!r} is not an RFC 3339 instant"
-    if when > signed:
+    if signed is None or when > signed:
         return f"its adoption mark's time {mark.time} is after the checkpoint's own ({checkpoint.time})"
     return None
 
 
-def _instant(text: str) -> datetime:
-    value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+def signed_since(checkpoint: Checkpoint, instant: datetime) -> bool:
+    """Whether `checkpoint` was signed at or after `instant` (a time that cannot be read: no)."""
+    signed = instant_of(checkpoint.time)
+    return signed is not None and signed >= instant
+
+
+def instant_of(text: str) -> datetime | None:
+    """A note's time (its `time`, an adoption mark's) as an instant, whatever its year; None when it
+    is not RFC 3339 with an offset."""
+    try:
+        value = datetime.fromisoformat(text.replace("z", "Z").replace("Z", "+00:00")) if "T" in text.upper() else None
+    except ValueError:
+        return None
+    return to_utc(value) if value is not None and value.tzinfo is not None else None
 
 
 def unfiled_marks(held: Iterable[Checkpoint], filed: Iterable[Checkpoint]) -> list[Adoption]:

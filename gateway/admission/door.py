@@ -86,7 +86,7 @@ class Admission:
     capacity: int = 8
     max_wait_s: float = 10.0
     clock: Callable[[], float] = time.monotonic
-    background_seats: int | None = None  # None: half the capacity (fair_queue.py)
+    background_seats: int = 0  # 0: half the capacity (fair_queue.py)
     queue: FairQueue = field(init=False)
     quotas: Quotas = field(default_factory=Quotas)
     prices: Prices = field(default_factory=Prices)

@@ -127,7 +127,7 @@ class FairQueue:
     share: Callable[[str], Share]
     max_wait_s: float = 10.0
     clock: Callable[[], float] = time.monotonic
-    background_seats: int | None = None  # None: half the capacity (at least one)
+    background_seats: int = 0  # 0: half the capacity; always at least one, at most the capacity
     _tenants: dict[str, _Tenant] = field(default_factory=dict)
     _in_flight: int = 0  # calls' units; background units are counted apart
     _background: int = 0
@@ -143,9 +143,7 @@ class FairQueue:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
-        if self.background_seats is None:
-            self.background_seats = max(1, self.capacity // 2)
-        self.background_seats = max(1, min(self.background_seats, self.capacity))
+        self.background_seats = max(1, min(self.background_seats or self.capacity // 2, self.capacity))
 
     # ------------------------------------------------------------------ a call's way through
 
@@ -155,7 +153,6 @@ class FairQueue:
         actor's own calls. With `background`, a batch of background work: queued apart, after calls
         and inside `background_seats` (at most that many units), never refused."""
         if background:
-            assert self.background_seats is not None
             with self._lock:
                 self._seq += 1
                 seat = Seat(tenant, actor, max(1, min(cost, self.background_seats)), self._seq, self.clock(), background=True)
@@ -314,7 +311,6 @@ class FairQueue:
     def _dispatch_background(self, now: float) -> None:
         """Grant background batches, the tenant with the fewest background units in flight first,
         while one fits in the seats calls left free and in the background's share."""
-        assert self.background_seats is not None
         while self._background_waiting:
             seat = min(self._background_waiting, key=lambda s: (self._background_of.get(s.tenant, 0), s.seq))
             in_use = self._in_flight + self._background

@@ -102,9 +102,8 @@ class McpEndpoint:
             security_settings=self.security,
             max_request_body_size=self.max_body_bytes,
         )
-        if (
-            isinstance(message, dict) and message.get("method") == "tools/call"
-        ):  # admitted and audited at its own cost by the route it stands for
+        tool_call = isinstance(message, dict) and message.get("method") == "tools/call"
+        if tool_call:  # admitted and audited at its own cost by the route it stands for
             with anyio.move_on_after(REQUEST_SECONDS):
                 async with manager.run():
                     await manager.handle_request(scope, _replay(body, receive), send)

@@ -144,12 +144,10 @@ NOT_ZERO = re.compile(rb"[^\0]")
 
 
 def read_bundle_file(path: Path) -> bytes:
-    """A bundle file's bytes, refused past MAX_BUNDLE_BYTES without reading more than that."""
+    """A bundle file's bytes, at most one past MAX_BUNDLE_BYTES: `scan` refuses a bundle past the
+    cap, and a file past it is never read whole."""
     with path.open("rb") as handle:
-        data = handle.read(MAX_BUNDLE_BYTES + 1)
-    if len(data) > MAX_BUNDLE_BYTES:
-        raise ConfigurationError(f"{path}: a bundle larger than {MAX_BUNDLE_BYTES} bytes; refused")
-    return data
+        return handle.read(MAX_BUNDLE_BYTES + 1)
 
 
 def gunzip(archive: bytes, source: Path, cap: int | None = None, deadline: Deadline | None = None) -> bytes:

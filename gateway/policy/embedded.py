@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import queue
 import re
@@ -26,6 +27,8 @@ from core.errors import ConfigurationError, PolicyUnavailable
 from gateway.policy.archive import MAX_ARCHIVE_BYTES
 from gateway.policy.base import ENTRYPOINTS
 from gateway.policy.bundle import PolicyBundle
+
+log = logging.getLogger("gateway.policy")
 
 # regorus refuses, by default, a module with a line over 1,024 columns, over 20,000 lines or over
 # 1 MiB, where OPA takes any: a certificate, a key or a token written into a policy stopped the
@@ -109,8 +112,8 @@ class _Worker:
         if self.nice:
             try:
                 os.setpriority(os.PRIO_PROCESS, self.process.pid, self.nice)
-            except OSError:  # a platform or container that refuses: it runs at the service's priority
-                pass
+            except OSError as exc:  # a platform or container that refuses: it runs at the service's priority
+                log.warning("policy process %d: could not lower its priority (%s)", self.process.pid, exc.strerror)
 
     def load(self) -> None:
         bundle = {

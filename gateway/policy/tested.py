@@ -11,7 +11,7 @@ under another package, and a module of the gateway's own takes `package gateway.
 `input` and `data.gateway.config`, as the service would call it, chunks and fallbacks included.
 A test that passes as written and fails there is a policy that does not run where it was tested:
 `gateway policy check` reports it as an error, and the service refuses the revision (at start, or
-on reload, keeping the one in force). With GATEWAY_POLICY_COMPILED=false, or a policy with no
+on reload, keeping the one in force), running the tests in a child process with a deadline. With GATEWAY_POLICY_COMPILED=false, or a policy with no
 program form, the interpreter serves and the tests as written are the ones that count.
 """
 
@@ -20,8 +20,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from core.errors import ConfigurationError
@@ -53,45 +56,40 @@ class Diverging:
 
 def diverging_tests(bundle: PolicyBundle) -> list[Diverging]:
     """The bundle's Rego tests that pass as written and fail with data.gateway.items answered by its
-    compiled program; [] when there are no tests or no program form (the interpreter serves). The
-    answer is kept per content (modules, tests and data): a process that builds the same policy again
-    (a reload of an unchanged source, another engine) does not run its tests again."""
+    compiled program; [] when there are no tests or no program form (the interpreter serves). Runs
+    regorus in this process: for `gateway policy check`; the service uses `refuse_diverging`."""
     if not bundle.tests:
         return []
-    content = json.dumps([bundle.modules, bundle.tests, bundle.data], sort_keys=True, default=str).encode()
-    digest = hashlib.sha256(content).hexdigest()
-    with _LOCK:
-        known = _SEEN.get(digest)
-    if known is None:
-        known = _diverging(bundle)
-        with _LOCK:
-            _SEEN[digest] = known
-            while len(_SEEN) > SEEN_MOST:
-                del _SEEN[next(iter(_SEEN))]
-    return list(known)
-
-
-SEEN_MOST = 16  # policy contents whose outcome a process keeps
-_SEEN: dict[str, tuple[Diverging, ...]] = {}
-_LOCK = threading.Lock()
-
-
-def _diverging(bundle: PolicyBundle) -> tuple[Diverging, ...]:
     compiled = CompiledItems.compile(bundle)
     if compiled is None:
-        return ()
+        return []
     written = _run(_engine(bundle, None), bundle, moved=False)
     on_compiled = _run(_engine(bundle, compiled), bundle, moved=True)
-    return tuple(
+    return [
         Diverging(test, on_compiled[test])
         for test, outcome in written.items()
         if outcome == "pass" and on_compiled[test] != "pass"
-    )
+    ]
 
 
 def refuse_diverging(bundle: PolicyBundle) -> None:
-    """ConfigurationError naming the tests that fail where the gateway would evaluate the policy."""
-    diverging = diverging_tests(bundle)
+    """ConfigurationError naming the tests that fail where the gateway would evaluate the policy.
+    The tests run in a child process under TESTS_DEADLINE_S: regorus keeps the interpreter lock for
+    a whole evaluation, so in the service's process a slow test would stop every call (the reason
+    the policy itself runs in processes of its own, gateway/policy/embedded.py). The outcome is
+    kept per content (modules, tests and data), so building the same policy again runs nothing."""
+    if not bundle.tests:
+        return
+    content = json.dumps([bundle.modules, bundle.tests, bundle.data], sort_keys=True, default=str).encode()
+    digest = hashlib.sha256(content).hexdigest()
+    with _LOCK:
+        diverging = _SEEN.get(digest)
+    if diverging is None:
+        diverging = _in_child(bundle)
+        with _LOCK:
+            _SEEN[digest] = diverging
+            while len(_SEEN) > SEEN_MOST:
+                del _SEEN[next(iter(_SEEN))]
     if diverging:
         named = "; ".join(f"{d.test} ({d.why})" for d in diverging[:5]) + (" and more" if len(diverging) > 5 else "")
         raise ConfigurationError(
@@ -99,6 +97,33 @@ def refuse_diverging(bundle: PolicyBundle) -> None:
             f"pass on its interpreter: {named}; change the policy (see `gateway policy check`), or evaluate it on the "
             "interpreter with GATEWAY_POLICY_COMPILED=false"
         )
+
+
+TESTS_DEADLINE_S = 60.0  # the child running a policy's tests twice is killed after this
+SEEN_MOST = 16  # policy contents whose outcome a process keeps
+_SEEN: dict[str, tuple[Diverging, ...]] = {}
+_LOCK = threading.Lock()
+
+
+def _in_child(bundle: PolicyBundle) -> tuple[Diverging, ...]:
+    """`diverging_tests` in `python -m gateway.policy.tested`, the bundle on its standard input."""
+    payload = {"root": str(bundle.root), "modules": bundle.modules, "tests": bundle.tests, "data": bundle.data}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "gateway.policy.tested"],
+            input=json.dumps({**payload, "revision": bundle.revision}).encode(),
+            capture_output=True,
+            timeout=TESTS_DEADLINE_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise ConfigurationError(
+            f"the policy's own Rego tests did not finish within {TESTS_DEADLINE_S:g} s where the gateway evaluates it; refused"
+        ) from exc
+    if done.returncode != 0:
+        why = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
+        raise ConfigurationError(f"the policy's own Rego tests could not be run where the gateway evaluates it: {why[0][:200]}")
+    return tuple(Diverging(test, why) for test, why in json.loads(done.stdout))
 
 
 def _engine(bundle: PolicyBundle, compiled: CompiledItems | None) -> Any:
@@ -158,3 +183,20 @@ def _run(engine: Any, bundle: PolicyBundle, moved: bool) -> dict[str, str]:
                 lines = [line.strip() for line in str(exc).splitlines() if line.strip().startswith("error:")]
                 outcomes[test] = lines[0][:160] if lines else type(exc).__name__
     return outcomes
+
+
+def main() -> None:
+    """The child of `refuse_diverging`: a bundle as JSON on standard input, the diverging tests out."""
+    given = json.loads(sys.stdin.buffer.read())
+    bundle = PolicyBundle(
+        Path(given["root"]),
+        tuple((path, source) for path, source in given["modules"]),
+        tuple((path, source) for path, source in given["tests"]),
+        given["data"],
+        given["revision"],
+    )
+    sys.stdout.write(json.dumps([[d.test, d.why] for d in diverging_tests(bundle)]))
+
+
+if __name__ == "__main__":
+    main()

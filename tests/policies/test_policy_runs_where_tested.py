@@ -92,3 +92,18 @@ def test_tests_written_in_the_items_package_itself_are_never_falsely_refused(pol
     )
     assert CliRunner().invoke(main, ["policy", "test", str(policy_copy)]).exit_code == 0
     assert diverging_tests(read_bundle(policy_copy)) == []
+
+
+def test_the_service_runs_the_tests_in_a_child_with_a_deadline(policy_copy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """regorus keeps the interpreter lock for a whole evaluation, so the service runs a policy's tests
+    in a child process (as it runs the policy): a child past its deadline refuses the revision."""
+    from gateway.policy import tested
+
+    hold_items(policy_copy)
+    bundle = read_bundle(policy_copy)
+    with pytest.raises(ConfigurationError, match="test_held_items_are_not_allowed"):
+        tested.refuse_diverging(bundle)  # the child's answer, as the in-process run's
+    (policy_copy / TESTS).write_text((policy_copy / TESTS).read_text() + "\ntest_another_one if true\n")
+    monkeypatch.setattr(tested, "TESTS_DEADLINE_S", 0.01)
+    with pytest.raises(ConfigurationError, match="did not finish within 0.01 s"):
+        tested.refuse_diverging(read_bundle(policy_copy))
