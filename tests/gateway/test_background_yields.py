@@ -83,3 +83,16 @@ def write(gateway: Gateway, key: str, batch: list[dict[str, Any]]) -> int:
     if response.status_code == 200:
         assert response.json()["rejected"] == []
     return response.status_code
+
+
+def test_readyz_reports_the_backlog_by_kind_and_never_a_tenant(sqlite_url: str, tmp_path: Path) -> None:
+    """/readyz answers anyone: its `background` is the process's backlog per kind of work (the number
+    /metrics' gateway_background_pending already gives), never a tenant's name, nor a count per tenant."""
+    with open_gateway(sqlite_url, tmp_path, embeddings="minilm") as gateway:
+        for tenant in ("acme-secret-tenant", "globex"):
+            gateway.ingest(tenant, notes(5, 1, random.Random(1)))
+        answer = gateway.client.get("/readyz")
+        body = answer.json()
+        assert set(body["background"]) == {"embedding", "pii analysis"}
+        assert all(v is None or isinstance(v, int) for v in body["background"].values())
+        assert "acme-secret-tenant" not in answer.text and "globex" not in answer.text
