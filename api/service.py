@@ -16,7 +16,7 @@ class Health(Wire):
 
 
 class Readiness(Wire):
-    OPTIONAL = frozenset({"checks", "admission", "background"})
+    OPTIONAL = frozenset({"checks", "admission", "background", "semantic"})
     status: str
     checks: dict[str, str] = Field(default_factory=dict)
     admission: dict[str, Any] = Field(default_factory=dict)
@@ -24,6 +24,11 @@ class Readiness(Wire):
         default_factory=dict,
         description="Items waiting for each kind of background work (`embedding`, `pii analysis`), as last counted "
         "(null: not counted yet); work that waits is reported here and in `sources.semantic.lag`, never refused",
+    )
+    semantic: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The model whose vectors the semantic index holds and searches (`model`, its id as stored with "
+        "every vector, and `dims`), or `unavailable` with the reason semantic search is off",
     )
 
 

@@ -158,8 +158,15 @@ class EmbeddingSettings:
     embeddings_url: str | None = None
     embeddings_model: str | None = None
     embeddings_key: str | None = None
+    embeddings_key_file: Path | None = None  # the key read from a file instead (a mounted secret), stripped
     embeddings_dims: int | None = None
-    embeddings_timeout_ms: int = 2000
+    embeddings_timeout_ms: int = 2000  # the deadline of each request (a batch, or a query) to the endpoint
+    # Bulk embedding through the endpoint (`gateway embed`, the background worker): texts per request,
+    # requests in flight at once, and the attempts a batch gets (retried with backoff on a connection
+    # error, a timeout, a 429 or a 5xx; never on another 4xx). A query's embedding is one request.
+    embeddings_batch: int = 64
+    embeddings_concurrency: int = 4
+    embeddings_attempts: int = 4
     background_embedding: bool = True
     # Where semantic search runs (unless weaviate_url is set): `memory` the in-process index,
     # `pgvector` an HNSW index inside PostgreSQL, `auto` pgvector when the store has the extension.
@@ -176,6 +183,9 @@ class PrivacySettings:
 
     pii: str = "presidio"
     pii_background: bool = True
+    # Processes the background analysis runs in: 1 in the serving process itself; more, a pool of
+    # that many beside it (spaCy holds the GIL). None: one per core this process may use.
+    pii_processes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -348,6 +358,23 @@ def user_model_dir(environ: Mapping[str, str]) -> Path:
     return Path(cache) / "governed-gateway" / "models"
 
 
+def _embeddings_key(settings: Settings) -> Settings:
+    """The endpoint's key from GATEWAY_EMBEDDINGS_KEY_FILE (stripped), when that names the file;
+    never both settings, and never the file's content in a message."""
+    if settings.embeddings_key_file is None:
+        return settings
+    if settings.embeddings_key is not None:
+        raise ConfigurationError("GATEWAY_EMBEDDINGS_KEY and GATEWAY_EMBEDDINGS_KEY_FILE: set one or the other, not both")
+    try:
+        key = Path(settings.embeddings_key_file).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not readable as UTF-8 text"
+        raise ConfigurationError(f"GATEWAY_EMBEDDINGS_KEY_FILE: cannot read the key file ({reason})") from None
+    if not key:
+        raise ConfigurationError("GATEWAY_EMBEDDINGS_KEY_FILE: the key file is empty")
+    return replace(settings, embeddings_key=key)
+
+
 def load_settings(overrides: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
     """Build settings: defaults, then GATEWAY_* variables, then explicit overrides (flags win)."""
     environ = os.environ if environ is None else environ
@@ -395,6 +422,12 @@ def load_settings(overrides: Mapping[str, Any] | None = None, environ: Mapping[s
         settings = replace(settings, public_url=settings.public_url.rstrip("/"))
     if settings.embeddings not in ("bge-small", "minilm", "minilm-float", "none"):
         raise ConfigurationError("GATEWAY_EMBEDDINGS: expected bge-small, minilm, minilm-float or none")
+    settings = _embeddings_key(settings)
+    if settings.embeddings_batch > 2048 or settings.embeddings_concurrency > 64 or settings.embeddings_attempts > 10:
+        raise ConfigurationError(
+            "GATEWAY_EMBEDDINGS_BATCH (at most 2048), GATEWAY_EMBEDDINGS_CONCURRENCY (at most 64) and "
+            "GATEWAY_EMBEDDINGS_ATTEMPTS (at most 10): one of them is out of range"
+        )
     if settings.rerank not in ("vectors", "off"):
         raise ConfigurationError("GATEWAY_RERANK: expected vectors or off")
     if not settings.model_registry.startswith(("http://", "https://")):
@@ -403,6 +436,8 @@ def load_settings(overrides: Mapping[str, Any] | None = None, environ: Mapping[s
         raise ConfigurationError("GATEWAY_VECTOR_INDEX: expected auto, memory or pgvector")
     if settings.pii not in ("presidio", "none"):
         raise ConfigurationError("GATEWAY_PII: expected presidio or none")
+    if settings.pii_processes is not None and settings.pii_processes > 64:
+        raise ConfigurationError("GATEWAY_PII_PROCESSES: at most 64")
     if settings.jwt_secret is not None and len(settings.jwt_secret.encode()) < 32:
         raise ConfigurationError("GATEWAY_JWT_SECRET: use at least 32 bytes for HS256")
     if settings.jwt_public_key and not settings.jwt_public_key.lstrip().startswith("-----BEGIN"):

@@ -6,11 +6,16 @@ stored with the id of the model that made it; vectors of another model are never
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
+import random
 import threading
+import time
+import weakref
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -18,7 +23,7 @@ import httpx
 import numpy as np
 import numpy.typing as npt
 
-from core.errors import ConfigurationError, where
+from core.errors import ConfigurationError, ConnectorError, where
 from gateway.settings import Settings
 from gateway.writes.maven_model import BGE_SMALL, ModelFiles, ModelUnavailable, fetch
 
@@ -205,31 +210,200 @@ def endpoint_options(url: str, key: str | None, timeout_ms: int) -> dict[str, An
     }
 
 
-class HttpEmbedder:
-    """An OpenAI-compatible `POST {url}/embeddings` endpoint."""
+# Retries of a bulk batch: full-jitter exponential backoff from BACKOFF_S, each wait at most
+# BACKOFF_CAP_S; a server's Retry-After is honoured up to RETRY_AFTER_CAP_S.
+BACKOFF_S = 0.25
+BACKOFF_CAP_S = 8.0
+RETRY_AFTER_CAP_S = 30.0
 
-    def __init__(self, url: str, model: str, key: str | None, dims: int, timeout_ms: int) -> None:
+
+class _Retryable(Exception):
+    """An attempt that may succeed if made again: a connection error, a timeout, a 429 or a 5xx."""
+
+    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Retry-After's seconds (a number, or an HTTP date), or None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+class HttpEmbedder:
+    """An OpenAI-compatible `POST {url}/embeddings` endpoint (text-embeddings-inference, vLLM, Ollama,
+    OpenAI). `embed` (a query) is one request under the deadline. `embed_many` (bulk work) sends
+    length-sorted batches of `batch` texts, `concurrency` requests in flight, each batch retried with
+    backoff up to `attempts` times on a connection error, a timeout, a 429 or a 5xx (another 4xx is
+    not retried). Every answer is checked: as many rows as texts, `dims` finite numbers each, and the
+    model named as configured. Failures are ConnectorErrors whose message names what went wrong,
+    never the key or a text."""
+
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        key: str | None,
+        dims: int,
+        timeout_ms: int,
+        *,
+        batch: int = 64,
+        concurrency: int = 4,
+        attempts: int = 4,
+        backoff_s: float = BACKOFF_S,
+    ) -> None:
         self.model_id = f"http:{model}"
         self.dims = dims
+        self.batch = max(batch, 1)
+        self.concurrency = max(concurrency, 1)
+        self.attempts = max(attempts, 1)
+        self.backoff_s = backoff_s
+        self.served_model: str | None = None  # the model the endpoint named in its last answer
         self._model = model
-        self._client = httpx.Client(**endpoint_options(url, key, timeout_ms))
+        self._timeout_s = timeout_ms / 1000
+        self._client = httpx.Client(**endpoint_options(url, key, timeout_ms), follow_redirects=False)
+        # Its kept-alive connections are closed with it, however it goes (no one may call close).
+        self._closed = weakref.finalize(self, self._client.close)
+
+    def close(self) -> None:
+        self._closed()
 
     def embed(self, texts: list[str]) -> Vectors:
+        """One request (a query's embedding: the caller's own deadline is shorter than any retry)."""
         if not texts:
             return np.zeros((0, self.dims), dtype=np.float32)
-        response = self._client.post("/embeddings", json={"model": self._model, "input": texts})
-        response.raise_for_status()
-        data = sorted(response.json()["data"], key=lambda d: d["index"])
-        rows = np.array([d["embedding"] for d in data], dtype=np.float32)
-        if rows.shape != (len(texts), self.dims):
-            raise ValueError(f"endpoint returned {rows.shape}, expected ({len(texts)}, {self.dims})")
-        return _unit(rows)
+        try:
+            return self._request(texts)
+        except _Retryable as exc:
+            raise ConnectorError(f"embedding endpoint: {exc.reason}") from None
+
+    def embed_many(self, texts: list[str], batch: int | None = None, progress: Callable[[int], None] | None = None) -> Vectors:
+        """Row i is text i's vector. Batches of `batch` texts (default the endpoint's own,
+        GATEWAY_EMBEDDINGS_BATCH) of similar length, `concurrency` requests in flight; `progress`
+        is called from this thread as each batch lands. The first batch that fails for good stops
+        the others and is raised: nothing of the call is returned, so its items stay waiting."""
+        out = np.empty((len(texts), self.dims), dtype=np.float32)
+        if not texts:
+            return out
+        size = max(batch or self.batch, 1)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        batches = [order[start : start + size] for start in range(0, len(order), size)]
+        stop = threading.Event()
+        with ThreadPoolExecutor(min(self.concurrency, len(batches)), thread_name_prefix="embeddings") as pool:
+            futures = {pool.submit(self._retried, [texts[i] for i in rows], stop): rows for rows in batches}
+            try:
+                for future in as_completed(futures):
+                    rows = futures[future]
+                    out[rows] = future.result()
+                    if progress:
+                        progress(len(rows))
+            except BaseException:
+                stop.set()
+                for future in futures:
+                    future.cancel()
+                raise
+        return out
+
+    def _retried(self, texts: list[str], stop: threading.Event) -> Vectors:
+        """One batch, attempted up to `attempts` times while `stop` is not set."""
+        for attempt in range(1, self.attempts + 1):
+            try:
+                return self._request(texts)
+            except _Retryable as exc:
+                if attempt == self.attempts or stop.is_set():
+                    tries = f"{attempt} attempt" + ("s" if attempt > 1 else "")
+                    raise ConnectorError(f"embedding endpoint: {exc.reason} ({tries})") from None
+                wait = random.uniform(0, min(BACKOFF_CAP_S, self.backoff_s * 2 ** (attempt - 1)))
+                if exc.retry_after is not None:
+                    wait = min(exc.retry_after, RETRY_AFTER_CAP_S)
+                log.info("embedding endpoint: %s; attempt %d of %d in %.2f s", exc.reason, attempt + 1, self.attempts, wait)
+                if stop.wait(wait):
+                    raise ConnectorError(f"embedding endpoint: {exc.reason} (stopped: another batch failed)") from None
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    def _request(self, texts: list[str]) -> Vectors:
+        """One POST under the deadline (the timeout bounds each read, and the whole answer must have
+        arrived by it too): the checked vectors, a _Retryable, or a ConnectorError."""
+        deadline = time.monotonic() + self._timeout_s
+        try:
+            with self._client.stream("POST", "/embeddings", json={"model": self._model, "input": texts}) as response:
+                status = response.status_code
+                if status == 429 or status >= 500:
+                    raise _Retryable(f"HTTP {status}", _retry_after(response.headers.get("Retry-After")))
+                if not 200 <= status < 300:
+                    raise ConnectorError(f"embedding endpoint: HTTP {status}, not retried")
+                body = bytearray()
+                for part in response.iter_bytes():
+                    body += part
+                    if time.monotonic() > deadline:
+                        raise _Retryable(f"no whole answer within {self._timeout_s:g} s (GATEWAY_EMBEDDINGS_TIMEOUT_MS)")
+        except httpx.TimeoutException:
+            raise _Retryable(f"no answer within {self._timeout_s:g} s (GATEWAY_EMBEDDINGS_TIMEOUT_MS)") from None
+        except httpx.TransportError as exc:
+            raise _Retryable(f"connection failed ({type(exc).__name__})") from None
+        return self._vectors(bytes(body), len(texts))
+
+    def _vectors(self, body: bytes, count: int) -> Vectors:
+        """The answer's vectors in input order, unit length, or a ConnectorError naming what is wrong."""
+
+        def wrong(what: str) -> ConnectorError:
+            return ConnectorError(f"embedding endpoint: {what}")
+
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            raise wrong("the answer is not JSON") from None
+        data = payload.get("data") if isinstance(payload, dict) else None
+        if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
+            raise wrong("the answer has no `data` list of objects")
+        served = payload.get("model")
+        if isinstance(served, str) and served and served != self._model:
+            raise wrong(f"the answer is of model {served[:100]!r}, not GATEWAY_EMBEDDINGS_MODEL {self._model!r}")
+        self.served_model = served if isinstance(served, str) else None
+        if len(data) != count:
+            raise wrong(f"{len(data)} vectors for {count} texts")
+        indexes = [d.get("index") for d in data]
+        if sorted(i for i in indexes if isinstance(i, int)) != list(range(count)):
+            raise wrong(f"the vectors' `index` values are not 0 to {count - 1}")
+        rows: list[Any] = [None] * count
+        for index, d in zip(indexes, data):
+            embedding = d.get("embedding")
+            if not isinstance(embedding, list):
+                raise wrong(f"vector {index} is not a list of numbers")
+            if len(embedding) != self.dims:
+                raise wrong(f"vector {index} has {len(embedding)} numbers, not {self.dims} (GATEWAY_EMBEDDINGS_DIMS)")
+            rows[index] = embedding
+        try:
+            with np.errstate(over="ignore"):  # past float32's range is infinity, refused below
+                array = np.array(rows, dtype=np.float64).astype(np.float32)
+        except (TypeError, ValueError):
+            raise wrong("a vector holds something other than numbers") from None
+        if not np.isfinite(array).all():
+            raise wrong("a vector holds NaN or infinity")
+        return _unit(array)
 
 
 def embed_many(embedder: Embedder, texts: list[str], batch: int = 32, progress: Callable[[int], None] | None = None) -> Vectors:
-    """Row i is text i's vector: the packaged model's length-sorted bulk path, or `embed` in batches."""
+    """Row i is text i's vector: the packaged model's length-sorted bulk path (`batch` texts a
+    model run), an endpoint's concurrent batches (of its own size, GATEWAY_EMBEDDINGS_BATCH), or
+    `embed` in batches."""
     if isinstance(embedder, OnnxEmbedder):
         return embedder.embed_many(texts, batch, progress)
+    if isinstance(embedder, HttpEmbedder):
+        return embedder.embed_many(texts, None, progress)
     out = np.empty((len(texts), embedder.dims), dtype=np.float32)
     for start in range(0, len(texts), max(batch, 1)):
         chunk = texts[start : start + max(batch, 1)]
@@ -261,6 +435,9 @@ def load_embedder(settings: Settings, *, threads: int = 1, bulk: bool = False) -
                 settings.embeddings_key,
                 settings.embeddings_dims,
                 settings.embeddings_timeout_ms,
+                batch=settings.embeddings_batch,
+                concurrency=settings.embeddings_concurrency,
+                attempts=settings.embeddings_attempts,
             ),
             None,
         )

@@ -36,8 +36,16 @@ async def readyz(request: Request) -> JSONResponse:
     # The backlog as each worker last counted it (every few seconds while it works): no query here.
     workers = (context.connectors.semantic.worker, context.privacy.worker)
     backlog = {w.name: w.lag for w in workers if w is not None}
+    embedder = context.connectors.semantic.embedder  # the one model of the index (vectors of another are never read)
+    semantic = (
+        {"model": embedder.model_id, "dims": embedder.dims}
+        if embedder is not None
+        else {"unavailable": context.connectors.semantic.unavailable}
+    )
     return JSONResponse(
-        Readiness(status="ready" if ready else "not ready", checks=checks, admission=load, background=backlog).wire(),
+        Readiness(
+            status="ready" if ready else "not ready", checks=checks, admission=load, background=backlog, semantic=semantic
+        ).wire(),
         status_code=200 if ready else 503,
     )
 
