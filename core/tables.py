@@ -122,6 +122,20 @@ class ItemPii(SQLModel, table=True):
     spans: list[Any] = Field(sa_column=Column(JSON, nullable=False))
 
 
+class WorkClaim(SQLModel, table=True):
+    """An item a background worker took for one kind of work (`embedding`, `pii`): no other worker
+    takes it until the claim is released (its result stored) or `expires` (epoch seconds) passes,
+    so workers in any number of processes share the backlog without doing an item twice, and a
+    worker that died holding a claim strands its items only until then (gateway/writes/claims.py)."""
+
+    __tablename__ = "work_claim"
+
+    item_pk: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    kind: str = Field(primary_key=True, max_length=16)
+    owner: str = Field(max_length=100)
+    expires: float
+
+
 class SourceDocument(SQLModel, table=True):
     """A Markdown document as last pushed: its hash decides whether a re-push changes anything."""
 

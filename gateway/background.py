@@ -10,35 +10,30 @@ take, so a batch holds its seats for about `Gate.batch_s` (a tenth of the queue'
 whether its items are short notes or long documents, and the worker gives way to calls at each
 batch's end (gateway/admission/fair_queue.py: background after calls, inside its share).
 
-With several processes on one store (`gateway serve --workers N`, replicas on one PostgreSQL),
-the jobs run in one of them: the one holding the store's lease (`lease_for`): a lock file beside
-the SQLite database, or a PostgreSQL advisory lock per schema. The others stand by, count what
-waits (so their answers still report it), and take the lease over when its holder dies.
+With several processes on one store (`gateway serve --workers N`, replicas on one PostgreSQL,
+`gateway work`, `gateway embed` and `gateway pii analyze` beside them), every process runs its
+workers: each batch is claimed before it is done (gateway/writes/claims.py), so the workers share
+the backlog without doing an item twice, and a worker that dies strands its items only until its
+claims expire.
 """
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import anyio
 import anyio.to_thread
 from sqlalchemy import and_, select
-from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.engine import Engine
 
 from core.errors import RateLimited, where
 
 log = logging.getLogger("gateway.background")
 LAG_EVERY_S = 2.0
-H = TypeVar("H")  # what holds a lease: a file descriptor, a database session
-LEASE_EVERY_S = 1.0  # how often a standby tries the lease, and the holder checks it still holds it
 
 
 T = TypeVar("T")
@@ -133,8 +128,11 @@ class PendingWorker:
         count: Callable[[], int],
         idle_s: float = 2.0,
         next_tenant: Callable[[str | None], str | None] | None = None,
+        claimed: Callable[[], int] | None = None,
     ) -> None:
         self.name = name
+        self.claimed = claimed
+        self.in_flight: int | None = None  # items held by any worker's live claims, as last counted
         self.step = step
         self.count = count
         self.idle_s = idle_s
@@ -154,11 +152,11 @@ class PendingWorker:
                 done = await self._batch(gate)
                 if done:
                     if time.monotonic() - self._lag_counted > LAG_EVERY_S:
-                        self.lag = await anyio.to_thread.run_sync(self.count)
+                        await anyio.to_thread.run_sync(self.recount)
                         self._lag_counted = time.monotonic()
                     await anyio.sleep(0)  # let requests run between batches
                     continue
-                self.lag = 0
+                await anyio.to_thread.run_sync(self.recount)  # none here: others' claims may still wait
             except RateLimited:  # its tenant's queue is full, or the batch waited its longest: later
                 pass
             except Exception as exc:  # a failing batch is retried later; the worker never dies
@@ -188,18 +186,10 @@ class PendingWorker:
         self.pace.learn(done, time.monotonic() - started)
         return done
 
-    async def stand_by(self) -> None:
-        """While another process runs the jobs: count what waits, after a write here and every
-        `idle_s`, so this process's answers report the lag too; runs until cancelled."""
-        while True:
-            try:
-                self.lag = await anyio.to_thread.run_sync(self.count)
-            except Exception as exc:  # an unknown lag is reported as unknown, never as zero
-                self.lag = None
-                log.warning("%s lag count failed: %s", self.name, where(exc))
-            with anyio.move_on_after(self.idle_s):
-                await self._wake.wait()
-            self._wake = anyio.Event()
+    def recount(self) -> None:
+        """Count what waits (`lag`) and what any worker holds (`in_flight`)."""
+        self.lag = self.count()
+        self.in_flight = self.claimed() if self.claimed is not None else None
 
 
 def next_tenant(engine: Engine, joined: Any, condition: Any, tenant: Any, after: str | None) -> str | None:
@@ -214,146 +204,11 @@ def next_tenant(engine: Engine, joined: Any, condition: Any, tenant: Any, after:
     return None
 
 
-class Lease(Protocol):
-    """The right to run the store's background jobs; `acquire` never blocks."""
-
-    def acquire(self) -> bool: ...
-    def held(self) -> bool: ...
-    def release(self) -> None: ...
-
-
-class _Held(Generic[H]):
-    """What both leases share: the handle holding the lock (a descriptor, a session), taken when
-    `acquire` finds none and kept until `release`; `_take` tries once and never blocks."""
-
-    _handle: H | None = None
-
-    def acquire(self) -> bool:
-        if self._handle is None:
-            self._handle = self._take()
-        return self._handle is not None
-
-    def _take(self) -> H | None:
-        raise NotImplementedError
-
-
-class FileLease(_Held[int]):
-    """flock on a file beside the SQLite database: the kernel drops it when the holding process
-    dies, however it dies. The holder's pid is written in the file, for operators."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def _take(self) -> int | None:
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except OSError as exc:  # SQLite could not write beside its file either; say so, retry later
-            log.warning("background lease file %s: %s", self.path, exc.strerror)
-            return None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        return fd
-
-    def held(self) -> bool:
-        return self._handle is not None
-
-    def release(self) -> None:
-        if self._handle is not None:
-            os.close(self._handle)  # closing the only descriptor drops the lock
-            self._handle = None
-
-
-class AdvisoryLease(_Held[Connection]):
-    """A session-level PostgreSQL advisory lock on a connection of its own, keyed by the schema
-    the store lives in (one runner per store, across hosts). PostgreSQL drops it when the session
-    ends: the process died, or its connection did, and then `held` says so."""
-
-    SQL = "SELECT pg_try_advisory_lock(hashtextextended('gateway.background:' || coalesce(current_schema(), ''), 0))"
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-
-    def _take(self) -> Connection | None:
-        try:
-            conn = self.engine.connect()
-        except SQLAlchemyError:
-            return None
-        try:
-            got = bool(conn.exec_driver_sql(self.SQL).scalar())
-            conn.commit()  # no transaction left open on the held session
-        except SQLAlchemyError:
-            got = False
-        if not got:
-            conn.close()
-            return None
-        return conn
-
-    def held(self) -> bool:
-        if self._handle is None:
-            return False
-        try:
-            self._handle.exec_driver_sql("SELECT 1")
-            self._handle.commit()
-            return True
-        except SQLAlchemyError:
-            self.release()
-            return False
-
-    def release(self) -> None:
-        if self._handle is not None:
-            try:  # at once, rather than when the server notices the session closing
-                self._handle.exec_driver_sql("SELECT pg_advisory_unlock_all()")
-                self._handle.commit()
-            except SQLAlchemyError:
-                pass  # the session is gone, and the lock with it
-            # Closed, not pooled: a pooled session would keep the lock for whoever borrowed it next.
-            self._handle.invalidate()
-            self._handle.close()
-            self._handle = None
-
-
-def lease_for(engine: Engine) -> Lease | None:
-    """The store's lease, or None for a store no other process can open (in-memory SQLite)."""
-    if engine.dialect.name == "postgresql":
-        return AdvisoryLease(engine)
-    database = engine.url.database
-    if not database or database == ":memory:" or database.startswith("file:"):
-        return None
-    return FileLease(Path(database).with_name(Path(database).name + ".background"))
-
-
-async def run_background(workers: Sequence[PendingWorker], lease: Lease | None, gate: Gate | None = None) -> None:
-    """Run the workers (their batches admitted through `gate`) while this process holds the lease;
-    stand by while another does, trying again every LEASE_EVERY_S. Runs until cancelled; the lease
-    is let go on the way out."""
+async def run_background(workers: Sequence[PendingWorker], gate: Gate | None = None) -> None:
+    """Run the workers (their batches admitted through `gate`) until cancelled. Every process runs
+    its own: their batches are claimed (gateway/writes/claims.py), so they never overlap."""
     if not workers:
         return
-    if lease is None:
-        async with anyio.create_task_group() as running:
-            for worker in workers:
-                running.start_soon(worker.run, gate)
-        return
-    try:
-        while True:
-            async with anyio.create_task_group() as waiting:
-                for worker in workers:
-                    waiting.start_soon(worker.stand_by)
-                while not await anyio.to_thread.run_sync(lease.acquire):
-                    await anyio.sleep(LEASE_EVERY_S)
-                waiting.cancel_scope.cancel()
-            log.info("background jobs (%s) run in process %d", ", ".join(w.name for w in workers), os.getpid())
-            async with anyio.create_task_group() as running:
-                for worker in workers:
-                    running.start_soon(worker.run, gate)
-                while await anyio.to_thread.run_sync(lease.held):
-                    await anyio.sleep(LEASE_EVERY_S)
-                running.cancel_scope.cancel()
-            log.warning("background jobs stopped in process %d: the lease was lost", os.getpid())
-    finally:
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(lease.release)
+    async with anyio.create_task_group() as running:
+        for worker in workers:
+            running.start_soon(worker.run, gate)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,7 +33,7 @@ from gateway.privacy.store import Privacy, load_privacy
 from gateway.settings import AuditSettings, EmbeddingSettings, Settings
 from gateway.synthesis.client import Synthesizer
 from gateway.telemetry import NOOP, Telemetry, build_telemetry
-from gateway.writes.embeddings import Embedder, load_embedder
+from gateway.writes.embeddings import Embedder, OnnxEmbedder, load_embedder
 from gateway.writes.vectorize import EmbeddingWorker, forget_vectors, publish_to_weaviate
 
 if TYPE_CHECKING:  # Weaviate's client is imported only by a deployment that sets GATEWAY_WEAVIATE_URL
@@ -95,7 +96,7 @@ async def build_context(settings: Settings, telemetry: Telemetry | None = None) 
             settings.audit_key.encode() if settings.audit_key else load_or_create_key(store),
             build_checkpointer(settings, store),
         ),
-        privacy=load_privacy(store, settings.pii, settings.pii_background),
+        privacy=load_privacy(store, settings.pii, settings.pii_background, background_processes(settings.pii_processes)),
         synthesizer=(
             Synthesizer(settings.llm_url, settings.llm_model, settings.llm_key, settings.llm_timeout_ms)
             if settings.llm_url
@@ -143,6 +144,28 @@ def build_weaviate(settings: EmbeddingSettings, embedder: Embedder, store: Engin
     )
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (a container's CPU set, not the host's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def background_processes(setting: int | None) -> int:
+    """The background analysis's pool size from GATEWAY_PII_PROCESSES: 0 (in this process) for 1,
+    one per usable core when unset."""
+    wanted = usable_cores() if setting is None else setting
+    return wanted if wanted > 1 else 0
+
+
+def _bulk(settings: Settings, embedder: Embedder) -> Embedder | None:
+    """The background worker's own copy of the packaged model, a session per usable core (as
+    `gateway embed` runs it): its batches use every core while no call waits, and a call's query
+    runs on the service's session, never queued behind a batch. None for an endpoint."""
+    if not isinstance(embedder, OnnxEmbedder):
+        return None
+    bulk, _ = load_embedder(settings, threads=usable_cores(), bulk=True)
+    return bulk if bulk is not None and bulk.model_id == embedder.model_id else None
+
+
 def build_semantic(settings: Settings, store: Engine) -> Semantic:
     """The embedded vector index and its embedding worker, or the reason semantic search is off."""
     embedder, note = load_embedder(settings)
@@ -155,9 +178,13 @@ def build_semantic(settings: Settings, store: Engine) -> Semantic:
 
         weaviate = build_weaviate(settings, embedder, store)
         publish = functools.partial(publish_to_weaviate, weaviate)
-        worker = EmbeddingWorker(store, embedder, publish=publish) if settings.background_embedding else None
+        worker = (
+            EmbeddingWorker(store, embedder, publish=publish, bulk=_bulk(settings, embedder))
+            if settings.background_embedding
+            else None
+        )
         return made(embedder, StoreConfirmed(weaviate, store), worker, close=weaviate.close)
-    worker = EmbeddingWorker(store, embedder) if settings.background_embedding else None
+    worker = EmbeddingWorker(store, embedder, bulk=_bulk(settings, embedder)) if settings.background_embedding else None
     if settings.vector_index != "memory":
         # pgvector: the index lives in the store, so nothing vector-shaped is held (or warmed) here.
         reason = prepare_pgvector(store, embedder.dims)

@@ -1,5 +1,5 @@
 """The `gateway` command: one module per command group (serve, demo, migrate, keys, ingest, embed,
-models, audit, pii, policy), what they share in `common`."""
+models, audit, pii, policy, work), what they share in `common`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from core.errors import GatewayError
-from gateway.cli import audit, demo, embed, ingest, keys, migrate, models, pii, policy, serve
+from gateway.cli import audit, demo, embed, ingest, keys, migrate, models, pii, policy, serve, work
 
 
 class Gateway(click.Group):
@@ -38,5 +38,6 @@ for command in (
     audit.audit,
     pii.pii,
     policy.policy,
+    work.work,
 ):
     main.add_command(command)

@@ -19,7 +19,7 @@ from core.errors import GatewayError, MethodNotAllowed, NotFound, where
 from core.store import close_store
 from gateway.admission import Gate
 from gateway.announce import announce
-from gateway.background import lease_for, run_background
+from gateway.background import run_background
 from gateway.context import GatewayContext, build_context
 from gateway.http.errors import error_answer
 from gateway.http.mcp import mcp_endpoint
@@ -92,10 +92,8 @@ def create_app(
         checkpointer = app.state.context.audit.checkpointer
         try:
             async with anyio.create_task_group() as background:
-                # Embedding and analysis: in one process per store (the lease's holder), not in each worker.
-                background.start_soon(
-                    run_background, pending, lease_for(app.state.context.store), Gate(app.state.context.admission)
-                )
+                # Embedding and analysis in every process: their batches are claimed, never done twice.
+                background.start_soon(run_background, pending, Gate(app.state.context.admission))
                 if checkpointer is not None:  # counts the rows this process appended: one per process
                     background.start_soon(checkpointer.run)
                 background.start_soon(warm_vector_index, app.state.context)

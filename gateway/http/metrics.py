@@ -89,6 +89,19 @@ def observe(context: GatewayContext) -> None:
 
     telemetry.observe("gauge", "gateway.background.pending", "Items waiting for embedding or personal-data analysis", backlog)
 
+    def in_flight() -> Values:
+        # Items held by a live claim of any worker, any process's (the part of the backlog being done now).
+        context = current()
+        workers = (context.connectors.semantic.worker, context.privacy.worker)
+        return [(w.in_flight, {"work": w.name}) for w in workers if w is not None and w.in_flight is not None]
+
+    telemetry.observe(
+        "gauge",
+        "gateway.background.claimed",
+        "Items of the backlog a worker (of any process) has claimed and is doing",
+        in_flight,
+    )
+
 
 async def metrics_route(request: Request) -> Response:
     """GET /metrics: each scrape collects the instruments (and reads the gauges) into the text format."""

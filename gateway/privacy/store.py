@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,8 @@ from core.store import writer
 from core.tables import Item, ItemPii
 from gateway.background import Done, Limit, PendingWorker, next_tenant
 from gateway.privacy.detect import Detector, Span
-from gateway.writes.vectorize import scan_waiting, waiting_rows
+from gateway.writes.claims import Claimer, claimed
+from gateway.writes.vectorize import waiting_rows
 
 item = Item.__table__  # type: ignore[attr-defined]
 item_pii = ItemPii.__table__  # type: ignore[attr-defined]
@@ -45,22 +47,75 @@ def pending(engine: Engine, version: str) -> int:
         return int(conn.execute(select(func.count()).select_from(joined).where(condition)).scalar_one())
 
 
-def analyze_pending(engine: Engine, detector: Detector, limit: Limit, tenant: str | None = None) -> Done:
+def analyze_pending(
+    engine: Engine,
+    detector: Detector,
+    limit: Limit,
+    tenant: str | None = None,
+    claimer: Claimer | None = None,
+    pool: AnalysisPool | None = None,
+) -> Done:
     """Analyse the waiting items (of `tenant`, when named) that fit in `limit`, in key order, and
-    store their spans; returns what was analysed."""
-    rows = limit.within(waiting_rows(engine, *_stale(detector.version), _COLUMNS, limit.items, tenant=tenant))
+    store their spans; returns what was analysed. With `claimer`, only items no other worker holds,
+    claimed first (gateway/writes/claims.py); with `pool`, the texts are analysed in its processes."""
+    joined, condition = _stale(detector.version)
+    if claimer is None:
+        rows = limit.within(waiting_rows(engine, joined, condition, _COLUMNS, limit.items, tenant=tenant))
+    else:
+        rows = claimer.claim(engine, joined, condition, _COLUMNS, limit.items, tenant=tenant, fit=limit.within)
     if not rows:
         return Done()
-    # spaCy's `pipe`, as `analyze` would one by one; a few texts at a time, so a call's own analysis
-    # meanwhile waits for a few texts, not the batch
-    found = detector.analyze_batch([r.text or "" for r in rows], batch_size=RUN_TEXTS)
-    values = [
-        {"item_pk": r.pk, "version": detector.version, "content_hash": r.content_hash, "spans": [s.as_json() for s in spans]}
-        for r, spans in zip(rows, found, strict=True)
-    ]
-    with writer(engine).begin() as conn:
-        conn.execute(_upsert(engine.dialect.name, values))
+    texts = [r.text or "" for r in rows]
+    if pool is not None:
+        found = pool.analyze(texts)
+    else:
+        # spaCy's `pipe`, as `analyze` would one by one; a few texts at a time, so a call's own
+        # analysis meanwhile waits for a few texts, not the batch
+        found = [[s.as_json() for s in spans] for spans in detector.analyze_batch(texts, batch_size=RUN_TEXTS)]
+    _store(engine, detector.version, rows, found, claimer)
     return Done.of(rows)
+
+
+class AnalysisPool:
+    """Processes analysing texts beside this one (spawned at the first batch, each with its own
+    analyzer of `version`): spaCy and Presidio hold the GIL, so a pool is how one process's
+    background analysis uses every core, and leaves the serving process's interpreter to calls."""
+
+    def __init__(self, version: str, processes: int) -> None:
+        self.version = version
+        self.processes = processes
+        self._pool: ProcessPoolExecutor | None = None
+
+    def analyze(self, texts: list[str]) -> list[list[Any]]:
+        """Each text's spans (as JSON), the texts split in contiguous shares of about equal length, one a process."""
+        if self._pool is None:
+            import multiprocessing
+
+            context = multiprocessing.get_context("spawn")  # never fork a process holding a database pool
+            self._pool = ProcessPoolExecutor(
+                self.processes, mp_context=context, initializer=_start_worker, initargs=(self.version,)
+            )
+        shares = _shares(texts, self.processes)
+        futures = [self._pool.submit(_analyze_in_worker, share) for share in shares]
+        return [spans for future in futures for spans in future.result()]
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
+
+
+def _shares(texts: list[str], parts: int) -> list[list[str]]:
+    """`texts` cut into at most `parts` contiguous runs of about equal total length, none empty."""
+    total = sum(len(t) for t in texts) or 1
+    shares: list[list[str]] = [[]]
+    spent = 0
+    for text in texts:
+        if shares[-1] and spent >= total * len(shares) / parts and len(shares) < parts:
+            shares.append([])
+        shares[-1].append(text)
+        spent += len(text)
+    return shares
 
 
 def _upsert(dialect: str, values: list[dict[str, Any]]) -> Any:
@@ -71,25 +126,33 @@ def _upsert(dialect: str, values: list[dict[str, Any]]) -> Any:
     )
 
 
-def analyze_all(engine: Engine, detector: Detector, batch: int = 64, progress: Callable[[int], None] | None = None) -> int:
+def analyze_all(
+    engine: Engine,
+    detector: Detector,
+    batch: int = 64,
+    progress: Callable[[int], None] | None = None,
+    claimer: Claimer | None = None,
+) -> int:
     """Analyse everything waiting (the CLI's `gateway pii analyze` with one process): each text as
-    `Detector.analyze` would, `batch` at a time through spaCy's `pipe` (`Detector.analyze_batch`)."""
+    `Detector.analyze` would, `batch` at a time through spaCy's `pipe` (`Detector.analyze_batch`).
+    Each batch is claimed first (`claimer`, a new one by default), as `embed_all` does: runs and the
+    service's workers share the backlog; a run ends when nothing waits that no other worker holds."""
+    claimer = claimer or Claimer.of("pii")
     total = 0
-    while True:  # passes, until one finds nothing (an item rewritten behind the cursor is analysed too)
-        done = 0
-        for rows in _waiting(engine, detector.version, batch):
-            _store(
-                engine,
-                detector.version,
-                rows,
-                [[s.as_json() for s in spans] for spans in detector.analyze_batch([r.text or "" for r in rows])],
-            )
-            done += len(rows)
-            if progress:
-                progress(len(rows))
-        if not done:
-            return total
-        total += done
+    try:
+        while True:  # passes, until one finds nothing (an item rewritten behind the cursor is analysed too)
+            done = 0
+            for rows in _waiting(engine, detector.version, batch, claimer):
+                found = detector.analyze_batch([r.text or "" for r in rows])
+                _store(engine, detector.version, rows, [[s.as_json() for s in spans] for spans in found], claimer)
+                done += len(rows)
+                if progress:
+                    progress(len(rows))
+            if not done:
+                return total
+            total += done
+    finally:
+        claimer.release_all(engine)
 
 
 def analyze_all_processes(
@@ -101,9 +164,9 @@ def analyze_all_processes(
     batches whatever the store's size) and stores results in the order they were read. A worker
     whose analyzer is another configuration than `version` refuses to start."""
     import multiprocessing
-    from concurrent.futures import Future, ProcessPoolExecutor
 
     context = multiprocessing.get_context("spawn")  # never fork a process holding a database pool
+    claimer = Claimer.of("pii")
     total = 0
     with ProcessPoolExecutor(processes, mp_context=context, initializer=_start_worker, initargs=(version,)) as pool:
         while True:
@@ -112,18 +175,19 @@ def analyze_all_processes(
 
             def settle() -> int:
                 rows, future = inflight.popleft()
-                _store(engine, version, rows, future.result())
+                _store(engine, version, rows, future.result(), claimer)
                 if progress:
                     progress(len(rows))
                 return len(rows)
 
-            for rows in _waiting(engine, version, batch):
+            for rows in _waiting(engine, version, batch, claimer):
                 inflight.append((rows, pool.submit(_analyze_in_worker, [r.text or "" for r in rows])))
                 if len(inflight) >= 2 * processes:
                     done += settle()
             while inflight:
                 done += settle()
             if not done:
+                claimer.release_all(engine)
                 return total
             total += done
 
@@ -142,19 +206,27 @@ def _analyze_in_worker(texts: list[str]) -> list[list[Any]]:
     return [[s.as_json() for s in spans] for spans in _WORKER[0].analyze_batch(texts)]
 
 
-def _waiting(engine: Engine, version: str, size: int) -> Iterator[list[Any]]:
-    """Waiting items, `size` at a time in key order; each read starts after the last key seen."""
-    return scan_waiting(engine, *_stale(version), _COLUMNS, size)
+def _waiting(engine: Engine, version: str, size: int, claimer: Claimer) -> Iterator[list[Any]]:
+    """Waiting items no other worker holds, `size` at a time in key order, each batch claimed for
+    `claimer` as it is read; each read starts after the last key seen."""
+    joined, condition = _stale(version)
+    after: int | None = None
+    while rows := claimer.claim(engine, joined, condition, _COLUMNS, max(size, 1), after=after):
+        after = rows[-1].pk
+        yield rows
 
 
-def _store(engine: Engine, version: str, rows: Sequence[Any], spans: Sequence[list[Any]]) -> None:
-    """Row i's spans, stored with the text hash they were found in."""
+def _store(engine: Engine, version: str, rows: Sequence[Any], spans: Sequence[list[Any]], claimer: Claimer | None = None) -> None:
+    """Row i's spans, stored with the text hash they were found in (and `claimer`'s claims on the
+    rows dropped in the same transaction)."""
     values = [
         {"item_pk": r.pk, "version": version, "content_hash": r.content_hash, "spans": found}
         for r, found in zip(rows, spans, strict=True)
     ]
     with writer(engine).begin() as conn:
         conn.execute(_upsert(engine.dialect.name, values))
+        if claimer is not None:
+            claimer.release(conn, [r.pk for r in rows])
 
 
 def stored_spans(engine: Engine, tenant: str, ids: Iterable[str], version: str) -> dict[str, tuple[Span, ...]]:
@@ -177,16 +249,30 @@ def stored_spans(engine: Engine, tenant: str, ids: Iterable[str], version: str) 
 
 
 class AnalysisWorker(PendingWorker):
-    def __init__(self, engine: Engine, detector: Detector, idle_s: float = 2.0) -> None:
+    """Runs in the service's lifespan (and in `gateway work`); its batches are claimed, so workers in
+    any number of processes share the backlog. With `processes` > 0 the texts are analysed in that
+    many processes beside this one (`AnalysisPool`), else in this process."""
+
+    def __init__(
+        self, engine: Engine, detector: Detector, idle_s: float = 2.0, processes: int = 0, claimer: Claimer | None = None
+    ) -> None:
         self.engine = engine
         self.detector = detector
+        self.claimer = claimer or Claimer.of("pii")
+        self.pool = AnalysisPool(detector.version, processes) if processes > 0 else None
+        joined, condition = _stale(detector.version)
         super().__init__(
             "pii analysis",
-            lambda tenant, limit: analyze_pending(engine, detector, limit, tenant),
+            lambda tenant, limit: analyze_pending(engine, detector, limit, tenant, self.claimer, self.pool),
             lambda: pending(engine, detector.version),
             idle_s,
-            lambda after: next_tenant(engine, *_stale(detector.version), item.c.tenant, after),
+            lambda after: next_tenant(engine, joined, self.claimer.claimable(condition), item.c.tenant, after),
+            lambda: claimed(engine, "pii"),
         )
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,8 +284,9 @@ class Privacy:
     unavailable: str | None = None
 
 
-def load_privacy(engine: Engine, mode: str, background: bool) -> Privacy:
+def load_privacy(engine: Engine, mode: str, background: bool, processes: int = 0) -> Privacy:
+    """`processes`: the background analysis's processes beside this one (0: in this process)."""
     if mode == "none":
         return Privacy(None, None, "personal data detection is switched off (GATEWAY_PII=none)")
     detector = Detector()
-    return Privacy(detector, AnalysisWorker(engine, detector) if background else None)
+    return Privacy(detector, AnalysisWorker(engine, detector, processes=processes) if background else None)

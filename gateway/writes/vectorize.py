@@ -10,7 +10,7 @@ ingest volume.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,6 +23,7 @@ from connectors.sql.pushdown import record_from_row
 from core.store import writer
 from core.tables import Item, ItemVector
 from gateway.background import LAG_EVERY_S, Done, Limit, PendingWorker, next_tenant
+from gateway.writes.claims import Claimer, claimed
 from gateway.writes.embeddings import Embedder, Vectors, embed_many
 
 item = Item.__table__  # type: ignore[attr-defined]
@@ -66,19 +67,6 @@ def waiting_rows(
         return list(conn.execute(select(*columns).select_from(joined).where(where).order_by(item.c.pk).limit(limit)).all())
 
 
-def scan_waiting(engine: Engine, joined: Any, condition: Any, columns: Sequence[Any], size: int) -> Iterator[list[Any]]:
-    """Waiting items (as `waiting_rows`), `size` at a time in key order, each read starting after the
-    last key seen: the store is not scanned again from its start for every page. `columns` must
-    hold the key, `item.c.pk`."""
-    after: int | None = None
-    while True:
-        rows = waiting_rows(engine, joined, condition, columns, max(size, 1), after)
-        if not rows:
-            return
-        after = rows[-1].pk
-        yield rows
-
-
 def forget_vectors(engine: Engine, model: str) -> int:
     """Drop every stored vector of `model` (its items wait for one again); returns how many. For an
     index that lost them or never had them: a Weaviate collection created new."""
@@ -112,33 +100,48 @@ def publish_to_weaviate(connector: Any, engine: Engine, vectors: dict[int, list[
 
 
 def _publish_and_store(
-    engine: Engine, embedder: Embedder, rows: Sequence[Any], vectors: Vectors, publish: Publish | None
+    engine: Engine,
+    embedder: Embedder,
+    rows: Sequence[Any],
+    vectors: Vectors,
+    publish: Publish | None,
+    claimer: Claimer | None = None,
 ) -> None:
-    """Copy the vectors to the index first (with `publish`), then store them: an item is never marked
-    embedded while the index that serves it lacks its vector."""
+    """Copy the vectors to the index first (with `publish`), then store them (and drop `claimer`'s
+    claims on the rows): an item is never marked embedded while the index that serves it lacks its vector."""
     if publish is not None:
         publish(engine, {r.pk: [float(x) for x in v] for r, v in zip(rows, vectors)})
-    _store(engine, embedder, rows, vectors)
+    _store(engine, embedder, rows, vectors, claimer)
 
 
 def embed_pending(
-    engine: Engine, embedder: Embedder, limit: Limit, publish: Publish | None = None, tenant: str | None = None
+    engine: Engine,
+    embedder: Embedder,
+    limit: Limit,
+    publish: Publish | None = None,
+    tenant: str | None = None,
+    claimer: Claimer | None = None,
 ) -> Done:
     """Embed the waiting items (of `tenant`, when named) that fit in `limit`, in key order; returns
-    what was stored (and published, if asked)."""
+    what was stored (and published, if asked). With `claimer`, only items no other worker holds,
+    claimed first (gateway/writes/claims.py)."""
     joined, condition = _stale(embedder.model_id)
-    rows = limit.within(waiting_rows(engine, joined, condition, _COLUMNS, limit.items, tenant=tenant))
+    if claimer is None:
+        rows = limit.within(waiting_rows(engine, joined, condition, _COLUMNS, limit.items, tenant=tenant))
+    else:
+        rows = claimer.claim(engine, joined, condition, _COLUMNS, limit.items, tenant=tenant, fit=limit.within)
     if not rows:
         return Done()
     # A few texts a model run, length-sorted: a call's query embedded meanwhile on the same model
     # waits for one small run, not for the whole batch, and the batch pads little.
     vectors = embed_many(embedder, [_passage(r.text, r.section) for r in rows], RUN_TEXTS)
-    _publish_and_store(engine, embedder, rows, vectors, publish)
+    _publish_and_store(engine, embedder, rows, vectors, publish, claimer)
     return Done.of(rows)
 
 
-def _store(engine: Engine, embedder: Embedder, rows: Sequence[Any], vectors: Vectors) -> None:
-    """Row i's vector is vectors[i], stored against row i's item and the text hash it was made from."""
+def _store(engine: Engine, embedder: Embedder, rows: Sequence[Any], vectors: Vectors, claimer: Claimer | None = None) -> None:
+    """Row i's vector is vectors[i], stored against row i's item and the text hash it was made from
+    (and `claimer`'s claims on the rows dropped in the same transaction)."""
     seq = time.time_ns()
     values = [
         {
@@ -153,6 +156,8 @@ def _store(engine: Engine, embedder: Embedder, rows: Sequence[Any], vectors: Vec
     ]
     with writer(engine).begin() as conn:
         conn.execute(_upsert(engine.dialect.name, values))
+        if claimer is not None:
+            claimer.release(conn, [r.pk for r in rows])
 
 
 def _upsert(dialect: str, values: list[dict[str, Any]]) -> Any:
@@ -177,6 +182,7 @@ def embed_all(
     chunk: int = 512,
     publish: Publish | None = None,
     rate: float | None = None,
+    claimer: Claimer | None = None,
 ) -> int:
     """Embed everything waiting (the CLI's `gateway embed`). Reads `chunk` waiting items at a time
     in key order, each read starting after the last key seen (so the store is not scanned again
@@ -187,40 +193,63 @@ def embed_all(
     before its vectors are stored, as the background worker does: an item is never marked embedded
     while the index that serves it lacks its vector. With `rate` (items a second), chunks are about a
     second's worth and the loop sleeps to keep under the rate, leaving cores to a running service.
-    Stopped at any point, a run loses at most its current chunk: the next run starts from what waits."""
+    Stopped at any point, a run loses at most its current chunk: the next run starts from what waits.
+    Each chunk is claimed first (`claimer`, a new one by default): any number of runs, and the
+    service's background workers, share the backlog without embedding an item twice; a run ends when
+    nothing waits that another worker does not hold."""
     joined, condition = _stale(embedder.model_id)
+    claimer = claimer or Claimer.of("embedding")
     total = 0
     if rate is not None:
         chunk = max(1, min(chunk, int(rate)))
     started = time.monotonic()
-    while True:
-        done = 0
-        for rows in scan_waiting(engine, joined, condition, _COLUMNS, chunk):
-            vectors = embed_many(embedder, [_passage(r.text, r.section) for r in rows], batch, progress)
-            _publish_and_store(engine, embedder, rows, vectors, publish)
-            done += len(rows)
-            if rate is not None:
-                time.sleep(max(0.0, (total + done) / rate - (time.monotonic() - started)))
-        if not done:
-            return total
-        total += done
+    try:
+        while True:
+            done = 0
+            after: int | None = None
+            while rows := claimer.claim(engine, joined, condition, _COLUMNS, chunk, after=after):
+                after = rows[-1].pk
+                vectors = embed_many(embedder, [_passage(r.text, r.section) for r in rows], batch, progress)
+                _publish_and_store(engine, embedder, rows, vectors, publish, claimer)
+                done += len(rows)
+                if rate is not None:
+                    time.sleep(max(0.0, (total + done) / rate - (time.monotonic() - started)))
+            if not done:
+                return total
+            total += done
+    finally:
+        claimer.release_all(engine)  # what a failed or stopped run held is free at once
 
 
 class EmbeddingWorker(PendingWorker):
     """Runs in the service's lifespan; `nudge()` after a write wakes it at once."""
 
-    def __init__(self, engine: Engine, embedder: Embedder, idle_s: float = 2.0, publish: Publish | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        embedder: Embedder,
+        idle_s: float = 2.0,
+        publish: Publish | None = None,
+        bulk: Embedder | None = None,
+        claimer: Claimer | None = None,
+    ) -> None:
+        """`bulk`: the same model with a session per core, for the batches (the calls' queries keep
+        `embedder`'s own session, never waiting behind a batch's run); `claimer`: how this worker
+        shares the backlog with others (any process's)."""
         self.publish = publish
         self.engine = engine
         self.embedder = embedder
+        self.claimer = claimer or Claimer.of("embedding")
         self._tenant_lag: dict[str, tuple[int, float]] = {}  # tenant -> (waiting, when counted)
         joined, condition = _stale(embedder.model_id)
+        batches = bulk or embedder
         super().__init__(
             "embedding",
-            lambda tenant, limit: embed_pending(engine, embedder, limit, publish, tenant),
+            lambda tenant, limit: embed_pending(engine, batches, limit, publish, tenant, self.claimer),
             lambda: lag(engine, embedder.model_id),
             idle_s,
-            lambda after: next_tenant(engine, joined, condition, item.c.tenant, after),
+            lambda after: next_tenant(engine, joined, self.claimer.claimable(condition), item.c.tenant, after),
+            lambda: claimed(engine, "embedding"),
         )
 
     def tenant_lag(self, tenant: str) -> int | None:
