@@ -10,7 +10,7 @@ Retry-After), `close` (the connection dropped without an answer), `slow` (an ans
 
 In a process of its own (a benchmark's server, with its own GIL):
 
-    python -m tests.embedding_server --port 0     # prints its URL, serves until killed
+    python -m tests.embedding_server --port 0 [--integer]    # prints its URL, serves until killed
 """
 
 from __future__ import annotations
@@ -157,10 +157,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: a free one)")
     parser.add_argument("--threads", type=int, default=1, help="onnxruntime threads per request")
+    parser.add_argument(
+        "--integer", action="store_true", help="MiniLM re-quantized for integer arithmetic (GATEWAY_EMBEDDINGS=minilm)"
+    )
     args = parser.parse_args()
     from gateway.writes.embeddings import OnnxMiniLM
 
-    server = EmbeddingServer(OnnxMiniLM(threads=args.threads), port=args.port)
+    server = EmbeddingServer(OnnxMiniLM(threads=args.threads, integer=args.integer), port=args.port)
     print(json.dumps({"url": server.url, "model": server.name, "dims": server.model.dims}), flush=True)
     try:
         server.thread.join()

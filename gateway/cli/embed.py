@@ -17,7 +17,8 @@ from gateway.cli.common import cores, rate_bar, settings_from, store_options
     type=click.IntRange(min=1, max=1024),
     default=8,
     show_default=True,
-    help="Passages per model call (passages of similar length run together).",
+    help="Passages per model call (passages of similar length run together); an endpoint's requests "
+    "(GATEWAY_EMBEDDINGS_URL) take GATEWAY_EMBEDDINGS_BATCH instead.",
 )
 @click.option(
     "--threads",

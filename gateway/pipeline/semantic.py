@@ -91,6 +91,8 @@ async def semantic_search(semantic: Semantic, where: ItemFilter, query: RecallQu
             work.charge(chars=len(query.text))
             embed = work.timed(functools.partial(semantic.embedder.embed, [query.text]))
             vector = tuple(float(x) for x in (await anyio.to_thread.run_sync(embed, abandon_on_cancel=True))[0])
+        except ConnectorError as exc:  # an endpoint's reason (its status, a timeout): never a key or a text
+            raise ConnectorError(f"query embedding failed: {exc.message}") from exc
         except Exception as exc:  # an embedder that fails degrades this source only
             raise ConnectorError(f"query embedding failed: {type(exc).__name__}") from exc
         semantic.vectors.put(key, vector)

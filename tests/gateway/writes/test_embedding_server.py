@@ -301,6 +301,7 @@ def test_a_down_server_fails_no_write_and_no_retrieve(sqlite_url: str, tmp_path:
         assert response.status_code == 200, response.text
         body = response.json()
         assert body["sources"]["semantic"]["status"] == "error" and body["sources"]["lexical"]["status"] == "ok"
+        assert "embedding endpoint: HTTP 500" in body["sources"]["semantic"]["detail"]  # the reason, one request
         assert "d4" in [i["id"] for i in body["items"]]  # the lexical answer, with an item still waiting for its vector
         assert body["depth"]["fallback_reason"] == "standard_error"
         server.reset()  # back up: the waiting items are embedded
