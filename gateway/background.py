@@ -20,6 +20,7 @@ claims expire.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -209,6 +210,7 @@ async def run_background(workers: Sequence[PendingWorker], gate: Gate | None = N
     its own: their batches are claimed (gateway/writes/claims.py), so they never overlap."""
     if not workers:
         return
+    log.info("background jobs (%s) run in process %d, their batches claimed", ", ".join(w.name for w in workers), os.getpid())
     async with anyio.create_task_group() as running:
         for worker in workers:
             running.start_soon(worker.run, gate)
