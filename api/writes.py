@@ -118,6 +118,8 @@ class IngestReport(Wire):
     updated: int = Field(default=0, ge=0)
     unchanged: int = Field(default=0, ge=0)
     rejected: list[Rejection] = Field(default_factory=list)
+    # A stream of many bad lines is answered with its first 1,000 rejections and the count of the rest.
+    rejected_omitted: int = Field(default=0, ge=0)
 
 
 class DocumentReport(IngestReport):

@@ -9,7 +9,7 @@ import re
 import sqlite3
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -236,21 +236,46 @@ INDEXED_COLUMNS = "text, tenant, kind, sensitivity, status, scope, scoped, acl"
 
 
 def tenant_index_statements(tenant: str) -> list[str]:
-    """The DDL of a tenant's FTS5 table and the triggers that keep it in step with `item`. The table
-    is contentless (its columns are read from `item` when needed), so a row is removed with the
-    values it was indexed with, computed from the old row by the same expression."""
+    """The DDL of a tenant's FTS5 table and the triggers that keep it in step with `item` as rows
+    change or go. The table is contentless (its columns are read from `item` when needed), so a row
+    is removed with the values it was indexed with, computed from the old row by the same
+    expression. New rows are indexed by their writer, a batch in one statement (`index_new_items`):
+    an insert trigger, run once per row, halved the rate of a bulk load."""
     table, tenant_sql = lexical_table(tenant), _tenant_literal(tenant)
     remove = f"INSERT INTO {table}({table}, rowid, text, vis) SELECT 'delete', old.pk, old.text, {visibility_tokens('old')}"
     add = f"INSERT INTO {table}(rowid, text, vis) SELECT new.pk, new.text, {visibility_tokens('new')}"
     return [
         f"CREATE VIRTUAL TABLE IF NOT EXISTS {table} USING fts5(text, vis, content='', tokenize='{FTS_TOKENIZE}')",
-        f"CREATE TRIGGER IF NOT EXISTS {table}_ins AFTER INSERT ON item WHEN new.tenant = {tenant_sql} BEGIN {add}; END",
         f"CREATE TRIGGER IF NOT EXISTS {table}_del AFTER DELETE ON item WHEN old.tenant = {tenant_sql} BEGIN {remove}; END",
         # An update moves the row out of the old tenant's index and into the new one's (the same tenant, in practice).
         f"CREATE TRIGGER IF NOT EXISTS {table}_upd AFTER UPDATE OF {INDEXED_COLUMNS} ON item "
         f"WHEN old.tenant = {tenant_sql} OR new.tenant = {tenant_sql} BEGIN "
         f"{remove} WHERE old.tenant = {tenant_sql}; {add} WHERE new.tenant = {tenant_sql}; END",
     ]
+
+
+def index_new_items(conn: Connection, tenant: str, pks: Sequence[int]) -> None:
+    """Index rows of `tenant` just inserted (keys `pks`) in its FTS5 table, in one statement, inside
+    the writer's transaction: they commit together. Nothing to do on PostgreSQL (its index is
+    maintained by the server)."""
+    if conn.dialect.name != "sqlite" or not pks:
+        return
+    table = lexical_table(tenant)
+    marks = ",".join("?" * len(pks))
+    conn.exec_driver_sql(
+        f"INSERT INTO {table}(rowid, text, vis) SELECT pk, text, {visibility_tokens('item')} FROM item "
+        f"WHERE pk IN ({marks}) AND tenant = ?",
+        (*pks, tenant),
+    )
+
+
+def drop_insert_triggers(conn: Connection) -> None:
+    """Drop the per-row insert triggers stores made before their writers indexed new rows themselves."""
+    found = conn.exec_driver_sql(
+        "SELECT name FROM sqlite_master WHERE type = 'trigger' AND substr(name, 1, 9) = 'item_fts_' AND substr(name, -4) = '_ins'"
+    ).all()
+    for (name,) in found:
+        conn.exec_driver_sql(f'DROP TRIGGER IF EXISTS "{name}"')
 
 
 def drop_tenant_indexes(conn: Connection) -> None:

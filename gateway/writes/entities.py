@@ -14,7 +14,7 @@ from sqlalchemy.engine import Connection, Engine
 from core.errors import BadRequest, Conflict, NotFound
 from core.instants import utc_now
 from core.store import writer
-from gateway.writes.items import item_table, tombstone_table
+from gateway.writes.item_batch import item_table, tombstone_table
 
 MAX_CHAIN = 50
 NO_SUCH = "entity: no such entity in this tenant"

@@ -7,43 +7,79 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy import delete, insert, select, update
-from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.engine import Engine
 
 from core import identifiers
 from core.errors import BadRequest
 from core.instants import parse_rfc3339, utc_now
 from core.store import ensure_tenant_index, writer
-from core.tables import EntityTombstone, Item, ItemPrincipal, ItemScope, ItemTag, SourceDocument
+from core.tables import Item, SourceDocument
 from core.validation import describe_validation_error, has_nul, loads_json
 from gateway.writes.documents import Document, piece_id, section_items
 from gateway.writes.envelope import ID as ID  # re-exported
 from gateway.writes.envelope import NAME as NAME
 from gateway.writes.envelope import PRINCIPAL as PRINCIPAL
 from gateway.writes.envelope import ItemIn as ItemIn
+from gateway.writes.item_batch import Outcome, write_batch
 
 item_table = Item.__table__  # type: ignore[attr-defined]
-principal_table = ItemPrincipal.__table__  # type: ignore[attr-defined]
-scope_table = ItemScope.__table__  # type: ignore[attr-defined]
-tag_table = ItemTag.__table__  # type: ignore[attr-defined]
 source_table = SourceDocument.__table__  # type: ignore[attr-defined]
-tombstone_table = EntityTombstone.__table__  # type: ignore[attr-defined]
+
+
+MAX_REJECTIONS = 1000  # rejections reported one by one; past them, only counted
 
 
 @dataclass(slots=True)
 class IngestReport:
+    """What a write did. A stream of a million bad lines is reported by its first MAX_REJECTIONS
+    rejections and the count of the rest (`rejected_omitted`), so the answer stays small."""
+
     created: int = 0
     updated: int = 0
     unchanged: int = 0
     rejected: list[dict[str, Any]] = field(default_factory=list)
+    rejected_omitted: int = 0
+
+    def reject(self, index: int, item_id: str | None, errors: list[str]) -> None:
+        if len(self.rejected) < MAX_REJECTIONS:
+            self.rejected.append({"index": index, "id": item_id, "errors": errors})
+        else:
+            self.rejected_omitted += 1
+
+    def add(self, other: IngestReport) -> None:
+        """Fold the report of a later part of the same stream into this one."""
+        self.created += other.created
+        self.updated += other.updated
+        self.unchanged += other.unchanged
+        for rejection in other.rejected:
+            self.reject(rejection["index"], rejection["id"], rejection["errors"])
+        self.rejected_omitted += other.rejected_omitted
+
+    def count(self, written: list[tuple[int, str, Outcome]]) -> None:
+        """Count what became of each written entry (by its index and id)."""
+        for index, item_id, outcome in written:
+            if outcome.kind == "rejected":
+                self.reject(index, item_id, [outcome.error or "store: refused"])
+            else:
+                setattr(self, outcome.kind, getattr(self, outcome.kind) + 1)
+
+    @property
+    def rejected_count(self) -> int:
+        return len(self.rejected) + self.rejected_omitted
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The report's fields; `rejected_omitted` only when rejections were left out."""
+        fields = asdict(self)
+        if not self.rejected_omitted:
+            del fields["rejected_omitted"]
+        return fields
 
 
 def parse_items_body(raw: bytes, content_type: str | None) -> list[Any]:
@@ -156,100 +192,69 @@ def row_for(item: ItemIn, tenant: str) -> dict[str, Any]:
     return row
 
 
-class PendingDeletion(Exception):
-    """A write to an entity that is pending deletion: refused, so a tombstone is never undone by accident."""
-
-
-def _write_one(conn: Connection, row: dict[str, Any]) -> str:
-    if (
-        row["kind"] == "entity"
-        and conn.execute(
-            select(tombstone_table.c.entity_id).where(
-                tombstone_table.c.tenant == row["tenant"], tombstone_table.c.entity_id == row["id"]
-            )
-        ).first()
-    ):
-        raise PendingDeletion
-    existing = conn.execute(
-        select(item_table.c.pk, item_table.c.content_hash).where(
-            item_table.c.tenant == row["tenant"], item_table.c.id == row["id"]
-        )
-    ).first()
-    row = {**row, "updated_at": utc_now()}
-    if existing is not None and existing.content_hash == row["content_hash"]:
-        return "unchanged"
-    if existing is None:
-        pk = conn.execute(insert(item_table).values(**row).returning(item_table.c.pk)).scalar_one()
-        outcome = "created"
-    else:
-        pk = existing.pk
-        conn.execute(update(item_table).where(item_table.c.pk == pk).values(**row))
-        for table in (principal_table, scope_table, tag_table):
-            conn.execute(delete(table).where(table.c.item_pk == pk))
-        outcome = "updated"
-    if row["acl"]:
-        conn.execute(insert(principal_table), [{"item_pk": pk, "principal": p} for p in row["acl"]])
-    if row["scope"]:
-        conn.execute(insert(scope_table), [{"item_pk": pk, "scope": s} for s in row["scope"]])
-    if row["tags"]:
-        conn.execute(insert(tag_table), [{"item_pk": pk, "tag": t} for t in row["tags"]])
-    return outcome
-
-
-def ingest(engine: Engine, tenant: str, entries: Iterable[Any], *, chunk: int = 500) -> IngestReport:
-    """Validate and write each entry; every item lands whole or not at all."""
+def ingest(engine: Engine, tenant: str, entries: Iterable[Any], *, chunk: int = 500, first: int = 0) -> IngestReport:
+    """Validate and write each entry, `chunk` at a time in a transaction each (so `entries` may be a
+    stream of any length: memory holds two chunks); every item lands whole or not at all. Entries
+    are numbered from `first` in the report (a stream read in parts numbers each part on from the
+    last). A chunk is written on a thread of its own while the next is validated: SQLite and
+    PostgreSQL's drivers let go of the GIL while the store works, so the two overlap."""
     report = IngestReport()
-    rows: list[tuple[int, str, dict[str, Any]]] = []
-    for index, entry in enumerate(entries):
-        if isinstance(entry, _Unparsable):
-            report.rejected.append({"index": index, "id": None, "errors": [f"line {entry.line}: not valid JSON"]})
-            continue
-        if isinstance(entry, Rejected):
-            report.rejected.append({"index": index, "id": None, "errors": list(entry.errors)})
-            continue
-        if not isinstance(entry, dict):
-            report.rejected.append({"index": index, "id": None, "errors": ["item: expected a JSON object"]})
-            continue
-        item_id = entry.get("id") if isinstance(entry.get("id"), str) else None
-        if has_nul(entry):
-            report.rejected.append(
-                {"index": index, "id": item_id, "errors": ["item: strings must not contain the NUL character"]}
-            )
-            continue
-        if "tenant" in entry:
-            report.rejected.append({"index": index, "id": item_id, "errors": ["tenant: set by the writer's credential; omit it"]})
-            continue
-        try:
-            item = ItemIn.model_validate(entry)
-        except ValidationError as exc:
-            report.rejected.append(
-                {"index": index, "id": item_id, "errors": describe_validation_error(exc, root="item").split("; ")}
-            )
-            continue
-        rows.append((index, item.id, row_for(item, tenant)))
-    for start in range(0, len(rows), chunk):
-        _write_chunk(engine, rows[start : start + chunk], report)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest") as pool:
+        writing: Future[list[tuple[int, str, Outcome]]] | None = None
+        for rows in _chunks(entries, tenant, chunk, first, report):
+            if writing is not None:
+                report.count(writing.result())
+            writing = pool.submit(_write_chunk, engine, tenant, rows)
+        if writing is not None:
+            report.count(writing.result())
+    report.rejected.sort(key=lambda rejection: rejection["index"])
     return report
 
 
-def _write_chunk(engine: Engine, rows: list[tuple[int, str, dict[str, Any]]], report: IngestReport) -> None:
+def _chunks(
+    entries: Iterable[Any], tenant: str, chunk: int, first: int, report: IngestReport
+) -> Iterator[list[tuple[int, str, dict[str, Any]]]]:
+    """The valid entries' rows, `chunk` at a time; each invalid one is rejected in `report`."""
+    rows: list[tuple[int, str, dict[str, Any]]] = []
+    for index, entry in enumerate(entries, start=first):
+        checked = _checked(entry, tenant)
+        if isinstance(checked, Rejected):
+            item_id = entry.get("id") if isinstance(entry, dict) and isinstance(entry.get("id"), str) else None
+            report.reject(index, item_id, list(checked.errors))
+            continue
+        rows.append((index, checked["id"], checked))
+        if len(rows) >= chunk:
+            yield rows
+            rows = []
+    if rows:
+        yield rows
+
+
+def _checked(entry: Any, tenant: str) -> dict[str, Any] | Rejected:
+    """The entry's row, or why it is refused."""
+    if isinstance(entry, _Unparsable):
+        return Rejected((f"line {entry.line}: not valid JSON",))
+    if isinstance(entry, Rejected):
+        return entry
+    if not isinstance(entry, dict):
+        return Rejected(("item: expected a JSON object",))
+    if has_nul(entry):
+        return Rejected(("item: strings must not contain the NUL character",))
+    if "tenant" in entry:
+        return Rejected(("tenant: set by the writer's credential; omit it",))
+    try:
+        item = ItemIn.model_validate(entry)
+    except ValidationError as exc:
+        return Rejected(tuple(describe_validation_error(exc, root="item").split("; ")))
+    return row_for(item, tenant)
+
+
+def _write_chunk(engine: Engine, tenant: str, rows: list[tuple[int, str, dict[str, Any]]]) -> list[tuple[int, str, Outcome]]:
+    """Write one chunk in one transaction; what became of each entry, by its index and id."""
     with writer(engine).begin() as conn:
-        for tenant in sorted({row["tenant"] for _, _, row in rows}):
-            ensure_tenant_index(conn, tenant)  # before its first item: the index entry commits with the item
-        for index, item_id, row in rows:
-            savepoint = conn.begin_nested()
-            try:
-                outcome = _write_one(conn, row)
-                savepoint.commit()
-            except PendingDeletion:
-                savepoint.rollback()
-                report.rejected.append({"index": index, "id": item_id, "errors": ["id: this entity is pending deletion"]})
-                continue
-            except SQLAlchemyError as exc:
-                savepoint.rollback()
-                report.rejected.append({"index": index, "id": item_id, "errors": [f"store: {type(exc).__name__}"]})
-                continue
-            setattr(report, outcome, getattr(report, outcome) + 1)
+        ensure_tenant_index(conn, tenant)  # before its first item: the index entry commits with the item
+        outcomes = write_batch(conn, tenant, [row for _, _, row in rows])
+    return [(index, item_id, outcome) for (index, item_id, _), outcome in zip(rows, outcomes, strict=True)]
 
 
 def ingest_document(engine: Engine, tenant: str, document: Document) -> dict[str, Any]:
