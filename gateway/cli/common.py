@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import click
 
 from core.errors import GatewayError
+from gateway.cli.progress import Progress
 from gateway.settings import Settings, load_settings
 
 
@@ -70,13 +69,6 @@ def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def rate_bar(length: int, label: str) -> Any:
-    """A progress bar with items/s (and the percentage and ETA click shows when the length is known)."""
-    started = time.monotonic()
-
-    def rate(_: Any) -> str:
-        seconds = time.monotonic() - started
-        return f"{bar.pos / seconds:.1f} items/s" if bar.pos and seconds > 0 else ""
-
-    bar = click.progressbar(length=length, label=label, file=sys.stderr, show_eta=True, show_percent=True, item_show_func=rate)
-    return bar
+def rate_bar(length: int, label: str) -> Progress:
+    """A progress bar with items/s and the time left (gateway/cli/progress.py)."""
+    return Progress(length, label)

@@ -91,14 +91,21 @@ class Call:
         return actor
 
     @asynccontextmanager
-    async def admitted(self, cost: int) -> AsyncIterator[None]:
+    async def admitted(self, cost: int, *, part: bool = False) -> AsyncIterator[None]:
         """Wait for the call's turn in the fair queue at its price (`cost`, the estimate, or more when
         the actor's calls of this endpoint and estimate measured more lately), run the block under it,
         and settle it; its seats are given back after the audit write (`governed`). Past the queue's
         bounds or a rate quota, RateLimited (429 with Retry-After), audited like any refusal; a client
-        that leaves while its call waits is a 499, and its place in the queue is given up."""
+        that leaves while its call waits is a 499, and its place in the queue is given up. A `part`
+        of a streamed call (PUT /v1/items with NDJSON) is admitted on its own and gives its seats
+        back at the block's end, so none is held while the next part arrives; the admission record
+        adds the parts up."""
         actor = self.actor
-        admission = self.trace.lineage.admission = AdmissionRecord(cost=cost)
+        admission = self.trace.lineage.admission
+        if admission is None or not part:
+            admission = self.trace.lineage.admission = AdmissionRecord(cost=0 if part else cost)
+        if part:
+            admission.cost = (admission.cost or 0) + cost
         left = self._left if self._body is None and self._read else None
         try:
             ticket = await self.context.admission.enter(
@@ -106,18 +113,19 @@ class Call:
             )
         except Left as exc:
             raise ClientDisconnect() from exc
-        self.ticket = ticket
-        admission.price = ticket.cost
+        if not part:
+            self.ticket = ticket
+        admission.price = (admission.price or 0) + ticket.cost if part else ticket.cost
         if ticket.queued_ms:
-            admission.queued_ms = round(ticket.queued_ms, 3)
+            admission.queued_ms = round((admission.queued_ms or 0) + ticket.queued_ms, 3)
         try:
-            with holding(ticket, release=False):
+            with holding(ticket, release=part):
                 yield
         finally:  # after `holding` settled the call: what it measured is in the trace
-            admission.used = round(ticket.used, 3)
+            admission.used = round((admission.used or 0) + ticket.used if part else ticket.used, 3)
             admission.work = WorkRecord.model_validate(ticket.meter.report())
             if ticket.gave_way_ms:
-                admission.gave_way_ms = round(ticket.gave_way_ms, 3)
+                admission.gave_way_ms = round((admission.gave_way_ms or 0) + ticket.gave_way_ms, 3)
 
     async def _left(self) -> None:
         """Returns when the client goes away (its body already read: the next ASGI message is the

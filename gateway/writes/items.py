@@ -119,6 +119,23 @@ def parse_items_body(raw: bytes, content_type: str | None) -> list[Any]:
     return entries
 
 
+def parse_line(line: bytes | None, number: int, index: int) -> Any:
+    """One line of a streamed NDJSON body (line `number`, entry `index`): its JSON value, or why it
+    is refused, reported by `ingest` at its index. `None` is a line past the length limit, dropped
+    as it arrived. Unlike a whole body, a number JSON cannot carry refuses its line only: the
+    lines before it may already be written."""
+    if line is None:
+        return Rejected((f"line {number}: longer than the line limit (GATEWAY_MAX_BODY_BYTES)",))
+    try:
+        return loads_json(line.decode("utf-8", errors="strict"), at=f"[{index}]")
+    except UnicodeDecodeError:
+        return Rejected((f"line {number}: not valid UTF-8",))
+    except BadRequest as exc:
+        return Rejected((exc.message,))
+    except (ValueError, RecursionError):
+        return _Unparsable(number)
+
+
 @dataclass(frozen=True, slots=True)
 class _Unparsable:
     line: int

@@ -84,12 +84,6 @@ NON_FINITE_BODIES = [
         "[0].weight",
     ),
     (
-        "/v1/items",
-        b'{"id": "p1", "kind": "property", "entity": "ent_a", "name": "n", "value": {"x": [1, -Infinity]}, "acl": ["*"]}\n',
-        "application/x-ndjson",
-        "[0].value.x[1]",
-    ),
-    (
         "/v1/edges",
         b'{"from": "ent_a", "relation": "r", "to": "ent_b", "acl": ["*"]}\n'
         b'{"from": "ent_a", "relation": "s", "to": "ent_b", "weight": 2e400, "acl": ["*"]}\n',
@@ -111,6 +105,22 @@ def test_a_number_json_cannot_carry_is_a_400_naming_its_field_and_nothing_is_wri
     assert message.startswith(f"{field}: ") and "finite" in message, message
     assert "1e999" not in message and "Infinity:" not in message and "NaN:" not in message
     assert stored_items(gateway) == 0  # refused whole: the good item next to it did not land either
+
+
+def test_a_streamed_line_with_a_number_json_cannot_carry_is_rejected_alone_naming_its_field(gateway: Gateway) -> None:
+    """A streamed NDJSON body is written part by part, so a bad number refuses its own line (by
+    index and field), never the lines before it that may already be written."""
+    content = (
+        b'{"id": "p0", "kind": "property", "entity": "ent_a", "name": "n", "value": 1, "acl": ["*"]}\n'
+        b'{"id": "p1", "kind": "property", "entity": "ent_a", "name": "n", "value": {"x": [1, -Infinity]}, "acl": ["*"]}\n'
+    )
+    response = put_raw(gateway, "/v1/items", content, "application/x-ndjson")
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["created"] == 1 and [r["index"] for r in body["rejected"]] == [1]
+    (message,) = body["rejected"][0]["errors"]
+    assert message.startswith("[1].value.x[1]: ") and "finite" in message and "Infinity:" not in message
+    assert stored_items(gateway) == 1
 
 
 def test_an_infinite_weight_no_longer_poisons_every_later_answer(gateway: Gateway) -> None:
