@@ -179,12 +179,16 @@ def build_semantic(settings: Settings, store: Engine) -> Semantic:
         weaviate = build_weaviate(settings, embedder, store)
         publish = functools.partial(publish_to_weaviate, weaviate)
         worker = (
-            EmbeddingWorker(store, embedder, publish=publish, bulk=_bulk(settings, embedder))
+            EmbeddingWorker(store, embedder, publish=publish, bulk=_bulk(settings, embedder), side_by_side=usable_cores())
             if settings.background_embedding
             else None
         )
         return made(embedder, StoreConfirmed(weaviate, store), worker, close=weaviate.close)
-    worker = EmbeddingWorker(store, embedder, bulk=_bulk(settings, embedder)) if settings.background_embedding else None
+    worker = (
+        EmbeddingWorker(store, embedder, bulk=_bulk(settings, embedder), side_by_side=usable_cores())
+        if settings.background_embedding
+        else None
+    )
     if settings.vector_index != "memory":
         # pgvector: the index lives in the store, so nothing vector-shaped is held (or warmed) here.
         reason = prepare_pgvector(store, embedder.dims)

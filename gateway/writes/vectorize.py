@@ -121,10 +121,12 @@ def embed_pending(
     publish: Publish | None = None,
     tenant: str | None = None,
     claimer: Claimer | None = None,
+    side_by_side: int = 1,
 ) -> Done:
     """Embed the waiting items (of `tenant`, when named) that fit in `limit`, in key order; returns
     what was stored (and published, if asked). With `claimer`, only items no other worker holds,
-    claimed first (gateway/writes/claims.py)."""
+    claimed first (gateway/writes/claims.py). `side_by_side`: the model runs the embedder makes at
+    once (its sessions): a batch is cut in at least that many runs, so a small one uses every core."""
     joined, condition = _stale(embedder.model_id)
     if claimer is None:
         rows = limit.within(waiting_rows(engine, joined, condition, _COLUMNS, limit.items, tenant=tenant))
@@ -134,7 +136,8 @@ def embed_pending(
         return Done()
     # A few texts a model run, length-sorted: a call's query embedded meanwhile on the same model
     # waits for one small run, not for the whole batch, and the batch pads little.
-    vectors = embed_many(embedder, [_passage(r.text, r.section) for r in rows], RUN_TEXTS)
+    run = max(1, min(RUN_TEXTS, -(-len(rows) // max(side_by_side, 1))))
+    vectors = embed_many(embedder, [_passage(r.text, r.section) for r in rows], run)
     _publish_and_store(engine, embedder, rows, vectors, publish, claimer)
     return Done.of(rows)
 
@@ -155,12 +158,12 @@ def _store(engine: Engine, embedder: Embedder, rows: Sequence[Any], vectors: Vec
         for r, v in zip(rows, vectors, strict=True)
     ]
     with writer(engine).begin() as conn:
-        conn.execute(_upsert(engine.dialect.name, values))
+        conn.execute(upsert_vectors(engine.dialect.name, values))
         if claimer is not None:
             claimer.release(conn, [r.pk for r in rows])
 
 
-def _upsert(dialect: str, values: list[dict[str, Any]]) -> Any:
+def upsert_vectors(dialect: str, values: list[dict[str, Any]]) -> Any:
     """Insert or replace: two workers (or replicas) may embed the same item at the same time."""
     statement = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(item_vector).values(values)
     columns = ("model", "dims", "vector", "content_hash", "seq")
@@ -232,10 +235,11 @@ class EmbeddingWorker(PendingWorker):
         publish: Publish | None = None,
         bulk: Embedder | None = None,
         claimer: Claimer | None = None,
+        side_by_side: int = 1,
     ) -> None:
         """`bulk`: the same model with a session per core, for the batches (the calls' queries keep
         `embedder`'s own session, never waiting behind a batch's run); `claimer`: how this worker
-        shares the backlog with others (any process's)."""
+        shares the backlog with others (any process's); `side_by_side`: the runs `bulk` makes at once."""
         self.publish = publish
         self.engine = engine
         self.embedder = embedder
@@ -245,7 +249,7 @@ class EmbeddingWorker(PendingWorker):
         batches = bulk or embedder
         super().__init__(
             "embedding",
-            lambda tenant, limit: embed_pending(engine, batches, limit, publish, tenant, self.claimer),
+            lambda tenant, limit: embed_pending(engine, batches, limit, publish, tenant, self.claimer, side_by_side),
             lambda: lag(engine, embedder.model_id),
             idle_s,
             lambda after: next_tenant(engine, joined, self.claimer.claimable(condition), item.c.tenant, after),
