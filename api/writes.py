@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, field_validator, model_validator
 
 from api.instants import parse_rfc3339
 from api.wire import Strict, Wire
@@ -17,6 +17,7 @@ NAME = r"^[A-Za-z0-9_.:-]{1,200}$"
 MAX_TEXT_CHARS = 100_000
 MAX_SECTION_CHARS = 500
 MAX_WEIGHT = 1_000_000  # an edge's weight is finite, from -MAX_WEIGHT to MAX_WEIGHT
+MAX_VECTOR_DIMS = 4096  # the longest vector an item may carry (bge-small: 384; OpenAI text-embedding-3-large: 3072)
 
 
 class ItemIn(BaseModel):
@@ -53,6 +54,10 @@ class ItemIn(BaseModel):
     attached_to: str | None = Field(default=None, pattern=ID)
     source: dict[str, str] | None = None
     recorded_at: str | None = None
+    # A vector made outside the gateway and the id of the model that made it: accepted only when both
+    # match the index's model (its id and dimension); such an item is not embedded again.
+    vector: list[FiniteFloat] | None = Field(default=None, min_length=1, max_length=MAX_VECTOR_DIMS)
+    vector_model: str | None = Field(default=None, min_length=1, max_length=200)
 
     @field_validator("acl")
     @classmethod

@@ -34,6 +34,7 @@ from gateway.settings import AuditSettings, EmbeddingSettings, Settings
 from gateway.synthesis.client import Synthesizer
 from gateway.telemetry import NOOP, Telemetry, build_telemetry
 from gateway.writes.embeddings import Embedder, OnnxEmbedder, load_embedder
+from gateway.writes.supplied import VectorIntake
 from gateway.writes.vectorize import EmbeddingWorker, forget_vectors, publish_to_weaviate
 
 if TYPE_CHECKING:  # Weaviate's client is imported only by a deployment that sets GATEWAY_WEAVIATE_URL
@@ -172,12 +173,19 @@ def build_semantic(settings: Settings, store: Engine) -> Semantic:
     if embedder is None:
         return Semantic(None, None, None, note)
     log.info("embedding model: %s (%d dimensions)%s", embedder.model_id, embedder.dims, f"; {note}" if note else "")
-    made = functools.partial(Semantic, fallback=note, stored=StoredVectors(store, embedder.model_id, embedder.dims))
+    made = functools.partial(
+        Semantic,
+        fallback=note,
+        stored=StoredVectors(store, embedder.model_id, embedder.dims),
+        intake=VectorIntake(embedder.model_id, embedder.dims),
+    )
     if settings.weaviate_url:
         from connectors.confirm import StoreConfirmed
 
         weaviate = build_weaviate(settings, embedder, store)
         publish = functools.partial(publish_to_weaviate, weaviate)
+        # Vectors items carry are copied to Weaviate, as the worker's are, before they count as stored.
+        made = functools.partial(made, intake=VectorIntake(embedder.model_id, embedder.dims, publish))
         worker = (
             EmbeddingWorker(store, embedder, publish=publish, bulk=_bulk(settings, embedder), side_by_side=usable_cores())
             if settings.background_embedding

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import click
 
 from core.errors import GatewayError
 from gateway.cli.common import settings_from, store_options
 from gateway.cli.progress import Progress
+from gateway.settings import Settings
+
+if TYPE_CHECKING:
+    from gateway.writes.supplied import Intake, VectorIntake
 
 STDIN = "-"
 
@@ -29,10 +34,11 @@ def ingest_command(tenant: str, files: tuple[Path, ...], **flags: Any) -> None:
 
     settings = settings_from(**flags)
     engine = open_store(settings.effective_database_url)
+    intake = functools.cache(functools.partial(_intake, settings, engine))
     failed = False
     for path in files:
         try:
-            outcome = _ingest_one(engine, tenant, path)
+            outcome = _ingest_one(engine, tenant, path, intake)
         except GatewayError as exc:
             click.echo(f"{path}: {exc.message}", err=True)
             failed = True
@@ -42,7 +48,24 @@ def ingest_command(tenant: str, files: tuple[Path, ...], **flags: Any) -> None:
     sys.exit(1 if failed else 0)
 
 
-def _ingest_one(engine: Any, tenant: str, path: Path) -> dict[str, Any]:
+def _intake(settings: Settings, engine: Any) -> VectorIntake | None:
+    """What a vector an item carries must match: the configured model, loaded when the first item
+    carrying one comes (most files carry none); with Weaviate, its copies go there first."""
+    from gateway.context import build_weaviate
+    from gateway.writes.embeddings import load_embedder
+    from gateway.writes.supplied import VectorIntake
+    from gateway.writes.vectorize import publish_to_weaviate
+
+    embedder, _ = load_embedder(settings)
+    if embedder is None:
+        return None
+    publish = (
+        functools.partial(publish_to_weaviate, build_weaviate(settings, embedder, engine)) if settings.weaviate_url else None
+    )
+    return VectorIntake(embedder.model_id, embedder.dims, publish)
+
+
+def _ingest_one(engine: Any, tenant: str, path: Path, intake: Intake) -> dict[str, Any]:
     from gateway.writes.documents import parse_document
     from gateway.writes.items import ingest, ingest_document, parse_items_body
 
@@ -50,13 +73,13 @@ def _ingest_one(engine: Any, tenant: str, path: Path) -> dict[str, Any]:
         return ingest_document(engine, tenant, parse_document(path.stem, path.read_bytes()))
     if str(path) == STDIN:
         with Progress(None, "stdin") as progress:
-            return ingest(engine, tenant, _lines(sys.stdin.buffer, progress)).as_dict()
+            return ingest(engine, tenant, _lines(sys.stdin.buffer, progress), intake=intake).as_dict()
     if path.suffix.lower() in (".ndjson", ".jsonl"):
         with path.open("rb") as file, Progress(_count_lines(path), str(path)) as progress:
-            return ingest(engine, tenant, _lines(file, progress)).as_dict()
+            return ingest(engine, tenant, _lines(file, progress), intake=intake).as_dict()
     entries = parse_items_body(path.read_bytes(), None)
     with Progress(len(entries), str(path)) as progress:
-        report = ingest(engine, tenant, entries)
+        report = ingest(engine, tenant, entries, intake=intake)
         progress.update(len(entries))
     return report.as_dict()
 

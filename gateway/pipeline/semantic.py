@@ -22,6 +22,7 @@ from core.records import RecallQuery, SourceResult
 from gateway.pipeline.stages import StageTimer
 from gateway.writes.embeddings import Embedder
 from gateway.writes.vectorize import EmbeddingWorker
+from gateway.writes.supplied import VectorIntake
 
 
 class QueryVectors:
@@ -71,6 +72,7 @@ class Semantic:
     vectors: QueryVectors = field(default_factory=lambda: QueryVectors(QUERY_VECTORS))
     fallback: str | None = None  # why the embedder is not the configured model (said on every answer)
     stored: StoredVectors | None = None  # the stored vectors the rerank reads
+    intake: VectorIntake | None = None  # what a vector an item carries must match (gateway/writes/supplied.py)
 
     def floor(self, configured: float | None) -> float:
         """The cosine a semantic-only hit needs: GATEWAY_SEMANTIC_FLOOR, else the model's own."""

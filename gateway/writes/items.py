@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -15,9 +16,10 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from core import identifiers
-from core.errors import BadRequest
+from core.errors import BadRequest, ConnectorError
 from core.instants import parse_rfc3339, utc_now
 from core.store import ensure_tenant_index, writer
 from core.tables import Item, SourceDocument
@@ -28,7 +30,9 @@ from gateway.writes.envelope import NAME as NAME
 from gateway.writes.envelope import PRINCIPAL as PRINCIPAL
 from gateway.writes.envelope import ItemIn as ItemIn
 from gateway.writes.item_batch import Outcome, write_batch
+from gateway.writes.supplied import Intake, Vector, publish_supplied, resolve, store_supplied, supplied_vector
 
+log = logging.getLogger("gateway.writes")
 item_table = Item.__table__  # type: ignore[attr-defined]
 source_table = SourceDocument.__table__  # type: ignore[attr-defined]
 
@@ -209,37 +213,56 @@ def row_for(item: ItemIn, tenant: str) -> dict[str, Any]:
     return row
 
 
-def ingest(engine: Engine, tenant: str, entries: Iterable[Any], *, chunk: int = 500, first: int = 0) -> IngestReport:
+def ingest(
+    engine: Engine,
+    tenant: str,
+    entries: Iterable[Any],
+    *,
+    chunk: int = 500,
+    first: int = 0,
+    intake: Intake = None,
+) -> IngestReport:
     """Validate and write each entry, `chunk` at a time in a transaction each (so `entries` may be a
     stream of any length: memory holds two chunks); every item lands whole or not at all. Entries
     are numbered from `first` in the report (a stream read in parts numbers each part on from the
     last). A chunk is written on a thread of its own while the next is validated: SQLite and
-    PostgreSQL's drivers let go of the GIL while the store works, so the two overlap."""
+    PostgreSQL's drivers let go of the GIL while the store works, so the two overlap. An item may
+    carry its vector (gateway/writes/supplied.py), checked against `intake`, the index's model (None:
+    no vector is taken)."""
     report = IngestReport()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest") as pool:
         writing: Future[list[tuple[int, str, Outcome]]] | None = None
-        for rows in _chunks(entries, tenant, chunk, first, report):
+        for rows in _chunks(entries, tenant, chunk, first, report, intake):
             if writing is not None:
                 report.count(writing.result())
-            writing = pool.submit(_write_chunk, engine, tenant, rows)
+            writing = pool.submit(_write_chunk, engine, tenant, rows, intake)
         if writing is not None:
             report.count(writing.result())
     report.rejected.sort(key=lambda rejection: rejection["index"])
     return report
 
 
+@dataclass(frozen=True, slots=True)
+class _Row:
+    """A valid entry: its index in the request, its columns, and the vector it carried (unit length)."""
+
+    index: int
+    row: dict[str, Any]
+    vector: Vector | None = None
+
+
 def _chunks(
-    entries: Iterable[Any], tenant: str, chunk: int, first: int, report: IngestReport
-) -> Iterator[list[tuple[int, str, dict[str, Any]]]]:
+    entries: Iterable[Any], tenant: str, chunk: int, first: int, report: IngestReport, intake: Intake
+) -> Iterator[list[_Row]]:
     """The valid entries' rows, `chunk` at a time; each invalid one is rejected in `report`."""
-    rows: list[tuple[int, str, dict[str, Any]]] = []
+    rows: list[_Row] = []
     for index, entry in enumerate(entries, start=first):
-        checked = _checked(entry, tenant)
+        checked = _checked(entry, tenant, intake)
         if isinstance(checked, Rejected):
             item_id = entry.get("id") if isinstance(entry, dict) and isinstance(entry.get("id"), str) else None
             report.reject(index, item_id, list(checked.errors))
             continue
-        rows.append((index, checked["id"], checked))
+        rows.append(_Row(index, *checked))
         if len(rows) >= chunk:
             yield rows
             rows = []
@@ -247,8 +270,8 @@ def _chunks(
         yield rows
 
 
-def _checked(entry: Any, tenant: str) -> dict[str, Any] | Rejected:
-    """The entry's row, or why it is refused."""
+def _checked(entry: Any, tenant: str, intake: Intake) -> tuple[dict[str, Any], Vector | None] | Rejected:
+    """The entry's row and supplied vector, or why it is refused."""
     if isinstance(entry, _Unparsable):
         return Rejected((f"line {entry.line}: not valid JSON",))
     if isinstance(entry, Rejected):
@@ -263,15 +286,32 @@ def _checked(entry: Any, tenant: str) -> dict[str, Any] | Rejected:
         item = ItemIn.model_validate(entry)
     except ValidationError as exc:
         return Rejected(tuple(describe_validation_error(exc, root="item").split("; ")))
-    return row_for(item, tenant)
+    vector = supplied_vector(item, intake)
+    if isinstance(vector, tuple):
+        return Rejected(vector)
+    return row_for(item, tenant), vector
 
 
-def _write_chunk(engine: Engine, tenant: str, rows: list[tuple[int, str, dict[str, Any]]]) -> list[tuple[int, str, Outcome]]:
-    """Write one chunk in one transaction; what became of each entry, by its index and id."""
+def _write_chunk(engine: Engine, tenant: str, rows: list[_Row], given: Intake) -> list[tuple[int, str, Outcome]]:
+    """Write one chunk in one transaction, with the vectors its items carried; what became of each
+    entry, by its index and id."""
+    intake = resolve(given) if any(r.vector is not None for r in rows) else None
     with writer(engine).begin() as conn:
         ensure_tenant_index(conn, tenant)  # before its first item: the index entry commits with the item
-        outcomes = write_batch(conn, tenant, [row for _, _, row in rows])
-    return [(index, item_id, outcome) for (index, item_id, _), outcome in zip(rows, outcomes, strict=True)]
+        outcomes = write_batch(conn, tenant, [r.row for r in rows])
+        vectors = [
+            (outcome.pk, r.row["content_hash"], r.vector)
+            for r, outcome in zip(rows, outcomes, strict=True)
+            if r.vector is not None and outcome.pk is not None
+        ]
+        if intake is not None and intake.publish is None:
+            store_supplied(conn, intake, vectors)
+    if intake is not None and intake.publish is not None:
+        try:
+            publish_supplied(engine, intake, vectors)
+        except (ConnectorError, SQLAlchemyError) as exc:  # the items stand; the worker embeds them
+            log.warning("supplied vectors not copied to the index (%s): their items wait for the worker", type(exc).__name__)
+    return [(r.index, r.row["id"], outcome) for r, outcome in zip(rows, outcomes, strict=True)]
 
 
 def ingest_document(engine: Engine, tenant: str, document: Document) -> dict[str, Any]:

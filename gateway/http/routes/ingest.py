@@ -44,7 +44,10 @@ async def handle(call: Call) -> tuple[int, IngestReport]:
 
 async def write_items(call: Call, entries: list[Any]) -> tuple[int, IngestReport]:
     """Write the entries in the caller's tenant, wake the workers, and note the counts on the trace."""
-    report = await anyio.to_thread.run_sync(ingest, call.context.store, call.actor.tenant, entries)
+    write = functools.partial(
+        ingest, call.context.store, call.actor.tenant, entries, intake=call.context.connectors.semantic.intake
+    )
+    report = await anyio.to_thread.run_sync(write)
     if report.created or report.updated:
         call.context.nudge_workers()
     call.trace.record(_written(len(entries), report))
@@ -66,7 +69,14 @@ async def write_stream(call: Call) -> tuple[int, IngestReport]:
             timeout_s=settings.body_timeout_ms / 1000,
         ):
             entries = [parse_line(line, number, received + i) for i, (number, line) in enumerate(lines)]
-            write = functools.partial(ingest, call.context.store, call.actor.tenant, entries, first=received)
+            write = functools.partial(
+                ingest,
+                call.context.store,
+                call.actor.tenant,
+                entries,
+                first=received,
+                intake=call.context.connectors.semantic.intake,
+            )
             async with call.admitted(1, part=True):
                 part = await anyio.to_thread.run_sync(write)
             report.add(part)
