@@ -148,3 +148,40 @@ def test_without_semantic_search_a_vector_is_refused_by_name(sqlite_url: str, tm
                 "errors": ["vector: semantic search is off here (GATEWAY_EMBEDDINGS=none); send the item without a vector"],
             }
         ]
+
+
+def test_the_documented_outside_example_makes_the_gateways_own_vectors(gateway: Gateway, tmp_path: Path) -> None:
+    """docs/loading.md: docs/examples/vectors/embed_outside.py, with only onnxruntime and tokenizers
+    over the model files the gateway keeps, makes vectors the gateway takes and would have made."""
+    import subprocess
+    import sys
+
+    from gateway.writes.maven_model import BGE_SMALL
+
+    index = semantic(gateway)
+    items = [
+        memory("mem_out_1", "Quokkaout the customer asked for annual billing."),
+        {
+            "id": "doc_out_1",
+            "kind": "document",
+            "section": "Renewals > Terms",
+            "text": "Three-year terms get a discount.",
+            "acl": ["*"],
+        },
+    ]
+    source = tmp_path / "items.ndjson"
+    source.write_text("".join(json.dumps(item) + "\n" for item in items), encoding="utf-8")
+    script = Path(__file__).resolve().parents[3] / "docs" / "examples" / "vectors" / "embed_outside.py"
+    model_dir = BGE_SMALL.directory(gateway.settings.effective_model_dir)
+    made = subprocess.run([sys.executable, str(script), str(model_dir), str(source)], capture_output=True, text=True, check=True)
+    lines = [json.loads(line) for line in made.stdout.splitlines()]
+    assert {line["vector_model"] for line in lines} == {index.intake.model}
+    report = put(gateway, lines, stream=True).json()
+    assert report == {"created": 2, "updated": 0, "unchanged": 0, "rejected": []}
+    ours = index.embedder.embed(
+        ["Quokkaout the customer asked for annual billing.", "Renewals > Terms\nThree-year terms get a discount."]
+    )
+    for item_id, expected in zip(("mem_out_1", "doc_out_1"), ours):
+        found = stored_vector(gateway, item_id)
+        assert found is not None and found[3]
+        assert float(found[2] @ expected) > 0.9999
