@@ -2,7 +2,8 @@
 floors, by the CLI and by the service, with 1 and 2 processes, in one run.
 
 Loads N SciFact abstracts (title + abstract, ~1.5 KB) through the real ingest path into a SQLite
-store, copies it once per phase, and times each phase as subprocesses on its own copy:
+store (copied once per phase) or, with --postgres, a fresh PostgreSQL schema per phase, and times
+each phase as subprocesses on its own store:
 
 - `raw onnxruntime`: a plain loop over the same texts with the same model files (the tokenizer,
   length-sorted batches of 8, one single-threaded session per core side by side): the model's floor;
@@ -23,6 +24,7 @@ run: compare the ratios, which are measured side by side.
 
     .venv/bin/python bench/workers_scale_bench.py                       # 1,000 abstracts
     .venv/bin/python bench/workers_scale_bench.py --items 300 --only embed
+    .venv/bin/python bench/workers_scale_bench.py --postgres            # the tests' embedded PostgreSQL
 
 The commands run as `python -c 'from gateway.cli import main; main()'` from this checkout (the code
 beside this file), the data set is read where it is. See bench/README.md ("Background work and workers").
@@ -56,13 +58,13 @@ GATEWAY = [sys.executable, "-c", "import sys; from gateway.cli import main; sys.
 RAW_ONNX = r"""
 import sys, json, os, time
 from concurrent.futures import ThreadPoolExecutor
-import numpy as np, onnxruntime, sqlite3
+import numpy as np, onnxruntime
 from tokenizers import Tokenizer
 from gateway.settings import load_settings
 from gateway.writes.maven_model import BGE_SMALL, fetch
 settings = load_settings()
 files = fetch(BGE_SMALL, settings.effective_model_dir, settings.model_registry)
-texts = [t for (t,) in sqlite3.connect(sys.argv[1]).execute("SELECT text FROM item ORDER BY pk")]
+texts = json.load(open(sys.argv[1], encoding="utf-8"))
 cores = len(os.sched_getaffinity(0))
 tok = Tokenizer.from_file(str(files.tokenizer)); tok.enable_truncation(512); tok.no_padding()
 options = onnxruntime.SessionOptions(); options.intra_op_num_threads = 1; options.inter_op_num_threads = 1
@@ -86,9 +88,9 @@ print(done, "texts embedded", time.perf_counter() - started)
 """
 
 RAW_PRESIDIO = r"""
-import sys, os, time, sqlite3
+import sys, os, time, json
 from concurrent.futures import ProcessPoolExecutor
-texts = [t for (t,) in sqlite3.connect(sys.argv[1]).execute("SELECT text FROM item ORDER BY pk")]
+texts = json.load(open(sys.argv[1], encoding="utf-8"))
 processes = int(sys.argv[2])
 _engine = []
 def start():
@@ -127,11 +129,11 @@ def corpus(limit: int) -> list[dict[str, Any]]:
     return items
 
 
-def load(store: Path, items: list[dict[str, Any]]) -> None:
+def load(url: str, items: list[dict[str, Any]]) -> None:
     from core.store import open_store
     from gateway.writes.items import ingest
 
-    engine = open_store(f"sqlite:///{store}")
+    engine = open_store(url)
     report = ingest(engine, TENANT, items)
     engine.dispose()
     if report.rejected:
@@ -173,7 +175,7 @@ class Tree:
         for proc in self.procs:
             out = proc.stdout.read() if proc.stdout else ""
             if proc.returncode != 0:
-                raise SystemExit(f"{proc.args} failed ({proc.returncode}): {out.strip()[-2000:]}")
+                raise SystemExit(f"{proc.args!r} failed ({proc.returncode}): {out.strip()[-2000:]}")
             outs.append(out.strip())
         return outs
 
@@ -196,11 +198,13 @@ def run_commands(commands: list[list[str]], env: dict[str, str]) -> tuple[float,
     return time.perf_counter() - started, tree.peak, outs
 
 
-def serve_background(data: Path, env: dict[str, str], extra_worker: bool) -> tuple[float, int]:
+def serve_background(data: Path, url_: str, env: dict[str, str], extra_worker: bool) -> tuple[float, int]:
     """Seconds from `gateway serve` ready until /readyz reports nothing waiting, and the peak RSS."""
     port = free_port()
     tree = Tree()
     serve_env = {**env, "GATEWAY_PII_BACKGROUND": "true", "GATEWAY_DATA_DIR": str(data), "GATEWAY_PORT": str(port)}
+    if url_.startswith("postgresql"):
+        serve_env["GATEWAY_DATABASE_URL"] = url_
     tree.start([*GATEWAY, "serve"], serve_env, data / "serve.log")
     url = f"http://127.0.0.1:{port}/readyz"
     try:
@@ -217,9 +221,7 @@ def serve_background(data: Path, env: dict[str, str], extra_worker: bool) -> tup
             time.sleep(0.2)
         started = time.perf_counter()
         if extra_worker:
-            tree.start(
-                [*GATEWAY, "work", "--follow", "--database-url", f"sqlite:///{data / 'gateway.db'}"], env, data / "work.log"
-            )
+            tree.start([*GATEWAY, "work", "--follow", "--database-url", url_], env, data / "work.log")
         while True:
             tree.sample()
             backlog = httpx.get(url, timeout=5).json().get("background", {})
@@ -236,6 +238,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--items", type=int, default=1000, help="abstracts to load (default 1,000)")
     parser.add_argument("--only", choices=("embed", "pii", "serve"), action="append", help="phases to run (default: all)")
+    parser.add_argument(
+        "--postgres",
+        nargs="?",
+        const="embedded",
+        default=None,
+        help="on PostgreSQL: a server URL, or (alone) the embedded server the tests use (tests/embedded_pg.py)",
+    )
     args = parser.parse_args()
     only = set(args.only or ("embed", "pii", "serve"))
     items = corpus(args.items)
@@ -243,17 +252,55 @@ def main() -> int:
     kb = sum(len(i["text"].encode()) for i in items) / 1024
     cores = len(os.sched_getaffinity(0))
     work = Path(tempfile.mkdtemp(prefix="gw-workers-scale-"))
+    postgres = args.postgres
+    if postgres == "embedded":
+        from tests.embedded_pg import shared_server
+
+        server, reason = shared_server()
+        if server is None:
+            raise SystemExit(reason)
+        postgres = server.url
+    schemas: list[str] = []
+
+    def store() -> str:
+        """A store with the items loaded and nothing embedded nor analysed: a copy of the SQLite
+        file, or a fresh PostgreSQL schema, migrated and loaded."""
+        if postgres is None:
+            copy = work / f"{len(schemas)}.db"
+            schemas.append(str(copy))
+            shutil.copy(base, copy)
+            return f"sqlite:///{copy}"
+        import secrets
+
+        from sqlalchemy import create_engine, text
+
+        from core.store import migrate_store
+
+        schema = "gw_wsb_" + secrets.token_hex(5)
+        admin = create_engine(postgres)
+        with admin.begin() as conn:
+            conn.execute(text(f"CREATE SCHEMA {schema}"))
+        admin.dispose()
+        schemas.append(schema)
+        url_ = f"{postgres}?options=-csearch_path%3D{schema}"
+        migrate_store(url_)
+        load(url_, items)
+        return url_
+
     try:
         base = work / "loaded.db"
-        load(base, items)
-        print(f"{n:,} SciFact abstracts ({kb:,.0f} KB), {cores} cores; model bge-small (the default)", flush=True)
+        if postgres is None:
+            load(f"sqlite:///{base}", items)
+        texts = work / "texts.json"
+        texts.write_text(json.dumps([i["text"] for i in items]), encoding="utf-8")
+        where = "PostgreSQL" if postgres else "SQLite"
+        print(f"{n:,} SciFact abstracts ({kb:,.0f} KB) on {where}, {cores} cores; model bge-small (the default)", flush=True)
         env = clean_env({"GATEWAY_PII_BACKGROUND": "false"})
         results: dict[str, tuple[float, int]] = {}
 
         def phase(name: str, commands: list[list[str]], seconds_from_output: bool = False) -> None:
-            copy = work / f"{len(results)}.db"
-            shutil.copy(base, copy)
-            commands = [[part.replace("{db}", str(copy)) for part in c] for c in commands]
+            url_ = store()
+            commands = [[part.replace("{url}", url_).replace("{texts}", str(texts)) for part in c] for c in commands]
             seconds, peak, outs = run_commands(commands, env)
             results[name] = (seconds, peak)  # the whole process, start-up included, as for the commands
             loop = ""
@@ -264,18 +311,20 @@ def main() -> int:
                 flush=True,
             )
 
-        url = ["--database-url", "sqlite:///{db}"]
+        url = ["--database-url", "{url}"]
         if "embed" in only:
-            phase("raw onnxruntime", [[sys.executable, "-c", RAW_ONNX, "{db}"]], seconds_from_output=True)
+            phase("raw onnxruntime", [[sys.executable, "-c", RAW_ONNX, "{texts}"]], seconds_from_output=True)
             phase("gateway embed", [[*GATEWAY, "embed", *url]])
             half = str(max(1, cores // 2))
             phase("gateway embed x2", [[*GATEWAY, "embed", "--threads", half, *url]] * 2)
         if "pii" in only:
             script = work / "raw_presidio.py"  # a file: the spawned processes import its functions
             script.write_text(RAW_PRESIDIO, encoding="utf-8")
-            phase("raw presidio (1 process)", [[sys.executable, str(script), "{db}", "1"]], seconds_from_output=True)
+            phase("raw presidio (1 process)", [[sys.executable, str(script), "{texts}", "1"]], seconds_from_output=True)
             phase(
-                f"raw presidio ({cores} processes)", [[sys.executable, str(script), "{db}", str(cores)]], seconds_from_output=True
+                f"raw presidio ({cores} processes)",
+                [[sys.executable, str(script), "{texts}", str(cores)]],
+                seconds_from_output=True,
             )
             phase("gateway pii analyze --processes 1", [[*GATEWAY, "pii", "analyze", "--processes", "1", *url]])
             phase("gateway pii analyze", [[*GATEWAY, "pii", "analyze", *url]])
@@ -284,8 +333,11 @@ def main() -> int:
             for name, extra in (("gateway serve background", False), ("gateway serve + gateway work", True)):
                 data = work / name.replace(" ", "-").replace("+", "and")
                 data.mkdir()
-                shutil.copy(base, data / "gateway.db")
-                seconds, peak = serve_background(data, env, extra)
+                url_ = store()
+                if postgres is None:
+                    shutil.copy(url_.removeprefix("sqlite:///"), data / "gateway.db")
+                    url_ = f"sqlite:///{data / 'gateway.db'}"
+                seconds, peak = serve_background(data, url_, env, extra)
                 results[name] = (seconds, peak)
                 print(
                     f"{name:<40} {n / seconds:7.1f} items/s {kb / seconds:7.1f} KB/s  peak RSS {peak / 2**20:6.0f} MB", flush=True
@@ -313,6 +365,14 @@ def main() -> int:
             print(f"\n`gateway embed` then `gateway pii analyze`: {n / both:.1f} items/s")
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        if postgres is not None and schemas:
+            from sqlalchemy import create_engine, text
+
+            admin = create_engine(postgres)
+            with admin.begin() as conn:
+                for schema in schemas:
+                    conn.execute(text(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
+            admin.dispose()
     return 0
 
 

@@ -177,6 +177,7 @@ def make_gateway(database_url: str, tmp_path: Path, **overrides: Any) -> Iterato
         "database_url": database_url,
         "connector_deadline_ms": 10_000,
         "model_dir": Path(MODEL_DIR),
+        "pii_processes": 1,  # the background analysis in the test's own process, not a pool of spawned ones
     }
     settings = load_settings({**defaults, **overrides}, environ={})
     with TestClient(create_app(settings), raise_server_exceptions=False) as client:

@@ -8,23 +8,27 @@ only text without current spans is analysed during the request.
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import anyio.to_thread
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 
+from core.errors import where
 from core.store import writer
 from core.tables import Item, ItemPii
-from gateway.background import Done, Limit, PendingWorker, next_tenant
+from gateway.background import Done, Gate, Limit, PendingWorker, next_tenant
 from gateway.privacy.detect import Detector, Span
 from gateway.writes.claims import Claimer, claimed
 from gateway.writes.vectorize import waiting_rows
 
+log = logging.getLogger("gateway.privacy.store")
 item = Item.__table__  # type: ignore[attr-defined]
 item_pii = ItemPii.__table__  # type: ignore[attr-defined]
 ANALYSED_KINDS = ("entity", "property", "memory", "document", "edge")
@@ -88,16 +92,26 @@ class AnalysisPool:
 
     def analyze(self, texts: list[str]) -> list[list[Any]]:
         """Each text's spans (as JSON), the texts split in contiguous shares of about equal length, one a process."""
+        pool = self.warm()
+        futures = [pool.submit(_analyze_in_worker, share) for share in _shares(texts, self.processes)]
+        return [spans for future in futures for spans in future.result()]
+
+    @property
+    def started(self) -> bool:
+        return self._pool is not None
+
+    def warm(self) -> ProcessPoolExecutor:
+        """The pool, its processes started and their analyzers loaded (once): the first batch's
+        time then measures analysis, not start-up, and sizes the next ones (`Pace`) right."""
         if self._pool is None:
             import multiprocessing
 
             context = multiprocessing.get_context("spawn")  # never fork a process holding a database pool
-            self._pool = ProcessPoolExecutor(
-                self.processes, mp_context=context, initializer=_start_worker, initargs=(self.version,)
-            )
-        shares = _shares(texts, self.processes)
-        futures = [self._pool.submit(_analyze_in_worker, share) for share in shares]
-        return [spans for future in futures for spans in future.result()]
+            pool = ProcessPoolExecutor(self.processes, mp_context=context, initializer=_start_worker, initargs=(self.version,))
+            for future in [pool.submit(_analyze_in_worker, []) for _ in range(self.processes)]:
+                future.result()
+            self._pool = pool
+        return self._pool
 
     def close(self) -> None:
         if self._pool is not None:
@@ -269,6 +283,16 @@ class AnalysisWorker(PendingWorker):
             lambda after: next_tenant(engine, joined, self.claimer.claimable(condition), item.c.tenant, after),
             lambda: claimed(engine, "pii"),
         )
+
+    async def _batch(self, gate: Gate | None) -> int:
+        """A batch, the pool started first (once something waits, and outside any batch: its
+        start-up is neither charged to a tenant's turn nor taken by `Pace` for analysis time)."""
+        if self.pool is not None and not self.pool.started and await anyio.to_thread.run_sync(self.count) > 0:
+            try:
+                await anyio.to_thread.run_sync(self.pool.warm)
+            except Exception as exc:  # the batch tries again, and its failure is logged there
+                log.warning("pii analysis pool failed to start: %s", where(exc))
+        return await super()._batch(gate)
 
     def close(self) -> None:
         if self.pool is not None:

@@ -214,3 +214,27 @@ def test_an_analysis_batch_is_shared_in_contiguous_parts(parts: int) -> None:
     batch = [f"text {i} " * (i + 1) for i in range(7)]
     shares = _shares(batch, parts)
     assert [t for share in shares for t in share] == batch and len(shares) <= parts and all(shares)
+
+
+def test_the_background_pool_analyses_as_the_detector_does(sqlite_url: str, detector: Detector) -> None:
+    """The service's analysis in processes beside it (`GATEWAY_PII_PROCESSES`): the same spans as
+    one-by-one analysis, every item claimed and released."""
+    from gateway.privacy.store import AnalysisPool, stored_spans
+
+    notes = [
+        "Call John Smith at +1 415 555 0132 about the renewal.",
+        "Nothing personal: Q3 moved to 1.2M.",
+        "Mail ann@example.com",
+    ]
+    engine = open_store(sqlite_url)
+    pool = AnalysisPool(detector.version, 2)
+    try:
+        ingest(engine, "acme", [{"id": f"n{i}", "kind": "memory", "text": t, "acl": ["*"]} for i, t in enumerate(notes)])
+        claimer = Claimer.of("pii")
+        assert analyze_pending(engine, detector, Limit(10, 1 << 20), claimer=claimer, pool=pool).items == len(notes)
+        found = stored_spans(engine, "acme", [f"n{i}" for i in range(len(notes))], detector.version)
+        assert {k: list(v) for k, v in found.items()} == {f"n{i}": list(detector.analyze(t)) for i, t in enumerate(notes)}
+        assert pending(engine, detector.version) == 0 and claimed(engine, "pii") == 0
+    finally:
+        pool.close()
+        close_store(engine)
