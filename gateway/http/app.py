@@ -104,6 +104,8 @@ def create_app(
         finally:
             if app.state.context.audit.checkpointer is not None:  # once at shutdown: the last rows signed too
                 await anyio.to_thread.run_sync(app.state.context.audit.checkpointer.checkpoint, True)
+            if app.state.context.privacy.worker is not None:  # its analysing processes, if it started any
+                await anyio.to_thread.run_sync(app.state.context.privacy.worker.close)
             if own:
                 await app.state.context.policy.aclose()
                 await anyio.to_thread.run_sync(app.state.context.connectors.semantic.close)

@@ -210,10 +210,28 @@ _WORKER: list[Detector] = []  # the worker process's own analyzer
 
 
 def _start_worker(version: str) -> None:
+    _exit_with_parent()
     detector = Detector()
     if detector.version != version:
         raise RuntimeError(f"analyzer {detector.version} in a worker, {version} expected")
     _WORKER.append(detector)
+
+
+def _exit_with_parent() -> None:
+    """An analysing process ends when the process that started it is gone, however that ended (a
+    SIGKILL runs no shutdown): a thread watches for the parent's pid to change."""
+    import os
+    import threading
+    import time
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 def _analyze_in_worker(texts: list[str]) -> list[list[Any]]:

@@ -238,3 +238,34 @@ def test_the_background_pool_analyses_as_the_detector_does(sqlite_url: str, dete
     finally:
         pool.close()
         close_store(engine)
+
+
+def test_analysing_processes_end_when_their_parent_is_killed(detector: Detector) -> None:
+    """A service killed outright (SIGKILL: no shutdown runs) leaves no analysing process behind."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    program = (
+        "import os, sys, time\n"
+        "from gateway.privacy.store import AnalysisPool\n"
+        "pool = AnalysisPool(sys.argv[1], 1)\n"
+        "pool.warm()\n"
+        "import psutil\n"
+        "print(' '.join(str(c.pid) for c in psutil.Process().children(recursive=True)), flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", program, detector.version], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    children = [int(pid) for pid in parent.stdout.readline().split()]
+    assert children
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    parent.stdout.close()
+    import psutil
+
+    deadline = time.monotonic() + 15
+    while any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in children):
+        assert time.monotonic() < deadline, "an analysing process outlived its parent"
+        time.sleep(0.2)
