@@ -12,14 +12,20 @@ concurrency 1 and for `--concurrency`:
   batches of `--batch` with that many requests in flight (httpx, threads): the floor;
 - `gateway embed`: the CLI as a subprocess, on a fresh copy of the store, with
   GATEWAY_EMBEDDINGS_URL/MODEL/DIMS/BATCH/CONCURRENCY set: start-up, reading the store, requests,
-  checks and storing every vector included.
+  checks and storing every vector included (its start-up alone, timed by a second run with nothing
+  waiting, is given too).
 
 Each is texts (items) a second; `gateway embed` is given as a ratio to the server's floor at the
-same concurrency, and concurrency N as a ratio to concurrency 1. A sample of the stored vectors is
-compared with the packaged model's own (cosine per item).
+same concurrency, and concurrency N as a ratio to concurrency 1 (with `--rounds`, the medians; the
+order of the concurrencies alternates between rounds, as a shared machine's load drifts). A sample of
+the stored vectors is compared with the packaged model's own (cosine per item: the integer model
+quantizes activations per call, so a vector moves slightly with its batch-mates, ~0.993 at worst,
+locally as much as through the server). `--server-delay-ms` makes the server wait before each answer
+without using a core, as a remote server's round trip and queue would.
 
     .venv/bin/python bench/embedding_server_bench.py                       # 2,000 abstracts
-    .venv/bin/python bench/embedding_server_bench.py --items 500 --concurrency 8
+    .venv/bin/python bench/embedding_server_bench.py --items 1000 --rounds 2
+    .venv/bin/python bench/embedding_server_bench.py --items 500 --concurrency 8 --server-delay-ms 200
 
 The data set is read where it is (`--data-set`, default /work/shared/data/scifact). See
 bench/README.md ("The embedding-server path").
@@ -77,10 +83,10 @@ def load(store: Path, items: list[dict[str, Any]]) -> None:
         raise SystemExit(f"ingest rejected {len(report.rejected)} items, e.g. {report.rejected[0]}")
 
 
-def start_server() -> tuple[subprocess.Popen[str], dict[str, Any]]:
+def start_server(delay_ms: float) -> tuple[subprocess.Popen[str], dict[str, Any]]:
     """tests/embedding_server.py in its own process; its URL, model and dims from its first line."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.embedding_server", "--port", "0", "--integer"],
+        [sys.executable, "-m", "tests.embedding_server", "--port", "0", "--integer", "--delay-ms", str(delay_ms)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
@@ -161,6 +167,13 @@ def main() -> int:
     parser.add_argument(
         "--concurrency", type=int, default=4, help="requests in flight, beside 1 (GATEWAY_EMBEDDINGS_CONCURRENCY)"
     )
+    parser.add_argument("--rounds", type=int, default=1, help="rounds, each concurrency in turn, the order alternating")
+    parser.add_argument(
+        "--server-delay-ms",
+        type=float,
+        default=0.0,
+        help="the server waits this long (no CPU) before each answer: a remote round trip",
+    )
     args = parser.parse_args()
     if not (args.data_set / "corpus.jsonl").is_file():
         parser.error(f"--data-set: no corpus.jsonl in {args.data_set}")
@@ -171,28 +184,38 @@ def main() -> int:
         f"batch {args.batch}, {os.cpu_count()} CPUs"
     )
     root = Path(tempfile.mkdtemp(prefix="embedding-server-bench-"))
-    process, server = start_server()
+    process, server = start_server(args.server_delay_ms)
     try:
         base = root / "base.db"
         load(base, items)
-        print(f"server: {server['url']} computing with {server['model']} ({server['dims']} dims), a process of its own")
+        delay = f", {args.server_delay_ms:g} ms of wait per answer" if args.server_delay_ms else ""
+        print(f"server: {server['url']} computing with {server['model']} ({server['dims']} dims), a process of its own{delay}")
         server_floor(server, texts[:64], args.batch, 2)  # warm: the server's session and the page cache
-        results: dict[int, tuple[float, float]] = {}
-        for concurrency in sorted({1, args.concurrency}, reverse=True):
-            floor = len(texts) / server_floor(server, texts, args.batch, concurrency)
-            store = root / f"c{concurrency}.db"
-            shutil.copy(base, store)
-            seconds, said = gateway_embed(server, store, args.batch, concurrency)
-            rate = len(texts) / seconds
-            results[concurrency] = (floor, rate)
-            lowest = check_vectors(store, items)
-            print(
-                f"concurrency {concurrency}: server {floor:7.1f} texts/s | gateway embed {rate:7.1f} items/s "
-                f"({rate / floor:.2f}x the server's own) | '{said}' | lowest cosine to local {lowest:.5f}"
-            )
+        results: dict[int, list[tuple[float, float]]] = {1: [], args.concurrency: []}
+        for round_ in range(args.rounds):
+            for concurrency in sorted(results, reverse=round_ % 2 == 0):
+                floor = len(texts) / server_floor(server, texts, args.batch, concurrency)
+                store = root / f"c{concurrency}.db"
+                shutil.copy(base, store)
+                seconds, said = gateway_embed(server, store, args.batch, concurrency)
+                rate = len(texts) / seconds
+                results[concurrency].append((floor, rate))
+                lowest = check_vectors(store, items)
+                fixed, _ = gateway_embed(server, store, args.batch, concurrency)  # nothing waits: start-up and one scan
+                store.unlink()
+                print(
+                    f"round {round_ + 1}, concurrency {concurrency}: server {floor:7.1f} texts/s | gateway embed {rate:7.1f} "
+                    f"items/s ({rate / floor:.2f}x the server's own; {fixed:.1f} s of it start-up, "
+                    f"{len(texts) / max(seconds - fixed, 1e-9) / floor:.2f}x without) | '{said}' | lowest cosine to local {lowest:.5f}",
+                    flush=True,
+                )
         if args.concurrency != 1:
-            (floor1, rate1), (floorn, raten) = results[1], results[args.concurrency]
-            print(f"concurrency {args.concurrency} against 1: server {floorn / floor1:.2f}x, gateway embed {raten / rate1:.2f}x")
+            median = {c: (float(np.median([f for f, _ in r])), float(np.median([g for _, g in r]))) for c, r in results.items()}
+            (floor1, rate1), (floorn, raten) = median[1], median[args.concurrency]
+            print(
+                f"medians: gateway embed / server {raten / floorn:.2f}x at concurrency {args.concurrency}, {rate1 / floor1:.2f}x at 1; "
+                f"concurrency {args.concurrency} against 1: server {floorn / floor1:.2f}x, gateway embed {raten / rate1:.2f}x"
+            )
     finally:
         process.terminate()
         process.wait(10)

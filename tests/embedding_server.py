@@ -19,6 +19,7 @@ import argparse
 import json
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,9 @@ class EmbeddingServer(Loopback):
     """`model` (default the packaged MiniLM as shipped) behind `POST /v1/embeddings` on a free
     loopback port (or `port`); `url` ends in /v1, as GATEWAY_EMBEDDINGS_URL would."""
 
-    def __init__(self, model: Any = None, *, port: int = 0, slow_s: float = 5.0, retry_after: str | None = "0") -> None:
+    def __init__(
+        self, model: Any = None, *, port: int = 0, slow_s: float = 5.0, retry_after: str | None = "0", delay_s: float = 0.0
+    ) -> None:
         if model is None:
             from gateway.writes.embeddings import OnnxMiniLM
 
@@ -44,6 +47,7 @@ class EmbeddingServer(Loopback):
         self.model = model
         self.name = model.model_id  # the model it serves, by the id the gateway gives the packaged one
         self.slow_s = slow_s
+        self.delay_s = delay_s  # a wait before every answer, using no CPU: a remote server's round trip
         self.retry_after = retry_after
         self.requests = 0  # POSTs to /v1/embeddings
         self.texts = 0  # texts embedded and answered
@@ -103,6 +107,8 @@ class EmbeddingServer(Loopback):
                 if body.get("model") != server.name:
                     self._answer(404, {"error": {"message": "the model does not exist"}})
                     return
+                if server.delay_s:
+                    time.sleep(server.delay_s)
                 vectors = server.model.embed(texts).tolist()
                 if fault == "dims":
                     vectors = [v[:-1] for v in vectors]
@@ -157,13 +163,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: a free one)")
     parser.add_argument("--threads", type=int, default=1, help="onnxruntime threads per request")
+    parser.add_argument("--delay-ms", type=float, default=0.0, help="wait this long (no CPU) before each answer")
     parser.add_argument(
         "--integer", action="store_true", help="MiniLM re-quantized for integer arithmetic (GATEWAY_EMBEDDINGS=minilm)"
     )
     args = parser.parse_args()
     from gateway.writes.embeddings import OnnxMiniLM
 
-    server = EmbeddingServer(OnnxMiniLM(threads=args.threads, integer=args.integer), port=args.port)
+    server = EmbeddingServer(OnnxMiniLM(threads=args.threads, integer=args.integer), port=args.port, delay_s=args.delay_ms / 1000)
     print(json.dumps({"url": server.url, "model": server.name, "dims": server.model.dims}), flush=True)
     try:
         server.thread.join()
