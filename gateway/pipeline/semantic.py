@@ -21,8 +21,8 @@ from core.errors import ConnectorError
 from core.records import RecallQuery, SourceResult
 from gateway.pipeline.stages import StageTimer
 from gateway.writes.embeddings import Embedder
-from gateway.writes.vectorize import EmbeddingWorker
 from gateway.writes.supplied import VectorIntake
+from gateway.writes.vectorize import EmbeddingWorker
 
 
 class QueryVectors:
