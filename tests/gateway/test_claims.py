@@ -269,3 +269,22 @@ def test_analysing_processes_end_when_their_parent_is_killed(detector: Detector)
     while any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in children):
         assert time.monotonic() < deadline, "an analysing process outlived its parent"
         time.sleep(0.2)
+
+
+def test_gateway_work_embeds_what_waits_and_stops(sqlite_url: str) -> None:
+    """`gateway work` (embedding only here, on the packaged model): everything waiting is embedded,
+    nothing is left claimed, and it stops when nothing waits."""
+    from click.testing import CliRunner
+
+    from gateway.cli import main
+
+    load(sqlite_url)
+    env = {"GATEWAY_EMBEDDINGS": "minilm-float", "GATEWAY_PII": "none"}
+    result = CliRunner().invoke(main, ["work", "--no-analyze", "--threads", "1", "--database-url", sqlite_url], env=env)
+    assert result.exit_code == 0, result.output
+    assert f"{ITEMS} items embedded, 0 waiting" in result.output
+    engine = open_store(sqlite_url)
+    try:
+        assert claimed(engine, "embedding") == 0
+    finally:
+        close_store(engine)
