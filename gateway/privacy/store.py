@@ -70,13 +70,18 @@ def analyze_pending(
     if not rows:
         return Done()
     texts = [r.text or "" for r in rows]
-    if pool is not None:
-        found = pool.analyze(texts)
-    else:
-        # spaCy's `pipe`, as `analyze` would one by one; a few texts at a time, so a call's own
-        # analysis meanwhile waits for a few texts, not the batch
-        found = [[s.as_json() for s in spans] for spans in detector.analyze_batch(texts, batch_size=RUN_TEXTS)]
-    _store(engine, detector.version, rows, found, claimer)
+    try:
+        if pool is not None:
+            found = pool.analyze(texts)
+        else:
+            # spaCy's `pipe`, as `analyze` would one by one; a few texts at a time, so a call's own
+            # analysis meanwhile waits for a few texts, not the batch
+            found = [[s.as_json() for s in spans] for spans in detector.analyze_batch(texts, batch_size=RUN_TEXTS)]
+        _store(engine, detector.version, rows, found, claimer)
+    except BaseException:
+        if claimer is not None:  # a failed batch's items are free at once, for any worker's next try
+            claimer.release_now(engine, [r.pk for r in rows])
+        raise
     return Done.of(rows)
 
 

@@ -31,6 +31,7 @@ from typing import Any
 from sqlalchemy import and_, exists, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from core.store import writer
 from core.tables import Item, WorkClaim
@@ -124,6 +125,15 @@ class Claimer:
                     work_claim.c.item_pk.in_(list(pks[start : start + 500])),
                 )
             )
+
+    def release_now(self, engine: Engine, pks: Sequence[int]) -> None:
+        """`release` in a transaction of its own (a batch that failed: its items wait for anyone);
+        a store that cannot take it leaves the claims to expire."""
+        try:
+            with writer(engine).begin() as conn:
+                self.release(conn, pks)
+        except SQLAlchemyError:
+            pass
 
     def release_all(self, engine: Engine) -> None:
         """Drop every claim of this worker (it stops: what it held is free at once, not at expiry)."""

@@ -137,8 +137,13 @@ def embed_pending(
     # A few texts a model run, length-sorted: a call's query embedded meanwhile on the same model
     # waits for one small run, not for the whole batch, and the batch pads little.
     run = max(1, min(RUN_TEXTS, -(-len(rows) // max(side_by_side, 1))))
-    vectors = embed_many(embedder, [_passage(r.text, r.section) for r in rows], run)
-    _publish_and_store(engine, embedder, rows, vectors, publish, claimer)
+    try:
+        vectors = embed_many(embedder, [_passage(r.text, r.section) for r in rows], run)
+        _publish_and_store(engine, embedder, rows, vectors, publish, claimer)
+    except BaseException:
+        if claimer is not None:  # a failed batch's items are free at once, for any worker's next try
+            claimer.release_now(engine, [r.pk for r in rows])
+        raise
     return Done.of(rows)
 
 

@@ -313,11 +313,6 @@ def test_a_down_server_fails_no_write_and_no_retrieve(sqlite_url: str, tmp_path:
     engine.dispose()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="embed_pending (gateway/writes/vectorize.py) keeps its claims when the embedder raises: a failed "
-    "background batch holds its items for CLAIM_TTL_S (120 s), so `gateway embed` cannot take them meanwhile",
-)
 def test_a_failed_background_batch_leaves_its_items_to_the_next_run(
     sqlite_url: str, tmp_path: Path, server: EmbeddingServer
 ) -> None:
