@@ -64,6 +64,21 @@ def data_dir_problem(data_dir: Path) -> str | None:
         return f"{data_dir} cannot be read: {exc.strerror or type(exc).__name__}"
 
 
+# The worker commands' shared options (`gateway embed`, `pii analyze`, `work`).
+threads_option = click.option(
+    "--threads",
+    type=click.IntRange(min=1, max=256),
+    default=None,
+    help="Model runs side by side, one core each (default: the cores this process may use).",
+)
+processes_option = click.option(
+    "--processes",
+    type=click.IntRange(min=1, max=256),
+    default=None,
+    help="Analysing processes (default: the cores this process may use).",
+)
+
+
 def cores() -> int:
     """The cores this process may run on (a container's CPU set, not the host's count)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from gateway.cli.common import cores, rate_bar, settings_from, store_options
+from gateway.cli.common import cores, rate_bar, settings_from, store_options, threads_option
 
 
 @click.command()
@@ -20,12 +20,7 @@ from gateway.cli.common import cores, rate_bar, settings_from, store_options
     help="Passages per model call (passages of similar length run together); an endpoint's requests "
     "(GATEWAY_EMBEDDINGS_URL) take GATEWAY_EMBEDDINGS_BATCH instead.",
 )
-@click.option(
-    "--threads",
-    type=click.IntRange(min=1, max=256),
-    default=None,
-    help="Model runs side by side, one core each (default: the cores this process may use).",
-)
+@threads_option
 @click.option(
     "--rate",
     type=click.FloatRange(min=0.1),

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from gateway.cli.common import cores, rate_bar, settings_from, store_options
+from gateway.cli.common import cores, processes_option, rate_bar, settings_from, store_options
 
 
 @click.group()
@@ -17,12 +17,7 @@ def pii() -> None:
 @pii.command("analyze")
 @store_options
 @click.option("--batch", type=click.IntRange(min=1, max=4096), default=32, show_default=True, help="Items per batch.")
-@click.option(
-    "--processes",
-    type=click.IntRange(min=1, max=256),
-    default=None,
-    help="Analysing processes (default: the cores this process may use).",
-)
+@processes_option
 def pii_analyze(batch: int, processes: int | None, **flags: Any) -> None:
     """Analyse every item whose stored spans are missing, older than its text, or from another
     analyzer configuration (the service also does this in the background)."""

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from gateway.cli.common import cores, settings_from, store_options
+from gateway.cli.common import cores, processes_option, settings_from, store_options, threads_option
 
 IDLE_S = 2.0  # with --follow, how long a worker that found nothing waits before it looks again
 
@@ -17,18 +17,8 @@ IDLE_S = 2.0  # with --follow, how long a worker that found nothing waits before
 @click.command()
 @store_options
 @click.option("--follow", is_flag=True, help="Keep working as items are written (default: stop when nothing waits).")
-@click.option(
-    "--threads",
-    type=click.IntRange(min=1, max=256),
-    default=None,
-    help="Model runs side by side, one core each (default: the cores this process may use).",
-)
-@click.option(
-    "--processes",
-    type=click.IntRange(min=1, max=256),
-    default=None,
-    help="Analysing processes (default: the cores this process may use).",
-)
+@threads_option
+@processes_option
 @click.option("--embed/--no-embed", default=True, show_default=True, help="Embed items waiting for a vector.")
 @click.option("--analyze/--no-analyze", default=True, show_default=True, help="Analyse items for personal data.")
 def work(follow: bool, threads: int | None, processes: int | None, embed: bool, analyze: bool, **flags: Any) -> None:
