@@ -125,6 +125,7 @@ class IngestReport(Wire):
     rejected: list[Rejection] = Field(default_factory=list)
     # A stream of many bad lines is answered with its first 1,000 rejections and the count of the rest.
     rejected_omitted: int = Field(default=0, ge=0)
+    OPTIONAL = frozenset({"rejected_omitted"})  # sent only when rejections were left out
 
 
 class DocumentReport(IngestReport):

@@ -155,13 +155,20 @@ class Gateway:
         return self.client.post("/v1/retrieve", json=body, headers=self.auth(key))
 
     def embed_all(self) -> int:
-        """Embed everything written so far, now (the service's worker would, a little later)."""
-        from gateway.writes.vectorize import embed_all
+        """Embed everything written so far, now (the service's worker would, a little later). The
+        service's own background worker may hold a batch when this starts (`embed_all` leaves what
+        another worker claimed to that worker): wait, a bounded time, until nothing waits at all."""
+        from gateway.writes.vectorize import embed_all, lag
 
         semantic = self.client.app.state.context.connectors.semantic  # type: ignore[attr-defined]
         assert semantic.embedder is not None, semantic.unavailable
         publish = semantic.worker.publish if semantic.worker is not None else None  # Weaviate's copy
-        return embed_all(self.store, semantic.embedder, publish=publish)
+        done = embed_all(self.store, semantic.embedder, publish=publish)
+        deadline = time.monotonic() + 120
+        while lag(self.store, semantic.embedder.model_id) and time.monotonic() < deadline:
+            time.sleep(0.1)
+            done += embed_all(self.store, semantic.embedder, publish=publish)  # a released claim waits again
+        return done
 
     def trace(self, trace_id: str) -> dict[str, Any]:
         row = self.client.app.state.context.audit.get(trace_id)  # type: ignore[attr-defined]
