@@ -16,7 +16,7 @@ class Health(Wire):
 
 
 class Readiness(Wire):
-    OPTIONAL = frozenset({"checks", "admission", "background", "semantic"})
+    OPTIONAL = frozenset({"checks", "admission", "background", "semantic", "lexical"})
     status: str
     checks: dict[str, str] = Field(default_factory=dict)
     admission: dict[str, Any] = Field(default_factory=dict)
@@ -29,6 +29,12 @@ class Readiness(Wire):
         default_factory=dict,
         description="The model whose vectors the semantic index holds and searches (`model`, its id as stored with "
         "every vector, and `dims`), or `unavailable` with the reason semantic search is off",
+    )
+    lexical: dict[str, Any] = Field(
+        default_factory=dict,
+        description="What ranks lexical search (`engine`: `tantivy`, `fts5` or `postgres`) and, for Tantivy, how many "
+        "tenants' indexes this process has built (`tenants_ready`) and is building (`tenants_building`; their searches "
+        "are answered by FTS5 meanwhile)",
     )
 
 

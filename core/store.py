@@ -255,8 +255,9 @@ def tenant_index_statements(tenant: str) -> list[str]:
 
 
 def index_new_items(conn: Connection, tenant: str, pks: Sequence[int]) -> None:
-    """Index rows of `tenant` just inserted (keys `pks`) in its FTS5 table, in one statement, inside
-    the writer's transaction: they commit together. Nothing to do on PostgreSQL (its index is
+    """Index rows of `tenant` just inserted (keys `pks`) in its FTS5 table, in one statement, and
+    log them in `item_change` (for the Tantivy indexes), inside the writer's transaction: they
+    commit together. Nothing to do on PostgreSQL (its index is
     maintained by the server)."""
     if conn.dialect.name != "sqlite" or not pks:
         return
@@ -267,6 +268,20 @@ def index_new_items(conn: Connection, tenant: str, pks: Sequence[int]) -> None:
         f"WHERE pk IN ({marks}) AND tenant = ?",
         (*pks, tenant),
     )
+    conn.exec_driver_sql(
+        f"INSERT INTO item_change(item_pk, tenant) SELECT pk, tenant FROM item WHERE pk IN ({marks})", tuple(pks)
+    )
+
+
+# An update of an indexed column or a deletion is logged in `item_change` (core.tables.ItemChange)
+# by these triggers; an insert by its writer (`index_new_items`), a batch in one statement.
+CHANGE_TRIGGERS = (
+    f"CREATE TRIGGER IF NOT EXISTS item_change_upd AFTER UPDATE OF {INDEXED_COLUMNS} ON item BEGIN "
+    "INSERT INTO item_change(item_pk, tenant) VALUES (old.pk, old.tenant); "
+    "INSERT INTO item_change(item_pk, tenant) SELECT new.pk, new.tenant WHERE new.tenant IS NOT old.tenant; END",
+    "CREATE TRIGGER IF NOT EXISTS item_change_del AFTER DELETE ON item BEGIN "
+    "INSERT INTO item_change(item_pk, tenant) VALUES (old.pk, old.tenant); END",
+)
 
 
 def drop_insert_triggers(conn: Connection) -> None:

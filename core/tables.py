@@ -122,6 +122,19 @@ class ItemPii(SQLModel, table=True):
     spans: list[Any] = Field(sa_column=Column(JSON, nullable=False))
 
 
+class ItemChange(SQLModel, table=True):
+    """The log of changes to items' indexed columns (text and what decides visibility), in order:
+    a row per item inserted (by its writer, in the same transaction), per update of an indexed column
+    and per deletion (by triggers, SQLite). Indexes kept outside the store (the per-process Tantivy
+    indexes, connectors/sql/text_index.py) read it past their last entry to stay in step."""
+
+    __tablename__ = "item_change"
+
+    seq: int | None = Field(default=None, primary_key=True)
+    item_pk: int
+    tenant: str = Field(max_length=200)
+
+
 class WorkClaim(SQLModel, table=True):
     """An item a background worker took for one kind of work (`embedding`, `pii`): no other worker
     takes it until the claim is released (its result stored) or `expires` (epoch seconds) passes,

@@ -19,7 +19,7 @@ from connectors.sql.graph import SqlGraphConnector
 from connectors.sql.lexical import FullTextConnector
 from connectors.sql.pgvector import PgvectorConnector
 from connectors.sql.pgvector import prepare as prepare_pgvector
-from connectors.sql.vectors import StoredVectors, VectorConnector, VectorIndex
+from connectors.sql.vectors import Admitted, StoredVectors, VectorConnector, VectorIndex
 from core.errors import ConfigurationError
 from core.store import open_store
 from gateway.admission import Admission, load_admission
@@ -76,7 +76,10 @@ async def build_context(settings: Settings, telemetry: Telemetry | None = None) 
     warn_if_vulnerable()  # once per process: on a Python whose tarfile backtracks (CVE-2024-6232), one WARNING line
     store = open_store(settings.effective_database_url)
     try:
-        semantic = build_semantic(settings, store)  # first: it may refuse to start, before policy workers exist
+        lexical = FullTextConnector(store, settings.lexical_engine)
+        # first: it may refuse to start, before policy workers exist; the lexical index lists a
+        # filter's rows for it (semantic search plans by their count)
+        semantic = build_semantic(settings, store, admitted=lexical.admitted)
         policy = await load_engine(settings)
     except BaseException:
         store.dispose()
@@ -88,7 +91,7 @@ async def build_context(settings: Settings, telemetry: Telemetry | None = None) 
         authenticator=Authenticator(store, settings),
         connectors=Connectors(
             exact=SqlExactConnector(store),
-            lexical=FullTextConnector(store),
+            lexical=lexical,
             semantic=semantic,
             graph=SqlGraphConnector(store),
         ),
@@ -167,7 +170,7 @@ def _bulk(settings: Settings, embedder: Embedder) -> Embedder | None:
     return bulk if bulk is not None and bulk.model_id == embedder.model_id else None
 
 
-def build_semantic(settings: Settings, store: Engine) -> Semantic:
+def build_semantic(settings: Settings, store: Engine, admitted: Admitted | None = None) -> Semantic:
     """The embedded vector index and its embedding worker, or the reason semantic search is off."""
     embedder, note = load_embedder(settings)
     if embedder is None:
@@ -205,5 +208,5 @@ def build_semantic(settings: Settings, store: Engine) -> Semantic:
         if settings.vector_index == "pgvector":
             raise ConfigurationError(f"GATEWAY_VECTOR_INDEX=pgvector: {reason}")
         log.debug("vector index: in-process (%s)", reason)  # the default: not worth a start line
-    index = VectorIndex(store, embedder.model_id, embedder.dims)
+    index = VectorIndex(store, embedder.model_id, embedder.dims, admitted=admitted)
     return made(embedder, VectorConnector(index), worker)

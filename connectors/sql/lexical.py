@@ -1,4 +1,7 @@
-"""Lexical connector: BM25 on SQLite FTS5, ts_rank_cd on PostgreSQL, constraints in the same WHERE.
+"""Lexical connector: BM25 top-k on Tantivy (SQLite), ts_rank_cd on PostgreSQL, the constraints inside the query.
+
+On SQLite a tenant's Tantivy index (connectors/sql/text_index.py) ranks once it is built; until
+then, or with `GATEWAY_LEXICAL_ENGINE=fts5`, the tenant's FTS5 table does, with the same filter.
 
 Only the caller's tenant is searched: on SQLite its own FTS5 table (its own BM25 statistics and
 candidates; a tenant that never wrote has none, so nothing matches), on PostgreSQL an index that
@@ -19,6 +22,7 @@ from sqlalchemy.sql import Select
 
 from connectors.sql.cancel import cancellable, watched
 from connectors.sql.pushdown import bound, item, permitted, record_from_row, tagged
+from connectors.sql.text_index import TextIndex
 from connectors.sql.walk import walk
 from core.constraints import ItemFilter
 from core.errors import ConnectorError
@@ -27,6 +31,7 @@ from core.store import lexical_table, tenant_index_exists, visibility_value
 
 MAX_TERMS = 32
 FIRST_WINDOW = 250
+TANTIVY_WINDOW = 32
 TERM = re.compile(r"[^\W_]+", re.UNICODE)
 
 
@@ -54,11 +59,10 @@ def fts_match(terms: list[str]) -> str:
     return " OR ".join(f'"{term}"' for term in terms)
 
 
-def visible_match(terms: list[str], where: ItemFilter) -> str | None:
-    """The caller's words in `text`, ANDed with its filter over the `vis` tokens (core/store.py
-    `visibility_tokens`): kind, sensitivity, status, scope and principals. FTS5 then reads and
-    scores only rows the filter may admit, so rows the caller may not see cost it no window, no
-    walk and no score. None when the filter admits nothing. Tokens are hex: nothing in them is syntax."""
+def visibility_groups(where: ItemFilter) -> list[list[str]] | None:
+    """The caller's filter as groups of `vis` tokens (core/store.py `visibility_tokens`): kind,
+    sensitivity, status, scope and principals; a row is admitted when it holds a token of every
+    group. None when the filter admits nothing. Tokens are hex: nothing in them is syntax."""
     groups = [
         [visibility_value("k", kind) for kind in where.kinds],
         [visibility_value("s", sensitivity) for sensitivity in where.sensitivities],
@@ -66,7 +70,15 @@ def visible_match(terms: list[str], where: ItemFilter) -> str | None:
         ["u0", *(visibility_value("c", scope) for scope in where.scopes)],
         [visibility_value("p", principal) for principal in where.principals],
     ]
-    if not all(groups):
+    return groups if all(groups) else None
+
+
+def visible_match(terms: list[str], where: ItemFilter) -> str | None:
+    """The caller's words in `text`, ANDed with its filter over the `vis` tokens. FTS5 then reads and
+    scores only rows the filter may admit, so rows the caller may not see cost it no window, no
+    walk and no score. None when the filter admits nothing."""
+    groups = visibility_groups(where)
+    if groups is None:
         return None
     return " AND ".join([f"text : ({fts_match(terms)})", *(f"vis : ({fts_match(group)})" for group in groups)])
 
@@ -100,12 +112,38 @@ def matched_rows(tags: tuple[str, ...]) -> Select:  # type: ignore[type-arg]
 class FullTextConnector:
     name = "lexical"
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, engine_name: str = "tantivy") -> None:
         self.engine = engine
         self.dialect = engine.dialect.name
+        # On SQLite, Tantivy ranks (top-k, the filter inside the query) once a tenant's index is
+        # built; FTS5 answers until then, and always with `engine_name="fts5"`.
+        self.text = TextIndex(engine) if self.dialect == "sqlite" and engine_name == "tantivy" else None
         # Tenants whose FTS5 table was seen: a table is never dropped while the service runs, so it
         # is looked up until found, then no more (a statement less per call).
         self._indexed: set[str] = set()
+
+    def admitted(self, conn: Connection, where: ItemFilter, cap: int) -> tuple[int, list[int] | None] | None:
+        """How many of the tenant's rows the filter's tokens admit, and their keys when at most `cap`
+        (`TextIndex.admitted`); None when no Tantivy index of the tenant is ready to say. For the
+        semantic search's plan: a superset of the permitted rows, each still checked when read."""
+        if self.text is None:
+            return None
+        groups = visibility_groups(where)
+        if groups is None:
+            return 0, []
+        index = self.text.state(conn, where.tenant)
+        return None if index is None else self.text.admitted(index, groups, cap)
+
+    def readiness(self) -> dict[str, Any]:
+        """What ranks lexical search here, and how far the Tantivy indexes are built (`/readyz`)."""
+        if self.text is not None:
+            return self.text.readiness()
+        return {"engine": "fts5" if self.dialect == "sqlite" else "postgres"}
+
+    def warm(self) -> None:
+        """Build every tenant's Tantivy index (start-up, off the request path)."""
+        if self.text is not None:
+            self.text.warm()
 
     async def search(self, where: ItemFilter, query: RecallQuery) -> SourceResult:
         started = time.perf_counter()
@@ -159,12 +197,20 @@ class FullTextConnector:
         been seen. The answer is exactly the BM25 top `limit` of the permitted matches; FTS5 scores
         every match anyway, and the constraints run only on the pks read (`walk`), not the window."""
         best = best_matches(lexical_table(where.tenant))  # hex digits after a fixed prefix: safe to name in SQL
-        statement, match = matched_rows(query.tags), visible_match(terms, where)
-        if match is None:
+        statement, groups = matched_rows(query.tags), visibility_groups(where)
+        if groups is None:
             return []
-        window = max(FIRST_WINDOW, query.limit * 5)
+        match = visible_match(terms, where)
+        index = self.text.state(conn, where.tenant) if self.text is not None else None
+        # FTS5 ranks every match anyway, so its window is wide; Tantivy prunes to the window, and its
+        # filter already excludes all the tokens can say: only a clock's constraints or tags widen it.
+        window = max(FIRST_WINDOW, query.limit * 5) if index is None else max(TANTIVY_WINDOW, query.limit * 2)
         while True:
-            ranked = conn.execute(best, {"match": match, "window": window}).all()  # (pk, score), best first
+            ranked: list[tuple[int, float]]
+            if index is not None and self.text is not None:
+                ranked = self.text.search(index, terms, groups, window)  # (pk, score), best first
+            else:
+                ranked = [(int(pk), float(score)) for pk, score in conn.execute(best, {"match": match, "window": window})]
             done = walk(conn, statement, bound(where), [pk for pk, _ in ranked], query.limit)
             if len(done.rows) >= query.limit or len(ranked) < window:
                 return [(row, float(ranked[position][1])) for row, position in done.rows]

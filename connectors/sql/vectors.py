@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Literal
@@ -19,7 +19,7 @@ from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.exc import SQLAlchemyError
 
 from connectors.sql.cancel import cancellable, watched
-from connectors.sql.pushdown import bound, item, permitted, record_from_row, tagged
+from connectors.sql.pushdown import bound, item, permitted, record_from_row, tagged, value
 from connectors.sql.walk import Walk, walk
 from core.constraints import ItemFilter
 from core.errors import ConnectorError
@@ -28,6 +28,12 @@ from core.tables import ItemVector
 
 item_vector = ItemVector.__table__  # type: ignore[attr-defined]
 Strategy = Literal["auto", "exact", "approximate"]
+# The rows a filter may admit, counted and (up to a cap) listed by an index that holds every row's
+# visibility tokens (the lexical connector's `admitted`); None when it cannot say yet.
+Admitted = Callable[[Connection, ItemFilter, int], "tuple[int, list[int] | None] | None"]
+# At most this many admitted rows are scored exactly (their vectors gathered and multiplied); more
+# go to the HNSW graph. bench/scale_bench.py measured both sides of the cutoff (docs/scale.md).
+EXACT_MAX = 20_000
 REFRESH_EVERY_S = 0.0  # one indexed max(seq) per search: the mirror is never behind the store
 # Re-read the last 5 s of writes: concurrent writers (replicas) stamp a row with their clock before
 # they commit, so rows can commit out of order. Until the reader's clock is past the newest stamp by
@@ -121,11 +127,15 @@ class TenantVectors:
 class VectorIndex:
     """The in-memory mirror of `item_vector` for one model, per tenant."""
 
-    def __init__(self, engine: Engine, model: str, dims: int, ann_min_items: int = 2_000) -> None:
+    def __init__(
+        self, engine: Engine, model: str, dims: int, ann_min_items: int = 2_000, admitted: Admitted | None = None
+    ) -> None:
         self.engine = engine
         self.model = model
         self.dims = dims
         self.ann_min_items = ann_min_items
+        self.admitted = admitted
+        self.exact_max = EXACT_MAX
         self._tenants: dict[str, TenantVectors] = {}
         self._lock = threading.Lock()
 
@@ -178,6 +188,10 @@ class VectorIndex:
             vectors = self.tenant(conn, where.tenant)
             if vectors.size == 0:
                 return [], "exact"
+            listed = self.admitted(conn, where, self.exact_max) if strategy == "auto" and self.admitted is not None else None
+            if listed is not None and listed[1] is not None:
+                # Few enough rows may be admitted: score only theirs, never the whole tenant.
+                return self._exact_over(conn, vectors, where, query, q, listed[1]), "exact"
             use_graph = strategy == "approximate" or (strategy == "auto" and vectors.graph is not None)
             if use_graph:
                 if vectors.graph is None:  # asked for explicitly (benchmarks): build it now
@@ -186,7 +200,9 @@ class VectorIndex:
                 found = self._approximate(conn, vectors, where, query, q)
                 if found is not None:
                     return found, "approximate"
-            return self._exact(conn, vectors, where, query, q), "exact"
+            # A large admitted share (`listed` counted it past the cutoff): the nearest rows hold
+            # enough admitted ones, so the walk goes on down the ranking instead of listing them in SQL.
+            return self._exact(conn, vectors, where, query, q, give_up=listed is None), "exact"
 
     def warm(self) -> None:
         """Load every tenant's vectors and start building its graph (at start-up, in the background),
@@ -223,14 +239,20 @@ class VectorIndex:
         return [(row, float(scores[position])) for row, position in done.rows], done
 
     def _exact(
-        self, conn: Connection, vectors: TenantVectors, where: ItemFilter, query: RecallQuery, q: npt.NDArray[np.float32]
+        self,
+        conn: Connection,
+        vectors: TenantVectors,
+        where: ItemFilter,
+        query: RecallQuery,
+        q: npt.NDArray[np.float32],
+        give_up: bool = True,
     ) -> list[tuple[Row[Any], float]]:
         """Every vector of the tenant scored, then permitted rows read best first; when few of the
-        nearest are permitted, the permitted set is read from SQL and only its vectors scored."""
+        nearest are permitted (`give_up`), the permitted set is read from SQL and only its vectors scored."""
         size = vectors.size
         scores = vectors.matrix[:size] @ q
         order = np.argsort(-scores, kind="stable")
-        found, done = self._read(conn, where, query, vectors.pks[:size][order], scores[order], give_up=True)
+        found, done = self._read(conn, where, query, vectors.pks[:size][order], scores[order], give_up=give_up)
         if len(found) >= query.limit or done.done >= size:
             return found
         pks = [int(pk) for (pk,) in conn.execute(permitted_pks(query.tags), self._values(where))]
@@ -240,6 +262,26 @@ class VectorIndex:
         scored = vectors.matrix[rows] @ q
         best = np.argsort(-scored, kind="stable")[: max(query.limit * 2, query.limit + 16)]
         return self._read(conn, where, query, vectors.pks[rows[best]], scored[best])[0]
+
+    def _exact_over(
+        self,
+        conn: Connection,
+        vectors: TenantVectors,
+        where: ItemFilter,
+        query: RecallQuery,
+        q: npt.NDArray[np.float32],
+        pks: list[int],
+    ) -> list[tuple[Row[Any], float]]:
+        """The vectors of `pks` (the rows an index says the filter may admit) scored, and the
+        permitted rows among them read best first until `limit` are found."""
+        with vectors.lock:
+            rows = np.fromiter((vectors.row_of[pk] for pk in pks if pk in vectors.row_of), dtype=np.int64)
+            if not len(rows):
+                return []
+            scored = vectors.matrix[rows] @ q
+            keys = vectors.pks[rows]
+        order = np.argsort(-scored, kind="stable")
+        return self._read(conn, where, query, keys[order], scored[order])[0]
 
     def _approximate(
         self, conn: Connection, vectors: TenantVectors, where: ItemFilter, query: RecallQuery, q: npt.NDArray[np.float32]
@@ -312,7 +354,17 @@ def _stored_vectors() -> Select[Any]:
     return (
         select(item.c.id, item_vector.c.vector)
         .select_from(joined)
-        .where(condition, item.c.id.in_(bindparam("stored_ids", expanding=True)))
+        # The named rows by the (tenant, id) index first: with the pushdown's conditions beside an
+        # `id IN`, SQLite chose the (tenant, kind) index and read the whole tenant (117 ms at 100,000
+        # items, 0.7 ms this way; bench/scale_bench.py).
+        .where(
+            condition,
+            item.c.pk.in_(
+                select(item.c.pk)
+                .where(item.c.tenant == value("tenant"), item.c.id.in_(bindparam("stored_ids", expanding=True)))
+                .scalar_subquery()
+            ),
+        )
     )
 
 

@@ -57,15 +57,17 @@ async def method_not_allowed(request: Request, exc: Exception) -> Response:
     return response
 
 
-async def warm_vector_index(context: GatewayContext) -> None:
-    """Mirror the stored vectors and build their graphs off the request path."""
-    warm = getattr(context.connectors.semantic.connector, "warm", None)
-    if warm is None:
-        return
-    try:
-        await anyio.to_thread.run_sync(warm)  # bounded: it only loads; graphs build on their own threads
-    except Exception as exc:  # a cold index only makes the first queries slower
-        log.warning("vector index warm-up failed: %s", where(exc))
+async def warm_indexes(context: GatewayContext) -> None:
+    """Mirror the stored vectors and build their graphs, and build the lexical indexes, off the
+    request path (a large tenant's on a thread of its own; its searches are answered meanwhile)."""
+    for name, connector in (("vector", context.connectors.semantic.connector), ("lexical", context.connectors.lexical)):
+        warm = getattr(connector, "warm", None)
+        if warm is None:
+            continue
+        try:
+            await anyio.to_thread.run_sync(warm)  # bounded: small indexes here, large ones on their own threads
+        except Exception as exc:  # a cold index only makes the first queries slower
+            log.warning("%s index warm-up failed: %s", name, where(exc))
 
 
 def create_app(
@@ -96,7 +98,7 @@ def create_app(
                 background.start_soon(run_background, pending, Gate(app.state.context.admission))
                 if checkpointer is not None:  # counts the rows this process appended: one per process
                     background.start_soon(checkpointer.run)
-                background.start_soon(warm_vector_index, app.state.context)
+                background.start_soon(warm_indexes, app.state.context)
                 background.start_soon(watch, app.state.context)  # policy reloads on SIGHUP and polling
                 background.start_soon(follow, app.state.context)  # and when another replica switched
                 yield

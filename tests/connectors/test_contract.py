@@ -162,6 +162,13 @@ class TestLexicalContract(ConnectorContract):
         assert result.candidates[0].record.id == "permitted_7"
 
 
+class TestLexicalFts5Contract(TestLexicalContract):
+    """The same contract with FTS5 ranking (`GATEWAY_LEXICAL_ENGINE=fts5`; Tantivy's default answers above)."""
+
+    def connector(self, store: Engine) -> FullTextConnector:
+        return FullTextConnector(store, engine_name="fts5")
+
+
 class TestExactContract(ConnectorContract):
     def connector(self, store: Engine) -> SqlExactConnector:
         return SqlExactConnector(store)

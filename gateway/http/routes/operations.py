@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -44,10 +46,21 @@ async def readyz(request: Request) -> JSONResponse:
     )
     return JSONResponse(
         Readiness(
-            status="ready" if ready else "not ready", checks=checks, admission=load, background=backlog, semantic=semantic
+            status="ready" if ready else "not ready",
+            checks=checks,
+            admission=load,
+            background=backlog,
+            semantic=semantic,
+            lexical=lexical_readiness(context.connectors.lexical),
         ).wire(),
         status_code=200 if ready else 503,
     )
+
+
+def lexical_readiness(connector: object) -> dict[str, Any]:
+    """The lexical engine's state, when the connector reports one."""
+    readiness = getattr(connector, "readiness", None)
+    return dict(readiness()) if callable(readiness) else {}
 
 
 @requires()

@@ -1,0 +1,260 @@
+"""A retrieve's cost as the corpus grows (issue 57): one store grown 1k -> 10k -> 100k -> 1M items.
+
+The corpus is public text we did not shape: SciFact's 5,183 abstracts and their tagged copies (a copy
+is a new id with a `copyN` tag), each with its vector supplied at load (`vector` + `vector_model`):
+the abstract's own bge-small vector, computed once per run folder and cached, with a little noise
+per copy so no two vectors are equal. Every item is readable by one of 1,000 groups (`group:sN`,
+N = position mod 1,000) and one of two (`group:hN`, N = position mod 2), so three callers of one
+tenant see a fixed share of it whatever its size:
+
+- `0.1%`: groups `s0`;  `1%`: groups `s0`..`s9`;  `50%`: group `h0`.
+
+At each size the store is grown with `gateway ingest FILE.ndjson` (the rows past the last size),
+then served (`gateway serve`, one worker, background work off; the semantic index built before the
+clock starts) and each caller asks the same SciFact claims as the dullest call there is: a
+standard-depth `scout` retrieve with every source on (exact, graph, lexical, semantic), one client,
+each retrieve followed by a `/healthz` of the same server. Reported per size and caller: p50 and p95
+of the retrieve, its p50 against `/healthz`'s p50 in the same run, the p50 of each stage from the
+answers' own `timings`, the semantic plan the answers name, and the server's peak RSS and start-up
+time (process start to `/readyz` 200). The last table is each caller's p50 at each size against its
+p50 at the first size: the issue's target is at most 2x at 1M.
+
+    .venv/bin/python bench/scale_bench.py --sizes 1000,10000,100000           # ~15 min on 2 cores
+    .venv/bin/python bench/scale_bench.py --sizes 1000,10000,100000,1000000   # ~1.5 h, ~10 GB in --work
+    .venv/bin/python bench/scale_bench.py --sizes 1000,10000 --queries 30     # quick
+
+`--work` keeps the vectors' cache and the store; `--reuse` starts from a store a previous run grew
+(its sizes already loaded are not loaded again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import numpy.typing as npt
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import Server, clean_env, code_revision, create_key, free_port, gateway_executable, percentile, scifact  # noqa: E402
+
+TENANT = "bench"
+TASK = {"type": "account_followup", "scope": "sales"}
+CALLERS = {"0.1%": "sales,s0", "1%": "sales," + ",".join(f"s{n}" for n in range(10)), "50%": "sales,h0"}
+NOISE = 0.02  # the copies' vectors: the abstract's, nudged (cosine ~0.98 with it)
+WARMUP = 10
+STAGES = (
+    "decide_ms",
+    "embed_ms",
+    "graph_ms",
+    "lexical_ms",
+    "semantic_ms",
+    "recall_ms",
+    "verify_ms",
+    "fuse_ms",
+    "mask_ms",
+    "total_ms",
+)
+
+
+def abstract_vectors(work: Path, docs: list[dict[str, Any]]) -> tuple[npt.NDArray[np.float32], str]:
+    """Each abstract's bge-small vector as the service would embed it (cached in `work`), and the model id."""
+    from gateway.settings import load_settings
+    from gateway.writes.embeddings import embed_many, load_embedder
+    from gateway.writes.vectorize import _passage
+
+    settings = load_settings({"data_dir": work / "model-probe"}, environ={})
+    embedder, why = load_embedder(settings, threads=os.cpu_count() or 1, bulk=True)
+    if embedder is None:
+        raise SystemExit(f"no embedding model: {why}")
+    cache = work / f"vectors-{embedder.model_id.replace('/', '_')}-{len(docs)}.npy"
+    if cache.exists():
+        return np.load(cache), embedder.model_id
+    print(f"embedding {len(docs):,} abstracts once with {embedder.model_id} (cached in {cache})...", flush=True)
+    started = time.perf_counter()
+    vectors = embed_many(embedder, [_passage(str(d["text"]), str(d["section"])) for d in docs], 32)
+    print(f"  {len(docs) / (time.perf_counter() - started):.1f} items/s", flush=True)
+    np.save(cache, vectors)
+    return vectors, embedder.model_id
+
+
+def write_slice(
+    path: Path, docs: list[dict[str, Any]], vectors: npt.NDArray[np.float32], model: str, start: int, stop: int
+) -> None:
+    """Items `start`..`stop` of the grown corpus as NDJSON, each with its vector."""
+    rng = np.random.default_rng(start)
+    with path.open("w", encoding="utf-8") as out:
+        for i in range(start, stop):
+            doc, copy = docs[i % len(docs)], i // len(docs)
+            vector = vectors[i % len(docs)]
+            if copy:
+                vector = vector + rng.standard_normal(len(vector)).astype(np.float32) * NOISE / np.sqrt(len(vector)) * 7
+                vector = vector / np.linalg.norm(vector)
+            item = {
+                **doc,
+                "id": f"{doc['id']}_{copy}",
+                "tags": [f"copy{copy}"],
+                "acl": [f"group:s{i % 1000}", f"group:h{i % 2}"],
+                "vector": [round(float(x), 5) for x in vector],
+                "vector_model": model,
+            }
+            out.write(json.dumps(item, ensure_ascii=False) + "\n")
+
+
+def grow(data_dir: Path, path: Path) -> float:
+    started = time.perf_counter()
+    done = subprocess.run(
+        [gateway_executable(), "ingest", "--data", str(data_dir), "--tenant", TENANT, str(path)],
+        capture_output=True,
+        text=True,
+        env=clean_env({"GATEWAY_PII_BACKGROUND": "false"}),
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"gateway ingest failed ({done.returncode}): {done.stderr[-800:]}")
+    return time.perf_counter() - started
+
+
+def timed(
+    client: httpx.Client, method: str, path: str, key: str | None, body: dict[str, Any] | None
+) -> tuple[float, dict[str, Any]]:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    started = time.perf_counter()
+    response = client.request(method, path, json=body, headers=headers)
+    ms = (time.perf_counter() - started) * 1000
+    if response.status_code != 200:
+        raise SystemExit(f"{method} {path}: HTTP {response.status_code} {response.text[:300]}")
+    return ms, response.json()
+
+
+def request(claim: str) -> dict[str, Any]:
+    return {
+        "task": TASK,
+        "query": claim,
+        "mode": "scout",
+        "sources": {"exact": True, "graph": True, "lexical": True, "semantic": True},
+    }
+
+
+def measure(server: Server, keys: dict[str, str], claims: list[str]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    with httpx.Client(base_url=server.url, timeout=120) as client:
+        for caller, key in keys.items():
+            for claim in claims[:WARMUP]:
+                timed(client, "POST", "/v1/retrieve", key, request(claim))
+            retrieve, healthz, plans, returned = [], [], Counter[str](), []
+            stages: dict[str, list[float]] = {stage: [] for stage in STAGES}
+            for claim in claims:
+                ms, answer = timed(client, "POST", "/v1/retrieve", key, request(claim))
+                retrieve.append(ms)
+                healthz.append(timed(client, "GET", "/healthz", None, None)[0])
+                for stage in STAGES:
+                    if isinstance(answer.get("timings", {}).get(stage), (int, float)):
+                        stages[stage].append(float(answer["timings"][stage]))
+                semantic = answer.get("sources", {}).get("semantic", {})
+                plans[str(semantic.get("detail") or semantic.get("status")).split(";")[0]] += 1
+                returned.append(len(answer.get("items", [])))
+            out[caller] = {
+                "p50": percentile(retrieve, 50),
+                "p95": percentile(retrieve, 95),
+                "healthz": percentile(healthz, 50),
+                "stages": {stage: percentile(values, 50) for stage, values in stages.items() if values},
+                "plans": dict(plans),
+                "returned": percentile(returned, 50),
+            }
+    return out
+
+
+def served(data_dir: Path) -> tuple[Server, float]:
+    server = Server(
+        data_dir, free_port(), env={"GATEWAY_PII_BACKGROUND": "false", "GATEWAY_BACKGROUND_EMBEDDING": "false"}, label="scale"
+    )
+    started = time.perf_counter()
+    server.start()
+    server.wait_ready()
+    return server, time.perf_counter() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--data-set", type=Path, default=Path("/work/shared/data/scifact"))
+    parser.add_argument("--sizes", default="1000,10000,100000")
+    parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("--work", type=Path, default=Path("/tmp/scale-bench"))
+    parser.add_argument("--reuse", action="store_true", help="grow the store a previous run left in --work")
+    args = parser.parse_args()
+    sizes = sorted(int(s) for s in args.sizes.split(","))
+    docs, claims = scifact(args.data_set, 10**9)
+    claims = claims[WARMUP : WARMUP + args.queries] if len(claims) > WARMUP + args.queries else claims
+    args.work.mkdir(parents=True, exist_ok=True)
+    vectors, model = abstract_vectors(args.work, docs)
+    data_dir = args.work / "store"
+    marker = data_dir / "scale-bench.json"
+    loaded = json.loads(marker.read_text())["items"] if args.reuse and marker.exists() else 0
+    if not loaded:
+        shutil.rmtree(data_dir, ignore_errors=True)
+        data_dir.mkdir(parents=True)
+    keys = {
+        caller: create_key(data_dir, TENANT, f"user:caller-{n}", "agent", groups=groups)
+        for n, (caller, groups) in enumerate(CALLERS.items())
+    }
+    print(
+        f"scale bench: code {code_revision()}, {os.cpu_count()} cores, {len(claims)} claims a caller a size, model {model}",
+        flush=True,
+    )
+    results: dict[int, dict[str, Any]] = {}
+    for size in sizes:
+        if size > loaded:
+            part = args.work / "slice.ndjson"
+            write_slice(part, docs, vectors, model, loaded, size)
+            seconds = grow(data_dir, part)
+            part.unlink()
+            print(
+                f"\n{size:,} items: grew by {size - loaded:,} in {seconds:.0f} s ({(size - loaded) / seconds:,.0f} items/s)",
+                flush=True,
+            )
+            loaded = size
+            marker.write_text(json.dumps({"items": loaded}))
+        elif size < loaded:
+            print(f"\n{size:,} items: the store already holds {loaded:,}; skipped", flush=True)
+            continue
+        server, start_s = served(data_dir)
+        try:
+            figures = measure(server, keys, claims)
+            peak = server.memory_kib().get("VmHWM", 0) / 1024
+        finally:
+            server.stop()
+        results[size] = {"callers": figures, "start_s": start_s, "peak_mib": peak}
+        print(f"  server start to ready {start_s:.1f} s, peak RSS {peak:,.0f} MiB")
+        print(f"  {'caller':>6} {'p50 ms':>8} {'p95 ms':>8} {'x healthz':>9}  {'items':>5}  stages p50 ms / semantic plan")
+        for caller, f in figures.items():
+            stage_text = " ".join(f"{s[:-3]} {v:.1f}" for s, v in f["stages"].items() if s != "total_ms")
+            print(
+                f"  {caller:>6} {f['p50']:8.1f} {f['p95']:8.1f} {f['p50'] / f['healthz']:8.0f}x  {f['returned']:5.0f}  {stage_text}  {f['plans']}",
+                flush=True,
+            )
+    if len(results) > 1:
+        first = min(results)
+        print(f"\np50 against the p50 at {first:,} items (target at 1,000,000: <= 2x)")
+        print(f"  {'items':>9} " + " ".join(f"{c:>7}" for c in CALLERS))
+        for size, r in results.items():
+            print(
+                f"  {size:>9,} "
+                + " ".join(f"{r['callers'][c]['p50'] / results[first]['callers'][c]['p50']:6.2f}x" for c in CALLERS)
+            )
+    (args.work / "scale-bench-results.json").write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

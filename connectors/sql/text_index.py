@@ -1,0 +1,281 @@
+"""Lexical search with top-k pruning: a Tantivy index per tenant, mirrored from the store (SQLite).
+
+FTS5 scores every permitted row that matches any query word, so a search's cost grows with the
+corpus. Tantivy (a Lucene-like engine in Rust, its official Python bindings) answers a top-k query
+without scoring every match and takes the caller's filter inside the query: the same `vis` tokens
+FTS5 holds (core/store.py `visibility_tokens`: kind, sensitivity, status, scopes, principals) are
+terms of a second field, and a search is the caller's words (BM25 over `text`) AND, per group, any
+of the caller's tokens (scoring nothing). Rows the filter excludes are never ranked, so they take
+no slot and widen no window. The constraints are still applied to every row read back, from `item`
+itself (connectors/sql/lexical.py, `walk`): a stale or forged index entry can hide a row, never
+show one.
+
+Each process keeps its own index in memory, built from `item` and kept in step by the change log
+(`item_change`: the writer logs the rows it inserts in the same transaction, triggers log updates of
+the indexed columns and deletions). Before each search the log past the index's last entry is read
+and applied (one indexed `max(seq)` when nothing changed), so a search sees every write committed
+before it, as FTS5 did. A tenant's index is built on its first search (at once when it is small, on
+a thread of its own when it is large, FTS5 answering meanwhile) or at start-up (`warm`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import tantivy
+from sqlalchemy import func, select, text
+from sqlalchemy.engine import Connection, Engine
+
+from core.store import visibility_tokens
+from core.tables import ItemChange
+
+log = logging.getLogger("gateway.lexical")
+item_change = ItemChange.__table__  # type: ignore[attr-defined]
+
+BUILD_NOW_MAX = 20_000  # a tenant this small is indexed on its first search; a larger one on a thread
+WRITER_HEAP = 32_000_000  # bytes a tenant's index writer buffers before it writes a segment
+READ_CHUNK = 5_000
+
+
+def _schema() -> Any:
+    builder = tantivy.SchemaBuilder()
+    # en_stem: lower-cased, split on what is not a letter or digit, English stems (FTS5's porter unicode61).
+    builder.add_text_field("text", stored=False, tokenizer_name="en_stem", index_option="freq")
+    builder.add_text_field("vis", stored=False, tokenizer_name="raw", index_option="basic")
+    # Stored, to name a ranked hit's row; fast (unsigned), to list a filter's rows in key order.
+    builder.add_unsigned_field("pk", stored=True, indexed=False, fast=True)
+    builder.add_text_field("key", stored=False, tokenizer_name="raw", index_option="basic")  # the pk as text, to delete by
+    return builder.build()
+
+
+SCHEMA = _schema()
+
+
+def _index() -> Any:
+    index = tantivy.Index(SCHEMA)  # in memory
+    index.config_reader(reload_policy="Manual")  # reloaded when this process commits (OnCommit polls: ~100 ms late)
+    return index
+
+
+def _filter(groups: list[list[str]]) -> list[tuple[Any, Any]]:
+    """Per group, any of its tokens: clauses that admit rows and score nothing."""
+    return [
+        (tantivy.Occur.Must, tantivy.Query.const_score_query(tantivy.Query.term_set_query(SCHEMA, "vis", group), 0.0))
+        for group in groups
+    ]
+
+
+@dataclass
+class TenantText:
+    """One tenant's index; `ready` once built and caught up with the log."""
+
+    index: Any = field(default_factory=lambda: _index())
+    writer: Any = None
+    searcher: Any = None
+    ready: bool = False
+    building: bool = False
+    docs: int = 0
+
+    def open_writer(self) -> None:
+        self.writer = self.index.writer(heap_size=WRITER_HEAP, num_threads=1)
+
+    def add(self, pk: int, body: str, vis: str) -> None:
+        doc = tantivy.Document()
+        doc.add_text("text", body)
+        for token in vis.lower().split():  # SQL's hex() is upper case
+            doc.add_text("vis", token)
+        doc.add_unsigned("pk", pk)
+        doc.add_text("key", str(pk))
+        self.writer.add_document(doc)
+
+    def publish(self) -> None:
+        self.writer.commit()
+        self.index.reload()
+        self.searcher = self.index.searcher()
+        self.docs = self.searcher.num_docs
+
+
+class TextIndex:
+    """The per-tenant Tantivy indexes of one store, for one process."""
+
+    def __init__(self, engine: Engine, build_now_max: int = BUILD_NOW_MAX) -> None:
+        self.engine = engine
+        self.build_now_max = build_now_max
+        self._tenants: dict[str, TenantText] = {}
+        self._last_seq = 0
+        self._seen_any = False
+        self.lock = threading.Lock()  # the log cursor and every index's writer
+
+    # ------------------------------------------------------------------ reading the log
+
+    def _newest(self, conn: Connection) -> int:
+        return int(conn.execute(select(func.coalesce(func.max(item_change.c.seq), 0))).scalar_one())
+
+    def sync(self, conn: Connection) -> None:
+        """Apply the log past the last entry applied to every ready index (one `max(seq)` when
+        nothing was written since)."""
+        newest = self._newest(conn)
+        if self._seen_any and newest <= self._last_seq:
+            return
+        with self.lock:
+            if not self._seen_any:
+                self._last_seq, self._seen_any = newest, True  # nothing is built yet: builds read `item` itself
+                return
+            if newest > self._last_seq:
+                ready = {t for t, v in self._tenants.items() if v.ready}
+                self._apply(conn, self._last_seq, newest, ready)
+                self._last_seq = newest
+
+    def _apply(self, conn: Connection, after: int, upto: int, tenants: set[str]) -> None:
+        """Re-index, in `tenants`' indexes, every row the log names in (after, upto]: each named
+        row is removed and, when it still exists in a ready tenant, added as it is now."""
+        if not tenants:
+            return
+        named: dict[str, set[int]] = defaultdict(set)
+        for pk, tenant in conn.execute(
+            select(item_change.c.item_pk, item_change.c.tenant).where(item_change.c.seq > after, item_change.c.seq <= upto)
+        ):
+            if tenant in tenants:
+                named[tenant].add(int(pk))
+        for tenant, pks in named.items():
+            index = self._tenants[tenant]
+            for pk in pks:
+                index.writer.delete_documents("key", str(pk))
+            ordered = sorted(pks)
+            for start in range(0, len(ordered), 900):
+                for pk, body, vis in _rows(conn, tenant, ordered[start : start + 900]):
+                    index.add(pk, body, vis)
+            index.publish()
+
+    # ------------------------------------------------------------------ building
+
+    def state(self, conn: Connection, tenant: str) -> TenantText | None:
+        """The tenant's index when it is ready (caught up), else None (and its build started)."""
+        self.sync(conn)
+        index = self._tenants.get(tenant)
+        if index is not None and index.ready:
+            return index
+        if index is not None and index.building:
+            return None
+        count = int(conn.execute(text("SELECT count(*) FROM item WHERE tenant = :t"), {"t": tenant}).scalar_one())
+        with self.lock:
+            index = self._tenants.setdefault(tenant, TenantText())
+            if index.ready or index.building:
+                return index if index.ready else None
+            index.building = True
+        if count <= self.build_now_max:
+            self._build(tenant, index)
+            return index if index.ready else None
+        threading.Thread(target=self._build, args=(tenant, index), name="text-index-build", daemon=True).start()
+        return None
+
+    def warm(self) -> None:
+        """Build every tenant's index (at start-up, off the request path): small ones here, large on threads."""
+        with self.engine.connect() as conn:
+            tenants = [t for (t,) in conn.execute(text("SELECT DISTINCT tenant FROM item"))]
+            for tenant in tenants:
+                self.state(conn, tenant)
+
+    def _build(self, tenant: str, index: TenantText) -> None:
+        started = time.perf_counter()
+        try:
+            with self.engine.connect() as conn:  # one transaction: the rows and the log position agree
+                built_at = self._newest(conn)
+                index.open_writer()
+                result = conn.execution_options(stream_results=True).execute(
+                    text(f"SELECT pk, text, {visibility_tokens('item')} FROM item WHERE tenant = :t"), {"t": tenant}
+                )
+                for rows in iter(lambda: result.fetchmany(READ_CHUNK), []):
+                    for pk, body, vis in rows:
+                        index.add(int(pk), body or "", vis or "")
+                conn.rollback()
+            with self.engine.connect() as conn, self.lock:
+                # Catch up with what was written while it built; the cursor is shared with the ready indexes.
+                self._seen_any = True
+                newest = self._newest(conn)
+                self._apply_one(conn, tenant, index, built_at, max(newest, self._last_seq))
+                self._last_seq = max(self._last_seq, newest)
+                index.publish()
+                index.ready = True
+            log.info("lexical index of a tenant built: %d items in %.1f s", index.docs, time.perf_counter() - started)
+        except Exception:
+            log.exception("lexical index build failed; FTS5 answers for the tenant")
+            with self.lock:
+                self._tenants.pop(tenant, None)
+        finally:
+            index.building = False
+
+    def _apply_one(self, conn: Connection, tenant: str, index: TenantText, after: int, upto: int) -> None:
+        pks = sorted(
+            {
+                int(pk)
+                for (pk,) in conn.execute(
+                    select(item_change.c.item_pk).where(
+                        item_change.c.seq > after, item_change.c.seq <= upto, item_change.c.tenant == tenant
+                    )
+                )
+            }
+        )
+        for pk in pks:
+            index.writer.delete_documents("key", str(pk))
+        for start in range(0, len(pks), 900):
+            for pk, body, vis in _rows(conn, tenant, pks[start : start + 900]):
+                index.add(pk, body, vis)
+
+    # ------------------------------------------------------------------ searching
+
+    def search(self, index: TenantText, terms: list[str], groups: list[list[str]], window: int) -> list[tuple[int, float]]:
+        """The best `window` (pk, BM25) of the tenant's rows holding any of `terms` and, per group,
+        any of its tokens; best first, ties by pk."""
+        searcher = index.searcher
+        if searcher is None or not terms:
+            return []
+        words = index.index.parse_query(" OR ".join(terms), ["text"])
+        query = tantivy.Query.boolean_query([(tantivy.Occur.Must, words), *_filter(groups)])
+        found = searcher.search(query, window, count=False)  # no count: a count visits every match
+        ranked = [(int(searcher.doc(address)["pk"][0]), float(score)) for score, address in found.hits]
+        ranked.sort(key=lambda pair: (-pair[1], pair[0]))
+        return ranked
+
+    def admitted(self, index: TenantText, groups: list[list[str]], cap: int) -> tuple[int, list[int] | None]:
+        """How many of the tenant's rows hold a token of every group, and their keys when at most
+        `cap` do (None past it): the rows a filter may admit, counted and listed by the index, not by
+        SQL. A superset of what the filter admits (a clock's constraints are not tokens): whoever
+        reads these rows applies the constraints to them."""
+        searcher = index.searcher
+        if searcher is None or searcher.num_docs == 0:
+            return 0, []
+        query = tantivy.Query.boolean_query(_filter(groups))
+        count = int(searcher.search(query, 1, count=True).count)
+        if count > cap:
+            return count, None
+        if count == 0:
+            return 0, []
+        found = searcher.search(query, count, count=False, order_by_field="pk")
+        return count, [int(pk) for pk, _ in found.hits]
+
+    def state_of(self, tenant: str) -> TenantText | None:
+        """The tenant's index as it is (no log read, no build)."""
+        return self._tenants.get(tenant)
+
+    def readiness(self) -> dict[str, Any]:
+        return {
+            "engine": "tantivy",
+            "tenants_ready": sum(1 for v in self._tenants.values() if v.ready),
+            "tenants_building": sum(1 for v in self._tenants.values() if v.building),
+        }
+
+
+def _rows(conn: Connection, tenant: str, pks: list[int]) -> list[tuple[int, str, str]]:
+    if not pks:
+        return []
+    marks = ",".join("?" * len(pks))
+    found = conn.exec_driver_sql(
+        f"SELECT pk, text, {visibility_tokens('item')} FROM item WHERE tenant = ? AND pk IN ({marks})", (tenant, *pks)
+    ).all()
+    return [(int(pk), body or "", vis or "") for pk, body, vis in found]

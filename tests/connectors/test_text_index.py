@@ -1,0 +1,136 @@
+"""Lexical search through the per-process Tantivy index (connectors/sql/text_index.py): it follows
+every write at once, ranks as FTS5 does, and can hide a row but never show one the store refuses."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import Engine
+
+from connectors.sql.lexical import FullTextConnector, visibility_groups
+from connectors.sql.text_index import TextIndex
+from core.records import RecallQuery, SourceResult
+from core.store import open_store
+from gateway.writes.items import ingest
+from tests.connectors.test_contract import CONSTRAINTS, note
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Engine]:
+    engine = open_store(f"sqlite:///{tmp_path}/gateway.db")
+    yield engine
+    engine.dispose()
+
+
+def search(connector: FullTextConnector, words: str, limit: int = 10, **changes: Any) -> SourceResult:
+    return asyncio.run(connector.search(replace(CONSTRAINTS, **changes), RecallQuery(text=words, limit=limit)))
+
+
+def ids(result: SourceResult) -> list[str]:
+    return [c.record.id for c in result.candidates]
+
+
+def test_the_default_engine_on_sqlite_is_tantivy_and_answers_from_it(store: Engine) -> None:
+    assert ingest(store, "acme", [note("n1", "walrus tusks"), note("n2", "seal flippers")]).rejected == []
+    connector = FullTextConnector(store)
+    assert connector.text is not None
+    assert ids(search(connector, "walrus")) == ["n1"]
+    assert connector.text.readiness() == {"engine": "tantivy", "tenants_ready": 1, "tenants_building": 0}
+    assert FullTextConnector(store, engine_name="fts5").text is None
+
+
+def test_every_write_is_seen_by_the_next_search(store: Engine) -> None:
+    connector = FullTextConnector(store)
+    assert ingest(store, "acme", [note("n1", "walrus tusks"), note("n2", "walrus again")]).rejected == []
+    assert sorted(ids(search(connector, "walrus"))) == ["n1", "n2"]  # built here
+    assert ingest(store, "acme", [note("n1", "narwhal horn"), note("n3", "walrus three")]).rejected == []
+    assert sorted(ids(search(connector, "walrus"))) == ["n2", "n3"]  # n1's old words are gone at once
+    assert ids(search(connector, "narwhal")) == ["n1"]
+    assert ingest(store, "acme", [note("n2", "walrus again", acl=["group:finance"])]).rejected == []
+    assert ids(search(connector, "walrus")) == ["n3"]  # an ACL change hides it in the index too
+    with store.begin() as conn:
+        conn.execute(text("DELETE FROM item WHERE id = 'n3'"))
+    assert search(connector, "walrus").candidates == ()
+    index = connector.text.state_of("acme") if connector.text is not None else None
+    assert index is not None and index.docs == 2  # n3 left the index, n2 stays (hidden by its tokens)
+
+
+def test_a_forged_index_entry_can_hide_a_row_but_never_show_one(store: Engine) -> None:
+    """Someone who could write the index's tokens (or a stale entry) meets the store's own check."""
+    connector = FullTextConnector(store)
+    assert ingest(store, "acme", [note("secret", "walrus", acl=["group:finance"]), note("open", "walrus")]).rejected == []
+    assert ids(search(connector, "walrus")) == ["open"]
+    assert connector.text is not None
+    index = connector.text.state_of("acme")
+    assert index is not None
+    with store.connect() as conn:
+        secret_pk = conn.execute(text("SELECT pk FROM item WHERE id = 'secret'")).scalar_one()
+    with connector.text.lock:  # the entry claims the row is readable by everyone, of every kind
+        index.writer.delete_documents("key", str(secret_pk))
+        everyone = [t for group in visibility_groups(CONSTRAINTS) or [] for t in group]
+        index.add(secret_pk, "walrus walrus walrus", " ".join(everyone))
+        index.publish()
+    result = search(connector, "walrus")
+    assert ids(result) == ["open"] and "secret" not in repr(result)
+
+
+def test_a_large_tenant_is_built_on_a_thread_while_fts5_answers(store: Engine) -> None:
+    rows = [note(f"n{i}", f"walrus number {i} " + "filler " * (i % 7)) for i in range(60)]
+    assert ingest(store, "acme", rows).rejected == []
+    fts5 = ids(search(FullTextConnector(store, engine_name="fts5"), "walrus number", limit=20))
+    connector = FullTextConnector(store)
+    assert connector.text is not None
+    connector.text.build_now_max = 10  # 60 items: too many to build on the caller's time
+    first = search(connector, "walrus number", limit=20)
+    assert ids(first) == fts5  # FTS5 answered while the index builds
+    deadline = time.monotonic() + 30
+    while connector.text.readiness()["tenants_ready"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert connector.text.readiness() == {"engine": "tantivy", "tenants_ready": 1, "tenants_building": 0}
+    assert ids(search(connector, "walrus number", limit=20)) == fts5  # the same ranking from Tantivy
+
+
+def test_top_k_is_the_exhaustive_ranking_and_close_to_fts5s(store: Engine) -> None:
+    """Tantivy's top ten (pruned, the filter inside the query) is the head of the exhaustive ranking
+    of every permitted match. Forbidden rows rank nowhere. (FTS5 ranks by BM25 too, with another
+    IDF and exact lengths: bench/quality_bench.py compares the two on SciFact.)"""
+    words = ["walrus", "tusk", "ice", "floe", "arctic", "seal", "krill", "whale", "shelf", "current"]
+    rows = [
+        note(f"n{i}", " ".join(words[j] for j in range(10) if (i * (j + 3)) % (j + 2) == 0) + f" filler{i}") for i in range(200)
+    ]
+    rows += [note(f"hidden{i}", "walrus krill arctic shelf current seal", acl=["group:finance"]) for i in range(50)]
+    assert ingest(store, "acme", rows).rejected == []
+    tantivy, fts5 = FullTextConnector(store), FullTextConnector(store, engine_name="fts5")
+    for query in ("walrus krill", "arctic shelf current", "seal", "whale ice floe tusk", "tusks whales"):
+        top, everything = ids(search(tantivy, query)), ids(search(tantivy, query, limit=250))
+        assert top == everything[:10] and not any(i.startswith("hidden") for i in everything), query
+        assert set(top) & set(ids(search(fts5, query))), query  # ties abound here: SciFact's quality bench compares the two
+
+
+def test_a_tenants_index_holds_only_its_rows(store: Engine) -> None:
+    assert ingest(store, "acme", [note("a1", "walrus")]).rejected == []
+    assert ingest(store, "globex", [note(f"g{i}", "walrus walrus") for i in range(30)]).rejected == []
+    connector = FullTextConnector(store)
+    assert ids(search(connector, "walrus")) == ["a1"]
+    assert connector.text is not None
+    acme = connector.text.state_of("acme")
+    assert acme is not None and acme.docs == 1
+
+
+def test_the_index_follows_a_store_it_did_not_build_from_the_start(store: Engine) -> None:
+    """A second process's index (or one built after a restart) starts from `item` and the log's position."""
+    assert ingest(store, "acme", [note("n1", "walrus")]).rejected == []
+    first, second = FullTextConnector(store), TextIndex(store)
+    assert ids(search(first, "walrus")) == ["n1"]
+    assert ingest(store, "acme", [note("n2", "walrus")]).rejected == []
+    with store.connect() as conn:
+        index = second.state(conn, "acme")
+        assert index is not None and index.docs == 2
+    assert sorted(ids(search(first, "walrus"))) == ["n1", "n2"]

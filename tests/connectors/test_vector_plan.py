@@ -1,0 +1,133 @@
+"""Semantic search on the embedded default plans by the admitted count (issue 57): the lexical
+index counts and lists the rows a filter may admit; few are scored exactly (no SQL lists the
+permitted set), many go to the HNSW graph; either way only permitted rows come back, and the
+answer matches exact search over the permitted set."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import Engine
+
+import connectors.sql.vectors as vectors_module
+from connectors.sql.lexical import FullTextConnector
+from connectors.sql.vectors import VectorIndex
+from core.records import RecallQuery
+from core.store import open_store
+from gateway.writes.items import ingest
+from tests.connectors.test_contract import CONSTRAINTS
+
+DIMS = 16
+MODEL = "planted@1"
+ITEMS = 3_000  # past the graph's threshold (ann_min_items 2,000)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Engine, np.ndarray[Any, Any]]]:
+    folder: Path = tmp_path_factory.mktemp("plan")
+    engine = open_store(f"sqlite:///{folder}/gateway.db")
+    # 0.1% readable by group:few, 5% by group:some, 50% by group:half; the rest by no caller here
+    rows = [
+        {
+            "id": f"n{i}",
+            "kind": "memory",
+            "text": f"note {i}",
+            "acl": [g for g, every in (("group:few", 1000), ("group:some", 20), ("group:half", 2)) if i % every == 0]
+            or ["group:none"],
+        }
+        for i in range(ITEMS)
+    ]
+    assert ingest(engine, "acme", rows).rejected == []
+    rng = np.random.default_rng(7)
+    matrix = rng.standard_normal((ITEMS, DIMS)).astype(np.float32)
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    with engine.begin() as conn:
+        found: dict[str, int] = dict(conn.execute(text("SELECT id, pk FROM item")).all())
+        hashes: dict[int, str] = dict(conn.execute(text("SELECT pk, content_hash FROM item")).all())
+        conn.execute(
+            text("INSERT INTO item_vector (item_pk, model, dims, vector, content_hash, seq) VALUES (:pk, :m, :d, :v, :h, 1)"),
+            [
+                {"pk": found[f"n{i}"], "m": MODEL, "d": DIMS, "v": matrix[i].tobytes(), "h": hashes[found[f"n{i}"]]}
+                for i in range(ITEMS)
+            ],
+        )
+    yield engine, matrix
+    engine.dispose()
+
+
+def nearest(index: VectorIndex, group: str, q: np.ndarray[Any, Any], limit: int = 10) -> tuple[list[str], str]:
+    where = replace(CONSTRAINTS, principals=(group,), subjects=())
+    found, used = index.nearest_rows(where, RecallQuery(vector=tuple(float(x) for x in q), model=MODEL, limit=limit))
+    return [row._mapping["id"] for row, _ in found], used
+
+
+def truth(matrix: np.ndarray[Any, Any], every: int, q: np.ndarray[Any, Any], limit: int = 10) -> list[str]:
+    rows = np.arange(0, ITEMS, every)
+    best = rows[np.argsort(-(matrix[rows] @ q), kind="stable")[:limit]]
+    return [f"n{i}" for i in best]
+
+
+def planned(engine: Engine) -> VectorIndex:
+    lexical = FullTextConnector(engine)
+    index = VectorIndex(engine, MODEL, DIMS, admitted=lexical.admitted)
+    with engine.connect() as conn:
+        index.tenant(conn, "acme").build_graph()
+    return index
+
+
+def test_a_small_admitted_set_is_scored_exactly_without_listing_it_in_sql(
+    store: tuple[Engine, np.ndarray[Any, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine, matrix = store
+    index = planned(engine)
+
+    def refused(tags: tuple[str, ...]) -> Any:
+        raise AssertionError("the permitted set was listed in SQL")
+
+    monkeypatch.setattr(vectors_module, "permitted_pks", refused)
+    rng = np.random.default_rng(3)
+    for group, every in (("group:few", 1000), ("group:some", 20)):
+        for _ in range(5):
+            q = rng.standard_normal(DIMS).astype(np.float32)
+            q /= np.linalg.norm(q)
+            ids, used = nearest(index, group, q)
+            assert used == "exact"
+            assert ids == truth(matrix, every, q)[: len(ids)] and len(ids) == min(10, len(range(0, ITEMS, every)))
+
+
+def test_a_large_admitted_set_goes_to_the_graph_and_recall_holds(store: tuple[Engine, np.ndarray[Any, Any]]) -> None:
+    engine, matrix = store
+    index = planned(engine)
+    index.exact_max = 100  # group:half admits 1,500: past the cutoff
+    rng = np.random.default_rng(4)
+    hits = total = 0
+    for _ in range(20):
+        q = rng.standard_normal(DIMS).astype(np.float32)
+        q /= np.linalg.norm(q)
+        ids, used = nearest(index, "group:half", q)
+        assert used == "approximate"
+        assert all(int(i[1:]) % 2 == 0 for i in ids)  # only admitted rows
+        expected = truth(matrix, 2, q)
+        hits, total = hits + len(set(ids) & set(expected)), total + len(expected)
+    assert hits / total >= 0.95, hits / total
+
+
+def test_an_item_hidden_after_the_index_was_built_never_comes_back(store: tuple[Engine, np.ndarray[Any, Any]]) -> None:
+    engine, matrix = store
+    index = planned(engine)
+    q = matrix[0]  # n0 itself is nearest, readable by group:few
+    assert nearest(index, "group:few", q)[0][0] == "n0"
+    with engine.begin() as conn:  # its ACL changes under the running index (as a write would)
+        conn.execute(text("UPDATE item SET acl = '[\"group:none\"]' WHERE id = 'n0'"))
+    try:
+        ids, _ = nearest(index, "group:few", q)
+        assert "n0" not in ids and ids == truth(matrix, 1000, q)[1:][: len(ids)]
+    finally:
+        with engine.begin() as conn:
+            conn.execute(text('UPDATE item SET acl = \'["group:few", "group:some", "group:half"]\' WHERE id = \'n0\''))
