@@ -28,7 +28,9 @@ class Readiness(Wire):
     semantic: dict[str, Any] = Field(
         default_factory=dict,
         description="The model whose vectors the semantic index holds and searches (`model`, its id as stored with "
-        "every vector, and `dims`), or `unavailable` with the reason semantic search is off",
+        "every vector, and `dims`; with the in-process index, `graphs_ready` and `graphs_building`: tenants whose "
+        "HNSW graph is built, or building while exact search serves), or `unavailable` with the reason semantic "
+        "search is off",
     )
     lexical: dict[str, Any] = Field(
         default_factory=dict,

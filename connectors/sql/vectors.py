@@ -34,6 +34,7 @@ Admitted = Callable[[Connection, ItemFilter, int], "tuple[int, list[int] | None]
 # At most this many admitted rows are scored exactly (their vectors gathered and multiplied); more
 # go to the HNSW graph. bench/scale_bench.py measured both sides of the cutoff (docs/scale.md).
 EXACT_MAX = 20_000
+READ_CHUNK = 10_000  # vectors read from the store at a time when the mirror catches up
 REFRESH_EVERY_S = 0.0  # one indexed max(seq) per search: the mirror is never behind the store
 # Re-read the last 5 s of writes: concurrent writers (replicas) stamp a row with their clock before
 # they commit, so rows can commit out of order. Until the reader's clock is past the newest stamp by
@@ -154,7 +155,7 @@ class VectorIndex:
             vectors.refreshed = time.monotonic()  # nothing written since the last look
             return
         read_at = time.time_ns()
-        rows = conn.execute(
+        result = conn.execution_options(stream_results=True).execute(
             select(item_vector.c.item_pk, item_vector.c.vector, item_vector.c.seq)
             .select_from(item_vector.join(item, item.c.pk == item_vector.c.item_pk))
             .where(
@@ -162,8 +163,9 @@ class VectorIndex:
                 item_vector.c.model == self.model,
                 item_vector.c.seq > vectors.last_seq - SEQ_MARGIN_NS,
             )
-        ).all()
-        if rows:
+        )
+        # In chunks: a million rows read at once held their blobs three times over (~6 GB for bge-small).
+        for rows in iter(lambda: result.fetchmany(READ_CHUNK), []):
             matrix = np.frombuffer(b"".join(r.vector for r in rows), dtype=np.float32).reshape(len(rows), self.dims)
             vectors.upsert([int(r.item_pk) for r in rows], [int(r.seq) for r in rows], matrix)
             vectors.last_seq = max(vectors.last_seq, max(int(r.seq) for r in rows))
@@ -203,6 +205,15 @@ class VectorIndex:
             # A large admitted share (`listed` counted it past the cutoff): the nearest rows hold
             # enough admitted ones, so the walk goes on down the ranking instead of listing them in SQL.
             return self._exact(conn, vectors, where, query, q, give_up=listed is None), "exact"
+
+    def readiness(self) -> dict[str, int]:
+        """How many tenants' HNSW graphs this process has built and is building (`/readyz`)."""
+        with self._lock:
+            tenants = list(self._tenants.values())
+        return {
+            "graphs_ready": sum(1 for v in tenants if v.graph is not None),
+            "graphs_building": sum(1 for v in tenants if v.building),
+        }
 
     def warm(self) -> None:
         """Load every tenant's vectors and start building its graph (at start-up, in the background),
@@ -412,6 +423,9 @@ class VectorConnector:
 
     def warm(self) -> None:
         self.index.warm()
+
+    def readiness(self) -> dict[str, int]:
+        return self.index.readiness()
 
     async def search(self, where: ItemFilter, query: RecallQuery) -> SourceResult:
         started = time.perf_counter()

@@ -40,7 +40,7 @@ async def readyz(request: Request) -> JSONResponse:
     backlog = {w.name: w.lag for w in workers if w is not None}
     embedder = context.connectors.semantic.embedder  # the one model of the index (vectors of another are never read)
     semantic = (
-        {"model": embedder.model_id, "dims": embedder.dims}
+        {"model": embedder.model_id, "dims": embedder.dims, **engine_readiness(context.connectors.semantic.connector)}
         if embedder is not None
         else {"unavailable": context.connectors.semantic.unavailable}
     )
@@ -51,14 +51,14 @@ async def readyz(request: Request) -> JSONResponse:
             admission=load,
             background=backlog,
             semantic=semantic,
-            lexical=lexical_readiness(context.connectors.lexical),
+            lexical=engine_readiness(context.connectors.lexical),
         ).wire(),
         status_code=200 if ready else 503,
     )
 
 
-def lexical_readiness(connector: object) -> dict[str, Any]:
-    """The lexical engine's state, when the connector reports one."""
+def engine_readiness(connector: object) -> dict[str, Any]:
+    """A search engine's state (its indexes built and building), when the connector reports one."""
     readiness = getattr(connector, "readiness", None)
     return dict(readiness()) if callable(readiness) else {}
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
+import pytest
 from sqlalchemy import create_engine
 
 from audit.store import AuditStore
@@ -69,6 +71,26 @@ def test_readyz_when_ready(gateway: Gateway) -> None:
     body = response.json()
     assert body["status"] == "ready" and body["checks"] == {"policy": "ok", "store": "ok", "admission": "ok"}
     assert body["admission"]["saturated"] is False
+    if gateway.store.dialect.name == "sqlite":
+        assert body["lexical"]["engine"] == "tantivy" and body["lexical"]["tenants_building"] == 0
+    else:
+        assert body["lexical"] == {"engine": "postgres"}
+
+
+def test_readyz_says_when_a_large_tenants_lexical_index_is_built(gateway: Gateway) -> None:
+    """The index builds on a thread (FTS5 answers meanwhile); readiness counts it building, then ready."""
+    if gateway.store.dialect.name != "sqlite":
+        pytest.skip("PostgreSQL ranks with its own full-text index")
+    lexical = gateway.client.app.state.context.connectors.lexical  # type: ignore[attr-defined]
+    lexical.text.build_now_max = 5
+    gateway.ingest("acme", [{"id": f"n{i}", "kind": "memory", "text": f"walrus {i}", "acl": ["*"]} for i in range(40)])
+    with gateway.store.connect() as conn:
+        assert lexical.text.state(conn, "acme") is None  # started on its thread
+    deadline = time.monotonic() + 30
+    while gateway.client.get("/readyz").json()["lexical"]["tenants_building"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    body = gateway.client.get("/readyz").json()
+    assert body["status"] == "ready" and body["lexical"] == {"engine": "tantivy", "tenants_ready": 1, "tenants_building": 0}
 
 
 def test_readyz_is_503_naming_the_store_when_it_is_unreachable(gateway: Gateway) -> None:
