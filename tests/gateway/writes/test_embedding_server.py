@@ -293,7 +293,12 @@ def test_a_down_server_fails_no_write_and_no_retrieve(sqlite_url: str, tmp_path:
         gateway.ingest("acme", docs[:3])
         gateway.embed_all()
         ready = gateway.client.get("/readyz").json()
-        assert ready["semantic"] == {"model": f"http:{server.name}", "dims": 384, "graphs_ready": 0, "graphs_building": 0}  # the index's one model
+        assert ready["semantic"] == {
+            "model": f"http:{server.name}",
+            "dims": 384,
+            "graphs_ready": 0,
+            "graphs_building": 0,
+        }  # the index's one model
         server.fail("500", 10_000)  # down from here on
         gateway.ingest("acme", docs[3:])  # the write succeeds; its items wait for vectors
         model = f"http:{server.name}"
