@@ -42,6 +42,13 @@ REFRESH_EVERY_S = 0.0  # one indexed max(seq) per search: the mirror is never be
 SEQ_MARGIN_NS = 5_000_000_000
 
 
+def headroom(size: int) -> int:
+    """Places to allocate in an HNSW graph of `size` rows: hnswlib reserves each place's vector and
+    links up front (~1.7 KB for 384 dimensions), so doubling would hold 3.4 GB at a million rows
+    for rows not yet written; a quarter more, and growth resizes it."""
+    return max(1024, size + size // 4)
+
+
 @dataclass
 class TenantVectors:
     """One tenant's vectors: row i of `matrix` belongs to item pk `pks[i]`."""
@@ -91,7 +98,7 @@ class TenantVectors:
     def _extend_graph(self, pks: list[int]) -> None:
         rows = np.array([self.row_of[pk] for pk in pks], dtype=np.int64)
         if self.size > self.graph.get_max_elements():
-            self.graph.resize_index(max(self.size * 2, 1024))
+            self.graph.resize_index(headroom(self.size))
         self.graph.add_items(self.matrix[rows], rows, replace_deleted=False)
         self.graph_rows = max(self.graph_rows, int(rows.max()) + 1)
 
@@ -105,14 +112,14 @@ class TenantVectors:
             snapshot = self.matrix[:size].copy()
             self.dirty_rows.clear()
         graph = hnswlib.Index(space="ip", dim=self.dims)
-        graph.init_index(max_elements=max(size * 2, 1024), ef_construction=100, M=16, random_seed=7)
+        graph.init_index(max_elements=headroom(size), ef_construction=100, M=16, random_seed=7)
         graph.set_num_threads(1)
         graph.add_items(snapshot, np.arange(size, dtype=np.int64))
         graph.set_ef(128)
         with self.lock:
             late = sorted(self.dirty_rows | set(range(size, self.size)))
             if self.size > graph.get_max_elements():
-                graph.resize_index(self.size * 2)
+                graph.resize_index(headroom(self.size))
             if late:
                 graph.add_items(self.matrix[late], np.array(late, dtype=np.int64))
             self.graph, self.graph_rows = graph, self.size
