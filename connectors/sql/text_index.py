@@ -80,6 +80,7 @@ class TenantText:
     ready: bool = False
     building: bool = False
     docs: int = 0
+    _covering: dict[int, dict[tuple[str, ...], bool]] = field(default_factory=dict)
 
     def open_writer(self) -> None:
         self.writer = self.index.writer(heap_size=WRITER_HEAP, num_threads=1)
@@ -98,6 +99,31 @@ class TenantText:
         self.index.reload()
         self.searcher = self.index.searcher()
         self.docs = self.searcher.num_docs
+
+    def narrowing(self, searcher: Any, groups: list[list[str]]) -> list[list[str]]:
+        """The groups that exclude some row of `searcher`'s view. A group every row holds (all of a
+        tenant's rows are documents, internal and active, say) excludes nothing but costs an
+        intersection with the whole index: 10.8 -> 2.5 ms a search at a million rows. Counted once
+        per group and view (a group whose doc frequencies sum to less than the index's size is
+        known to narrow without a count)."""
+        cache = self._covering.get(id(searcher))
+        if cache is None:
+            cache = {}
+            self._covering = {id(searcher): cache}  # a new view: the old answers no longer hold
+        kept = []
+        for group in groups:
+            key = tuple(group)
+            covers = cache.get(key)
+            if covers is None:
+                if sum(searcher.doc_freq("vis", token) for token in group) < searcher.num_docs:
+                    covers = False
+                else:
+                    alone = tantivy.Query.boolean_query(_filter([group]))
+                    covers = int(searcher.search(alone, 1, count=True).count) == searcher.num_docs
+                cache[key] = covers
+            if not covers:
+                kept.append(group)
+        return kept
 
 
 class TextIndex:
@@ -236,7 +262,9 @@ class TextIndex:
         if searcher is None or not terms:
             return []
         words = index.index.parse_query(" OR ".join(terms), ["text"])
-        query = tantivy.Query.boolean_query([(tantivy.Occur.Must, words), *_filter(groups)])
+        narrowing = index.narrowing(searcher, groups)
+        # With nothing to exclude, the words alone: a pure disjunction, which Tantivy prunes by block-max WAND.
+        query = tantivy.Query.boolean_query([(tantivy.Occur.Must, words), *_filter(narrowing)]) if narrowing else words
         found = searcher.search(query, window, count=False)  # no count: a count visits every match
         ranked = [(int(searcher.doc(address)["pk"][0]), float(score)) for score, address in found.hits]
         ranked.sort(key=lambda pair: (-pair[1], pair[0]))
@@ -250,7 +278,8 @@ class TextIndex:
         searcher = index.searcher
         if searcher is None or searcher.num_docs == 0:
             return 0, []
-        query = tantivy.Query.boolean_query(_filter(groups))
+        narrowing = index.narrowing(searcher, groups)
+        query = tantivy.Query.boolean_query(_filter(narrowing)) if narrowing else tantivy.Query.all_query()
         count = int(searcher.search(query, 1, count=True).count)
         if count > cap:
             return count, None

@@ -134,3 +134,25 @@ def test_the_index_follows_a_store_it_did_not_build_from_the_start(store: Engine
         index = second.state(conn, "acme")
         assert index is not None and index.docs == 2
     assert sorted(ids(search(first, "walrus"))) == ["n1", "n2"]
+
+
+def test_a_group_every_row_holds_is_left_out_of_the_query_and_one_that_excludes_is_kept(store: Engine) -> None:
+    """Kind, sensitivity and status groups that every row meets cost an intersection and exclude
+    nothing; as soon as one row lacks them they narrow again, and what they exclude never comes back."""
+    assert ingest(store, "acme", [note(f"n{i}", "walrus") for i in range(5)]).rejected == []
+    connector = FullTextConnector(store)
+    assert ids(search(connector, "walrus", limit=20)) != []
+    assert connector.text is not None
+    index = connector.text.state_of("acme")
+    groups = visibility_groups(CONSTRAINTS)
+    assert index is not None and groups is not None
+    narrowing = index.narrowing(index.searcher, groups)
+    assert narrowing == []  # every row is a memory, internal, active, unscoped and everyone's: the words alone
+    assert (
+        ingest(store, "acme", [note("sealed", "walrus", status="retracted"), note("hidden", "walrus", acl=["group:x"])]).rejected
+        == []
+    )
+    found = ids(search(connector, "walrus", limit=20))
+    assert sorted(found) == [f"n{i}" for i in range(5)]
+    narrowing = index.narrowing(index.searcher, groups)
+    assert sorted(g[0][0] for g in narrowing) == ["p", "t"]  # a retracted row and a group's row: both narrow again
