@@ -228,7 +228,9 @@ class TextIndex:
                 self._last_seq = max(self._last_seq, newest)
                 index.publish()
                 index.ready = True
-            log.info("lexical index of a tenant built: %d items in %.1f s", index.docs, time.perf_counter() - started)
+            # A large tenant's build (on its own thread, minutes at a million items) is worth a line; a small one is not.
+            level = logging.INFO if index.docs > self.build_now_max else logging.DEBUG
+            log.log(level, "lexical index of a tenant built: %d items in %.1f s", index.docs, time.perf_counter() - started)
         except Exception:
             log.exception("lexical index build failed; FTS5 answers for the tenant")
             with self.lock:

@@ -155,7 +155,8 @@ def test_heavy_and_long_calls_cost_more_at_the_door() -> None:
 
 
 def test_the_trace_says_what_a_retrieve_used(tmp_path: Path) -> None:
-    with open_gateway(f"sqlite:///{tmp_path / 'gateway.db'}", tmp_path) as gateway:
+    # FTS5 ranks here, so that the SQL steps a search takes are many (Tantivy's ranking is not SQL)
+    with open_gateway(f"sqlite:///{tmp_path / 'gateway.db'}", tmp_path, lexical_engine="fts5") as gateway:
         notes = [
             {"id": f"note_{i}", "kind": "memory", "acl": ["*"], "text": f"renewal pricing review {i} for the account"}
             for i in range(3000)
