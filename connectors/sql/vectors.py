@@ -274,12 +274,7 @@ class VectorIndex:
         if len(found) >= query.limit or done.done >= size:
             return found
         pks = [int(pk) for (pk,) in conn.execute(permitted_pks(query.tags), self._values(where))]
-        rows = np.array([vectors.row_of[pk] for pk in pks if pk in vectors.row_of], dtype=np.int64)
-        if not len(rows):
-            return []
-        scored = vectors.matrix[rows] @ q
-        best = np.argsort(-scored, kind="stable")[: max(query.limit * 2, query.limit + 16)]
-        return self._read(conn, where, query, vectors.pks[rows[best]], scored[best])[0]
+        return self._exact_over(conn, vectors, where, query, q, pks)
 
     def _exact_over(
         self,
