@@ -129,6 +129,7 @@ class ItemChange(SQLModel, table=True):
     indexes, connectors/sql/text_index.py) read it past their last entry to stay in step."""
 
     __tablename__ = "item_change"
+    __table_args__ = (Index("ix_item_change_tenant_seq", "tenant", "seq"),)  # each tenant's index follows its own log
 
     seq: int | None = Field(default=None, primary_key=True)
     item_pk: int

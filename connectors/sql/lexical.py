@@ -78,8 +78,10 @@ def visible_match(terms: list[str], where: ItemFilter) -> str | None:
     scores only rows the filter may admit, so rows the caller may not see cost it no window, no
     walk and no score. None when the filter admits nothing."""
     groups = visibility_groups(where)
-    if groups is None:
-        return None
+    return None if groups is None else _words_and_groups(terms, groups)
+
+
+def _words_and_groups(terms: list[str], groups: list[list[str]]) -> str:
     return " AND ".join([f"text : ({fts_match(terms)})", *(f"vis : ({fts_match(group)})" for group in groups)])
 
 
@@ -200,8 +202,8 @@ class FullTextConnector:
         statement, groups = matched_rows(query.tags), visibility_groups(where)
         if groups is None:
             return []
-        match = visible_match(terms, where)
         index = self.text.state(conn, where.tenant) if self.text is not None else None
+        match = _words_and_groups(terms, groups) if index is None else ""  # FTS5's query, when FTS5 ranks
         # FTS5 ranks every match anyway, so its window is wide; Tantivy prunes to the window, and its
         # filter already excludes all the tokens can say: only a clock's constraints or tags widen it.
         window = max(FIRST_WINDOW, query.limit * 5) if index is None else max(TANTIVY_WINDOW, query.limit * 2)

@@ -12,9 +12,9 @@ show one.
 
 Each process keeps its own index in memory, built from `item` and kept in step by the change log
 (`item_change`: the writer logs the rows it inserts in the same transaction, triggers log updates of
-the indexed columns and deletions). Before each search the log past the index's last entry is read
-and applied (one indexed `max(seq)` when nothing changed), so a search sees every write committed
-before it, as FTS5 did. A tenant's index is built on its first search (at once when it is small, on
+the indexed columns and deletions). Before each search the tenant's log past its index's position is
+read and applied (one indexed `max(seq)` for the tenant when nothing changed), so a search sees every
+write committed before it, as FTS5 did, and no other tenant's writes. A tenant's index is built on its first search (at once when it is small, on
 a thread of its own when it is large, FTS5 answering meanwhile) or at start-up (`warm`).
 """
 
@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,7 +71,7 @@ def _filter(groups: list[list[str]]) -> list[tuple[Any, Any]]:
 
 @dataclass
 class TenantText:
-    """One tenant's index; `ready` once built and caught up with the log."""
+    """One tenant's index: `ready` once built; `seq` is the log position it reflects."""
 
     index: Any = field(default_factory=lambda: _index())
     writer: Any = None
@@ -80,7 +79,10 @@ class TenantText:
     ready: bool = False
     building: bool = False
     docs: int = 0
-    _covering: dict[int, dict[tuple[str, ...], bool]] = field(default_factory=dict)
+    seq: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)  # its writer and `seq`
+    _view: Any = None  # the searcher `_covering` was counted on (held, so its identity is never reused)
+    _covering: dict[tuple[str, ...], bool] = field(default_factory=dict)
 
     def open_writer(self) -> None:
         self.writer = self.index.writer(heap_size=WRITER_HEAP, num_threads=1)
@@ -106,10 +108,9 @@ class TenantText:
         intersection with the whole index: 10.8 -> 2.5 ms a search at a million rows. Counted once
         per group and view (a group whose doc frequencies sum to less than the index's size is
         known to narrow without a count)."""
-        cache = self._covering.get(id(searcher))
-        if cache is None:
-            cache = {}
-            self._covering = {id(searcher): cache}  # a new view: the old answers no longer hold
+        if self._view is not searcher:
+            self._view, self._covering = searcher, {}  # a new view: the old answers no longer hold
+        cache = self._covering
         kept = []
         for group in groups:
             key = tuple(group)
@@ -127,78 +128,66 @@ class TenantText:
 
 
 class TextIndex:
-    """The per-tenant Tantivy indexes of one store, for one process."""
+    """The per-tenant Tantivy indexes of one store, for one process. Each follows the log of its
+    own tenant only, from its own position: another tenant's writes never cost its searches."""
 
     def __init__(self, engine: Engine, build_now_max: int = BUILD_NOW_MAX) -> None:
         self.engine = engine
         self.build_now_max = build_now_max
         self._tenants: dict[str, TenantText] = {}
-        self._last_seq = 0
-        self._seen_any = False
-        self.lock = threading.Lock()  # the log cursor and every index's writer
+        self._lock = threading.Lock()  # the map of tenants
 
-    # ------------------------------------------------------------------ reading the log
+    @staticmethod
+    def _newest(conn: Connection, tenant: str) -> int:
+        """The tenant's last log position (the (tenant, seq) index: one probe)."""
+        newest = select(func.coalesce(func.max(item_change.c.seq), 0)).where(item_change.c.tenant == tenant)
+        return int(conn.execute(newest).scalar_one())
 
-    def _newest(self, conn: Connection) -> int:
-        return int(conn.execute(select(func.coalesce(func.max(item_change.c.seq), 0))).scalar_one())
-
-    def sync(self, conn: Connection) -> None:
-        """Apply the log past the last entry applied to every ready index (one `max(seq)` when
-        nothing was written since)."""
-        newest = self._newest(conn)
-        if self._seen_any and newest <= self._last_seq:
+    def _catch_up(self, conn: Connection, tenant: str, index: TenantText) -> None:
+        """Apply the tenant's log past the index's position: each row it names is removed and, when
+        it is still the tenant's, added as it is now (one `max(seq)` when nothing was written since)."""
+        newest = self._newest(conn, tenant)
+        if newest <= index.seq:
             return
-        with self.lock:
-            if not self._seen_any:
-                self._last_seq, self._seen_any = newest, True  # nothing is built yet: builds read `item` itself
+        with index.lock:
+            if newest <= index.seq:
                 return
-            if newest > self._last_seq:
-                ready = {t for t, v in self._tenants.items() if v.ready}
-                self._apply(conn, self._last_seq, newest, ready)
-                self._last_seq = newest
-
-    def _apply(self, conn: Connection, after: int, upto: int, tenants: set[str]) -> None:
-        """Re-index, in `tenants`' indexes, every row the log names in (after, upto]: each named
-        row is removed and, when it still exists in a ready tenant, added as it is now."""
-        if not tenants:
-            return
-        named: dict[str, set[int]] = defaultdict(set)
-        for pk, tenant in conn.execute(
-            select(item_change.c.item_pk, item_change.c.tenant).where(item_change.c.seq > after, item_change.c.seq <= upto)
-        ):
-            if tenant in tenants:
-                named[tenant].add(int(pk))
-        for tenant, pks in named.items():
-            index = self._tenants[tenant]
+            named = conn.execute(
+                select(item_change.c.item_pk).where(
+                    item_change.c.tenant == tenant, item_change.c.seq > index.seq, item_change.c.seq <= newest
+                )
+            )
+            pks = sorted({int(pk) for (pk,) in named})
             for pk in pks:
                 index.writer.delete_documents("key", str(pk))
-            ordered = sorted(pks)
-            for start in range(0, len(ordered), 900):
-                for pk, body, vis in _rows(conn, tenant, ordered[start : start + 900]):
+            for start in range(0, len(pks), 900):
+                for pk, body, vis in _rows(conn, tenant, pks[start : start + 900]):
                     index.add(pk, body, vis)
             index.publish()
-
-    # ------------------------------------------------------------------ building
+            index.seq = newest
 
     def state(self, conn: Connection, tenant: str) -> TenantText | None:
-        """The tenant's index when it is ready (caught up), else None (and its build started)."""
-        self.sync(conn)
+        """The tenant's index when it is ready (caught up with the log), else None (and its build started)."""
         index = self._tenants.get(tenant)
-        if index is not None and index.ready:
-            return index
-        if index is not None and index.building:
-            return None
-        count = int(conn.execute(text("SELECT count(*) FROM item WHERE tenant = :t"), {"t": tenant}).scalar_one())
-        with self.lock:
-            index = self._tenants.setdefault(tenant, TenantText())
-            if index.ready or index.building:
-                return index if index.ready else None
-            index.building = True
-        if count <= self.build_now_max:
-            self._build(tenant, index)
-            return index if index.ready else None
-        threading.Thread(target=self._build, args=(tenant, index), name="text-index-build", daemon=True).start()
-        return None
+        if index is None or not index.ready:
+            if index is not None and index.building:
+                return None
+            count = int(conn.execute(text("SELECT count(*) FROM item WHERE tenant = :t"), {"t": tenant}).scalar_one())
+            with self._lock:
+                index = self._tenants.setdefault(tenant, TenantText())
+                if not index.ready:
+                    if index.building:
+                        return None
+                    index.building = True
+            if not index.ready:
+                if count > self.build_now_max:
+                    threading.Thread(target=self._build, args=(tenant, index), name="text-index-build", daemon=True).start()
+                    return None
+                self._build(tenant, index)
+                if not index.ready:
+                    return None
+        self._catch_up(conn, tenant, index)
+        return index
 
     def warm(self) -> None:
         """Build every tenant's index (at start-up, off the request path): small ones here, large on threads."""
@@ -208,10 +197,12 @@ class TextIndex:
                 self.state(conn, tenant)
 
     def _build(self, tenant: str, index: TenantText) -> None:
+        """The tenant's rows read and indexed in one transaction, so the rows and the log position
+        agree; what is written meanwhile is applied by the next `state` (`_catch_up`)."""
         started = time.perf_counter()
         try:
-            with self.engine.connect() as conn:  # one transaction: the rows and the log position agree
-                built_at = self._newest(conn)
+            with self.engine.connect() as conn:
+                index.seq = self._newest(conn, tenant)
                 index.open_writer()
                 result = conn.execution_options(stream_results=True).execute(
                     text(f"SELECT pk, text, {visibility_tokens('item')} FROM item WHERE tenant = :t"), {"t": tenant}
@@ -220,40 +211,17 @@ class TextIndex:
                     for pk, body, vis in rows:
                         index.add(int(pk), body or "", vis or "")
                 conn.rollback()
-            with self.engine.connect() as conn, self.lock:
-                # Catch up with what was written while it built; the cursor is shared with the ready indexes.
-                self._seen_any = True
-                newest = self._newest(conn)
-                self._apply_one(conn, tenant, index, built_at, max(newest, self._last_seq))
-                self._last_seq = max(self._last_seq, newest)
-                index.publish()
-                index.ready = True
+            index.publish()
+            index.ready = True
             # A large tenant's build (on its own thread, minutes at a million items) is worth a line; a small one is not.
             level = logging.INFO if index.docs > self.build_now_max else logging.DEBUG
             log.log(level, "lexical index of a tenant built: %d items in %.1f s", index.docs, time.perf_counter() - started)
         except Exception:
             log.exception("lexical index build failed; FTS5 answers for the tenant")
-            with self.lock:
+            with self._lock:
                 self._tenants.pop(tenant, None)
         finally:
             index.building = False
-
-    def _apply_one(self, conn: Connection, tenant: str, index: TenantText, after: int, upto: int) -> None:
-        pks = sorted(
-            {
-                int(pk)
-                for (pk,) in conn.execute(
-                    select(item_change.c.item_pk).where(
-                        item_change.c.seq > after, item_change.c.seq <= upto, item_change.c.tenant == tenant
-                    )
-                )
-            }
-        )
-        for pk in pks:
-            index.writer.delete_documents("key", str(pk))
-        for start in range(0, len(pks), 900):
-            for pk, body, vis in _rows(conn, tenant, pks[start : start + 900]):
-                index.add(pk, body, vis)
 
     # ------------------------------------------------------------------ searching
 
@@ -295,10 +263,12 @@ class TextIndex:
         return self._tenants.get(tenant)
 
     def readiness(self) -> dict[str, Any]:
+        with self._lock:  # a first search may add a tenant meanwhile
+            tenants = list(self._tenants.values())
         return {
             "engine": "tantivy",
-            "tenants_ready": sum(1 for v in self._tenants.values() if v.ready),
-            "tenants_building": sum(1 for v in self._tenants.values() if v.building),
+            "tenants_ready": sum(1 for v in tenants if v.ready),
+            "tenants_building": sum(1 for v in tenants if v.building),
         }
 
 

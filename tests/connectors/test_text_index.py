@@ -72,7 +72,7 @@ def test_a_forged_index_entry_can_hide_a_row_but_never_show_one(store: Engine) -
     assert index is not None
     with store.connect() as conn:
         secret_pk = conn.execute(text("SELECT pk FROM item WHERE id = 'secret'")).scalar_one()
-    with connector.text.lock:  # the entry claims the row is readable by everyone, of every kind
+    with index.lock:  # the entry claims the row is readable by everyone, of every kind
         index.writer.delete_documents("key", str(secret_pk))
         everyone = [t for group in visibility_groups(CONSTRAINTS) or [] for t in group]
         index.add(secret_pk, "walrus walrus walrus", " ".join(everyone))
@@ -156,3 +156,43 @@ def test_a_group_every_row_holds_is_left_out_of_the_query_and_one_that_excludes_
     assert sorted(found) == [f"n{i}" for i in range(5)]
     narrowing = index.narrowing(index.searcher, groups)
     assert sorted(g[0][0] for g in narrowing) == ["p", "t"]  # a retracted row and a group's row: both narrow again
+
+
+def test_forged_log_rows_can_make_the_index_forget_a_row_but_never_admit_another_tenants(store: Engine) -> None:
+    """Someone who can write `item_change` names another tenant's rows under this tenant: the index
+    re-reads them only as this tenant's (`WHERE tenant = ?`), so nothing of globex enters acme's index."""
+    assert ingest(store, "acme", [note("a1", "walrus")]).rejected == []
+    assert ingest(store, "globex", [note("g1", "walrus secret")]).rejected == []
+    connector = FullTextConnector(store)
+    assert ids(search(connector, "walrus")) == ["a1"]
+    with store.begin() as conn:
+        globex_pk, acme_pk = (
+            conn.execute(text("SELECT pk FROM item WHERE id = :i"), {"i": i}).scalar_one() for i in ("g1", "a1")
+        )
+        conn.execute(
+            text("INSERT INTO item_change (item_pk, tenant) VALUES (:g, 'acme'), (:a, 'acme')"), {"g": globex_pk, "a": acme_pk}
+        )
+    result = search(connector, "walrus secret")
+    assert ids(result) == ["a1"] and "g1" not in repr(result)
+    assert connector.text is not None
+    index = connector.text.state_of("acme")
+    assert index is not None and index.docs == 1
+
+
+def test_another_tenants_writes_are_never_applied_on_this_tenants_searches(store: Engine) -> None:
+    """A flooding tenant's writes cost its own searches the index commits, never another tenant's."""
+    assert ingest(store, "acme", [note("a1", "walrus")]).rejected == []
+    assert ingest(store, "globex", [note("g0", "walrus")]).rejected == []
+    connector = FullTextConnector(store)
+    assert ids(search(connector, "walrus")) == ["a1"]
+    assert ids(search(connector, "walrus", tenant="globex")) == ["g0"]
+    assert connector.text is not None
+    acme, globex = connector.text.state_of("acme"), connector.text.state_of("globex")
+    assert acme is not None and globex is not None
+    acme_seq, acme_searcher = acme.seq, acme.searcher
+    for batch in range(3):
+        assert ingest(store, "globex", [note(f"g{batch}_{i}", "walrus flood") for i in range(50)]).rejected == []
+        assert ids(search(connector, "walrus")) == ["a1"]
+    assert acme.seq == acme_seq and acme.searcher is acme_searcher  # nothing re-read, nothing committed for acme
+    assert globex.docs == 1  # globex's writes wait for globex's own next search
+    assert len(ids(search(connector, "walrus flood", limit=200, tenant="globex"))) == 151  # its own search applies them all

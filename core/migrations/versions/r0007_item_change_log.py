@@ -28,6 +28,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("seq"),
         if_not_exists=True,
     )
+    op.create_index("ix_item_change_tenant_seq", "item_change", ["tenant", "seq"], if_not_exists=True)
     bind = op.get_bind()
     if bind.dialect.name == "sqlite":
         for statement in CHANGE_TRIGGERS:

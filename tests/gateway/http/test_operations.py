@@ -4,6 +4,7 @@ really goes away."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 import time
 from collections.abc import Iterator
@@ -91,6 +92,8 @@ def test_readyz_says_when_a_large_tenants_lexical_index_is_built(gateway: Gatewa
         time.sleep(0.05)
     body = gateway.client.get("/readyz").json()
     assert body["status"] == "ready" and body["lexical"] == {"engine": "tantivy", "tenants_ready": 1, "tenants_building": 0}
+    # Unauthenticated (a probe's): counts only, never a tenant's name, an item or a word of its text.
+    assert "acme" not in json.dumps(body) and "walrus" not in json.dumps(body)
 
 
 def test_readyz_is_503_naming_the_store_when_it_is_unreachable(gateway: Gateway) -> None:
