@@ -10,7 +10,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from connectors.sql.cancel import cancellable, watched
-from connectors.sql.pushdown import bound, item, permitted, record_from_row, tagged, value
+from connectors.sql.pushdown import bound, item, named, permitted, record_from_row, tagged
 from core.constraints import ItemFilter
 from core.errors import ConnectorError
 from core.records import Candidate, Identifier, RecallQuery, Record, SkipReason, SourceResult
@@ -58,8 +58,7 @@ class SqlExactConnector:
         """The tenant's entities with these ids, for the item policy's link check; never returned."""
         if not ids:
             return ()
-        named = select(item.c.pk).where(item.c.tenant == tenant, item.c.id.in_(ids))  # the unique index: see _search
-        statement = select(item).where(item.c.kind == "entity", item.c.pk.in_(named.scalar_subquery()))
+        statement = select(item).where(item.c.kind == "entity", named(ids, tenant))
         return await cancellable(self._entities, statement, {}, "linked entity lookup")
 
     async def search(self, where: ItemFilter, query: RecallQuery) -> SourceResult:
@@ -154,11 +153,7 @@ class SqlExactConnector:
     def _search(self, where: ItemFilter, query: RecallQuery) -> tuple[Candidate, ...]:
         wanted: tuple[ColumnElement[bool], ...]
         if query.ids:
-            # The named rows by the unique (tenant, id) index first, then the constraints on those
-            # few: given `id IN (...)` beside the constraints' `kind IN (...)`, SQLite walked the
-            # tenant's (tenant, kind) index instead, ~130 ms for 10 ids among 90,000 items.
-            named = select(item.c.pk).where(item.c.tenant == value("tenant"), item.c.id.in_(query.ids))
-            wanted = (permitted(), item.c.pk.in_(named.scalar_subquery()))
+            wanted = (permitted(), named(query.ids))  # by the unique (tenant, id) index first
         elif where.subjects:
             wanted = (permitted(SUBJECT_KINDS), item.c.entity.in_(where.subjects))
         else:  # filter mode: whatever carries every tag

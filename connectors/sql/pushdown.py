@@ -136,6 +136,18 @@ def _linked_entity_visible(t: FromClause, column: str) -> ColumnElement[bool]:
     )
 
 
+def named(ids: Any, tenant: Any = None) -> ColumnElement[bool]:
+    """Rows whose id is among `ids` (a list, or an expanding parameter), of the filter's tenant (or
+    of `tenant`), found by the unique (tenant, id) index first. Beside the constraints' `kind IN`
+    an `id IN` made SQLite walk the tenant's (tenant, kind) index instead: ~130 ms for 10 ids among
+    90,000 items (the exact source), 117 ms for the rerank's 40 at 100,000."""
+    owner = value("tenant") if tenant is None else tenant
+    found: ColumnElement[bool] = item.c.pk.in_(
+        select(item.c.pk).where(item.c.tenant == owner, item.c.id.in_(ids)).scalar_subquery()
+    )
+    return found
+
+
 def tagged(tags: Sequence[str]) -> ColumnElement[bool]:
     """The caller's tag filter: every tag must be present. ANDed with `permitted`, never instead."""
     return and_(

@@ -19,7 +19,7 @@ from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.exc import SQLAlchemyError
 
 from connectors.sql.cancel import cancellable, watched
-from connectors.sql.pushdown import bound, item, permitted, record_from_row, tagged, value
+from connectors.sql.pushdown import bound, item, named, permitted, record_from_row, tagged
 from connectors.sql.walk import Walk, walk
 from core.constraints import ItemFilter
 from core.errors import ConnectorError
@@ -367,17 +367,7 @@ def _stored_vectors() -> Select[Any]:
     return (
         select(item.c.id, item_vector.c.vector)
         .select_from(joined)
-        # The named rows by the (tenant, id) index first: with the pushdown's conditions beside an
-        # `id IN`, SQLite chose the (tenant, kind) index and read the whole tenant (117 ms at 100,000
-        # items, 0.7 ms this way; bench/scale_bench.py).
-        .where(
-            condition,
-            item.c.pk.in_(
-                select(item.c.pk)
-                .where(item.c.tenant == value("tenant"), item.c.id.in_(bindparam("stored_ids", expanding=True)))
-                .scalar_subquery()
-            ),
-        )
+        .where(condition, named(bindparam("stored_ids", expanding=True)))
     )
 
 
