@@ -45,7 +45,12 @@ def test_each_variable_is_read_as_its_fields_real_type() -> None:
 
 @pytest.mark.parametrize(
     ("name", "raw", "expected"),
-    [("GATEWAY_PORT", "x", "expected int"), ("GATEWAY_PORT", "0", "expected int"), ("GATEWAY_MCP", "maybe", "expected bool")],
+    [
+        ("GATEWAY_PORT", "x", "expected int"),
+        ("GATEWAY_PORT", "0", "expected int"),
+        ("GATEWAY_MCP", "maybe", "expected bool"),
+        ("GATEWAY_LEXICAL_ENGINE", "lucene", "expected tantivy or fts5"),
+    ],
 )
 def test_a_bad_value_names_its_variable_and_type(name: str, raw: str, expected: str) -> None:
     with pytest.raises(ConfigurationError, match=f"{name}: {expected}"):
