@@ -16,6 +16,7 @@ from gateway.http.openapi import OPERATIONS, SCHEMAS, routed
 from gateway.http.routes.keys import NewKey
 from gateway.settings import load_settings
 from gateway.writes.envelope import ItemIn
+from tests.snapshot import assert_snapshot
 
 METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
 
@@ -108,3 +109,13 @@ def test_the_document_is_built_once(served: tuple[Any, dict[str, Any]]) -> None:
     built = app.state.openapi  # kept on the app by the first request
     assert TestClient(app).get("/openapi.json").json() == document
     assert app.state.openapi is built
+
+
+def test_the_document_is_served_byte_for_byte_as_committed(tmp_path: Path) -> None:
+    """The document as served, bytes and all, is tests/snapshots/openapi.json: a change to the audit
+    trail's types or to a route must leave the contract as it is, unless it means to change it (then
+    regenerate the snapshot on purpose, as the failure says, and commit it with the change)."""
+    app = create_app(load_settings({"data_dir": tmp_path, "database_url": f"sqlite:///{tmp_path / 'gateway.db'}"}, environ={}))
+    response = TestClient(app).get("/openapi.json")
+    assert response.status_code == 200, response.text
+    assert_snapshot("openapi.json", response.content)
