@@ -15,6 +15,8 @@ import time
 from functools import cache, lru_cache
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 from sqlalchemy import ColumnElement, Integer, bindparam, func, literal_column, select, text
 from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.exc import SQLAlchemyError
@@ -124,7 +126,7 @@ class FullTextConnector:
         # is looked up until found, then no more (a statement less per call).
         self._indexed: set[str] = set()
 
-    def admitted(self, conn: Connection, where: ItemFilter, cap: int) -> tuple[int, list[int] | None] | None:
+    def admitted(self, conn: Connection, where: ItemFilter, cap: int) -> tuple[int, npt.NDArray[np.int64] | None] | None:
         """How many of the tenant's rows the filter's tokens admit, and their keys when at most `cap`
         (`TextIndex.admitted`); None when no Tantivy index of the tenant is ready to say. For the
         semantic search's plan: a superset of the permitted rows, each still checked when read."""
@@ -132,7 +134,7 @@ class FullTextConnector:
             return None
         groups = visibility_groups(where)
         if groups is None:
-            return 0, []
+            return 0, np.zeros(0, dtype=np.int64)
         index = self.text.state(conn, where.tenant)
         return None if index is None else self.text.admitted(index, groups, cap)
 

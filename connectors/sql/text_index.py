@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import tantivy
 from sqlalchemy import func, select, text
 from sqlalchemy.engine import Connection, Engine
@@ -39,6 +41,8 @@ item_change = ItemChange.__table__  # type: ignore[attr-defined]
 BUILD_NOW_MAX = 20_000  # a tenant this small is indexed on its first search; a larger one on a thread
 WRITER_HEAP = 32_000_000  # bytes a tenant's index writer buffers before it writes a segment
 READ_CHUNK = 5_000
+Filter = tuple[tuple[str, ...], ...]
+ADMITTED_KEPT = 64  # filters whose admitted rows a tenant's view keeps (each at most the semantic cutoff)
 
 
 def _schema() -> Any:
@@ -81,8 +85,10 @@ class TenantText:
     docs: int = 0
     seq: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)  # its writer and `seq`
-    _view: Any = None  # the searcher `_covering` was counted on (held, so its identity is never reused)
+    cache_lock: threading.Lock = field(default_factory=threading.Lock)  # the per-view caches
+    _view: Any = None  # the searcher the caches below were counted on (held, so its identity is never reused)
     _covering: dict[tuple[str, ...], bool] = field(default_factory=dict)
+    _admitted: dict[tuple[tuple[str, ...], ...], tuple[int, npt.NDArray[np.int64] | None]] = field(default_factory=dict)
 
     def open_writer(self) -> None:
         self.writer = self.index.writer(heap_size=WRITER_HEAP, num_threads=1)
@@ -102,14 +108,35 @@ class TenantText:
         self.searcher = self.index.searcher()
         self.docs = self.searcher.num_docs
 
+    def _seen(self, searcher: Any) -> None:
+        if self._view is not searcher:
+            self._view, self._covering, self._admitted = searcher, {}, {}  # a new view: the old answers no longer hold
+
+    def known(self, searcher: Any, key: Filter, cap: int) -> tuple[int, npt.NDArray[np.int64] | None] | None:
+        """What `keep` kept for this filter and view, if it answers for `cap`."""
+        self._seen(searcher)
+        known = self._admitted.get(key)
+        if known is not None and known[0] > cap:
+            return known[0], None
+        return known if known is not None and known[1] is not None else None
+
+    def keep(self, searcher: Any, key: Filter, answer: tuple[int, npt.NDArray[np.int64] | None]) -> None:
+        """Keep a filter's admitted rows while the view lasts: the role's filter cached as its rows
+        (Elasticsearch keeps a document-level-security filter as a bitset per segment), so a caller
+        asking again pays for neither the count nor the list."""
+        if self._view is not searcher:
+            return  # the index changed meanwhile: the answer is already old
+        if len(self._admitted) >= ADMITTED_KEPT:
+            self._admitted.pop(next(iter(self._admitted)))  # the oldest
+        self._admitted[key] = answer
+
     def narrowing(self, searcher: Any, groups: list[list[str]]) -> list[list[str]]:
         """The groups that exclude some row of `searcher`'s view. A group every row holds (all of a
         tenant's rows are documents, internal and active, say) excludes nothing but costs an
         intersection with the whole index: 10.8 -> 2.5 ms a search at a million rows. Counted once
         per group and view (a group whose doc frequencies sum to less than the index's size is
         known to narrow without a count)."""
-        if self._view is not searcher:
-            self._view, self._covering = searcher, {}  # a new view: the old answers no longer hold
+        self._seen(searcher)
         cache = self._covering
         kept = []
         for group in groups:
@@ -232,7 +259,8 @@ class TextIndex:
         if searcher is None or not terms:
             return []
         words = index.index.parse_query(" OR ".join(terms), ["text"])
-        narrowing = index.narrowing(searcher, groups)
+        with index.cache_lock:
+            narrowing = index.narrowing(searcher, groups)
         # With nothing to exclude, the words alone: a pure disjunction, which Tantivy prunes by block-max WAND.
         query = tantivy.Query.boolean_query([(tantivy.Occur.Must, words), *_filter(narrowing)]) if narrowing else words
         found = searcher.search(query, window, count=False)  # no count: a count visits every match
@@ -240,23 +268,31 @@ class TextIndex:
         ranked.sort(key=lambda pair: (-pair[1], pair[0]))
         return ranked
 
-    def admitted(self, index: TenantText, groups: list[list[str]], cap: int) -> tuple[int, list[int] | None]:
+    def admitted(self, index: TenantText, groups: list[list[str]], cap: int) -> tuple[int, npt.NDArray[np.int64] | None]:
         """How many of the tenant's rows hold a token of every group, and their keys when at most
-        `cap` do (None past it): the rows a filter may admit, counted and listed by the index, not by
-        SQL. A superset of what the filter admits (a clock's constraints are not tokens): whoever
-        reads these rows applies the constraints to them."""
+        `cap` do (None past it): the rows a filter may admit, counted and listed by the index,
+        not by SQL, and kept per filter while the index does not change (`TenantText.keep`). A
+        superset of what the filter admits (a clock's constraints are not tokens): whoever reads
+        these rows applies the constraints to them."""
         searcher = index.searcher
         if searcher is None or searcher.num_docs == 0:
-            return 0, []
-        narrowing = index.narrowing(searcher, groups)
+            return 0, np.zeros(0, dtype=np.int64)
+        with index.cache_lock:
+            narrowing = index.narrowing(searcher, groups)
+            key = tuple(tuple(group) for group in narrowing)
+            known = index.known(searcher, key, cap)
+        if known is not None:
+            return known
         query = tantivy.Query.boolean_query(_filter(narrowing)) if narrowing else tantivy.Query.all_query()
         count = int(searcher.search(query, 1, count=True).count)
-        if count > cap:
-            return count, None
-        if count == 0:
-            return 0, []
-        found = searcher.search(query, count, count=False, order_by_field="pk")
-        return count, [int(pk) for pk, _ in found.hits]
+        listed: npt.NDArray[np.int64] | None = None
+        if count <= cap:
+            found = searcher.search(query, count, count=False, order_by_field="pk") if count else None
+            listed = np.fromiter((pk for pk, _ in found.hits), dtype=np.int64) if found else np.zeros(0, dtype=np.int64)
+            listed.flags.writeable = False  # shared by every caller of this filter
+        with index.cache_lock:
+            index.keep(searcher, key, (count, listed))
+        return count, listed
 
     def state_of(self, tenant: str) -> TenantText | None:
         """The tenant's index as it is (no log read, no build)."""

@@ -30,10 +30,11 @@ item_vector = ItemVector.__table__  # type: ignore[attr-defined]
 Strategy = Literal["auto", "exact", "approximate"]
 # The rows a filter may admit, counted and (up to a cap) listed by an index that holds every row's
 # visibility tokens (the lexical connector's `admitted`); None when it cannot say yet.
-Admitted = Callable[[Connection, ItemFilter, int], "tuple[int, list[int] | None] | None"]
+Admitted = Callable[[Connection, ItemFilter, int], "tuple[int, npt.NDArray[np.int64] | None] | None"]
 # At most this many admitted rows are scored exactly (their vectors gathered and multiplied); more
 # go to the HNSW graph. bench/scale_bench.py measured both sides of the cutoff (docs/scale.md).
 EXACT_MAX = 20_000
+ROWS_KEPT = 64  # admitted lists whose matrix rows a tenant keeps (see `TenantVectors.rows_of`)
 READ_CHUNK = 10_000  # vectors read from the store at a time when the mirror catches up
 REFRESH_EVERY_S = 0.0  # one indexed max(seq) per search: the mirror is never behind the store
 # Re-read the last 5 s of writes: concurrent writers (replicas) stamp a row with their clock before
@@ -67,6 +68,22 @@ class TenantVectors:
     building: bool = False  # a graph is being built in the background; exact search serves meanwhile
     dirty_rows: set[int] = field(default_factory=set)  # rows written while it was being built
     lock: threading.Lock = field(default_factory=threading.Lock)
+    _rows_of: dict[int, tuple[npt.NDArray[np.int64], int, npt.NDArray[np.int64]]] = field(default_factory=dict)
+
+    def rows_of(self, pks: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """The matrix rows of those `pks` that have one (call with the lock held). An admitted list
+        is the same array while the lexical index keeps it, so its rows are looked up once while no
+        vector is added (a row's place never moves; a new pk may fill a gap, hence `size`)."""
+        kept = self._rows_of.get(id(pks))
+        if kept is not None and kept[0] is pks and kept[1] == self.size:
+            return kept[2]
+        row_of = self.row_of
+        rows = np.fromiter((row_of[pk] for pk in pks.tolist() if pk in row_of), dtype=np.int64)
+        if not pks.flags.writeable:  # a shared list (`TextIndex.admitted`): worth keeping
+            if len(self._rows_of) >= ROWS_KEPT:
+                self._rows_of.pop(next(iter(self._rows_of)))
+            self._rows_of[id(pks)] = (pks, self.size, rows)  # holds `pks`, so its id is not reused
+        return rows
 
     def __post_init__(self) -> None:
         self.matrix = np.zeros((0, self.dims), dtype=np.float32)
@@ -273,7 +290,7 @@ class VectorIndex:
         found, done = self._read(conn, where, query, vectors.pks[:size][order], scores[order], give_up=give_up)
         if len(found) >= query.limit or done.done >= size:
             return found
-        pks = [int(pk) for (pk,) in conn.execute(permitted_pks(query.tags), self._values(where))]
+        pks = np.fromiter((pk for (pk,) in conn.execute(permitted_pks(query.tags), self._values(where))), dtype=np.int64)
         return self._exact_over(conn, vectors, where, query, q, pks)
 
     def _exact_over(
@@ -283,12 +300,12 @@ class VectorIndex:
         where: ItemFilter,
         query: RecallQuery,
         q: npt.NDArray[np.float32],
-        pks: list[int],
+        pks: npt.NDArray[np.int64],
     ) -> list[tuple[Row[Any], float]]:
         """The vectors of `pks` (the rows an index says the filter may admit) scored, and the
         permitted rows among them read best first until `limit` are found."""
         with vectors.lock:
-            rows = np.fromiter((vectors.row_of[pk] for pk in pks if pk in vectors.row_of), dtype=np.int64)
+            rows = vectors.rows_of(pks)
             if not len(rows):
                 return []
             scored = vectors.matrix[rows] @ q

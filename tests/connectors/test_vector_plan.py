@@ -131,3 +131,36 @@ def test_an_item_hidden_after_the_index_was_built_never_comes_back(store: tuple[
     finally:
         with engine.begin() as conn:
             conn.execute(text('UPDATE item SET acl = \'["group:few", "group:some", "group:half"]\' WHERE id = \'n0\''))
+
+
+CURRENT = "UPDATE item_vector SET content_hash = (SELECT content_hash FROM item WHERE pk = item_pk) WHERE item_pk = (SELECT pk FROM item WHERE id = :id)"
+
+
+def test_a_kept_admitted_list_follows_the_store(store: tuple[Engine, np.ndarray[Any, Any]]) -> None:
+    """A filter's admitted rows are kept while the lexical index does not change; a write that
+    admits a row (or hides one) changes the index, so the next call lists afresh."""
+    engine, matrix = store
+    index = planned(engine)
+    lexical = index.admitted
+    assert lexical is not None
+    where = replace(CONSTRAINTS, principals=("group:few",), subjects=())
+    with engine.connect() as conn:
+        first = lexical(conn, where, 100)
+        again = lexical(conn, where, 100)
+        assert first is not None and again is not None and first[1] is not None
+        assert again[1] is first[1]  # kept: the same list, not listed again
+        assert lexical(conn, where, 2) == (first[0], None)  # a smaller cap is past the kept count
+    q = matrix[7]  # n7: readable by no caller here until the write below
+    assert "n7" not in nearest(index, "group:few", q)[0]
+    readable = {"id": "n7", "kind": "memory", "text": "note 7"}
+    assert ingest(engine, "acme", [{**readable, "acl": ["group:few"]}]).rejected == []
+    with engine.begin() as conn:  # its vector made current again, as the embedder would
+        conn.execute(text(CURRENT), {"id": "n7"})
+    try:
+        assert nearest(index, "group:few", q)[0][0] == "n7"
+        with engine.connect() as conn:
+            later = lexical(conn, where, 100)
+        assert later is not None and later[0] == first[0] + 1
+    finally:
+        assert ingest(engine, "acme", [{**readable, "acl": ["group:none"]}]).rejected == []
+    assert "n7" not in nearest(index, "group:few", q)[0]
