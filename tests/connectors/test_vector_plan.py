@@ -164,3 +164,27 @@ def test_a_kept_admitted_list_follows_the_store(store: tuple[Engine, np.ndarray[
     finally:
         assert ingest(engine, "acme", [{**readable, "acl": ["group:none"]}]).rejected == []
     assert "n7" not in nearest(index, "group:few", q)[0]
+
+
+def test_a_kept_copy_of_the_admitted_vectors_follows_a_changed_vector(store: tuple[Engine, np.ndarray[Any, Any]]) -> None:
+    """The admitted rows' vectors are kept as one copy while none changes: a vector rewritten in the
+    store is scored as it is now on the next call, never as it was kept."""
+    engine, matrix = store
+    index = planned(engine)
+    q = matrix[1000]  # n1000: readable by group:few, nearest to itself
+    assert nearest(index, "group:few", q)[0][0] == "n1000"
+    assert nearest(index, "group:few", q)[0][0] == "n1000"  # the second call scores the kept copy
+    with engine.begin() as conn:  # n1000's vector turned away from the query, as a re-embedding would
+        conn.execute(
+            text("UPDATE item_vector SET vector = :v, seq = 2 WHERE item_pk = (SELECT pk FROM item WHERE id = 'n1000')"),
+            {"v": (-q).tobytes()},
+        )
+    try:
+        ids, _ = nearest(index, "group:few", q)
+        assert ids[-1] == "n1000" and ids == truth(matrix, 1000, q)[1:] + ["n1000"]
+    finally:
+        with engine.begin() as conn:
+            conn.execute(
+                text("UPDATE item_vector SET vector = :v, seq = 3 WHERE item_pk = (SELECT pk FROM item WHERE id = 'n1000')"),
+                {"v": q.tobytes()},
+            )
