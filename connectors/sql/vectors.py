@@ -315,8 +315,11 @@ class VectorIndex:
         nearest are permitted (`give_up`), the permitted set is read from SQL and only its vectors scored."""
         size = vectors.size
         scores = vectors.matrix[:size] @ q
-        order = np.argsort(-scores, kind="stable")
+        order = best_first(scores, max(query.limit * 16, 4096))  # a million scores sorted whole: ~100 ms
         found, done = self._read(conn, where, query, vectors.pks[:size][order], scores[order], give_up=give_up)
+        if len(found) < query.limit and done.done >= len(order) and len(order) < size:
+            order = np.argsort(-scores, kind="stable")  # the prefix was read through: the rest, in order
+            found, done = self._read(conn, where, query, vectors.pks[:size][order], scores[order], give_up=give_up)
         if len(found) >= query.limit or done.done >= size:
             return found
         pks = np.fromiter((pk for (pk,) in conn.execute(permitted_pks(query.tags), self._values(where))), dtype=np.int64)
@@ -339,8 +342,12 @@ class VectorIndex:
                 return []
             scored = matrix @ q
             keys = vectors.pks[rows]
-        order = np.argsort(-scored, kind="stable")
-        return self._read(conn, where, query, keys[order], scored[order])[0]
+        order = best_first(scored, max(query.limit * 16, 256))
+        found, done = self._read(conn, where, query, keys[order], scored[order])
+        if len(found) < query.limit and len(order) < len(scored):  # the prefix held too few permitted rows
+            order = np.argsort(-scored, kind="stable")
+            found, done = self._read(conn, where, query, keys[order], scored[order])
+        return found
 
     def _approximate(
         self, conn: Connection, vectors: TenantVectors, where: ItemFilter, query: RecallQuery, q: npt.NDArray[np.float32]
@@ -364,6 +371,17 @@ class VectorIndex:
             if needed > cap:
                 return None  # too few permitted items near the query: exact search over them is cheaper
             window = max(window * 4, int(needed * 1.5))
+
+
+def best_first(scores: npt.NDArray[np.float32], at_least: int) -> npt.NDArray[np.int64]:
+    """The positions of the best `at_least` scores (and any tied with the last), best first, ties
+    in position order: exactly the start of a stable sort of them all, without sorting them all
+    (10,000 scores: ~0.02 ms against ~1 ms)."""
+    if len(scores) <= at_least:
+        return np.argsort(-scores, kind="stable")
+    threshold = -np.partition(-scores, at_least - 1)[at_least - 1]
+    chosen = np.flatnonzero(scores >= threshold)
+    return chosen[np.argsort(-scores[chosen], kind="stable")]
 
 
 def _current(tags: tuple[str, ...]) -> Any:

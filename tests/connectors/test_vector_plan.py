@@ -188,3 +188,13 @@ def test_a_kept_copy_of_the_admitted_vectors_follows_a_changed_vector(store: tup
                 text("UPDATE item_vector SET vector = :v, seq = 3 WHERE item_pk = (SELECT pk FROM item WHERE id = 'n1000')"),
                 {"v": q.tobytes()},
             )
+
+
+def test_best_first_is_the_start_of_a_stable_sort() -> None:
+    rng = np.random.default_rng(5)
+    for size, at_least in ((10, 20), (1000, 1), (1000, 64), (5000, 256)):
+        scores = np.round(rng.standard_normal(size), 1).astype(np.float32)  # many ties
+        full = np.argsort(-scores, kind="stable")
+        head = vectors_module.best_first(scores, at_least)
+        assert len(head) >= min(at_least, size)
+        assert head.tolist() == full[: len(head)].tolist()
