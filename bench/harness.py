@@ -188,9 +188,18 @@ BATCH_ITEMS = 500
 BATCH_BYTES = 900_000  # stay under GATEWAY_MAX_BODY_BYTES (1 MiB by default)
 
 
-def create_key(data_dir: Path, tenant: str, principal: str, role: str, clearance: str = "internal", groups: str = "") -> str:
-    """A fresh API key from `gateway keys create` against the benchmark's store; `groups` (comma
-    separated) must include one the policy grants the benchmark's task type to."""
+def create_key(
+    data_dir: Path,
+    tenant: str,
+    principal: str,
+    role: str,
+    clearance: str = "internal",
+    groups: str = "",
+    env: dict[str, str] | None = None,
+) -> str:
+    """A fresh API key from `gateway keys create` against the benchmark's store (`env` may name
+    another, `GATEWAY_DATABASE_URL`); `groups` (comma separated) must include one the policy grants
+    the benchmark's task type to."""
     done = subprocess.run(
         [
             gateway_executable(),
@@ -210,7 +219,7 @@ def create_key(data_dir: Path, tenant: str, principal: str, role: str, clearance
         ],
         capture_output=True,
         text=True,
-        env=clean_env(),
+        env=clean_env(env),
     )
     keys = [line.strip() for line in done.stdout.splitlines() if line.strip().startswith("gw_")]
     if done.returncode != 0 or not keys:

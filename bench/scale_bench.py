@@ -23,13 +23,19 @@ p50 at the first size: the issue's target is at most 2x at 1M.
     .venv/bin/python bench/scale_bench.py --sizes 1000,10000,100000,1000000   # ~1.5 h, ~10 GB in --work
     .venv/bin/python bench/scale_bench.py --sizes 1000,10000 --queries 30     # quick
 
-`--work` keeps the vectors' cache and the store; `--reuse` starts from a store a previous run grew
-(its sizes already loaded are not loaded again).
+    .venv/bin/python bench/scale_bench.py --postgres --sizes 1000,10000,100000  # PostgreSQL + pgvector
+
+`--work` keeps the vectors' cache, the store and a copy of it at each size up to 100,000
+(`sizes/N`); `--reuse` starts from a store a previous run grew (its sizes already loaded are not
+loaded again) and measures a smaller size on its copy, so every size's figure comes from the same
+run. `--postgres` grows one schema of an embedded PostgreSQL 17 with pgvector (tests/embedded_pg.py;
+no copies, no reuse). `--plot FILE.svg` draws each caller's p50 against items (log scale).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -37,6 +43,8 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +62,7 @@ TASK = {"type": "account_followup", "scope": "sales"}
 CALLERS = {"0.1%": "sales,s0", "1%": "sales," + ",".join(f"s{n}" for n in range(10)), "50%": "sales,h0"}
 NOISE = 0.02  # the copies' vectors: the abstract's, nudged (cosine ~0.98 with it)
 WARMUP = 10
+KEEP_COPIES_UP_TO = 100_000  # sizes whose store is copied (sizes/N) so a later --reuse run measures them again
 STAGES = (
     "decide_ms",
     "embed_ms",
@@ -113,13 +122,25 @@ def write_slice(
             out.write(json.dumps(item, ensure_ascii=False) + "\n")
 
 
-def grow(data_dir: Path, path: Path) -> float:
+@dataclass(frozen=True)
+class Store:
+    """Where the corpus lives: a data folder (keys, logs; the SQLite file unless `url` is set)."""
+
+    folder: Path
+    url: str | None = None  # a PostgreSQL database URL
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"GATEWAY_DATABASE_URL": self.url} if self.url else {}
+
+
+def grow(store: Store, path: Path) -> float:
     started = time.perf_counter()
     done = subprocess.run(
-        [gateway_executable(), "ingest", "--data", str(data_dir), "--tenant", TENANT, str(path)],
+        [gateway_executable(), "ingest", "--data", str(store.folder), "--tenant", TENANT, str(path)],
         capture_output=True,
         text=True,
-        env=clean_env({"GATEWAY_PII_BACKGROUND": "false"}),
+        env=clean_env({"GATEWAY_PII_BACKGROUND": "false", **store.env}),
     )
     if done.returncode != 0:
         raise SystemExit(f"gateway ingest failed ({done.returncode}): {done.stderr[-800:]}")
@@ -176,11 +197,11 @@ def measure(server: Server, keys: dict[str, str], claims: list[str]) -> dict[str
     return out
 
 
-def served(data_dir: Path) -> tuple[Server, float, float]:
+def served(store: Store) -> tuple[Server, float, float]:
     """The server, seconds to `/readyz` 200, and seconds until its indexes are built (`/readyz`:
     the tenant's Tantivy index ready, no HNSW graph building). `/healthz` answers throughout."""
-    env = {"GATEWAY_PII_BACKGROUND": "false", "GATEWAY_BACKGROUND_EMBEDDING": "false"}
-    server = Server(data_dir, free_port(), env=env, label="scale")
+    env = {"GATEWAY_PII_BACKGROUND": "false", "GATEWAY_BACKGROUND_EMBEDDING": "false", **store.env}
+    server = Server(store.folder, free_port(), env=env, label="scale")
     started = time.perf_counter()
     server.start()
     server.wait_ready()
@@ -188,10 +209,66 @@ def served(data_dir: Path) -> tuple[Server, float, float]:
     while True:
         body = httpx.get(f"{server.url}/readyz", timeout=10).json()
         lexical, semantic = body.get("lexical", {}), body.get("semantic", {})
-        built = lexical.get("tenants_ready", 1) >= 1 and not lexical.get("tenants_building")
+        built = lexical.get("engine") != "tantivy" or (
+            lexical.get("tenants_ready", 0) >= 1 and not lexical.get("tenants_building")
+        )
         if built and not semantic.get("graphs_building") and httpx.get(f"{server.url}/healthz", timeout=10).status_code == 200:
             return server, ready, time.perf_counter() - started
         time.sleep(0.5)
+
+
+@contextlib.contextmanager
+def backend(postgres: bool, work: Path) -> Iterator[str | None]:
+    """None (SQLite in the store folder), or the URL of a fresh embedded PostgreSQL (stopped after)."""
+    if not postgres:
+        yield None
+        return
+    from tests.embedded_pg import Server as Postgres
+
+    server = Postgres()
+    try:
+        yield server.url  # the superuser's database: pgvector may be created there
+    finally:
+        server.stop()
+
+
+def report(size: int, figures: dict[str, dict[str, Any]], start_s: float, indexed_s: float, peak: float) -> None:
+    print(f"  server start to /readyz {start_s:.1f} s, to its indexes built {indexed_s:.1f} s; peak RSS {peak:,.0f} MiB")
+    print(f"  {'caller':>6} {'p50 ms':>8} {'p95 ms':>8} {'x healthz':>9}  {'items':>5}  stages p50 ms / semantic plan")
+    for caller, f in figures.items():
+        stage_text = " ".join(f"{s[:-3]} {v:.1f}" for s, v in f["stages"].items() if s != "total_ms")
+        print(
+            f"  {caller:>6} {f['p50']:8.1f} {f['p95']:8.1f} {f['p50'] / f['healthz']:8.0f}x  {f['returned']:5.0f}  {stage_text}  {f['plans']}",
+            flush=True,
+        )
+
+
+def plot(results: dict[int, dict[str, Any]], path: Path, title: str) -> None:
+    """Each caller's p50 (and /healthz's) against items, both axes log scale, as SVG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = sorted(results)
+    figure, axes = plt.subplots(figsize=(6.4, 4.0))
+    for caller in CALLERS:
+        axes.plot(sizes, [results[n]["callers"][caller]["p50"] for n in sizes], marker="o", label=f"caller reading {caller}")
+    healthz = [percentile([f["healthz"] for f in results[n]["callers"].values()], 50) for n in sizes]
+    axes.plot(sizes, healthz, marker=".", linestyle=":", color="grey", label="/healthz (same run)")
+    first = results[sizes[0]]["callers"]
+    target = max(first[c]["p50"] for c in CALLERS) * 2
+    axes.axhline(target, color="red", linewidth=0.8, linestyle="--", label="2x the slowest p50 at the first size")
+    axes.set_xscale("log")
+    axes.set_yscale("log")
+    axes.set_xlabel("items in the tenant")
+    axes.set_ylabel("p50 ms (one client)")
+    axes.set_title(title, fontsize=10)
+    axes.grid(True, which="both", linewidth=0.3)
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, format="svg", metadata={"Date": None})
+    plt.close(figure)
 
 
 def main() -> int:
@@ -201,57 +278,70 @@ def main() -> int:
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--work", type=Path, default=Path("/tmp/scale-bench"))
     parser.add_argument("--reuse", action="store_true", help="grow the store a previous run left in --work")
+    parser.add_argument("--postgres", action="store_true", help="PostgreSQL 17 + pgvector instead of SQLite")
+    parser.add_argument("--plot", type=Path, help="draw p50 against items into this SVG file")
     args = parser.parse_args()
     sizes = sorted(int(s) for s in args.sizes.split(","))
     docs, claims = scifact(args.data_set, 10**9)
     claims = claims[WARMUP : WARMUP + args.queries] if len(claims) > WARMUP + args.queries else claims
     args.work.mkdir(parents=True, exist_ok=True)
     vectors, model = abstract_vectors(args.work, docs)
-    data_dir = args.work / "store"
-    marker = data_dir / "scale-bench.json"
-    loaded = json.loads(marker.read_text())["items"] if args.reuse and marker.exists() else 0
-    if not loaded:
-        shutil.rmtree(data_dir, ignore_errors=True)
-        data_dir.mkdir(parents=True)
-    keys = {
-        caller: create_key(data_dir, TENANT, f"user:caller-{n}", "agent", groups=groups)
-        for n, (caller, groups) in enumerate(CALLERS.items())
-    }
-    print(
-        f"scale bench: code {code_revision()}, {os.cpu_count()} cores, {len(claims)} claims a caller a size, model {model}",
-        flush=True,
-    )
-    results: dict[int, dict[str, Any]] = {}
-    for size in sizes:
-        if size > loaded:
-            part = args.work / "slice.ndjson"
-            write_slice(part, docs, vectors, model, loaded, size)
-            seconds = grow(data_dir, part)
-            part.unlink()
-            print(
-                f"\n{size:,} items: grew by {size - loaded:,} in {seconds:.0f} s ({(size - loaded) / seconds:,.0f} items/s)",
-                flush=True,
+    with backend(args.postgres, args.work) as url:
+        folder = args.work / ("store-postgres" if url else "store")
+        marker = folder / "scale-bench.json"
+        loaded = json.loads(marker.read_text())["items"] if args.reuse and not url and marker.exists() else 0
+        if not loaded:
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+        store = Store(folder, url)
+        if url:
+            subprocess.run(
+                [gateway_executable(), "migrate", "--database-url", url], check=True, env=clean_env(), capture_output=True
             )
-            loaded = size
-            marker.write_text(json.dumps({"items": loaded}))
-        elif size < loaded:
-            print(f"\n{size:,} items: the store already holds {loaded:,}; skipped", flush=True)
-            continue
-        server, start_s, indexed_s = served(data_dir)
-        try:
-            figures = measure(server, keys, claims)
-            peak = server.memory_kib().get("VmHWM", 0) / 1024
-        finally:
-            server.stop()
-        results[size] = {"callers": figures, "start_s": start_s, "indexed_s": indexed_s, "peak_mib": peak}
-        print(f"  server start to /readyz {start_s:.1f} s, to its indexes built {indexed_s:.1f} s; peak RSS {peak:,.0f} MiB")
-        print(f"  {'caller':>6} {'p50 ms':>8} {'p95 ms':>8} {'x healthz':>9}  {'items':>5}  stages p50 ms / semantic plan")
-        for caller, f in figures.items():
-            stage_text = " ".join(f"{s[:-3]} {v:.1f}" for s, v in f["stages"].items() if s != "total_ms")
-            print(
-                f"  {caller:>6} {f['p50']:8.1f} {f['p95']:8.1f} {f['p50'] / f['healthz']:8.0f}x  {f['returned']:5.0f}  {stage_text}  {f['plans']}",
-                flush=True,
-            )
+        keys = {
+            caller: create_key(folder, TENANT, f"user:caller-{n}", "agent", groups=groups, env=store.env)
+            for n, (caller, groups) in enumerate(CALLERS.items())
+        }
+        print(
+            f"scale bench ({'PostgreSQL' if url else 'SQLite'}): code {code_revision()}, {os.cpu_count()} cores, "
+            f"{len(claims)} claims a caller a size, model {model}",
+            flush=True,
+        )
+        results: dict[int, dict[str, Any]] = {}
+        for size in sizes:
+            measured = store
+            if size > loaded:
+                part = args.work / "slice.ndjson"
+                write_slice(part, docs, vectors, model, loaded, size)
+                seconds = grow(store, part)
+                part.unlink()
+                print(
+                    f"\n{size:,} items: grew by {size - loaded:,} in {seconds:.0f} s ({(size - loaded) / seconds:,.0f} items/s)",
+                    flush=True,
+                )
+                loaded = size
+                marker.write_text(json.dumps({"items": loaded}))
+                if not url and size <= KEEP_COPIES_UP_TO and size < sizes[-1]:
+                    kept = args.work / "sizes" / str(size)
+                    shutil.rmtree(kept, ignore_errors=True)
+                    shutil.copytree(folder, kept, ignore=shutil.ignore_patterns("*.log"))
+            elif size < loaded:
+                kept = args.work / "sizes" / str(size)
+                if url or not kept.exists():
+                    print(
+                        f"\n{size:,} items: the store already holds {loaded:,} and keeps no copy at {size:,}; skipped", flush=True
+                    )
+                    continue
+                measured = Store(kept)
+                print(f"\n{size:,} items: measured on the copy kept at that size", flush=True)
+            server, start_s, indexed_s = served(measured)
+            try:
+                figures = measure(server, keys, claims)
+                peak = server.memory_kib().get("VmHWM", 0) / 1024
+            finally:
+                server.stop()
+            results[size] = {"callers": figures, "start_s": start_s, "indexed_s": indexed_s, "peak_mib": peak}
+            report(size, figures, start_s, indexed_s, peak)
     if len(results) > 1:
         first = min(results)
         print(f"\np50 against the p50 at {first:,} items (target at 1,000,000: <= 2x)")
@@ -261,7 +351,11 @@ def main() -> int:
                 f"  {size:>9,} "
                 + " ".join(f"{r['callers'][c]['p50'] / results[first]['callers'][c]['p50']:6.2f}x" for c in CALLERS)
             )
-    (args.work / "scale-bench-results.json").write_text(json.dumps(results, indent=1))
+        if args.plot:
+            plot(results, args.plot, f"scale_bench, {'PostgreSQL + pgvector' if args.postgres else 'SQLite (embedded)'}, 2 cores")
+            print(f"plot: {args.plot}")
+    name = "scale-bench-results-postgres.json" if args.postgres else "scale-bench-results.json"
+    (args.work / name).write_text(json.dumps(results, indent=1))
     return 0
 
 
