@@ -321,7 +321,7 @@ def main() -> int:
                 )
                 loaded = size
                 marker.write_text(json.dumps({"items": loaded}))
-                if not url and size <= KEEP_COPIES_UP_TO and size < sizes[-1]:
+                if not url and size <= KEEP_COPIES_UP_TO:
                     kept = args.work / "sizes" / str(size)
                     shutil.rmtree(kept, ignore_errors=True)
                     shutil.copytree(folder, kept, ignore=shutil.ignore_patterns("*.log"))
