@@ -243,6 +243,14 @@ def report(size: int, figures: dict[str, dict[str, Any]], start_s: float, indexe
         )
 
 
+def callers(store: Store) -> dict[str, str]:
+    """A fresh key per caller in `store`."""
+    return {
+        caller: create_key(store.folder, TENANT, f"user:caller-{n}", "agent", groups=groups, env=store.env)
+        for n, (caller, groups) in enumerate(CALLERS.items())
+    }
+
+
 def plot(results: dict[int, dict[str, Any]], path: Path, title: str) -> None:
     """Each caller's p50 (and /healthz's) against items, both axes log scale, as SVG."""
     import matplotlib
@@ -298,10 +306,6 @@ def main() -> int:
             subprocess.run(
                 [gateway_executable(), "migrate", "--database-url", url], check=True, env=clean_env(), capture_output=True
             )
-        keys = {
-            caller: create_key(folder, TENANT, f"user:caller-{n}", "agent", groups=groups, env=store.env)
-            for n, (caller, groups) in enumerate(CALLERS.items())
-        }
         print(
             f"scale bench ({'PostgreSQL' if url else 'SQLite'}): code {code_revision()}, {os.cpu_count()} cores, "
             f"{len(claims)} claims a caller a size, model {model}",
@@ -334,6 +338,7 @@ def main() -> int:
                     continue
                 measured = Store(kept)
                 print(f"\n{size:,} items: measured on the copy kept at that size", flush=True)
+            keys = callers(measured)  # in the store measured: a copy holds only the keys of the run that made it
             server, start_s, indexed_s = served(measured)
             try:
                 figures = measure(server, keys, claims)
