@@ -257,9 +257,13 @@ def tenant_index_statements(tenant: str) -> list[str]:
 def index_new_items(conn: Connection, tenant: str, pks: Sequence[int]) -> None:
     """Index rows of `tenant` just inserted (keys `pks`) in its FTS5 table, in one statement, and
     log them in `item_change` (for the Tantivy indexes), inside the writer's transaction: they
-    commit together. Nothing to do on PostgreSQL (its index is
-    maintained by the server)."""
-    if conn.dialect.name != "sqlite" or not pks:
+    commit together. On PostgreSQL only the log (its own full-text index is the server's)."""
+    if not pks:
+        return
+    if conn.dialect.name != "sqlite":
+        conn.execute(
+            text("INSERT INTO item_change (item_pk, tenant) SELECT pk, tenant FROM item WHERE pk = ANY(:pks)"), {"pks": list(pks)}
+        )
         return
     table = lexical_table(tenant)
     marks = ",".join("?" * len(pks))
@@ -281,6 +285,20 @@ CHANGE_TRIGGERS = (
     "INSERT INTO item_change(item_pk, tenant) SELECT new.pk, new.tenant WHERE new.tenant IS NOT old.tenant; END",
     "CREATE TRIGGER IF NOT EXISTS item_change_del AFTER DELETE ON item BEGIN "
     "INSERT INTO item_change(item_pk, tenant) VALUES (old.pk, old.tenant); END",
+)
+
+
+# The same on PostgreSQL, by one function; each log row takes its transaction's id by default (migration 0008).
+POSTGRES_CHANGE_TRIGGERS = (
+    "CREATE OR REPLACE FUNCTION item_change_log() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    "INSERT INTO item_change (item_pk, tenant) VALUES (OLD.pk, OLD.tenant); "
+    "IF TG_OP = 'UPDATE' AND NEW.tenant IS DISTINCT FROM OLD.tenant THEN "
+    "INSERT INTO item_change (item_pk, tenant) VALUES (NEW.pk, NEW.tenant); END IF; "
+    "RETURN NULL; END $$",
+    "DROP TRIGGER IF EXISTS item_change_upd ON item",
+    f"CREATE TRIGGER item_change_upd AFTER UPDATE OF {INDEXED_COLUMNS} ON item FOR EACH ROW EXECUTE FUNCTION item_change_log()",
+    "DROP TRIGGER IF EXISTS item_change_del ON item",
+    "CREATE TRIGGER item_change_del AFTER DELETE ON item FOR EACH ROW EXECUTE FUNCTION item_change_log()",
 )
 
 

@@ -125,8 +125,10 @@ class ItemPii(SQLModel, table=True):
 class ItemChange(SQLModel, table=True):
     """The log of changes to items' indexed columns (text and what decides visibility), in order:
     a row per item inserted (by its writer, in the same transaction), per update of an indexed column
-    and per deletion (by triggers, SQLite). Indexes kept outside the store (the per-process Tantivy
-    indexes, connectors/sql/text_index.py) read it past their last entry to stay in step."""
+    and per deletion (by triggers). Indexes kept outside the store (the per-process Tantivy indexes,
+    connectors/sql/text_index.py) read it past their last entry to stay in step. On PostgreSQL each
+    row also names its transaction (`xid`, migration 0008, not a model field: it is the server's
+    default), which readers follow instead of `seq` there."""
 
     __tablename__ = "item_change"
     __table_args__ = (Index("ix_item_change_tenant_seq", "tenant", "seq"),)  # each tenant's index follows its own log

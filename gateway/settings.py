@@ -171,9 +171,9 @@ class EmbeddingSettings:
     # Where semantic search runs (unless weaviate_url is set): `memory` the in-process index,
     # `pgvector` an HNSW index inside PostgreSQL, `auto` pgvector when the store has the extension.
     vector_index: str = "auto"
-    # What ranks lexical search on SQLite: `tantivy` (top-k with the filter inside the query, an
-    # in-memory index per tenant and process, FTS5 answering while it builds) or `fts5` alone.
-    # PostgreSQL ranks with its own full-text index whatever this says.
+    # What ranks lexical search: `tantivy` (top-k with the filter inside the query, an in-memory
+    # index per tenant and process, the store's own engine answering while it builds) or `store`
+    # (`fts5`) alone: FTS5 on SQLite, ts_rank_cd on PostgreSQL.
     lexical_engine: str = "tantivy"
     weaviate_url: str | None = None
     weaviate_grpc_port: int = 50051
@@ -438,8 +438,8 @@ def load_settings(overrides: Mapping[str, Any] | None = None, environ: Mapping[s
         raise ConfigurationError("GATEWAY_MODEL_REGISTRY: expected an http:// or https:// URL")
     if settings.vector_index not in ("auto", "memory", "pgvector"):
         raise ConfigurationError("GATEWAY_VECTOR_INDEX: expected auto, memory or pgvector")
-    if settings.lexical_engine not in ("tantivy", "fts5"):
-        raise ConfigurationError("GATEWAY_LEXICAL_ENGINE: expected tantivy or fts5")
+    if settings.lexical_engine not in ("tantivy", "store", "fts5"):
+        raise ConfigurationError("GATEWAY_LEXICAL_ENGINE: expected tantivy or store (fts5 is a name for store)")
     if settings.pii not in ("presidio", "none"):
         raise ConfigurationError("GATEWAY_PII: expected presidio or none")
     if settings.pii_processes is not None and settings.pii_processes > 64:

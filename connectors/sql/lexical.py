@@ -1,7 +1,9 @@
-"""Lexical connector: BM25 top-k on Tantivy (SQLite), ts_rank_cd on PostgreSQL, the constraints inside the query.
+"""Lexical connector: BM25 top-k on Tantivy, the constraints inside the query.
 
-On SQLite a tenant's Tantivy index (connectors/sql/text_index.py) ranks once it is built; until
-then, or with `GATEWAY_LEXICAL_ENGINE=fts5`, the tenant's FTS5 table does, with the same filter.
+A tenant's Tantivy index (connectors/sql/text_index.py) ranks once it is built, on SQLite and on
+PostgreSQL; until then, or with `GATEWAY_LEXICAL_ENGINE=store`, the store's own engine does: the
+tenant's FTS5 table with the same filter, or PostgreSQL's `ts_rank_cd` in one statement with the
+constraints.
 
 Only the caller's tenant is searched: on SQLite its own FTS5 table (its own BM25 statistics and
 candidates; a tenant that never wrote has none, so nothing matches), on PostgreSQL an index that
@@ -13,7 +15,7 @@ from __future__ import annotations
 import re
 import time
 from functools import cache, lru_cache
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import numpy.typing as npt
@@ -119,9 +121,9 @@ class FullTextConnector:
     def __init__(self, engine: Engine, engine_name: str = "tantivy") -> None:
         self.engine = engine
         self.dialect = engine.dialect.name
-        # On SQLite, Tantivy ranks (top-k, the filter inside the query) once a tenant's index is
-        # built; FTS5 answers until then, and always with `engine_name="fts5"`.
-        self.text = TextIndex(engine) if self.dialect == "sqlite" and engine_name == "tantivy" else None
+        # Tantivy ranks (top-k, the filter inside the query) once a tenant's index is built; the
+        # store's own engine (FTS5, PostgreSQL's) answers until then, and always with `engine_name="store"`.
+        self.text = TextIndex(engine) if engine_name == "tantivy" else None
         # Tenants whose FTS5 table was seen: a table is never dropped while the service runs, so it
         # is looked up until found, then no more (a statement less per call).
         self._indexed: set[str] = set()
@@ -142,7 +144,7 @@ class FullTextConnector:
         """What ranks lexical search here, and how far the Tantivy indexes are built (`/readyz`)."""
         if self.text is not None:
             return self.text.readiness()
-        return {"engine": "fts5" if self.dialect == "sqlite" else "postgres"}
+        return {"engine": "fts5" if self.dialect == "sqlite" else "postgresql"}
 
     def warm(self) -> None:
         """Build every tenant's Tantivy index (start-up, off the request path)."""
@@ -180,41 +182,58 @@ class FullTextConnector:
         )
 
     def _rows(self, conn: Connection, where: ItemFilter, query: RecallQuery, terms: list[str]) -> list[tuple[Row[Any], float]]:
-        if self.dialect != "sqlite":
-            rows = conn.execute(self._postgres_statement(where, query, terms), bound(where)).all()
-            return [(row, float(row._mapping["score"])) for row in rows]
-        if where.tenant not in self._indexed:
+        if self.dialect == "sqlite" and where.tenant not in self._indexed:
             if not tenant_index_exists(conn, where.tenant):
                 return []  # the tenant never wrote an item: nothing of its can match
             self._indexed.add(where.tenant)
         try:
-            return self._sqlite_rows(conn, where, query, terms)
+            return self._ranked_rows(conn, where, query, terms)
         except SQLAlchemyError:
             self._indexed.discard(where.tenant)  # a store restored under the service: look again
             raise
 
-    def _sqlite_rows(
+    def _ranked_rows(
         self, conn: Connection, where: ItemFilter, query: RecallQuery, terms: list[str]
     ) -> list[tuple[Row[Any], float]]:
-        """The best `window` FTS matches by BM25, then the permitted rows among them, best first
-        (ties by pk), until `limit` are found; the window widens until they are or every match has
-        been seen. The answer is exactly the BM25 top `limit` of the permitted matches; FTS5 scores
-        every match anyway, and the constraints run only on the pks read (`walk`), not the window."""
-        best = best_matches(lexical_table(where.tenant))  # hex digits after a fixed prefix: safe to name in SQL
-        statement, groups = matched_rows(query.tags), visibility_groups(where)
+        """Tantivy's ranking when the tenant's index is ready, else the store's own (FTS5, or
+        PostgreSQL's in one statement with the constraints)."""
+        groups = visibility_groups(where)
         if groups is None:
             return []
-        index = self.text.state(conn, where.tenant) if self.text is not None else None
-        match = _words_and_groups(terms, groups) if index is None else ""  # FTS5's query, when FTS5 ranks
-        # FTS5 ranks every match anyway, so its window is wide; Tantivy prunes to the window, and its
-        # filter already excludes all the tokens can say: only a clock's constraints or tags widen it.
-        window = max(FIRST_WINDOW, query.limit * 5) if index is None else max(TANTIVY_WINDOW, query.limit * 2)
+        text_index = self.text
+        index = text_index.state(conn, where.tenant) if text_index is not None else None
+        if text_index is not None and index is not None:
+            # Tantivy prunes to the window, and its filter already excludes all the tokens can say:
+            # only a clock's constraints or tags widen it.
+            return self._walked(
+                conn,
+                where,
+                query,
+                lambda window: text_index.search(index, terms, groups, window),
+                max(TANTIVY_WINDOW, query.limit * 2),
+            )
+        if self.dialect != "sqlite":
+            rows = conn.execute(self._postgres_statement(where, query, terms), bound(where)).all()
+            return [(row, float(row._mapping["score"])) for row in rows]
+        best = best_matches(lexical_table(where.tenant))  # hex digits after a fixed prefix: safe to name in SQL
+        match = _words_and_groups(terms, groups)
+
+        def fts5(window: int) -> list[tuple[int, float]]:
+            return [(int(pk), float(score)) for pk, score in conn.execute(best, {"match": match, "window": window})]
+
+        return self._walked(conn, where, query, fts5, max(FIRST_WINDOW, query.limit * 5))  # FTS5 scores every match anyway
+
+    @staticmethod
+    def _walked(
+        conn: Connection, where: ItemFilter, query: RecallQuery, ranked_by: Callable[[int], list[tuple[int, float]]], window: int
+    ) -> list[tuple[Row[Any], float]]:
+        """The best `window` matches (pk, score), best first, then the permitted rows among them,
+        best first (ties by pk), until `limit` are found; the window widens until they are or every
+        match has been seen. The answer is exactly the top `limit` of the permitted matches, and the
+        constraints run only on the pks read (`walk`), not the window."""
+        statement = matched_rows(query.tags)
         while True:
-            ranked: list[tuple[int, float]]
-            if index is not None and self.text is not None:
-                ranked = self.text.search(index, terms, groups, window)  # (pk, score), best first
-            else:
-                ranked = [(int(pk), float(score)) for pk, score in conn.execute(best, {"match": match, "window": window})]
+            ranked = ranked_by(window)
             done = walk(conn, statement, bound(where), [pk for pk, _ in ranked], query.limit)
             if len(done.rows) >= query.limit or len(ranked) < window:
                 return [(row, float(ranked[position][1])) for row, position in done.rows]
