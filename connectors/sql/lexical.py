@@ -144,7 +144,7 @@ class FullTextConnector:
         """What ranks lexical search here, and how far the Tantivy indexes are built (`/readyz`)."""
         if self.text is not None:
             return self.text.readiness()
-        return {"engine": "fts5" if self.dialect == "sqlite" else "postgresql"}
+        return {"engine": "fts5" if self.dialect == "sqlite" else "postgres"}
 
     def warm(self) -> None:
         """Build every tenant's Tantivy index (start-up, off the request path)."""

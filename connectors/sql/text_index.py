@@ -196,10 +196,11 @@ class TextIndex:
                 named = select(item_change.c.item_pk).where(
                     item_change.c.tenant == tenant, item_change.c.seq > index.seq, item_change.c.seq <= newest
                 )
-                pks = {int(pk) for (pk,) in conn.execute(named)}
-                if len(pks) > CATCH_UP_NOW_MAX and not worker:
-                    return self._later(tenant, index)
-                _apply(conn, tenant, index, pks)
+                if not worker:  # counted no further than the cap: a million waiting rows are not read here
+                    waiting = select(func.count()).select_from(named.limit(CATCH_UP_NOW_MAX + 1).subquery())
+                    if int(conn.execute(waiting).scalar_one()) > CATCH_UP_NOW_MAX:
+                        return self._later(tenant, index)
+                _apply(conn, tenant, index, {int(pk) for (pk,) in conn.execute(named)})
                 index.seq = newest
                 return True
             # PostgreSQL: transactions commit in any order, so `seq` alone could pass a row whose
@@ -207,7 +208,8 @@ class TextIndex:
             # running at the last read (`index.seq` holds that horizon): rows of older transactions
             # were all settled then and applied; rows at or past it are read again until their
             # transactions are settled, each applied once (`index.applied`).
-            found = conn.execute(_SINCE_HORIZON, {"t": tenant, "h": index.seq}).all()
+            cap = None if worker else CATCH_UP_NOW_MAX + len(index.applied) + 1  # read no further than needed to know
+            found = conn.execute(_SINCE_HORIZON, {"t": tenant, "h": index.seq, "cap": cap}).all()
             horizon = int(found[0].horizon)
             fresh = {int(r.seq): int(r.xid) for r in found if r.seq is not None and int(r.seq) not in index.applied}
             if len(fresh) > CATCH_UP_NOW_MAX and not worker:
@@ -357,7 +359,7 @@ class TextIndex:
 _SINCE_HORIZON = text(
     "SELECT h.horizon, c.seq, c.item_pk, c.xid "
     "FROM (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS horizon) AS h "
-    "LEFT JOIN item_change AS c ON c.tenant = :t AND c.xid >= :h"
+    "LEFT JOIN item_change AS c ON c.tenant = :t AND c.xid >= :h LIMIT :cap"
 )
 
 
