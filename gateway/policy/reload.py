@@ -33,11 +33,11 @@ import anyio
 import anyio.to_thread
 from sqlalchemy.engine import Engine
 
+import gateway.policy.broadcast as broadcast
 from audit.record import PolicyReloaded, TraceBuilder, new_trace_id
 from audit.store import AuditStore
 from core.errors import AuditWriteError, GatewayError
 from core.instants import utc_now
-from gateway.policy import broadcast
 from gateway.policy.base import PolicyEngine
 from gateway.policy.bundle import PolicyBundle
 from gateway.policy.decision_log import DecisionSink

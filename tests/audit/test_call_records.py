@@ -11,11 +11,10 @@ import pytest
 from pydantic import ValidationError
 
 from audit import record as room  # the record room's one entry point
-from audit.record.trace import fingerprint
 from core.instants import utc_now
 
 SECRET_PATH = "/v1/nowhere?secret=1"
-PATH = fingerprint(SECRET_PATH, b"k" * 32)
+PATH = room.TraceBuilder("tr_x", "any", utc_now(), key=b"k" * 32).fingerprint(SECRET_PATH)  # as a handler keys it
 IMPACT_REPORT: dict[str, Any] = {
     "candidate_revision": "r2",
     "replayed": 10,
