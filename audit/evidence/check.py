@@ -30,7 +30,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from audit.chain import HASHED, derived, row_hash, row_hash_v1
+from audit.chain import HASHED, StoredTrace, derived, row_hash, row_hash_v1
 from audit.evidence.findings import PackCheck, PackRow
 from audit.evidence.layout import CHECKPOINTS, FIGURES, FORMAT, KEYS, MANIFEST, POLICY, ROWS, ROWS_AFTER, ROWS_BEFORE
 from audit.evidence.pack import in_period, policy_revisions, sha256_file
@@ -152,10 +152,10 @@ def check_pack(directory: Path, verifiers: Sequence[Verifier] | None = None, tru
     report["adopted"] = adopted.as_dict() if adopted is not None else None
     manifest_claims(check, manifest, report, rows)
 
-    lines = [{**r.data, "created_at": r.created_at} for r in inside]
-    _policy(check, [{**r.data} for r in inside])
-    report["policy_revisions"] = len(policy_revisions(r.data for r in inside)["revisions"])
-    _figures(check, lines, since, until)
+    stored = [r.stored() for r in inside]
+    _policy(check, stored)
+    report["policy_revisions"] = len(policy_revisions(stored)["revisions"])
+    _figures(check, stored, since, until)
     return _finish(report, check)
 
 
@@ -262,7 +262,7 @@ def _chain(check: PackCheck, rows: list[PackRow], chain: str, tenant: Any, since
     return v1
 
 
-def _policy(check: PackCheck, rows: list[dict[str, Any]]) -> None:
+def _policy(check: PackCheck, rows: list[StoredTrace]) -> None:
     listed = check.json(POLICY)
     if listed is None:
         return
@@ -283,13 +283,13 @@ def _policy(check: PackCheck, rows: list[dict[str, Any]]) -> None:
         check.fail(POLICY, None, "its policy reloads are not the period's policy_reload rows")
 
 
-def _figures(check: PackCheck, rows: list[dict[str, Any]], since: datetime, until: datetime) -> None:
+def _figures(check: PackCheck, rows: list[StoredTrace], since: datetime, until: datetime) -> None:
     from audit.review import figures_of
 
     listed = check.json(FIGURES)
     if listed is None:
         return
-    expected = json.loads(json.dumps(figures_of(tally_rows(rows), since, until), default=str))
+    expected = json.loads(json.dumps(figures_of(tally_rows(r.as_dict() for r in rows), since, until), default=str))
     where = _first_difference(listed, expected, "")
     if where is not None:
         check.fail(FIGURES, None, f"{where}: not what the period's rows give")

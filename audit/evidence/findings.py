@@ -8,6 +8,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from audit.chain import COLUMNS, StoredTrace
 from audit.integrity import Checkpoint
 
 
@@ -30,6 +31,10 @@ class PackRow:
     line: int
     data: dict[str, Any]
     created_at: datetime
+
+    def stored(self) -> StoredTrace:
+        """The row the line holds, read back as every reader reads one (a column it lacks: None)."""
+        return StoredTrace.of({**dict.fromkeys(COLUMNS), **self.data, "created_at": self.created_at})
 
 
 @dataclass(slots=True)

@@ -28,13 +28,16 @@ def fingerprint(text: str, key: bytes) -> Fingerprint:
 
 @dataclass(frozen=True, slots=True)
 class Trace:
+    """What one call leaves: the first columns of its audit row, in the table's order
+    (core.audit_tables). The chain adds the rest (audit.chain.StoredTrace, which is this and more)."""
+
     trace_id: str
     created_at: datetime
+    tenant: str | None
+    actor: str | None
     endpoint: str
     status_code: int
     decision: str
-    tenant: str | None
-    actor: str | None
     policy_engine: str | None
     policy_revision: str | None
     error_code: str | None
