@@ -46,6 +46,7 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Connection, Engine
 
 from audit.chain import COLUMNS, StoredTrace, anchor_of, audit_trace, chain_of, hashed_content, row_hashes, utc_instant
+from audit.evidence.documents import PolicyRevisions, ReloadSeen, RevisionSeen
 from audit.evidence.layout import (
     CHECKPOINTS,
     FIGURES,
@@ -174,12 +175,12 @@ def pack_line(row: StoredTrace, since: datetime, until: datetime) -> str:
     return json.dumps(line, sort_keys=True, ensure_ascii=False, default=str) + "\n"
 
 
-def policy_revisions(rows: Iterable[StoredTrace]) -> dict[str, Any]:
+def policy_revisions(rows: Iterable[StoredTrace]) -> PolicyRevisions:
     """The policy revisions the rows name (in the order first seen), with when each was first and
     last seen and how many rows and retrieval calls name it, and the policy reload rows. `rows`:
     the period's rows, oldest first."""
-    revisions: dict[str | None, dict[str, Any]] = {}
-    reloads = []
+    revisions: dict[str | None, RevisionSeen] = {}
+    reloads: list[ReloadSeen] = []
     for m in rows:
         revision, at = m.policy_revision, utc_instant(m.created_at)  # as the hash writes it
         entry = revisions.setdefault(revision, {"revision": revision, "first_seen": at, "last_seen": at, "rows": 0, "calls": 0})

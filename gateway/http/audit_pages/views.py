@@ -13,7 +13,7 @@ from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
 
-from audit.record import AuditListed, ChainVerified, SessionEnded, SessionOpened, TraceRead, lineage_stages, read_lineage
+from audit.record import AuditListed, SessionEnded, SessionOpened, TraceRead, lineage_stages, read_lineage
 from audit.review import Filters, get_trace, list_traces
 from core.actor import Actor
 from core.audit_facts import OUTCOMES
@@ -165,9 +165,8 @@ async def verify_page(call: Call) -> tuple[int, Response]:
         return sign_in_form(401, "Sign in to check the chain.")
     call.trace.decision = "read"
     report = await anyio.to_thread.run_sync(call.context.audit.verify, actor.tenant)
-    rows = sum(chain["rows"] for chain in report["chains"].values())
-    call.trace.record(ChainVerified.of(report))
-    return page(200, "verify.html", actor, report=report, rows=rows, tenant=actor.tenant)
+    call.trace.record(report.record())
+    return page(200, "verify.html", actor, report=report, rows=report.rows, tenant=actor.tenant)
 
 
 async def form_fields(call: Call) -> dict[str, str]:

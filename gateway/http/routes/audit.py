@@ -14,7 +14,6 @@ from api.audit import FeedbackRequest, FeedbackResult, Trace, TraceList, TracePr
 from audit.record import (
     AuditExported,
     AuditListed,
-    ChainVerified,
     FeedbackGiven,
     ReportedOn,
     TraceRead,
@@ -133,7 +132,7 @@ async def trace_proof(call: Call) -> tuple[int, TraceProof]:
     if found is None:
         raise NotFound(UNKNOWN_TRACE)
     call.trace.record(TraceRead(trace_id))
-    return 200, TraceProof.model_validate(found)
+    return 200, found
 
 
 @requires("auditor")
@@ -194,8 +193,8 @@ async def verify_chain(call: Call) -> tuple[int, VerifyReport]:
     actor = call.actor
     call.trace.decision = "read"
     report = await anyio.to_thread.run_sync(call.context.audit.verify, actor.tenant)
-    call.trace.record(ChainVerified.of(report))
-    return 200, VerifyReport.model_validate(report)
+    call.trace.record(report.record())
+    return 200, report
 
 
 # The operations this module serves (gateway/http/operation.py).
