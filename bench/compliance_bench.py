@@ -422,22 +422,22 @@ def measure(
     year_total = 0
     for label, since, until in periods:
         timing, result = timed(label, partial(figures, engine, TENANT, since, until))
-        timings.append(Timing(label, timing.seconds, f"{result['calls']['total']:,} calls"))
+        timings.append(Timing(label, timing.seconds, f"{result.calls.total:,} calls"))
         if label == "overview year":
-            year_total = int(result["calls"]["total"])
+            year_total = int(result.calls.total)
     timing, state = timed("chain_state", lambda: chain_state(engine, TENANT, None))
     timings.append(
-        Timing("chain_state", timing.seconds, f"{state['rows']:,} rows, last check {'yes' if state['last_check'] else 'none'}")
+        Timing("chain_state", timing.seconds, f"{state.rows:,} rows, last check {'yes' if state.last_check else 'none'}")
     )
     subjects = pick_subjects(world)
     calls = {kind: subject_calls(engine, entity) for kind, entity in subjects.items()}
     for kind, entity in subjects.items():
         timing, report = timed(f"subject {kind} page 1", partial(subject_report, engine, TENANT, entity))
-        timings.append(Timing(timing.label, timing.seconds, f"{entity}: {calls[kind]:,} calls, {len(report['calls'])} on page"))
-        if report["cursor"]:
-            after = int(report["cursor"][2:])
+        timings.append(Timing(timing.label, timing.seconds, f"{entity}: {calls[kind]:,} calls, {len(report.calls)} on page"))
+        if report.cursor:
+            after = int(report.cursor[2:])
             timing, page = timed(f"subject {kind} page 2", partial(subject_report, engine, TENANT, entity, after))
-            timings.append(Timing(timing.label, timing.seconds, f"{len(page['calls'])} on page (cursor)"))
+            timings.append(Timing(timing.label, timing.seconds, f"{len(page.calls)} on page (cursor)"))
     with engine.connect() as conn:
         counts = {
             name: int(conn.execute(select(func.count()).select_from(table)).scalar_one())

@@ -293,7 +293,7 @@ def _figures(check: PackCheck, rows: list[StoredTrace], since: datetime, until: 
     listed = check.json(FIGURES)
     if listed is None:
         return
-    expected = json.loads(json.dumps(figures_of(tally_rows(r.as_dict() for r in rows), since, until), default=str))
+    expected = figures_of(tally_rows(r.as_dict() for r in rows), since, until).wire()
     where = _first_difference(listed, expected, "")
     if where is not None:
         check.fail(FIGURES, None, f"{where}: not what the period's rows give")

@@ -76,6 +76,7 @@ from audit.integrity import (
     signed_since,
     verifier_key,
 )
+from audit.review import Figures
 from core.audit_facts import RETRIEVAL, tally_rows
 from core.errors import BadRequest, Conflict
 from core.instants import rfc3339, to_utc
@@ -325,7 +326,7 @@ def write_pack(
     (out / CHECKPOINTS).write_text("".join(notes[c.line] + "\n" for c in bearing), encoding="utf-8")
     keys = _key_files(out / KEYS, signing.verifiers if signing is not None else ())
     _write_json(out / POLICY, policy_revisions(read.inside))
-    _write_json(out / FIGURES, read.overview)
+    _write_json(out / FIGURES, read.overview.wire())
     manifest: dict[str, Any] = {
         "format": FORMAT,
         "tenant": tenant,
@@ -367,7 +368,7 @@ class _Period:
     covering: Checkpoint | None  # that checkpoint
     rows: list[StoredTrace]
     tree: dict[str, Any]  # the Merkle tree before `start`
-    overview: dict[str, Any]  # the period's figures, from the rollup
+    overview: Figures  # the period's figures, from the rollup
     inside: list[StoredTrace]  # the rows of the period dated in it
 
 
@@ -397,7 +398,7 @@ def _read_period(
             tree = _tree_before(conn, chain, start - 1, checkpoints) if rows else {"size": 0, "nodes": []}
         overview = figures(engine, tenant, since, until)
         inside = [m for m in rows if first <= m.position <= last and in_period(m.created_at, since, until)]
-        if _plain(overview) == _plain(figures_of(tally_rows(m.as_dict() for m in inside), since, until)):
+        if overview == figures_of(tally_rows(m.as_dict() for m in inside), since, until):
             return _Period(first, last, counted, start, end, covering, rows, tree, overview, inside)
     raise Conflict(
         "the overview's rollup does not agree with the period's rows: run `gateway audit verify` "
@@ -430,11 +431,6 @@ def _counts(
 def _tied_to(covering: Checkpoint | None, end: int) -> dict[str, Any] | None:
     tied = covering if covering is not None and covering.size <= end and covering.refused is None else None
     return None if tied is None else {"size": tied.size, "time": tied.time}
-
-
-def _plain(value: Any) -> Any:
-    """The value as the pack's JSON holds it (instants as text), to compare figures."""
-    return json.loads(json.dumps(value, sort_keys=True, default=str))
 
 
 def _order(c: Checkpoint) -> tuple[int, str, int]:

@@ -370,7 +370,7 @@ def test_a_pack_cut_at_a_checkpoint_inside_its_period_fails(signed: Signed, tmp_
     period = {"since": since, "until": until}
     in_period = [{**r, "created_at": datetime.fromisoformat(r["created_at"])} for r in kept if r["in_period"]]
     (pack / "figures.json").write_text(
-        json.dumps(figures_of(tally_rows(in_period), datetime.fromisoformat(since), datetime.fromisoformat(until)), default=str)
+        json.dumps(figures_of(tally_rows(in_period), datetime.fromisoformat(since), datetime.fromisoformat(until)).wire())
     )
     (pack / "policy_revisions.json").write_text(json.dumps(policy_revisions([StoredTrace.of(r) for r in in_period]), default=str))
     manifest = json.loads((pack / "manifest.json").read_text())

@@ -67,7 +67,7 @@ def rewrite(
     put_lines(pack, "rows.jsonl", rows[start:end])
     put_lines(pack, "rows_after.jsonl", rows[end:])
     inside = [{**r, "created_at": datetime.fromisoformat(r["created_at"])} for r in rows[start:end]]
-    figures = json.loads(json.dumps(figures_of(tally_rows(inside), since, until), default=str))
+    figures = figures_of(tally_rows(inside), since, until).wire()
     (pack / "figures.json").write_text(json.dumps(figures))
     (pack / "policy_revisions.json").write_text(json.dumps(policy_revisions([StoredTrace.of(r) for r in inside]), default=str))
     kept = [note for _, note in CheckpointLog(pack / "checkpoints.txt").notes() if keep_notes(int(note.split("\n")[1]))]
