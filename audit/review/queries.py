@@ -13,10 +13,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from pydantic import BaseModel
 from sqlalchemy import ColumnElement, false, or_, select
 from sqlalchemy.engine import Engine
 
-from audit.chain import StoredTrace, audit_facet, audit_item, audit_trace, chain_of, derived, hashed_content, selection
+from api.audit import TraceList, TraceSummary
+from audit.chain import COLUMNS, StoredTrace, audit_facet, audit_item, audit_trace, chain_of, derived, hashed_content, selection
 from audit.chain import utc_instant as _instant
 from audit.record import read_lineage
 from core.audit_facts import RETRIEVAL, SUBJECT, SUBJECT_STAGES, facts_of, outcome
@@ -41,6 +43,22 @@ EXPORT_COLUMNS = selection(
     "row_hash",
     "lineage",
 )
+
+
+# The contract's name of a column where it is not the column's own (api.audit.TraceSummary's `task`).
+WIRE_NAMES = {"task": "task_type"}
+
+
+def answered(model: type[BaseModel]) -> dict[str, str]:
+    """The fields of one of the contract's answers that are columns of the row, each with its column:
+    a named selection of StoredTrace's columns, derived from the contract instead of restated."""
+    named = {name: WIRE_NAMES.get(name, name) for name in model.model_fields}
+    return {name: column for name, column in named.items() if column in COLUMNS}
+
+
+LISTED = answered(TraceSummary)  # the review list shows columns only
+if LISTED.keys() != TraceSummary.model_fields.keys():
+    raise ValueError("api.audit.TraceSummary: every field of the review list is a column of the audit row")
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,26 +164,15 @@ def _outcome_where(result: str) -> list[ColumnElement[bool]]:
     return [false()]
 
 
-def summary(m: StoredTrace) -> dict[str, Any]:
-    return {
-        "trace_id": m.trace_id,
-        "created_at": _instant(m.created_at),
-        "actor": m.actor,
-        "endpoint": m.endpoint,
-        "task": m.task_type,
-        "decision": m.decision,
-        "status_code": m.status_code,
-        "error_code": m.error_code,
-        "policy_revision": m.policy_revision,
-        "seq": m.seq,
-    }
+def summary(row: StoredTrace) -> TraceSummary:
+    """The row as the review list shows it."""
+    return TraceSummary(**{name: getattr(row, column) for name, column in LISTED.items()})
 
 
-def list_traces(
-    engine: Engine, tenant: str, filters: Filters, after: int | None, limit: int
-) -> tuple[list[dict[str, Any]], int | None]:
-    """Newest first; `after` is the chain position (seq) of the last row of the previous page. Paged
-    by seq, the (chain, seq) index serves the order: no page sorts the whole chain."""
+def list_traces(engine: Engine, tenant: str, filters: Filters, after: int | None, limit: int) -> TraceList:
+    """Newest first; `after` is the chain position (seq) of the last row of the previous page, and
+    the page's cursor (`c_<seq>`) names its own last row when more follow. Paged by seq, the
+    (chain, seq) index serves the order: no page sorts the whole chain."""
     conditions = _where(tenant, filters)
     if after is not None:
         conditions.append(audit_trace.c.seq < after)
@@ -174,7 +181,10 @@ def list_traces(
         rows = [StoredTrace.of(r._mapping) for r in conn.execute(statement)]
     page = rows[: min(limit, MAX_PAGE)]
     more = len(rows) > len(page)
-    return [summary(row) for row in page if _returned(row, filters)], (page[-1].seq if more and page else None)
+    return TraceList(
+        traces=[summary(row) for row in page if _returned(row, filters)],
+        cursor=f"c_{page[-1].seq}" if more and page else None,
+    )
 
 
 def _returned(row: StoredTrace, filters: Filters) -> bool:
@@ -214,7 +224,8 @@ def get_trace(engine: Engine, tenant: str, trace_id: str) -> dict[str, Any] | No
         ]
     m = StoredTrace.of(row._mapping)
     body = {
-        **summary(m),
+        **{name: getattr(m, column) for name, column in LISTED.items()},
+        "created_at": _instant(m.created_at),
         "tenant": m.tenant,
         "policy_engine": m.policy_engine,
         "lineage": m.lineage,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-from urllib.parse import parse_qs, quote, urlencode, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import anyio.to_thread
 from starlette.datastructures import QueryParams
@@ -124,13 +124,12 @@ async def list_page(call: Call) -> tuple[int, Response]:
             newest=None,
             **list_context(values),
         )
-    rows, last = await anyio.to_thread.run_sync(list_traces, call.context.store, actor.tenant, filters, after, PAGE_SIZE)
-    call.trace.record(AuditListed(len(rows)))
-    rows = [{**row, "href": "/audit/traces/" + quote(row["trace_id"], safe="")} for row in rows]
-    older = "/audit?" + urlencode({**chosen, "cursor": f"c_{last}"}) if last is not None else None
+    found = await anyio.to_thread.run_sync(list_traces, call.context.store, actor.tenant, filters, after, PAGE_SIZE)
+    call.trace.record(AuditListed(listed=len(found.traces)))
+    older = "/audit?" + urlencode({**chosen, "cursor": found.cursor}) if found.cursor is not None else None
     newest = "/audit?" + urlencode(chosen) if after is not None else None
     return page(
-        200, "list.html", actor, filters=values, error=None, rows=rows, older=older, newest=newest, **list_context(values)
+        200, "list.html", actor, filters=values, error=None, rows=found.traces, older=older, newest=newest, **list_context(values)
     )
 
 

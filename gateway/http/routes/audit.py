@@ -102,9 +102,9 @@ async def list_route_handler(call: Call) -> tuple[int, TraceList]:
     call.trace.decision = "read"
     filters, after = _api_query(call)
     limit = ascii_int("limit", call.request.query_params.get("limit", "50"), 1, MAX_PAGE)
-    rows, last = await anyio.to_thread.run_sync(list_traces, call.context.store, actor.tenant, filters, after, limit)
-    call.trace.record(AuditListed(len(rows)))
-    return 200, TraceList.model_validate({"traces": rows, "cursor": f"c_{last}" if last is not None else None})
+    found = await anyio.to_thread.run_sync(list_traces, call.context.store, actor.tenant, filters, after, limit)
+    call.trace.record(AuditListed(listed=len(found.traces)))
+    return 200, found
 
 
 @requires("auditor")
