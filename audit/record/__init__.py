@@ -77,7 +77,7 @@ from audit.record.retrieval import (
     SynthesisSkipped,
     Verified,
 )
-from audit.record.stages import lineage_stages
+from audit.record.stages import lineage_stages, stages_of
 from audit.record.trace import Trace, TraceBuilder, new_trace_id
 
 __all__ = [
@@ -154,6 +154,7 @@ __all__ = [
     "WorkRecord",
     "WriteRecord",
     "lineage_stages",
+    "stages_of",
     "new_trace_id",
     "read_lineage",
 ]

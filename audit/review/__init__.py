@@ -2,7 +2,7 @@
 
 from audit.review.figures import Bar, ChainState, Figures, Overview
 from audit.review.overview import chain_state, figures, figures_of, period_overview
-from audit.review.queries import EXPORT_COLUMNS, MAX_PAGE, Filters, export, get_trace, list_traces
+from audit.review.queries import EXPORT_COLUMNS, MAX_PAGE, Filters, WholeTrace, export, get_trace, list_traces
 from audit.review.subjects import MAX_SUBJECT_PAGE, item_table, report_csv, subject_report
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "MAX_PAGE",
     "MAX_SUBJECT_PAGE",
     "Overview",
+    "WholeTrace",
     "chain_state",
     "export",
     "figures",

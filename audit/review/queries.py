@@ -17,10 +17,9 @@ from pydantic import BaseModel
 from sqlalchemy import ColumnElement, false, or_, select
 from sqlalchemy.engine import Engine
 
-from api.audit import TraceList, TraceSummary
+from api.audit import FeedbackRef, Trace, TraceList, TraceSummary
 from audit.chain import COLUMNS, StoredTrace, audit_facet, audit_item, audit_trace, chain_of, derived, hashed_content, selection
-from audit.chain import utc_instant as _instant
-from audit.record import read_lineage
+from audit.record import Lineage, read_lineage
 from core.audit_facts import RETRIEVAL, SUBJECT, SUBJECT_STAGES, facts_of, outcome
 from core.csv_cells import csv_line
 
@@ -59,6 +58,7 @@ def answered(model: type[BaseModel]) -> dict[str, str]:
 LISTED = answered(TraceSummary)  # the review list shows columns only
 if LISTED.keys() != TraceSummary.model_fields.keys():
     raise ValueError("api.audit.TraceSummary: every field of the review list is a column of the audit row")
+SHOWN = answered(Trace)  # one trace whole: those and more; what the agent reported later is read from its own rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +204,16 @@ def _returned(row: StoredTrace, filters: Filters) -> bool:
     return not filters.entity or any(f.startswith(SUBJECT) and v == filters.entity for f, v in facets)
 
 
-def get_trace(engine: Engine, tenant: str, trace_id: str) -> dict[str, Any] | None:
+@dataclass(frozen=True, slots=True)
+class WholeTrace:
+    """One trace whole: the contract's Trace (api.audit), with its lineage read once, for what the
+    trace page and the usage report read of it (stages, sources, reasons, what it returned)."""
+
+    trace: Trace
+    lineage: Lineage
+
+
+def get_trace(engine: Engine, tenant: str, trace_id: str) -> WholeTrace | None:
     """One trace whole, with the usage and feedback the agent reported later (their own rows)."""
     if _unheld(trace_id):
         return None
@@ -223,27 +232,19 @@ def get_trace(engine: Engine, tenant: str, trace_id: str) -> dict[str, Any] | No
             )
         ]
     m = StoredTrace.of(row._mapping)
-    body = {
-        **{name: getattr(m, column) for name, column in LISTED.items()},
-        "created_at": _instant(m.created_at),
-        "tenant": m.tenant,
-        "policy_engine": m.policy_engine,
-        "lineage": m.lineage,
-        "prev_hash": m.prev_hash,
-        "row_hash": m.row_hash,
-    }
     notes_read = [(n, read_lineage(n.lineage)) for n in notes]
-    body["used"] = sorted({i for n, lineage in notes_read if n.endpoint == "usage" for i in lineage.used or ()})
-    body["feedback"] = [
-        {
-            "trace_id": n.trace_id,
-            "created_at": _instant(n.created_at),
+    used = sorted({i for n, lineage in notes_read if n.endpoint == "usage" for i in lineage.used or ()})
+    feedback = [
+        FeedbackRef(
+            trace_id=n.trace_id,
+            created_at=n.created_at,
             **(lineage.feedback.model_dump(mode="json") if lineage.feedback else {}),
-        }
+        )
         for n, lineage in notes_read
         if n.endpoint == "feedback"
     ]
-    return body
+    trace = Trace(**{name: getattr(m, column) for name, column in SHOWN.items()}, used=used, feedback=feedback)
+    return WholeTrace(trace, read_lineage(m.lineage))
 
 
 def export(engine: Engine, tenant: str, filters: Filters, fmt: str) -> Iterator[bytes]:

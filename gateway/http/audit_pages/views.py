@@ -13,7 +13,7 @@ from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
 
-from audit.record import AuditListed, SessionEnded, SessionOpened, TraceRead, lineage_stages, read_lineage
+from audit.record import AuditListed, SessionEnded, SessionOpened, TraceRead, stages_of
 from audit.review import Filters, get_trace, list_traces
 from core.actor import Actor
 from core.audit_facts import OUTCOMES
@@ -142,18 +142,18 @@ async def trace_page(call: Call) -> tuple[int, Response]:
     found = await anyio.to_thread.run_sync(get_trace, call.context.store, actor.tenant, call.request.path_params["trace_id"])
     if found is None:
         raise NotFound(UNKNOWN_TRACE)
-    call.trace.record(TraceRead(found["trace_id"]))
-    lineage = read_lineage(found.get("lineage"))
+    trace, lineage = found.trace, found.lineage
+    call.trace.record(TraceRead(trace_id=trace.trace_id))
     return page(
         200,
         "trace.html",
         actor,
-        trace=found,
-        stages=lineage_stages(found),
+        trace=trace,
+        stages=stages_of(lineage, trace.used),
         channel=lineage.channel or "http",
         reasons=lineage.decision.reasons if lineage.decision else [],
         sources=sorted((name, s.wire()) for name, s in (lineage.sources or {}).items()),
-        lineage_json=json.dumps(found.get("lineage") or {}, indent=2, sort_keys=True),
+        lineage_json=json.dumps(trace.lineage or {}, indent=2, sort_keys=True),
     )
 
 

@@ -18,9 +18,8 @@ from audit.record import (
     ReportedOn,
     TraceRead,
     UsageReported,
-    read_lineage,
 )
-from audit.review import MAX_PAGE, Filters, export, get_trace, list_traces
+from audit.review import MAX_PAGE, Filters, WholeTrace, export, get_trace, list_traces
 from core.audit_facts import OUTCOMES
 from core.errors import BadRequest, NotFound
 from core.instants import parse_rfc3339
@@ -115,8 +114,8 @@ async def one_trace(call: Call) -> tuple[int, Trace]:
     found = await anyio.to_thread.run_sync(get_trace, call.context.store, actor.tenant, call.request.path_params["trace_id"])
     if found is None:
         raise NotFound(UNKNOWN_TRACE)
-    call.trace.record(TraceRead(found["trace_id"]))
-    return 200, Trace.model_validate(found)
+    call.trace.record(TraceRead(trace_id=found.trace.trace_id))
+    return 200, found.trace
 
 
 @requires("auditor", admit=False)
@@ -149,12 +148,12 @@ async def export_traces(call: Call) -> tuple[int, dict[str, Any] | Stream]:
     return 200, Stream(export(call.context.store, actor.tenant, filters, fmt), media)
 
 
-async def _own_trace(call: Call) -> dict[str, Any]:
+async def _own_trace(call: Call) -> WholeTrace:
     """The caller's own trace; any other (another actor's, another tenant's, none) is the same 404."""
     actor = call.actor
     trace_id = call.params["trace_id"]
     found = await anyio.to_thread.run_sync(get_trace, call.context.store, actor.tenant, trace_id)
-    if found is None or found["actor"] != actor.principal or found["endpoint"] != "retrieve":
+    if found is None or found.trace.actor != actor.principal or found.trace.endpoint != "retrieve":
         raise NotFound(UNKNOWN_TRACE)
     call.trace.record(ReportedOn(trace_id))
     return found
@@ -166,13 +165,13 @@ async def report_usage(call: Call) -> tuple[int, UsageResult]:
     found = await _own_trace(call)
     call.trace.decision = "write"
     used = validated(UsageRequest, await call.json()).used
-    returned = read_lineage(found["lineage"])
+    returned = found.lineage
     packed = set(returned.packed or ())
     kept = sorted({i for i in used if i in packed})
     ignored = len(set(used)) - len(kept)
     about = sorted(e for e, items in (returned.named_entities or {}).items() if set(items) & set(kept))
     call.trace.record(UsageReported(used=tuple(kept), not_returned=ignored, used_about=tuple(about)))
-    return 200, UsageResult(trace_id=found["trace_id"], recorded=kept, ignored=ignored)
+    return 200, UsageResult(trace_id=found.trace.trace_id, recorded=kept, ignored=ignored)
 
 
 @requires()
@@ -184,7 +183,7 @@ async def report_feedback(call: Call) -> tuple[int, FeedbackResult]:
     feedback = validated(FeedbackRequest, await call.json())
     rating, comment = feedback.rating, feedback.comment
     call.trace.record(FeedbackGiven(rating=rating, comment=call.trace.fingerprint(comment) if comment else None))
-    return 200, FeedbackResult(trace_id=found["trace_id"], rating=rating)
+    return 200, FeedbackResult(trace_id=found.trace.trace_id, rating=rating)
 
 
 @requires("auditor")
