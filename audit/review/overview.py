@@ -20,7 +20,7 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 
 from audit.chain import anchor_of, audit_facet, audit_rollup, audit_trace, chain_of, utc_instant
-from audit.review.figures import (
+from audit.review.answers import (
     ActorCalls,
     ActorItems,
     Bar,

@@ -1,4 +1,4 @@
-"""The compliance overview, typed: the figures of a period (audit.review.overview.figures_of) and the
+"""The compliance overview's answers, typed: the figures of a period (audit.review.overview.figures_of) and the
 chain's state, each part a frozen answer. The contract's OverviewReport (api.audit) holds them as
 objects; `Overview.report` is that answer, and the overview page and the evidence pack read the
 typed figures themselves."""
