@@ -4,12 +4,12 @@ cited → used, as the agent reported. Every entry links to the calls that retur
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
-from audit.record.lineage import Lineage, read_lineage
+from audit.record.kinds import RetrieveCall
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,19 +36,24 @@ class Stage:
     absent: str = "none"
 
 
-def _entries(ids: list[str] | None) -> tuple[Entry, ...]:
+def _entries(ids: Iterable[str] | None) -> tuple[Entry, ...]:
     return tuple(Entry(i) for i in ids or ())
 
 
 def lineage_stages(trace: dict[str, Any]) -> tuple[Stage, ...]:
-    """The stages of a trace given as its stored columns (`lineage`, and the `used` reported later)."""
-    return stages_of(read_lineage(trace.get("lineage")), trace.get("used") or ())
+    """The stages of a trace given as its stored columns (`endpoint`, `lineage`, and the `used` reported later)."""
+    if trace.get("endpoint", "retrieve") != "retrieve":
+        return ()
+    return stages_of(RetrieveCall.read(trace.get("lineage")), trace.get("used") or ())
 
 
-def stages_of(lineage: Lineage, used: Sequence[str]) -> tuple[Stage, ...]:
+def stages_of(lineage: RetrieveCall | None, used: Sequence[str]) -> tuple[Stage, ...]:
     """A call's items in the order they moved through it: what each source found, what was dropped
     and why, what was returned, what the model saw and cited, and what the agent says it used
-    (`used`, from the rows it reported later), from its lineage as read (audit.review's WholeTrace)."""
+    (`used`, from the rows it reported later), from its lineage as read (audit.review's WholeTrace).
+    Only a retrieve (or an expand) moves items: any other call (None) has none."""
+    if lineage is None:
+        return ()
     if lineage.retrieved is None and lineage.packed is None:
         return ()
     by_policy = tuple(Entry(d.id, d.reason) for d in lineage.dropped_by_policy or ())

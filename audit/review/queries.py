@@ -19,7 +19,7 @@ from sqlalchemy.engine import Engine
 
 from api.audit import FeedbackRef, Trace, TraceList, TraceSummary
 from audit.chain import COLUMNS, StoredTrace, audit_facet, audit_item, audit_trace, chain_of, derived, hashed_content, selection
-from audit.record import Lineage, read_lineage
+from audit.record import FeedbackCall, Lineage, UsageCall, read_lineage
 from core.audit_facts import RETRIEVAL, SUBJECT, SUBJECT_STAGES, facts_of, outcome
 from core.csv_cells import csv_line
 
@@ -232,8 +232,8 @@ def get_trace(engine: Engine, tenant: str, trace_id: str) -> WholeTrace | None:
             )
         ]
     m = StoredTrace.of(row._mapping)
-    notes_read = [(n, read_lineage(n.lineage)) for n in notes]
-    used = sorted({i for n, lineage in notes_read if n.endpoint == "usage" for i in lineage.used or ()})
+    notes_read = [(n, read_lineage(n.endpoint, n.lineage)) for n in notes]
+    used = sorted({i for _, lineage in notes_read if isinstance(lineage, UsageCall) for i in lineage.used or ()})
     feedback = [
         FeedbackRef(
             trace_id=n.trace_id,
@@ -241,10 +241,10 @@ def get_trace(engine: Engine, tenant: str, trace_id: str) -> WholeTrace | None:
             **(lineage.feedback.model_dump(mode="json") if lineage.feedback else {}),
         )
         for n, lineage in notes_read
-        if n.endpoint == "feedback"
+        if isinstance(lineage, FeedbackCall)
     ]
     trace = Trace(**{name: getattr(m, column) for name, column in SHOWN.items()}, used=used, feedback=feedback)
-    return WholeTrace(trace, read_lineage(m.lineage))
+    return WholeTrace(trace, read_lineage(m.endpoint, m.lineage))
 
 
 def export(engine: Engine, tenant: str, filters: Filters, fmt: str) -> Iterator[bytes]:

@@ -121,7 +121,6 @@ async def overview_page(call: Call) -> tuple[int, Response]:
     actor = await session_actor(call)
     if actor is None:
         return sign_in_form(401, "Sign in to read the overview.")
-    call.trace.decision = "read"
     params = call.request.query_params
     chosen = {name: params.get(name, "") for name in ("period", "since", "until")}
     try:
@@ -150,7 +149,6 @@ async def subject_page(call: Call) -> tuple[int, Response]:
     actor = await session_actor(call)
     if actor is None:
         return sign_in_form(401, "Sign in to read a subject report.")
-    call.trace.decision = "read"
     params = call.request.query_params
     entity_id = call.request.path_params.get("entity_id") or params.get("entity", "")
     check_names(params, frozenset({"cursor", "format"} | ({"entity"} if "entity_id" not in call.request.path_params else set())))

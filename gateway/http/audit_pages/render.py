@@ -91,7 +91,7 @@ def as_page(handler: PageHandler) -> Callable[[Call], Awaitable[tuple[int, Respo
         except GatewayError as exc:
             call.trace.error_code = exc.code
             if exc.status >= 500:
-                call.trace.decision = "error" if call.trace.decision in ("none", "allow", "read") else call.trace.decision
+                call.trace.failed(unless=("deny", "write"))
                 log.warning("%s %s: %s", call.trace.endpoint, exc.code, exc.message)
             return page(exc.status, "message.html", None, title=f"Error {exc.status}", message=exc.message)
 

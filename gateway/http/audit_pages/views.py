@@ -13,7 +13,14 @@ from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
 
-from audit.record import AuditListed, SessionEnded, SessionOpened, TraceRead, stages_of
+from audit.record import (
+    AuditListed,
+    RetrieveCall,
+    SessionEnded,
+    SessionOpened,
+    TraceRead,
+    stages_of,
+)
 from audit.review import Filters, get_trace, list_traces
 from core.actor import Actor
 from core.audit_facts import OUTCOMES
@@ -60,6 +67,7 @@ async def session_actor(call: Call) -> Actor | None:
         return None
     actor = await anyio.to_thread.run_sync(_live_actor, call.context, token)
     call.trace.tenant, call.trace.actor = actor.tenant, actor.principal
+    call.trace.begin()  # a page read from here on
     return actor
 
 
@@ -105,7 +113,6 @@ async def list_page(call: Call) -> tuple[int, Response]:
     actor = await session_actor(call)
     if actor is None:
         return sign_in_form(200)
-    call.trace.decision = "read"
     params = call.request.query_params
     values = filter_values(params)
     chosen = {name: value for name, value in values.items() if value}
@@ -138,21 +145,21 @@ async def trace_page(call: Call) -> tuple[int, Response]:
     actor = await session_actor(call)
     if actor is None:
         return sign_in_form(401, "Sign in to read this trace.")
-    call.trace.decision = "read"
     found = await anyio.to_thread.run_sync(get_trace, call.context.store, actor.tenant, call.request.path_params["trace_id"])
     if found is None:
         raise NotFound(UNKNOWN_TRACE)
     trace, lineage = found.trace, found.lineage
-    call.trace.record(TraceRead(trace_id=trace.trace_id))
+    call.trace.record(TraceRead(trace=trace.trace_id))
+    retrieve = lineage if isinstance(lineage, RetrieveCall) else None
     return page(
         200,
         "trace.html",
         actor,
         trace=trace,
-        stages=stages_of(lineage, trace.used),
+        stages=stages_of(retrieve, trace.used),
         channel=lineage.channel or "http",
-        reasons=lineage.decision.reasons if lineage.decision else [],
-        sources=sorted((name, s.wire()) for name, s in (lineage.sources or {}).items()),
+        reasons=retrieve.decision.reasons if retrieve and retrieve.decision else [],
+        sources=sorted((name, s.wire()) for name, s in ((retrieve.sources if retrieve else None) or {}).items()),
         lineage_json=json.dumps(trace.lineage or {}, indent=2, sort_keys=True),
     )
 
@@ -162,7 +169,6 @@ async def verify_page(call: Call) -> tuple[int, Response]:
     actor = await session_actor(call)
     if actor is None:
         return sign_in_form(401, "Sign in to check the chain.")
-    call.trace.decision = "read"
     report = await anyio.to_thread.run_sync(call.context.audit.verify, actor.tenant)
     call.trace.record(report.record())
     return page(200, "verify.html", actor, report=report, rows=report.rows, tenant=actor.tenant)
@@ -236,7 +242,7 @@ async def sign_out(call: Call) -> tuple[int, Response]:
     ended = None
     if token is not None:
         ended = await anyio.to_thread.run_sync(end_session, call.context.store, _session_key(call.context), token)
-    call.trace.record(SessionEnded(ended.ref if ended else None))
+    call.trace.record(SessionEnded.of(ended.ref if ended else None))
     response = redirect_home()
     forget_session(response)
     return 303, response

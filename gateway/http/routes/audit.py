@@ -16,6 +16,7 @@ from audit.record import (
     AuditListed,
     FeedbackGiven,
     ReportedOn,
+    RetrieveCall,
     TraceRead,
     UsageReported,
 )
@@ -98,7 +99,6 @@ def _api_query(call: Call) -> tuple[Filters, int | None]:
 async def list_route_handler(call: Call) -> tuple[int, TraceList]:
     """GET /v1/audit/traces: newest first, filtered, paged by cursor."""
     actor = call.actor
-    call.trace.decision = "read"
     filters, after = _api_query(call)
     limit = ascii_int("limit", call.request.query_params.get("limit", "50"), 1, MAX_PAGE)
     found = await anyio.to_thread.run_sync(list_traces, call.context.store, actor.tenant, filters, after, limit)
@@ -110,11 +110,10 @@ async def list_route_handler(call: Call) -> tuple[int, TraceList]:
 async def one_trace(call: Call) -> tuple[int, Trace]:
     """GET /v1/audit/traces/{trace_id}: the whole trace, with what the agent reported about it."""
     actor = call.actor
-    call.trace.decision = "read"
     found = await anyio.to_thread.run_sync(get_trace, call.context.store, actor.tenant, call.request.path_params["trace_id"])
     if found is None:
         raise NotFound(UNKNOWN_TRACE)
-    call.trace.record(TraceRead(trace_id=found.trace.trace_id))
+    call.trace.record(TraceRead(trace=found.trace.trace_id))
     return 200, found.trace
 
 
@@ -124,13 +123,12 @@ async def trace_proof(call: Call) -> tuple[int, TraceProof]:
     it is under (audit.integrity.proofs), for `gateway audit verify-proof`. It reads every row hash of the
     chain up to the checkpoint, so it is admitted at PROOF_COST units, not one."""
     actor = call.actor
-    call.trace.decision = "read"
     trace_id = call.request.path_params["trace_id"]
     async with call.admitted(PROOF_COST):
         found = await anyio.to_thread.run_sync(call.context.audit.proof, actor.tenant, trace_id)
     if found is None:
         raise NotFound(UNKNOWN_TRACE)
-    call.trace.record(TraceRead(trace_id))
+    call.trace.record(TraceRead(trace=trace_id))
     return 200, found
 
 
@@ -138,12 +136,11 @@ async def trace_proof(call: Call) -> tuple[int, TraceProof]:
 async def export_traces(call: Call) -> tuple[int, dict[str, Any] | Stream]:
     """GET /v1/audit/export?format=jsonl|csv: every matching row, streamed."""
     actor = call.actor
-    call.trace.decision = "read"
     filters, _ = _api_query(call)
     fmt = call.request.query_params.get("format", "jsonl")
     if fmt not in ("jsonl", "csv"):
         raise BadRequest("format: expected jsonl or csv")
-    call.trace.record(AuditExported(fmt))
+    call.trace.record(AuditExported(format=fmt))
     media = "application/x-ndjson" if fmt == "jsonl" else "text/csv"
     return 200, Stream(export(call.context.store, actor.tenant, filters, fmt), media)
 
@@ -155,7 +152,7 @@ async def _own_trace(call: Call) -> WholeTrace:
     found = await anyio.to_thread.run_sync(get_trace, call.context.store, actor.tenant, trace_id)
     if found is None or found.trace.actor != actor.principal or found.trace.endpoint != "retrieve":
         raise NotFound(UNKNOWN_TRACE)
-    call.trace.record(ReportedOn(trace_id))
+    call.trace.record(ReportedOn(about=trace_id))
     return found
 
 
@@ -163,14 +160,14 @@ async def _own_trace(call: Call) -> WholeTrace:
 async def report_usage(call: Call) -> tuple[int, UsageResult]:
     """POST /v1/traces/{trace_id}/usage {"used": [ids]}: which returned items the agent used."""
     found = await _own_trace(call)
-    call.trace.decision = "write"
     used = validated(UsageRequest, await call.json()).used
     returned = found.lineage
+    assert isinstance(returned, RetrieveCall)  # _own_trace: a retrieve's
     packed = set(returned.packed or ())
     kept = sorted({i for i in used if i in packed})
     ignored = len(set(used)) - len(kept)
     about = sorted(e for e, items in (returned.named_entities or {}).items() if set(items) & set(kept))
-    call.trace.record(UsageReported(used=tuple(kept), not_returned=ignored, used_about=tuple(about)))
+    call.trace.record(UsageReported(used=tuple(kept), used_about=tuple(about) or None, not_returned_by_that_call=ignored))
     return 200, UsageResult(trace_id=found.trace.trace_id, recorded=kept, ignored=ignored)
 
 
@@ -179,7 +176,6 @@ async def report_feedback(call: Call) -> tuple[int, FeedbackResult]:
     """POST /v1/traces/{trace_id}/feedback {"rating": 1..5, "comment": "..."}. The comment is kept as a
     hash and a length only: it is free text and may hold anything."""
     found = await _own_trace(call)
-    call.trace.decision = "write"
     feedback = validated(FeedbackRequest, await call.json())
     rating, comment = feedback.rating, feedback.comment
     call.trace.record(FeedbackGiven(rating=rating, comment=call.trace.fingerprint(comment) if comment else None))
@@ -190,7 +186,6 @@ async def report_feedback(call: Call) -> tuple[int, FeedbackResult]:
 async def verify_chain(call: Call) -> tuple[int, VerifyReport]:
     """GET /v1/audit/verify: recompute the tenant's hash chain and name the first broken link."""
     actor = call.actor
-    call.trace.decision = "read"
     report = await anyio.to_thread.run_sync(call.context.audit.verify, actor.tenant)
     call.trace.record(report.record())
     return 200, report

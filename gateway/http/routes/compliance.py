@@ -32,7 +32,7 @@ PERIODS = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta
 DEFAULT_PERIOD = "7d"
 MAX_PERIOD = timedelta(days=400)
 PAGE_CURSOR = re.compile(r"c_([0-9]{1,18})", re.ASCII)
-SUBJECT_CSV = AuditExported("csv", report="subject")  # the record of a subject report as CSV, from the API or a page
+SUBJECT_CSV = AuditExported(format="csv", report="subject")  # the record of a subject report as CSV, from the API or a page
 PERIOD_PARAMETERS = (
     query_parameter("period", "The last 24 h, 7 d (default) or 30 d", {"enum": list(PERIODS)}),
     query_parameter("since", "The period's start, an RFC 3339 instant with its offset (instead of `period`)"),
@@ -102,7 +102,6 @@ def with_csv(answer: dict[str, Any]) -> dict[str, Any]:
 @requires("auditor")
 async def overview(call: Call) -> tuple[int, OverviewReport]:
     """GET /v1/audit/overview: the period's figures (audit.review.overview) and the chain's state."""
-    call.trace.decision = "read"
     params = call.request.query_params
     check_names(params, frozenset({"period", "since", "until"}))
     since, until = period_of(params, utc_now())
@@ -114,7 +113,6 @@ async def overview(call: Call) -> tuple[int, OverviewReport]:
 @requires("auditor")
 async def subject(call: Call) -> tuple[int, SubjectReport | Stream]:
     """GET /v1/audit/subjects/{entity_id}: every call about the entity (and those merged with it)."""
-    call.trace.decision = "read"
     params = call.request.query_params
     check_names(params, frozenset({"cursor", "limit", "format"}))
     entity_id = call.request.path_params["entity_id"]
