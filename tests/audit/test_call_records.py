@@ -12,6 +12,8 @@ from pydantic import ValidationError
 
 from audit import record as room  # the record room's one entry point
 from core.instants import utc_now
+from gateway.http.openapi import OPERATIONS
+from gateway.http.operation import REQUIRED_ROLE
 
 SECRET_PATH = "/v1/nowhere?secret=1"
 PATH = room.TraceBuilder("tr_x", "any", utc_now(), key=b"k" * 32).fingerprint(SECRET_PATH)  # as a handler keys it
@@ -112,6 +114,60 @@ def test_each_record_is_its_part_in_its_kind() -> None:
             for part in getattr(info.annotation, "__args__", (info.annotation,)):
                 if isinstance(part, type) and issubclass(part, room.CallRecord) and hasattr(part, "key"):
                     assert part.key == name, (kind.__name__, name, part.__name__)
+
+
+def test_every_traced_endpoint_has_its_kind() -> None:
+    """The kind of a call says which decision its row carries: an endpoint served with no kind would
+    write rows that decide `none`, whatever it reads or writes. Only GET /v1/policy has none of its own."""
+    served = {op.serve.__name__.removesuffix("_route") for op in OPERATIONS.values() if hasattr(op.serve, REQUIRED_ROLE)}
+    assert served - set(room.KINDS) == {"policy"}
+    assert {"unknown_route", "method_not_allowed"} <= set(room.KINDS)  # the router's refusals (gateway.http.app)
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "records", "began", "decision"),
+    [
+        ("ingest", (), False, "none"),  # refused before its handler ran (credential, role, admission)
+        ("ingest", (), True, "write"),  # a write whose handler ran, even one that then failed with a 4xx
+        ("keys_list", (), True, "read"),
+        ("audit_page", (), True, "read"),
+        ("policy_explain", (), True, "none"),
+        ("mcp", (), True, "none"),
+        ("usage", (), True, "none"),  # no such trace of the caller's: nothing was written
+        ("usage", (room.ReportedOn(about="tr_1"),), True, "write"),
+        ("retrieve", (), True, "none"),  # refused before the policy decided
+        (
+            "retrieve",
+            (room.Decided(decision=room.DecisionRecord(allow=False, reasons=["r"], ms=1.0), constraints=None),),
+            True,
+            "deny",
+        ),
+        ("retrieve", (room.Decided(decision=room.DecisionRecord(allow=True, ms=1.0), constraints={}),), True, "allow"),
+    ],
+)
+def test_the_kind_says_the_rows_decision(endpoint: str, records: tuple[room.CallRecord, ...], began: bool, decision: str) -> None:
+    trace = room.TraceBuilder("tr_x", endpoint, utc_now())
+    if began:
+        trace.begin()
+    for record in records:
+        trace.record(record)
+    assert trace.decision == trace.freeze(200).decision == decision
+
+
+def test_a_failure_says_error_but_what_it_keeps() -> None:
+    allowed = room.Decided(decision=room.DecisionRecord(allow=True, ms=1.0), constraints={})
+    for endpoint, records, unless, decision in [
+        ("retrieve", (allowed,), ("deny", "read", "write"), "error"),  # a 5xx after an allow
+        ("ingest", (), ("deny", "read", "write"), "write"),  # a 5xx of a write keeps it
+        ("audit_page", (), ("deny", "write"), "error"),  # a page's 5xx
+        ("ingest", (), (), "error"),  # an unexpected failure
+    ]:
+        trace = room.TraceBuilder("tr_x", endpoint, utc_now())
+        trace.begin()
+        for record in records:
+            trace.record(record)
+        trace.failed(unless=unless)
+        assert trace.freeze(500).decision == decision, endpoint
 
 
 def test_no_path_text_enters_the_row() -> None:
