@@ -5,12 +5,12 @@ nothing from HTTP."""
 from __future__ import annotations
 
 import secrets
-from typing import Any
 
 from sqlalchemy.engine import Engine
 
+from api.audit import TraceProof
 from audit.chain import ChainWriter, chain_of
-from audit.integrity import Checkpointer, proof_of, read_checkpoints, verify
+from audit.integrity import Checkpointer, Verified, proof_of, read_checkpoints, verify
 from core.errors import Conflict
 
 
@@ -29,21 +29,22 @@ class AuditStore(ChainWriter):
         # With a signing key: rows are sealed, and the checkpointer signs the chains as they grow.
         self.checkpointer = checkpointer
 
-    def verify(self, tenant: str | None = None) -> dict[str, Any]:
+    def verify(self, tenant: str | None = None) -> Verified:
         """The integrity report of one tenant's chain (or every chain): against the signed
         checkpoints, and with rows past the last one checked for the gateway's seal, when this store
-        signs; the hash chain alone otherwise."""
+        signs; the hash chain alone otherwise. It does not name the checkpoint file: where the
+        service keeps it is not a reviewer's business."""
         if self.checkpointer is None:
             return verify(self.engine, tenant)
         checkpointer = self.checkpointer
         attested = read_checkpoints(
             checkpointer.log.path, checkpointer.verifiers, chain_of(tenant) if tenant is not None else None
         )
-        report = verify(self.engine, tenant, attested, checkpointer.seal_key, signer_since=checkpointer.started_at)
-        report["checkpoints"].pop("file", None)  # where the service keeps it is not a reviewer's business
-        return report
+        return verify(
+            self.engine, tenant, attested, checkpointer.seal_key, signer_since=checkpointer.started_at, file_named=False
+        )
 
-    def proof(self, tenant: str | None, trace_id: str) -> dict[str, Any] | None:
+    def proof(self, tenant: str | None, trace_id: str) -> TraceProof | None:
         """The proof of one of the tenant's traces (audit.integrity.proofs); None when it is not the tenant's.
         Conflict when this store signs no checkpoints, or none covers the trace yet."""
         if self.checkpointer is None:

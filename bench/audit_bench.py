@@ -487,7 +487,7 @@ def run_backend(backend: Backend, sizes: Sizes) -> Result:
 
         print(f"[{backend.name}] verifying the {TENANT} chain", flush=True)
         started = time.perf_counter()
-        verified = verify(engine, TENANT)
+        verified = verify(engine, TENANT).wire()
         verify_s = time.perf_counter() - started
         counts = {
             "chain": chain_rows(engine),

@@ -143,7 +143,7 @@ def proof_costs(
         document = proof_of(engine, TENANT, trace_id, attested, checkpointer.log)
         proofs.append((time.perf_counter() - started) * 1000)
         started = time.perf_counter()
-        ok = ok and document is not None and verify_proof(document, signer.verifier)[0]
+        ok = ok and document is not None and verify_proof(document.wire(), signer.verifier)[0]
         checks.append((time.perf_counter() - started) * 1000)
         started = time.perf_counter()
         get_trace(engine, TENANT, trace_id)
@@ -154,7 +154,7 @@ def proof_costs(
 def timed_verify(engine: Any, attested: Any) -> tuple[float, dict[str, Any]]:
     started = time.perf_counter()
     report = verify(engine, TENANT, attested)
-    return time.perf_counter() - started, report
+    return time.perf_counter() - started, report.wire()
 
 
 async def interleaved(urls: dict[str, str], key: str, bodies: list[dict[str, Any]]) -> dict[str, tuple[list[float], list[float]]]:

@@ -24,6 +24,7 @@ from audit.chain.rows import (
     row_hash_v1,
     row_hashes,
     sealed,
+    selection,
     utc_instant,
 )
 from audit.chain.writer import ChainWriter, load_or_create_key
@@ -62,5 +63,6 @@ __all__ = [
     "row_hash_v1",
     "row_hashes",
     "sealed",
+    "selection",
     "utc_instant",
 ]

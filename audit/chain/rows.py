@@ -11,11 +11,12 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeAlias
 
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
+from audit.record import Trace
 from core.audit_tables import AuditAnchor, AuditFacet, AuditItem, AuditRollup, AuditTrace
 
 audit_trace = AuditTrace.__table__  # type: ignore[attr-defined]
@@ -28,23 +29,14 @@ NO_TENANT = "-"
 
 
 @dataclass(frozen=True, slots=True)
-class StoredTrace:
-    """One audit row, typed: every column of audit_trace (core.audit_tables) but its key `pk`. Append
-    builds one and inserts it; readers take rows back as one (`of`). Its fields are the row's column
-    list, once: what the hash covers (HASHED), the evidence pack's row lines, the store's reads."""
+class StoredTrace(Trace):
+    """One audit row, typed: every column of audit_trace (core.audit_tables) but its key `pk`, its
+    shape written here and in the table only. Its first columns are what the call left
+    (audit.record.Trace, whose fields they are); then its place in the tenant's chain, the review
+    columns derived from its lineage, and its hash and seal. Append builds one and inserts it; every
+    reader takes rows back as one (`of`): the review list and one trace, the export, the subject
+    report, the evidence pack (whose row lines are its columns)."""
 
-    # What the call left (audit.record.trace.Trace).
-    trace_id: str
-    created_at: datetime
-    tenant: str | None
-    actor: str | None
-    endpoint: str
-    status_code: int
-    decision: str
-    policy_engine: str | None
-    policy_revision: str | None
-    error_code: str | None
-    lineage: dict[str, Any]  # the stored form of a Lineage (audit.record.lineage)
     # Its place in the tenant's chain: position, and the hash of the row before.
     chain: str | None = None
     seq: int | None = None
@@ -61,18 +53,35 @@ class StoredTrace:
         """A row read back (a result row's mapping, a pack's row line): its columns, nothing else."""
         return cls(**{name: row[name] for name in COLUMNS})
 
+    @property
+    def position(self) -> int:
+        """Its position in its chain (a row from before chaining has none: not one to ask)."""
+        if self.seq is None:
+            raise ValueError(f"{self.trace_id}: a row from before chaining has no position")
+        return self.seq
+
     def as_dict(self) -> dict[str, Any]:
+        """The row's columns by name: the insert's values, and what core.audit_facts reads."""
         return {name: getattr(self, name) for name in COLUMNS}
 
 
 COLUMNS = tuple(f.name for f in fields(StoredTrace))  # every stored column but `pk`, in the table's order
-CALLED = COLUMNS[: COLUMNS.index("chain")]  # what a call gives; append adds the rest
+CALLED = tuple(f.name for f in fields(Trace))  # what a call gives; append adds the rest
 HASHED = COLUMNS[: COLUMNS.index("row_hash")]  # every column but the key, the hash itself and its seal
 # Version 1 of the row hash left out the review columns derived from the lineage; rows written with
 # it are still accepted at the start of a chain (before its first version 2 row), and their derived
 # columns are checked against their lineage instead.
 HASHED_V1 = tuple(name for name in HASHED if name not in ("task_type", "about"))
 HASH_VERSION = 2
+
+
+def selection(*names: str) -> tuple[str, ...]:
+    """A named selection of the row's columns, in the order given: declared once, by the reader it is
+    for, and refused at import when a name is no column of StoredTrace."""
+    unknown = [name for name in names if name not in COLUMNS]
+    if unknown:
+        raise ValueError(f"{unknown[0]}: not a column of the audit row")
+    return names
 
 
 def chain_of(tenant: str | None) -> str:
@@ -85,12 +94,21 @@ def utc_instant(value: datetime) -> str:
     return value.astimezone(timezone.utc).isoformat(timespec="microseconds")
 
 
-def hashed_content(row: Mapping[str, Any], names: tuple[str, ...] = HASHED) -> dict[str, Any]:
+Row: TypeAlias = "StoredTrace | Mapping[str, Any]"  # a row typed, or its columns by name (read raw, a pack's line)
+
+
+def hashed_content(row: Row, names: tuple[str, ...] = HASHED) -> dict[str, Any]:
     """The columns `names` of a row as its hash (and an evidence pack, a proof) writes them: instants in UTC."""
-    return {name: (utc_instant(row[name]) if name == "created_at" else row[name]) for name in names}
+    if isinstance(row, Mapping):
+        content = {name: row[name] for name in names}
+    else:
+        content = {name: getattr(row, name) for name in names}
+    if "created_at" in content:
+        content["created_at"] = utc_instant(content["created_at"])
+    return content
 
 
-def _digest(row: Mapping[str, Any], names: tuple[str, ...], version: int | None) -> str:
+def _digest(row: Row, names: tuple[str, ...], version: int | None) -> str:
     content = hashed_content(row, names)
     if version is not None:
         content["hash_version"] = version
@@ -98,13 +116,13 @@ def _digest(row: Mapping[str, Any], names: tuple[str, ...], version: int | None)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-def row_hash(row: Mapping[str, Any]) -> str:
+def row_hash(row: Row) -> str:
     """SHA-256 of the row's canonical JSON: every column but `pk`, `row_hash` and `seal`, plus the
     hash version; sorted keys, no spaces, UTC instants."""
     return _digest(row, HASHED, HASH_VERSION)
 
 
-def row_hash_v1(row: Mapping[str, Any]) -> str:
+def row_hash_v1(row: Row) -> str:
     return _digest(row, HASHED_V1, None)
 
 

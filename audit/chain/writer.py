@@ -6,7 +6,7 @@ import secrets
 import threading
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import anyio.to_thread
 from sqlalchemy import select
@@ -109,13 +109,11 @@ class ChainWriter:
     async def write(self, trace: Trace, also: Sequence[Callable[[Connection], None]] = ()) -> None:
         await anyio.to_thread.run_sync(self.write_sync, trace, also)
 
-    def get(self, trace_id: str) -> dict[str, Any] | None:
+    def get(self, trace_id: str) -> StoredTrace | None:
+        """One row, by its trace id, of any chain (the service's own look-up, not a reviewer's)."""
         with self.engine.connect() as conn:
             found = conn.execute(select(audit_trace).where(audit_trace.c.trace_id == trace_id)).first()
-        if found is None:
-            return None
-        row = StoredTrace.of(found._mapping)
-        return {**row.as_dict(), "created_at": row.created_at.isoformat()}
+        return StoredTrace.of(found._mapping) if found is not None else None
 
 
 def load_or_create_key(engine: Engine) -> bytes:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import String, bindparam, delete, func, insert, select
@@ -102,26 +102,28 @@ def append(
     The lock takes the two-key form, whose key space no single-key advisory lock can reach (the
     background lease holds one of those for its whole session: a tenant named like its key must not
     wait on it forever), and names the schema, so stores sharing a database do not wait on each other."""
-    given = call if isinstance(call, Mapping) else {name: getattr(call, name) for name in CALLED}
-    chain = chain_of(given.get("tenant"))
+    called = call if isinstance(call, Trace) else Trace(**{name: call[name] for name in CALLED})
+    chain = chain_of(called.tenant)
     if conn.dialect.name == "postgresql":
         conn.execute(CHAIN_LOCK, {"chain": chain})
     head = conn.execute(CHAIN_HEAD, {"chain": chain}).first()
-    facts = derived(given.get("lineage"))
-    hashed = {
-        **{name: given[name] for name in CALLED},
-        "chain": chain,
-        "seq": (head.seq + 1) if head else 1,
-        "prev_hash": head.row_hash if head else GENESIS,
-        "task_type": facts.task_type,
-        "about": facts.about,
-    }
-    digest = row_hash(hashed)
-    row = StoredTrace(**hashed, row_hash=digest, seal=seal(seal_key, digest) if seal_key else None)
-    pk = conn.execute(INSERT_ROW, row.as_dict()).scalar_one()
+    facts = derived(called.lineage)
+    seq = int(head.seq) + 1 if head else 1
+    placed = StoredTrace(
+        **{name: getattr(called, name) for name in CALLED},
+        chain=chain,
+        seq=seq,
+        prev_hash=head.row_hash if head else GENESIS,
+        task_type=facts.task_type,
+        about=facts.about,
+    )
+    digest = row_hash(placed)
+    row = replace(placed, row_hash=digest, seal=seal(seal_key, digest) if seal_key else None)
+    columns = row.as_dict()
+    pk = conn.execute(INSERT_ROW, columns).scalar_one()
     if facts.packed:
         conn.execute(insert(audit_item), [{"trace_pk": pk, "item_id": i} for i in facts.packed])
-    counted = facts_of(hashed)
+    counted = facts_of(columns)
     if counted.facets:
         conn.execute(insert(audit_facet), [{"trace_pk": pk, "facet": f, "value": v} for f, v in sorted(counted.facets)])
     counts = rollup if rollup is not None else Counter()
@@ -129,4 +131,4 @@ def append(
         counts[chain, counted.hour, measure, key] += n
     if rollup is None:
         add_to_rollup(conn, counts)
-    return Appended(chain, hashed["seq"], digest)
+    return Appended(chain, seq, digest)

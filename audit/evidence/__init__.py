@@ -1,6 +1,7 @@
 """The evidence pack: one tenant's rows of a period written for an outside auditor, and its offline check."""
 
-from audit.evidence.check import Trust, check_pack, verdict
+from audit.evidence.check import Trust, check_pack
+from audit.evidence.documents import PackReport, PolicyRevisions, verdict
 from audit.evidence.pack import (
     archive_chunks,
     gateway_version,
@@ -13,6 +14,8 @@ from audit.evidence.pack import (
 )
 
 __all__ = [
+    "PackReport",
+    "PolicyRevisions",
     "Trust",
     "archive_chunks",
     "check_pack",

@@ -30,12 +30,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from audit.chain import HASHED, derived, row_hash, row_hash_v1
+from audit.chain import HASHED, StoredTrace, derived, row_hash, row_hash_v1
+from audit.evidence.documents import KeysUsed, PackReport, RowsRead
 from audit.evidence.findings import PackCheck, PackRow
 from audit.evidence.layout import CHECKPOINTS, FIGURES, FORMAT, KEYS, MANIFEST, POLICY, ROWS, ROWS_AFTER, ROWS_BEFORE
 from audit.evidence.pack import in_period, policy_revisions, sha256_file
-from audit.evidence.signed import UNCHECKED, known_checkpoints, manifest_claims, signed_checkpoints
-from audit.integrity import NoteError, Verifier, parse_verifier_key, signed_since
+from audit.evidence.signed import known_checkpoints, manifest_claims, signed_checkpoints
+from audit.integrity import NoteError, Verifier, adoption_report, parse_verifier_key, signed_since
 from core.audit_facts import tally_rows
 from core.errors import ConfigurationError
 from core.instants import parse_rfc3339, rfc3339
@@ -72,7 +73,7 @@ class Trust:
     allow_uncovered: bool = False
 
 
-def check_pack(directory: Path, verifiers: Sequence[Verifier] | None = None, trust: Trust | None = None) -> dict[str, Any]:
+def check_pack(directory: Path, verifiers: Sequence[Verifier] | None = None, trust: Trust | None = None) -> PackReport:
     """The report of one pack: `ok`, what was checked and what could not be, and every problem
     (`problems`, the first as `first_problem`). `verifiers`: the gateway's keys as the auditor got
     them; None uses the pack's own (and the report says what that proves). `trust`: the rest of
@@ -80,24 +81,21 @@ def check_pack(directory: Path, verifiers: Sequence[Verifier] | None = None, tru
     trust = trust or Trust(verifiers)
     verifiers = trust.verifiers if verifiers is None else verifiers
     check = PackCheck(directory)
-    report: dict[str, Any] = {"ok": False, "pack": str(directory)}
     manifest = check.json(MANIFEST)
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         if isinstance(manifest, dict):
             check.fail(MANIFEST, None, f"not an evidence pack manifest ({FORMAT})")
-        return _finish(report, check)
+        return _report(check)
     try:
         since = parse_rfc3339(manifest["period"]["since"])
         until = parse_rfc3339(manifest["period"]["until"])
         chain, tenant = str(manifest["chain"]), manifest["tenant"]
     except (KeyError, TypeError, ValueError) as exc:
         check.fail(MANIFEST, None, f"no readable tenant, chain and period ({type(exc).__name__})")
-        return _finish(report, check)
-    report.update(tenant=tenant, chain=chain, period=manifest["period"], created_at=manifest.get("created_at"))
-    report["gateway_version"] = manifest.get("gateway_version")
+        return _report(check)
     _digests(check, manifest)
 
-    keys = _keys(check, report, verifiers)
+    keys, used = _keys(check, verifiers)
     before = _read_rows(check, ROWS_BEFORE)
     period = _read_rows(check, ROWS)
     after = _read_rows(check, ROWS_AFTER)
@@ -113,33 +111,25 @@ def check_pack(directory: Path, verifiers: Sequence[Verifier] | None = None, tru
     expected = (manifest.get("counts") or {}).get("rows_in_period")
     if expected != len(inside):
         check.fail(MANIFEST, None, f"counts {expected} rows in the period, {ROWS} holds {len(inside)}")
-    report["rows"] = {
-        "in_period": len(inside),
-        "between": len(period) - len(inside),
-        "before": len(before),
-        "after": len(after),
-        "hash_v1": v1,
-    }
+    read = RowsRead(in_period=len(inside), between=len(period) - len(inside), before=len(before), after=len(after), hash_v1=v1)
 
-    report["checkpoints"] = signed_checkpoints(check, rows, keys, chain, trust.witnesses)
-    report["known"] = known_checkpoints(check, rows, keys, chain, trust.known, report["checkpoints"])
-    through = report["checkpoints"]["tied_through"]
-    report["tied"] = sum(1 for r in inside if through is not None and int(r.data["seq"]) <= through)
-    report["not_tied"] = len(inside) - report["tied"]
-    report["allow_uncovered"] = trust.allow_uncovered
-    if report["not_tied"] and not trust.allow_uncovered:
+    signatures = signed_checkpoints(check, rows, keys, chain, trust.witnesses)
+    known = known_checkpoints(check, rows, keys, chain, trust.known, signatures)
+    through = signatures.tied_through
+    tied = sum(1 for r in inside if through is not None and int(r.data["seq"]) <= through)
+    not_tied = len(inside) - tied
+    if not_tied and not trust.allow_uncovered:
         untied = next(r for r in inside if through is None or int(r.data["seq"]) > through)
         check.fail(
             untied.file,
             untied.line,
-            f"{report['not_tied']} of the period's {len(inside)} rows, from row {untied.data['seq']}, are under no signed "
+            f"{not_tied} of the period's {len(inside)} rows, from row {untied.data['seq']}, are under no signed "
             f"checkpoint in the pack: nothing signed shows they are the rows that were written; {NOT_COVERED}",
         )
     # The end: a checkpoint signed at or after the period's end, which the rows match, says how many
     # rows the chain had by then; the pack must hold them all (a checkpoint past its rows fails above),
     # so a pack cut at a checkpoint boundary inside the period cannot hold one.
     ended = [c for c in check.held if c.refused is None and signed_since(c, until)]
-    report["end_covered"] = bool(ended)
     if not ended and not trust.allow_uncovered:
         check.fail(
             CHECKPOINTS,
@@ -148,36 +138,50 @@ def check_pack(directory: Path, verifiers: Sequence[Verifier] | None = None, tru
             "nothing signed shows that no row was dropped from its end (export a period that has ended, or hold a later "
             f"note with --known); {NOT_COVERED}",
         )
-    adopted = report["checkpoints"].pop("adoption", None)
-    report["adopted"] = adopted.as_dict() if adopted is not None else None
-    manifest_claims(check, manifest, report, rows)
+    manifest_claims(check, manifest, signatures, rows)
 
-    lines = [{**r.data, "created_at": r.created_at} for r in inside]
-    _policy(check, [{**r.data} for r in inside])
-    report["policy_revisions"] = len(policy_revisions(r.data for r in inside)["revisions"])
-    _figures(check, lines, since, until)
-    return _finish(report, check)
+    stored = [r.stored() for r in inside]
+    _policy(check, stored)
+    revisions = len(policy_revisions(stored)["revisions"])
+    _figures(check, stored, since, until)
+    return _report(
+        check,
+        tenant=tenant,
+        chain=chain,
+        period=manifest["period"],
+        created_at=manifest.get("created_at"),
+        gateway_version=manifest.get("gateway_version"),
+        keys=used,
+        rows=read,
+        checkpoints=signatures.report(),
+        known=known,
+        tied=tied,
+        not_tied=not_tied,
+        allow_uncovered=trust.allow_uncovered,
+        end_covered=bool(ended),
+        adopted=adoption_report(signatures.adoption) if signatures.adoption is not None else None,
+        policy_revisions=revisions,
+    )
 
 
-def _keys(check: PackCheck, report: dict[str, Any], verifiers: Sequence[Verifier] | None) -> list[Verifier]:
+def _keys(check: PackCheck, verifiers: Sequence[Verifier] | None) -> tuple[list[Verifier], KeysUsed]:
     """The gateway's keys the pack is checked with: those given, or the pack's own (said in the report)."""
     if verifiers is not None:
-        report["keys"] = {"source": "given", "count": len(verifiers)}
-        return list(verifiers)
+        return list(verifiers), KeysUsed(source="given", count=len(verifiers))
     try:
         keys = pack_verifiers(check.directory)
     except ConfigurationError as exc:
         check.fail(KEYS, None, exc.message)
         keys = []
-    report["keys"] = {"source": "pack", "count": len(keys), "note": PACK_KEYS}
-    return keys
+    return keys, KeysUsed(source="pack", count=len(keys), note=PACK_KEYS)
 
 
-def _finish(report: dict[str, Any], check: PackCheck) -> dict[str, Any]:
-    report["ok"] = not check.problems
-    report["problems"] = [p.as_dict() for p in check.problems]
-    report["first_problem"] = check.problems[0].as_dict() if check.problems else None
-    return report
+def _report(check: PackCheck, **read: Any) -> PackReport:
+    """The verdict: what was read (none of it, for a pack whose manifest cannot be read), and every problem."""
+    problems = check.problems
+    return PackReport(
+        ok=not problems, pack=str(check.directory), **read, problems=problems, first_problem=problems[0] if problems else None
+    )
 
 
 def _digests(check: PackCheck, manifest: dict[str, Any]) -> None:
@@ -262,7 +266,7 @@ def _chain(check: PackCheck, rows: list[PackRow], chain: str, tenant: Any, since
     return v1
 
 
-def _policy(check: PackCheck, rows: list[dict[str, Any]]) -> None:
+def _policy(check: PackCheck, rows: list[StoredTrace]) -> None:
     listed = check.json(POLICY)
     if listed is None:
         return
@@ -283,13 +287,13 @@ def _policy(check: PackCheck, rows: list[dict[str, Any]]) -> None:
         check.fail(POLICY, None, "its policy reloads are not the period's policy_reload rows")
 
 
-def _figures(check: PackCheck, rows: list[dict[str, Any]], since: datetime, until: datetime) -> None:
+def _figures(check: PackCheck, rows: list[StoredTrace], since: datetime, until: datetime) -> None:
     from audit.review import figures_of
 
     listed = check.json(FIGURES)
     if listed is None:
         return
-    expected = json.loads(json.dumps(figures_of(tally_rows(rows), since, until), default=str))
+    expected = figures_of(tally_rows(r.as_dict() for r in rows), since, until).wire()
     where = _first_difference(listed, expected, "")
     if where is not None:
         check.fail(FIGURES, None, f"{where}: not what the period's rows give")
@@ -309,39 +313,3 @@ def _first_difference(have: Any, want: Any, path: str) -> str | None:
                 return found
         return None
     return None if have == want else f"{path or 'the figures'} is {json.dumps(have)}, the rows give {json.dumps(want)}"
-
-
-def verdict(report: dict[str, Any]) -> str:
-    """One line for people: the first problem, or what holds and what is not covered."""
-    if not report["ok"]:
-        first = report["first_problem"]
-        where = first["file"] + (f" line {first['line']}" if first["line"] is not None else "")
-        more = len(report["problems"]) - 1
-        return f"FAILED: {where}: {first['what']}" + (f" (and {more} more problems)" if more else "")
-    rows, checkpoints = report["rows"], report["checkpoints"]
-    keys = "the given key" if report["keys"]["source"] == "given" else "the pack's own key (not one you got out of band)"
-    tied = (
-        f"{report['tied']} are under the checkpoint of row {checkpoints['tied_through']}, signed by {keys}"
-        if checkpoints["tied_through"] is not None
-        else "none is under a signed checkpoint"
-    )
-    parts = [
-        f"OK: {rows['in_period']} rows of tenant {report['tenant']} from {report['period']['since']} to "
-        f"{report['period']['until']} match their hashes and link",
-        tied,
-    ]
-    if report["not_tied"]:
-        parts.append(f"{report['not_tied']} rows are NOT covered by a signed checkpoint (accepted with --allow-uncovered)")
-    if not report.get("end_covered", True):
-        parts.append("the period's end is NOT covered by a checkpoint signed after it (accepted with --allow-uncovered)")
-    if rows["hash_v1"]:
-        parts.append(f"{rows['hash_v1']} rows carry hash version 1")
-    known = report.get("known")
-    parts.append("no checkpoint of yours was held against it" if known is None else f"{known['held']} of your checkpoints held")
-    for name, seen in sorted(checkpoints["witnesses"].items()):
-        parts.append(f"cosigned by {name} (key given) on {seen['cosigned']} of {checkpoints['verified']} checkpoints")
-    if checkpoints["unchecked_signatures"]:
-        parts.append(f"signatures by {', '.join(checkpoints['unchecked_signatures']['names'])} are {UNCHECKED}")
-    if report["adopted"] is not None:
-        parts.append(f"the chain was {report['adopted']['what']}")
-    return "; ".join(parts) + "; figures and policy revisions recomputed"

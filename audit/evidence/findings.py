@@ -8,20 +8,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from audit.integrity import Checkpoint
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    file: str
-    line: int | None
-    what: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"file": self.file, "line": self.line, "what": self.what}
-
-    def text(self) -> str:
-        return f"{self.file}" + (f" line {self.line}" if self.line is not None else "") + f": {self.what}"
+from audit.chain import COLUMNS, StoredTrace
+from audit.evidence.documents import UNCHECKED, CheckpointsHeld, Problem, Unchecked, WitnessSeen
+from audit.integrity import Adoption, Checkpoint
 
 
 @dataclass(slots=True)
@@ -30,6 +19,10 @@ class PackRow:
     line: int
     data: dict[str, Any]
     created_at: datetime
+
+    def stored(self) -> StoredTrace:
+        """The row the line holds, read back as every reader reads one (a column it lacks: None)."""
+        return StoredTrace.of({**dict.fromkeys(COLUMNS), **self.data, "created_at": self.created_at})
 
 
 @dataclass(slots=True)
@@ -42,7 +35,7 @@ class PackCheck:
     held: list[Checkpoint] = field(default_factory=list)  # checkpoints (the pack's and the auditor's) its rows match
 
     def fail(self, file: str, line: int | None, what: str) -> None:
-        self.problems.append(Problem(file, line, what))
+        self.problems.append(Problem(file=file, line=line, what=what))
 
     def json(self, name: str) -> Any:
         try:
@@ -52,6 +45,35 @@ class PackCheck:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             self.fail(name, getattr(exc, "lineno", None), f"not readable JSON ({type(exc).__name__})")
         return None
+
+
+@dataclass(slots=True)
+class Signatures:
+    """What the pack's checkpoint notes give, as the check goes: how many there are and verify, the
+    last position a checkpoint the rows match ties (the auditor's own count too: `tie`), what the
+    tree before the pack allows, the witnesses' cosignatures, the names of signatures not checked,
+    and the adoption the checkpoints carry."""
+
+    merkle: str
+    witnesses: dict[str, int]  # cosignatures checked, by witness
+    notes: int = 0
+    verified: int = 0
+    tied_through: int | None = None
+    unchecked: set[str] = field(default_factory=set)
+    adoption: Adoption | None = None
+
+    def tie(self, size: int) -> None:
+        self.tied_through = size if self.tied_through is None else max(self.tied_through, size)
+
+    def report(self) -> CheckpointsHeld:
+        return CheckpointsHeld(
+            notes=self.notes,
+            verified=self.verified,
+            tied_through=self.tied_through,
+            merkle=self.merkle,
+            witnesses={name: WitnessSeen(cosigned=n, checked=True) for name, n in self.witnesses.items()},
+            unchecked_signatures=Unchecked(names=sorted(self.unchecked), what=UNCHECKED) if self.unchecked else None,
+        )
 
 
 @dataclass(slots=True)

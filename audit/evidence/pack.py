@@ -34,7 +34,7 @@ import os
 import shutil
 import tempfile
 import zipfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
@@ -45,7 +45,8 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection, Engine
 
-from audit.chain import COLUMNS, anchor_of, audit_trace, chain_of, hashed_content, row_hashes
+from audit.chain import COLUMNS, StoredTrace, anchor_of, audit_trace, chain_of, hashed_content, row_hashes, utc_instant
+from audit.evidence.documents import PolicyRevisions, ReloadSeen, RevisionSeen
 from audit.evidence.layout import (
     CHECKPOINTS,
     FIGURES,
@@ -75,6 +76,7 @@ from audit.integrity import (
     signed_since,
     verifier_key,
 )
+from audit.review import Figures
 from core.audit_facts import RETRIEVAL, tally_rows
 from core.errors import BadRequest, Conflict
 from core.instants import rfc3339, to_utc
@@ -167,36 +169,34 @@ def _aware(value: datetime) -> datetime:
     return to_utc(value)
 
 
-def row_line(m: Mapping[str, Any], since: datetime, until: datetime) -> dict[str, Any]:
-    """One row as a pack holds it: every hashed column (instants as the hash writes them)."""
-    line = hashed_content(m, COLUMNS)  # every column of the StoredTrace, the hash's and the seal too
-    line["in_period"] = in_period(m["created_at"], since, until)
-    return line
+def pack_line(row: StoredTrace, since: datetime, until: datetime) -> str:
+    """One row as a pack holds it: every column of the StoredTrace, the hash's and the seal too
+    (instants as the hash writes them), and whether it is dated in the period; one JSON line."""
+    line = {**hashed_content(row, COLUMNS), "in_period": in_period(row.created_at, since, until)}
+    return json.dumps(line, sort_keys=True, ensure_ascii=False, default=str) + "\n"
 
 
-def policy_revisions(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+def policy_revisions(rows: Iterable[StoredTrace]) -> PolicyRevisions:
     """The policy revisions the rows name (in the order first seen), with when each was first and
     last seen and how many rows and retrieval calls name it, and the policy reload rows. `rows`:
-    the period's rows, oldest first, `created_at` as the hash writes it (utc_instant)."""
-    revisions: dict[str | None, dict[str, Any]] = {}
-    reloads = []
+    the period's rows, oldest first."""
+    revisions: dict[str | None, RevisionSeen] = {}
+    reloads: list[ReloadSeen] = []
     for m in rows:
-        revision = m.get("policy_revision")
-        entry = revisions.setdefault(
-            revision, {"revision": revision, "first_seen": m["created_at"], "last_seen": m["created_at"], "rows": 0, "calls": 0}
-        )
-        entry["first_seen"] = min(entry["first_seen"], m["created_at"])
-        entry["last_seen"] = max(entry["last_seen"], m["created_at"])
+        revision, at = m.policy_revision, utc_instant(m.created_at)  # as the hash writes it
+        entry = revisions.setdefault(revision, {"revision": revision, "first_seen": at, "last_seen": at, "rows": 0, "calls": 0})
+        entry["first_seen"] = min(entry["first_seen"], at)
+        entry["last_seen"] = max(entry["last_seen"], at)
         entry["rows"] += 1
-        entry["calls"] += 1 if m.get("endpoint") == RETRIEVAL else 0
-        if m.get("endpoint") == RELOAD:
-            lineage = m.get("lineage")
+        entry["calls"] += 1 if m.endpoint == RETRIEVAL else 0
+        if m.endpoint == RELOAD:
+            lineage = m.lineage
             reloads.append(
                 {
-                    "seq": m.get("seq"),
-                    "trace_id": m.get("trace_id"),
-                    "created_at": m["created_at"],
-                    "status_code": m.get("status_code"),
+                    "seq": m.seq,
+                    "trace_id": m.trace_id,
+                    "created_at": at,
+                    "status_code": m.status_code,
                     "policy_revision": revision,
                     "policy_reload": lineage.get("policy_reload") if isinstance(lineage, dict) else None,
                 }
@@ -229,13 +229,13 @@ def _period_span(conn: Connection, chain: str, since: datetime, until: datetime)
     return first, first - 1, 0
 
 
-def _rows(conn: Connection, chain: str, first: int, last: int) -> list[dict[str, Any]]:
+def _rows(conn: Connection, chain: str, first: int, last: int) -> list[StoredTrace]:
     statement = (
         select(audit_trace)
         .where(audit_trace.c.chain == chain, audit_trace.c.seq >= first, audit_trace.c.seq <= last)
         .order_by(audit_trace.c.seq)
     )
-    return [dict(r._mapping) for r in conn.execute(statement)]
+    return [StoredTrace.of(r._mapping) for r in conn.execute(statement)]
 
 
 def _tree_before(conn: Connection, chain: str, size: int, checkpoints: list[Checkpoint]) -> dict[str, Any]:
@@ -261,10 +261,10 @@ def _write_json(path: Path, value: Any) -> None:
     path.write_text(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
 
 
-def _write_rows(path: Path, rows: Iterable[dict[str, Any]], since: datetime, until: datetime) -> None:
+def _write_rows(path: Path, rows: Iterable[StoredTrace], since: datetime, until: datetime) -> None:
     with open(path, "w", encoding="utf-8") as handle:
-        for m in rows:
-            handle.write(json.dumps(row_line(m, since, until), sort_keys=True, ensure_ascii=False, default=str) + "\n")
+        for row in rows:
+            handle.write(pack_line(row, since, until))
 
 
 def _key_files(directory: Path, verifiers: Sequence[Verifier]) -> list[str]:
@@ -308,9 +308,9 @@ def write_pack(
     checkpoints = attested.by_chain.get(chain, [])
     read = _read_period(engine, tenant, since, until, checkpoints, reach)
     rows, first, last, start, end = read.rows, read.first, read.last, read.start, read.end
-    before = [m for m in rows if m["seq"] < first]
-    period = [m for m in rows if first <= m["seq"] <= last]
-    after = [m for m in rows if m["seq"] > last]
+    before = [m for m in rows if m.position < first]
+    period = [m for m in rows if first <= m.position <= last]
+    after = [m for m in rows if m.position > last]
     bearing = sorted(
         (
             c
@@ -325,9 +325,8 @@ def write_pack(
     _write_json(out / TREE, read.tree)
     (out / CHECKPOINTS).write_text("".join(notes[c.line] + "\n" for c in bearing), encoding="utf-8")
     keys = _key_files(out / KEYS, signing.verifiers if signing is not None else ())
-    period_lines = [row_line(m, since, until) for m in read.inside]
-    _write_json(out / POLICY, policy_revisions(period_lines))
-    _write_json(out / FIGURES, read.overview)
+    _write_json(out / POLICY, policy_revisions(read.inside))
+    _write_json(out / FIGURES, read.overview.wire())
     manifest: dict[str, Any] = {
         "format": FORMAT,
         "tenant": tenant,
@@ -340,7 +339,7 @@ def write_pack(
             "last": end if rows else None,
             "period": [first, last] if read.counted else None,
         },
-        "counts": _counts(read, period_lines, (before, period, after), bearing, signing is not None),
+        "counts": _counts(read, (before, period, after), bearing, signing is not None),
         "tied_to": _tied_to(read.covering, end),
         "signing": "checkpoints" if signing is not None else "none",
         "public_keys": keys,
@@ -367,10 +366,10 @@ class _Period:
     start: int  # the positions the pack holds: from the row before the period
     end: int  # to the first checkpoint at or after its last row (or the positions `reach` asks for)
     covering: Checkpoint | None  # that checkpoint
-    rows: list[dict[str, Any]]
+    rows: list[StoredTrace]
     tree: dict[str, Any]  # the Merkle tree before `start`
-    overview: dict[str, Any]  # the period's figures, from the rollup
-    inside: list[dict[str, Any]]  # the rows of the period dated in it
+    overview: Figures  # the period's figures, from the rollup
+    inside: list[StoredTrace]  # the rows of the period dated in it
 
 
 def _read_period(
@@ -398,8 +397,8 @@ def _read_period(
             rows = _rows(conn, chain, start, end) if end >= start else []
             tree = _tree_before(conn, chain, start - 1, checkpoints) if rows else {"size": 0, "nodes": []}
         overview = figures(engine, tenant, since, until)
-        inside = [m for m in rows if first <= m["seq"] <= last and in_period(m["created_at"], since, until)]
-        if _plain(overview) == _plain(figures_of(tally_rows(inside), since, until)):
+        inside = [m for m in rows if first <= m.position <= last and in_period(m.created_at, since, until)]
+        if overview == figures_of(tally_rows(m.as_dict() for m in inside), since, until):
             return _Period(first, last, counted, start, end, covering, rows, tree, overview, inside)
     raise Conflict(
         "the overview's rollup does not agree with the period's rows: run `gateway audit verify` "
@@ -409,8 +408,7 @@ def _read_period(
 
 def _counts(
     read: _Period,
-    period_lines: list[dict[str, Any]],
-    files: tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]],
+    files: tuple[list[StoredTrace], list[StoredTrace], list[StoredTrace]],
     bearing: list[Checkpoint],
     signs: bool,
 ) -> dict[str, Any]:
@@ -418,14 +416,14 @@ def _counts(
     the last checkpoint that ties them (all of them without signing)."""
     before, period, after = files
     through = max((c.size for c in bearing if c.refused is None and c.size <= read.end), default=0)
-    untied = sum(1 for m in period_lines if m["seq"] > through)
+    untied = sum(1 for m in read.inside if m.position > through)
     return {
         "rows_in_period": read.counted,
         "rows": len(period),
         "rows_before": len(before),
         "rows_after": len(after),
         "checkpoints": len(bearing),
-        "policy_revisions": len(policy_revisions(period_lines)["revisions"]),
+        "policy_revisions": len(policy_revisions(read.inside)["revisions"]),
         "not_tied": untied if signs else read.counted,
     }
 
@@ -433,11 +431,6 @@ def _counts(
 def _tied_to(covering: Checkpoint | None, end: int) -> dict[str, Any] | None:
     tied = covering if covering is not None and covering.size <= end and covering.refused is None else None
     return None if tied is None else {"size": tied.size, "time": tied.time}
-
-
-def _plain(value: Any) -> Any:
-    """The value as the pack's JSON holds it (instants as text), to compare figures."""
-    return json.loads(json.dumps(value, sort_keys=True, default=str))
 
 
 def _order(c: Checkpoint) -> tuple[int, str, int]:

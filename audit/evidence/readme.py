@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from audit.evidence import layout
+import audit.evidence.layout as layout
 from audit.evidence.layout import CHECKPOINTS, TREE
 
 TEXT = """# Audit evidence pack

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from audit.evidence.findings import PackCheck, PackRow, Positions
+from audit.evidence.documents import KnownHeld
+from audit.evidence.findings import PackCheck, PackRow, Positions, Signatures
 from audit.evidence.layout import CHECKPOINTS, MANIFEST, TREE
 from audit.integrity import (
     SIGNATURE_PREFIX,
@@ -25,8 +26,6 @@ from audit.integrity import (
     origin_of,
     unfiled_marks,
 )
-
-UNCHECKED = "NOT CHECKED: no key was given for them, so they prove nothing (pass the witness's key with --witness-key)"
 
 
 def _by_position(check: PackCheck, rows: list[PackRow]) -> Positions:
@@ -50,33 +49,30 @@ def _by_position(check: PackCheck, rows: list[PackRow]) -> Positions:
 
 def signed_checkpoints(
     check: PackCheck, rows: list[PackRow], keys: list[Verifier], chain: str, witnesses: Sequence[Verifier]
-) -> dict[str, Any]:
+) -> Signatures:
     """Open each note with the keys and hold its checkpoint against the rows: the row at its size
     must carry its head hash, and the Merkle tree (the range before the pack, extended by the pack's
     rows) its root. Cosignatures are checked with the witness keys; other signature lines are
     listed as not checked."""
     positions = _by_position(check, rows)
     check.positions = positions
-    summary: dict[str, Any] = {"notes": 0, "verified": 0, "tied_through": None, "merkle": check.merkle}
+    found = Signatures(check.merkle, {w.name: 0 for w in witnesses})
     names = {k.name for k in keys}
-    unchecked: set[str] = set()
-    cosigned = {w.name: 0 for w in witnesses}
-    tied: int | None = None
     marks: list[Checkpoint] = []
     for line, note in CheckpointLog(check.directory / CHECKPOINTS).notes():
-        summary["notes"] += 1
+        found.notes += 1
         at = (CHECKPOINTS, line)
         try:
             checkpoint = Checkpoint.parse(open_by_any(note, keys), line)
         except NoteError as exc:
             check.fail(*at, f"the checkpoint does not verify with the key(s): {exc}")
             continue
-        summary["verified"] += 1
+        found.verified += 1
         for name in _cosigners(check, at, note, names | {origin_of(checkpoint.chain)}, witnesses):
-            if name in cosigned:
-                cosigned[name] += 1
+            if name in found.witnesses:
+                found.witnesses[name] += 1
             else:
-                unchecked.add(name)
+                found.unchecked.add(name)
         if checkpoint.chain != chain:
             check.fail(*at, f"a checkpoint of chain {checkpoint.chain!r}, not the pack's {chain!r}")
             continue
@@ -100,12 +96,9 @@ def signed_checkpoints(
             continue
         check.held.append(checkpoint)
         if checkpoint.refused is None:
-            tied = size if tied is None else max(tied, size)
-    summary["tied_through"] = tied
-    summary["witnesses"] = {name: {"cosigned": n, "checked": True} for name, n in cosigned.items()}
-    summary["unchecked_signatures"] = {"names": sorted(unchecked), "what": UNCHECKED} if unchecked else None
-    summary["adoption"] = adoption_of(marks)
-    return summary
+            found.tie(size)
+    found.adoption = adoption_of(marks)
+    return found
 
 
 def _cosigners(check: PackCheck, at: tuple[str, int], note: str, gateway: set[str], witnesses: Sequence[Verifier]) -> list[str]:
@@ -131,21 +124,21 @@ def _cosigners(check: PackCheck, at: tuple[str, int], note: str, gateway: set[st
 
 
 def known_checkpoints(
-    check: PackCheck, rows: list[PackRow], keys: list[Verifier], chain: str, known: Sequence[Path], summary: dict[str, Any]
-) -> dict[str, Any] | None:
+    check: PackCheck, rows: list[PackRow], keys: list[Verifier], chain: str, known: Sequence[Path], signatures: Signatures
+) -> KnownHeld | None:
     """Checkpoints the auditor holds from elsewhere (a witness's cosigned note, a checkpoint of an
     earlier pack), each opened with the gateway's keys: each must lie within the pack's rows and
     match them, and an adoption one of them carries must still be carried by the pack. Those that
-    hold count as signed coverage."""
+    hold count as signed coverage (they tie `signatures` too)."""
     if not known:
         return None
     positions = check.positions
     assert positions is not None
-    report: dict[str, Any] = {"files": [str(p) for p in known], "held": 0, "other_chains": 0}
+    held, other_chains = 0, 0
     theirs: list[Checkpoint] = []
     for path in known:
         attested = _read_known(check, path, keys)
-        report["other_chains"] += sum(len(v) for name, v in attested.by_chain.items() if name != chain)
+        other_chains += sum(len(v) for name, v in attested.by_chain.items() if name != chain)
         for checkpoint in sorted(attested.by_chain.get(chain, []), key=lambda c: c.size):
             at, signed = (str(path), checkpoint.line), f"your checkpoint of {checkpoint.size} rows signed {checkpoint.time}"
             theirs.append(checkpoint)
@@ -160,19 +153,18 @@ def known_checkpoints(
             if wrong is not None:
                 check.fail(*at, f"{wrong} (the rows are not the ones your checkpoint saw)")
                 continue
-            report["held"] += 1
+            held += 1
             check.held.append(checkpoint)
             if checkpoint.refused is None:
-                through = summary["tied_through"]
-                summary["tied_through"] = checkpoint.size if through is None else max(through, checkpoint.size)
-    for held in unfiled_marks(theirs, [c for _, c in check.verified]):
+                signatures.tie(checkpoint.size)
+    for mark in unfiled_marks(theirs, [c for _, c in check.verified]):
         check.fail(
             CHECKPOINTS,
             None,
-            f"a checkpoint you hold says the chain was {held.text()}; no checkpoint of the pack carries that mark "
+            f"a checkpoint you hold says the chain was {mark.text()}; no checkpoint of the pack carries that mark "
             "as it is (row and time): it was altered, moved or dropped since",
         )
-    return report
+    return KnownHeld(files=[str(p) for p in known], held=held, other_chains=other_chains)
 
 
 def _read_known(check: PackCheck, path: Path, keys: list[Verifier]) -> Attested:
@@ -189,7 +181,7 @@ def _read_known(check: PackCheck, path: Path, keys: list[Verifier]) -> Attested:
     return attested
 
 
-def manifest_claims(check: PackCheck, manifest: dict[str, Any], report: dict[str, Any], rows: list[PackRow]) -> None:
+def manifest_claims(check: PackCheck, manifest: dict[str, Any], signatures: Signatures, rows: list[PackRow]) -> None:
     """The manifest's claims held against what the files give (nothing in the verdict is read from it)."""
     positions: dict[str, Any] = manifest["positions"] if isinstance(manifest.get("positions"), dict) else {}
     given = (int(rows[0].data["seq"]), int(rows[-1].data["seq"])) if rows else (None, None)
@@ -200,18 +192,14 @@ def manifest_claims(check: PackCheck, manifest: dict[str, Any], report: dict[str
             f"positions {positions.get('first')} to {positions.get('last')}: the rows run {given[0]} to {given[1]}",
         )
     counts: dict[str, Any] = manifest["counts"] if isinstance(manifest.get("counts"), dict) else {}
-    if counts.get("checkpoints") != report["checkpoints"]["notes"]:
-        check.fail(
-            MANIFEST,
-            None,
-            f"counts {counts.get('checkpoints')} checkpoints, {CHECKPOINTS} holds {report['checkpoints']['notes']}",
-        )
+    if counts.get("checkpoints") != signatures.notes:
+        check.fail(MANIFEST, None, f"counts {counts.get('checkpoints')} checkpoints, {CHECKPOINTS} holds {signatures.notes}")
     named = manifest.get("tied_to")
     if named is not None:
         verified = {(c.size, c.time) for _, c in check.verified}
         if not isinstance(named, dict) or (named.get("size"), named.get("time")) not in verified:
             check.fail(MANIFEST, None, f"ties the pack to a checkpoint ({named}) that is not among the pack's verified ones")
-    if manifest.get("signing") == "none" and report["checkpoints"]["verified"]:
+    if manifest.get("signing") == "none" and signatures.verified:
         check.fail(MANIFEST, None, "says the gateway signs no checkpoints, yet the pack holds signed ones")
 
 

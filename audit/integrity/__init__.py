@@ -43,6 +43,7 @@ from audit.integrity.notes import (
     verifier_key,
 )
 from audit.integrity.proofs import proof_of, verify_proof
+from audit.integrity.reports import CheckpointSeen, CheckpointsRead, Verified, adoption_report
 from audit.integrity.verification import verify
 from audit.integrity.witness import MAX_BODY, WITNESS_NAME, Witness, WitnessClient, cosignature, witness_signer
 
@@ -52,17 +53,21 @@ __all__ = [
     "COSIGNATURE_V1",
     "Checkpoint",
     "CheckpointLog",
+    "CheckpointSeen",
+    "CheckpointsRead",
     "Checkpointer",
     "MAX_BODY",
     "NoteError",
     "Range",
     "SIGNATURE_PREFIX",
     "Signer",
+    "Verified",
     "Verifier",
     "WITNESS_NAME",
     "Witness",
     "WitnessClient",
     "adoption_of",
+    "adoption_report",
     "impossible_mark",
     "instant_of",
     "signed_since",

@@ -12,34 +12,35 @@ import base64
 import binascii
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
-from audit.chain import HASHED, HASHED_V1, anchor_of, audit_trace, hashed_content, row_hash, row_hash_v1, row_hashes
+from api.audit import TraceProof
+from audit.chain import HASHED, HASHED_V1, StoredTrace, anchor_of, audit_trace, hashed_content, row_hash, row_hash_v1, row_hashes
 from audit.integrity.checkpoints import Attested, Checkpoint, CheckpointLog, cut_of, open_by_any
 from audit.integrity.merkle import inclusion_proof, leaf_hash, verify_inclusion
 from audit.integrity.notes import NoteError, Verifier
 from core.errors import Conflict
 
-FORMAT = "gateway.audit.proof/1"
+FORMAT: Final = "gateway.audit.proof/1"
 
 
-def proof_of(
-    engine: Engine, tenant: str | None, trace_id: str, attested: Attested, log_file: CheckpointLog
-) -> dict[str, Any] | None:
+def proof_of(engine: Engine, tenant: str | None, trace_id: str, attested: Attested, log_file: CheckpointLog) -> TraceProof | None:
     """The proof of one trace of `tenant`'s chain, under the newest checkpoint with a Merkle root
     that covers it; None when the trace is not this tenant's. Conflict when no such checkpoint
     covers it yet (or the tree cannot be built: a chain pruned before trees)."""
     with engine.connect() as conn:
-        row = conn.execute(select(audit_trace).where(audit_trace.c.trace_id == trace_id, audit_trace.c.tenant == tenant)).first()
-        if row is None:
+        found = conn.execute(
+            select(audit_trace).where(audit_trace.c.trace_id == trace_id, audit_trace.c.tenant == tenant)
+        ).first()
+        if found is None:
             return None
-        m = dict(row._mapping)
-        if m["chain"] is None or m["seq"] is None:
+        row = StoredTrace.of(found._mapping)
+        if row.chain is None or row.seq is None:
             raise Conflict("trace: written before the audit chain existed, so no checkpoint covers it")
-        chain, seq = m["chain"], int(m["seq"])
+        chain, seq = row.chain, row.seq
         checkpoints = attested.by_chain.get(chain, [])
         refused = min((c.refused[0] for c in checkpoints if c.refused), default=None)
         under = [c for c in checkpoints if c.tree and c.size >= seq and not (refused is not None and refused <= seq)]
@@ -59,16 +60,16 @@ def proof_of(
 
         path = inclusion_proof(seq - 1, checkpoint.size, leaves, cut)
     notes = dict(log_file.notes())
-    version = 2 if row_hash(m) == m["row_hash"] else 1
-    content = hashed_content(m, HASHED if version == 2 else HASHED_V1)
-    return {
-        "format": FORMAT,
-        "trace": {**content, "row_hash": m["row_hash"], "hash_version": version},
-        "leaf_index": seq - 1,
-        "tree_size": checkpoint.size,
-        "inclusion_proof": [base64.b64encode(h).decode() for h in path],
-        "checkpoint": notes[checkpoint.line],
-    }
+    version = 2 if row_hash(row) == row.row_hash else 1
+    content = hashed_content(row, HASHED if version == 2 else HASHED_V1)
+    return TraceProof(
+        format=FORMAT,
+        trace={**content, "row_hash": row.row_hash, "hash_version": version},
+        leaf_index=seq - 1,
+        tree_size=checkpoint.size,
+        inclusion_proof=[base64.b64encode(h).decode() for h in path],
+        checkpoint=notes[checkpoint.line],
+    )
 
 
 def verify_proof(document: Any, verifier: Verifier | Sequence[Verifier]) -> tuple[bool, str]:

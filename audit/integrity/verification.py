@@ -9,15 +9,18 @@ are reported as not yet checkpointed, never as verified. See docs/audit-chain.md
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection, Engine
 
+from api.audit import ChainReport
 from audit.chain import anchor_of, audit_trace, chain_of, chains_in
-from audit.integrity.checkpoints import Attested, Checkpoint, adoption_of, cut_of, impossible_mark, unfiled_marks
+from audit.integrity.checkpoints import Adoption, Attested, Checkpoint, adoption_of, cut_of, impossible_mark, unfiled_marks
 from audit.integrity.merkle import Range
+from audit.integrity.reports import CheckpointSeen, CheckpointsRead, Verified, chain_line
 from audit.integrity.walk import Break, Walk, moved_out_of_chains, rollup_break, unchained_rows, walk_chain
 
 
@@ -28,13 +31,17 @@ def verify(
     seal_key: bytes | None = None,
     known: Attested | None = None,
     signer_since: datetime | None = None,
-) -> dict[str, Any]:
+    file_named: bool = True,
+) -> Verified:
     """Check one tenant's chain, or every chain; `ok` is false at the first problem of any, and
     `first_broken` names it. `attested`: the checkpoints to hold the chains against. `seal_key`
     (the service has it, an offline auditor does not): rows past the last checkpoint must carry
     the gateway's seal. `known`: checkpoints the auditor holds from before (`hold_to_known`).
-    `signer_since`: the service's own verify, see `_never_checkpointed`."""
-    report: dict[str, Any] = {"ok": True, "chains": {}, "first_broken": None}
+    `signer_since`: the service's own verify, see `_never_checkpointed`. `file_named`: whether the
+    report names the checkpoint file (the service's own does not: where it keeps it is not a
+    reviewer's business)."""
+    chains: dict[str, ChainReport] = {}
+    counted: list[_Judged] = []
     problems: list[Break] = []
     if attested is not None and known is not None:
         problems += hold_to_known(attested, known)
@@ -57,27 +64,29 @@ def verify(
                 sealed_after=max((c.size for c in checkpoints), default=0),
                 tree=_tree_before(conn, name, checkpoints) if any(c.tree for c in checkpoints) else None,
             )
-            found, entry = _judge(walk, checkpoints, attested is not None)
+            found, judged = _judge(walk, checkpoints, attested is not None)
             rollup = rollup_break(conn, walk)
             if rollup is not None:
                 found.append(rollup)
             if attested is not None and not checkpoints and walk.rows and walk.broken is None:
                 found += _never_checkpointed(conn, walk, attested, name, signer_since)
-            entry["ok"] = not found
-            report["chains"][name] = entry
+            chains[name] = judged.line(not found)
+            counted.append(judged)
             problems.extend(found)
-        if tenant is None:
-            report["rows_before_chaining"] = unchained_rows(conn)
+        unchained = unchained_rows(conn) if tenant is None else None
+    opened: dict[str, Any] = {}
+    if unchained is not None:
+        opened["rows_before_chaining"] = unchained
     if attested is not None:
         problems = [Break("-", None, None, f"checkpoint file line {line}: {what}") for line, what in attested.problems] + problems
         last = attested.last(names)
-        report["checkpoints"] = {"file": attested.file, "notes": attested.notes, "last": _last(last)}
-        report["checkpointed"] = sum(c.get("checkpointed", 0) for c in report["chains"].values())
-        report["not_yet_checkpointed"] = sum(c.get("not_yet_checkpointed", 0) for c in report["chains"].values())
+        named = {"file": attested.file} if file_named else {}
+        opened["checkpoints"] = CheckpointsRead(**named, notes=attested.notes, last=CheckpointSeen.of(last) if last else None)
+        opened["checkpointed"] = sum(j.checkpointed or 0 for j in counted)
+        opened["not_yet_checkpointed"] = sum(j.not_yet_checkpointed or 0 for j in counted)
     if problems:
-        report["ok"], report["first_broken"] = False, problems[0].as_dict()
-        report["problems"] = [p.as_dict() for p in problems]
-    return report
+        opened["problems"] = [p.link() for p in problems]
+    return Verified(ok=not problems, chains=chains, first_broken=problems[0].link() if problems else None, **opened)
 
 
 GRACE = timedelta(minutes=10)  # a chain may wait this long past the file's newest checkpoint for its first
@@ -169,15 +178,26 @@ def _tree_before(conn: Connection, chain: str, checkpoints: list[Checkpoint]) ->
     return Range() if oldest == 1 else cut_of(checkpoints, oldest)
 
 
-def _last(checkpoint: Checkpoint | None) -> dict[str, Any] | None:
-    return None if checkpoint is None else {"chain": checkpoint.chain, **checkpoint.as_dict()}
+@dataclass(frozen=True, slots=True)
+class _Judged:
+    """One walked chain held against its checkpoints: what its line in the report says, but whether
+    it held, which later checks of the chain may still decide."""
+
+    rows: int
+    checkpointed: int | None = None  # with checkpoints: the rows they cover, and those they do not yet
+    not_yet_checkpointed: int | None = None
+    last: Checkpoint | None = None
+    adopted: Adoption | None = None
+
+    def line(self, ok: bool) -> ChainReport:
+        return chain_line(self.rows, ok, self.adopted, self.checkpointed, self.not_yet_checkpointed, self.last)
 
 
-def _judge(walk: Walk, checkpoints: list[Checkpoint], with_checkpoints: bool) -> tuple[list[Break], dict[str, Any]]:
+def _judge(walk: Walk, checkpoints: list[Checkpoint], with_checkpoints: bool) -> tuple[list[Break], _Judged]:
     """The problems of one walked chain against its checkpoints, and its line in the report."""
     chain = walk.chain
     problems = [walk.broken] if walk.broken is not None else []
-    entry: dict[str, Any] = {"rows": walk.rows, "ok": True}
+    judged = _Judged(walk.rows)
     if with_checkpoints:
         problems += [p for c in sorted(checkpoints, key=lambda c: c.size) if (p := _against(walk, c)) is not None]
         oldest = max((c.oldest for c in checkpoints), default=1)
@@ -192,21 +212,21 @@ def _judge(walk: Walk, checkpoints: list[Checkpoint], with_checkpoints: bool) ->
                 )
             )
         covered = min(max((c.size for c in checkpoints), default=0), walk.head)
-        entry["checkpointed"] = max(0, covered - walk.first + 1)
-        entry["not_yet_checkpointed"] = max(0, walk.head - max(covered, walk.first - 1)) if walk.broken is None else 0
-        entry["last_checkpoint"] = _last(max(checkpoints, key=lambda c: c.size)) if checkpoints else None
         problems += [
             Break(chain, None, None, f"the checkpoint signed {c.time} (file line {c.line}): {why}")
             for c in checkpoints
             if (why := impossible_mark(c)) is not None
         ]
-        adopted = adoption_of(checkpoints)
-        if adopted is not None:  # never dropped for passing: an operator's trust, not a signer's sight
-            entry["adopted"] = adopted.as_dict()
+        judged = _Judged(
+            walk.rows,
+            checkpointed=max(0, covered - walk.first + 1),
+            not_yet_checkpointed=max(0, walk.head - max(covered, walk.first - 1)) if walk.broken is None else 0,
+            last=max(checkpoints, key=lambda c: c.size) if checkpoints else None,
+            adopted=adoption_of(checkpoints),  # never dropped for passing: an operator's trust, not a signer's sight
+        )
     if walk.unsealed is not None and walk.broken is None:
         problems.append(walk.unsealed)
-    entry["ok"] = not problems
-    return problems, entry
+    return problems, judged
 
 
 def _against(walk: Walk, checkpoint: Checkpoint) -> Break | None:

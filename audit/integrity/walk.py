@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
+from api.audit import BrokenLink
 from audit.chain import (
     GENESIS,
     audit_anchor,
@@ -38,8 +39,9 @@ class Break:
     trace_id: str | None
     reason: str
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"chain": self.chain, "seq": self.seq, "trace_id": self.trace_id, "reason": self.reason}
+    def link(self) -> BrokenLink:
+        """The break as a report names it (api.audit.BrokenLink)."""
+        return BrokenLink(chain=self.chain, seq=self.seq, trace_id=self.trace_id, reason=self.reason)
 
 
 @dataclass(slots=True)

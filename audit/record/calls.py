@@ -1,304 +1,245 @@
-"""One record per kind of call that is not a retrieve: what its handler knows, left once on the trace.
+"""The records of the calls that are not a retrieve: what a handler knows, left once on the trace.
 
 A handler builds its call's record when it knows what the call did and leaves it with
-`TraceBuilder.record`; the record fills the lineage parts of its kind and no others, exactly as the
-stored rows have always held them (rows are hash-chained and signed: a record changes nothing of
-the stored JSON, tests/audit/test_call_records.py holds every kind to its bytes).
+`TraceBuilder.record`. Each record is the part it stores (audit.record.records): `KeyCreated` is the
+`keys` part of a key creation, its fields the part's keys, so the stored rows are exactly what they
+have always been (rows are hash-chained and signed: tests/audit/test_call_records.py holds every
+kind to its bytes). The lineage of each kind of call (audit.record.kinds) is made of these.
 
 Retrieve and expand are not here: a call denied or failing half-way must still leave what it
 reached, so each of their stages leaves its own record as it ends (audit.record.retrieval). Nor are
-the parts every call shares, which `governed` fills (channel, otel, admission).
-
-A record whose fields are exactly its part's is that part (a subclass of it and of
-`lineage.IsItsPart`): the fields are declared once, in audit.record.lineage, and the record is what
-the lineage holds. The others keep their own fields: a narrower view of a part another record shares
-(`WriteRecord`, `AuditSessionRecord`), or a value other code builds by position (`PolicyReloaded`).
+the parts every call has, which the governed path leaves (audit.record.lineage: channel, otel,
+admission).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from typing import Any, Protocol
+from typing import Any
 
-from audit.record.lineage import (
-    AuditExportRecord,
-    AuditReadRecord,
-    AuditSessionRecord,
-    AuditVerifyRecord,
-    ChangeRecord,
-    DocumentRecord,
-    FeedbackRecord,
-    IsItsPart,
-    KeysRecord,
-    Lineage,
-    MergeRecord,
-    PolicyExplainRecord,
-    PolicyImpactRecord,
-    PolicyReloadRecord,
-    RouteRecord,
-    WriteRecord,
-)
-
-
-class CallRecord(Protocol):
-    """A kind of call's record: frozen, and it fills the lineage parts of its kind."""
-
-    def fill(self, lineage: Lineage) -> None: ...
-
-
-def _fields(record: Any) -> dict[str, Any]:
-    """A record's fields by name, for the part of the same fields (every one set, as it was stored)."""
-    return {f.name: getattr(record, f.name) for f in fields(record)}
-
+from audit.record.parts import Fingerprint, Ms
+from audit.record.records import Part, Parts
 
 # Writes (role `ingest`).
 
 
-@dataclass(frozen=True, slots=True)
-class ItemsWritten:
+class ItemsWritten(Part):
     """PUT /v1/items, PUT /v1/edges: counts only."""
 
-    received: int
-    created: int
-    updated: int
-    unchanged: int
-    rejected: int
-
-    def fill(self, lineage: Lineage) -> None:
-        lineage.ingest = WriteRecord(**_fields(self))
+    key = "ingest"
+    received: int | None = None
+    created: int = 0
+    updated: int = 0
+    unchanged: int | None = None
+    rejected: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class EntityWritten:
+class EntityWritten(Part):
     """PUT /v1/entities/{id}: counts only."""
 
-    created: int
-    updated: int
-    rejected: int
-
-    def fill(self, lineage: Lineage) -> None:
-        lineage.entity = WriteRecord(**_fields(self))
+    key = "entity"
+    created: int = 0
+    updated: int = 0
+    rejected: int = 0
 
 
-class DocumentWritten(DocumentRecord, IsItsPart):
+class DocumentWritten(Part):
     """PUT /v1/documents/{id}: which document, its hash, and what happened to its pieces."""
+
+    key = "document"
+    document: str
+    sha256: str
+    changed: bool
+    pieces: int
+    created: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    removed: int = 0
 
     @classmethod
     def of(cls, report: Mapping[str, Any]) -> DocumentWritten:
         """The record of a document write's report (gateway.writes.items.ingest_document)."""
         return cls(**{name: report[name] for name in cls.model_fields})
 
-    def fill(self, lineage: Lineage) -> None:
-        lineage.document = self
+
+class EntityMerged(Part):
+    """POST /v1/entities/{id}/merge: which entity went into which (ids only). The subject report
+    follows these from the chain as well as from the entity envelopes, so an envelope edited in the
+    database cannot take a merged id out of a data subject's report."""
+
+    key = "merge"
+    changed: int | bool = 0
+    entity: str | None = None
+    into: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class EntityMerged:
-    """POST /v1/entities/{id}/merge: which entity went into which (ids only)."""
-
-    changed: int | bool
-    entity: str
-    into: str
-
-    def fill(self, lineage: Lineage) -> None:
-        lineage.merge = MergeRecord(**_fields(self))
-
-
-class EntityTombstoned(ChangeRecord, IsItsPart):
+class EntityTombstoned(Part):
     """DELETE /v1/entities/{id}: whether the mark changed anything, and how many items it hid."""
 
-    def fill(self, lineage: Lineage) -> None:
-        lineage.tombstone = self
+    key = "tombstone"
+    changed: int | bool = 0
+    hidden_items: int | None = None
 
 
 # Key admin (role `key_admin`): key ids and counts, never a secret or its hash.
 
 
-@dataclass(frozen=True, slots=True)
-class KeysListed:
-    count: int
-
-    def fill(self, lineage: Lineage) -> None:
-        lineage.keys = KeysRecord(listed=self.count)
+class KeysListed(Part):
+    key = "keys"
+    listed: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class KeyCreated:
-    key_id: str
-
-    def fill(self, lineage: Lineage) -> None:
-        lineage.keys = KeysRecord(created=self.key_id)
+class KeyCreated(Part):
+    key = "keys"
+    created: str | None = None  # the key id
 
 
-@dataclass(frozen=True, slots=True)
-class KeyRevoked:
-    key_id: str
-    changed: bool
-    sessions_ended: int
-
-    def fill(self, lineage: Lineage) -> None:
-        lineage.keys = KeysRecord(revoked=self.key_id, changed=self.changed, sessions_ended=self.sessions_ended)
+class KeyRevoked(Part):
+    key = "keys"
+    revoked: str | None = None  # the key id
+    changed: bool | None = None
+    sessions_ended: int | None = None
 
 
 # Audit reads (role `auditor`, over the API and the audit pages).
 
 
-@dataclass(frozen=True, slots=True)
-class AuditListed:
+class AuditListed(Part):
     """A list, an overview or a subject report: how many calls it counted or showed."""
 
-    listed: int
-
-    def fill(self, lineage: Lineage) -> None:
-        lineage.audit_read = AuditReadRecord(listed=self.listed)
+    key = "audit_read"
+    listed: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class TraceRead:
+class TraceRead(Part):
     """One trace, or its inclusion proof."""
 
-    trace_id: str
-
-    def fill(self, lineage: Lineage) -> None:
-        lineage.audit_read = AuditReadRecord(trace=self.trace_id)
+    key = "audit_read"
+    trace: str | None = None  # its trace id
 
 
-@dataclass(frozen=True, slots=True)
-class AuditExported:
+class AuditExported(Part):
     """The rows as JSON lines or CSV; `report` names a report exported (a subject's calls)."""
 
-    format: str
+    key = "audit_export"
+    omittable = frozenset({"report"})
+    format: str | None = None
     report: str | None = None
 
-    def fill(self, lineage: Lineage) -> None:
-        lineage.audit_export = (
-            AuditExportRecord(format=self.format, report=self.report) if self.report else AuditExportRecord(format=self.format)
-        )
 
+class EvidenceExported(Part):
+    """An evidence pack of [since, until): the period's instants and its rows (as text, as the pack's
+    row first wrote them)."""
 
-@dataclass(frozen=True, slots=True)
-class EvidenceExported:
-    """An evidence pack of [since, until): the period's instants and its rows."""
-
-    since: str
-    until: str
-    rows: int
-
-    def fill(self, lineage: Lineage) -> None:
-        lineage.audit_export = AuditExportRecord(format="evidence", since=self.since, until=self.until, rows=str(self.rows))
-
-
-class ChainVerified(AuditVerifyRecord, IsItsPart):
-    """A verify of the tenant's chains: whether it held, over how many rows, how many are checkpointed."""
+    key = "audit_export"
+    format: str | None = None  # "evidence"
+    since: str | None = None
+    until: str | None = None
+    rows: str | None = None
 
     @classmethod
-    def of(cls, report: Mapping[str, Any]) -> ChainVerified:
-        """The record of a verify report (audit.integrity)."""
-        return cls(
-            ok=report["ok"],
-            rows=sum(c["rows"] for c in report["chains"].values()),
-            checkpointed=report.get("checkpointed"),
-            not_yet_checkpointed=report.get("not_yet_checkpointed"),
-        )
-
-    def fill(self, lineage: Lineage) -> None:
-        lineage.audit_verify = self
+    def of(cls, since: str, until: str, rows: int) -> EvidenceExported:
+        return cls(format="evidence", since=since, until=until, rows=str(rows))
 
 
-@dataclass(frozen=True, slots=True)
-class SessionOpened:
+class ChainVerified(Part):
+    """A verify of the tenant's chains: whether it held, over how many rows, how many are checkpointed."""
+
+    key = "audit_verify"
+    ok: bool
+    rows: int
+    checkpointed: int | None = None  # rows covered by a signed checkpoint
+    not_yet_checkpointed: int | None = None
+
+
+class SessionOpened(Part):
     """An audit-page sign-in: the key's id, a prefix of the session's id, when it expires."""
 
-    key_id: str
-    session: str
-    expires_at: str
-
-    def fill(self, lineage: Lineage) -> None:
-        lineage.audit_session = AuditSessionRecord(**_fields(self))
+    key = "audit_session"
+    key_id: str | None = None
+    session: str | None = None
+    expires_at: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class SessionEnded:
-    """An audit-page sign-out: the session it ended, or None when there was none left to end."""
+class SessionEnded(Part):
+    """An audit-page sign-out: `signed_out` and the session it ended, or `already` when there was no
+    session left to end."""
 
-    session: str | None
+    key = "audit_session"
+    omittable = frozenset({"session"})
+    ended: str | None = None
+    session: str | None = None
 
-    def fill(self, lineage: Lineage) -> None:
-        if self.session:
-            lineage.audit_session = AuditSessionRecord(ended="signed_out", session=self.session)
-        else:
-            lineage.audit_session = AuditSessionRecord(ended="already")
+    @classmethod
+    def of(cls, session: str | None) -> SessionEnded:
+        return cls(ended="signed_out", session=session) if session else cls(ended="already")
 
 
 # Agent reports on one of its own retrieve calls.
 
 
-@dataclass(frozen=True, slots=True)
-class ReportedOn:
+class ReportedOn(Parts):
     """The trace an agent reports on, left as soon as it is found: a report that turns out malformed
     still names the call it was about."""
 
-    trace_id: str
-
-    def fill(self, lineage: Lineage) -> None:
-        lineage.about = self.trace_id
+    about: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class UsageReported:
-    """The returned items the agent used, how many ids it named that the call never returned, and the
-    entities the used items name."""
+class UsageReported(Parts):
+    """The returned items the agent used, the entities they name (None when none), and how many ids
+    it named that the call never returned."""
 
-    used: tuple[str, ...]
-    not_returned: int
-    used_about: tuple[str, ...] = ()
-
-    def fill(self, lineage: Lineage) -> None:
-        lineage.used, lineage.not_returned_by_that_call = list(self.used), self.not_returned
-        lineage.used_about = list(self.used_about) or None
+    used: tuple[str, ...] | None = None
+    used_about: tuple[str, ...] | None = None  # the entities the used items name, as that call's trace recorded
+    not_returned_by_that_call: int | None = None
 
 
-class FeedbackGiven(FeedbackRecord, IsItsPart):
+class FeedbackGiven(Part):
     """A rating and a keyed fingerprint of the comment (free text: it may hold anything)."""
 
-    def fill(self, lineage: Lineage) -> None:
-        lineage.feedback = self
+    key = "feedback"
+    rating: str | int | None = None
+    comment: Fingerprint | None = None
 
 
 # Policy admin (role `policy_admin`).
 
 
-@dataclass(frozen=True, slots=True)
-class PolicyReloaded:
+class PolicyReloaded(Part):
     """A reload: what started it, `switched`, `unchanged` or `rejected`, the revisions, the
-    candidate's errors. gateway.policy.reload.ReloadResult is one."""
+    candidate's errors, how long it took. gateway.policy.reload.ReloadResult is one."""
 
+    key = "policy_reload"
     trigger: str
     status: str
     revision: str  # in force after the reload
     previous: str
     candidate: str | None = None
     errors: tuple[str, ...] = ()
-    ms: float = 0.0
-
-    def part(self) -> PolicyReloadRecord:
-        return PolicyReloadRecord(**{**_fields(self), "errors": list(self.errors), "ms": round(self.ms, 3)})
-
-    def fill(self, lineage: Lineage) -> None:
-        lineage.policy_reload = self.part()
+    ms: Ms | None = None
 
 
-class PolicyExplained(PolicyExplainRecord, IsItsPart):
+class PolicyExplained(Part):
     """An explain: the hypothetical actor's principal and task type, how many items, the revisions."""
 
-    def fill(self, lineage: Lineage) -> None:
-        lineage.policy_explain = self
+    key = "policy_explain"
+    actor: str | None = None
+    task: str | None = None
+    items: int | None = None
+    in_force: str | None = None
+    candidate: str | None = None
 
 
-class PolicyImpactRun(PolicyImpactRecord, IsItsPart):
+class PolicyImpactRun(Part):
     """An impact run: the candidate's revision, the calls replayed, the decisions that flip, the items
     newly allowed and newly denied."""
+
+    key = "policy_impact"
+    candidate_revision: str | None = None
+    replayed: int | None = None
+    flips: int | None = None
+    newly_allowed: int | None = None
+    newly_denied: int | None = None
 
     @classmethod
     def of(cls, report: Mapping[str, Any]) -> PolicyImpactRun:
@@ -311,25 +252,13 @@ class PolicyImpactRun(PolicyImpactRecord, IsItsPart):
             newly_denied=report["items"]["newly_denied"]["count"],
         )
 
-    def fill(self, lineage: Lineage) -> None:
-        lineage.policy_impact = self
-
 
 # Calls of no handler of their own.
 
 
-class Unrouted(RouteRecord, IsItsPart):
+class Unrouted(Part):
     """A call no route took (404, 405): its method and a keyed fingerprint of its path, never the path."""
 
-    def fill(self, lineage: Lineage) -> None:
-        lineage.route = self
-
-
-@dataclass(frozen=True, slots=True)
-class McpMessage:
-    """An MCP message that is no tool call (`initialize`, `tools/list`, a refused frame): its channel."""
-
-    channel: str = "mcp"
-
-    def fill(self, lineage: Lineage) -> None:
-        lineage.channel = self.channel
+    key = "route"
+    method: str | None = None
+    path: Fingerprint | None = None

@@ -4,11 +4,12 @@ cited → used, as the agent reported. Every entry links to the calls that retur
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
-from audit.record.lineage import read_lineage
+from audit.record.kinds import RetrieveCall
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,14 +36,24 @@ class Stage:
     absent: str = "none"
 
 
-def _entries(ids: list[str] | None) -> tuple[Entry, ...]:
+def _entries(ids: Iterable[str] | None) -> tuple[Entry, ...]:
     return tuple(Entry(i) for i in ids or ())
 
 
 def lineage_stages(trace: dict[str, Any]) -> tuple[Stage, ...]:
+    """The stages of a trace given as its stored columns (`endpoint`, `lineage`, and the `used` reported later)."""
+    if trace.get("endpoint", "retrieve") != "retrieve":
+        return ()
+    return stages_of(RetrieveCall.read(trace.get("lineage")), trace.get("used") or ())
+
+
+def stages_of(lineage: RetrieveCall | None, used: Sequence[str]) -> tuple[Stage, ...]:
     """A call's items in the order they moved through it: what each source found, what was dropped
-    and why, what was returned, what the model saw and cited, and what the agent says it used."""
-    lineage = read_lineage(trace.get("lineage"))
+    and why, what was returned, what the model saw and cited, and what the agent says it used
+    (`used`, from the rows it reported later), from its lineage as read (audit.review's WholeTrace).
+    Only a retrieve (or an expand) moves items: any other call (None) has none."""
+    if lineage is None:
+        return ()
     if lineage.retrieved is None and lineage.packed is None:
         return ()
     by_policy = tuple(Entry(d.id, d.reason) for d in lineage.dropped_by_policy or ())
@@ -66,5 +77,5 @@ def lineage_stages(trace: dict[str, Any]) -> tuple[Stage, ...]:
         Stage("packed", "Returned to the agent", (Group(None, _entries(lineage.packed)),)),
         Stage("sent", "Sent to the model", (Group(None, _entries(synthesis.sent if synthesis else None)),), no_synthesis),
         Stage("cited", "Cited by the model", (Group(None, _entries(synthesis.cited if synthesis else None)),), no_synthesis),
-        Stage("used", "Used, as the agent reported", (Group(None, _entries(trace.get("used"))),), "none reported"),
+        Stage("used", "Used, as the agent reported", (Group(None, _entries(list(used))),), "none reported"),
     )

@@ -11,6 +11,8 @@ types and columns the trail already holds.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -18,6 +20,25 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 
 from audit.chain import anchor_of, audit_facet, audit_rollup, audit_trace, chain_of, utc_instant
+from audit.review.answers import (
+    ActorCalls,
+    ActorItems,
+    Bar,
+    Before,
+    Calls,
+    ChainState,
+    Denials,
+    Figures,
+    LastCheck,
+    Masking,
+    Overview,
+    Period,
+    ReasonCalls,
+    Returned,
+    Revision,
+    TaskCalls,
+    TypeCalls,
+)
 from core.audit_facts import HOUR_S, OUTCOMES, hour_of, tally_rows
 
 BUCKET_HOURS = (1, 3, 6, 12, 24, 48, 168)  # the chart's bar width: the first that gives at most MAX_BARS
@@ -53,88 +74,95 @@ def _sum(tally: Tally, measure: str) -> Counter[str]:
     return total
 
 
-def _ranked(counts: Counter[str], name: str, value: str, top: int | None = None) -> list[dict[str, Any]]:
+def _ranked(counts: Counter[str], top: int | None = None) -> list[tuple[str, int]]:
     ordered = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    return [{name: key, value: n} for key, n in (ordered[:top] if top else ordered)]
+    return ordered[:top] if top else ordered
 
 
 def _rate(denied: int, decided: int) -> float | None:
     return round(denied / decided, 4) if decided else None
 
 
-def figures_of(tally: Tally, since: datetime, until: datetime) -> dict[str, Any]:
+@dataclass(slots=True)
+class _InForce:
+    """A revision's calls over the period, as the counts are read."""
+
+    revision: str | None
+    first_hour: int
+    calls: int = 0
+    denied: int = 0
+    decided: int = 0
+
+    def rate(self) -> float | None:
+        return _rate(self.denied, self.decided)
+
+
+def figures_of(tally: Tally, since: datetime, until: datetime) -> Figures:
     """The overview's figures from the (hour, measure, key) counts of the period's rows."""
     since, until = _aware(since), _aware(until)
     width = bucket_hours(since, until)
     first = hour_of(since)
     bars = max(1, -(-(hour_of(until - timedelta(microseconds=1)) - first + 1) // width))
-    timeline: list[dict[str, Any]] = [
-        {
-            "start": _instant(max(since, _at(first + i * width))),
-            "end": _instant(min(until, _at(first + (i + 1) * width))),
-            "by_outcome": dict.fromkeys(OUTCOMES, 0),
-        }
-        for i in range(bars)
-    ]
+    by_bar: list[dict[str, int]] = [dict.fromkeys(OUTCOMES, 0) for _ in range(bars)]
     by_outcome: Counter[str] = Counter()
-    revisions: dict[str, dict[str, Any]] = {}
+    revisions: dict[str, _InForce] = {}
     for (hour, measure, key), n in sorted(tally.items()):
         if measure != CALLS:
             continue
         result, _, revision = key.partition("|")
         by_outcome[result] += n
         slot = min(max((hour - first) // width, 0), bars - 1)
-        timeline[slot]["by_outcome"][result] = timeline[slot]["by_outcome"].get(result, 0) + n
-        entry = revisions.setdefault(
-            revision, {"revision": revision or None, "first_hour": hour, "calls": 0, "denied": 0, "decided": 0}
-        )
-        entry["first_hour"] = min(entry["first_hour"], hour)
-        entry["calls"] += n
+        by_bar[slot][result] = by_bar[slot].get(result, 0) + n
+        entry = revisions.setdefault(revision, _InForce(revision or None, hour))
+        entry.first_hour = min(entry.first_hour, hour)
+        entry.calls += n
         if result in ("allow", "deny"):
-            entry["decided"] += n
-            entry["denied"] += n if result == "deny" else 0
-    in_force = sorted(revisions.values(), key=lambda r: (r["first_hour"], r["revision"] or ""))
-    revision_list = []
-    for i, entry in enumerate(in_force):
-        before = in_force[i - 1] if i else None
-        revision_list.append(
-            {
-                "revision": entry["revision"],
-                "first_seen": _instant(max(since, _at(entry["first_hour"]))),
-                "calls": entry["calls"],
-                "denied": entry["denied"],
-                "denial_rate": _rate(entry["denied"], entry["decided"]),
-                "before": None
-                if before is None
-                else {"revision": before["revision"], "denial_rate": _rate(before["denied"], before["decided"])},
-            }
-        )
+            entry.decided += n
+            entry.denied += n if result == "deny" else 0
+    in_force = sorted(revisions.values(), key=lambda r: (r.first_hour, r.revision or ""))
     returned = _sum(tally, "returned")
     placeholders = _sum(tally, "placeholders")
-    return {
-        "period": {"since": _instant(since), "until": _instant(until), "bucket_hours": width},
-        "calls": {"total": sum(by_outcome.values()), "by_outcome": {o: by_outcome.get(o, 0) for o in OUTCOMES}},
-        "timeline": timeline,
-        "denials": {
-            "total": by_outcome.get("deny", 0),
-            "by_reason": _ranked(_sum(tally, "denied_reason"), "reason", "calls"),
-            "by_task": _ranked(_sum(tally, "denied_task"), "task", "calls"),
-        },
-        "returned": {
-            "items": sum(returned.values()),
-            "by_sensitivity": dict(sorted(returned.items())),
-            "restricted_by_actor": _ranked(_sum(tally, "restricted_by"), "actor", "items", TOP),
-        },
-        "masking": {
-            "items_masked": sum(_sum(tally, "masked_items").values()),
-            "placeholders": sum(placeholders.values()),
-            "placeholders_by_type": dict(sorted(placeholders.items())),
-            "reveals_by_type": _ranked(_sum(tally, "revealed"), "type", "calls"),
-            "reveals_by_actor": _ranked(_sum(tally, "revealed_by"), "actor", "calls", TOP),
-        },
-        "revisions": revision_list,
-        "endpoints": dict(sorted(_sum(tally, "endpoint").items())),
-    }
+    return Figures(
+        period=Period(since=_instant(since), until=_instant(until), bucket_hours=width),
+        calls=Calls(total=sum(by_outcome.values()), by_outcome={o: by_outcome.get(o, 0) for o in OUTCOMES}),
+        timeline=[
+            Bar(
+                start=_instant(max(since, _at(first + i * width))),
+                end=_instant(min(until, _at(first + (i + 1) * width))),
+                by_outcome=counts,
+            )
+            for i, counts in enumerate(by_bar)
+        ],
+        denials=Denials(
+            total=by_outcome.get("deny", 0),
+            by_reason=[ReasonCalls(reason=k, calls=n) for k, n in _ranked(_sum(tally, "denied_reason"))],
+            by_task=[TaskCalls(task=k, calls=n) for k, n in _ranked(_sum(tally, "denied_task"))],
+        ),
+        returned=Returned(
+            items=sum(returned.values()),
+            by_sensitivity=dict(sorted(returned.items())),
+            restricted_by_actor=[ActorItems(actor=k, items=n) for k, n in _ranked(_sum(tally, "restricted_by"), TOP)],
+        ),
+        masking=Masking(
+            items_masked=sum(_sum(tally, "masked_items").values()),
+            placeholders=sum(placeholders.values()),
+            placeholders_by_type=dict(sorted(placeholders.items())),
+            reveals_by_type=[TypeCalls(type=k, calls=n) for k, n in _ranked(_sum(tally, "revealed"))],
+            reveals_by_actor=[ActorCalls(actor=k, calls=n) for k, n in _ranked(_sum(tally, "revealed_by"), TOP)],
+        ),
+        revisions=[
+            Revision(
+                revision=entry.revision,
+                first_seen=_instant(max(since, _at(entry.first_hour))),
+                calls=entry.calls,
+                denied=entry.denied,
+                denial_rate=entry.rate(),
+                before=None if i == 0 else Before(revision=in_force[i - 1].revision, denial_rate=in_force[i - 1].rate()),
+            )
+            for i, entry in enumerate(in_force)
+        ],
+        endpoints=dict(sorted(_sum(tally, "endpoint").items())),
+    )
 
 
 def period_tally(engine: Engine, tenant: str, since: datetime, until: datetime) -> Tally:
@@ -180,12 +208,12 @@ def period_tally(engine: Engine, tenant: str, since: datetime, until: datetime) 
     return tally
 
 
-def figures(engine: Engine, tenant: str, since: datetime, until: datetime) -> dict[str, Any]:
+def figures(engine: Engine, tenant: str, since: datetime, until: datetime) -> Figures:
     """The overview's figures of the tenant's chain over [since, until)."""
     return figures_of(period_tally(engine, tenant, since, until), since, until)
 
 
-def chain_state(engine: Engine, tenant: str, signer: dict[str, object] | None) -> dict[str, Any]:
+def chain_state(engine: Engine, tenant: str, signer: Mapping[str, Any] | None) -> ChainState:
     """The chain at a glance: its rows, the last full check of it recorded in the trail (a verify
     call's own row), and what the signer knows (`Checkpointer.state`, None without a signing key)."""
     chain = chain_of(tenant)
@@ -203,22 +231,20 @@ def chain_state(engine: Engine, tenant: str, signer: dict[str, object] | None) -
             else None
         )
         oldest = anchor_of(conn, chain)
-    rows = int(head) - oldest + 1 if head else 0
-    state: dict[str, Any] = {
-        "rows": rows,
-        "head": int(head or 0),
-        "last_check": None
+    last_check = (
+        None
         if checked is None
-        else {
-            "trace_id": checked.trace_id,
-            "at": utc_instant(checked.created_at),
-            "by": checked.actor,
-            "intact": checked.value == "ok",
-        },
-        "signed": signer is not None,
-    }
-    if signer is not None:
-        signed_size = int(signer["signed_size"])  # type: ignore[call-overload]
-        state.update(signer)
-        state["not_yet_checkpointed"] = max(0, int(head or 0) - signed_size)
-    return state
+        else LastCheck(
+            trace_id=checked.trace_id, at=utc_instant(checked.created_at), by=checked.actor, intact=checked.value == "ok"
+        )
+    )
+    rows = int(head) - oldest + 1 if head else 0
+    if signer is None:
+        return ChainState(rows=rows, head=int(head or 0), last_check=last_check, signed=False)
+    not_yet = max(0, int(head or 0) - int(signer["signed_size"]))
+    return ChainState(rows=rows, head=int(head or 0), last_check=last_check, signed=True, **signer, not_yet_checkpointed=not_yet)
+
+
+def period_overview(engine: Engine, tenant: str, since: datetime, until: datetime, signer: Mapping[str, Any] | None) -> Overview:
+    """The overview of the tenant's chain over [since, until): the figures and the chain's state."""
+    return Overview(figures(engine, tenant, since, until), chain_state(engine, tenant, signer))

@@ -13,18 +13,20 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from pydantic import BaseModel
 from sqlalchemy import ColumnElement, false, or_, select
 from sqlalchemy.engine import Engine
 
-from audit.chain import audit_facet, audit_item, audit_trace, chain_of, derived
-from audit.chain import utc_instant as _instant
-from audit.record import read_lineage
+from api.audit import FeedbackRef, Trace, TraceList, TraceSummary
+from audit.chain import COLUMNS, StoredTrace, audit_facet, audit_item, audit_trace, chain_of, derived, hashed_content, selection
+from audit.record import FeedbackCall, Lineage, UsageCall, read_lineage
 from core.audit_facts import RETRIEVAL, SUBJECT, SUBJECT_STAGES, facts_of, outcome
 from core.csv_cells import csv_line
 
 MAX_PAGE = 200
 EXPORT_CHUNK_BYTES = 64 * 1024  # one response chunk per ~64 KiB, not per row
-EXPORT_COLUMNS = (
+# What an export holds of each row, in its order (its CSV header).
+EXPORT_COLUMNS = selection(
     "trace_id",
     "created_at",
     "tenant",
@@ -40,6 +42,23 @@ EXPORT_COLUMNS = (
     "row_hash",
     "lineage",
 )
+
+
+# The contract's name of a column where it is not the column's own (api.audit.TraceSummary's `task`).
+WIRE_NAMES = {"task": "task_type"}
+
+
+def answered(model: type[BaseModel]) -> dict[str, str]:
+    """The fields of one of the contract's answers that are columns of the row, each with its column:
+    a named selection of StoredTrace's columns, derived from the contract instead of restated."""
+    named = {name: WIRE_NAMES.get(name, name) for name in model.model_fields}
+    return {name: column for name, column in named.items() if column in COLUMNS}
+
+
+LISTED = answered(TraceSummary)  # the review list shows columns only
+if LISTED.keys() != TraceSummary.model_fields.keys():
+    raise ValueError("api.audit.TraceSummary: every field of the review list is a column of the audit row")
+SHOWN = answered(Trace)  # one trace whole: those and more; what the agent reported later is read from its own rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,55 +164,56 @@ def _outcome_where(result: str) -> list[ColumnElement[bool]]:
     return [false()]
 
 
-def summary(m: Any) -> dict[str, Any]:
-    return {
-        "trace_id": m["trace_id"],
-        "created_at": _instant(m["created_at"]),
-        "actor": m["actor"],
-        "endpoint": m["endpoint"],
-        "task": m["task_type"],
-        "decision": m["decision"],
-        "status_code": m["status_code"],
-        "error_code": m["error_code"],
-        "policy_revision": m["policy_revision"],
-        "seq": m["seq"],
-    }
+def summary(row: StoredTrace) -> TraceSummary:
+    """The row as the review list shows it."""
+    return TraceSummary(**{name: getattr(row, column) for name, column in LISTED.items()})
 
 
-def list_traces(
-    engine: Engine, tenant: str, filters: Filters, after: int | None, limit: int
-) -> tuple[list[dict[str, Any]], int | None]:
-    """Newest first; `after` is the chain position (seq) of the last row of the previous page. Paged
-    by seq, the (chain, seq) index serves the order: no page sorts the whole chain."""
+def list_traces(engine: Engine, tenant: str, filters: Filters, after: int | None, limit: int) -> TraceList:
+    """Newest first; `after` is the chain position (seq) of the last row of the previous page, and
+    the page's cursor (`c_<seq>`) names its own last row when more follow. Paged by seq, the
+    (chain, seq) index serves the order: no page sorts the whole chain."""
     conditions = _where(tenant, filters)
     if after is not None:
         conditions.append(audit_trace.c.seq < after)
     statement = select(audit_trace).where(*conditions).order_by(audit_trace.c.seq.desc()).limit(min(limit, MAX_PAGE) + 1)
     with engine.connect() as conn:
-        rows = [r._mapping for r in conn.execute(statement)]
+        rows = [StoredTrace.of(r._mapping) for r in conn.execute(statement)]
     page = rows[: min(limit, MAX_PAGE)]
     more = len(rows) > len(page)
-    return [summary(m) for m in page if _returned(m, filters)], (page[-1]["seq"] if more and page else None)
+    return TraceList(
+        traces=[summary(row) for row in page if _returned(row, filters)],
+        cursor=f"c_{page[-1].seq}" if more and page else None,
+    )
 
 
-def _returned(m: Any, filters: Filters) -> bool:
+def _returned(row: StoredTrace, filters: Filters) -> bool:
     """The item filter, checked again against the row's own (hashed) lineage: an index row added by
     someone who can write the database never makes a call look as if it returned the item."""
-    if filters.item is not None and filters.item not in derived(m["lineage"]).packed:
+    if filters.item is not None and filters.item not in derived(row.lineage).packed:
         return False
-    if filters.outcome and outcome(m["endpoint"], m["status_code"], m["decision"]) != filters.outcome:
+    if filters.outcome and outcome(row.endpoint, row.status_code, row.decision) != filters.outcome:
         return False
     asked = filters.facets()
     if not asked and not filters.entity:
         return True
-    facets = facts_of(m).facets
+    facets = facts_of(row.as_dict()).facets
     for facet, value in asked:
         if not any(f == facet and (value is None or v == value) for f, v in facets):
             return False
     return not filters.entity or any(f.startswith(SUBJECT) and v == filters.entity for f, v in facets)
 
 
-def get_trace(engine: Engine, tenant: str, trace_id: str) -> dict[str, Any] | None:
+@dataclass(frozen=True, slots=True)
+class WholeTrace:
+    """One trace whole: the contract's Trace (api.audit), with its lineage read once, for what the
+    trace page and the usage report read of it (stages, sources, reasons, what it returned)."""
+
+    trace: Trace
+    lineage: Lineage
+
+
+def get_trace(engine: Engine, tenant: str, trace_id: str) -> WholeTrace | None:
     """One trace whole, with the usage and feedback the agent reported later (their own rows)."""
     if _unheld(trace_id):
         return None
@@ -203,32 +223,28 @@ def get_trace(engine: Engine, tenant: str, trace_id: str) -> dict[str, Any] | No
         ).first()
         if row is None:
             return None
-        notes = conn.execute(
-            select(audit_trace)
-            .where(audit_trace.c.about == trace_id, audit_trace.c.chain == chain_of(tenant), audit_trace.c.status_code == 200)
-            .order_by(audit_trace.c.pk)
-        ).all()
-    m = row._mapping
-    body = {
-        **summary(m),
-        "tenant": m["tenant"],
-        "policy_engine": m["policy_engine"],
-        "lineage": m["lineage"],
-        "prev_hash": m["prev_hash"],
-        "row_hash": m["row_hash"],
-    }
-    notes_read = [(n._mapping, read_lineage(n._mapping["lineage"])) for n in notes]
-    body["used"] = sorted({i for m, lineage in notes_read if m["endpoint"] == "usage" for i in lineage.used or ()})
-    body["feedback"] = [
-        {
-            "trace_id": m["trace_id"],
-            "created_at": _instant(m["created_at"]),
+        notes = [
+            StoredTrace.of(n._mapping)
+            for n in conn.execute(
+                select(audit_trace)
+                .where(audit_trace.c.about == trace_id, audit_trace.c.chain == chain_of(tenant), audit_trace.c.status_code == 200)
+                .order_by(audit_trace.c.pk)
+            )
+        ]
+    m = StoredTrace.of(row._mapping)
+    notes_read = [(n, read_lineage(n.endpoint, n.lineage)) for n in notes]
+    used = sorted({i for _, lineage in notes_read if isinstance(lineage, UsageCall) for i in lineage.used or ()})
+    feedback = [
+        FeedbackRef(
+            trace_id=n.trace_id,
+            created_at=n.created_at,
             **(lineage.feedback.model_dump(mode="json") if lineage.feedback else {}),
-        }
-        for m, lineage in notes_read
-        if m["endpoint"] == "feedback"
+        )
+        for n, lineage in notes_read
+        if isinstance(lineage, FeedbackCall)
     ]
-    return body
+    trace = Trace(**{name: getattr(m, column) for name, column in SHOWN.items()}, used=used, feedback=feedback)
+    return WholeTrace(trace, read_lineage(m.endpoint, m.lineage))
 
 
 def export(engine: Engine, tenant: str, filters: Filters, fmt: str) -> Iterator[bytes]:
@@ -240,11 +256,11 @@ def export(engine: Engine, tenant: str, filters: Filters, fmt: str) -> Iterator[
     with engine.connect() as conn:
         result = conn.execution_options(stream_results=True, yield_per=500).execute(statement)
         try:
-            for row in result:
-                m = row._mapping
-                if not _returned(m, filters):
+            for found in result:
+                row = StoredTrace.of(found._mapping)
+                if not _returned(row, filters):
                     continue
-                record = {c: (_instant(m[c]) if c == "created_at" else m[c]) for c in EXPORT_COLUMNS}
+                record = hashed_content(row, EXPORT_COLUMNS)  # the instant as the hash writes it
                 if fmt == "csv":
                     line = _csv_line(tuple(json.dumps(v, sort_keys=True) if c == "lineage" else v for c, v in record.items()))
                 else:

@@ -17,7 +17,8 @@ from typing import Any
 from sqlalchemy import or_, select, union_all
 from sqlalchemy.engine import Connection, Engine
 
-from audit.chain import audit_facet, audit_trace, chain_of, utc_instant
+from api.audit import SubjectCall, SubjectReport
+from audit.chain import StoredTrace, audit_facet, audit_trace, chain_of, utc_instant
 from core.audit_facts import MERGE_FACETS, SUBJECT, SUBJECT_STAGES, counts_of, dict_of, merge_of, subject_stages, texts_of
 from core.csv_cells import csv_line, joined
 from core.tables import Item
@@ -82,9 +83,9 @@ def _chain_merges(conn: Connection, tenant: str, frontier: list[str]) -> set[str
     return found
 
 
-def _entry(m: Any, group: set[str]) -> dict[str, Any] | None:
+def _entry(row: StoredTrace, group: set[str]) -> SubjectCall | None:
     """One call of the report, from its own lineage; None when it holds nothing about the group."""
-    lineage = dict_of(m["lineage"])
+    lineage = dict_of(row.lineage)
     reached: set[str] = set()
     for entity, its_stages in subject_stages(lineage).items():
         if entity in group:
@@ -95,32 +96,32 @@ def _entry(m: Any, group: set[str]) -> dict[str, Any] | None:
     about_group = {i for entity, ids in named.items() if entity in group for i in texts_of(ids)}
     packed = texts_of(lineage.get("packed"))
     synthesis, pii, returned = (dict_of(lineage.get(part)) for part in ("synthesis", "pii", "returned"))
-    stages = [s for s in SUBJECT_STAGES if s in reached]
-    return {
-        "trace_id": m["trace_id"],
-        "created_at": utc_instant(m["created_at"]),
-        "actor": m["actor"],
-        "endpoint": m["endpoint"],
-        "channel": lineage.get("channel") or "http",
-        "task": m["task_type"],
-        "decision": m["decision"],
-        "status_code": m["status_code"],
-        "stages": stages,
-        "reached": stages[-1],
-        "items": {
+    stages: list[Any] = [s for s in SUBJECT_STAGES if s in reached]  # SubjectCall checks each is a stage
+    return SubjectCall(
+        trace_id=row.trace_id,
+        created_at=row.created_at,
+        actor=row.actor,
+        endpoint=row.endpoint,
+        channel=lineage.get("channel") or "http",
+        task=row.task_type,
+        decision=row.decision,
+        status_code=row.status_code,
+        stages=stages,
+        reached=stages[-1],
+        items={
             "retrieved": sorted(about_group),
             "returned": sorted(about_group & set(packed)),
             "sent": sorted(about_group & set(texts_of(synthesis.get("sent")))),
             "used": sorted(texts_of(lineage.get("used"))) if "used" in reached else [],
         },
-        "masking": {
+        masking={
             "masked": dict(sorted(counts_of(pii.get("masked")).items())),
             "masked_for_model": dict(sorted(counts_of(synthesis.get("masked_for_model")).items())),
             "items_masked": sum(counts_of({"n": returned.get("masked_items")}).values()),
             "revealed": texts_of(returned.get("revealed")),
         },
-        "about": m["about"],
-    }
+        about=row.about,
+    )
 
 
 def _newest_marked(conn: Connection, group: list[str], before: int | None, k: int) -> list[int]:
@@ -142,13 +143,13 @@ def _newest_marked(conn: Connection, group: list[str], before: int | None, k: in
     return sorted(marked, reverse=True)[:k]
 
 
-def subject_report(engine: Engine, tenant: str, entity_id: str, after: int | None = None, limit: int = 100) -> dict[str, Any]:
+def subject_report(engine: Engine, tenant: str, entity_id: str, after: int | None = None, limit: int = 100) -> SubjectReport:
     """Newest first, paged by the row's key (`c_<pk>`; a chain's keys grow with its positions)."""
     limit = max(1, min(limit, MAX_SUBJECT_PAGE))
     with engine.connect() as conn:
         group = merge_group(conn, tenant, entity_id)
         if not group:
-            return {"entity_id": entity_id, "entities": [], "calls": [], "cursor": None}
+            return SubjectReport(entity_id=entity_id, entities=[], calls=[], cursor=None)
         kept: list[int] = []
         before, k = after, limit + 1
         # Another tenant's calls about an entity of the same id share the ranges: only the keys are
@@ -165,16 +166,12 @@ def subject_report(engine: Engine, tenant: str, entity_id: str, after: int | Non
             before, k = marked[-1], min(k * 2, MAX_WALK)
         kept = kept[: limit + 1]
         statement = select(audit_trace).where(audit_trace.c.pk.in_(kept)) if kept else None
-        rows = sorted((r._mapping for r in conn.execute(statement)), key=lambda m: -m["pk"]) if statement is not None else []
+        keyed = [(r.pk, StoredTrace.of(r._mapping)) for r in conn.execute(statement)] if statement is not None else []
+    rows = sorted(keyed, key=lambda pair: -pair[0])
     page, members = rows[:limit], set(group)
-    calls = [entry for m in page if (entry := _entry(m, members)) is not None]
+    calls = [entry for _, row in page if (entry := _entry(row, members)) is not None]
     more = len(rows) > limit
-    return {
-        "entity_id": entity_id,
-        "entities": group,
-        "calls": calls,
-        "cursor": f"c_{page[-1]['pk']}" if more and page else None,
-    }
+    return SubjectReport(entity_id=entity_id, entities=group, calls=calls, cursor=f"c_{page[-1][0]}" if more and page else None)
 
 
 def report_csv(engine: Engine, tenant: str, entity_id: str) -> Iterator[bytes]:
@@ -187,26 +184,26 @@ def report_csv(engine: Engine, tenant: str, entity_id: str) -> Iterator[bytes]:
         report = subject_report(engine, tenant, entity_id, after, MAX_SUBJECT_PAGE)
         lines = [csv_line(CSV_COLUMNS)] if header else []
         header = False
-        for call in report["calls"]:
+        for call in report.calls:
             lines.append(
                 csv_line(
                     [
-                        call["trace_id"],
-                        call["created_at"],
-                        call["actor"],
-                        call["endpoint"],
-                        call["task"],
-                        call["decision"],
-                        call["status_code"],
-                        call["reached"],
-                        joined(call["stages"]),
-                        joined(call["items"]["returned"]),
-                        joined(f"{k}:{v}" for k, v in call["masking"]["masked"].items()),
-                        call["about"],
+                        call.trace_id,
+                        utc_instant(call.created_at),
+                        call.actor,
+                        call.endpoint,
+                        call.task,
+                        call.decision,
+                        call.status_code,
+                        call.reached,
+                        joined(call.stages),
+                        joined(call.items["returned"]),
+                        joined(f"{k}:{v}" for k, v in call.masking["masked"].items()),
+                        call.about,
                     ]
                 )
             )
         yield "".join(lines).encode()
-        if report["cursor"] is None:
+        if report.cursor is None:
             return
-        after = int(report["cursor"][2:])
+        after = int(report.cursor[2:])

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ConfigDict, field_validator
 
-from gateway.adapters import Closing, count, item_metadata, limit_for, missing_extra
+from gateway.adapters.shared import Closing, count, item_metadata, limit_for, missing_extra
 from gateway.client import AsyncGatewayClient, GatewayClient, RetrieveResult
 
 try:
@@ -30,7 +30,7 @@ class GatewayRetriever(Closing, BaseRetriever):
 
     `k` (LangChain's name for the number of documents; None: all the gateway packs) is a field and
     an argument of each call (`invoke(query, k=1)`, which wins over the field): the first `k`
-    documents of the gateway's answer (`gateway.adapters.limit_for` says what `limit` it asks)."""
+    documents of the gateway's answer (`gateway.adapters.shared.limit_for` says what `limit` it asks)."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 

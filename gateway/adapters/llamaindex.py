@@ -2,7 +2,7 @@
 `governed-gateway[llamaindex]`. Each packed item becomes a TextNode (its id the item's, its text the
 item's text, its metadata `item_metadata`) in a NodeWithScore. The gateway ranks but publishes no
 score, so `score` is None and the order is the gateway's. `similarity_top_k` (LlamaIndex's name
-for the number of results) keeps the first that many (`gateway.adapters.limit_for`)."""
+for the number of results) keeps the first that many (`gateway.adapters.shared.limit_for`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import anyio.to_thread
 
-from gateway.adapters import Closing, count, item_metadata, limit_for, missing_extra
+from gateway.adapters.shared import Closing, count, item_metadata, limit_for, missing_extra
 from gateway.client import AsyncGatewayClient, GatewayClient, RetrieveResult
 
 try:

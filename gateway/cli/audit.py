@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
     from audit.chain import Pruned
-    from audit.integrity import Verifier
+    from audit.integrity import Verified, Verifier
 
 
 def _paths(name: str, help: str, required: bool = False, dirs: bool = True) -> Callable[[F], F]:
@@ -95,25 +95,24 @@ def audit_verify(
         report = verify(engine, tenant, attested, known=held)
     finally:
         close_store(engine)
-    click.echo(json.dumps(report, indent=2))
+    click.echo(json.dumps(report.wire(), indent=2))
     click.echo(verdict(report), err=True)
-    sys.exit(0 if report["ok"] else 1)
+    sys.exit(0 if report.ok else 1)
 
 
-def verdict(report: dict[str, Any]) -> str:
+def verdict(report: "Verified") -> str:
     """One line for people: the first problem, or what was verified and what is not yet covered."""
-    rows = sum(c["rows"] for c in report["chains"].values())
-    if not report["ok"]:
-        broken = report["first_broken"]
-        at = f" at position {broken['seq']}" if broken["seq"] is not None else ""
-        return f"FAILED: chain {broken['chain']}{at}: {broken['reason']}"
-    if "checkpoints" not in report:
-        return f"OK: {rows} rows in {len(report['chains'])} chains link and match their hashes (no checkpoints given)"
+    broken = report.first_broken
+    if not report.ok and broken is not None:
+        at = f" at position {broken.seq}" if broken.seq is not None else ""
+        return f"FAILED: chain {broken.chain}{at}: {broken.reason}"
+    if not report.signed:
+        return f"OK: {report.rows} rows in {len(report.chains)} chains link and match their hashes (no checkpoints given)"
     adopted = "".join(
-        f"; chain {name} was {entry['adopted']['what']}" for name, entry in sorted(report["chains"].items()) if "adopted" in entry
+        f"; chain {name} was {entry.adopted.what}" for name, entry in sorted(report.chains.items()) if entry.adopted is not None
     )
     return (
-        f"OK: {report['checkpointed']} rows match signed checkpoints; {report['not_yet_checkpointed']} rows are not yet "
+        f"OK: {report.checkpointed} rows match signed checkpoints; {report.not_yet_checkpointed} rows are not yet "
         f"checkpointed (checked for links and hashes only){adopted}"
     )
 
@@ -331,9 +330,9 @@ def audit_verify_pack(
     except GatewayError as exc:
         raise click.ClickException(exc.message) from exc
     report = check_pack(pack, trust=Trust(verifiers, known, witnesses, allow_uncovered))
-    click.echo(json.dumps(report, indent=2))
+    click.echo(json.dumps(report.wire(), indent=2))
     click.echo(verdict(report), err=True)
-    sys.exit(0 if report["ok"] else 1)
+    sys.exit(0 if report.ok else 1)
 
 
 def _witness_key(path: Path) -> "Verifier":
@@ -428,6 +427,6 @@ def _prune(settings: Settings, engine: "Engine", before: "datetime") -> tuple[di
     checker = AuditStore(engine, checkpointer=checkpointer)
     with engine.connect() as conn:
         reports = {chain: checker.verify(chain) for chain in chains_in(conn)}
-    removed = prune(engine, before, [chain for chain, report in reports.items() if report["ok"]], checkpointer.cut_before)
+    removed = prune(engine, before, [chain for chain, report in reports.items() if report.ok], checkpointer.cut_before)
     checkpointer.pruned({chain: (p.oldest, p.prev_hash) for chain, p in removed.items()})
-    return removed, {chain: report["first_broken"]["reason"] for chain, report in reports.items() if not report["ok"]}
+    return removed, {chain: report.first_broken.reason for chain, report in reports.items() if report.first_broken}

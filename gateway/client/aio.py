@@ -9,7 +9,8 @@ from typing import Any, TypeVar, Unpack
 import anyio
 import httpx
 
-from gateway.client import calls, models
+import gateway.client.calls as calls
+import gateway.client.models as models
 from gateway.client.base import Again, BaseClient
 from gateway.client.calls import ExportFormat, RetrieveFields, ReviewFilters, TaskLike
 

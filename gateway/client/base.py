@@ -9,7 +9,7 @@ from typing import Any, Generic, TypeVar
 
 import httpx
 
-from gateway.client import calls
+import gateway.client.calls as calls
 from gateway.client.calls import Retry
 from gateway.client.errors import GatewayUnreachable, Retryable
 

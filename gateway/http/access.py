@@ -24,15 +24,14 @@ def access_line(request: Request, trace: TraceBuilder, status: int, ms: float, c
     if not log.isEnabledFor(logging.INFO):
         return
     route = getattr(request.scope.get("route"), "path", None) or "-"
-    shape = trace.lineage.request
-    task = shape.task.get("type") if shape is not None else None
+    task = trace.lineage.task_type
     fields: dict[str, Any] = {
         "method": request.method,
         "route": route,
         "status": status,
         "tenant": trace.tenant,
         "actor": trace.actor,
-        "task": task if isinstance(task, str) else None,
+        "task": task,
         "ms": round(ms, 1),
         "outcome": trace.error_code or trace.decision,
         "trace_id": trace.trace_id,

@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
-from audit.record import McpMessage
+from audit.record import Channel
 from core import work
 from core.errors import BadRequest, DeadlineExceeded, Forbidden, MethodNotAllowed, Unauthenticated
 from gateway.admission import DOOR_COURTESY_MAX_S, give_way
@@ -118,7 +118,7 @@ class McpEndpoint:
 def _door(manager: StreamableHTTPSessionManager, scope: Scope, receive: Receive) -> Handler:
     @requires(admit=False)
     async def door(call: Call) -> tuple[int, Answer]:
-        call.trace.record(McpMessage(CHANNEL))
+        call.trace.record(Channel(channel=CHANNEL))
         async with call.admitted(DOOR_COST):
             await give_way(DOOR_COURTESY_MAX_S)  # a crowded tenant's messages wait for lighter tenants' calls first
             started = time.perf_counter()

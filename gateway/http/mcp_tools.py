@@ -29,7 +29,7 @@ from pydantic_core import PydanticUndefined
 from starlette.requests import Request
 
 from api.wire import Wire
-from audit.record import McpMessage, TraceBuilder
+from audit.record import Channel, TraceBuilder
 from core.errors import BadRequest, NotFound, SchemaError, Unauthenticated
 from core.request import IDENTITY_FIELDS, RetrieveRequest, Strict
 from core.validation import describe_validation_error
@@ -227,7 +227,7 @@ def refused(error: Exception) -> Handler:
     governed path, so it is answered and audited as any refusal is, marked as MCP's."""
 
     async def refuse(call: Call) -> tuple[int, Answer]:
-        call.trace.record(McpMessage(CHANNEL))
+        call.trace.record(Channel(channel=CHANNEL))
         raise error
 
     return refuse

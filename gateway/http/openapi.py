@@ -28,8 +28,9 @@ import api.policy
 import api.retrieve
 import api.service
 import api.writes
+import gateway.http.mcp_resource as mcp_resource
+import gateway.http.metrics as metrics
 from api.wire import Wire
-from gateway.http import mcp_resource, metrics
 from gateway.http.audit_pages import SESSION_COOKIE
 from gateway.http.audit_pages import overview as overview_pages
 from gateway.http.audit_pages import views as pages

@@ -20,7 +20,17 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from api.wire import Wire
-from audit.record import AdmissionRecord, OtelRecord, TraceBuilder, Unrouted, WorkRecord, new_trace_id
+from audit.record import (
+    AdmissionRecord,
+    Channel,
+    NotDelivered,
+    OtelRecord,
+    RetrieveCall,
+    TraceBuilder,
+    Unrouted,
+    WorkRecord,
+    new_trace_id,
+)
 from core.actor import Actor
 from core.errors import AuditWriteError, BadRequest, Forbidden, GatewayError, PayloadTooLarge, RateLimited, RequestTimeout, where
 from core.instants import utc_now
@@ -99,13 +109,13 @@ class Call:
         that leaves while its call waits is a 499, and its place in the queue is given up. A `part`
         of a streamed call (PUT /v1/items with NDJSON) is admitted on its own and gives its seats
         back at the block's end, so none is held while the next part arrives; the admission record
-        adds the parts up."""
+        adds the parts up. Each step leaves the admission as it then stands, as a new record."""
         actor = self.actor
-        admission = self.trace.lineage.admission
-        if admission is None or not part:
-            admission = self.trace.lineage.admission = AdmissionRecord(cost=0 if part else cost)
-        if part:
-            admission.cost = (admission.cost or 0) + cost
+        earlier = self.trace.lineage.admission if part else None
+        if earlier is None:
+            admission = self._admission(AdmissionRecord(cost=cost))
+        else:
+            admission = self._admission(earlier.model_copy(update={"cost": (earlier.cost or 0) + cost}))
         left = self._left if self._body is None and self._read else None
         try:
             ticket = await self.context.admission.enter(
@@ -115,17 +125,25 @@ class Call:
             raise ClientDisconnect() from exc
         if not part:
             self.ticket = ticket
-        admission.price = (admission.price or 0) + ticket.cost if part else ticket.cost
+        admitted: dict[str, Any] = {"price": (admission.price or 0) + ticket.cost if part else ticket.cost}
         if ticket.queued_ms:
-            admission.queued_ms = round((admission.queued_ms or 0) + ticket.queued_ms, 3)
+            admitted["queued_ms"] = round((admission.queued_ms or 0) + ticket.queued_ms, 3)
+        admission = self._admission(admission.model_copy(update=admitted))
         try:
             with holding(ticket, release=part):
                 yield
         finally:  # after `holding` settled the call: what it measured is in the trace
-            admission.used = round((admission.used or 0) + ticket.used if part else ticket.used, 3)
-            admission.work = WorkRecord.model_validate(ticket.meter.report())
+            settled: dict[str, Any] = {
+                "used": round((admission.used or 0) + ticket.used if part else ticket.used, 3),
+                "work": WorkRecord.model_validate(ticket.meter.report()),
+            }
             if ticket.gave_way_ms:
-                admission.gave_way_ms = round((admission.gave_way_ms or 0) + ticket.gave_way_ms, 3)
+                settled["gave_way_ms"] = round((admission.gave_way_ms or 0) + ticket.gave_way_ms, 3)
+            self._admission(admission.model_copy(update=settled))
+
+    def _admission(self, admission: AdmissionRecord) -> AdmissionRecord:
+        self.trace.record(admission)
+        return admission
 
     async def _left(self) -> None:
         """Returns when the client goes away (its body already read: the next ASGI message is the
@@ -196,10 +214,12 @@ def requires(role: str | None = None, *, admit: bool = True) -> Callable[[H], H]
         async def checked(call: Call) -> Any:
             await call.authenticate(role)
             if not admit:
+                call.trace.begin()
                 return await handler(call)
             if call._body is None:  # an HTTP call: the body before the seat
                 await call.body()
             async with call.admitted(1):
+                call.trace.begin()
                 return await handler(call)
 
         setattr(checked, REQUIRED_ROLE, role)  # the operation's documented role is this one
@@ -286,9 +306,11 @@ async def governed(
     with active(telemetry), telemetry.request(name, request.headers, attributes) as span:
         started = time.perf_counter()
         trace = TraceBuilder(new_trace_id(), endpoint, utc_now(), key=context.audit.key)
-        trace.lineage.channel = channel
+        if channel:
+            trace.record(Channel(channel=channel))
         ids = span_ids(span)
-        trace.lineage.otel = OtelRecord.model_validate(ids) if ids else None
+        if ids:
+            trace.record(OtelRecord.model_validate(ids))
         span.set_attribute("gateway.trace_id", trace.trace_id)
         with context.policy.pin() as policy:  # one revision decides, verifies and is stamped, whatever reloads meanwhile
             trace.policy_engine, trace.policy_revision = policy.name, policy.revision
@@ -362,13 +384,14 @@ async def _run(call: Call, endpoint: str, handler: Handler) -> tuple[int, Answer
     except GatewayError as exc:
         trace.error_code = exc.code
         if exc.status >= 500:
-            trace.decision = "error" if trace.decision in ("none", "allow") else trace.decision
+            trace.failed(unless=("deny", "read", "write"))
             log.warning("%s %s: %s", endpoint, exc.code, exc.message)
         return (*error_answer(exc, trace.trace_id), exc.headers)
     except Exception as exc:  # never a stack trace on the wire; the log has the type only
         log.error("%s failed unexpectedly: %s", endpoint, where(exc))
         status, body = error_answer(exc, trace.trace_id)  # a 500, or a 503 for a full disk
-        trace.error_code, trace.decision = body["error"]["code"], "error"
+        trace.error_code = body["error"]["code"]
+        trace.failed()
         return status, body, {}
 
 
@@ -408,7 +431,8 @@ def unrendered(trace: TraceBuilder, error: Exception, shape: Callable[[int, dict
     """An answer that could not be rendered: the call failed, as a bare 500 (shaped for its channel)
     that names nothing, and what it packed was never delivered."""
     log.error("%s answer could not be rendered: %s", trace.endpoint, where(error))
-    trace.error_code, trace.decision = "internal_error", "error"
+    trace.error_code = "internal_error"
+    trace.failed()
     _withhold(trace)
     status, body = error_answer(error, trace.trace_id)
     return status, shape(status, body)
@@ -428,8 +452,8 @@ def _withhold(trace: TraceBuilder) -> None:
     """Packed ids of a call whose answer never reached its client move to `not_delivered`: kept for
     review, out of the per-item index of the calls that returned an item."""
     lineage = trace.lineage
-    if lineage.packed is not None:
-        lineage.not_delivered, lineage.packed = lineage.packed, None
+    if isinstance(lineage, RetrieveCall) and lineage.packed is not None:
+        trace.record(NotDelivered(not_delivered=lineage.packed))
 
 
 def refusal(error: type[GatewayError], message: str) -> Handler:

@@ -14,7 +14,7 @@ import anyio.to_thread
 from sqlalchemy.engine import Engine
 
 from api.retrieve import RetrieveResponse
-from audit.record import DepthRecord, Expanded, FallbackReason, SourceRecord, TraceBuilder
+from audit.record import DepthRecord, Expanded, FallbackReason, SourceRecord, TraceBuilder, dropped
 from connectors.base import ExactConnector
 from core import work
 from core.actor import Actor
@@ -155,7 +155,17 @@ async def _page(
     timings = {k: v for k, v in timer.finish().items() if k in ("queue_ms", "decide_ms", "verify_ms", "total_ms")}
     depth = DepthRecord(requested=request.depth, effective="fast", fallback_reason=FallbackReason.EXPAND_READS_BY_ID)
     read = tuple(e["id"] for e in entries)
-    trace.record(Expanded(read, verdict.denied, tuple(gone), tuple(packed.dropped_ids), tuple(packed_ids), sources, timings))
+    trace.record(
+        Expanded(
+            retrieved={"expand": list(read)},
+            dropped_by_policy=dropped(verdict.denied),
+            dropped_since_issued=tuple(gone),
+            dropped_for_budget=tuple(packed.dropped_ids),
+            packed=tuple(packed_ids),
+            sources=sources,
+            timings=timings,
+        )
+    )
     body = respond(trace.trace_id, "expand", revision, packed, sources, timings, depth, request.cursor if remaining else None)
     if masking is not None:  # the page's other strings, with its text's placeholders
         body = await pipeline.mask_response(body, constraints, masking, trace, timer)

@@ -15,16 +15,19 @@ from sqlalchemy.engine import Engine
 from api.retrieve import Answer, RetrieveResponse
 from audit.record import (
     Accounted,
-    Asked,
     Budgeted,
     Decided,
+    DecisionRecord,
     Masked,
     Presented,
+    RelevanceRecord,
     Resolved,
     SectionsUnread,
     Sifted,
+    Timed,
     TraceBuilder,
     Verified,
+    dropped,
 )
 from connectors.base import ExactConnector, GraphConnector, LexicalConnector
 from core.actor import Actor
@@ -112,7 +115,7 @@ class Pipeline:
         await give_way()
         resolution, resolution_error, entity_verdict = await self.resolve(actor, request, constraints, trace, timer)
         constraints = constraints.with_subjects(resolution.subjects)
-        trace.record(Resolved(constraints.subjects, resolution.report() if request.entities else None))
+        trace.record(Resolved(entities=resolution.report() if request.entities else None, subjects=tuple(constraints.subjects)))
 
         await give_way()
         results = await self.recall(request, constraints, resolution, timer)
@@ -123,7 +126,8 @@ class Pipeline:
         await give_way()
         verdict = await self.verify(actor, request.task, constraints, candidates + list(pieces), timer, entity_verdict)
         retrieved = {name: [c.record.id for c in r.candidates] for name, r in results.items() if r.candidates}
-        trace.record(Verified(retrieved, verdict.denied))
+        denied = dropped(verdict.denied)
+        trace.record(Verified(retrieved=retrieved, dropped_by_policy=denied, pushdown_mismatches=len(denied)))
 
         await give_way()
         similarity = await self.rerank(request, constraints, results, verdict.allowed_ids, timer)
@@ -132,7 +136,13 @@ class Pipeline:
             fused = fuse({name: r.candidates for name, r in results.items()}, verdict.allowed_ids, similarity, floor)
             relevant, floor_report = above_floor(fused, results["semantic"].candidates, floor)
             relevant, merged = read_whole(relevant, pieces, verdict.allowed_ids)
-        trace.record(Sifted(tuple(sorted(p.id for p in pieces if p.id in verdict.allowed_ids)), merged, floor_report))
+        trace.record(
+            Sifted(
+                section_pieces=tuple(sorted(p.id for p in pieces if p.id in verdict.allowed_ids)),
+                merged_into_sections=tuple(merged),
+                relevance=RelevanceRecord.model_validate(floor_report),
+            )
+        )
         masking = None
         timer.set("mask_ms", 0.0)  # reported even when the policy masks nothing
         if constraints.disclosure.mask:  # before packing, so the budget counts what is returned
@@ -147,9 +157,9 @@ class Pipeline:
         timings = timer.finish()
         sources = source_records(results, verdict.allowed_ids)
         if resolution.alias_error:
-            sources["exact"].aliases = f"skipped: {resolution.alias_error}"
+            sources["exact"] = sources["exact"].model_copy(update={"aliases": f"skipped: {resolution.alias_error}"})
         depth = depth_report(request.depth, results["semantic"], self.connectors.semantic.unavailable)
-        trace.record(Accounted(sources, timings, depth))  # timings: the same dict the later stages complete
+        trace.record(Accounted(sources=sources, timings=timings, depth=depth))  # later figures: Timed
         body = respond(trace.trace_id, request.effective_mode, revision, packed, sources, timings, depth, cursor)
         body = body.model_copy(update={"entities": entities_report(resolution)})
         if masking is not None:  # every other string of the items and entities, with the text's placeholders
@@ -157,8 +167,9 @@ class Pipeline:
         note_returned(trace, [*candidates, *pieces], packed, masking, body)
         if request.synthesize and self.synthesizer is not None:
             answer = Answer.model_validate(await self.synthesize(request, constraints, packed, pieces, masking, trace, timer))
-            timings.update(synthesis_ms=round(timer.timings.synthesis_ms or 0.0, 3), total_ms=timer.finish()["total_ms"])
-            body = body.model_copy(update={"answer": answer, "timings": dict(timings)})
+            later = {"synthesis_ms": round(timer.timings.synthesis_ms or 0.0, 3), "total_ms": timer.finish()["total_ms"]}
+            trace.record(Timed(timings=later))
+            body = body.model_copy(update={"answer": answer, "timings": {**body.timings, **later}})
         if resolution.alias_error:
             body = body.model_copy(update={"partial": True})
         return body
@@ -167,7 +178,7 @@ class Pipeline:
 
     def admit(self, request: RetrieveRequest, trace: TraceBuilder) -> None:
         """Checks every mode shares, before any decision; the request's shape goes on the trace first."""
-        trace.record(Asked(request_shape(request, trace)))
+        trace.record(request_shape(request, trace))
         if request.synthesize and self.synthesizer is None:
             raise BadRequest("synthesize: no synthesis endpoint is configured on this gateway (GATEWAY_LLM_URL)")
 
@@ -175,14 +186,14 @@ class Pipeline:
         self, actor: Actor, request: RetrieveRequest, trace: TraceBuilder, timer: StageTimer
     ) -> tuple[Constraints, str]:
         """The constraints of an allow, and the policy revision; a denial ends the call with 403."""
-        trace.record(Presented(tuple(actor.roles), tuple(actor.groups), actor.clearance))
+        trace.record(Presented(roles=tuple(actor.roles), groups=tuple(actor.groups), clearance=actor.clearance))
         with timer.stage("policy.decide") as span:
             decision = await decide(self.policy, actor, request, utc_now())
             span.set_attributes({"gateway.policy.allow": decision.allow, "gateway.policy.revision": decision.revision})
         timer.set("decide_ms", decision.ms)
-        trace.decision = "allow" if decision.allow else "deny"
         allowed = decision.constraints if decision.allow else None
-        trace.record(Decided(decision.allow, tuple(decision.reasons), decision.ms, allowed.policy_result if allowed else None))
+        policy = DecisionRecord(allow=decision.allow, reasons=list(decision.reasons), ms=decision.ms)
+        trace.record(Decided(decision=policy, constraints=allowed.policy_result if allowed else None))
         if allowed is None:
             raise PolicyDenied("the policy denied this request", reasons=list(decision.reasons))
         return allowed, decision.revision
@@ -226,7 +237,7 @@ class Pipeline:
             try:
                 return await self.connectors.exact.sections(constraints.items, section_keys(candidates), tuple(candidates))
             except ConnectorError as exc:  # hits are still returned, as the pieces that were found
-                trace.record(SectionsUnread(exc.message))
+                trace.record(SectionsUnread(section_lookup_error=exc.message))
                 return ()
 
     async def verify(
@@ -304,10 +315,12 @@ class Pipeline:
             body = await mask_fields(body, masking, frozenset(constraints.disclosure.reveal), question)
             span.set_attributes({f"gateway.pii.masked.{kind}": n for kind, n in masking.masker.counts().items()})
         finished = timer.finish()
-        timings = trace.lineage.timings if trace.lineage.timings is not None else dict(body.timings)  # the trail's too
-        timings.update({key: finished[key] for key in ("mask_ms", "total_ms") if key in timings})
+        later: dict[str, float] = {
+            key: finished[key] for key in ("mask_ms", "total_ms") if key in body.timings
+        }  # the figures it reported
         trace.record(Masked(masked=masking.masker.counts(), analysed_at_request=masking.analysed_now))
-        return body.model_copy(update={"timings": dict(timings)})
+        trace.record(Timed(timings=later))
+        return body.model_copy(update={"timings": {**body.timings, **later}})
 
     def rank_and_pack(
         self,
@@ -335,7 +348,14 @@ class Pipeline:
         )
         cursor = self.issue_cursor(actor, request, constraints, packed, trace)
         hidden, packed_ids = tuple(r.record.id for r in ranking.hidden), tuple(r.record.id for r in packed.items)
-        trace.record(Budgeted(hidden, tuple(packed.dropped_ids), packed_ids, cursor is not None))
+        trace.record(
+            Budgeted(
+                dropped_as_historical=hidden,
+                dropped_for_budget=tuple(packed.dropped_ids),
+                packed=packed_ids,
+                cursor_issued=cursor is not None,
+            )
+        )
         return packed, cursor
 
     def pack(self, ranked: list[Ranked] | tuple[Ranked, ...], limit_bytes: int) -> Packed:

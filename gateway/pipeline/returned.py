@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from api.retrieve import RetrieveResponse
-from audit.record import Returned, TraceBuilder
+from audit.record import Returned, ReturnedRecord, TraceBuilder
 from core.records import Record
 from gateway.pipeline.budget import Packed
 from gateway.privacy.mask import Masking
@@ -42,4 +42,5 @@ def note_returned(
             revealed |= masking.masker.revealed_in(wire)
     sensitivity = dict(Counter(r.record.sensitivity for r in packed.items))
     named = named_entities([*read, *(r.record for r in packed.items)])
-    trace.record(Returned(sensitivity, masked, tuple(sorted(revealed)), named))
+    returned = ReturnedRecord(sensitivity=sensitivity, masked_items=masked, revealed=sorted(revealed))
+    trace.record(Returned(returned=returned, named_entities=named))

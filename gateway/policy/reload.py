@@ -33,11 +33,11 @@ import anyio
 import anyio.to_thread
 from sqlalchemy.engine import Engine
 
+import gateway.policy.broadcast as broadcast
 from audit.record import PolicyReloaded, TraceBuilder, new_trace_id
 from audit.store import AuditStore
 from core.errors import AuditWriteError, GatewayError
 from core.instants import utc_now
-from gateway.policy import broadcast
 from gateway.policy.base import PolicyEngine
 from gateway.policy.bundle import PolicyBundle
 from gateway.policy.decision_log import DecisionSink
@@ -49,13 +49,12 @@ log = logging.getLogger("gateway.policy")
 Build = Callable[[PolicyBundle], Awaitable[PolicyEngine]]  # compiles and probes one revision, or raises
 
 
-@dataclass(frozen=True, slots=True)
 class ReloadResult(PolicyReloaded):
     """What one reload did: `switched`, `unchanged` or `rejected` (with the candidate's errors). It is
     the record its audit row leaves (audit.record.calls), and the answer of POST /v1/policy/reload."""
 
     def as_json(self) -> dict[str, Any]:
-        return self.part().model_dump()
+        return self.model_dump(mode="json")
 
 
 @dataclass(slots=True)
@@ -142,29 +141,33 @@ class ReloadingEngine:
             try:
                 bundle = await self.source.fetch()
             except GatewayError as exc:
-                return self._done(ReloadResult(trigger, "rejected", previous, previous, None, (exc.message,)), started)
+                return self._done(started, trigger, "rejected", previous, previous, None, (exc.message,))
             if bundle is None or bundle.revision == previous:
-                return self._done(ReloadResult(trigger, "unchanged", previous, previous, previous), started)
+                return self._done(started, trigger, "unchanged", previous, previous, previous)
             try:
                 engine = await self._build(bundle)
             except Exception as exc:  # noqa: BLE001 - whatever fails, the candidate is rejected, never half-used
                 why = exc.message if isinstance(exc, GatewayError) else f"the candidate failed to start: {type(exc).__name__}"
-                return self._done(ReloadResult(trigger, "rejected", previous, previous, bundle.revision, (why,)), started)
+                return self._done(started, trigger, "rejected", previous, previous, bundle.revision, (why,))
             old, self._slot = self._slot, _Slot(engine, bundle)
             old.retired = True
             if old.users == 0:
                 _close_soon(old)
-            return self._done(ReloadResult(trigger, "switched", engine.revision, previous, bundle.revision), started)
+            return self._done(started, trigger, "switched", engine.revision, previous, bundle.revision)
 
-    def _done(self, result: ReloadResult, started: float) -> ReloadResult:
+    def _done(
+        self,
+        started: float,
+        trigger: str,
+        status: str,
+        revision: str,
+        previous: str,
+        candidate: str | None,
+        errors: tuple[str, ...] = (),
+    ) -> ReloadResult:
+        ms = (time.perf_counter() - started) * 1000
         result = ReloadResult(
-            result.trigger,
-            result.status,
-            result.revision,
-            result.previous,
-            result.candidate,
-            result.errors,
-            (time.perf_counter() - started) * 1000,
+            trigger=trigger, status=status, revision=revision, previous=previous, candidate=candidate, errors=errors, ms=ms
         )
         self.last = result
         if result.status == "rejected":
@@ -234,7 +237,6 @@ async def reload_and_announce(context: Served, trigger: str, *, own_row: bool = 
     if own_row and result.status != "unchanged":
         trace = TraceBuilder(new_trace_id(), "policy_reload", utc_now(), key=context.audit.key)
         trace.policy_engine, trace.policy_revision = context.policy.name, result.revision
-        trace.decision = "none"
         trace.error_code = "policy_rejected" if result.status == "rejected" else None
         trace.record(result)
         try:

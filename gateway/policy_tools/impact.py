@@ -22,7 +22,7 @@ from sqlalchemy import BindParameter, Select, bindparam, or_, select
 from sqlalchemy.engine import Engine
 
 from audit.chain import NO_TENANT, audit_trace, chain_of
-from audit.record import Lineage, RequestShape, read_lineage
+from audit.record import RequestShape, RetrieveCall
 from connectors.sql.pushdown import item, record_from_row
 from core.actor import Actor
 from core.errors import BadRequest, PolicyUnavailable
@@ -131,7 +131,7 @@ def prepare(store: Engine, window: Window) -> Prepared:
 def _replay(m: Any, keys: dict[tuple[str, str], set[tuple[Any, ...]]]) -> Replay | str:
     """The call as a replay, or the reason it cannot be one."""
     try:
-        lineage = read_lineage(m["lineage"])
+        lineage = RetrieveCall.read(m["lineage"])
     except ValidationError:
         return "lineage_unreadable"
     shape = lineage.request
@@ -168,7 +168,9 @@ def _replay(m: Any, keys: dict[tuple[str, str], set[tuple[Any, ...]]]) -> Replay
     )
 
 
-def _actor_of(m: Any, lineage: Lineage, keys: dict[tuple[str, str], set[tuple[Any, ...]]], assumed: list[str]) -> Actor | str:
+def _actor_of(
+    m: Any, lineage: RetrieveCall, keys: dict[tuple[str, str], set[tuple[Any, ...]]], assumed: list[str]
+) -> Actor | str:
     actor_id = str(m["actor"]).removeprefix("user:")
     if lineage.actor is not None:
         recorded = lineage.actor
@@ -183,7 +185,7 @@ def _actor_of(m: Any, lineage: Lineage, keys: dict[tuple[str, str], set[tuple[An
     return Actor(actor_id, m["tenant"], roles, groups, clearance)
 
 
-def _recorded_items(lineage: Lineage) -> tuple[str, ...]:
+def _recorded_items(lineage: RetrieveCall) -> tuple[str, ...]:
     ids = [i for found in (lineage.retrieved or {}).values() for i in found]
     ids += [d.id for d in lineage.dropped_by_policy or ()]
     ids += list(lineage.section_pieces or ()) + list(lineage.packed or ())

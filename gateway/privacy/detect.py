@@ -90,7 +90,9 @@ def analyzer_version() -> str:
     the threshold and the cleaning rules."""
     from importlib.metadata import version
 
-    from gateway.privacy import names, rampart, recognizers
+    import gateway.privacy.names as names
+    import gateway.privacy.rampart as rampart
+    import gateway.privacy.recognizers as recognizers
 
     parts = [
         version("presidio-analyzer"),
@@ -141,7 +143,8 @@ def _analyzer() -> Any:
         presidio.setLevel(level)
     analyzer.registry.remove_recognizer("EmailRecognizer")  # it knows public suffixes only
     analyzer.registry.add_recognizer(_email_recognizer())
-    from gateway.privacy import names, recognizers  # with Presidio, when first needed
+    import gateway.privacy.names as names  # with Presidio, when first needed
+    import gateway.privacy.recognizers as recognizers
 
     recognizers.register(analyzer.registry)  # cards, phones, IBANs, IP addresses
     names.register(analyzer.registry)  # names beyond the language model's
@@ -241,7 +244,8 @@ class Detector:
         else:
             with self._lock:
                 found = self._results(text, nlp_artifacts)
-        from gateway.privacy import name_refine, rampart
+        import gateway.privacy.name_refine as name_refine
+        import gateway.privacy.rampart as rampart
 
         spans = [Span(r.entity_type, r.start, r.end, float(r.score)) for r in found]
         # The token classifier reads the sentences where a candidate word is left uncovered.

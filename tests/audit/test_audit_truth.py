@@ -57,7 +57,7 @@ def test_an_answer_that_cannot_be_rendered_is_a_500_in_its_row_too(gateway: Gate
     assert "packed" not in row["lineage"]
     assert sorted(row["lineage"]["not_delivered"]) == ["mem_truth_a", "mem_truth_b"]
     assert listed_for(gateway, "mem_truth_a") == [delivered.json()["trace_id"]]
-    assert verify(gateway.store, "acme")["ok"]
+    assert verify(gateway.store, "acme").ok
 
 
 async def drive(app: Any, scope: dict[str, Any], messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -123,7 +123,7 @@ def test_a_client_that_leaves_is_499_client_closed_not_a_failure(gateway: Gatewa
     assert "packed" not in row["lineage"]
     assert sorted(row["lineage"]["not_delivered"]) == ["mem_truth_a", "mem_truth_b"]
     assert listed_for(gateway, "mem_truth_a") == []
-    assert verify(gateway.store, "acme")["ok"]
+    assert verify(gateway.store, "acme").ok
 
 
 @pytest.mark.parametrize(
@@ -150,4 +150,4 @@ def test_a_call_no_route_took_is_traced_without_its_path(
     assert row["lineage"]["route"]["method"] == method
     assert row["lineage"]["route"]["path"]["length"] > 0
     assert "hunter2" not in audit_dump(gateway.store)
-    assert verify(gateway.store, "-")["ok"]
+    assert verify(gateway.store, "-").ok

@@ -339,6 +339,7 @@ def test_a_pack_cut_at_a_checkpoint_inside_its_period_fails(signed: Signed, tmp_
     the pack used to verify OK with the real key, with or without an auditor's older note. Now a
     pack must hold a checkpoint signed at or after its period's end, which names every row written
     by then: the cut pack cannot."""
+    from audit.chain import StoredTrace
     from audit.evidence import policy_revisions
     from audit.review import figures_of
     from core.audit_facts import tally_rows
@@ -369,9 +370,9 @@ def test_a_pack_cut_at_a_checkpoint_inside_its_period_fails(signed: Signed, tmp_
     period = {"since": since, "until": until}
     in_period = [{**r, "created_at": datetime.fromisoformat(r["created_at"])} for r in kept if r["in_period"]]
     (pack / "figures.json").write_text(
-        json.dumps(figures_of(tally_rows(in_period), datetime.fromisoformat(since), datetime.fromisoformat(until)), default=str)
+        json.dumps(figures_of(tally_rows(in_period), datetime.fromisoformat(since), datetime.fromisoformat(until)).wire())
     )
-    (pack / "policy_revisions.json").write_text(json.dumps(policy_revisions([r for r in kept if r["in_period"]]), default=str))
+    (pack / "policy_revisions.json").write_text(json.dumps(policy_revisions([StoredTrace.of(r) for r in in_period]), default=str))
     manifest = json.loads((pack / "manifest.json").read_text())
     (kept_note,) = [c for c in read_checkpoints(pack / "checkpoints.txt", load_verifier(signed.keys["public"])).by_chain[OTHER]]
     manifest["tied_to"] = {"size": kept_note.size, "time": kept_note.time}

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from audit.chain import row_hash, row_hash_v1
+from audit.chain import StoredTrace, row_hash, row_hash_v1
 from audit.evidence import in_period, policy_revisions, sha256_file
 from audit.integrity import COSIGNATURE_V1, CheckpointLog, cosignature, generate, load_signer, verifier_key, witness_signer
 from audit.review import figures_of
@@ -67,9 +67,9 @@ def rewrite(
     put_lines(pack, "rows.jsonl", rows[start:end])
     put_lines(pack, "rows_after.jsonl", rows[end:])
     inside = [{**r, "created_at": datetime.fromisoformat(r["created_at"])} for r in rows[start:end]]
-    figures = json.loads(json.dumps(figures_of(tally_rows(inside), since, until), default=str))
+    figures = figures_of(tally_rows(inside), since, until).wire()
     (pack / "figures.json").write_text(json.dumps(figures))
-    (pack / "policy_revisions.json").write_text(json.dumps(policy_revisions(rows[start:end]), default=str))
+    (pack / "policy_revisions.json").write_text(json.dumps(policy_revisions([StoredTrace.of(r) for r in inside]), default=str))
     kept = [note for _, note in CheckpointLog(pack / "checkpoints.txt").notes() if keep_notes(int(note.split("\n")[1]))]
     (pack / "checkpoints.txt").write_text("".join(note + "\n" for note in kept))
     manifest["counts"].update(rows_in_period=len(inside), rows=len(inside), checkpoints=len(kept), not_tied=len(inside))

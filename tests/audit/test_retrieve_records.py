@@ -13,7 +13,16 @@ from typing import Any
 
 import pytest
 
-from audit.record import CallRecord, Decided, EntitiesRecord, Resolved, SectionsUnread, SynthesisSkipped, TraceBuilder
+from audit.record import (
+    CallRecord,
+    Decided,
+    DecisionRecord,
+    EntitiesRecord,
+    Resolved,
+    SectionsUnread,
+    SynthesisSkipped,
+    TraceBuilder,
+)
 from core.instants import utc_now
 from tests.conftest import Gateway, open_gateway
 from tests.gateway.fixtures import SALES_TASK, doc, memory, seed
@@ -401,14 +410,14 @@ def test_retrieve_and_expand_store_the_lineage_they_always_stored(seeded: tuple[
 # The stages the calls above do not reach, against what the assignments they replaced stored.
 # fmt: off
 UNREACHED: list[tuple[CallRecord, dict[str, Any]]] = [
-    (SectionsUnread("sections: connection refused"),
+    (SectionsUnread(section_lookup_error="sections: connection refused"),
      {"version": 2, "section_lookup_error": "sections: connection refused"}),
-    (SynthesisSkipped("no personal data detector"),
+    (SynthesisSkipped.of("no personal data detector"),
      {"version": 2, "synthesis": {"sent": [], "error": "no personal data detector"}}),
-    (Resolved(("ent_a",), EntitiesRecord(resolved=1, tombstones=0, aliases=0, alias_error="aliases: timed out")),
+    (Resolved(entities=EntitiesRecord(resolved=1, tombstones=0, aliases=0, alias_error="aliases: timed out"), subjects=("ent_a",)),
      {"version": 2, "entities": {"resolved": 1, "tombstones": 0, "aliases": 0, "alias_error": "aliases: timed out"},
       "subjects": ["ent_a"]}),
-    (Decided(allow=True, reasons=(), ms=0.12345, constraints={}),
+    (Decided(decision=DecisionRecord(allow=True, reasons=[], ms=0.12345), constraints={}),
      {"version": 2, "decision": {"allow": True, "reasons": [], "ms": 0.123}, "constraints": {}}),
 ]
 # fmt: on

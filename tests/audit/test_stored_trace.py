@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import fields
 from datetime import datetime, timezone
 
-from audit.chain import CALLED, COLUMNS, HASHED, HASHED_V1, StoredTrace, row_hash
+import pytest
+
+from audit.chain import CALLED, COLUMNS, HASHED, HASHED_V1, StoredTrace, row_hash, selection
 from audit.record import Trace
 from audit.review import EXPORT_COLUMNS
 from core.audit_tables import AuditTrace
@@ -21,7 +23,13 @@ def test_the_stored_row_is_the_table_but_its_key() -> None:
 
 
 def test_a_call_leaves_the_first_columns() -> None:
-    assert sorted(f.name for f in fields(Trace)) == sorted(CALLED)
+    """The row is what the call left and more: the call's fields are the row's first columns, written
+    once (in Trace), and the export is a selection of the row's columns, refused when one is not."""
+    assert issubclass(StoredTrace, Trace)
+    assert tuple(f.name for f in fields(Trace)) == CALLED == COLUMNS[: len(CALLED)]
+    assert selection(*EXPORT_COLUMNS) == EXPORT_COLUMNS
+    with pytest.raises(ValueError, match="task: not a column"):
+        selection("trace_id", "task")
 
 
 def test_a_row_read_back_hashes_as_written() -> None:
@@ -43,4 +51,4 @@ def test_a_row_read_back_hashes_as_written() -> None:
     )
     assert StoredTrace.of({**row.as_dict(), "pk": 7}) == row  # read back with its key, which is no column of it
     # The hash as every chain was written with it (computed before StoredTrace): a change here breaks them all.
-    assert row_hash(row.as_dict()) == "1224d59a57877c96779a479d05a10ab621248b8762de30f06c7bc25827b73a02"
+    assert row_hash(row.as_dict()) == row_hash(row) == "1224d59a57877c96779a479d05a10ab621248b8762de30f06c7bc25827b73a02"

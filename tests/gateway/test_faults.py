@@ -104,7 +104,7 @@ def test_sigkill_during_ingest_and_retrieve_leaves_a_whole_store(tmp_path: Path)
         engine = open_store(f"sqlite:///{tmp_path / 'gateway.db'}")
         try:
             report = verify(engine)
-            assert report["ok"] is True, report["first_broken"]
+            assert report.ok is True, report.first_broken
             with engine.connect() as conn:
                 for writer, number in sorted(sent):
                     prefix = f"w{writer}_b{number}_"
@@ -248,4 +248,4 @@ def test_a_full_disk_is_a_clear_503_and_the_store_recovers_when_space_returns(sm
         assert gateway.retrieve(agent, {"task": SALES_TASK, "query": "renewal note", "depth": "fast"}).status_code == 200
         with gateway.store.connect() as conn:
             assert conn.execute(text("PRAGMA integrity_check")).scalar_one() == "ok"
-        assert verify(gateway.store)["ok"] is True
+        assert verify(gateway.store).ok is True

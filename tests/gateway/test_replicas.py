@@ -310,7 +310,7 @@ def test_two_appenders_of_one_chain_take_turns_instead_of_racing(cluster: Cluste
 
     def row() -> dict[str, Any]:
         trace = TraceBuilder(new_trace_id(), "replica_test", utc_now(), key=b"k" * 32)
-        trace.tenant, trace.decision = "acme", "none"
+        trace.tenant = "acme"
         frozen = trace.freeze(200)
         return {f.name: getattr(frozen, f.name) for f in fields(frozen)}
 

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from markupsafe import Markup, escape
 
+from audit.review import Bar
+
 COLOURS = {
     "allow": "#1b6e2f",
     "deny": "#b3261e",
@@ -77,15 +79,15 @@ class Mark:
 
 def timeline(
     chart_id: str,
-    bars: Sequence[dict[str, object]],
+    bars: Sequence[Bar],
     outcomes: Sequence[str],
-    href: Callable[[dict[str, object], str], str],
+    href: Callable[[Bar, str], str],
     marks: Sequence[Mark] = (),
     width: int = 900,
     height: int = 220,
 ) -> Markup:
     """Stacked bars of calls by outcome over time, with the revisions marked as vertical lines."""
-    counts = [[int(bar["by_outcome"].get(o, 0)) for o in outcomes] for bar in bars]  # type: ignore[attr-defined]
+    counts = [[bar.by_outcome.get(o, 0) for o in outcomes] for bar in bars]
     top = max((sum(c) for c in counts), default=0) or 1
     left, bottom = 40, 30
     step = (width - left - 10) / max(1, len(bars))
@@ -106,9 +108,7 @@ def timeline(
         x = left + i * step
         y = float(height - bottom)
         parts.append(
-            Markup('<g class="period" data-start="{}" data-end="{}" data-total="{}">').format(
-                bar["start"], bar["end"], sum(values)
-            )
+            Markup('<g class="period" data-start="{}" data-end="{}" data-total="{}">').format(bar.start, bar.end, sum(values))
         )
         for outcome, n in zip(outcomes, values):
             if not n:
@@ -128,8 +128,8 @@ def timeline(
                     w=bar_w,
                     h=h,
                     fill=COLOURS.get(outcome, BAR),
-                    start=bar["start"],
-                    end=bar["end"],
+                    start=bar.start,
+                    end=bar.end,
                 )
             )
         if sum(values):
@@ -143,7 +143,7 @@ def timeline(
                 'stroke="#23303d" stroke-dasharray="4 3"></line><text x="{tx:.1f}" y="24" font-size="10">{short}</text></g>'
             ).format(label=mark.label, x=x, y=height - bottom, tx=x + 3, short=mark.label[:19])
         )
-    first, last = (bars[0]["start"], bars[-1]["end"]) if bars else ("", "")
+    first, last = (bars[0].start, bars[-1].end) if bars else ("", "")
     parts.append(Markup('<text x="{}" y="{}" font-size="11">{}</text>').format(left, height - 10, first))
     parts.append(Markup('<text x="{}" y="{}" font-size="11" text-anchor="end">{}</text>').format(width - 10, height - 10, last))
     parts.append(Markup("</svg>"))

@@ -11,7 +11,7 @@ import anyio.to_thread
 from starlette.responses import Response
 
 from audit.record import AuditListed
-from audit.review import report_csv, subject_report
+from audit.review import Bar, Figures, report_csv, subject_report
 from core.audit_facts import OUTCOMES
 from core.errors import BadRequest
 from core.instants import parse_rfc3339, utc_now
@@ -52,77 +52,66 @@ def _period_links(since: str, until: str) -> dict[str, str]:
     return {"since": since, "until": until}
 
 
-def charts(found: dict[str, Any]) -> dict[str, Any]:
+def charts(figures: Figures) -> dict[str, Any]:
     """The overview's charts and tables, each figure with the link to its traces."""
-    period = found["period"]
-    window = _period_links(period["since"], period["until"])
-    bars = found["timeline"]
+    window = _period_links(figures.period.since, figures.period.until)
+    bars = figures.timeline
 
-    def bar_link(bar: dict[str, object], outcome: str) -> str:
-        return traces_link(outcome=outcome, since=str(bar["start"]), until=str(bar["end"]))
+    def bar_link(bar: Bar, outcome: str) -> str:
+        return traces_link(outcome=outcome, since=bar.start, until=bar.end)
 
     marks = []
-    for revision in found["revisions"][1:]:  # the first was in force when the period began
-        first = parse_rfc3339(revision["first_seen"])
-        at = next((i for i, bar in enumerate(bars) if parse_rfc3339(bar["start"]) <= first < parse_rfc3339(bar["end"])), None)
+    for revision in figures.revisions[1:]:  # the first was in force when the period began
+        first = parse_rfc3339(revision.first_seen)
+        at = next((i for i, bar in enumerate(bars) if parse_rfc3339(bar.start) <= first < parse_rfc3339(bar.end)), None)
         if at is not None:
-            marks.append(Mark(at, revision["revision"] or "none"))
-    denials = found["denials"]
-    returned = found["returned"]
-    masking = found["masking"]
+            marks.append(Mark(at, revision.revision or "none"))
+    denials, returned, masking = figures.denials, figures.returned, figures.masking
     return {
         "timeline": timeline("calls-chart", bars, OUTCOMES, bar_link, marks),
-        "legend": legend(OUTCOMES, found["calls"]["by_outcome"], lambda o: traces_link(outcome=o, **window)),
+        "legend": legend(OUTCOMES, figures.calls.by_outcome, lambda o: traces_link(outcome=o, **window)),
         "by_reason": ranked(
             "denials-by-reason",
             "Denials by reason",
-            [
-                Row(r["reason"], r["calls"], traces_link(outcome="deny", reason=r["reason"], **window))
-                for r in denials["by_reason"]
-            ],
+            [Row(r.reason, r.calls, traces_link(outcome="deny", reason=r.reason, **window)) for r in denials.by_reason],
         ),
         "by_task": ranked(
             "denials-by-task",
             "Denials by task type",
-            [
-                Row(t["task"] or "(none)", t["calls"], traces_link(outcome="deny", task=t["task"], **window))
-                for t in denials["by_task"]
-            ],
+            [Row(t.task or "(none)", t.calls, traces_link(outcome="deny", task=t.task, **window)) for t in denials.by_task],
         ),
         "by_sensitivity": ranked(
             "returned-by-sensitivity",
             "Items returned by sensitivity",
-            [Row(s, n, traces_link(returned=s, **window)) for s, n in by_level(returned["by_sensitivity"])],
+            [Row(s, n, traces_link(returned=s, **window)) for s, n in by_level(returned.by_sensitivity)],
         ),
         "restricted_by_actor": ranked(
             "restricted-by-actor",
             "Restricted items returned, by actor",
             [
-                Row(a["actor"] or "(none)", a["items"], traces_link(actor=a["actor"], returned="restricted", **window))
-                for a in returned["restricted_by_actor"]
+                Row(a.actor or "(none)", a.items, traces_link(actor=a.actor, returned="restricted", **window))
+                for a in returned.restricted_by_actor
             ],
         ),
         "placeholders": ranked(
             "placeholders-by-type",
             "Placeholders issued by type",
-            [Row(t, n, traces_link(masked=t, **window)) for t, n in masking["placeholders_by_type"].items()],
+            [Row(t, n, traces_link(masked=t, **window)) for t, n in masking.placeholders_by_type.items()],
         ),
         "reveals_by_type": ranked(
             "reveals-by-type",
             "Reveals by type",
-            [Row(r["type"], r["calls"], traces_link(revealed=r["type"], **window)) for r in masking["reveals_by_type"]],
+            [Row(r.type, r.calls, traces_link(revealed=r.type, **window)) for r in masking.reveals_by_type],
         ),
         "reveals_by_actor": ranked(
             "reveals-by-actor",
             "Reveals by principal",
             [
-                Row(r["actor"] or "(none)", r["calls"], traces_link(actor=r["actor"], revealed="any", **window))
-                for r in masking["reveals_by_actor"]
+                Row(r.actor or "(none)", r.calls, traces_link(actor=r.actor, revealed="any", **window))
+                for r in masking.reveals_by_actor
             ],
         ),
-        "revision_links": {
-            r["revision"]: traces_link(revision=r["revision"], **window) for r in found["revisions"] if r["revision"]
-        },
+        "revision_links": {r.revision: traces_link(revision=r.revision, **window) for r in figures.revisions if r.revision},
         "window": window,
     }
 
@@ -132,7 +121,6 @@ async def overview_page(call: Call) -> tuple[int, Response]:
     actor = await session_actor(call)
     if actor is None:
         return sign_in_form(401, "Sign in to read the overview.")
-    call.trace.decision = "read"
     params = call.request.query_params
     chosen = {name: params.get(name, "") for name in ("period", "since", "until")}
     try:
@@ -142,8 +130,17 @@ async def overview_page(call: Call) -> tuple[int, Response]:
         call.trace.error_code = exc.code
         return page(exc.status, "message.html", actor, title="Overview", message=exc.message)
     found = await anyio.to_thread.run_sync(overview_of, call.context, actor.tenant, since, until)
-    call.trace.record(AuditListed(found["calls"]["total"]))
-    return page(200, "overview.html", actor, found=found, charts=charts(found), chosen=chosen, periods=list(PERIODS))
+    call.trace.record(AuditListed(listed=found.figures.calls.total))
+    return page(
+        200,
+        "overview.html",
+        actor,
+        figures=found.figures,
+        chain=found.chain,
+        charts=charts(found.figures),
+        chosen=chosen,
+        periods=list(PERIODS),
+    )
 
 
 async def subject_page(call: Call) -> tuple[int, Response]:
@@ -152,7 +149,6 @@ async def subject_page(call: Call) -> tuple[int, Response]:
     actor = await session_actor(call)
     if actor is None:
         return sign_in_form(401, "Sign in to read a subject report.")
-    call.trace.decision = "read"
     params = call.request.query_params
     entity_id = call.request.path_params.get("entity_id") or params.get("entity", "")
     check_names(params, frozenset({"cursor", "format"} | ({"entity"} if "entity_id" not in call.request.path_params else set())))
@@ -168,12 +164,9 @@ async def subject_page(call: Call) -> tuple[int, Response]:
         return 200, Response(body, media_type="text/csv", headers=headers)
     after = page_cursor(params.get("cursor"))
     report = await anyio.to_thread.run_sync(subject_report, call.context.store, actor.tenant, entity_id, after, REPORT_PAGE)
-    call.trace.record(AuditListed(len(report["calls"])))
+    call.trace.record(AuditListed(listed=len(report.calls)))
     base = "/audit/subjects/" + quote(entity_id, safe="")
-    for entry in report["calls"]:
-        entry["href"] = "/audit/traces/" + quote(entry["trace_id"], safe="")
-        entry["about_href"] = "/audit/traces/" + quote(entry["about"], safe="") if entry["about"] else None
-    older = base + "?" + urlencode({"cursor": report["cursor"]}) if report["cursor"] else None
+    older = base + "?" + urlencode({"cursor": report.cursor}) if report.cursor else None
     return page(
         200,
         "subject.html",

@@ -8,11 +8,13 @@ import hashlib
 import logging
 from pathlib import Path
 from typing import Any, Awaitable, Callable
+from urllib.parse import quote
 
 import jinja2
 from markupsafe import Markup
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from audit.chain import utc_instant
 from core.actor import Actor
 from core.errors import GatewayError
 from gateway.http.audit_pages.session import SESSION_COOKIE, SignedOut
@@ -29,6 +31,16 @@ ENVIRONMENT = jinja2.Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
+
+
+def trace_href(trace_id: str) -> str:
+    """The page of one trace."""
+    return "/audit/traces/" + quote(trace_id, safe="")
+
+
+# The pages write an answer's instants as the trail does (ISO 8601 in UTC, to the microsecond), and
+# link each trace it names to its page.
+ENVIRONMENT.filters.update(instant=utc_instant, trace_href=trace_href)
 STYLE = (TEMPLATES / "page.css").read_text()
 # No script runs on these pages; the one inline style block is allowed by its hash.
 SECURITY_HEADERS = {
@@ -79,7 +91,7 @@ def as_page(handler: PageHandler) -> Callable[[Call], Awaitable[tuple[int, Respo
         except GatewayError as exc:
             call.trace.error_code = exc.code
             if exc.status >= 500:
-                call.trace.decision = "error" if call.trace.decision in ("none", "allow", "read") else call.trace.decision
+                call.trace.failed(unless=("deny", "write"))
                 log.warning("%s %s: %s", call.trace.endpoint, exc.code, exc.message)
             return page(exc.status, "message.html", None, title=f"Error {exc.status}", message=exc.message)
 

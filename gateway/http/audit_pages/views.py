@@ -6,14 +6,21 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-from urllib.parse import parse_qs, quote, urlencode, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import anyio.to_thread
 from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
 
-from audit.record import AuditListed, ChainVerified, SessionEnded, SessionOpened, TraceRead, lineage_stages, read_lineage
+from audit.record import (
+    AuditListed,
+    RetrieveCall,
+    SessionEnded,
+    SessionOpened,
+    TraceRead,
+    stages_of,
+)
 from audit.review import Filters, get_trace, list_traces
 from core.actor import Actor
 from core.audit_facts import OUTCOMES
@@ -60,6 +67,7 @@ async def session_actor(call: Call) -> Actor | None:
         return None
     actor = await anyio.to_thread.run_sync(_live_actor, call.context, token)
     call.trace.tenant, call.trace.actor = actor.tenant, actor.principal
+    call.trace.begin()  # a page read from here on
     return actor
 
 
@@ -105,7 +113,6 @@ async def list_page(call: Call) -> tuple[int, Response]:
     actor = await session_actor(call)
     if actor is None:
         return sign_in_form(200)
-    call.trace.decision = "read"
     params = call.request.query_params
     values = filter_values(params)
     chosen = {name: value for name, value in values.items() if value}
@@ -124,13 +131,12 @@ async def list_page(call: Call) -> tuple[int, Response]:
             newest=None,
             **list_context(values),
         )
-    rows, last = await anyio.to_thread.run_sync(list_traces, call.context.store, actor.tenant, filters, after, PAGE_SIZE)
-    call.trace.record(AuditListed(len(rows)))
-    rows = [{**row, "href": "/audit/traces/" + quote(row["trace_id"], safe="")} for row in rows]
-    older = "/audit?" + urlencode({**chosen, "cursor": f"c_{last}"}) if last is not None else None
+    found = await anyio.to_thread.run_sync(list_traces, call.context.store, actor.tenant, filters, after, PAGE_SIZE)
+    call.trace.record(AuditListed(listed=len(found.traces)))
+    older = "/audit?" + urlencode({**chosen, "cursor": found.cursor}) if found.cursor is not None else None
     newest = "/audit?" + urlencode(chosen) if after is not None else None
     return page(
-        200, "list.html", actor, filters=values, error=None, rows=rows, older=older, newest=newest, **list_context(values)
+        200, "list.html", actor, filters=values, error=None, rows=found.traces, older=older, newest=newest, **list_context(values)
     )
 
 
@@ -139,22 +145,22 @@ async def trace_page(call: Call) -> tuple[int, Response]:
     actor = await session_actor(call)
     if actor is None:
         return sign_in_form(401, "Sign in to read this trace.")
-    call.trace.decision = "read"
     found = await anyio.to_thread.run_sync(get_trace, call.context.store, actor.tenant, call.request.path_params["trace_id"])
     if found is None:
         raise NotFound(UNKNOWN_TRACE)
-    call.trace.record(TraceRead(found["trace_id"]))
-    lineage = read_lineage(found.get("lineage"))
+    trace, lineage = found.trace, found.lineage
+    call.trace.record(TraceRead(trace=trace.trace_id))
+    retrieve = lineage if isinstance(lineage, RetrieveCall) else None
     return page(
         200,
         "trace.html",
         actor,
-        trace=found,
-        stages=lineage_stages(found),
+        trace=trace,
+        stages=stages_of(retrieve, trace.used),
         channel=lineage.channel or "http",
-        reasons=lineage.decision.reasons if lineage.decision else [],
-        sources=sorted((name, s.wire()) for name, s in (lineage.sources or {}).items()),
-        lineage_json=json.dumps(found.get("lineage") or {}, indent=2, sort_keys=True),
+        reasons=retrieve.decision.reasons if retrieve and retrieve.decision else [],
+        sources=sorted((name, s.wire()) for name, s in ((retrieve.sources if retrieve else None) or {}).items()),
+        lineage_json=json.dumps(trace.lineage or {}, indent=2, sort_keys=True),
     )
 
 
@@ -163,11 +169,9 @@ async def verify_page(call: Call) -> tuple[int, Response]:
     actor = await session_actor(call)
     if actor is None:
         return sign_in_form(401, "Sign in to check the chain.")
-    call.trace.decision = "read"
     report = await anyio.to_thread.run_sync(call.context.audit.verify, actor.tenant)
-    rows = sum(chain["rows"] for chain in report["chains"].values())
-    call.trace.record(ChainVerified.of(report))
-    return page(200, "verify.html", actor, report=report, rows=rows, tenant=actor.tenant)
+    call.trace.record(report.record())
+    return page(200, "verify.html", actor, report=report, rows=report.rows, tenant=actor.tenant)
 
 
 async def form_fields(call: Call) -> dict[str, str]:
@@ -238,7 +242,7 @@ async def sign_out(call: Call) -> tuple[int, Response]:
     ended = None
     if token is not None:
         ended = await anyio.to_thread.run_sync(end_session, call.context.store, _session_key(call.context), token)
-    call.trace.record(SessionEnded(ended.ref if ended else None))
+    call.trace.record(SessionEnded.of(ended.ref if ended else None))
     response = redirect_home()
     forget_session(response)
     return 303, response

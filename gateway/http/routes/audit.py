@@ -14,14 +14,13 @@ from api.audit import FeedbackRequest, FeedbackResult, Trace, TraceList, TracePr
 from audit.record import (
     AuditExported,
     AuditListed,
-    ChainVerified,
     FeedbackGiven,
     ReportedOn,
+    RetrieveCall,
     TraceRead,
     UsageReported,
-    read_lineage,
 )
-from audit.review import MAX_PAGE, Filters, export, get_trace, list_traces
+from audit.review import MAX_PAGE, Filters, WholeTrace, export, get_trace, list_traces
 from core.audit_facts import OUTCOMES
 from core.errors import BadRequest, NotFound
 from core.instants import parse_rfc3339
@@ -100,24 +99,22 @@ def _api_query(call: Call) -> tuple[Filters, int | None]:
 async def list_route_handler(call: Call) -> tuple[int, TraceList]:
     """GET /v1/audit/traces: newest first, filtered, paged by cursor."""
     actor = call.actor
-    call.trace.decision = "read"
     filters, after = _api_query(call)
     limit = ascii_int("limit", call.request.query_params.get("limit", "50"), 1, MAX_PAGE)
-    rows, last = await anyio.to_thread.run_sync(list_traces, call.context.store, actor.tenant, filters, after, limit)
-    call.trace.record(AuditListed(len(rows)))
-    return 200, TraceList.model_validate({"traces": rows, "cursor": f"c_{last}" if last is not None else None})
+    found = await anyio.to_thread.run_sync(list_traces, call.context.store, actor.tenant, filters, after, limit)
+    call.trace.record(AuditListed(listed=len(found.traces)))
+    return 200, found
 
 
 @requires("auditor")
 async def one_trace(call: Call) -> tuple[int, Trace]:
     """GET /v1/audit/traces/{trace_id}: the whole trace, with what the agent reported about it."""
     actor = call.actor
-    call.trace.decision = "read"
     found = await anyio.to_thread.run_sync(get_trace, call.context.store, actor.tenant, call.request.path_params["trace_id"])
     if found is None:
         raise NotFound(UNKNOWN_TRACE)
-    call.trace.record(TraceRead(found["trace_id"]))
-    return 200, Trace.model_validate(found)
+    call.trace.record(TraceRead(trace=found.trace.trace_id))
+    return 200, found.trace
 
 
 @requires("auditor", admit=False)
@@ -126,38 +123,36 @@ async def trace_proof(call: Call) -> tuple[int, TraceProof]:
     it is under (audit.integrity.proofs), for `gateway audit verify-proof`. It reads every row hash of the
     chain up to the checkpoint, so it is admitted at PROOF_COST units, not one."""
     actor = call.actor
-    call.trace.decision = "read"
     trace_id = call.request.path_params["trace_id"]
     async with call.admitted(PROOF_COST):
         found = await anyio.to_thread.run_sync(call.context.audit.proof, actor.tenant, trace_id)
     if found is None:
         raise NotFound(UNKNOWN_TRACE)
-    call.trace.record(TraceRead(trace_id))
-    return 200, TraceProof.model_validate(found)
+    call.trace.record(TraceRead(trace=trace_id))
+    return 200, found
 
 
 @requires("auditor")
 async def export_traces(call: Call) -> tuple[int, dict[str, Any] | Stream]:
     """GET /v1/audit/export?format=jsonl|csv: every matching row, streamed."""
     actor = call.actor
-    call.trace.decision = "read"
     filters, _ = _api_query(call)
     fmt = call.request.query_params.get("format", "jsonl")
     if fmt not in ("jsonl", "csv"):
         raise BadRequest("format: expected jsonl or csv")
-    call.trace.record(AuditExported(fmt))
+    call.trace.record(AuditExported(format=fmt))
     media = "application/x-ndjson" if fmt == "jsonl" else "text/csv"
     return 200, Stream(export(call.context.store, actor.tenant, filters, fmt), media)
 
 
-async def _own_trace(call: Call) -> dict[str, Any]:
+async def _own_trace(call: Call) -> WholeTrace:
     """The caller's own trace; any other (another actor's, another tenant's, none) is the same 404."""
     actor = call.actor
     trace_id = call.params["trace_id"]
     found = await anyio.to_thread.run_sync(get_trace, call.context.store, actor.tenant, trace_id)
-    if found is None or found["actor"] != actor.principal or found["endpoint"] != "retrieve":
+    if found is None or found.trace.actor != actor.principal or found.trace.endpoint != "retrieve":
         raise NotFound(UNKNOWN_TRACE)
-    call.trace.record(ReportedOn(trace_id))
+    call.trace.record(ReportedOn(about=trace_id))
     return found
 
 
@@ -165,15 +160,15 @@ async def _own_trace(call: Call) -> dict[str, Any]:
 async def report_usage(call: Call) -> tuple[int, UsageResult]:
     """POST /v1/traces/{trace_id}/usage {"used": [ids]}: which returned items the agent used."""
     found = await _own_trace(call)
-    call.trace.decision = "write"
     used = validated(UsageRequest, await call.json()).used
-    returned = read_lineage(found["lineage"])
+    returned = found.lineage
+    assert isinstance(returned, RetrieveCall)  # _own_trace: a retrieve's
     packed = set(returned.packed or ())
     kept = sorted({i for i in used if i in packed})
     ignored = len(set(used)) - len(kept)
     about = sorted(e for e, items in (returned.named_entities or {}).items() if set(items) & set(kept))
-    call.trace.record(UsageReported(used=tuple(kept), not_returned=ignored, used_about=tuple(about)))
-    return 200, UsageResult(trace_id=found["trace_id"], recorded=kept, ignored=ignored)
+    call.trace.record(UsageReported(used=tuple(kept), used_about=tuple(about) or None, not_returned_by_that_call=ignored))
+    return 200, UsageResult(trace_id=found.trace.trace_id, recorded=kept, ignored=ignored)
 
 
 @requires()
@@ -181,21 +176,19 @@ async def report_feedback(call: Call) -> tuple[int, FeedbackResult]:
     """POST /v1/traces/{trace_id}/feedback {"rating": 1..5, "comment": "..."}. The comment is kept as a
     hash and a length only: it is free text and may hold anything."""
     found = await _own_trace(call)
-    call.trace.decision = "write"
     feedback = validated(FeedbackRequest, await call.json())
     rating, comment = feedback.rating, feedback.comment
     call.trace.record(FeedbackGiven(rating=rating, comment=call.trace.fingerprint(comment) if comment else None))
-    return 200, FeedbackResult(trace_id=found["trace_id"], rating=rating)
+    return 200, FeedbackResult(trace_id=found.trace.trace_id, rating=rating)
 
 
 @requires("auditor")
 async def verify_chain(call: Call) -> tuple[int, VerifyReport]:
     """GET /v1/audit/verify: recompute the tenant's hash chain and name the first broken link."""
     actor = call.actor
-    call.trace.decision = "read"
     report = await anyio.to_thread.run_sync(call.context.audit.verify, actor.tenant)
-    call.trace.record(ChainVerified.of(report))
-    return 200, VerifyReport.model_validate(report)
+    call.trace.record(report.record())
+    return 200, report
 
 
 # The operations this module serves (gateway/http/operation.py).

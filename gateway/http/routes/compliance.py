@@ -12,7 +12,7 @@ from starlette.datastructures import QueryParams
 
 from api.audit import OverviewReport, SubjectReport
 from audit.record import AuditExported, AuditListed
-from audit.review import MAX_SUBJECT_PAGE, chain_state, figures, report_csv, subject_report
+from audit.review import MAX_SUBJECT_PAGE, Overview, period_overview, report_csv, subject_report
 from core.errors import BadRequest
 from core.instants import parse_rfc3339, utc_now
 from core.validation import ascii_int
@@ -32,7 +32,7 @@ PERIODS = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta
 DEFAULT_PERIOD = "7d"
 MAX_PERIOD = timedelta(days=400)
 PAGE_CURSOR = re.compile(r"c_([0-9]{1,18})", re.ASCII)
-SUBJECT_CSV = AuditExported("csv", report="subject")  # the record of a subject report as CSV, from the API or a page
+SUBJECT_CSV = AuditExported(format="csv", report="subject")  # the record of a subject report as CSV, from the API or a page
 PERIOD_PARAMETERS = (
     query_parameter("period", "The last 24 h, 7 d (default) or 30 d", {"enum": list(PERIODS)}),
     query_parameter("since", "The period's start, an RFC 3339 instant with its offset (instead of `period`)"),
@@ -80,11 +80,10 @@ def check_names(params: QueryParams, allowed: frozenset[str]) -> None:
         raise BadRequest(f"{names[0]}: unknown query parameter")
 
 
-def overview_of(context: GatewayContext, tenant: str, since: datetime, until: datetime) -> dict[str, Any]:
-    """The figures and the chain's state, read in one worker thread."""
+def overview_of(context: GatewayContext, tenant: str, since: datetime, until: datetime) -> Overview:
+    """The figures and the chain's state (with what the signer knows of it), read in one worker thread."""
     checkpointer = context.audit.checkpointer
-    signer = checkpointer.state(tenant) if checkpointer is not None else None
-    return {**figures(context.store, tenant, since, until), "chain": chain_state(context.store, tenant, signer)}
+    return period_overview(context.store, tenant, since, until, checkpointer.state(tenant) if checkpointer is not None else None)
 
 
 def page_cursor(value: str | None) -> int | None:
@@ -103,19 +102,17 @@ def with_csv(answer: dict[str, Any]) -> dict[str, Any]:
 @requires("auditor")
 async def overview(call: Call) -> tuple[int, OverviewReport]:
     """GET /v1/audit/overview: the period's figures (audit.review.overview) and the chain's state."""
-    call.trace.decision = "read"
     params = call.request.query_params
     check_names(params, frozenset({"period", "since", "until"}))
     since, until = period_of(params, utc_now())
     found = await anyio.to_thread.run_sync(overview_of, call.context, call.actor.tenant, since, until)
-    call.trace.record(AuditListed(found["calls"]["total"]))
-    return 200, OverviewReport.model_validate(found)
+    call.trace.record(AuditListed(listed=found.figures.calls.total))
+    return 200, found.report()
 
 
 @requires("auditor")
 async def subject(call: Call) -> tuple[int, SubjectReport | Stream]:
     """GET /v1/audit/subjects/{entity_id}: every call about the entity (and those merged with it)."""
-    call.trace.decision = "read"
     params = call.request.query_params
     check_names(params, frozenset({"cursor", "limit", "format"}))
     entity_id = call.request.path_params["entity_id"]
@@ -128,8 +125,8 @@ async def subject(call: Call) -> tuple[int, SubjectReport | Stream]:
     after = page_cursor(params.get("cursor"))
     limit = ascii_int("limit", params.get("limit", "100"), 1, MAX_SUBJECT_PAGE)
     found = await anyio.to_thread.run_sync(subject_report, call.context.store, call.actor.tenant, entity_id, after, limit)
-    call.trace.record(AuditListed(len(found["calls"])))
-    return 200, SubjectReport.model_validate(found)
+    call.trace.record(AuditListed(listed=len(found.calls)))
+    return 200, found
 
 
 # The operations this module serves (gateway/http/operation.py).

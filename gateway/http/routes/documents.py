@@ -15,7 +15,6 @@ from gateway.writes.items import ingest_document
 @requires("ingest")
 async def handle(call: Call) -> tuple[int, DocumentReport]:
     actor = call.actor
-    call.trace.decision = "write"
     document = parse_document(call.request.path_params["document_id"], await call.body())
     report = await anyio.to_thread.run_sync(ingest_document, call.context.store, actor.tenant, document)
     if report["changed"]:

@@ -38,7 +38,6 @@ def _entity_id(call: Call) -> str:
 @requires("ingest")
 async def put_entity(call: Call) -> tuple[int, IngestReport]:
     actor = call.actor
-    call.trace.decision = "write"
     entity_id = _entity_id(call)
     body = await call.json()
     if not isinstance(body, dict):
@@ -59,7 +58,6 @@ async def put_entity(call: Call) -> tuple[int, IngestReport]:
 @requires("ingest")
 async def merge_entity(call: Call) -> tuple[int, MergeResult]:
     actor = call.actor
-    call.trace.decision = "write"
     entity_id = _entity_id(call)
     into = validated(MergeRequest, await call.json()).into
     result = await anyio.to_thread.run_sync(merge, call.context.store, actor.tenant, entity_id, into)
@@ -70,7 +68,6 @@ async def merge_entity(call: Call) -> tuple[int, MergeResult]:
 @requires("ingest")
 async def delete_entity(call: Call) -> tuple[int, TombstoneResult]:
     actor = call.actor
-    call.trace.decision = "write"
     result = await anyio.to_thread.run_sync(mark_pending_deletion, call.context.store, actor.tenant, _entity_id(call))
     call.trace.record(EntityTombstoned(changed=result["changed"], hidden_items=result["hidden_items"]))
     return 200, TombstoneResult.model_validate(result)
@@ -92,7 +89,6 @@ def edge_entry(entry: Any) -> Any:
 
 @requires("ingest")
 async def put_edges(call: Call) -> tuple[int, IngestReport]:
-    call.trace.decision = "write"
     entries = [edge_entry(e) for e in parse_items_body(await call.body(), call.request.headers.get("content-type"))]
     wrong_kind = [i for i, e in enumerate(entries) if isinstance(e, dict) and e.get("kind") != "edge"]
     if wrong_kind:

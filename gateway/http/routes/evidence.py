@@ -44,7 +44,6 @@ async def evidence_pack(call: Call) -> tuple[int, dict[str, Any] | Stream]:
     It reads the chain's row hashes from its start (the Merkle tree before the period), so it is
     admitted at EVIDENCE_COST units."""
     actor = call.actor
-    call.trace.decision = "read"
     since, until = _period(call)
     context = call.context
     async with call.admitted(EVIDENCE_COST):
@@ -54,7 +53,7 @@ async def evidence_pack(call: Call) -> tuple[int, dict[str, Any] | Stream]:
             pack_archive, context.store, actor.tenant, since, until, signing, utc_now()
         )
     counts = manifest["counts"]
-    call.trace.record(EvidenceExported(since=rfc3339(since) or "", until=rfc3339(until) or "", rows=counts["rows_in_period"]))
+    call.trace.record(EvidenceExported.of(since=rfc3339(since) or "", until=rfc3339(until) or "", rows=counts["rows_in_period"]))
     return 200, Stream(archive_chunks(archive), ZIP)
 
 

@@ -33,7 +33,6 @@ def streamed(content_type: str | None) -> bool:
 
 @requires("ingest", admit=False)
 async def handle(call: Call) -> tuple[int, IngestReport]:
-    call.trace.decision = "write"
     content_type = call.request.headers.get("content-type")
     if streamed(content_type):
         return await write_stream(call)

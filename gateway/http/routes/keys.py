@@ -23,15 +23,13 @@ ROLE = "key_admin"
 
 @requires(ROLE)
 async def list_keys(call: Call) -> tuple[int, KeyList]:
-    call.trace.decision = "read"
     keys = await anyio.to_thread.run_sync(list_api_keys, call.context.store, call.actor.tenant)
-    call.trace.record(KeysListed(len(keys)))
+    call.trace.record(KeysListed(listed=len(keys)))
     return 200, KeyList.model_validate({"keys": keys})
 
 
 @requires(ROLE)
 async def create_key(call: Call) -> tuple[int, CreatedKey]:
-    call.trace.decision = "write"
     body = await call.json_object()
     if "tenant" in body:
         raise BadRequest("tenant: a key is made in the caller's own tenant; omit it")
@@ -51,17 +49,16 @@ async def create_key(call: Call) -> tuple[int, CreatedKey]:
         )
     )
     key_id = token.split("_")[1]  # gw_<id>_<secret>
-    call.trace.record(KeyCreated(key_id))
+    call.trace.record(KeyCreated(created=key_id))
     created = await anyio.to_thread.run_sync(list_api_keys, call.context.store, call.actor.tenant, key_id)
     return 201, CreatedKey.model_validate({**created[0], "key": token})
 
 
 @requires(ROLE)
 async def revoke_key(call: Call) -> tuple[int, RevokedKey]:
-    call.trace.decision = "write"
     key_id = str(call.request.path_params["key_id"])
     revoked = await anyio.to_thread.run_sync(revoke_api_key, call.context.store, key_id, call.actor.tenant)
-    call.trace.record(KeyRevoked(revoked["id"], changed=revoked["changed"], sessions_ended=revoked["sessions_ended"]))
+    call.trace.record(KeyRevoked(revoked=revoked["id"], changed=revoked["changed"], sessions_ended=revoked["sessions_ended"]))
     return 200, RevokedKey.model_validate(revoked)
 
 

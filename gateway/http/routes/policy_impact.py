@@ -25,7 +25,6 @@ DISCONNECT_POLL_S = 0.5  # how often a running replay looks whether its client i
 @requires("policy_admin", admit=False)
 async def handle(call: Call) -> tuple[int, ImpactReport]:
     """The impact report of `policies` on the caller's tenant, with a `summary` for people."""
-    call.trace.decision = "read"
     body = await call.json_object()
     unknown = sorted(set(body) - set(FIELDS))
     if unknown:

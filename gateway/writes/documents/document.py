@@ -10,8 +10,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import gateway.writes.documents.cutting as cutting
+import gateway.writes.documents.frontmatter as frontmatter
+import gateway.writes.documents.headings as headings
 from core.errors import BadRequest
-from gateway.writes.documents import cutting, frontmatter, headings
 from gateway.writes.envelope import MAX_SECTION_CHARS, MAX_TEXT_CHARS
 
 DEFAULT_MAX_BYTES = 2_000

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 from sqlalchemy import event, update
 
-import audit.chain.writer as chain_writer
 from core.errors import ConfigurationError
 from core.instants import utc_now
 from core.store import writer
@@ -295,16 +294,21 @@ def one_transaction(gateway: Gateway) -> None:
         assert transactions.count("BEGIN IMMEDIATE") == 1, transactions
 
 
-def test_a_call_whose_audit_row_cannot_be_written_leaves_no_cursor(gateway: Gateway, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_call_whose_audit_row_cannot_be_written_leaves_no_cursor(gateway: Gateway) -> None:
     seed_pages(gateway)
     key = alice(gateway)
     assert ask(gateway, key, query="walrus pricing", budget={"bytes": 700})["cursor"]
     before = cursor_rows(gateway)
 
-    def broken(*_: Any, **__: Any) -> Any:
-        raise RuntimeError("the audit table is gone")
+    def broken(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        """The store refuses the audit row (and only it), after the cursor's insert in its transaction."""
+        if statement.lstrip().upper().startswith("INSERT INTO AUDIT_TRACE"):
+            raise RuntimeError("the audit table is gone")
 
-    monkeypatch.setattr(chain_writer, "append", broken)
-    response = gateway.retrieve(key, {"task": SALES_TASK, "query": "walrus pricing", "budget": {"bytes": 700}})
+    event.listen(gateway.store, "before_cursor_execute", broken)
+    try:
+        response = gateway.retrieve(key, {"task": SALES_TASK, "query": "walrus pricing", "budget": {"bytes": 700}})
+    finally:
+        event.remove(gateway.store, "before_cursor_execute", broken)
     assert response.status_code == 503 and "cur_" not in response.text
     assert cursor_rows(gateway) == before

@@ -245,7 +245,7 @@ def test_the_chain_still_verifies_with_the_new_lineage_fields(planted: Planted) 
     assert row["lineage"]["actor"] == {"roles": ["agent"], "groups": ["sales"], "clearance": "confidential"}
     assert row["lineage"]["subjects"] == ["ent_acct"]
     assert row["lineage"]["request"]["graph"] == {"max_depth": None, "relations": None}
-    assert planted.gateway.client.app.state.context.audit.verify("acme")["ok"]  # type: ignore[attr-defined]
+    assert planted.gateway.client.app.state.context.audit.verify("acme").ok  # type: ignore[attr-defined]
 
 
 def test_the_command_writes_the_json_report_and_prints_the_summary(planted: Planted, policy_copy: Path, tmp_path: Path) -> None:
