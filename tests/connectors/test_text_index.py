@@ -14,8 +14,8 @@ import pytest
 from sqlalchemy import select, text
 from sqlalchemy.engine import Engine
 
-from connectors.sql.lexical import FullTextConnector, visibility_groups
 from connectors.sql import text_index
+from connectors.sql.lexical import FullTextConnector, visibility_groups
 from connectors.sql.text_index import INDEXED, TextIndex, item, tokens
 from core.records import RecallQuery, SourceResult
 from core.store import open_store, visibility_tokens
@@ -244,7 +244,9 @@ def test_the_index_tokens_are_fts5s(tmp_path: Path) -> None:
     assert ingest(engine, "acme", rows).rejected == []
     with engine.connect() as conn:
         computed = {row.pk: tokens(row) for row in conn.execute(select(*INDEXED).where(item.c.tenant == "acme"))}
-        stored = dict(conn.execute(text(f"SELECT pk, {visibility_tokens('item')} FROM item WHERE tenant = 'acme'")).all())
+        stored: dict[int, str] = dict(
+            conn.execute(text(f"SELECT pk, {visibility_tokens('item')} FROM item WHERE tenant = 'acme'")).all()
+        )
     engine.dispose()
     assert len(computed) == 3
     for pk, vis in stored.items():

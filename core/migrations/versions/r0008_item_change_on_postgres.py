@@ -26,7 +26,9 @@ def upgrade() -> None:
     bind = op.get_bind()
     if bind.dialect.name != "postgresql":
         return
-    bind.exec_driver_sql("ALTER TABLE item_change ADD COLUMN IF NOT EXISTS xid bigint NOT NULL DEFAULT (pg_current_xact_id()::text::bigint)")
+    bind.exec_driver_sql(
+        "ALTER TABLE item_change ADD COLUMN IF NOT EXISTS xid bigint NOT NULL DEFAULT (pg_current_xact_id()::text::bigint)"
+    )
     bind.exec_driver_sql("CREATE INDEX IF NOT EXISTS ix_item_change_tenant_xid ON item_change (tenant, xid)")
     for statement in POSTGRES_CHANGE_TRIGGERS:
         bind.exec_driver_sql(statement)
