@@ -131,7 +131,8 @@ class Store:
 
     @property
     def env(self) -> dict[str, str]:
-        return {"GATEWAY_DATABASE_URL": self.url} if self.url else {}
+        # On PostgreSQL Tantivy ranks lexical search when asked (`auto` leaves it to PostgreSQL).
+        return {"GATEWAY_DATABASE_URL": self.url, "GATEWAY_LEXICAL_ENGINE": "tantivy"} if self.url else {}
 
 
 def grow(store: Store, path: Path) -> float:

@@ -70,13 +70,21 @@ class GatewayContext:
                 worker.nudge()
 
 
+def lexical_engine(setting: str, dialect: str) -> str:
+    """`auto`: Tantivy on SQLite, the store's own engine on PostgreSQL, where Tantivy is opted into
+    (`tantivy`) until its per-process threads stop with the service (see docs/scale.md)."""
+    if setting == "auto":
+        return "tantivy" if dialect == "sqlite" else "store"
+    return setting
+
+
 async def build_context(settings: Settings, telemetry: Telemetry | None = None) -> GatewayContext:
     """Everything the service runs on; `telemetry` replaces the one the settings describe (tests
     hand in one with in-memory exporters)."""
     warn_if_vulnerable()  # once per process: on a Python whose tarfile backtracks (CVE-2024-6232), one WARNING line
     store = open_store(settings.effective_database_url)
     try:
-        lexical = FullTextConnector(store, settings.lexical_engine)
+        lexical = FullTextConnector(store, lexical_engine(settings.lexical_engine, store.dialect.name))
         # first: it may refuse to start, before policy workers exist; the lexical index lists a
         # filter's rows for it (semantic search plans by their count)
         semantic = build_semantic(settings, store, admitted=lexical.admitted)

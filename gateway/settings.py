@@ -173,8 +173,9 @@ class EmbeddingSettings:
     vector_index: str = "auto"
     # What ranks lexical search: `tantivy` (top-k with the filter inside the query, an in-memory
     # index per tenant and process, the store's own engine answering while it builds) or `store`
-    # (`fts5`) alone: FTS5 on SQLite, ts_rank_cd on PostgreSQL.
-    lexical_engine: str = "tantivy"
+    # (`fts5`) alone: FTS5 on SQLite, ts_rank_cd on PostgreSQL. `auto`: tantivy on SQLite, store
+    # on PostgreSQL.
+    lexical_engine: str = "auto"
     weaviate_url: str | None = None
     weaviate_grpc_port: int = 50051
     weaviate_api_key: str | None = None
@@ -438,8 +439,8 @@ def load_settings(overrides: Mapping[str, Any] | None = None, environ: Mapping[s
         raise ConfigurationError("GATEWAY_MODEL_REGISTRY: expected an http:// or https:// URL")
     if settings.vector_index not in ("auto", "memory", "pgvector"):
         raise ConfigurationError("GATEWAY_VECTOR_INDEX: expected auto, memory or pgvector")
-    if settings.lexical_engine not in ("tantivy", "store", "fts5"):
-        raise ConfigurationError("GATEWAY_LEXICAL_ENGINE: expected tantivy or store (fts5 is a name for store)")
+    if settings.lexical_engine not in ("auto", "tantivy", "store", "fts5"):
+        raise ConfigurationError("GATEWAY_LEXICAL_ENGINE: expected auto, tantivy or store (fts5 is a name for store)")
     if settings.pii not in ("presidio", "none"):
         raise ConfigurationError("GATEWAY_PII: expected presidio or none")
     if settings.pii_processes is not None and settings.pii_processes > 64:

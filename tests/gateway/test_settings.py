@@ -49,7 +49,7 @@ def test_each_variable_is_read_as_its_fields_real_type() -> None:
         ("GATEWAY_PORT", "x", "expected int"),
         ("GATEWAY_PORT", "0", "expected int"),
         ("GATEWAY_MCP", "maybe", "expected bool"),
-        ("GATEWAY_LEXICAL_ENGINE", "lucene", "expected tantivy or store"),
+        ("GATEWAY_LEXICAL_ENGINE", "lucene", "expected auto, tantivy or store"),
     ],
 )
 def test_a_bad_value_names_its_variable_and_type(name: str, raw: str, expected: str) -> None:
