@@ -83,7 +83,6 @@ class TenantVectors:
     lock: threading.Lock = field(default_factory=threading.Lock)
     version: int = 0  # bumped whenever a stored vector is added or replaced
     _kept: dict[int, Kept] = field(default_factory=dict)
-    _kept_bytes: int = 0
 
     def scoring(self, pks: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
         """The matrix rows of those `pks` that have one, and their vectors (call with the lock held).
@@ -102,15 +101,15 @@ class TenantVectors:
         return rows, vectors
 
     def _keep(self, kept: Kept) -> None:
+        """Keep `kept`, dropping the copies of older versions (never read again), then the oldest,
+        until it fits in KEPT_LISTS and KEPT_BYTES."""
         if kept.vectors.nbytes > KEPT_BYTES:
             return
-        if len(self._kept) >= KEPT_LISTS or self._kept_bytes + kept.vectors.nbytes > KEPT_BYTES:
-            self._kept = {k: v for k, v in self._kept.items() if v.version == self.version}  # drop the stale first
-        while self._kept and (len(self._kept) >= KEPT_LISTS or self._kept_bytes + kept.vectors.nbytes > KEPT_BYTES):
-            self._kept.pop(next(iter(self._kept)))  # then the oldest
-            self._kept_bytes = sum(v.vectors.nbytes for v in self._kept.values())
+        fresh = [(key, v) for key, v in self._kept.items() if v.version == self.version]
+        while fresh and (len(fresh) >= KEPT_LISTS or sum(v.vectors.nbytes for _, v in fresh) + kept.vectors.nbytes > KEPT_BYTES):
+            fresh.pop(0)
+        self._kept = dict(fresh)
         self._kept[id(kept.pks)] = kept  # holds `pks`, so its id is not reused while kept
-        self._kept_bytes = sum(v.vectors.nbytes for v in self._kept.values())
 
     def __post_init__(self) -> None:
         self.matrix = np.zeros((0, self.dims), dtype=np.float32)
@@ -302,6 +301,26 @@ class VectorIndex:
         done = walk(conn, admitted_rows(query.tags), self._values(where), pks.tolist(), query.limit, give_up=give_up)
         return [(row, float(scores[position])) for row, position in done.rows], done
 
+    def _read_best(
+        self,
+        conn: Connection,
+        where: ItemFilter,
+        query: RecallQuery,
+        keys: npt.NDArray[np.int64],
+        scores: npt.NDArray[np.float32],
+        head: int,
+        *,
+        give_up: bool = False,
+    ) -> tuple[list[tuple[Row[Any], float]], Walk]:
+        """`_read` over `keys` best first by `scores`: only the head is sorted (`best_first`); the
+        rest, in order, only when the head was read through without `limit` permitted rows."""
+        order = best_first(scores, max(query.limit * 16, head))
+        found, done = self._read(conn, where, query, keys[order], scores[order], give_up=give_up)
+        if len(found) < query.limit and done.done >= len(order) and len(order) < len(scores):
+            order = np.argsort(-scores, kind="stable")
+            found, done = self._read(conn, where, query, keys[order], scores[order], give_up=give_up)
+        return found, done
+
     def _exact(
         self,
         conn: Connection,
@@ -315,11 +334,8 @@ class VectorIndex:
         nearest are permitted (`give_up`), the permitted set is read from SQL and only its vectors scored."""
         size = vectors.size
         scores = vectors.matrix[:size] @ q
-        order = best_first(scores, max(query.limit * 16, 4096))  # a million scores sorted whole: ~100 ms
-        found, done = self._read(conn, where, query, vectors.pks[:size][order], scores[order], give_up=give_up)
-        if len(found) < query.limit and done.done >= len(order) and len(order) < size:
-            order = np.argsort(-scores, kind="stable")  # the prefix was read through: the rest, in order
-            found, done = self._read(conn, where, query, vectors.pks[:size][order], scores[order], give_up=give_up)
+        # a million scores sorted whole: ~100 ms
+        found, done = self._read_best(conn, where, query, vectors.pks[:size], scores, 4096, give_up=give_up)
         if len(found) >= query.limit or done.done >= size:
             return found
         pks = np.fromiter((pk for (pk,) in conn.execute(permitted_pks(query.tags), self._values(where))), dtype=np.int64)
@@ -342,12 +358,7 @@ class VectorIndex:
                 return []
             scored = matrix @ q
             keys = vectors.pks[rows]
-        order = best_first(scored, max(query.limit * 16, 256))
-        found, done = self._read(conn, where, query, keys[order], scored[order])
-        if len(found) < query.limit and len(order) < len(scored):  # the prefix held too few permitted rows
-            order = np.argsort(-scored, kind="stable")
-            found, done = self._read(conn, where, query, keys[order], scored[order])
-        return found
+        return self._read_best(conn, where, query, keys, scored, 256)[0]
 
     def _approximate(
         self, conn: Connection, vectors: TenantVectors, where: ItemFilter, query: RecallQuery, q: npt.NDArray[np.float32]
