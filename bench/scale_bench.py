@@ -9,15 +9,20 @@ tenant see a fixed share of it whatever its size:
 
 - `0.1%`: groups `s0`;  `1%`: groups `s0`..`s9`;  `50%`: group `h0`.
 
-At each size the store is grown with `gateway ingest FILE.ndjson` (the rows past the last size),
-then served (`gateway serve`, one worker, background work off; the semantic index built before the
-clock starts) and each caller asks the same SciFact claims as the dullest call there is: a
-standard-depth `scout` retrieve with every source on (exact, graph, lexical, semantic), one client,
-each retrieve followed by a `/healthz` of the same server. Reported per size and caller: p50 and p95
-of the retrieve, its p50 against `/healthz`'s p50 in the same run, the p50 of each stage from the
-answers' own `timings`, the semantic plan the answers name, and the server's peak RSS and start-up
-time (process start to `/readyz` 200). The last table is each caller's p50 at each size against its
-p50 at the first size: the issue's target is at most 2x at 1M.
+At each size the store is grown with `gateway ingest FILE.ndjson` (the rows past the last size) and
+copied (`--work`/`sizes/N`, up to 100,000). Then every size is served at once (`gateway serve` per
+size, one worker each, background work off; each waits until its Tantivy index and HNSW graph are
+built before the clock starts) and the callers ask the same SciFact claims as the dullest call there
+is: a standard-depth `scout` retrieve with every source on (exact, graph, lexical, semantic), one
+client, each retrieve followed by a `/healthz` of the same server, **interleaved**: for each claim,
+each size's callers in turn, so a busy minute on this shared machine falls on every size alike.
+Reported per size and caller: p50 and p95 of the retrieve, its p50 against `/healthz`'s p50 in the
+same run, the p50 of each stage from the answers' own `timings`, the semantic plan the answers name,
+and the server's peak RSS and start-up time (process start to `/readyz` 200, measured alone). Then,
+in this process on each size's store, each caller's recall@10: semantic search's plan against exact
+search over every permitted vector, lexical search's top 10 against its ranking of every match. The
+last table is each caller's p50 at each size against its p50 at the first size: the issue's target
+is at most 2x at 1M.
 
     .venv/bin/python bench/scale_bench.py --sizes 1000,10000,100000           # ~15 min on 2 cores
     .venv/bin/python bench/scale_bench.py --sizes 1000,10000,100000,1000000   # ~1.5 h, ~10 GB in --work
@@ -28,23 +33,26 @@ p50 at the first size: the issue's target is at most 2x at 1M.
 `--work` keeps the vectors' cache, the store and a copy of it at each size up to 100,000
 (`sizes/N`); `--reuse` starts from a store a previous run grew (its sizes already loaded are not
 loaded again) and measures a smaller size on its copy, so every size's figure comes from the same
-run. `--postgres` grows one schema of an embedded PostgreSQL 17 with pgvector (tests/embedded_pg.py;
-no copies, no reuse). `--plot FILE.svg` draws each caller's p50 against items (log scale).
+run. `--postgres` grows one schema of an embedded PostgreSQL with pgvector (tests/embedded_pg.py;
+no copies, no reuse), so each size is served and measured before the next is loaded. `--plot FILE.svg` draws each caller's p50 against items (log scale).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +64,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import Server, clean_env, code_revision, create_key, free_port, gateway_executable, percentile, scifact  # noqa: E402
+
+from core.constraints import ItemFilter  # noqa: E402
+from core.records import RecallQuery  # noqa: E402
 
 TENANT = "bench"
 TASK = {"type": "account_followup", "scope": "sales"}
@@ -169,38 +180,73 @@ def request(claim: str) -> dict[str, Any]:
     }
 
 
-def measure(server: Server, keys: dict[str, str], claims: list[str]) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    with httpx.Client(base_url=server.url, timeout=120) as client:
-        for caller, key in keys.items():
-            for claim in claims[:WARMUP]:
-                timed(client, "POST", "/v1/retrieve", key, request(claim))
-            retrieve, healthz, plans, returned = [], [], Counter[str](), []
-            stages: dict[str, list[float]] = {stage: [] for stage in STAGES}
-            for claim in claims:
-                ms, answer = timed(client, "POST", "/v1/retrieve", key, request(claim))
-                retrieve.append(ms)
-                healthz.append(timed(client, "GET", "/healthz", None, None)[0])
-                for stage in STAGES:
-                    if isinstance(answer.get("timings", {}).get(stage), (int, float)):
-                        stages[stage].append(float(answer["timings"][stage]))
-                semantic = answer.get("sources", {}).get("semantic", {})
-                plans[str(semantic.get("detail") or semantic.get("status")).split(";")[0]] += 1
-                returned.append(len(answer.get("items", [])))
-            out[caller] = {
-                "p50": percentile(retrieve, 50),
-                "p95": percentile(retrieve, 95),
-                "healthz": percentile(healthz, 50),
-                "stages": {stage: percentile(values, 50) for stage, values in stages.items() if values},
-                "plans": dict(plans),
-                "returned": percentile(returned, 50),
-            }
+@dataclass
+class Served:
+    """One size's server, its callers' keys, and what its start cost."""
+
+    size: int
+    server: Server
+    keys: dict[str, str]
+    start_s: float
+    indexed_s: float
+
+
+def measure(sized: list[Served], claims: list[str], warmups: list[str]) -> dict[int, dict[str, dict[str, Any]]]:
+    """Every size's callers asked the same claims, interleaved: for each claim, each size's callers
+    in turn (each retrieve followed by a `/healthz` of the same server), so a busy minute on this
+    shared machine falls on every size alike and the ratios between sizes hold. The warm-up claims
+    are others than the measured ones: a measured claim's query embedding is never already cached."""
+    samples: dict[tuple[int, str], dict[str, Any]] = {}
+    clients = {s.size: httpx.Client(base_url=s.server.url, timeout=120) for s in sized}
+    try:
+        for s in sized:
+            for key in s.keys.values():
+                for claim in warmups:
+                    timed(clients[s.size], "POST", "/v1/retrieve", key, request(claim))
+        for s in sized:
+            for caller in s.keys:
+                samples[s.size, caller] = {
+                    "retrieve": [],
+                    "healthz": [],
+                    "plans": Counter[str](),
+                    "returned": [],
+                    "stages": {stage: [] for stage in STAGES},
+                }
+        for claim in claims:
+            for s in sized:
+                client = clients[s.size]
+                for caller, key in s.keys.items():
+                    sample = samples[s.size, caller]
+                    ms, answer = timed(client, "POST", "/v1/retrieve", key, request(claim))
+                    sample["retrieve"].append(ms)
+                    sample["healthz"].append(timed(client, "GET", "/healthz", None, None)[0])
+                    for stage in STAGES:
+                        if isinstance(answer.get("timings", {}).get(stage), (int, float)):
+                            sample["stages"][stage].append(float(answer["timings"][stage]))
+                    semantic = answer.get("sources", {}).get("semantic", {})
+                    sample["plans"][str(semantic.get("detail") or semantic.get("status")).split(";")[0]] += 1
+                    sample["returned"].append(len(answer.get("items", [])))
+    finally:
+        for client in clients.values():
+            client.close()
+    out: dict[int, dict[str, dict[str, Any]]] = {}
+    for (size, caller), sample in samples.items():
+        out.setdefault(size, {})[caller] = {
+            "p50": percentile(sample["retrieve"], 50),
+            "p95": percentile(sample["retrieve"], 95),
+            "healthz": percentile(sample["healthz"], 50),
+            "stages": {stage: percentile(values, 50) for stage, values in sample["stages"].items() if values},
+            "plans": dict(sample["plans"]),
+            "returned": percentile(sample["returned"], 50),
+        }
     return out
 
 
-def served(store: Store) -> tuple[Server, float, float]:
-    """The server, seconds to `/readyz` 200, and seconds until its indexes are built (`/readyz`:
-    the tenant's Tantivy index ready, no HNSW graph building). `/healthz` answers throughout."""
+def serve(size: int, store: Store) -> Served:
+    """`store` served, with a fresh key per caller made in it (a copy holds only the keys of the run
+    that made it), once its indexes are built: seconds to `/readyz` 200, and until `/readyz` says
+    the tenant's Tantivy index is ready and no HNSW graph is building. `/healthz` answers throughout."""
+    keys = callers(store)
     env = {"GATEWAY_PII_BACKGROUND": "false", "GATEWAY_BACKGROUND_EMBEDDING": "false", **store.env}
     server = Server(store.folder, free_port(), env=env, label="scale")
     started = time.perf_counter()
@@ -214,8 +260,14 @@ def served(store: Store) -> tuple[Server, float, float]:
             lexical.get("tenants_ready", 0) >= 1 and not lexical.get("tenants_building")
         )
         if built and not semantic.get("graphs_building") and httpx.get(f"{server.url}/healthz", timeout=10).status_code == 200:
-            return server, ready, time.perf_counter() - started
+            return Served(size, server, keys, ready, time.perf_counter() - started)
         time.sleep(0.5)
+
+
+def finish(one: Served, figures: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """One size's record: its callers' figures, its start, and its server's peak RSS (read before it stops)."""
+    peak = one.server.memory_kib().get("VmHWM", 0) / 1024
+    return {"callers": figures, "start_s": one.start_s, "indexed_s": one.indexed_s, "peak_mib": peak}
 
 
 @contextlib.contextmanager
@@ -233,13 +285,110 @@ def backend(postgres: bool, work: Path) -> Iterator[str | None]:
         server.stop()
 
 
-def report(size: int, figures: dict[str, dict[str, Any]], start_s: float, indexed_s: float, peak: float) -> None:
-    print(f"  server start to /readyz {start_s:.1f} s, to its indexes built {indexed_s:.1f} s; peak RSS {peak:,.0f} MiB")
+def caller_filter(caller: str) -> ItemFilter:
+    """What the policy lets `caller` read of the bench's items (documents, any sensitivity the
+    corpus holds, active), as the connectors receive it: its groups are the principals."""
+    return ItemFilter(
+        tenant=TENANT,
+        principals=tuple(f"group:{g}" for g in CALLERS[caller].split(",")),
+        sensitivities=("public", "internal", "confidential"),
+        valid_at=datetime.now(timezone.utc),
+        scopes=(),
+        kinds=("document",),
+        statuses=("active",),
+        subjects=(),
+    )
+
+
+def recall(url: str, claims: list[str], model: str) -> dict[str, dict[str, Any]]:
+    """Each caller's top 10 from the engines the service uses against the exhaustive answer over its
+    admitted rows, in this process on the same store: semantic search's plan (`auto`) against exact
+    search over every permitted vector, and lexical search's top 10 against its ranking of every
+    match (Tantivy; or PostgreSQL's own ranking, whose top 10 is exhaustive by construction).
+    Mean recall@10 per caller, and the semantic plans `auto` chose."""
+    from connectors.sql.lexical import FullTextConnector
+    from connectors.sql.pgvector import PgvectorConnector, literal
+    from connectors.sql.pushdown import bound
+    from connectors.sql.vectors import VectorIndex
+    from core.store import open_store
+    from gateway.settings import load_settings
+    from gateway.writes.embeddings import load_embedder
+
+    settings = load_settings({"data_dir": Path(tempfile.mkdtemp(prefix="scale-recall-"))}, environ={})
+    embedder, why = load_embedder(settings, threads=os.cpu_count() or 1)
+    if embedder is None or embedder.model_id != model:
+        raise SystemExit(f"recall: the service's model is not available here ({why or embedder and embedder.model_id})")
+    queries = [RecallQuery(text=c, vector=tuple(float(x) for x in embedder.embed([c])[0]), model=model, limit=10) for c in claims]
+    engine = open_store(url)
+    lexical = FullTextConnector(engine, "tantivy")
+    assert lexical.text is not None
+    lexical.text.build_now_max = 10**9
+    with engine.connect() as conn:
+        lexical.text.state(conn, TENANT)  # built now, not in the background
+    postgres = engine.dialect.name == "postgresql"
+    index = None if postgres else VectorIndex(engine, model, len(queries[0].vector or ()), admitted=lexical.admitted)
+    pgvector = PgvectorConnector(engine, model, len(queries[0].vector or ())) if postgres else None
+    if index is not None:
+        with engine.connect() as conn:
+            index.tenant(conn, TENANT)
+        while index.readiness()["graphs_building"]:  # `auto` plans as the served index does: graph built
+            time.sleep(0.5)
+
+    def semantic(where: ItemFilter, query: RecallQuery, exact: bool) -> tuple[list[int], str]:
+        if index is not None:
+            found, plan = index.nearest(where, query, "exact" if exact else "auto")
+            return [pk for pk, _ in found], plan
+        assert pgvector is not None and query.vector is not None
+        parameters = {**bound(where), "pgv_query": literal(query.vector), "pgv_model": model}
+        with engine.connect() as conn, conn.begin():
+            pgvector._tune(conn, 10)
+            rows = conn.execute(pgvector._statement((), 10, exact=exact), parameters).all()
+        return [int(r._mapping["pk"]) for r in rows], "exact" if exact else "hnsw iterative"
+
+    def lexical_top(where: ItemFilter, query: RecallQuery, limit: int) -> list[str]:
+        found = asyncio.run(lexical.search(where, replace(query, limit=limit)))
+        return [c.record.id for c in found.candidates]
+
+    out: dict[str, dict[str, Any]] = {}
+    for caller in CALLERS:
+        where = caller_filter(caller)
+        semantic_hits = lexical_hits = semantic_total = lexical_total = 0
+        plans: Counter[str] = Counter()
+        for query in queries:
+            found, plan = semantic(where, query, exact=False)
+            truth = semantic(where, query, exact=True)[0]
+            plans[plan] += 1
+            semantic_hits += len(set(found[:10]) & set(truth[:10]))
+            semantic_total += len(truth[:10])
+            top, everything = lexical_top(where, query, 10), lexical_top(where, query, 1000)[:10]
+            lexical_hits += len(set(top) & set(everything))
+            lexical_total += len(everything)
+        out[caller] = {
+            "semantic_recall": semantic_hits / max(semantic_total, 1),
+            "semantic_plans": dict(plans),
+            "lexical_recall": lexical_hits / max(lexical_total, 1),
+        }
+    engine.dispose()
+    return out
+
+
+def report(size: int, result: dict[str, Any]) -> None:
+    figures, recalled = result["callers"], result.get("recall", {})
+    print(
+        f"\n{size:,} items: server start to /readyz {result['start_s']:.1f} s, to its indexes built "
+        f"{result['indexed_s']:.1f} s; peak RSS {result['peak_mib']:,.0f} MiB"
+    )
     print(f"  {'caller':>6} {'p50 ms':>8} {'p95 ms':>8} {'x healthz':>9}  {'items':>5}  stages p50 ms / semantic plan")
     for caller, f in figures.items():
         stage_text = " ".join(f"{s[:-3]} {v:.1f}" for s, v in f["stages"].items() if s != "total_ms")
         print(
             f"  {caller:>6} {f['p50']:8.1f} {f['p95']:8.1f} {f['p50'] / f['healthz']:8.0f}x  {f['returned']:5.0f}  {stage_text}  {f['plans']}",
+            flush=True,
+        )
+    for caller, r in recalled.items():
+        print(
+            f"  {caller:>6} recall@10 against exhaustive search: semantic {r['semantic_recall']:.3f} "
+            f"(plans {r['semantic_plans']}), lexical {r['lexical_recall']:.3f}",
             flush=True,
         )
 
@@ -289,10 +438,13 @@ def main() -> int:
     parser.add_argument("--reuse", action="store_true", help="grow the store a previous run left in --work")
     parser.add_argument("--postgres", action="store_true", help="PostgreSQL 17 + pgvector instead of SQLite")
     parser.add_argument("--plot", type=Path, help="draw p50 against items into this SVG file")
+    parser.add_argument(
+        "--no-recall", action="store_true", help="skip the recall@10 check (it builds the indexes in this process)"
+    )
     args = parser.parse_args()
     sizes = sorted(int(s) for s in args.sizes.split(","))
     docs, claims = scifact(args.data_set, 10**9)
-    claims = claims[WARMUP : WARMUP + args.queries] if len(claims) > WARMUP + args.queries else claims
+    warmups, claims = claims[:WARMUP], claims[WARMUP : WARMUP + args.queries]
     args.work.mkdir(parents=True, exist_ok=True)
     vectors, model = abstract_vectors(args.work, docs)
     with backend(args.postgres, args.work) as url:
@@ -313,8 +465,8 @@ def main() -> int:
             flush=True,
         )
         results: dict[int, dict[str, Any]] = {}
+        measured: dict[int, Store] = {}  # SQLite: each size's store (a copy, or the grown store), served together
         for size in sizes:
-            measured = store
             if size > loaded:
                 part = args.work / "slice.ndjson"
                 write_slice(part, docs, vectors, model, loaded, size)
@@ -329,7 +481,7 @@ def main() -> int:
                 if not url and size <= KEEP_COPIES_UP_TO:
                     kept = args.work / "sizes" / str(size)
                     shutil.rmtree(kept, ignore_errors=True)
-                    shutil.copytree(folder, kept, ignore=shutil.ignore_patterns("*.log"))
+                    shutil.copytree(folder, kept, ignore=shutil.ignore_patterns("*.log", "*.bak"))
             elif size < loaded:
                 kept = args.work / "sizes" / str(size)
                 if url or not kept.exists():
@@ -337,17 +489,36 @@ def main() -> int:
                         f"\n{size:,} items: the store already holds {loaded:,} and keeps no copy at {size:,}; skipped", flush=True
                     )
                     continue
-                measured = Store(kept)
-                print(f"\n{size:,} items: measured on the copy kept at that size", flush=True)
-            keys = callers(measured)  # in the store measured: a copy holds only the keys of the run that made it
-            server, start_s, indexed_s = served(measured)
+            if not url:
+                measured[size] = store if size == loaded else Store(args.work / "sizes" / str(size))
+                continue
+            # PostgreSQL grows one schema: each size is measured before the next is loaded.
+            one = serve(size, store)
             try:
-                figures = measure(server, keys, claims)
-                peak = server.memory_kib().get("VmHWM", 0) / 1024
+                results[size] = finish(one, measure([one], claims, warmups)[size])
             finally:
-                server.stop()
-            results[size] = {"callers": figures, "start_s": start_s, "indexed_s": indexed_s, "peak_mib": peak}
-            report(size, figures, start_s, indexed_s, peak)
+                one.server.stop()
+            if not args.no_recall:
+                results[size]["recall"] = recall(url, claims, model)
+            report(size, results[size])
+        if measured:
+            print(
+                f"\nserving {', '.join(f'{n:,}' for n in measured)} items together; the callers' claims interleaved", flush=True
+            )
+            together: list[Served] = []
+            try:
+                for size, at in measured.items():
+                    together.append(serve(size, at))
+                figures = measure(together, claims, warmups)
+                for one in together:
+                    results[one.size] = finish(one, figures[one.size])
+            finally:
+                for one in together:
+                    one.server.stop()
+            for size, at in measured.items():
+                if not args.no_recall:
+                    results[size]["recall"] = recall(f"sqlite:///{at.folder / 'gateway.db'}", claims, model)
+                report(size, results[size])
     if len(results) > 1:
         first = min(results)
         print(f"\np50 against the p50 at {first:,} items (target at 1,000,000: <= 2x)")
