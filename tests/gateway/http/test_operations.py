@@ -75,17 +75,12 @@ def test_readyz_when_ready(gateway: Gateway) -> None:
     body = response.json()
     assert body["status"] == "ready" and body["checks"] == {"policy": "ok", "store": "ok", "admission": "ok"}
     assert body["admission"]["saturated"] is False
-    if gateway.store.dialect.name == "sqlite":
-        assert body["lexical"]["engine"] == "tantivy" and body["lexical"]["tenants_building"] == 0
-    else:  # `auto`: PostgreSQL's own ranking unless GATEWAY_LEXICAL_ENGINE=tantivy
-        assert body["lexical"] == {"engine": "postgres"}
+    assert body["lexical"]["engine"] == "tantivy" and body["lexical"]["tenants_building"] == 0  # `auto`, on either store
 
 
 def test_readyz_says_when_a_large_tenants_lexical_index_is_built(gateway: Gateway) -> None:
     """The index builds on a thread (the store's own engine answers meanwhile); readiness counts it
     building, then ready."""
-    if gateway.store.dialect.name != "sqlite":
-        pytest.skip("`auto` ranks with PostgreSQL's own engine there")
     lexical = gateway.client.app.state.context.connectors.lexical  # type: ignore[attr-defined]
     lexical.text.build_now_max = 5
     gateway.ingest("acme", [{"id": f"n{i}", "kind": "memory", "text": f"walrus {i}", "acl": ["*"]} for i in range(40)])
@@ -106,9 +101,7 @@ def test_shutdown_stops_the_lexical_indexes_threads(database_url: str, tmp_path:
     monkeypatch.setattr(text_index, "READ_CHUNK", 5)
     added = slow_adds(monkeypatch, 0.1)  # 40 items: ~4 s of building
     before = set(threading.enumerate())
-    with open_gateway(
-        database_url, tmp_path, background_embedding=False, pii_background=False, lexical_engine="tantivy"
-    ) as gateway:
+    with open_gateway(database_url, tmp_path, background_embedding=False, pii_background=False) as gateway:
         lexical = gateway.client.app.state.context.connectors.lexical  # type: ignore[attr-defined]
         lexical.text.build_now_max = 5
         gateway.ingest("acme", [{"id": f"n{i}", "kind": "memory", "text": f"walrus {i}", "acl": ["*"]} for i in range(40)])
