@@ -143,8 +143,7 @@ class Store:
 
     @property
     def env(self) -> dict[str, str]:
-        # On PostgreSQL Tantivy ranks lexical search when asked (`auto` leaves it to PostgreSQL).
-        return {"GATEWAY_DATABASE_URL": self.url, "GATEWAY_LEXICAL_ENGINE": "tantivy"} if self.url else {}
+        return {"GATEWAY_DATABASE_URL": self.url} if self.url else {}  # Tantivy ranks lexical search on either store
 
 
 def grow(store: Store, path: Path) -> float:

@@ -71,10 +71,12 @@ class GatewayContext:
 
 
 def lexical_engine(setting: str, dialect: str) -> str:
-    """`auto`: Tantivy on SQLite, the store's own engine on PostgreSQL, where Tantivy is opted into
-    (`tantivy`) until its per-process threads stop with the service (see docs/scale.md)."""
+    """`auto`: Tantivy on either store (`dialect`, SQLite or PostgreSQL). Its per-process threads
+    stop with the service (`TextIndex.close`, at shutdown) and a first build runs on the search's
+    own connection, which the deadline can interrupt; PostgreSQL's own ranking scores every
+    permitted match, so it answers only while a tenant's index builds, or with `store`."""
     if setting == "auto":
-        return "tantivy" if dialect == "sqlite" else "store"
+        return "tantivy"
     return setting
 
 

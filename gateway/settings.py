@@ -173,8 +173,7 @@ class EmbeddingSettings:
     vector_index: str = "auto"
     # What ranks lexical search: `tantivy` (top-k with the filter inside the query, an in-memory
     # index per tenant and process, the store's own engine answering while it builds) or `store`
-    # (`fts5`) alone: FTS5 on SQLite, ts_rank_cd on PostgreSQL. `auto`: tantivy on SQLite, store
-    # on PostgreSQL.
+    # (`fts5`) alone: FTS5 on SQLite, ts_rank_cd on PostgreSQL. `auto`: tantivy on either store.
     lexical_engine: str = "auto"
     weaviate_url: str | None = None
     weaviate_grpc_port: int = 50051

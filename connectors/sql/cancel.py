@@ -108,6 +108,25 @@ def running() -> int:
     return len(_RUNNING)
 
 
+def given_up() -> bool:
+    """Whether the running work's caller stopped waiting (its watch was cancelled): work that loops
+    between statements (an index build reading chunks) asks this between them, since a cancel
+    reaches only a statement that is running."""
+    watch = _WATCH.get()
+    return watch is not None and watch.cancelled
+
+
+@contextmanager
+def watching(watch: Watch) -> Iterator[None]:
+    """Connections opened with `watched` in this context (a thread's own work) register to `watch`,
+    so whoever holds it can interrupt them (`Watch.cancel`)."""
+    token = _WATCH.set(watch)
+    try:
+        yield
+    finally:
+        _WATCH.reset(token)
+
+
 def _interrupt(dbapi: Any) -> None:
     if isinstance(dbapi, sqlite3.Connection):
         dbapi.interrupt()

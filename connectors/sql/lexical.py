@@ -147,9 +147,15 @@ class FullTextConnector:
         return {"engine": "fts5" if self.dialect == "sqlite" else "postgres"}
 
     def warm(self) -> None:
-        """Build every tenant's Tantivy index (start-up, off the request path)."""
+        """Build every tenant's Tantivy index (start-up, on the index's own threads)."""
         if self.text is not None:
             self.text.warm()
+
+    def close(self) -> None:
+        """Stop the Tantivy indexes' builds and catch-ups and wait for their threads (at shutdown,
+        before the store is closed); the store's own engine answers any search after it."""
+        if self.text is not None:
+            self.text.close()
 
     async def search(self, where: ItemFilter, query: RecallQuery) -> SourceResult:
         started = time.perf_counter()

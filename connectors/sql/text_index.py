@@ -17,8 +17,15 @@ read and applied (one indexed probe for the tenant when nothing changed), so a s
 write committed before it, as FTS5 did, and no other tenant's writes. On SQLite the position is a
 log sequence number (one writer commits at a time); on PostgreSQL, where transactions commit in any
 order, it is the oldest transaction still running at the last read (`_catch_up_by_transaction`).
-A tenant's index is built on its first search (at once when it is small, on a thread of its own
-when it is large, the store's own engine answering meanwhile) or at start-up (`warm`).
+A tenant's index is built on its first search (at once when it is small, on the search's own
+connection, which the search's deadline can interrupt; on a thread of its own when it is large, the
+store's own engine answering meanwhile) or at start-up (`warm`). No build holds a snapshot for the
+index's sake: on PostgreSQL the horizon is read first, the rows in a later statement, and what
+commits in between is applied again by the next catch-up (`_build`).
+
+The threads (large builds, bulk catch-ups, the start-up warm) are the index's own: `close`, at the
+service's shutdown, interrupts their statements, stops their loops at the next chunk and waits for
+them, and no thread starts after it.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +42,9 @@ import numpy.typing as npt
 import tantivy
 from sqlalchemy import func, select, text
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
 
+from connectors.sql.cancel import Cancelled, Watch, given_up, watched, watching
 from core.store import visibility_value
 from core.tables import Item, ItemChange
 
@@ -49,8 +59,14 @@ CATCH_UP_NOW_MAX = 1_000
 BUILD_NOW_MAX = 20_000  # a tenant this small is indexed on its first search; a larger one on a thread
 WRITER_HEAP = 32_000_000  # bytes a tenant's index writer buffers before it writes a segment
 READ_CHUNK = 5_000
+APPLY_CHUNK = 900  # log-named rows read back per statement by a catch-up (older SQLite binds at most 999)
 Filter = tuple[tuple[str, ...], ...]
 ADMITTED_KEPT = 64  # filters whose admitted rows a tenant's view keeps (each at most the semantic cutoff)
+CLOSE_WAIT = 10.0  # seconds `close` waits for the index's threads to stop
+
+
+class _Stopped(Exception):
+    """A build or catch-up stopped between chunks: the service is closing, or the search gave up."""
 
 
 def _schema() -> Any:
@@ -172,7 +188,62 @@ class TextIndex:
         self.engine = engine
         self.build_now_max = build_now_max
         self._tenants: dict[str, TenantText] = {}
-        self._lock = threading.Lock()  # the map of tenants
+        self._lock = threading.Lock()  # the map of tenants, the threads, `_closed`
+        self._workers: dict[threading.Thread, Watch] = {}  # the threads running, each with its connection's watch
+        self._closed = False
+
+    def close(self, wait: float = CLOSE_WAIT) -> None:
+        """Stop, for good (the service's shutdown, before its store is closed): no build or catch-up
+        starts after this and no index is answered from; each thread's running statement is
+        interrupted and its loop stops at the next chunk, as does a first build in a search's
+        thread; they are waited for, `wait` seconds at most."""
+        with self._lock:
+            self._closed = True
+            workers = list(self._workers.items())
+            tenants = list(self._tenants.values())
+        for _, watch in workers:
+            watch.cancel()
+        deadline = time.monotonic() + wait
+        for thread, _ in workers:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        while any(index.building for index in tenants) and time.monotonic() < deadline:
+            time.sleep(0.01)  # a search's own build: it stops at its next chunk
+        left = [thread.name for thread, _ in workers if thread.is_alive()]
+        left += ["a search's build" for index in tenants if index.building]
+        if left:
+            log.warning("lexical index: still running %.0f s after close: %s", wait, ", ".join(left))
+
+    def _check(self) -> None:
+        """Raise `_Stopped` when the work should stop: the index is closed, or the search it runs for
+        gave up (the deadline's cancel reaches only a running statement, not the loop between them)."""
+        if self._closed or given_up():
+            raise _Stopped
+
+    def _spawn(self, name: str, work: Callable[[Connection], None], failed: str) -> bool:
+        """Run `work` on a thread of the index's own, on a connection `close` can interrupt; False
+        (nothing started) once closed."""
+        watch = Watch()
+
+        def run() -> None:
+            try:
+                with watching(watch), watched(self.engine) as conn:
+                    work(conn)
+            except Exception as exc:
+                if self._closed:
+                    log.debug("lexical index %s stopped at close (%s)", name, type(exc).__name__)
+                else:
+                    log.exception("lexical index %s failed; %s", name, failed)
+            finally:
+                with self._lock:
+                    self._workers.pop(threading.current_thread(), None)
+
+        thread = threading.Thread(target=run, name=f"text-index-{name}", daemon=True)
+        with self._lock:
+            if self._closed:
+                return False
+            self._workers[thread] = watch
+            thread.start()  # under the lock: `close` never sees a thread it cannot join
+        return True
 
     @staticmethod
     def _newest(conn: Connection, tenant: str) -> int:
@@ -200,7 +271,7 @@ class TextIndex:
                     waiting = select(func.count()).select_from(named.limit(CATCH_UP_NOW_MAX + 1).subquery())
                     if int(conn.execute(waiting).scalar_one()) > CATCH_UP_NOW_MAX:
                         return self._later(tenant, index)
-                _apply(conn, tenant, index, {int(pk) for (pk,) in conn.execute(named)})
+                _apply(conn, tenant, index, {int(pk) for (pk,) in conn.execute(named)}, self._check if worker else None)
                 index.seq = newest
                 return True
             # PostgreSQL: transactions commit in any order, so `seq` alone could pass a row whose
@@ -215,7 +286,8 @@ class TextIndex:
             if len(fresh) > CATCH_UP_NOW_MAX and not worker:
                 return self._later(tenant, index)
             if fresh:
-                _apply(conn, tenant, index, {int(r.item_pk) for r in found if r.seq is not None and int(r.seq) in fresh})
+                pks = {int(r.item_pk) for r in found if r.seq is not None and int(r.seq) in fresh}
+                _apply(conn, tenant, index, pks, self._check if worker else None)
                 index.applied.update(fresh)
             index.applied = {seq: xid for seq, xid in index.applied.items() if xid >= horizon}
             index.seq = max(index.seq, horizon)
@@ -225,26 +297,29 @@ class TextIndex:
         """Start applying a large backlog on a thread (called with the index's lock held)."""
         index.catching_up = True
 
-        def run() -> None:
+        def work(conn: Connection) -> None:
             try:
-                with self.engine.connect() as conn:
-                    self._catch_up(conn, tenant, index, worker=True)
-            except Exception:
-                log.exception("lexical index catch-up failed; the next search tries again")
+                self._catch_up(conn, tenant, index, worker=True)
             finally:
                 index.catching_up = False
 
-        threading.Thread(target=run, name="text-index-catch-up", daemon=True).start()
+        if not self._spawn("catch-up", work, "the next search tries again"):
+            index.catching_up = False
         return False
 
     def state(self, conn: Connection, tenant: str) -> TenantText | None:
-        """The tenant's index when it is ready (caught up with the log), else None (and its build started)."""
+        """The tenant's index when it is ready (caught up with the log), else None (and its build
+        started: a small tenant's here, on `conn`, a large one's on a thread). None once closed."""
+        if self._closed:
+            return None
         index = self._tenants.get(tenant)
         if index is None or not index.ready:
             if index is not None and index.building:
                 return None
             count = int(conn.execute(text("SELECT count(*) FROM item WHERE tenant = :t"), {"t": tenant}).scalar_one())
             with self._lock:
+                if self._closed:
+                    return None
                 index = self._tenants.setdefault(tenant, TenantText())
                 if not index.ready:
                     if index.building:
@@ -252,50 +327,93 @@ class TextIndex:
                     index.building = True
             if not index.ready:
                 if count > self.build_now_max:
-                    threading.Thread(target=self._build, args=(tenant, index), name="text-index-build", daemon=True).start()
+                    built = index  # (a name the closure can hold, typed as never None)
+                    if not self._spawn("build", lambda own: self._build(own, tenant, built), "the store's engine answers"):
+                        index.building = False  # closed meanwhile
                     return None
-                self._build(tenant, index)
-                if not index.ready:
+                if not self._build_here(conn, tenant, index):
                     return None
         return index if self._catch_up(conn, tenant, index) else None
 
-    def warm(self) -> None:
-        """Build every tenant's index (at start-up, off the request path): small ones here, large on threads."""
-        with self.engine.connect() as conn:
-            tenants = [t for (t,) in conn.execute(text("SELECT DISTINCT tenant FROM item"))]
-            for tenant in tenants:
-                self.state(conn, tenant)
+    def _build_here(self, conn: Connection, tenant: str, index: TenantText) -> bool:
+        """A small tenant's build on the search's own connection (its deadline's cancel reaches it).
+        False when it did not finish and the store's own engine should answer."""
+        try:
+            self._build(conn, tenant, index)
+            return True
+        except _Stopped:
+            if given_up():
+                raise Cancelled("the caller stopped waiting during the lexical index's build") from None
+            return False  # closing: the store's own engine answers the calls still in flight
+        except SQLAlchemyError:
+            raise  # a statement interrupted by the deadline, or the store failing: the search fails as it would
+        except Exception:
+            log.exception("lexical index build failed; the store's own engine answers for the tenant")
+            return False
 
-    def _build(self, tenant: str, index: TenantText) -> None:
-        """The tenant's rows read and indexed in one transaction, so the rows and the log position
-        agree; what is written meanwhile is applied by the next `state` (`_catch_up`)."""
+    def warm(self) -> None:
+        """Build every tenant's index off the request path (at start-up), on a thread of the index's
+        own: small tenants one after another, each in a transaction of its own, large ones each on a
+        thread. Returns at once; `close` stops it."""
+
+        def work(conn: Connection) -> None:
+            tenants = [t for (t,) in conn.execute(text("SELECT DISTINCT tenant FROM item"))]
+            conn.rollback()
+            for tenant in tenants:
+                self._check()
+                try:
+                    self.state(conn, tenant)
+                finally:
+                    conn.rollback()  # no snapshot kept from one tenant to the next
+
+        self._spawn("warm", work, "the first searches build the indexes")
+
+    def _build(self, conn: Connection, tenant: str, index: TenantText) -> None:
+        """The tenant's rows read on `conn` and indexed, from a log position they agree with; what is
+        written meanwhile is applied by the next `state` (`_catch_up`). Stops between chunks when
+        the index is closed or the search gave up (`_Stopped`); on any failure the tenant is
+        forgotten (its next search builds again) and the exception raised.
+
+        SQLite: the position and the rows are read in one transaction, one snapshot. PostgreSQL:
+        the horizon (the oldest transaction running) is read first, in a statement of its own, and
+        the rows in a later one, so no snapshot is held for the build (in READ COMMITTED each
+        statement reads its own). Whatever the rows miss belongs to a transaction that had not
+        committed when the horizon was read: it was running then (its id at or past the horizon,
+        which is the oldest running) or had no id yet (it gets one past every id then given), so
+        its log rows are at or past the horizon and the next catch-up, which reads from the horizon
+        with nothing yet marked applied, applies them. A transaction that commits between the two
+        statements is in the rows and applied again: a row is removed, then added as it is now."""
         started = time.perf_counter()
         try:
-            with self.engine.connect() as conn:
-                if conn.dialect.name == "sqlite":
-                    index.seq = self._newest(conn, tenant)  # the rows below are read in the same transaction
-                else:  # one snapshot for the rows and the horizon (see `_catch_up_by_transaction`)
-                    conn = conn.execution_options(isolation_level="REPEATABLE READ")
-                    index.seq = int(
-                        conn.execute(text("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")).scalar_one()
-                    )
-                index.open_writer()
-                result = conn.execution_options(stream_results=True).execute(select(*INDEXED).where(item.c.tenant == tenant))
-                for rows in iter(lambda: result.fetchmany(READ_CHUNK), []):
+            if conn.dialect.name == "sqlite":
+                index.seq = self._newest(conn, tenant)  # the rows below are read in the same transaction
+            else:
+                index.seq = _horizon(conn)
+            index.open_writer()
+            result = conn.execution_options(stream_results=True).execute(select(*INDEXED).where(item.c.tenant == tenant))
+            try:
+                while True:
+                    self._check()
+                    rows = result.fetchmany(READ_CHUNK)
+                    if not rows:
+                        break
                     for row in rows:
                         index.add(int(row.pk), row.text or "", tokens(row))
-                conn.rollback()
+            except _Stopped:
+                result.close()  # the connection stays usable: a search goes on with it
+                raise
             index.publish()
             index.ready = True
-            # A large tenant's build (on its own thread, minutes at a million items) is worth a line; a small one is not.
-            level = logging.INFO if index.docs > self.build_now_max else logging.DEBUG
-            log.log(level, "lexical index of a tenant built: %d items in %.1f s", index.docs, time.perf_counter() - started)
-        except Exception:
-            log.exception("lexical index build failed; FTS5 answers for the tenant")
+        except BaseException:
             with self._lock:
-                self._tenants.pop(tenant, None)
+                if self._tenants.get(tenant) is index:
+                    del self._tenants[tenant]
+            raise
         finally:
             index.building = False
+        # A large tenant's build (on its own thread, minutes at a million items) is worth a line; a small one is not.
+        level = logging.INFO if index.docs > self.build_now_max else logging.DEBUG
+        log.log(level, "lexical index of a tenant built: %d items in %.1f s", index.docs, time.perf_counter() - started)
 
     # ------------------------------------------------------------------ searching
 
@@ -355,6 +473,15 @@ class TextIndex:
         }
 
 
+_HORIZON = text("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+
+
+def _horizon(conn: Connection) -> int:
+    """PostgreSQL: the oldest transaction running now; every transaction that commits after this
+    statement has an id at or past it."""
+    return int(conn.execute(_HORIZON).scalar_one())
+
+
 # The log rows of a tenant from a horizon on, and the horizon now, in one statement (one snapshot).
 _SINCE_HORIZON = text(
     "SELECT h.horizon, c.seq, c.item_pk, c.xid "
@@ -371,13 +498,20 @@ def tokens(row: Any) -> str:
     return f"{fixed} {scopes} {principals}"
 
 
-def _apply(conn: Connection, tenant: str, index: TenantText, pks: set[int]) -> None:
-    """Each of `pks` removed from the index and, when it is still the tenant's, added as it is now."""
+def _apply(conn: Connection, tenant: str, index: TenantText, pks: set[int], check: Callable[[], None] | None = None) -> None:
+    """Each of `pks` removed from the index and, when it is still the tenant's, added as it is now;
+    `check` is called between chunks (it raises to stop: then nothing of this is published)."""
     ordered = sorted(pks)
     for pk in ordered:
         index.writer.delete_documents("key", str(pk))
-    for start in range(0, len(ordered), 900):
-        chunk = ordered[start : start + 900]
-        for row in conn.execute(select(*INDEXED).where(item.c.tenant == tenant, item.c.pk.in_(chunk))):
-            index.add(int(row.pk), row.text or "", tokens(row))
+    try:
+        for start in range(0, len(ordered), APPLY_CHUNK):
+            if check is not None:
+                check()
+            chunk = ordered[start : start + APPLY_CHUNK]
+            for row in conn.execute(select(*INDEXED).where(item.c.tenant == tenant, item.c.pk.in_(chunk))):
+                index.add(int(row.pk), row.text or "", tokens(row))
+    except _Stopped:
+        index.writer.rollback()  # back to the last commit: the position was not moved either
+        raise
     index.publish()

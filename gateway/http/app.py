@@ -59,15 +59,24 @@ async def method_not_allowed(request: Request, exc: Exception) -> Response:
 
 async def warm_indexes(context: GatewayContext) -> None:
     """Mirror the stored vectors and build their graphs, and build the lexical indexes, off the
-    request path (a large tenant's on a thread of its own; its searches are answered meanwhile)."""
+    request path (a large tenant's on a thread of its own; its searches are answered meanwhile).
+    The lexical warm-up runs on the index's own thread, which `close_indexes` stops at shutdown."""
     for name, connector in (("vector", context.connectors.semantic.connector), ("lexical", context.connectors.lexical)):
         warm = getattr(connector, "warm", None)
         if warm is None:
             continue
         try:
-            await anyio.to_thread.run_sync(warm)  # bounded: small indexes here, large ones on their own threads
+            await anyio.to_thread.run_sync(warm)  # bounded: small vector indexes here, the rest on threads
         except Exception as exc:  # a cold index only makes the first queries slower
             log.warning("%s index warm-up failed: %s", name, where(exc))
+
+
+def close_indexes(context: GatewayContext) -> None:
+    """Stop the lexical indexes' threads (builds, catch-ups, the warm-up) and wait for them, a
+    bounded time (connectors/sql/text_index.py `TextIndex.close`)."""
+    close = getattr(context.connectors.lexical, "close", None)
+    if close is not None:
+        close()
 
 
 def create_app(
@@ -110,6 +119,7 @@ def create_app(
                 await anyio.to_thread.run_sync(app.state.context.privacy.worker.close)
             if own:
                 await app.state.context.policy.aclose()
+                await anyio.to_thread.run_sync(close_indexes, app.state.context)  # before the store: their threads read it
                 await anyio.to_thread.run_sync(app.state.context.connectors.semantic.close)
                 if app.state.context.synthesizer is not None:
                     await app.state.context.synthesizer.aclose()

@@ -4,17 +4,20 @@ every write at once, ranks as FTS5 does, and can hide a row but never show one t
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from sqlalchemy import select, text
 from sqlalchemy.engine import Engine
 
 from connectors.sql import text_index
+from connectors.sql.cancel import running
 from connectors.sql.lexical import FullTextConnector, visibility_groups
 from connectors.sql.text_index import INDEXED, TextIndex, item, tokens
 from core.records import RecallQuery, SourceResult
@@ -274,3 +277,176 @@ def test_a_bulk_load_is_applied_off_the_callers_time_while_the_store_answers(
     with store.connect() as conn:
         assert connector.text.state(conn, "acme") is index  # current again: Tantivy answers
     assert len(ids(search(connector, "walrus", limit=50))) == 21
+
+
+def slow_adds(monkeypatch: pytest.MonkeyPatch, seconds: float) -> list[int]:
+    """Each document an index takes costs `seconds` (so a build or catch-up is seen in progress);
+    the keys added so far."""
+    added: list[int] = []
+    real = text_index.TenantText.add
+
+    def add(self: text_index.TenantText, pk: int, body: str, vis: str) -> None:
+        added.append(pk)
+        time.sleep(seconds)
+        real(self, pk, body, vis)
+
+    monkeypatch.setattr(text_index.TenantText, "add", add)
+    return added
+
+
+def index_threads(before: set[threading.Thread]) -> list[str]:
+    """The index's threads alive now that were not before."""
+    return sorted(t.name for t in threading.enumerate() if t not in before and t.name.startswith("text-index-") and t.is_alive())
+
+
+def wait_for(condition: Any, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "waited too long"
+        time.sleep(0.01)
+
+
+def idle_in_transaction(store: Engine) -> int:
+    """PostgreSQL: the sessions (other than this one) holding a transaction open with nothing running."""
+    with store.connect() as conn:
+        return int(
+            conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND pid <> pg_backend_pid() AND state LIKE 'idle in transaction%'"
+                )
+            ).scalar_one()
+        )
+
+
+def test_close_stops_a_build_in_progress_and_nothing_starts_after_it(store: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At shutdown a large tenant's build stops at its next chunk and its thread ends; after `close`
+    no build starts, small or large, and the store's own engine answers."""
+    monkeypatch.setattr(text_index, "READ_CHUNK", 5)
+    assert ingest(store, "acme", [note(f"n{i}", f"walrus {i}") for i in range(60)]).rejected == []
+    before = set(threading.enumerate())
+    connector = FullTextConnector(store)
+    assert connector.text is not None
+    connector.text.build_now_max = 10  # built on a thread
+    added = slow_adds(monkeypatch, 0.02)  # ~1.2 s of building
+    assert len(ids(search(connector, "walrus", limit=100))) == 60  # the store's engine answers meanwhile
+    wait_for(lambda: len(added) >= 5)
+    assert index_threads(before) == ["text-index-build"]
+    connector.close()
+    assert index_threads(before) == []
+    assert len(added) < 60  # stopped, not built to the end
+    assert connector.text.readiness() == {"engine": "tantivy", "tenants_ready": 0, "tenants_building": 0}
+    assert connector.text.state_of("acme") is None
+    done = len(added)
+    connector.text.build_now_max = 1_000  # a small tenant now: not built on the search's time either
+    assert len(ids(search(connector, "walrus", limit=100))) == 60
+    connector.text.warm()
+    with store.connect() as conn:
+        assert connector.text.state(conn, "acme") is None
+    assert index_threads(before) == [] and len(added) == done and connector.text.state_of("acme") is None
+
+
+def test_close_stops_a_catch_up_in_progress(store: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bulk load's catch-up thread stops at its next chunk; nothing half-applied is published."""
+    monkeypatch.setattr(text_index, "CATCH_UP_NOW_MAX", 5)
+    monkeypatch.setattr(text_index, "APPLY_CHUNK", 5)
+    assert ingest(store, "acme", [note("n0", "walrus")]).rejected == []
+    connector = FullTextConnector(store)
+    assert ids(search(connector, "walrus")) == ["n0"]
+    assert connector.text is not None
+    index = connector.text.state_of("acme")
+    assert index is not None and index.docs == 1
+    before = set(threading.enumerate())
+    added = slow_adds(monkeypatch, 0.02)
+    assert ingest(store, "acme", [note(f"n{i}", "walrus herd") for i in range(1, 61)]).rejected == []
+    assert len(ids(search(connector, "walrus", limit=100))) == 61  # the store's engine; the catch-up on its thread
+    wait_for(lambda: len(added) >= 5)
+    assert index_threads(before) == ["text-index-catch-up"]
+    connector.close()
+    assert index_threads(before) == []
+    assert len(added) < 60 and not index.catching_up
+    index.index.reload()
+    assert index.index.searcher().num_docs == 1  # what it had applied was rolled back, never published
+
+
+def test_a_search_given_up_during_a_first_build_leaves_nothing_open(store: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small tenant's first build runs on the search's own connection: when the deadline gives up
+    on the search, the build stops at its next chunk and the connection goes, with no transaction
+    left open (PostgreSQL), so the schema can be dropped at once (the fresh-clone suite once
+    deadlocked there, on a build's snapshot held by a connection nobody could cancel)."""
+    monkeypatch.setattr(text_index, "READ_CHUNK", 5)
+    assert ingest(store, "acme", [note(f"n{i}", f"walrus {i}") for i in range(50)]).rejected == []
+    connector = FullTextConnector(store)
+    assert connector.text is not None
+    added = slow_adds(monkeypatch, 0.02)  # ~1 s to build, in the search's thread
+
+    async def given_up() -> None:
+        with anyio.fail_after(0.3):
+            await connector.search(CONSTRAINTS, RecallQuery(text="walrus", limit=10))
+
+    with pytest.raises(TimeoutError):
+        anyio.run(given_up)
+    wait_for(lambda: running() == 0, 5)
+    assert len(added) < 50  # stopped, not built to the end
+    assert connector.text.state_of("acme") is None  # forgotten: the next search builds it again
+    postgres = store.dialect.name == "postgresql"
+    if postgres:
+        assert idle_in_transaction(store) == 0
+    assert len(ids(search(connector, "walrus", limit=100))) == 50
+    assert connector.text.readiness()["tenants_ready"] == 1
+    connector.close()
+    if postgres:
+        assert idle_in_transaction(store) == 0
+        with store.connect() as conn:
+            schema = conn.execute(text("SELECT current_schema()")).scalar_one()
+        with store.connect() as conn:  # dropped (then rolled back: the fixture drops it), waiting 5 s at most for a lock
+            conn.execute(text("SET LOCAL lock_timeout = '5s'"))
+            conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+            conn.rollback()
+
+
+def test_what_commits_around_a_postgres_build_is_applied_by_the_next_catch_up(
+    store: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On PostgreSQL a build reads the horizon, then the rows in a later statement, holding no
+    snapshot between them. A write that commits in between is in the rows and applied again (once
+    more, not twice); a transaction running at the horizon that commits after the rows were read
+    is applied by the next search's catch-up."""
+    if store.dialect.name == "sqlite":
+        pytest.skip("SQLite reads the position and the rows in one transaction")
+    assert ingest(store, "acme", [note(f"n{i}", "narwhal") for i in (1, 2, 3)]).rejected == []
+    connector = FullTextConnector(store)
+    real = text_index._horizon
+    with store.connect() as running_at_horizon, store.connect() as between:
+        running_at_horizon.begin()
+        running_at_horizon.execute(text("UPDATE item SET text = 'walrus late' WHERE id = 'n1'"))
+
+        def horizon(conn: Any) -> int:
+            read = real(conn)
+            with between.begin():  # commits after the horizon was read, before the rows are
+                between.execute(text("UPDATE item SET text = 'walrus between' WHERE id = 'n2'"))
+            return read
+
+        monkeypatch.setattr(text_index, "_horizon", horizon)
+        assert ids(search(connector, "walrus")) == ["n2"]  # built here; n1's transaction has not committed
+        monkeypatch.setattr(text_index, "_horizon", real)
+        running_at_horizon.commit()
+    assert sorted(ids(search(connector, "walrus"))) == ["n1", "n2"]
+    assert ids(search(connector, "narwhal")) == ["n3"]
+    assert connector.text is not None
+    index = connector.text.state_of("acme")
+    assert index is not None and index.docs == 3 and index.applied == {}
+
+
+def test_warm_builds_every_tenant_on_a_thread_that_close_stops(store: Engine) -> None:
+    assert ingest(store, "acme", [note("a1", "walrus")]).rejected == []
+    assert ingest(store, "globex", [note("g1", "walrus")]).rejected == []
+    before = set(threading.enumerate())
+    index = TextIndex(store)
+    index.warm()
+    wait_for(lambda: index.readiness()["tenants_ready"] == 2)
+    wait_for(lambda: index_threads(before) == [])
+    index.close()
+    assert index_threads(before) == []
+    with store.connect() as conn:
+        assert index.state(conn, "acme") is None  # closed: the store's engine answers

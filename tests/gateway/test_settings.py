@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import ConfigurationError
+from gateway.context import lexical_engine
 from gateway.settings import GROUPS, TYPES, AdmissionSettings, Settings, _convert, load_settings
 
 
@@ -18,6 +19,13 @@ def test_every_setting_is_in_exactly_one_group() -> None:
     assert sorted(grouped) == sorted(f.name for f in fields(Settings))
     settings = Settings()
     assert all(isinstance(settings, group) for group in GROUPS)
+
+
+def test_lexical_search_is_ranked_by_tantivy_on_either_store_by_default() -> None:
+    """`auto` (the default) is Tantivy on SQLite and on PostgreSQL; `store` keeps the store's own engine."""
+    assert load_settings(environ={}).lexical_engine == "auto"
+    assert [lexical_engine("auto", dialect) for dialect in ("sqlite", "postgresql")] == ["tantivy", "tantivy"]
+    assert lexical_engine("store", "postgresql") == "store" and lexical_engine("fts5", "sqlite") == "fts5"
 
 
 def test_groups_are_frozen_values() -> None:

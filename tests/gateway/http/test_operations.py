@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,12 +17,14 @@ import pytest
 from sqlalchemy import create_engine
 
 from audit.store import AuditStore
+from connectors.sql import text_index
 from connectors.sql.exact import SqlExactConnector
 from connectors.sql.lexical import FullTextConnector
 from gateway.auth import Authenticator
 from gateway.context import build_semantic
 from gateway.pipeline.pipeline import Connectors
-from tests.conftest import Gateway
+from tests.conftest import Gateway, open_gateway
+from tests.connectors.test_text_index import index_threads, slow_adds, wait_for
 from tests.gateway.fixtures import SALES_TASK
 
 CLOSED_PORT_URL = "postgresql+psycopg://postgres@127.0.0.1:1/x"
@@ -72,17 +75,12 @@ def test_readyz_when_ready(gateway: Gateway) -> None:
     body = response.json()
     assert body["status"] == "ready" and body["checks"] == {"policy": "ok", "store": "ok", "admission": "ok"}
     assert body["admission"]["saturated"] is False
-    if gateway.store.dialect.name == "sqlite":
-        assert body["lexical"]["engine"] == "tantivy" and body["lexical"]["tenants_building"] == 0
-    else:  # `auto`: PostgreSQL's own ranking unless GATEWAY_LEXICAL_ENGINE=tantivy
-        assert body["lexical"] == {"engine": "postgres"}
+    assert body["lexical"]["engine"] == "tantivy" and body["lexical"]["tenants_building"] == 0  # `auto`, on either store
 
 
 def test_readyz_says_when_a_large_tenants_lexical_index_is_built(gateway: Gateway) -> None:
     """The index builds on a thread (the store's own engine answers meanwhile); readiness counts it
     building, then ready."""
-    if gateway.store.dialect.name != "sqlite":
-        pytest.skip("`auto` ranks with PostgreSQL's own engine there")
     lexical = gateway.client.app.state.context.connectors.lexical  # type: ignore[attr-defined]
     lexical.text.build_now_max = 5
     gateway.ingest("acme", [{"id": f"n{i}", "kind": "memory", "text": f"walrus {i}", "acl": ["*"]} for i in range(40)])
@@ -95,6 +93,24 @@ def test_readyz_says_when_a_large_tenants_lexical_index_is_built(gateway: Gatewa
     assert body["status"] == "ready" and body["lexical"] == {"engine": "tantivy", "tenants_ready": 1, "tenants_building": 0}
     # Unauthenticated (a probe's): counts only, never a tenant's name, an item or a word of its text.
     assert "acme" not in json.dumps(body) and "walrus" not in json.dumps(body)
+
+
+def test_shutdown_stops_the_lexical_indexes_threads(database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large tenant's build, on the index's own thread, stops when the service does, before its
+    store is closed (gateway/http/app.py `close_indexes`)."""
+    monkeypatch.setattr(text_index, "READ_CHUNK", 5)
+    added = slow_adds(monkeypatch, 0.1)  # 40 items: ~4 s of building
+    before = set(threading.enumerate())
+    with open_gateway(database_url, tmp_path, background_embedding=False, pii_background=False) as gateway:
+        lexical = gateway.client.app.state.context.connectors.lexical  # type: ignore[attr-defined]
+        lexical.text.build_now_max = 5
+        gateway.ingest("acme", [{"id": f"n{i}", "kind": "memory", "text": f"walrus {i}", "acl": ["*"]} for i in range(40)])
+        with gateway.store.connect() as conn:
+            assert lexical.text.state(conn, "acme") is None  # building on its thread
+        wait_for(lambda: len(added) >= 5)
+        assert "text-index-build" in index_threads(before)
+    assert index_threads(before) == []
+    assert len(added) < 40  # stopped, not built to the end
 
 
 def test_readyz_is_503_naming_the_store_when_it_is_unreachable(gateway: Gateway) -> None:
