@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import gc
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -14,11 +15,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 from sqlalchemy.engine import Engine
 
 import tests.connectors.test_contract as contract
-from connectors.sql.pgvector import PgvectorConnector, prepare
+from connectors.sql.pgvector import EXACT_UP_TO, PgvectorConnector, prepare
 from connectors.sql.vectors import VectorConnector, VectorIndex
 from core.errors import ConfigurationError
 from core.records import RecallQuery
@@ -130,14 +131,28 @@ def run(connector: PgvectorConnector, where: Any, q: np.ndarray[Any, Any], limit
     return asyncio.run(connector.search(where, query))
 
 
-@pytest.mark.parametrize("max_scan_tuples", [20_000, 200])
+# The 60 admitted rows are ranked exactly (they are fewer than `exact_up_to`), or, with a cap below
+# their count, searched through the HNSW index first, with a scan budget ample or spent (then the
+# exact fallback finds them). 1,800 identical vectors at the query are more than pgvector's graph
+# walks past here, so the iterative scan may give up even with the ample budget: either way the
+# answer is the exact one.
+PLANS = {
+    "admitted ranked exactly": {"exact_up_to": EXACT_UP_TO, "max_scan_tuples": 20_000},
+    "index first": {"exact_up_to": 0, "max_scan_tuples": 20_000},
+    "index gives up, exact fallback": {"exact_up_to": 0, "max_scan_tuples": 200},
+}
+
+
+@pytest.mark.parametrize("plan", PLANS)
 def test_forbidden_nearest_neighbours_never_come_back_and_k_permitted_do(
-    planted: tuple[Engine, np.ndarray[Any, Any]], max_scan_tuples: int
+    planted: tuple[Engine, np.ndarray[Any, Any]], plan: str
 ) -> None:
-    """With the scan budget ample (the iterative scan finds them) or spent (the exact fallback does)."""
     engine, q = planted
-    connector = PgvectorConnector(engine, PLANTED, DIMS, ef_search=40, max_scan_tuples=max_scan_tuples)
+    connector = PgvectorConnector(engine, PLANTED, DIMS, ef_search=40, **PLANS[plan])
     result = run(connector, CONSTRAINTS, q, 10)
+    assert result.detail in (
+        ("exact search",) if plan == "admitted ranked exactly" else ("exact search", "hnsw iterative search")
+    )
     ids = [c.record.id for c in result.candidates]
     assert len(ids) == 10 and all(i.startswith("permitted_") for i in ids), ids
     # The exact answer over the permitted items, computed here from the same vectors.
@@ -156,23 +171,118 @@ def test_forbidden_nearest_neighbours_never_come_back_and_k_permitted_do(
     assert got == pytest.approx([scores[i] for i in ids], abs=1e-5)
 
 
-def test_every_permitted_item_and_nothing_else_at_a_large_k(planted: tuple[Engine, np.ndarray[Any, Any]]) -> None:
+@pytest.mark.parametrize("exact_up_to", [EXACT_UP_TO, 0])
+def test_every_permitted_item_and_nothing_else_at_a_large_k(
+    planted: tuple[Engine, np.ndarray[Any, Any]], exact_up_to: int
+) -> None:
     engine, q = planted
-    result = run(PgvectorConnector(engine, PLANTED, DIMS), CONSTRAINTS, q, 500)
+    result = run(PgvectorConnector(engine, PLANTED, DIMS, exact_up_to=exact_up_to), CONSTRAINTS, q, 500)
     assert sorted(c.record.id for c in result.candidates) == sorted(f"permitted_{i}" for i in range(60))
 
 
-def test_the_untagged_ask_sees_the_untagged_but_still_no_forbidden(planted: tuple[Engine, np.ndarray[Any, Any]]) -> None:
+@pytest.mark.parametrize("exact_up_to", [EXACT_UP_TO, 0])
+def test_the_untagged_ask_sees_the_untagged_but_still_no_forbidden(
+    planted: tuple[Engine, np.ndarray[Any, Any]], exact_up_to: int
+) -> None:
     engine, q = planted
-    result = run(PgvectorConnector(engine, PLANTED, DIMS), CONSTRAINTS, q, 10, tags=())
+    result = run(PgvectorConnector(engine, PLANTED, DIMS, exact_up_to=exact_up_to), CONSTRAINTS, q, 10, tags=())
     assert [c.record.id.rsplit("_", 1)[0] for c in result.candidates] == ["forbidden_untagged"] * 10
 
 
-def test_another_tenant_never_leaks_in(planted: tuple[Engine, np.ndarray[Any, Any]]) -> None:
+@pytest.mark.parametrize("exact_up_to", [EXACT_UP_TO, 0])
+def test_another_tenant_never_leaks_in(planted: tuple[Engine, np.ndarray[Any, Any]], exact_up_to: int) -> None:
     engine, q = planted
     globex = replace(CONSTRAINTS, tenant="globex", subjects=())
-    result = run(PgvectorConnector(engine, PLANTED, DIMS), globex, q, 50)
+    result = run(PgvectorConnector(engine, PLANTED, DIMS, exact_up_to=exact_up_to), globex, q, 50)
     assert len(result.candidates) == 50 and all(c.record.id.startswith("globex_") for c in result.candidates)
+
+
+# ---------------------------------------------------------------- the plan for a caller who may read half a tenant
+
+
+@pytest.fixture(scope="module")
+def halved(module_pgvector_url: str) -> Iterator[tuple[Engine, np.ndarray[Any, Any]]]:  # noqa: F811
+    """3,000 items, every other one readable by group:even only; the 300 nearest the query are all
+    forbidden to that group. At this size the planner, left alone, listed the 1,500 the ACL admits
+    and sorted them (an exact search that grows with the tenant) instead of using the HNSW index."""
+    engine = open_store(module_pgvector_url)
+    assert prepare(engine, DIMS) is None
+    rng = np.random.default_rng(23)
+    q = unit(rng, 1)[0]
+    rows = [note(f"n{i}", f"n {i}", acl=["group:even" if i % 2 == 0 else "group:odd"], entity=None) for i in range(3000)]
+    assert ingest(engine, "halves", rows).rejected == []
+    vectors = normalized(0.2 * q + unit(rng, 3000))
+    vectors[1:600:2] = normalized(q + 0.01 * unit(rng, 300))  # the nearest neighbours: odd, forbidden to group:even
+    put_vectors(engine, "halves", {f"n{i}": vectors[i] for i in range(3000)})
+    with engine.begin() as conn:
+        conn.execute(text("ANALYZE"))
+    yield engine, q
+    engine.dispose()
+
+
+HALF = replace(CONSTRAINTS, tenant="halves", principals=("user:eve", "group:even"), subjects=())
+
+
+@contextmanager
+def statements(engine: Engine) -> Iterator[list[tuple[str, Any]]]:
+    """Every statement the engine runs inside the block, with its parameters."""
+    seen: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
+        seen.append((statement, parameters))
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+
+
+def test_half_a_tenant_is_searched_through_the_hnsw_index_and_no_forbidden_row_comes_back(
+    halved: tuple[Engine, np.ndarray[Any, Any]],
+) -> None:
+    engine, q = halved
+    connector = PgvectorConnector(engine, PLANTED, DIMS, exact_up_to=500)
+    with statements(engine) as first:
+        result = run(connector, HALF, q, 20, tags=())
+    with statements(engine) as second:
+        again = run(connector, HALF, q, 20, tags=())
+    ids = [c.record.id for c in result.candidates]
+    assert len(ids) == 20 and all(int(i[1:]) % 2 == 0 for i in ids), ids
+    assert result.detail == again.detail == "hnsw iterative search"
+    assert [c.record.id for c in again.candidates] == ids
+    # The first search counted the admitted rows (more than 500), the second went straight to the index.
+    searches = [(sql, parameters) for sql, parameters in first if "item_pgvector" in sql]
+    assert len(searches) == 2 and "pgv_listed" in searches[0][0] and "pgv_listed" not in searches[1][0]
+    assert [sql for sql, _ in second if "item_pgvector" in sql] == [searches[1][0]]
+    # The statement that ran, as it ran (same settings, same values), reads the HNSW index and sorts nothing.
+    with engine.connect() as conn, conn.begin():
+        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        for sql, parameters in first:
+            if sql.startswith("SELECT set_config"):
+                cursor.execute(sql, parameters)
+        cursor.execute("EXPLAIN " + searches[1][0], searches[1][1])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "ix_item_pgvector_hnsw" in plan and "Sort" not in plan, plan
+    # The k nearest admitted rows, as an exact search over the stored vectors ranks them.
+    with engine.connect() as conn:
+        stored = conn.execute(
+            text("SELECT i.id, v.vector FROM item_vector v JOIN item i ON i.pk = v.item_pk WHERE i.tenant = 'halves'")
+        ).all()
+    scores = {row.id: float(np.frombuffer(row.vector, dtype=np.float32) @ q) for row in stored if int(row.id[1:]) % 2 == 0}
+    expected = sorted(scores, key=lambda i: -scores[i])[:20]
+    assert len(set(ids) & set(expected)) >= 18, (ids, expected)
+    assert [c.score for c in result.candidates] == pytest.approx([scores[i] for i in ids], abs=1e-5)
+
+
+def test_a_caller_admitted_to_few_rows_has_them_ranked_exactly_in_one_statement(
+    halved: tuple[Engine, np.ndarray[Any, Any]],
+) -> None:
+    engine, q = halved
+    with statements(engine) as seen:
+        result = run(PgvectorConnector(engine, PLANTED, DIMS), HALF, q, 20, tags=())
+    assert result.detail == "exact search" and len(result.candidates) == 20
+    assert len([sql for sql, _ in seen if "item_pgvector" in sql]) == 1
 
 
 # ---------------------------------------------------------------- the mirror follows item_vector
@@ -212,6 +322,22 @@ def test_an_existing_store_is_backfilled_and_prepare_is_idempotent(pgvector_url:
         indexes = set(conn.execute(text("SELECT indexdef FROM pg_indexes WHERE tablename = 'item_pgvector'")).scalars())
     assert any("hnsw (embedding vector_cosine_ops)" in i for i in indexes), indexes
     assert "item_pgvector.embedding is vector(384)" in (prepare(engine, 768) or "")
+    engine.dispose()
+
+
+def test_prepare_analyzes_the_searched_tables_a_fresh_load_left_without_statistics(pgvector_url: str) -> None:  # noqa: F811
+    """Loaded just before start-up, before autovacuum's ANALYZE: without statistics the planner
+    expected one item and had the count of admitted rows read every ACL row once per item."""
+    engine = open_store(pgvector_url)
+    assert ingest(engine, "acme", [note(f"n{i}", f"text {i}") for i in range(50)]).rejected == []
+    never = "SELECT count(*) FROM pg_class WHERE oid IN (to_regclass('item'), to_regclass('item_principal')) AND reltuples < 0"
+    with engine.begin() as conn:  # as a migrated store is until its first ANALYZE (autovacuum may have come by)
+        conn.execute(text("UPDATE pg_class SET reltuples = -1 WHERE oid IN (to_regclass('item'), to_regclass('item_principal'))"))
+        assert conn.execute(text(never)).scalar() == 2
+    assert prepare(engine, DIMS) is None
+    with engine.connect() as conn:
+        assert conn.execute(text(never)).scalar() == 0
+        assert conn.execute(text("SELECT reltuples FROM pg_class WHERE oid = to_regclass('item')")).scalar() == 50
     engine.dispose()
 
 
