@@ -19,7 +19,7 @@ from sqlalchemy.engine import Engine
 from connectors.sql import text_index
 from connectors.sql.cancel import running
 from connectors.sql.lexical import FullTextConnector, visibility_groups
-from connectors.sql.text_index import INDEXED, TextIndex, item, tokens
+from connectors.sql.text_index import INDEXED, TenantText, TextIndex, item, tokens
 from core.records import RecallQuery, SourceResult
 from core.store import open_store, visibility_tokens
 from gateway.writes.items import ingest
@@ -256,24 +256,31 @@ def test_the_index_tokens_are_fts5s(tmp_path: Path) -> None:
         assert sorted(vis.lower().split()) == sorted(computed[pk].lower().split()), pk
 
 
-def test_a_bulk_load_is_applied_off_the_callers_time_while_the_store_answers(
-    store: Engine, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """More waiting log rows than CATCH_UP_NOW_MAX are applied on a thread: the search that finds
-    them is answered by the store's own engine (it sees every write too), then Tantivy again."""
-    monkeypatch.setattr(text_index, "CATCH_UP_NOW_MAX", 5)
+def one_walrus_indexed(store: Engine) -> tuple[FullTextConnector, TenantText]:
+    """A tenant with one item, its Tantivy index built by a first search."""
     assert ingest(store, "acme", [note("n0", "walrus")]).rejected == []
     connector = FullTextConnector(store)
     assert ids(search(connector, "walrus")) == ["n0"]
     assert connector.text is not None
     index = connector.text.state_of("acme")
     assert index is not None and index.docs == 1
+    return connector, index
+
+
+def test_a_bulk_load_is_applied_off_the_callers_time_while_the_store_answers(
+    store: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More waiting log rows than CATCH_UP_NOW_MAX are applied on a thread: the search that finds
+    them is answered by the store's own engine (it sees every write too), then Tantivy again."""
+    monkeypatch.setattr(text_index, "CATCH_UP_NOW_MAX", 5)
+    connector, index = one_walrus_indexed(store)
     assert ingest(store, "acme", [note(f"n{i}", "walrus herd") for i in range(1, 21)]).rejected == []
     assert len(ids(search(connector, "walrus", limit=50))) == 21  # every write seen, by the store's engine
     deadline = time.monotonic() + 30
     while (index.catching_up or index.docs < 21) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert index.docs == 21 and not index.catching_up
+    assert connector.text is not None
     with store.connect() as conn:
         assert connector.text.state(conn, "acme") is index  # current again: Tantivy answers
     assert len(ids(search(connector, "walrus", limit=50))) == 21
@@ -350,12 +357,7 @@ def test_close_stops_a_catch_up_in_progress(store: Engine, monkeypatch: pytest.M
     """A bulk load's catch-up thread stops at its next chunk; nothing half-applied is published."""
     monkeypatch.setattr(text_index, "CATCH_UP_NOW_MAX", 5)
     monkeypatch.setattr(text_index, "APPLY_CHUNK", 5)
-    assert ingest(store, "acme", [note("n0", "walrus")]).rejected == []
-    connector = FullTextConnector(store)
-    assert ids(search(connector, "walrus")) == ["n0"]
-    assert connector.text is not None
-    index = connector.text.state_of("acme")
-    assert index is not None and index.docs == 1
+    connector, index = one_walrus_indexed(store)
     before = set(threading.enumerate())
     added = slow_adds(monkeypatch, 0.02)
     assert ingest(store, "acme", [note(f"n{i}", "walrus herd") for i in range(1, 61)]).rejected == []
