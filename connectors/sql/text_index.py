@@ -473,7 +473,8 @@ class TextIndex:
         }
 
 
-_HORIZON = text("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+_XMIN = "pg_snapshot_xmin(pg_current_snapshot())::text::bigint"  # the oldest transaction running
+_HORIZON = text(f"SELECT {_XMIN}")
 
 
 def _horizon(conn: Connection) -> int:
@@ -485,7 +486,7 @@ def _horizon(conn: Connection) -> int:
 # The log rows of a tenant from a horizon on, and the horizon now, in one statement (one snapshot).
 _SINCE_HORIZON = text(
     "SELECT h.horizon, c.seq, c.item_pk, c.xid "
-    "FROM (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS horizon) AS h "
+    f"FROM (SELECT {_XMIN} AS horizon) AS h "
     "LEFT JOIN item_change AS c ON c.tenant = :t AND c.xid >= :h LIMIT :cap"
 )
 

@@ -34,14 +34,14 @@ Admitted = Callable[[Connection, ItemFilter, int], "tuple[int, npt.NDArray[np.in
 # At most this many admitted rows are scored exactly (their vectors gathered and multiplied); more
 # go to the HNSW graph. bench/scale_bench.py measured both sides of the cutoff (docs/scale.md).
 EXACT_MAX = 20_000
-# Admitted lists whose rows and vectors a tenant keeps (`TenantVectors.scoring`): at most this many,
-# in at most this many bytes (a 1% caller of a million items: 10,000 x 384 floats, 15 MB).
 # The graph's first window of nearest rows (then widened while too few are permitted), and the
 # least `ef` (candidates hnswlib keeps while it walks the graph) it is searched with: at 100,000
 # items of SciFact abstracts and their near-copies, a 50% caller's recall@10 against exact search
 # was 0.937 with ef 128 and 0.997 with 256, at the same p50 (bench/scale_bench.py, docs/scale.md).
 ANN_WINDOW_MIN = 64
 ANN_EF_MIN = 256
+# Admitted lists whose rows and vectors a tenant keeps (`TenantVectors.scoring`): at most this many,
+# in at most this many bytes (a 1% caller of a million items: 10,000 x 384 floats, 15 MB).
 KEPT_LISTS = 16
 KEPT_BYTES = 64 * 1024 * 1024
 READ_CHUNK = 10_000  # vectors read from the store at a time when the mirror catches up
@@ -340,7 +340,7 @@ class VectorIndex:
         nearest are permitted (`give_up`), the permitted set is read from SQL and only its vectors scored."""
         size = vectors.size
         scores = vectors.matrix[:size] @ q
-        # a million scores sorted whole: ~100 ms
+        # Only the best 4,096 sorted first: a million scores sorted whole take ~100 ms.
         found, done = self._read_best(conn, where, query, vectors.pks[:size], scores, 4096, give_up=give_up)
         if len(found) >= query.limit or done.done >= size:
             return found
