@@ -522,7 +522,10 @@ def main() -> int:
     with backend(args.postgres, args.work) as url:
         folder = args.work / ("store-postgres" if url else "store")
         marker = folder / "scale-bench.json"
-        loaded = json.loads(marker.read_text())["items"] if args.reuse and not url and marker.exists() else 0
+        reading = (args.reuse or args.recall_only) and not url  # --recall-only reads the stores, never empties them
+        loaded = json.loads(marker.read_text())["items"] if reading and marker.exists() else 0
+        if args.recall_only and not url and not loaded:
+            raise SystemExit(f"--recall-only: no store in {folder} (run the bench once with --work {args.work})")
         if not loaded:
             shutil.rmtree(folder, ignore_errors=True)
             folder.mkdir(parents=True)

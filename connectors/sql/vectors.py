@@ -19,6 +19,7 @@ from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.exc import SQLAlchemyError
 
 from connectors.sql.cancel import cancellable, watched
+from connectors.sql.cells import Cells
 from connectors.sql.pushdown import bound, item, named, permitted, record_from_row, tagged
 from connectors.sql.walk import Walk, walk
 from core.constraints import ItemFilter
@@ -84,6 +85,7 @@ class TenantVectors:
     window_read_ns: int = 0  # wall clock of the last read of the window (see SEQ_MARGIN_NS)
     graph: Any = None  # hnswlib.Index over rows, built once the tenant is large enough
     graph_rows: int = 0
+    cells: Cells | None = None  # built with the graph: the approximate plan scores the query's nearest cells too
     building: bool = False  # a graph is being built in the background; exact search serves meanwhile
     dirty_rows: set[int] = field(default_factory=set)  # rows written while it was being built
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -152,6 +154,8 @@ class TenantVectors:
             self.graph.resize_index(headroom(self.size))
         self.graph.add_items(self.matrix[rows], rows, replace_deleted=False)
         self.graph_rows = max(self.graph_rows, int(rows.max()) + 1)
+        if self.cells is not None:
+            self.cells.add(rows, self.matrix[rows])
 
     def build_graph(self) -> None:
         """Build the HNSW graph over a snapshot of the rows, then add what was written meanwhile.
@@ -167,13 +171,15 @@ class TenantVectors:
         graph.set_num_threads(1)
         graph.add_items(snapshot, np.arange(size, dtype=np.int64))
         graph.set_ef(128)
+        cells = Cells.train(snapshot)
         with self.lock:
-            late = sorted(self.dirty_rows | set(range(size, self.size)))
+            late = np.array(sorted(self.dirty_rows | set(range(size, self.size))), dtype=np.int64)
             if self.size > graph.get_max_elements():
                 graph.resize_index(headroom(self.size))
-            if late:
-                graph.add_items(self.matrix[late], np.array(late, dtype=np.int64))
-            self.graph, self.graph_rows = graph, self.size
+            if len(late):
+                graph.add_items(self.matrix[late], late)
+                cells.add(late, self.matrix[late])
+            self.graph, self.graph_rows, self.cells = graph, self.size, cells
             self.building = False
             self.dirty_rows.clear()
 
@@ -369,14 +375,19 @@ class VectorIndex:
     def _approximate(
         self, conn: Connection, vectors: TenantVectors, where: ItemFilter, query: RecallQuery, q: npt.NDArray[np.float32]
     ) -> list[tuple[Row[Any], float]] | None:
+        """The best permitted rows among the graph's window of nearest rows and every row of the
+        query's nearest cells (connectors/sql/cells.py), all scored exactly; None when so few of
+        them are permitted that exact search over the permitted rows is cheaper."""
         window = max(query.limit * 4, ANN_WINDOW_MIN)
         cap = max(vectors.size // 8, query.limit * 4)
+        with vectors.lock:
+            probed = vectors.cells.near(q) if vectors.cells is not None else np.zeros(0, dtype=np.int64)
         while True:
             with vectors.lock:
                 graph = vectors.graph
                 graph.set_ef(max(window, ANN_EF_MIN))
                 labels, _ = graph.knn_query(q, k=min(window, vectors.graph_rows))
-            rows = labels[0].astype(np.int64)
+            rows = np.union1d(labels[0].astype(np.int64), probed)
             scores = vectors.matrix[rows] @ q
             order = np.argsort(-scores, kind="stable")
             # A wider window is read afresh: the answer is the best permitted items of one window.
