@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine
+from starlette.testclient import TestClient
 
 from audit.store import AuditStore
 from connectors.sql import text_index
@@ -111,6 +112,34 @@ def test_shutdown_stops_the_lexical_indexes_threads(database_url: str, tmp_path:
         assert "text-index-build" in index_threads(before)
     assert index_threads(before) == []
     assert len(added) < 40  # stopped, not built to the end
+
+
+def test_the_serving_process_runs_numpys_products_on_one_blas_thread(tmp_path: Path) -> None:
+    """`gateway serve` (create_app with freeze) limits OpenBLAS to one thread: a request's products
+    are small, and a second BLAS thread on a busy machine waits for a core (gateway/http/app.py)."""
+    import gc
+
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from gateway.http.app import create_app
+    from gateway.settings import load_settings
+
+    def blas_threads() -> set[int]:
+        return {int(pool["num_threads"]) for pool in threadpool_info() if pool["user_api"] == "blas"}
+
+    original = blas_threads()
+    assert original, "numpy's BLAS is not loaded"
+    settings = load_settings(
+        {"data_dir": tmp_path / "data", "database_url": f"sqlite:///{tmp_path / 'gateway.db'}", "pii_background": False},
+        environ={},
+    )
+    try:
+        with TestClient(create_app(settings, freeze=True), raise_server_exceptions=False) as client:
+            assert client.get("/healthz").status_code == 200
+            assert blas_threads() == {1}
+    finally:
+        gc.unfreeze()
+        threadpool_limits(max(original), user_api="blas")
 
 
 def test_readyz_is_503_naming_the_store_when_it_is_unreachable(gateway: Gateway) -> None:
