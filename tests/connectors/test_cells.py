@@ -22,6 +22,7 @@ from core.records import RecallQuery
 from core.store import open_store
 from gateway.writes.items import ingest
 from tests.connectors.test_contract import CONSTRAINTS
+from tests.connectors.test_vector_plan import write_vectors
 
 DIMS = 128
 MODEL = "crowds@1"
@@ -72,22 +73,15 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Engine, np
     ]
     assert ingest(engine, "acme", rows).rejected == []
     centres, matrix = crowds(np.random.default_rng(3))
-    with engine.begin() as conn:
-        found: dict[str, int] = dict(conn.execute(text("SELECT id, pk FROM item")).all())
-        hashes: dict[int, str] = dict(conn.execute(text("SELECT pk, content_hash FROM item")).all())
-        conn.execute(
-            text("INSERT INTO item_vector (item_pk, model, dims, vector, content_hash, seq) VALUES (:pk, :m, :d, :v, :h, 1)"),
-            [
-                {"pk": found[f"c{i}"], "m": MODEL, "d": DIMS, "v": matrix[i].tobytes(), "h": hashes[found[f"c{i}"]]}
-                for i in range(len(matrix))
-            ],
-        )
+    write_vectors(engine, MODEL, {f"c{i}": matrix[i] for i in range(len(matrix))})
     yield engine, centres, matrix
     engine.dispose()
 
 
 def planned(engine: Engine) -> VectorIndex:
-    index = VectorIndex(engine, MODEL, DIMS, admitted=FullTextConnector(engine).admitted)
+    # The graph built here, once, not also on a background thread that could replace it (and its
+    # cells) while a test looks.
+    index = VectorIndex(engine, MODEL, DIMS, ann_min_items=10**9, admitted=FullTextConnector(engine).admitted)
     index.exact_max = 100  # group:half admits 1,500: the graph's plan
     with engine.connect() as conn:
         index.tenant(conn, "acme").build_graph()
@@ -152,15 +146,10 @@ def test_a_copy_written_after_the_build_is_found_through_its_cell(
     index = planned(engine)
     q = unit(centres[5] + 0.02)
     assert ingest(engine, "acme", [{"id": "late", "kind": "memory", "text": "late copy", "acl": ["group:half"]}]).rejected == []
-    with engine.begin() as conn:
-        pk, digest = conn.execute(text("SELECT pk, content_hash FROM item WHERE id = 'late'")).one()
-        conn.execute(
-            text("INSERT INTO item_vector (item_pk, model, dims, vector, content_hash, seq) VALUES (:pk, :m, :d, :v, :h, 2)"),
-            {"pk": pk, "m": MODEL, "d": DIMS, "v": q.tobytes(), "h": digest},
-        )
+    write_vectors(engine, MODEL, {"late": q}, seq=2)
     try:
         assert nearest(index, q)[0][0] == "late"
     finally:
         with engine.begin() as conn:
-            conn.execute(text("DELETE FROM item_vector WHERE item_pk = :pk"), {"pk": pk})
-            conn.execute(text("DELETE FROM item WHERE pk = :pk"), {"pk": pk})
+            conn.execute(text("DELETE FROM item_vector WHERE item_pk = (SELECT pk FROM item WHERE id = 'late')"))
+            conn.execute(text("DELETE FROM item WHERE id = 'late'"))

@@ -47,18 +47,24 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Engine, np
     rng = np.random.default_rng(7)
     matrix = rng.standard_normal((ITEMS, DIMS)).astype(np.float32)
     matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
-    with engine.begin() as conn:
-        found: dict[str, int] = dict(conn.execute(text("SELECT id, pk FROM item")).all())
-        hashes: dict[int, str] = dict(conn.execute(text("SELECT pk, content_hash FROM item")).all())
-        conn.execute(
-            text("INSERT INTO item_vector (item_pk, model, dims, vector, content_hash, seq) VALUES (:pk, :m, :d, :v, :h, 1)"),
-            [
-                {"pk": found[f"n{i}"], "m": MODEL, "d": DIMS, "v": matrix[i].tobytes(), "h": hashes[found[f"n{i}"]]}
-                for i in range(ITEMS)
-            ],
-        )
+    write_vectors(engine, MODEL, {f"n{i}": matrix[i] for i in range(ITEMS)})
     yield engine, matrix
     engine.dispose()
+
+
+def write_vectors(engine: Engine, model: str, vectors: dict[str, np.ndarray[Any, Any]], seq: int = 1) -> None:
+    """Store each item's vector (by item id) as current for its text, as the embedder would."""
+    with engine.begin() as conn:
+        found: dict[str, tuple[int, str]] = {
+            id_: (pk, digest) for id_, pk, digest in conn.execute(text("SELECT id, pk, content_hash FROM item")).all()
+        }
+        conn.execute(
+            text("INSERT INTO item_vector (item_pk, model, dims, vector, content_hash, seq) VALUES (:pk, :m, :d, :v, :h, :s)"),
+            [
+                {"pk": found[id_][0], "m": model, "d": len(v), "v": v.tobytes(), "h": found[id_][1], "s": seq}
+                for id_, v in vectors.items()
+            ],
+        )
 
 
 def nearest(index: VectorIndex, group: str, q: np.ndarray[Any, Any], limit: int = 10) -> tuple[list[str], str]:
