@@ -29,6 +29,11 @@ import numpy.typing as npt
 
 CELL_ROWS = 256  # rows a cell holds on average: a million rows make 3,906 cells
 CELL_PROBES = 8  # the query's nearest cells scored whole (bench/scale_bench.py: 4 found 0.953, 8 0.975)
+# At most this many rows probed a query (the nearest cells first, at least one): a cell grows past
+# CELL_ROWS when rows arrive after training (retrained at twice the size: `TenantVectors`) or when
+# thousands of rows share one vector; a query's cost stays bounded either way.
+PROBED_MAX = 16_384
+RETRAIN_GROWTH = 2  # the cells are trained again once the tenant holds this many times the rows they were trained on
 TRAIN_PER_CELL = 16  # sampled rows per centroid while training
 TRAIN_ROUNDS = 4  # k-means rounds: the cells only need to hold crowds together, not be optimal
 # Rows compared with every centroid at a time: 4,096 x 3,906 cells of a million rows, 64 MB of scores.
@@ -42,6 +47,7 @@ class Cells:
 
     centroids: npt.NDArray[np.float32]
     members: list[npt.NDArray[np.int64]]
+    trained_rows: int = 0  # the rows the centroids were trained on
 
     @classmethod
     def train(cls, matrix: npt.NDArray[np.float32], seed: int = 7) -> Cells:
@@ -57,7 +63,7 @@ class Cells:
             used, starts = np.unique(nearest[order], return_index=True)
             sums = np.add.reduceat(sample[order], starts, axis=0)
             centroids[used] = sums / np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)
-        cells = cls(centroids, [np.zeros(0, dtype=np.int64)] * count)
+        cells = cls(centroids, [np.zeros(0, dtype=np.int64)] * count, len(matrix))
         cells.add(np.arange(len(matrix), dtype=np.int64), matrix)
         return cells
 
@@ -72,14 +78,24 @@ class Cells:
             held = self.members[cell]
             self.members[cell] = np.concatenate([held, group]) if len(held) else group
 
-    def near(self, q: npt.NDArray[np.float32], probes: int = CELL_PROBES) -> npt.NDArray[np.int64]:
-        """The rows of the `probes` cells whose centroids are nearest `q`."""
+    def near(self, q: npt.NDArray[np.float32], probes: int = CELL_PROBES, most: int = PROBED_MAX) -> npt.NDArray[np.int64]:
+        """The rows of the `probes` cells whose centroids are nearest `q`, nearest cell first, at
+        most `most` of them (a cell past the bound is cut: its rows were filed as alike)."""
         scores = self.centroids @ q
-        if probes < len(scores):
-            chosen = np.argpartition(-scores, probes - 1)[:probes]
-        else:
-            chosen = np.arange(len(scores))
-        return np.concatenate([self.members[c] for c in chosen.tolist()])
+        chosen = np.argpartition(-scores, probes - 1)[:probes] if probes < len(scores) else np.arange(len(scores))
+        taken: list[npt.NDArray[np.int64]] = []
+        left = most
+        for cell in chosen[np.argsort(-scores[chosen], kind="stable")].tolist():
+            if left <= 0:
+                break
+            rows = self.members[cell][:left]
+            taken.append(rows)
+            left -= len(rows)
+        return np.concatenate(taken) if taken else np.zeros(0, dtype=np.int64)
+
+    def stale(self, rows: int) -> bool:
+        """Whether a tenant of `rows` rows has outgrown these cells (its cells hold ever more rows each)."""
+        return rows >= RETRAIN_GROWTH * self.trained_rows
 
 
 def _nearest(vectors: npt.NDArray[np.float32], centroids: npt.NDArray[np.float32]) -> npt.NDArray[np.int64]:

@@ -86,6 +86,7 @@ class TenantVectors:
     graph: Any = None  # hnswlib.Index over rows, built once the tenant is large enough
     graph_rows: int = 0
     cells: Cells | None = None  # built with the graph: the approximate plan scores the query's nearest cells too
+    refiled: set[int] | None = None  # rows written while the cells are trained again (None: they are not)
     building: bool = False  # a graph is being built in the background; exact search serves meanwhile
     dirty_rows: set[int] = field(default_factory=set)  # rows written while it was being built
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -145,6 +146,8 @@ class TenantVectors:
             self.matrix[row] = vector
             if self.building:
                 self.dirty_rows.add(row)
+            if self.refiled is not None:
+                self.refiled.add(row)
         if self.graph is not None and pks:  # hnswlib updates an existing label's vector in place
             self._extend_graph(pks)
 
@@ -156,6 +159,22 @@ class TenantVectors:
         self.graph_rows = max(self.graph_rows, int(rows.max()) + 1)
         if self.cells is not None:
             self.cells.add(rows, self.matrix[rows])
+            if self.cells.stale(self.size) and self.refiled is None:
+                self.refiled = set()
+                threading.Thread(target=self.retrain_cells, name="cells-train", daemon=True).start()
+
+    def retrain_cells(self) -> None:
+        """Train the cells again on every row, on a thread of their own (the old cells serve
+        meanwhile), then file the rows written since. A tenant that grew from the graph's first
+        2,000 rows to a million would otherwise keep 7 cells of ~140,000 rows each."""
+        with self.lock:
+            size = self.size
+            rows = self.matrix[:size]  # a view: a row replaced meanwhile is in `refiled`, filed again below
+        cells = Cells.train(rows)
+        with self.lock:
+            late = np.array(sorted((self.refiled or set()) | set(range(size, self.size))), dtype=np.int64)
+            cells.add(late, self.matrix[late])
+            self.cells, self.refiled = cells, None
 
     def build_graph(self) -> None:
         """Build the HNSW graph over a snapshot of the rows, then add what was written meanwhile.

@@ -4,6 +4,7 @@ still returning only permitted rows; rows written after the build are filed too.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -15,9 +16,9 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 import connectors.sql.vectors as vectors_module
-from connectors.sql.cells import Cells
+from connectors.sql.cells import PROBED_MAX, Cells
 from connectors.sql.lexical import FullTextConnector
-from connectors.sql.vectors import VectorIndex
+from connectors.sql.vectors import TenantVectors, VectorIndex
 from core.records import RecallQuery
 from core.store import open_store
 from gateway.writes.items import ingest
@@ -153,3 +154,41 @@ def test_a_copy_written_after_the_build_is_found_through_its_cell(
         with engine.begin() as conn:
             conn.execute(text("DELETE FROM item_vector WHERE item_pk = (SELECT pk FROM item WHERE id = 'late')"))
             conn.execute(text("DELETE FROM item WHERE id = 'late'"))
+
+
+def test_a_query_probes_a_bounded_number_of_rows_nearest_cell_first() -> None:
+    centres, matrix = crowds(np.random.default_rng(5))
+    cells = Cells.train(matrix)
+    near = cells.near(centres[0], probes=len(cells.members), most=150)
+    assert len(near) == 150
+    assert set(range(COPIES)) & set(near[:COPIES].tolist())  # the crowd's own cell comes first
+    crowded = Cells(cells.centroids, [np.arange(100_000, dtype=np.int64)] + cells.members[1:], len(matrix))
+    assert len(crowded.near(cells.centroids[0])) == PROBED_MAX  # one cell of 100,000 alike rows, cut
+
+
+def test_a_tenant_that_doubled_since_its_cells_were_trained_gets_them_trained_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cells trained on a tenant's first rows would hold ever more rows each as it grows; at twice
+    the rows they are trained again on a thread, rows written meanwhile filed too."""
+    centres, matrix = crowds(np.random.default_rng(6))
+    tenant = TenantVectors(DIMS)
+    first = 1_000
+    with tenant.lock:
+        tenant.upsert(list(range(first)), [1] * first, matrix[:first])
+    tenant.build_graph()
+    assert tenant.cells is not None and tenant.cells.trained_rows == first
+    written_meanwhile = len(matrix) - 1
+    original_train = Cells.train.__func__  # type: ignore[attr-defined]
+
+    def train_while_a_row_is_written(cls: type[Cells], rows: np.ndarray[Any, Any], seed: int = 7) -> Cells:
+        with tenant.lock:  # a write lands while the new cells are trained
+            tenant.upsert([written_meanwhile], [1], matrix[[written_meanwhile]])
+        return original_train(cls, rows, seed)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(Cells, "train", classmethod(train_while_a_row_is_written))
+    with tenant.lock:  # the tenant grows to twice its rows (all but the last)
+        tenant.upsert(list(range(first, len(matrix) - 1)), [1] * (len(matrix) - 1 - first), matrix[first:-1])
+    deadline = time.monotonic() + 30
+    while tenant.refiled is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert tenant.refiled is None and tenant.cells.trained_rows == len(matrix) - 1
+    assert sorted(set(np.concatenate(tenant.cells.members).tolist())) == list(range(len(matrix)))
