@@ -10,7 +10,7 @@ from the graph alone (bench/scale_bench.py; wider `ef` or a denser graph reached
 So the approximate plan also scores, exactly, every row of the query's nearest cells: k-means
 centroids trained on a sample of the rows, every row filed under its nearest centroid (an inverted
 file, as FAISS's `IndexIVFFlat` probes one). A crowd of near-copies lands in one cell or two and is
-read whole. On the million the graph's window and 8 cells (~3,500 rows, ~1.6 ms) found 0.975 of the
+read whole. On the million the graph's window and 8 cells (~3,500 rows, +3.7 ms) found 0.98 of the
 exact top 10 for that caller (docs/scale.md). On a corpus without crowds the cells add candidates
 the exact scoring ranks anyway: never fewer of the true top 10 than the graph alone.
 

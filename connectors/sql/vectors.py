@@ -408,9 +408,9 @@ class VectorIndex:
                 labels, _ = graph.knn_query(q, k=min(window, vectors.graph_rows))
             rows = np.union1d(labels[0].astype(np.int64), probed)
             scores = vectors.matrix[rows] @ q
-            order = np.argsort(-scores, kind="stable")
-            # A wider window is read afresh: the answer is the best permitted items of one window.
-            found, _ = self._read(conn, where, query, vectors.pks[rows[order]], scores[order])
+            # A wider window is read afresh: the answer is the best permitted items of one window
+            # (its head sorted first: the cells make it ~3,500 rows).
+            found, _ = self._read_best(conn, where, query, vectors.pks[rows], scores, 256)
             if len(found) >= query.limit or window >= vectors.graph_rows:
                 return found
             # The share admitted so far predicts the window that would hold k permitted items.
