@@ -500,7 +500,9 @@ def recall(url: str, claims: list[str], model: str) -> dict[str, dict[str, Any]]
         best = np.argsort(-scores, kind="stable")[:10]
         return [(int(keys[i]), float(scores[i])) for i in best]
 
-    def semantic(where: ItemFilter, query: RecallQuery, exact: bool) -> tuple[list[tuple[int, float]], str]:
+    def semantic(where: ItemFilter, query: RecallQuery, exact: bool) -> tuple[list[tuple[Any, float]], str]:
+        """The top `query.limit` by exhaustive search (`exact`), or by the plan the service's connector
+        chooses, and that plan; keyed by item pk (in-process index) or id (pgvector)."""
         limit = query.limit
         if index is not None:
             if exact:
@@ -508,12 +510,16 @@ def recall(url: str, claims: list[str], model: str) -> dict[str, dict[str, Any]]
             found, plan = index.nearest(where, query, "auto")
             return [(pk, float(score)) for pk, score in found], plan
         assert pgvector is not None and query.vector is not None
+        if not exact:  # the connector's own choice: the admitted rows ranked exactly when few, else the HNSW index
+            candidates, strategy = pgvector._search(where, query)
+            return [(c.record.id, c.score) for c in candidates], strategy
         parameters = {**bound(where), "pgv_query": literal(query.vector), "pgv_model": model}
         with engine.connect() as conn, conn.begin():
             pgvector._tune(conn, limit)
-            rows = conn.execute(pgvector._statement((), limit, exact=exact), parameters).all()
-        found = sorted(((int(r._mapping["pk"]), 1.0 - float(r._mapping["pgv_distance"])) for r in rows), key=lambda f: -f[1])
-        return found, "exact" if exact else "hnsw iterative"
+            rows = conn.execute(pgvector._statement((), limit, exact=True), parameters).all()
+        return sorted(
+            ((str(r._mapping["id"]), 1.0 - float(r._mapping["pgv_distance"])) for r in rows), key=lambda f: -f[1]
+        ), "exact"
 
     def lexical_top(where: ItemFilter, query: RecallQuery, limit: int) -> list[tuple[str, float]]:
         found = asyncio.run(lexical.search(where, replace(query, limit=limit)))
@@ -621,7 +627,9 @@ def main() -> int:
         "--no-recall", action="store_true", help="skip the recall@10 check (it builds the indexes in this process)"
     )
     parser.add_argument(
-        "--recall-only", action="store_true", help="only the recall@10 check, on the stores --work holds (SQLite)"
+        "--recall-only",
+        action="store_true",
+        help="only the recall@10 check, on the stores --work holds (with --reuse on PostgreSQL)",
     )
     args = parser.parse_args()
     sizes = sorted(int(s) for s in args.sizes.split(","))
@@ -644,6 +652,10 @@ def main() -> int:
 
             for size in sizes:
                 measured[size] = load_postgres(database, args.work, size, sizes, args.reuse, corpus, vectors.shape[1])
+            if args.recall_only:
+                for size, at in measured.items():
+                    report_recall(size, recall(at.url or "", claims, model))
+                return 0
         else:
             folder = args.work / "store"
             marker = folder / "scale-bench.json"
