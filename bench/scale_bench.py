@@ -28,13 +28,28 @@ is at most 2x at 1M.
     .venv/bin/python bench/scale_bench.py --sizes 1000,10000,100000,1000000   # ~1.5 h, ~10 GB in --work
     .venv/bin/python bench/scale_bench.py --sizes 1000,10000 --queries 30     # quick
 
-    .venv/bin/python bench/scale_bench.py --postgres --sizes 1000,10000,100000  # PostgreSQL + pgvector
+    .venv/bin/python bench/scale_bench.py --postgres --sizes 1000,10000,100000            # PostgreSQL + pgvector
+    .venv/bin/python bench/scale_bench.py --postgres --sizes 1000,10000,100000,1000000    # loaded once; --reuse skips it
 
 `--work` keeps the vectors' cache, the store and a copy of it at each size up to 100,000
 (`sizes/N`); `--reuse` starts from a store a previous run grew (its sizes already loaded are not
 loaded again) and measures a smaller size on its copy, so every size's figure comes from the same
-run. `--postgres` grows one schema of an embedded PostgreSQL with pgvector (tests/embedded_pg.py;
-no copies, no reuse), so each size is served and measured before the next is loaded. `--plot FILE.svg` draws each caller's p50 against items (log scale).
+run.
+
+`--postgres` runs one embedded PostgreSQL with pgvector (tests/embedded_pg.py) whose data directory
+is `--work`/postgres, kept after the run, and gives each size a database of its own (`scale_N`),
+loaded once with the corpus's first N items, written in the same slices as SQLite's store is grown
+(the same rows, the same vectors). A database is loaded by `gateway ingest` alone, as two processes
+on the file's two halves from PARALLEL_FROM items (disjoint ids; concurrent writers are a supported
+setup on PostgreSQL: a batch commits whole, `item_change` numbers rows by its sequence and the Tantivy
+catch-up reads it up to the transaction horizon, a supplied vector goes in with its item), about
+twice the rate of one process here. Its pgvector mirror and HNSW index are then made by the step
+`gateway serve` runs at start (`connectors.sql.pgvector.prepare`: the vectors copied into the mirror,
+the graph built, with `maintenance_work_mem` BUILD_MEMORY so a million vectors' graph is built in
+memory), and the database is vacuumed and analyzed, as autovacuum would leave it; then
+`store-postgres/N/scale-bench.json` marks it loaded, so `--reuse` serves it as it is. The sizes are
+then served together and measured interleaved as on SQLite, and recall is checked on each database.
+`--plot FILE.svg` draws each caller's p50 against items (log scale).
 """
 
 from __future__ import annotations
@@ -50,7 +65,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -75,6 +90,8 @@ SERVICE_LIMIT = 50  # a retrieve's default `limit` (api/retrieve.py): what each 
 NOISE = 0.02  # the copies' vectors: the abstract's, nudged (cosine ~0.98 with it)
 WARMUP = 10
 KEEP_COPIES_UP_TO = 100_000  # sizes whose store is copied (sizes/N) so a later --reuse run measures them again
+PARALLEL_FROM = 10_000  # PostgreSQL: a database this large is loaded by two `gateway ingest` processes at once
+BUILD_MEMORY = "4GB"  # PostgreSQL: maintenance_work_mem for the HNSW build (a million vectors' graph fits)
 STAGES = (
     "decide_ms",
     "embed_ms",
@@ -146,17 +163,39 @@ class Store:
         return {"GATEWAY_DATABASE_URL": self.url} if self.url else {}  # Tantivy ranks lexical search on either store
 
 
-def grow(store: Store, path: Path) -> float:
+def grow(store: Store, paths: list[Path]) -> float:
+    """`gateway ingest` of each file, one process a file, all at once; seconds until the last ends.
+    Each process's output is in `store.folder` (ingest-N.log: its progress lines, then its report)."""
     started = time.perf_counter()
-    done = subprocess.run(
-        [gateway_executable(), "ingest", "--data", str(store.folder), "--tenant", TENANT, str(path)],
-        capture_output=True,
-        text=True,
-        env=clean_env({"GATEWAY_PII_BACKGROUND": "false", **store.env}),
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"gateway ingest failed ({done.returncode}): {done.stderr[-800:]}")
+    running: list[tuple[subprocess.Popen[bytes], Path]] = []
+    for n, path in enumerate(paths):
+        log = store.folder / f"ingest-{n}.log"
+        with log.open("wb") as out:
+            command = [gateway_executable(), "ingest", "--data", str(store.folder), "--tenant", TENANT, str(path)]
+            env = clean_env({"GATEWAY_PII_BACKGROUND": "false", **store.env})
+            running.append((subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env), log))
+    for process, log in running:
+        if process.wait() != 0:
+            raise SystemExit(f"gateway ingest failed ({process.returncode}): {log.read_text()[-800:]}")
     return time.perf_counter() - started
+
+
+def split(path: Path, parts: int) -> list[Path]:
+    """`path`'s lines cut into `parts` files of consecutive lines (about as many in each); `path` removed."""
+    if parts <= 1:
+        return [path]
+    with path.open("rb") as file:
+        lines = sum(1 for _ in file)
+    out = [path.with_suffix(f".{n}.ndjson") for n in range(parts)]
+    with path.open("rb") as file:
+        for n, part in enumerate(out):
+            with part.open("wb") as write:
+                for _ in range(-(-lines // parts) if n < parts - 1 else lines):
+                    if not (line := file.readline()):
+                        break
+                    write.write(line)
+    path.unlink()
+    return out
 
 
 def timed(
@@ -278,18 +317,92 @@ def finish(one: Served, figures: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def backend(postgres: bool, work: Path) -> Iterator[str | None]:
-    """None (SQLite in the store folder), or the URL of a fresh embedded PostgreSQL (stopped after)."""
+def backend(postgres: bool, work: Path) -> Iterator[Callable[[str], str] | None]:
+    """None (SQLite in the store folder), or an embedded PostgreSQL whose data directory is
+    `work`/postgres (kept after the run, stopped cleanly): a function giving a database's URL."""
     if not postgres:
         yield None
         return
     from tests.embedded_pg import Server as Postgres
 
-    server = Postgres()
+    server = Postgres(work / "postgres")
     try:
-        yield server.url  # the superuser's database: pgvector may be created there
+        yield server.database_url  # the superuser's: pgvector may be created in any database
     finally:
         server.stop()
+
+
+def load_postgres(
+    database: Callable[[str], str],
+    work: Path,
+    size: int,
+    sizes: list[int],
+    reuse: bool,
+    corpus: Callable[[Path, int, int], None],
+    dims: int,
+    may_load: bool = True,
+) -> Store:
+    """Size `size`'s own database (`scale_N`) on the embedded server, loaded with the corpus's first
+    `size` items as SQLite's store is grown (the same slices, so the same rows and vectors), by
+    `gateway ingest` (two processes on its two halves from PARALLEL_FROM items), its pgvector mirror
+    and HNSW index then made by the service's own start-up step (`prepare`, given
+    `maintenance_work_mem` to build the graph in memory) and the tables vacuumed and analyzed, as
+    autovacuum would leave them. With `reuse`, a database whose marker (`store-postgres/N/
+    scale-bench.json`) says it was loaded is served as it is."""
+    from sqlalchemy import create_engine, text
+
+    from connectors.sql.pgvector import prepare
+    from core.store import open_store
+
+    name, folder = f"scale_{size}", work / "store-postgres" / str(size)
+    url, marker = database(name), folder / "scale-bench.json"
+    admin = create_engine(database("postgres"), isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            exists = conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}).first() is not None
+            if reuse and exists and marker.exists() and json.loads(marker.read_text())["items"] == size:
+                print(f"\n{size:,} items: loaded by a previous run (database {name})", flush=True)
+                return Store(folder, url)
+            if not may_load:
+                raise SystemExit(f"--recall-only: database {name} is not loaded (run the bench once with --work {work})")
+            conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            conn.execute(text(f"CREATE DATABASE {name}"))
+    finally:
+        admin.dispose()
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    store = Store(folder, url)
+    subprocess.run([gateway_executable(), "migrate", "--database-url", url], check=True, env=clean_env(), capture_output=True)
+    part = work / f"slice-{size}.ndjson"
+    with part.open("wb") as out:  # SQLite's slices: each seeds its vectors' noise with its start
+        for start, stop in zip((0, *sizes), sizes):
+            if start < size:
+                corpus(part.with_suffix(".slice"), start, min(stop, size))
+                with part.with_suffix(".slice").open("rb") as slice_:
+                    shutil.copyfileobj(slice_, out)
+        part.with_suffix(".slice").unlink()
+    parts = split(part, 2 if size >= PARALLEL_FROM else 1)
+    seconds = grow(store, parts)
+    for path in parts:
+        path.unlink()
+    print(
+        f"\n{size:,} items: loaded into database {name} in {seconds:.0f} s ({size / seconds:,.0f} items/s, "
+        f"{len(parts)} gateway ingest process{'es' if len(parts) > 1 else ''})",
+        flush=True,
+    )
+    started = time.perf_counter()
+    engine = open_store(f"{url}?options=-cmaintenance_work_mem%3D{BUILD_MEMORY}")
+    reason = prepare(engine, dims)
+    engine.dispose()
+    if reason is not None:
+        raise SystemExit(f"pgvector: {reason}")
+    vacuum = create_engine(url, isolation_level="AUTOCOMMIT")
+    with vacuum.connect() as conn:
+        conn.execute(text("VACUUM (ANALYZE)"))
+    vacuum.dispose()
+    print(f"  pgvector mirror and HNSW index built, tables vacuumed: {time.perf_counter() - started:.0f} s", flush=True)
+    marker.write_text(json.dumps({"items": size, "database": name}))
+    return store
 
 
 def caller_filter(caller: str) -> ItemFilter:
@@ -390,7 +503,9 @@ def recall(url: str, claims: list[str], model: str) -> dict[str, dict[str, Any]]
         best = np.argsort(-scores, kind="stable")[:10]
         return [(int(keys[i]), float(scores[i])) for i in best]
 
-    def semantic(where: ItemFilter, query: RecallQuery, exact: bool) -> tuple[list[tuple[int, float]], str]:
+    def semantic(where: ItemFilter, query: RecallQuery, exact: bool) -> tuple[list[tuple[Any, float]], str]:
+        """The top `query.limit` by exhaustive search (`exact`), or by the plan the service's connector
+        chooses, and that plan; keyed by item pk (in-process index) or id (pgvector)."""
         limit = query.limit
         if index is not None:
             if exact:
@@ -398,12 +513,16 @@ def recall(url: str, claims: list[str], model: str) -> dict[str, dict[str, Any]]
             found, plan = index.nearest(where, query, "auto")
             return [(pk, float(score)) for pk, score in found], plan
         assert pgvector is not None and query.vector is not None
+        if not exact:  # the connector's own choice: the admitted rows ranked exactly when few, else the HNSW index
+            candidates, strategy = pgvector._search(where, query)
+            return [(c.record.id, c.score) for c in candidates], strategy
         parameters = {**bound(where), "pgv_query": literal(query.vector), "pgv_model": model}
         with engine.connect() as conn, conn.begin():
             pgvector._tune(conn, limit)
-            rows = conn.execute(pgvector._statement((), limit, exact=exact), parameters).all()
-        found = sorted(((int(r._mapping["pk"]), 1.0 - float(r._mapping["pgv_distance"])) for r in rows), key=lambda f: -f[1])
-        return found, "exact" if exact else "hnsw iterative"
+            rows = conn.execute(pgvector._statement((), limit, exact=True), parameters).all()
+        return sorted(
+            ((str(r._mapping["id"]), 1.0 - float(r._mapping["pgv_distance"])) for r in rows), key=lambda f: -f[1]
+        ), "exact"
 
     def lexical_top(where: ItemFilter, query: RecallQuery, limit: int) -> list[tuple[str, float]]:
         found = asyncio.run(lexical.search(where, replace(query, limit=limit)))
@@ -511,7 +630,9 @@ def main() -> int:
         "--no-recall", action="store_true", help="skip the recall@10 check (it builds the indexes in this process)"
     )
     parser.add_argument(
-        "--recall-only", action="store_true", help="only the recall@10 check, on the stores --work holds (SQLite)"
+        "--recall-only",
+        action="store_true",
+        help="only the recall@10 check, on the stores (or PostgreSQL databases) --work holds; never loads one",
     )
     args = parser.parse_args()
     sizes = sorted(int(s) for s in args.sizes.split(","))
@@ -519,89 +640,89 @@ def main() -> int:
     warmups, claims = claims[:WARMUP], claims[WARMUP : WARMUP + args.queries]
     args.work.mkdir(parents=True, exist_ok=True)
     vectors, model = abstract_vectors(args.work, docs)
-    with backend(args.postgres, args.work) as url:
-        folder = args.work / ("store-postgres" if url else "store")
-        marker = folder / "scale-bench.json"
-        reading = (args.reuse or args.recall_only) and not url  # --recall-only reads the stores, never empties them
-        loaded = json.loads(marker.read_text())["items"] if reading and marker.exists() else 0
-        if args.recall_only and not url and not loaded:
-            raise SystemExit(f"--recall-only: no store in {folder} (run the bench once with --work {args.work})")
-        if not loaded:
-            shutil.rmtree(folder, ignore_errors=True)
-            folder.mkdir(parents=True)
-        store = Store(folder, url)
-        if url:
-            subprocess.run(
-                [gateway_executable(), "migrate", "--database-url", url], check=True, env=clean_env(), capture_output=True
-            )
+    with backend(args.postgres, args.work) as database:
         print(
-            f"scale bench ({'PostgreSQL' if url else 'SQLite'}): code {code_revision()}, {os.cpu_count()} cores, "
+            f"scale bench ({'PostgreSQL' if database else 'SQLite'}): code {code_revision()}, {os.cpu_count()} cores, "
             f"{len(claims)} claims a caller a size, model {model}",
             flush=True,
         )
         results: dict[int, dict[str, Any]] = {}
-        if args.recall_only and not url:
+        measured: dict[int, Store] = {}  # each size's store (a copy, the grown store, or its database), served together
+        if database:
+
+            def corpus(path: Path, start: int, stop: int) -> None:
+                write_slice(path, docs, vectors, model, start, stop)
+
             for size in sizes:
-                at = folder if size == loaded else args.work / "sizes" / str(size)
-                report_recall(size, recall(f"sqlite:///{at / 'gateway.db'}", claims, model))
-            return 0
-        measured: dict[int, Store] = {}  # SQLite: each size's store (a copy, or the grown store), served together
-        for size in sizes:
-            if size > loaded:
-                part = args.work / "slice.ndjson"
-                write_slice(part, docs, vectors, model, loaded, size)
-                seconds = grow(store, part)
-                part.unlink()
-                print(
-                    f"\n{size:,} items: grew by {size - loaded:,} in {seconds:.0f} s ({(size - loaded) / seconds:,.0f} items/s)",
-                    flush=True,
+                measured[size] = load_postgres(
+                    database,
+                    args.work,
+                    size,
+                    sizes,
+                    args.reuse or args.recall_only,
+                    corpus,
+                    vectors.shape[1],
+                    not args.recall_only,
                 )
-                loaded = size
-                marker.write_text(json.dumps({"items": loaded}))
-                if not url and size <= KEEP_COPIES_UP_TO:
-                    kept = args.work / "sizes" / str(size)
-                    shutil.rmtree(kept, ignore_errors=True)
-                    shutil.copytree(folder, kept, ignore=shutil.ignore_patterns("*.log", "*.bak"))
-            elif size < loaded:
-                kept = args.work / "sizes" / str(size)
-                if url or not kept.exists():
+            if args.recall_only:
+                for size, at in measured.items():
+                    report_recall(size, recall(at.url or "", claims, model))
+                return 0
+        else:
+            folder = args.work / "store"
+            marker = folder / "scale-bench.json"
+            # --recall-only reads the stores, never empties them
+            loaded = json.loads(marker.read_text())["items"] if (args.reuse or args.recall_only) and marker.exists() else 0
+            if args.recall_only and not loaded:
+                raise SystemExit(f"--recall-only: no store in {folder} (run the bench once with --work {args.work})")
+            if not loaded:
+                shutil.rmtree(folder, ignore_errors=True)
+                folder.mkdir(parents=True)
+            store = Store(folder)
+            if args.recall_only:
+                for size in sizes:
+                    at = folder if size == loaded else args.work / "sizes" / str(size)
+                    report_recall(size, recall(f"sqlite:///{at / 'gateway.db'}", claims, model))
+                return 0
+            for size in sizes:
+                if size > loaded:
+                    part = args.work / "slice.ndjson"
+                    write_slice(part, docs, vectors, model, loaded, size)
+                    seconds = grow(store, [part])
+                    part.unlink()
+                    print(
+                        f"\n{size:,} items: grew by {size - loaded:,} in {seconds:.0f} s ({(size - loaded) / seconds:,.0f} items/s)",
+                        flush=True,
+                    )
+                    loaded = size
+                    marker.write_text(json.dumps({"items": loaded}))
+                    if size <= KEEP_COPIES_UP_TO:
+                        kept = args.work / "sizes" / str(size)
+                        shutil.rmtree(kept, ignore_errors=True)
+                        shutil.copytree(folder, kept, ignore=shutil.ignore_patterns("*.log", "*.bak"))
+                elif size < loaded and not (args.work / "sizes" / str(size)).exists():
                     print(
                         f"\n{size:,} items: the store already holds {loaded:,} and keeps no copy at {size:,}; skipped", flush=True
                     )
                     continue
-            if not url:
                 measured[size] = store if size == loaded else Store(args.work / "sizes" / str(size))
-                continue
-            # PostgreSQL grows one schema: each size is measured before the next is loaded.
-            one = serve(size, store)
-            try:
-                results[size] = finish(one, measure([one], claims, warmups)[size])
-            finally:
-                one.server.stop()
-            report(size, results[size])
-            if not args.no_recall:
-                results[size]["recall"] = recall(url, claims, model)
-                report_recall(size, results[size]["recall"])
-        if measured:
-            print(
-                f"\nserving {', '.join(f'{n:,}' for n in measured)} items together; the callers' claims interleaved", flush=True
-            )
-            together: list[Served] = []
-            try:
-                for size, at in measured.items():
-                    together.append(serve(size, at))
-                figures = measure(together, claims, warmups)
-                for one in together:
-                    results[one.size] = finish(one, figures[one.size])
-            finally:
-                for one in together:
-                    one.server.stop()
-            for size in measured:
-                report(size, results[size])
+        print(f"\nserving {', '.join(f'{n:,}' for n in measured)} items together; the callers' claims interleaved", flush=True)
+        together: list[Served] = []
+        try:
             for size, at in measured.items():
-                if not args.no_recall:
-                    results[size]["recall"] = recall(f"sqlite:///{at.folder / 'gateway.db'}", claims, model)
-                    report_recall(size, results[size]["recall"])
+                together.append(serve(size, at))
+            figures = measure(together, claims, warmups)
+            for one in together:
+                results[one.size] = finish(one, figures[one.size])
+        finally:
+            for one in together:
+                one.server.stop()
+        for size in measured:
+            report(size, results[size])
+        for size, at in measured.items():
+            if not args.no_recall:
+                results[size]["recall"] = recall(at.url or f"sqlite:///{at.folder / 'gateway.db'}", claims, model)
+                report_recall(size, results[size]["recall"])
     if len(results) > 1:
         first = min(results)
         print(f"\np50 against the p50 at {first:,} items (target at 1,000,000: <= 2x)")

