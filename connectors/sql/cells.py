@@ -33,7 +33,7 @@ CELL_PROBES = 8  # the query's nearest cells scored whole (bench/scale_bench.py:
 # CELL_ROWS when rows arrive after training (retrained at twice the size: `TenantVectors`) or when
 # thousands of rows share one vector; a query's cost stays bounded either way.
 PROBED_MAX = 16_384
-RETRAIN_GROWTH = 2  # the cells are trained again once the tenant holds this many times the rows they were trained on
+RETRAIN_GROWTH = 2  # the cells are trained again once they hold this many times the rows they were trained on
 TRAIN_PER_CELL = 16  # sampled rows per centroid while training
 TRAIN_ROUNDS = 4  # k-means rounds: the cells only need to hold crowds together, not be optimal
 # Rows compared with every centroid at a time: 4,096 x 3,906 cells of a million rows, 64 MB of scores.
@@ -48,6 +48,7 @@ class Cells:
     centroids: npt.NDArray[np.float32]
     members: list[npt.NDArray[np.int64]]
     trained_rows: int = 0  # the rows the centroids were trained on
+    filed: int = 0  # rows filed since, counting a replaced row's vector again (it stays under its old cell too)
 
     @classmethod
     def train(cls, matrix: npt.NDArray[np.float32], seed: int = 7) -> Cells:
@@ -58,9 +59,7 @@ class Cells:
         sample = matrix[np.sort(rng.choice(len(matrix), taken, replace=False))]
         centroids = sample[rng.choice(taken, count, replace=False)].copy()
         for _ in range(TRAIN_ROUNDS):
-            nearest = _nearest(sample, centroids)
-            order = np.argsort(nearest, kind="stable")
-            used, starts = np.unique(nearest[order], return_index=True)
+            order, used, starts = _grouped(_nearest(sample, centroids))
             sums = np.add.reduceat(sample[order], starts, axis=0)
             centroids[used] = sums / np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)
         cells = cls(centroids, [np.zeros(0, dtype=np.int64)] * count, len(matrix))
@@ -71,9 +70,8 @@ class Cells:
         """File `rows` (with these vectors) under their nearest centroids."""
         if not len(rows):
             return
-        nearest = _nearest(vectors, self.centroids)
-        order = np.argsort(nearest, kind="stable")
-        cells, starts = np.unique(nearest[order], return_index=True)
+        order, cells, starts = _grouped(_nearest(vectors, self.centroids))
+        self.filed += len(rows)
         for cell, group in zip(cells.tolist(), np.split(rows[order], starts[1:])):
             held = self.members[cell]
             self.members[cell] = np.concatenate([held, group]) if len(held) else group
@@ -93,9 +91,19 @@ class Cells:
             left -= len(rows)
         return np.concatenate(taken) if taken else np.zeros(0, dtype=np.int64)
 
-    def stale(self, rows: int) -> bool:
-        """Whether a tenant of `rows` rows has outgrown these cells (its cells hold ever more rows each)."""
-        return rows >= RETRAIN_GROWTH * self.trained_rows
+    def stale(self) -> bool:
+        """Whether these cells have outgrown their training: new rows, and replaced vectors filed
+        again, make each cell hold ever more rows (a query's probe reads them all, up to PROBED_MAX)."""
+        return self.filed >= RETRAIN_GROWTH * self.trained_rows
+
+
+def _grouped(
+    nearest: npt.NDArray[np.int64],
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Positions ordered by their cell, the cells present, and where each one's run starts."""
+    order = np.argsort(nearest, kind="stable")
+    cells, starts = np.unique(nearest[order], return_index=True)
+    return order, cells, starts
 
 
 def _nearest(vectors: npt.NDArray[np.float32], centroids: npt.NDArray[np.float32]) -> npt.NDArray[np.int64]:

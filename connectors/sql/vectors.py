@@ -159,7 +159,7 @@ class TenantVectors:
         self.graph_rows = max(self.graph_rows, int(rows.max()) + 1)
         if self.cells is not None:
             self.cells.add(rows, self.matrix[rows])
-            if self.cells.stale(self.size) and self.refiled is None:
+            if self.cells.stale() and self.refiled is None:
                 self.refiled = set()
                 threading.Thread(target=self.retrain_cells, name="cells-train", daemon=True).start()
 

@@ -192,3 +192,21 @@ def test_a_tenant_that_doubled_since_its_cells_were_trained_gets_them_trained_ag
         time.sleep(0.01)
     assert tenant.refiled is None and tenant.cells.trained_rows == len(matrix) - 1
     assert sorted(set(np.concatenate(tenant.cells.members).tolist())) == list(range(len(matrix)))
+
+
+def test_cells_refiled_by_replaced_vectors_are_trained_again() -> None:
+    """A replaced vector is filed again (and stays under its old cell): a tenant whose vectors are
+    all re-embedded, at the same size, has cells holding twice its rows until they are retrained."""
+    _, matrix = crowds(np.random.default_rng(7))
+    tenant = TenantVectors(DIMS)
+    with tenant.lock:
+        tenant.upsert(list(range(len(matrix))), [1] * len(matrix), matrix)
+    tenant.build_graph()
+    assert tenant.cells is not None and not tenant.cells.stale()
+    with tenant.lock:  # every vector written again (a new stamp), nudged
+        tenant.upsert(list(range(len(matrix))), [2] * len(matrix), unit(matrix + 0.01))
+    deadline = time.monotonic() + 30
+    while (tenant.refiled is not None or tenant.cells.filed > len(matrix)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert tenant.refiled is None and tenant.cells.filed == len(matrix)
+    assert sorted(np.concatenate(tenant.cells.members).tolist()) == list(range(len(matrix)))  # once each again
