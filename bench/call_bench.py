@@ -230,7 +230,13 @@ def short(frame: str) -> str:
 
 def measure(size: int, data_dir: Path, claims: list[str], args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
     key = create_key(data_dir, TENANT, "user:agent", "agent", groups="sales")
-    server = Server(data_dir, free_port(), env={**env, "GATEWAY_BACKGROUND_EMBEDDING": "false"}, label=f"serve-{size}")
+    server = Server(
+        data_dir,
+        free_port(),
+        workers=args.workers,
+        env={**env, "GATEWAY_BACKGROUND_EMBEDDING": "false"},
+        label=f"serve-{size}",
+    )
     server.start()
     server.wait_ready()
     try:
@@ -327,6 +333,7 @@ def main() -> int:
     parser.add_argument("--load-requests", type=int, default=400, help="requests of the 8-client phase (default 400)")
     parser.add_argument("--concurrency", type=int, default=8, help="clients of the load phase (default 8)")
     parser.add_argument("--profile-queries", type=int, default=200, help="1-client claims under py-spy (default 200)")
+    parser.add_argument("--workers", type=int, default=1, help="`gateway serve --workers` (default 1; profiles need 1)")
     parser.add_argument("--embeddings", default="", help="GATEWAY_EMBEDDINGS for the run (default: the service's default)")
     args = parser.parse_args()
     env = {"GATEWAY_EMBEDDINGS": args.embeddings} if args.embeddings else {}

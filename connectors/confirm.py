@@ -12,7 +12,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from connectors.base import SemanticConnector
-from connectors.sql.pushdown import bound, item, permitted, record_from_row, tagged
+from connectors.sql.pushdown import bound, item, permitted, record_from_row, record_select, tagged
 from core.constraints import ItemFilter
 from core.errors import ConnectorError
 from core.records import Candidate, RecallQuery, SourceResult
@@ -75,7 +75,7 @@ class StoreConfirmed:
         """The candidates the store admits, with its envelopes, re-ranked; and the ids among the
         rest that the tenant's store does not hold at all."""
         wanted = [c.record.id for c in candidates]
-        statement = select(item).where(item.c.id.in_(wanted), permitted(), tagged(query.tags))
+        statement = record_select().where(item.c.id.in_(wanted), permitted(), tagged(query.tags))
         try:
             with self.engine.connect() as conn:
                 current = {row._mapping["id"]: record_from_row(row) for row in conn.execute(statement, bound(where))}

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from functools import cache
 from typing import Any
 
 from sqlalchemy import String, bindparam, delete, func, insert, select
@@ -46,6 +47,8 @@ CHAIN_HEAD = (
     .limit(1)
 )
 INSERT_ROW = insert(audit_trace).returning(audit_trace.c.pk)
+INSERT_ITEMS = insert(audit_item)
+INSERT_FACETS = insert(audit_facet)
 CHAIN_LOCK_CLASS = 0x61756474  # "audt": the first key of every chain's append lock
 CHAIN_LOCK = select(
     func.pg_advisory_xact_lock(
@@ -57,18 +60,24 @@ CHAIN_LOCK = select(
 Rollup = Counter[tuple[str, int, str, str]]  # (chain, hour, measure, key) -> n, to add to audit_rollup
 
 
-def add_to_rollup(conn: Connection, counts: Rollup) -> None:
-    """Add the counts to the hourly rollup (an upsert per key, in the caller's transaction)."""
-    if not counts:
-        return
-    if conn.dialect.name == "postgresql":
+@cache
+def _rollup_upsert(dialect: str) -> Any:
+    """The rollup's upsert for one dialect, built once (every append runs it)."""
+    if dialect == "postgresql":
         from sqlalchemy.dialects.postgresql import insert as upsert
     else:
         from sqlalchemy.dialects.sqlite import insert as upsert  # type: ignore[assignment]
     statement = upsert(audit_rollup)
-    statement = statement.on_conflict_do_update(
+    return statement.on_conflict_do_update(
         index_elements=["chain", "hour", "measure", "key"], set_={"n": audit_rollup.c.n + statement.excluded.n}
     )
+
+
+def add_to_rollup(conn: Connection, counts: Rollup) -> None:
+    """Add the counts to the hourly rollup (an upsert per key, in the caller's transaction)."""
+    if not counts:
+        return
+    statement = _rollup_upsert(conn.dialect.name)
     rows = [{"chain": c, "hour": h, "measure": m, "key": k, "n": n} for (c, h, m, k), n in sorted(counts.items())]
     conn.execute(statement, rows)
 
@@ -122,10 +131,10 @@ def append(
     columns = row.as_dict()
     pk = conn.execute(INSERT_ROW, columns).scalar_one()
     if facts.packed:
-        conn.execute(insert(audit_item), [{"trace_pk": pk, "item_id": i} for i in facts.packed])
+        conn.execute(INSERT_ITEMS, [{"trace_pk": pk, "item_id": i} for i in facts.packed])
     counted = facts_of(columns)
     if counted.facets:
-        conn.execute(insert(audit_facet), [{"trace_pk": pk, "facet": f, "value": v} for f, v in sorted(counted.facets)])
+        conn.execute(INSERT_FACETS, [{"trace_pk": pk, "facet": f, "value": v} for f, v in sorted(counted.facets)])
     counts = rollup if rollup is not None else Counter()
     for measure, key, n in counted.tallies:
         counts[chain, counted.hour, measure, key] += n

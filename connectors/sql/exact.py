@@ -10,7 +10,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from connectors.sql.cancel import cancellable, watched
-from connectors.sql.pushdown import bound, item, named, permitted, record_from_row, tagged
+from connectors.sql.pushdown import bound, item, named, permitted, record_from_row, record_select, tagged
 from core.constraints import ItemFilter
 from core.errors import ConnectorError
 from core.records import Candidate, Identifier, RecallQuery, Record, SkipReason, SourceResult
@@ -40,7 +40,7 @@ SECTION_PIECES = (
     .order_by(item.c.document, item.c.id)
     .limit(MAX_SECTION_PIECES * 4)
 )
-PIECE_ROWS = select(item).where(permitted(("document",)), item.c.pk.in_(bindparam("piece_pks", expanding=True)))
+PIECE_ROWS = record_select().where(permitted(("document",)), item.c.pk.in_(bindparam("piece_pks", expanding=True)))
 
 
 class SqlExactConnector:
@@ -58,7 +58,7 @@ class SqlExactConnector:
         """The tenant's entities with these ids, for the item policy's link check; never returned."""
         if not ids:
             return ()
-        statement = select(item).where(item.c.kind == "entity", named(ids, tenant))
+        statement = record_select().where(item.c.kind == "entity", named(ids, tenant))
         return await cancellable(self._entities, statement, {}, "linked entity lookup")
 
     async def search(self, where: ItemFilter, query: RecallQuery) -> SourceResult:
@@ -107,7 +107,10 @@ class SqlExactConnector:
         if not survivors:
             return ()
         statement = (
-            select(item).where(permitted(("entity",)), item.c.merged_into.in_(survivors)).order_by(item.c.id).limit(MAX_ENTITIES)
+            record_select()
+            .where(permitted(("entity",)), item.c.merged_into.in_(survivors))
+            .order_by(item.c.id)
+            .limit(MAX_ENTITIES)
         )
         return await cancellable(self._entities, statement, bound(where), "merge lookup")
 
@@ -118,7 +121,7 @@ class SqlExactConnector:
         if not domains:
             return ()
         statement = (
-            select(item)
+            record_select()
             .where(
                 permitted(("entity",)),
                 item.c.domain.in_(domains),
@@ -140,7 +143,7 @@ class SqlExactConnector:
                 if i.kind in IDENTIFIER_COLUMNS
             )
         )
-        statement = select(item).where(permitted(("entity",)), matches).order_by(item.c.id).limit(MAX_ENTITIES)
+        statement = record_select().where(permitted(("entity",)), matches).order_by(item.c.id).limit(MAX_ENTITIES)
         return self._entities(statement, bound(where), "exact lookup")
 
     def _entities(self, statement: Any, values: dict[str, Any], what: str) -> tuple[Record, ...]:
@@ -159,7 +162,7 @@ class SqlExactConnector:
         else:  # filter mode: whatever carries every tag
             wanted = (permitted(),)
         statement = (
-            select(item)
+            record_select()
             .where(*wanted, tagged(query.tags))
             .order_by(item.c.recorded_at.desc().nulls_last(), item.c.id)
             .limit(query.limit)

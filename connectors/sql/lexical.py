@@ -25,7 +25,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.sql import Select
 
 from connectors.sql.cancel import cancellable, watched
-from connectors.sql.pushdown import bound, item, permitted, record_from_row, tagged
+from connectors.sql.pushdown import bound, item, permitted, record_from_row, record_select, tagged
 from connectors.sql.text_index import TextIndex
 from connectors.sql.walk import walk
 from core.constraints import ItemFilter
@@ -105,14 +105,14 @@ def best_matches(fts: str) -> Select:  # type: ignore[type-arg]
 
 @cache
 def _matched_rows() -> Select:  # type: ignore[type-arg]
-    return select(item).where(permitted(), item.c.pk.in_(bindparam("walk_pks", expanding=True)))
+    return record_select().where(permitted(), item.c.pk.in_(bindparam("walk_pks", expanding=True)))
 
 
 def matched_rows(tags: tuple[str, ...]) -> Select:  # type: ignore[type-arg]
     """The rows of the pks bound as `walk_pks` that the filter (and the caller's tags) admit."""
     if not tags:
         return _matched_rows()
-    return select(item).where(permitted(), tagged(tags), item.c.pk.in_(bindparam("walk_pks", expanding=True)))
+    return record_select().where(permitted(), tagged(tags), item.c.pk.in_(bindparam("walk_pks", expanding=True)))
 
 
 class FullTextConnector:

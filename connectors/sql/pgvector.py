@@ -57,7 +57,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.types import UserDefinedType
 
 from connectors.sql.cancel import cancellable, watched
-from connectors.sql.pushdown import bound, item, permitted, record_from_row, tagged, value
+from connectors.sql.pushdown import RECORD_COLUMNS, bound, item, permitted, record_from_row, tagged, value
 from core.constraints import ItemFilter
 from core.errors import ConnectorError
 from core.records import Candidate, RecallQuery, SkipReason, SourceResult
@@ -303,7 +303,7 @@ class PgvectorConnector:
         # rows through the btrees and sorts them, an exact search.
         order = (distance + 0) if exact else distance
         return (
-            select(item, distance.label("pgv_distance"))
+            select(*RECORD_COLUMNS, distance.label("pgv_distance"))
             .select_from(joined)
             .where(mirror.c.tenant == value("tenant"), mirror.c.model == bindparam("pgv_model"), permitted(), tagged(tags))
             .order_by(order)
@@ -343,9 +343,9 @@ class PgvectorConnector:
             .limit(limit)
             .subquery("pgv_nearest")
         )
-        return select(item, nearest.c.distance.label("pgv_distance"), nearest.c.admitted.label("pgv_admitted")).select_from(
-            nearest.join(item, item.c.pk == nearest.c.pk)
-        )
+        return select(
+            *RECORD_COLUMNS, nearest.c.distance.label("pgv_distance"), nearest.c.admitted.label("pgv_admitted")
+        ).select_from(nearest.join(item, item.c.pk == nearest.c.pk))
 
     def _search(self, where: ItemFilter, query: RecallQuery) -> tuple[tuple[Candidate, ...], str]:
         assert query.vector is not None

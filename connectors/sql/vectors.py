@@ -20,7 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from connectors.sql.cancel import cancellable, watched
 from connectors.sql.cells import Cells
-from connectors.sql.pushdown import bound, item, named, permitted, record_from_row, tagged
+from connectors.sql.pushdown import bound, item, named, permitted, record_from_row, record_select, tagged
 from connectors.sql.walk import Walk, walk
 from core.constraints import ItemFilter
 from core.errors import ConnectorError
@@ -447,7 +447,7 @@ def _current(tags: tuple[str, ...]) -> Any:
 @cache
 def _admitted_rows() -> Select[Any]:
     joined, condition = _current(())
-    return select(item).select_from(joined).where(condition, item.c.pk.in_(bindparam("walk_pks", expanding=True)))
+    return record_select().select_from(joined).where(condition, item.c.pk.in_(bindparam("walk_pks", expanding=True)))
 
 
 @cache
@@ -462,7 +462,7 @@ def admitted_rows(tags: tuple[str, ...]) -> Select[Any]:
     if not tags:
         return _admitted_rows()
     joined, condition = _current(tags)
-    return select(item).select_from(joined).where(condition, item.c.pk.in_(bindparam("walk_pks", expanding=True)))
+    return record_select().select_from(joined).where(condition, item.c.pk.in_(bindparam("walk_pks", expanding=True)))
 
 
 def permitted_pks(tags: tuple[str, ...]) -> Select[Any]:

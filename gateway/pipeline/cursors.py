@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Callable
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -34,6 +34,22 @@ UNKNOWN = "cursor: unknown or expired"  # the same words for a cursor of another
 SWEEP_EVERY_S = 30.0
 _SWEPT: weakref.WeakKeyDictionary[Engine, float] = weakref.WeakKeyDictionary()
 _SWEEP_LOCK = threading.Lock()
+
+
+# Built once: every retrieve with a leftover writes a cursor, and building the statements cost more
+# than running them.
+INSERT_CURSOR = insert(cursor_table)
+_MINE = (cursor_table.c.tenant == bindparam("tenant"), cursor_table.c.principal == bindparam("principal"))
+DROP_BEYOND = delete(cursor_table).where(  # the actor's cursors past the newest `per_actor`
+    *_MINE,
+    cursor_table.c.token_hash.in_(
+        select(cursor_table.c.token_hash)
+        .where(*_MINE)
+        .order_by(cursor_table.c.created_at.desc(), cursor_table.c.token_hash)
+        .offset(bindparam("per_actor"))
+        .scalar_subquery()
+    ),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,26 +96,20 @@ def prepared(
         if _sweep_due(engine):
             conn.execute(delete(cursor_table).where(cursor_table.c.last_used_at < now - timedelta(seconds=idle_seconds)))
         conn.execute(
-            insert(cursor_table).values(
-                token_hash=_hash(token),
-                tenant=actor.tenant,
-                principal=actor.principal,
-                request=request,
-                remaining=remaining[:MAX_REMAINING],
-                returned=returned,
-                version=0,
-                created_at=now,
-                last_used_at=now,
-            )
+            INSERT_CURSOR,
+            {
+                "token_hash": _hash(token),
+                "tenant": actor.tenant,
+                "principal": actor.principal,
+                "request": request,
+                "remaining": remaining[:MAX_REMAINING],
+                "returned": returned,
+                "version": 0,
+                "created_at": now,
+                "last_used_at": now,
+            },
         )
-        mine = (cursor_table.c.tenant == actor.tenant, cursor_table.c.principal == actor.principal)
-        kept = (
-            select(cursor_table.c.token_hash)
-            .where(*mine)
-            .order_by(cursor_table.c.created_at.desc(), cursor_table.c.token_hash)
-            .offset(per_actor)
-        )
-        conn.execute(delete(cursor_table).where(*mine, cursor_table.c.token_hash.in_(kept.scalar_subquery())))
+        conn.execute(DROP_BEYOND, {"tenant": actor.tenant, "principal": actor.principal, "per_actor": per_actor})
 
     return token, write
 

@@ -60,6 +60,8 @@ class LiteWitness:
     the gateway's logs (one origin per chain) and their key (the gateway's, named as each origin)."""
 
     def __init__(self, origins: list[str], log_key: Ed25519PublicKey) -> None:
+        # The binaries first: a missing one skips the test, and must not leave an ssh-agent behind.
+        ctl, server = binary("witnessctl", "GATEWAY_TEST_WITNESSCTL_BIN"), binary("litewitness", "GATEWAY_TEST_LITEWITNESS_BIN")
         self.directory = Path(tempfile.mkdtemp(prefix="gw-litewitness-"))
         self.db, sock, key = self.directory / "litewitness.db", self.directory / "agent.sock", self.directory / "witness"
         self.agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -72,7 +74,6 @@ class LiteWitness:
             ["ssh-keygen", "-l", "-E", "sha256", "-f", f"{key}.pub"], capture_output=True, text=True, check=True
         ).stdout.split()[1]
         self.verifier = Verifier(WITNESS, ssh_public(Path(f"{key}.pub")), COSIGNATURE_V1)
-        ctl = binary("witnessctl", "GATEWAY_TEST_WITNESSCTL_BIN")
         for origin in origins:
             subprocess.run([ctl, "add-log", "-db", str(self.db), "-origin", origin], check=True, capture_output=True)
             vkey = verifier_key(origin, log_key)
@@ -80,7 +81,7 @@ class LiteWitness:
                 [ctl, "add-key", "-db", str(self.db), "-origin", origin, "-key", vkey], check=True, capture_output=True
             )
         (port,) = free_ports(1)
-        command = [binary("litewitness", "GATEWAY_TEST_LITEWITNESS_BIN"), "-db", str(self.db), "-name", WITNESS]
+        command = [server, "-db", str(self.db), "-name", WITNESS]
         command += ["-key", fingerprint, "-ssh-agent", str(sock), "-listen", f"127.0.0.1:{port}"]
         self.server = Server(command, f"http://127.0.0.1:{port}", "/", directory=self.directory, start_s=30)
         self.url = self.server.url
