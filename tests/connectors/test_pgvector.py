@@ -331,6 +331,33 @@ def test_half_a_tenant_is_searched_through_the_vector_index_and_no_forbidden_row
         assert len(set(ids) & set(expected)) >= 18, (ids, expected)
 
 
+def test_every_search_is_planned_with_its_own_values_even_where_the_server_would_reuse_a_generic_plan(
+    halved: tuple[Engine, np.ndarray[Any, Any], str],
+) -> None:
+    """psycopg prepares a statement run 5 times on a connection, and PostgreSQL may then take a
+    generic plan, made without the query vector's and the caller's values: at 100,000 bench items
+    it did from the 11th search on a connection, and each search went from milliseconds to
+    seconds. Here the connection's own setting asks for generic plans from the start (as the server
+    chose there); every search is still planned for its own values."""
+    engine, q, index = halved
+    own = open_store(engine.url.render_as_string(hide_password=False))  # one connection, used in turn
+    with own.connect() as conn:
+        conn.execute(text("SET plan_cache_mode = force_generic_plan"))  # the session's, from the commit on
+        conn.commit()
+    connector = PgvectorConnector(own, PLANTED, DIMS, exact_up_to=500, index=index)
+    query = RecallQuery(text="q", vector=tuple(float(x) for x in q), model=PLANTED, limit=20)
+    for _ in range(12):  # in this thread, on the pool's one connection (a search's own thread may open another)
+        assert connector._search(HALF, query)[1] == f"{index} iterative"
+    with own.connect() as conn:
+        assert conn.execute(text("SHOW plan_cache_mode")).scalar() == "force_generic_plan"  # the same session
+        plans = conn.execute(
+            text("SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE '%item_pgvector%'")
+        ).all()
+    own.dispose()
+    assert plans and max(custom for _, custom in plans) >= 5, plans  # prepared on this connection, and run since
+    assert all(generic == 0 for generic, _ in plans), plans
+
+
 def test_a_caller_admitted_to_few_rows_has_them_ranked_exactly_in_one_statement(
     halved: tuple[Engine, np.ndarray[Any, Any], str],
 ) -> None:
