@@ -50,6 +50,14 @@ memory), and the database is vacuumed and analyzed, as autovacuum would leave it
 `store-postgres/N/scale-bench.json` marks it loaded, so `--reuse` serves it as it is. The sizes are
 then served together and measured interleaved as on SQLite, and recall is checked on each database.
 `--plot FILE.svg` draws each caller's p50 against items (log scale).
+
+`--postgres --pgvector-index ivfflat` serves and checks each size with pgvector's IVFFlat index
+(GATEWAY_PGVECTOR_INDEX=ivfflat) instead of HNSW, on a copy of its database (`scale_N_ivfflat`,
+CREATE DATABASE ... TEMPLATE scale_N, as large again on disk) whose index `prepare` swaps, timed;
+`scale_N` keeps its HNSW index, so the two are compared on the same rows (bench/pgvector_index_bench.py
+times the two plans alternating). With `--reuse` or `--recall-only` a copy already made is used as it is.
+
+    .venv/bin/python bench/scale_bench.py --postgres --sizes 100000,1000000 --reuse --recall-only --pgvector-index ivfflat
 """
 
 from __future__ import annotations
@@ -157,10 +165,13 @@ class Store:
 
     folder: Path
     url: str | None = None  # a PostgreSQL database URL
+    pgvector_index: str = "hnsw"  # PostgreSQL: the vector index its database holds (GATEWAY_PGVECTOR_INDEX)
 
     @property
     def env(self) -> dict[str, str]:
-        return {"GATEWAY_DATABASE_URL": self.url} if self.url else {}  # Tantivy ranks lexical search on either store
+        if not self.url:
+            return {}  # Tantivy ranks lexical search on either store
+        return {"GATEWAY_DATABASE_URL": self.url, "GATEWAY_PGVECTOR_INDEX": self.pgvector_index}
 
 
 def grow(store: Store, paths: list[Path]) -> float:
@@ -405,6 +416,50 @@ def load_postgres(
     return store
 
 
+def ivfflat_copy(database: Callable[[str], str], work: Path, size: int, dims: int, reuse: bool) -> Store:
+    """Size `size`'s database with an IVFFlat index instead of HNSW (`scale_N_ivfflat`): a copy of
+    `scale_N` (CREATE DATABASE ... TEMPLATE, the files copied; HNSW's stays as it was), its index
+    then swapped by the service's own start-up step (`prepare` with index `ivfflat`, lists from the
+    rows, `maintenance_work_mem` BUILD_MEMORY: k-means over a million rows' sample needs ~3.4 GB),
+    timed. With `reuse`, a copy whose marker says it was made is served as it is."""
+    from sqlalchemy import create_engine, text
+
+    from connectors.sql.pgvector import lists_for, prepare
+    from core.store import open_store
+
+    name, folder = f"scale_{size}_ivfflat", work / "store-postgres" / f"{size}-ivfflat"
+    url, marker = database(name), folder / "scale-bench.json"
+    admin = create_engine(database("postgres"), isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            exists = conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}).first() is not None
+            if reuse and exists and marker.exists() and json.loads(marker.read_text())["items"] == size:
+                print(f"\n{size:,} items: IVFFlat copy made by a previous run (database {name})", flush=True)
+                return Store(folder, url, "ivfflat")
+            started = time.perf_counter()
+            conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            conn.execute(text(f"CREATE DATABASE {name} TEMPLATE scale_{size} STRATEGY FILE_COPY"))
+            print(
+                f"\n{size:,} items: database {name} copied from scale_{size} in {time.perf_counter() - started:.0f} s", flush=True
+            )
+    finally:
+        admin.dispose()
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    engine = open_store(f"{url}?options=-cmaintenance_work_mem%3D{BUILD_MEMORY}")
+    with engine.connect() as conn:
+        rows = int(conn.execute(text("SELECT count(*) FROM item_pgvector")).scalar() or 0)
+    started = time.perf_counter()
+    reason = prepare(engine, dims, "ivfflat")
+    built = time.perf_counter() - started
+    engine.dispose()
+    if reason is not None:
+        raise SystemExit(f"pgvector: {reason}")
+    print(f"  IVFFlat index built ({lists_for(rows):,} lists for {rows:,} rows), HNSW's dropped: {built:.0f} s", flush=True)
+    marker.write_text(json.dumps({"items": size, "database": name, "lists": lists_for(rows), "build_s": round(built, 1)}))
+    return Store(folder, url, "ivfflat")
+
+
 def caller_filter(caller: str) -> ItemFilter:
     """What the policy lets `caller` read of the bench's items (documents, any sensitivity the
     corpus holds, active), as the connectors receive it: its groups are the principals."""
@@ -451,7 +506,7 @@ class Hits:
         return self.close / max(self.total, 1)
 
 
-def recall(url: str, claims: list[str], model: str) -> dict[str, dict[str, Any]]:
+def recall(url: str, claims: list[str], model: str, pgvector_index: str = "hnsw") -> dict[str, dict[str, Any]]:
     """Each caller's top 10 from the engines the service uses against the exhaustive answer over its
     admitted rows, in this process on the same store: semantic search's plan (`auto`) against exact
     search over every permitted vector, and lexical search's top 10 against its ranking of every
@@ -478,7 +533,7 @@ def recall(url: str, claims: list[str], model: str) -> dict[str, dict[str, Any]]
         lexical.text.state(conn, TENANT)  # built now, not in the background
     postgres = engine.dialect.name == "postgresql"
     index = None if postgres else VectorIndex(engine, model, len(queries[0].vector or ()), admitted=lexical.admitted)
-    pgvector = PgvectorConnector(engine, model, len(queries[0].vector or ())) if postgres else None
+    pgvector = PgvectorConnector(engine, model, len(queries[0].vector or ()), index=pgvector_index) if postgres else None
     if index is not None:
         with engine.connect() as conn:
             index.tenant(conn, TENANT)
@@ -513,7 +568,7 @@ def recall(url: str, claims: list[str], model: str) -> dict[str, dict[str, Any]]
             found, plan = index.nearest(where, query, "auto")
             return [(pk, float(score)) for pk, score in found], plan
         assert pgvector is not None and query.vector is not None
-        if not exact:  # the connector's own choice: the admitted rows ranked exactly when few, else the HNSW index
+        if not exact:  # the connector's own choice: the admitted rows ranked exactly when few, else the vector index
             candidates, strategy = pgvector._search(where, query)
             return [(c.record.id, c.score) for c in candidates], strategy
         parameters = {**bound(where), "pgv_query": literal(query.vector), "pgv_model": model}
@@ -625,6 +680,12 @@ def main() -> int:
     parser.add_argument("--work", type=Path, default=Path("/tmp/scale-bench"))
     parser.add_argument("--reuse", action="store_true", help="grow the store a previous run left in --work")
     parser.add_argument("--postgres", action="store_true", help="PostgreSQL 17 + pgvector instead of SQLite")
+    parser.add_argument(
+        "--pgvector-index",
+        choices=("hnsw", "ivfflat"),
+        default="hnsw",
+        help="with --postgres: ivfflat serves and checks each size on a copy of its database with an IVFFlat index (scale_N_ivfflat)",
+    )
     parser.add_argument("--plot", type=Path, help="draw p50 against items into this SVG file")
     parser.add_argument(
         "--no-recall", action="store_true", help="skip the recall@10 check (it builds the indexes in this process)"
@@ -642,7 +703,7 @@ def main() -> int:
     vectors, model = abstract_vectors(args.work, docs)
     with backend(args.postgres, args.work) as database:
         print(
-            f"scale bench ({'PostgreSQL' if database else 'SQLite'}): code {code_revision()}, {os.cpu_count()} cores, "
+            f"scale bench ({'PostgreSQL, ' + args.pgvector_index if database else 'SQLite'}): code {code_revision()}, {os.cpu_count()} cores, "
             f"{len(claims)} claims a caller a size, model {model}",
             flush=True,
         )
@@ -664,9 +725,11 @@ def main() -> int:
                     vectors.shape[1],
                     not args.recall_only,
                 )
+                if args.pgvector_index == "ivfflat":
+                    measured[size] = ivfflat_copy(database, args.work, size, vectors.shape[1], args.reuse or args.recall_only)
             if args.recall_only:
                 for size, at in measured.items():
-                    report_recall(size, recall(at.url or "", claims, model))
+                    report_recall(size, recall(at.url or "", claims, model, at.pgvector_index))
                 return 0
         else:
             folder = args.work / "store"
@@ -721,7 +784,9 @@ def main() -> int:
             report(size, results[size])
         for size, at in measured.items():
             if not args.no_recall:
-                results[size]["recall"] = recall(at.url or f"sqlite:///{at.folder / 'gateway.db'}", claims, model)
+                results[size]["recall"] = recall(
+                    at.url or f"sqlite:///{at.folder / 'gateway.db'}", claims, model, at.pgvector_index
+                )
                 report_recall(size, results[size]["recall"])
     if len(results) > 1:
         first = min(results)
@@ -736,6 +801,8 @@ def main() -> int:
             plot(results, args.plot, f"scale_bench, {'PostgreSQL + pgvector' if args.postgres else 'SQLite (embedded)'}, 2 cores")
             print(f"plot: {args.plot}")
     name = "scale-bench-results-postgres.json" if args.postgres else "scale-bench-results.json"
+    if args.postgres and args.pgvector_index == "ivfflat":
+        name = "scale-bench-results-postgres-ivfflat.json"
     (args.work / name).write_text(json.dumps(results, indent=1))
     return 0
 

@@ -212,11 +212,15 @@ def build_semantic(settings: Settings, store: Engine, admitted: Admitted | None 
     )
     if settings.vector_index != "memory":
         # pgvector: the index lives in the store, so nothing vector-shaped is held (or warmed) here.
-        reason = prepare_pgvector(store, embedder.dims)
+        reason = prepare_pgvector(store, embedder.dims, settings.pgvector_index)
         if reason is None:
-            return made(embedder, PgvectorConnector(store, embedder.model_id, embedder.dims), worker)
+            connector = PgvectorConnector(store, embedder.model_id, embedder.dims, index=settings.pgvector_index)
+            return made(embedder, connector, worker)
         if settings.vector_index == "pgvector":
             raise ConfigurationError(f"GATEWAY_VECTOR_INDEX=pgvector: {reason}")
+        if settings.pgvector_index == "ivfflat" and store.dialect.name == "postgresql":
+            # asked for pgvector's IVFFlat on PostgreSQL: never the in-process index in its place
+            raise ConfigurationError(f"GATEWAY_PGVECTOR_INDEX=ivfflat: {reason}")
         log.debug("vector index: in-process (%s)", reason)  # the default: not worth a start line
     index = VectorIndex(store, embedder.model_id, embedder.dims, admitted=admitted)
     return made(embedder, VectorConnector(index), worker)

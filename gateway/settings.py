@@ -171,6 +171,9 @@ class EmbeddingSettings:
     # Where semantic search runs (unless weaviate_url is set): `memory` the in-process index,
     # `pgvector` an HNSW index inside PostgreSQL, `auto` pgvector when the store has the extension.
     vector_index: str = "auto"
+    # pgvector's index: `hnsw` (a graph) or `ivfflat` (k-means lists, for stores with crowds of
+    # near-duplicate vectors; built from the rows present, re-indexed when the store grows much).
+    pgvector_index: str = "hnsw"
     # What ranks lexical search: `tantivy` (top-k with the filter inside the query, an in-memory
     # index per tenant and process, the store's own engine answering while it builds) or `store`
     # (`fts5`) alone: FTS5 on SQLite, ts_rank_cd on PostgreSQL. `auto`: tantivy on either store.
@@ -438,6 +441,8 @@ def load_settings(overrides: Mapping[str, Any] | None = None, environ: Mapping[s
         raise ConfigurationError("GATEWAY_MODEL_REGISTRY: expected an http:// or https:// URL")
     if settings.vector_index not in ("auto", "memory", "pgvector"):
         raise ConfigurationError("GATEWAY_VECTOR_INDEX: expected auto, memory or pgvector")
+    if settings.pgvector_index not in ("hnsw", "ivfflat"):
+        raise ConfigurationError("GATEWAY_PGVECTOR_INDEX: expected hnsw or ivfflat")
     if settings.lexical_engine not in ("auto", "tantivy", "store", "fts5"):
         raise ConfigurationError("GATEWAY_LEXICAL_ENGINE: expected auto, tantivy or store (fts5 is a name for store)")
     if settings.pii not in ("presidio", "none"):

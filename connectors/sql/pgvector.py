@@ -1,14 +1,15 @@
-"""Semantic connector on PostgreSQL's pgvector: an HNSW index inside the store, searched inside the
-policy pushdown, so a replica holds no vector state in memory.
+"""Semantic connector on PostgreSQL's pgvector: an HNSW or IVFFlat index inside the store, searched
+inside the policy pushdown, so a replica holds no vector state in memory.
 
 Layout. `item_vector` (core/tables.py) stays the record of every embedding (float32 bytes, any
-model). `item_pgvector` mirrors the rows of one dimension count as a `vector(dims)` column with an
-HNSW index (cosine). A trigger on `item_vector` writes the mirror row in the same statement, so
-every writer (the embedding worker, `gateway embed`, another replica, a restore) keeps the two in
-one transaction without knowing pgvector exists; a deleted item takes both rows with it (FK cascade).
-The mirror carries the item's tenant, so the tenant condition is checked on the index's own heap
-row before the item is joined, and a btree on (tenant, model) lets the planner read a small
-tenant exactly instead of walking the shared graph.
+model). `item_pgvector` mirrors the rows of one dimension count as a `vector(dims)` column with one
+vector index (cosine): HNSW by default, IVFFlat with `GATEWAY_PGVECTOR_INDEX=ivfflat` (below). A
+trigger on `item_vector` writes the mirror row in the same statement, so every writer (the
+embedding worker, `gateway embed`, another replica, a restore) keeps the two in one transaction
+without knowing pgvector exists; a deleted item takes both rows with it (FK cascade). The mirror
+carries the item's tenant, so the tenant condition is checked on the index's own heap row before
+the item is joined, and a btree on (tenant, model) lets the planner read a small tenant exactly
+instead of walking the shared index.
 
 Search. Which plan is cheaper depends on the share of the tenant the caller may read, and the
 planner cannot tell: it multiplies the selectivities of `permitted()`'s conjuncts and of the join
@@ -22,9 +23,10 @@ policy's `permitted()` condition, the caller's tags and the tenant inside it:
    `exact_up_to` + 1 of them, and the k nearest of those are returned with the count listed. Fewer
    than the cap listed means every admitted row was ranked: the answer is exact and final. This is
    the plan the planner picked on its own, bounded.
-2. Otherwise (many admitted), the HNSW index with pgvector 0.8's iterative scan
-   (`hnsw.iterative_scan = relaxed_order`): the scan goes on past forbidden neighbours until k
-   permitted rows are found or `max_scan_tuples` is spent. pgvector's README answers a planner
+2. Otherwise (many admitted), the vector index with pgvector 0.8's iterative scan
+   (`hnsw.iterative_scan` or `ivfflat.iterative_scan` = `relaxed_order`): the scan goes on past
+   forbidden neighbours until k permitted rows are found or its budget is spent (HNSW's
+   `max_scan_tuples`; IVFFlat's `max_probes` lists). pgvector's README answers a planner
    that will not pick the index with a planner setting for the one transaction (its example is
    `SET LOCAL enable_seqscan = off`); the plan this one picks instead reads btrees and sorts, so
    here `enable_sort` is off for that statement: no plan but the index's own order can then serve
@@ -33,13 +35,34 @@ policy's `permitted()` condition, the caller's tags and the tenant inside it:
    index cannot serve: an exact search over every permitted row, so k permitted results come back
    whenever k exist.
 
+HNSW or IVFFlat. An HNSW graph's links do not lead through a crowd of near-duplicates (versions,
+quoted threads, one text stored many times): at a million items of ~193 near-copies each
+(bench/scale_bench.py), the 50% caller's recall@10 through pgvector's graph was 0.647. An inverted
+file holds such a crowd in a list or two and reads the lists nearest the query whole, scoring every
+row exactly. IVFFlat's lists are k-means cells made at build from the rows then present (`lists`
+about rows / 256: the in-process cells, connectors/sql/cells.py, measured at a million with 8
+probed: ~256 rows a cell 0.975-0.981, ~980 rows a cell 0.924; pgvector's README suggests rows / 1000
+up to a million and sqrt(rows) past it, with sqrt(lists) probes, which reads ~32,000 rows a search
+at a million against ~2,000 here). The search probes IVFFLAT_PROBES lists, and the iterative scan
+goes on, 8 lists at a time, up to IVFFLAT_MAX_PROBES. The costs: the build's k-means (one
+process, on a sample of 50 rows a list) needs `maintenance_work_mem` for the sample and 50 x
+lists^2 x 4 bytes of bounds (~3.4 GB at a million rows, ~62 MB at 100,000; pgvector refuses a
+smaller one, and start-up says so), and the lists are fixed at build:
+rows written later are filed under the nearest list, which grows. A store that grows far past its
+build (one first started empty has one list) should be re-indexed: drop the index
+(`DROP INDEX ix_item_pgvector_ivfflat`) and restart, and `prepare` builds it again with lists for
+the rows now (`REINDEX` re-trains the centroids but keeps the number of lists). `prepare` says at
+every start how many rows the lists were made for and how many the mirror holds, as a warning once
+it holds IVFFLAT_REINDEX_PAST times as many.
+
 A filter found to admit many rows is remembered for a minute (per process, keyed by the filter's
 values but not its instant), so its next searches go straight to the index; that memory only
 chooses the plan, never what may be returned.
 
-The DDL is plain SQL in functions (`ddl`, `backfill_sql`) so that a migration can run the same
-statements; `prepare` runs them on demand at start-up, under an advisory lock (replicas starting
-together), with IF NOT EXISTS throughout.
+The DDL is plain SQL in functions (`ddl`, `backfill_sql`, `index_sql`) so that a migration can run
+the same statements; `prepare` runs them on demand at start-up, under an advisory lock (replicas
+starting together), with IF NOT EXISTS throughout, and keeps exactly one vector index: building the
+one chosen drops the other, in the same transaction.
 """
 
 from __future__ import annotations
@@ -65,8 +88,18 @@ from core.records import Candidate, RecallQuery, SkipReason, SourceResult
 log = logging.getLogger("gateway.connectors.pgvector")
 
 TABLE = "item_pgvector"
+INDEXES = ("hnsw", "ivfflat")  # GATEWAY_PGVECTOR_INDEX
 HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 64
+# IVFFlat: rows a list at build (in-process at a million, 8 cells probed: ~256 rows a cell 0.975-0.981
+# recall@10 for a 50% caller among near-copies, ~980 rows 0.924); lists probed a search (the same
+# measurement: 4 / 8 / 16 probed 0.953 / 0.975 / 0.997, ~1,800 / 3,600 / 7,100 rows scored), and at
+# most, with the iterative scan: 80 lists of ~256 rows, the ~20,000 rows of HNSW's max_scan_tuples.
+IVFFLAT_ROWS_PER_LIST = 256
+IVFFLAT_PROBES = 8
+IVFFLAT_MAX_PROBES = 80
+IVFFLAT_MAX_LISTS = 32_768  # pgvector's
+IVFFLAT_REINDEX_PAST = 4  # a mirror holding this many times the rows its lists were made for is worth re-indexing
 LOCK_KEY = 0x6777_7067_7663  # pg_advisory_xact_lock key: one replica creates the objects at a time
 MAX_DIMS = 2000  # pgvector's HNSW limit for `vector`
 # Admitted rows ranked exactly; more: the HNSW index. At 1,000,000 items (limit 50, busy 2-core machine,
@@ -173,10 +206,28 @@ def backfill_sql(dims: int) -> str:
     """
 
 
-def index_sql() -> str:
-    """The HNSW index over the mirror (cosine distance)."""
+def index_name(kind: str) -> str:
+    """The name of the mirror's vector index of `kind` (hnsw or ivfflat): each has its own."""
+    if kind not in INDEXES:
+        raise ValueError(f"pgvector: the index is one of {', '.join(INDEXES)}, got {kind!r}")
+    return f"ix_{TABLE}_{kind}"
+
+
+def lists_for(rows: int) -> int:
+    """IVFFlat's lists for a mirror of `rows` rows: about IVFFLAT_ROWS_PER_LIST rows a list, at least one."""
+    return max(1, min(IVFFLAT_MAX_LISTS, rows // IVFFLAT_ROWS_PER_LIST))
+
+
+def index_sql(kind: str = "hnsw", rows: int = 0) -> str:
+    """The vector index over the mirror (cosine distance): HNSW, or IVFFlat with lists for `rows` rows."""
+    name = index_name(kind)
+    if kind == "ivfflat":
+        return (
+            f"CREATE INDEX IF NOT EXISTS {name} ON {TABLE} USING ivfflat (embedding vector_cosine_ops) "
+            f"WITH (lists = {lists_for(rows)})"
+        )
     return (
-        f"CREATE INDEX IF NOT EXISTS ix_{TABLE}_hnsw ON {TABLE} USING hnsw (embedding vector_cosine_ops) "
+        f"CREATE INDEX IF NOT EXISTS {name} ON {TABLE} USING hnsw (embedding vector_cosine_ops) "
         f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION})"
     )
 
@@ -187,9 +238,11 @@ def _checked(dims: int) -> int:
     return dims
 
 
-def prepare(engine: Engine, dims: int) -> str | None:
-    """Make the mirror ready for `dims`; None when it is, else why pgvector cannot serve this store.
-    Never raises for an unusable store: `auto` falls back to the in-process index on the reason."""
+def prepare(engine: Engine, dims: int, index: str = "hnsw") -> str | None:
+    """Make the mirror ready for `dims` with the vector index `index` (hnsw or ivfflat) and no other;
+    None when it is, else why pgvector cannot serve this store. Never raises for an unusable store:
+    `auto` falls back to the in-process index on the reason."""
+    wanted, other = index_name(index), index_name("ivfflat" if index == "hnsw" else "hnsw")
     if engine.dialect.name != "postgresql":
         return "the store is not PostgreSQL"
     try:
@@ -213,10 +266,10 @@ def prepare(engine: Engine, dims: int) -> str | None:
                 found is not None
                 and conn.execute(
                     text(
-                        "SELECT to_regclass(:index) IS NOT NULL AND EXISTS "
+                        "SELECT to_regclass(:wanted) IS NOT NULL AND to_regclass(:other) IS NULL AND EXISTS "
                         "(SELECT 1 FROM pg_trigger WHERE tgname = 'gw_item_pgvector_sync' AND tgrelid = to_regclass('item_vector'))"
                     ),
-                    {"index": f"ix_{TABLE}_hnsw"},
+                    {"wanted": wanted, "other": other},
                 ).scalar()
             )
             if not ready:
@@ -224,16 +277,67 @@ def prepare(engine: Engine, dims: int) -> str | None:
                     conn.execute(text(statement))
                 if found is None:
                     conn.execute(text(backfill_sql(dims)))
-                conn.execute(text(index_sql()))
+                rows = 0
+                if index == "ivfflat":  # its lists are made from the rows there now
+                    rows = int(conn.execute(text(f"SELECT count(*) FROM {TABLE}")).scalar() or 0)
+                started = time.perf_counter()
+                conn.execute(text(index_sql(index, rows)))
+                conn.execute(text(f"DROP INDEX IF EXISTS {other}"))  # exactly one vector index serves
+                if index == "ivfflat":
+                    log.info(
+                        "pgvector: IVFFlat index built with %d lists for %d rows in %.1f s",
+                        lists_for(rows),
+                        rows,
+                        time.perf_counter() - started,
+                    )
                 if found is None:  # the planner's first plans need the mirror's size, not a guess of one row
                     conn.execute(text(f"ANALYZE {TABLE}"))
+            elif index == "ivfflat":
+                _report_lists(conn)
             # else a replica restarting: take no lock on item_vector, change nothing
     except SQLAlchemyError as exc:
-        return (
-            f"pgvector is not available ({type(exc).__name__}: {str(exc.orig if hasattr(exc, 'orig') else exc).splitlines()[0]})"
+        message = str(exc.orig if hasattr(exc, "orig") else exc).splitlines()[0]
+        hint = (
+            "; give the gateway's role more (ALTER ROLE ... SET maintenance_work_mem = '4GB', or "
+            "options=-cmaintenance_work_mem%3D4GB in GATEWAY_DATABASE_URL) or use GATEWAY_PGVECTOR_INDEX=hnsw"
+            if "maintenance_work_mem" in message
+            else ""
         )
+        return f"pgvector is not available ({type(exc).__name__}: {message}){hint}"
     _analyze_if_never(engine)
     return None
+
+
+def _report_lists(conn: Connection) -> None:
+    """Say how many rows the IVFFlat index's lists were made for against the rows the mirror holds
+    now (its statistics' estimate): a warning, with how to re-index, once it holds
+    IVFFLAT_REINDEX_PAST times as many and more than the exact plan ranks alone."""
+    row = conn.execute(
+        text(
+            "SELECT (SELECT option_value::int FROM pg_options_to_table(i.reloptions) WHERE option_name = 'lists'), "
+            "(SELECT reltuples FROM pg_class WHERE oid = to_regclass(:table)) FROM pg_class i WHERE i.oid = to_regclass(:index)"
+        ),
+        {"table": TABLE, "index": index_name("ivfflat")},
+    ).first()
+    if row is None or row[0] is None or row[1] is None or row[1] < 0:
+        return
+    lists, rows = int(row[0]), int(row[1])
+    made_for = lists * IVFFLAT_ROWS_PER_LIST
+    if rows > max(IVFFLAT_REINDEX_PAST * made_for, EXACT_UP_TO):
+        log.warning(
+            "pgvector: the IVFFlat index's %d lists were made for about %d rows; the mirror holds about %d "
+            "(%d a list), so its searches read more rows and rank fewer of the nearest: DROP INDEX %s and restart "
+            "to rebuild it with lists for the rows now (REINDEX keeps its lists)",
+            lists,
+            made_for,
+            rows,
+            rows // lists,
+            index_name("ivfflat"),
+        )
+    else:
+        log.info(
+            "pgvector: IVFFlat index with %d lists (made for about %d rows); the mirror holds about %d", lists, made_for, rows
+        )
 
 
 # The tables a search's plan is chosen over (the mirror is analyzed when it is made).
@@ -275,12 +379,19 @@ class PgvectorConnector:
         ef_search: int = 100,
         max_scan_tuples: int = 20_000,
         exact_up_to: int = EXACT_UP_TO,
+        index: str = "hnsw",
+        probes: int = IVFFLAT_PROBES,
+        max_probes: int = IVFFLAT_MAX_PROBES,
     ) -> None:
         self.engine = engine
         self.model = model
         self.dims = _checked(dims)
+        index_name(index)  # refuses a kind pgvector's mirror has no index of
+        self.index = index  # the one `prepare` built (GATEWAY_PGVECTOR_INDEX)
         self.ef_search = ef_search
         self.max_scan_tuples = max_scan_tuples
+        self.probes = probes
+        self.max_probes = max_probes
         self.exact_up_to = exact_up_to
         self._wide: OrderedDict[tuple[Any, ...], float] = OrderedDict()  # filter -> when it was seen to admit many
         self._wide_lock = threading.Lock()
@@ -299,7 +410,7 @@ class PgvectorConnector:
         probe = cast(bindparam("pgv_query"), Vector())
         distance = mirror.c.embedding.op("<=>", return_type=Float())(probe)
         joined = mirror.join(item, and_(item.c.pk == mirror.c.item_pk, item.c.content_hash == mirror.c.content_hash))
-        # `+ 0` is the same order the HNSW index cannot serve: the planner then reads the permitted
+        # `+ 0` is the same order the vector index cannot serve: the planner then reads the permitted
         # rows through the btrees and sorts them, an exact search.
         order = (distance + 0) if exact else distance
         return (
@@ -364,10 +475,10 @@ class PgvectorConnector:
                         rows = [row for row in listed if row._mapping["pgv_distance"] is not None]
                     else:
                         self._remember_wide(key)
-                if rows is None:  # many admitted: the HNSW index, with no sort the planner could pick instead
+                if rows is None:  # many admitted: the vector index, with no sort the planner could pick instead
                     conn.execute(text("SELECT set_config('enable_sort', 'off', true)"))
                     rows = conn.execute(self._statement(query.tags, limit, exact=False), parameters).all()
-                    strategy = "hnsw iterative"
+                    strategy = f"{self.index} iterative"
                     if len(rows) < limit:  # the scan gave up (or fewer exist): exact over the permitted rows
                         self._forget_wide(key)
                         conn.execute(text("SELECT set_config('enable_sort', 'on', true)"))
@@ -387,13 +498,29 @@ class PgvectorConnector:
         scans: every statement here reads rows by key (the ACL's, the item's, the index's), and a
         store whose statistics are not yet gathered (just loaded, before autovacuum's ANALYZE) had
         the planner, expecting one item, read all of `item_principal` for each item instead: 260 ms
-        for a caller admitted to one item of 1,000."""
+        for a caller admitted to one item of 1,000. And a custom plan for every execution: psycopg
+        prepares a statement run 5 times on a connection, and PostgreSQL then switched to a
+        generic plan after 5 more, one made without the query vector's and the caller's values:
+        from the 11th search on a connection every search of the 50% caller at 100,000 items took
+        2.6-3.8 s instead of 13-34 ms, through either index. IVFFlat: `probes` lists read whole
+        and ranked exactly, then `probes` more at a time while fewer than k permitted rows are
+        found, up to `max_probes` (pgvector uses `probes` when that is the larger)."""
+        if self.index == "ivfflat":
+            conn.execute(
+                text(
+                    "SELECT set_config('ivfflat.iterative_scan', 'relaxed_order', true), "
+                    "set_config('ivfflat.probes', :probes, true), set_config('ivfflat.max_probes', :max_probes, true), "
+                    "set_config('enable_seqscan', 'off', true), set_config('plan_cache_mode', 'force_custom_plan', true)"
+                ),
+                {"probes": str(int(self.probes)), "max_probes": str(int(self.max_probes))},
+            )
+            return
         ef_search = min(1000, max(self.ef_search, 2 * limit))
         conn.execute(  # one round trip: set_config(..., true) is SET LOCAL
             text(
                 "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
                 "set_config('hnsw.ef_search', :ef_search, true), set_config('hnsw.max_scan_tuples', :max_scan_tuples, true), "
-                "set_config('enable_seqscan', 'off', true)"
+                "set_config('enable_seqscan', 'off', true), set_config('plan_cache_mode', 'force_custom_plan', true)"
             ),
             {"ef_search": str(int(ef_search)), "max_scan_tuples": str(int(self.max_scan_tuples))},
         )
