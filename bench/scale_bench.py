@@ -763,7 +763,8 @@ def main() -> int:
                         kept = args.work / "sizes" / str(size)
                         shutil.rmtree(kept, ignore_errors=True)
                         shutil.copytree(folder, kept, ignore=shutil.ignore_patterns("*.log", "*.bak"))
-                elif size < loaded and not (args.work / "sizes" / str(size)).exists():
+            for size in sizes:  # once grown: the store is the largest size, a smaller one its copy
+                if size < loaded and not (args.work / "sizes" / str(size)).exists():
                     print(
                         f"\n{size:,} items: the store already holds {loaded:,} and keeps no copy at {size:,}; skipped", flush=True
                     )
