@@ -343,6 +343,14 @@ def backend(postgres: bool, work: Path) -> Iterator[Callable[[str], str] | None]
         server.stop()
 
 
+def kept(conn: Any, name: str, marker: Path, size: int) -> bool:
+    """Whether database `name` exists and its marker says a run loaded it with `size` items."""
+    from sqlalchemy import text
+
+    exists = conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}).first() is not None
+    return exists and marker.exists() and json.loads(marker.read_text())["items"] == size
+
+
 def load_postgres(
     database: Callable[[str], str],
     work: Path,
@@ -370,8 +378,7 @@ def load_postgres(
     admin = create_engine(database("postgres"), isolation_level="AUTOCOMMIT")
     try:
         with admin.connect() as conn:
-            exists = conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}).first() is not None
-            if reuse and exists and marker.exists() and json.loads(marker.read_text())["items"] == size:
+            if reuse and kept(conn, name, marker, size):
                 print(f"\n{size:,} items: loaded by a previous run (database {name})", flush=True)
                 return Store(folder, url)
             if not may_load:
@@ -432,8 +439,7 @@ def ivfflat_copy(database: Callable[[str], str], work: Path, size: int, dims: in
     admin = create_engine(database("postgres"), isolation_level="AUTOCOMMIT")
     try:
         with admin.connect() as conn:
-            exists = conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}).first() is not None
-            if reuse and exists and marker.exists() and json.loads(marker.read_text())["items"] == size:
+            if reuse and kept(conn, name, marker, size):
                 print(f"\n{size:,} items: IVFFlat copy made by a previous run (database {name})", flush=True)
                 return Store(folder, url, "ivfflat")
             started = time.perf_counter()
