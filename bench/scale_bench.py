@@ -65,6 +65,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import json
 import os
 import shutil
@@ -702,6 +703,8 @@ def main() -> int:
         help="only the recall@10 check, on the stores (or PostgreSQL databases) --work holds; never loads one",
     )
     args = parser.parse_args()
+    if args.plot and importlib.util.find_spec("matplotlib") is None:  # say so now, not after an hour's run
+        raise SystemExit("--plot draws with matplotlib, which is not installed: .venv/bin/pip install matplotlib")
     sizes = sorted(int(s) for s in args.sizes.split(","))
     docs, claims = scifact(args.data_set, 10**9)
     warmups, claims = claims[:WARMUP], claims[WARMUP : WARMUP + args.queries]
